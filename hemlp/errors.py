@@ -1,0 +1,52 @@
+"""Typed exceptions. Every message names the problem and the fix."""
+
+
+class HemlpError(Exception):
+    """Base class of every error hemlp raises on purpose."""
+
+
+class ParameterError(HemlpError, ValueError):
+    """Invalid or inconsistent encryption parameters."""
+
+
+class InsecureParametersError(ParameterError):
+    """A parameter set below 128-bit security was requested without opting in."""
+
+
+class ContextMismatchError(HemlpError, ValueError):
+    """Objects from different parameter sets / contexts were combined."""
+
+
+class KeyMismatchError(HemlpError, ValueError):
+    """A key does not belong to this context or to the operation's secret."""
+
+
+class MissingKeyError(HemlpError, KeyError):
+    """A needed evaluation key (relinearisation, rotation, conjugation, conversion) was not given."""
+
+    def __str__(self):  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class LevelError(HemlpError, ValueError):
+    """Levels exhausted, or operands at different levels."""
+
+
+class ScaleMismatchError(HemlpError, ValueError):
+    """Operands with different scales were combined."""
+
+
+class EncodingError(HemlpError, ValueError):
+    """Values cannot be encoded (too large for the scale, too many, wrong dtype)."""
+
+
+class ShapeError(HemlpError, ValueError):
+    """Matrix or tensor shapes do not fit the operation."""
+
+
+class SerializationError(HemlpError, ValueError):
+    """Bytes are truncated, corrupted, of another type/version, or from another context."""
+
+
+class UnsupportedError(HemlpError, NotImplementedError):
+    """An operation or model construct hemlp does not support (yet)."""
