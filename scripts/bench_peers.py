@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""Run hemlp's core benchmark side by side with OpenFHE and TenSEAL, in one run, and print ratios.
+
+    python scripts/bench_peers.py core --json bench/peers_core.json [--logn 14,15] [--threads 1,2]
+        [--repeats 7] [--peers hemlp,openfhe,tenseal]
+
+Each peer runs in its own venv, created on demand under ``~/.cache/hemlp/peers/<name>``
+(``HEMLP_PEERS_DIR`` overrides): OpenFHE's official wheel needs Python 3.10 (pyenv's, or
+``HEMLP_PYTHON310``); TenSEAL gets a 3.11 venv (``HEMLP_PYTHON311``).  A peer that cannot be
+installed or run shows ``n/a`` with the reason; no number is ever made up.
+
+Parameters follow the hemlp presets: logN 14 -> ``N14-d6`` (Q = 60 + 6x40 bits, scale 2^40,
+alpha = 2 primes per key-switching digit), logN 15 -> ``N15-d10`` (Q = 60 + 10x45, scale 2^45,
+alpha = 3).  OpenFHE: FIXEDMANUAL, HYBRID, NumLargeDigits = ceil((L+1)/alpha), HEStd_128_classic
+(HEStd_NotSet only if the exact ring dimension is refused; reported).  TenSEAL/SEAL: the same
+Q chain plus SEAL's single special prime (<= 60 bits), i.e. dnum = L+1; reported.
+
+Every benchmark subprocess runs without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; OpenFHE's threads
+are set with OMP_NUM_THREADS, TenSEAL's with its context ``n_threads``, hemlp's with
+``hemlp.set_num_threads``.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+try:
+    from hemlp.bench import report  # noqa: E402
+    from hemlp.bench.core import OPS, PRECISION  # noqa: E402  (constants only, no hemlp.ckks)
+except ImportError:  # hemlp itself does not import (core mid-rebuild): peers must still run
+    import ast
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("_hemlp_bench_report",
+                                                   REPO / "hemlp" / "bench" / "report.py")
+    report = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(report)
+    _consts = {n.targets[0].id: ast.literal_eval(n.value)
+               for n in ast.parse((REPO / "hemlp" / "bench" / "core.py").read_text()).body
+               if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") in ("OPS", "PRECISION")}
+    OPS, PRECISION = _consts["OPS"], _consts["PRECISION"]
+
+PEERS_SCRIPTS = Path(__file__).resolve().parent / "peers"
+PEERS_DIR = Path(os.environ.get("HEMLP_PEERS_DIR", Path.home() / ".cache" / "hemlp" / "peers"))
+SUBPROCESS_TIMEOUT = int(os.environ.get("HEMLP_PEERS_TIMEOUT", "1800"))
+
+#: hemlp preset per logN, with the chain the peers should reproduce
+CONFIGS = {
+    14: {"preset": "N14-d6", "depth": 6, "first_bits": 60, "scale_bits": 40,
+         "log_p": [60, 60], "alpha": 2},
+    15: {"preset": "N15-d10", "depth": 10, "first_bits": 60, "scale_bits": 45,
+         "log_p": [61, 61, 61], "alpha": 3},
+}
+
+PEER_LABEL = {"hemlp": "hemlp", "openfhe": "OpenFHE", "tenseal": "TenSEAL"}
+#: targets of the RNS-CKKS core issue: hemlp/peer time ratio upper bounds for these ops
+TARGETS = {"openfhe": 1.0, "tenseal": 0.8}
+TARGET_OPS = ("mul", "rotate")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- interpreters
+def _version_of(python: str) -> tuple[int, int] | None:
+    try:
+        r = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"],
+                           capture_output=True, text=True, timeout=60)
+        a, b = r.stdout.split()
+        return int(a), int(b)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def find_python(minor: int) -> str | None:
+    """A Python 3.<minor> interpreter: $HEMLP_PYTHON3<minor>, pyenv's, this one, or on PATH."""
+    cands = []
+    env = os.environ.get(f"HEMLP_PYTHON3{minor}")
+    if env:
+        cands.append(env)
+    pyenv_root = os.environ.get("PYENV_ROOT", str(Path.home() / ".pyenv"))
+    cands += sorted(glob.glob(f"{pyenv_root}/versions/3.{minor}.*/bin/python3.{minor}"),
+                    key=lambda p: [int(x) if x.isdigit() else 0
+                                   for x in Path(p).parts[-3].split(".")], reverse=True)
+    if sys.version_info[:2] == (3, minor):
+        cands.append(getattr(sys, "_base_executable", None) or sys.executable)
+    for name in (f"python3.{minor}",):
+        w = shutil.which(name)
+        if w:
+            cands.append(w)
+    for c in cands:
+        if c and os.path.exists(c) and _version_of(c) == (3, minor):
+            return c
+    return None
+
+
+# ----------------------------------------------------------------------------- peer venvs
+PEER_SETUP = {
+    "openfhe": {"minor": 10, "packages": ["openfhe~=1.6.1", "numpy"], "import": "openfhe",
+                "script": "openfhe_core.py",
+                "why_minor": "the official openfhe wheel is built for CPython 3.10 only"},
+    "tenseal": {"minor": 11, "packages": ["tenseal~=0.3.18", "numpy"], "import": "tenseal",
+                "script": "tenseal_core.py", "why_minor": "project Python"},
+}
+
+
+def _tail(text: str, n: int = 6) -> str:
+    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+def ensure_venv(name: str) -> tuple[str | None, str | None]:
+    """Return (python of the peer's venv, None) or (None, reason it cannot be had)."""
+    spec = PEER_SETUP[name]
+    vdir = PEERS_DIR / name
+    vpy = vdir / "bin" / "python"
+    stamp = vdir / ".hemlp-peer-ok"
+    want = " ".join(spec["packages"])
+
+    def importable() -> str | None:
+        r = subprocess.run([str(vpy), "-c", f"import {spec['import']}"], capture_output=True,
+                           text=True, timeout=300, env=report.benchmark_env())
+        return None if r.returncode == 0 else _tail(r.stderr, 3)
+
+    if vpy.exists() and stamp.exists() and stamp.read_text().strip() == want:
+        err = importable()
+        if err is None:
+            return str(vpy), None
+        log(f"[peers] {name}: existing venv broken ({err}); reinstalling")
+    base = find_python(spec["minor"])
+    if base is None:
+        return None, (f"no Python 3.{spec['minor']} found ({spec['why_minor']}); install it "
+                      f"(e.g. `pyenv install 3.{spec['minor']}`) or set HEMLP_PYTHON3{spec['minor']}")
+    log(f"[peers] {name}: creating venv {vdir} with {base} and installing {want} ...")
+    t0 = time.time()
+    try:
+        if vdir.exists() and not vpy.exists():
+            shutil.rmtree(vdir)
+        if not vpy.exists():
+            r = subprocess.run([base, "-m", "venv", str(vdir)], capture_output=True, text=True,
+                               timeout=600)
+            if r.returncode != 0:
+                return None, f"`{base} -m venv {vdir}` failed: {_tail(r.stderr)}"
+        r = subprocess.run([str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            *spec["packages"]], capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0:
+            return None, f"`pip install {want}` into {vdir} failed: {_tail(r.stderr)}"
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"cannot create venv {vdir}: {type(e).__name__}: {e}"
+    err = importable()
+    if err is not None:
+        return None, f"{spec['import']} installed into {vdir} but does not import: {err}"
+    stamp.write_text(want + "\n")
+    log(f"[peers] {name}: ready in {time.time() - t0:.0f} s")
+    return str(vpy), None
+
+
+# ----------------------------------------------------------------------------- running
+def _run_json(cmd, env, what: str) -> tuple[dict | None, str | None]:
+    log(f"[peers] {what}: {' '.join(cmd)}")
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=SUBPROCESS_TIMEOUT,
+                           cwd=str(REPO))
+    except subprocess.TimeoutExpired:
+        return None, f"{what} timed out after {SUBPROCESS_TIMEOUT} s"
+    except OSError as e:
+        return None, f"{what} could not start: {e}"
+    if r.returncode != 0:
+        return None, f"{what} exited {r.returncode}: {_tail(r.stderr or r.stdout)}"
+    for line in reversed(r.stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line), None
+            except json.JSONDecodeError:
+                break
+    return None, f"{what} printed no JSON: {_tail(r.stdout + r.stderr)}"
+
+
+def run_openfhe(py, logn, cfg, threads, repeats, seed):
+    L = cfg["depth"]
+    dnum = math.ceil((L + 1) / cfg["alpha"])
+    env = report.benchmark_env()
+    env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [py, str(PEERS_SCRIPTS / "openfhe_core.py"), "--logn", str(logn), "--depth", str(L),
+           "--scale-bits", str(cfg["scale_bits"]), "--first-bits", str(cfg["first_bits"]),
+           "--dnum", str(dnum), "--threads", str(threads), "--repeats", str(repeats),
+           "--seed", str(seed)]
+    return _run_json(cmd, env, f"OpenFHE logN={logn} threads={threads}")
+
+
+def seal_bits(cfg) -> list[int]:
+    special = min(60, max(cfg["log_p"]))  # SEAL primes are at most 60 bits
+    return [cfg["first_bits"]] + [cfg["scale_bits"]] * cfg["depth"] + [special]
+
+
+def run_tenseal(py, logn, cfg, threads, repeats, seed):
+    env = report.benchmark_env()
+    env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [py, str(PEERS_SCRIPTS / "tenseal_core.py"), "--logn", str(logn),
+           "--bits", ",".join(map(str, seal_bits(cfg))), "--scale-bits", str(cfg["scale_bits"]),
+           "--threads", str(threads), "--repeats", str(repeats), "--seed", str(seed)]
+    return _run_json(cmd, env, f"TenSEAL logN={logn} threads={threads}")
+
+
+def hemlp_python() -> str:
+    venv_py = REPO / ".venv" / "bin" / "python"
+    return os.environ.get("HEMLP_PYTHON") or (str(venv_py) if venv_py.exists() else sys.executable)
+
+
+def run_hemlp(logn, cfg, threads_list, repeats, seed) -> dict[int, tuple[dict | None, str | None]]:
+    """One hemlp process per logN (all thread counts); returns {threads: (result, error)}."""
+    with tempfile.TemporaryDirectory(prefix="hemlp-bench-") as td:
+        out = Path(td) / "core.json"
+        cmd = [hemlp_python(), "-m", "hemlp.bench", "core", "--preset", cfg["preset"],
+               "--threads", ",".join(map(str, threads_list)), "--repeats", str(repeats),
+               "--seed", str(seed), "--json", str(out)]
+        log(f"[peers] hemlp logN={logn}: {' '.join(cmd)}")
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=report.benchmark_env(),
+                               timeout=SUBPROCESS_TIMEOUT, cwd=str(REPO))
+            err = None if r.returncode == 0 else f"hemlp exited {r.returncode}: {_tail(r.stderr or r.stdout)}"
+        except subprocess.TimeoutExpired:
+            err = f"hemlp timed out after {SUBPROCESS_TIMEOUT} s"
+        if err is None and not out.exists():
+            err = f"hemlp wrote no JSON: {_tail(r.stdout + r.stderr)}"
+        if err is not None:
+            return {t: (None, err) for t in threads_list}
+        doc = json.loads(out.read_text())
+    res = {}
+    for t in threads_list:
+        match = [r for r in doc.get("results", []) if r.get("threads") == t]
+        if not match:
+            res[t] = (None, f"hemlp JSON has no result for {t} threads")
+            continue
+        one = dict(match[0])
+        one.update({"peer": "hemlp", "preset": doc.get("preset"), "notes": doc.get("notes", []),
+                    "repeats": doc.get("repeats")})
+        res[t] = (one, None)
+    return res
+
+
+# ----------------------------------------------------------------------------- report
+def _median(res, key):
+    if not res:
+        return None
+    v = res.get("ops", {}).get(key, {})
+    m = v.get("median_s") if isinstance(v, dict) else None
+    return m if isinstance(m, (int, float)) and m > 0 else None
+
+
+def _prec(res, key):
+    if not res:
+        return None
+    v = res.get("precision", {}).get(key)
+    if v == "inf":
+        return math.inf
+    return v if isinstance(v, (int, float)) else None
+
+
+def build_run(logn, threads, cfg, peers: dict[str, tuple[dict | None, str | None]]) -> dict:
+    ratios, prec_diff = {}, {}
+    h = peers.get("hemlp", (None, None))[0]
+    for name in ("openfhe", "tenseal"):
+        p = peers.get(name, (None, None))[0]
+        ratios[name] = {k: (_median(h, k) / _median(p, k)
+                            if _median(h, k) and _median(p, k) else None) for k, _ in OPS}
+        prec_diff[name] = {k: (_prec(h, k) - _prec(p, k)
+                               if _prec(h, k) is not None and _prec(p, k) is not None
+                               and math.isfinite(_prec(h, k)) and math.isfinite(_prec(p, k))
+                               else None) for k, _ in PRECISION}
+    return {
+        "logn": logn, "N": 1 << logn, "threads": threads, "hemlp_preset": cfg["preset"],
+        "peers": {name: (res if res is not None else {"error": err})
+                  for name, (res, err) in peers.items()},
+        "ratios_hemlp_over_peer": ratios,
+        "precision_bits_hemlp_minus_peer": prec_diff,
+    }
+
+
+def check_targets(run) -> list[dict]:
+    out = []
+    for peer, bound in TARGETS.items():
+        if peer not in run["peers"]:
+            continue
+        for op in TARGET_OPS:
+            r = run["ratios_hemlp_over_peer"].get(peer, {}).get(op)
+            out.append({"logn": run["logn"], "threads": run["threads"], "op": op, "peer": peer,
+                        "ratio": r, "bound": bound,
+                        "status": "n/a" if r is None else ("PASS" if r <= bound else "FAIL")})
+    if "openfhe" in run["peers"]:
+        for key, _ in PRECISION:
+            d = run["precision_bits_hemlp_minus_peer"].get("openfhe", {}).get(key)
+            out.append({"logn": run["logn"], "threads": run["threads"], "op": key, "peer": "openfhe",
+                        "bits_diff": d, "bound": ">= 0 bits",
+                        "status": "n/a" if d is None else ("PASS" if d >= -0.5 else "FAIL")})
+    return out
+
+
+def print_run(run, names) -> None:
+    def cell_ms(name, key):
+        res = run["peers"].get(name, {})
+        if "error" in res:
+            return "n/a"
+        return report.fmt_ms(_median(res, key))
+
+    def cell_bits(name, key):
+        res = run["peers"].get(name, {})
+        return "n/a" if "error" in res else report.fmt_bits(_prec(res, key))
+
+    peers_only = [n for n in names if n != "hemlp"]
+    headers = (["op"] + [f"{PEER_LABEL[n]} ms" for n in names]
+               + [f"hemlp/{PEER_LABEL[n]}" for n in peers_only if "hemlp" in names])
+    rows = []
+    for key, label in OPS:
+        row = [label] + [cell_ms(n, key) for n in names]
+        if "hemlp" in names:
+            row += [report.fmt_ratio(run["ratios_hemlp_over_peer"][n][key]) for n in peers_only]
+        rows.append(row)
+    for key, label in PRECISION:
+        row = [label] + [cell_bits(n, key) for n in names]
+        if "hemlp" in names:
+            row += [("n/a" if (d := run["precision_bits_hemlp_minus_peer"][n][key]) is None
+                     else f"{d:+.1f} b") for n in peers_only]
+        rows.append(row)
+    title = (f"\nN=2^{run['logn']} (hemlp preset {run['hemlp_preset']}), {run['threads']} thread"
+             f"{'s' if run['threads'] > 1 else ''} — median ms; ratio < 1 means hemlp is faster")
+    report.table(headers, rows, title=title)
+    for n in names:
+        res = run["peers"].get(n, {})
+        if "error" in res:
+            print(f"  {PEER_LABEL[n]}: n/a — {res['error']}")
+        else:
+            for note in res.get("notes", []):
+                print(f"  {PEER_LABEL[n]}: {note}")
+            prm = res.get("params")
+            if prm:
+                short = {k: v for k, v in prm.items() if k in (
+                    "security", "log_q", "log_p", "num_large_digits", "dnum", "coeff_mod_bit_sizes")}
+                print(f"  {PEER_LABEL[n]} {res.get('version', '')} params: {short}")
+
+
+# ----------------------------------------------------------------------------- CLI
+def _ints(s):
+    return [int(v) for v in s.split(",") if v.strip()]
+
+
+def cmd_core(a) -> int:
+    lognlist, threads = _ints(a.logn), _ints(a.threads)
+    names = [n for n in _names(a.peers)]
+    for logn in lognlist:
+        if logn not in CONFIGS:
+            print(f"--logn {logn}: no hemlp preset mapped (known: {sorted(CONFIGS)})", file=sys.stderr)
+            return 2
+
+    pythons, setup_err = {}, {}
+    for name in names:
+        if name == "hemlp":
+            continue
+        py, err = ensure_venv(name)
+        if err:
+            log(f"[peers] {name}: UNAVAILABLE — {err}")
+        pythons[name], setup_err[name] = py, err
+
+    runs, all_targets = [], []
+    for logn in lognlist:
+        cfg = CONFIGS[logn]
+        hemlp_res = (run_hemlp(logn, cfg, threads, a.repeats, a.seed) if "hemlp" in names else {})
+        for t in threads:
+            peers = {}
+            if "hemlp" in names:
+                peers["hemlp"] = hemlp_res[t]
+            for name in names:
+                if name == "hemlp":
+                    continue
+                if pythons[name] is None:
+                    peers[name] = (None, setup_err[name])
+                elif name == "openfhe":
+                    peers[name] = run_openfhe(pythons[name], logn, cfg, t, a.repeats, a.seed)
+                else:
+                    peers[name] = run_tenseal(pythons[name], logn, cfg, t, a.repeats, a.seed)
+            run = build_run(logn, t, cfg, peers)
+            runs.append(run)
+            print_run(run, names)
+            all_targets += check_targets(run)
+
+    if all_targets and "hemlp" in names:
+        print("\ntargets (ct x ct+relin+rescale and rotate <= 1.0x OpenFHE and <= 0.8x TenSEAL; "
+              "precision >= OpenFHE's, 0.5-bit tolerance):")
+        for tg in all_targets:
+            if "ratio" in tg:
+                what, bound = report.fmt_ratio(tg["ratio"]), f"<= {tg['bound']:.1f}x"
+            else:
+                what = "n/a" if tg["bits_diff"] is None else f"{tg['bits_diff']:+.1f} bits"
+                bound = ">= peer"
+            print(f"  N=2^{tg['logn']} {tg['threads']}t  {tg['op']:<12} vs {PEER_LABEL[tg['peer']]:<8} "
+                  f"{what:>10}  {bound:<8}  {tg['status']}")
+    payload = {"configs": {str(k): CONFIGS[k] for k in lognlist}, "repeats": a.repeats,
+               "seed": a.seed, "peers": names, "runs": runs, "targets": all_targets}
+    if a.json:
+        report.write_json(a.json, "peers-core", payload)
+        if a.json != "-":
+            print(f"\nwrote {a.json}")
+    return 0
+
+
+def _names(s):
+    names = [n.strip() for n in s.split(",") if n.strip()]
+    bad = [n for n in names if n not in PEER_LABEL]
+    if bad:
+        raise SystemExit(f"unknown peer(s) {bad}; known: {list(PEER_LABEL)}")
+    return names
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="scripts/bench_peers.py",
+                                 description=__doc__.strip().splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("core", help="RNS-CKKS core ops vs OpenFHE and TenSEAL")
+    c.add_argument("--json", metavar="PATH", help="write all results as JSON ('-' = stdout)")
+    c.add_argument("--logn", default="14,15", help="comma-separated log2 N (14, 15); default 14,15")
+    c.add_argument("--threads", default="1,2", help="comma-separated thread counts; default 1,2")
+    c.add_argument("--repeats", type=int, default=7, help="timed repeats per op (default 7)")
+    c.add_argument("--seed", type=int, default=1)
+    c.add_argument("--peers", default="hemlp,openfhe,tenseal",
+                   help="which of hemlp,openfhe,tenseal to run (default all)")
+    a = ap.parse_args(argv)
+    if a.cmd == "core":
+        return cmd_core(a)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

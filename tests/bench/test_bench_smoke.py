@@ -1,0 +1,123 @@
+"""Smoke tests of ``python -m hemlp.bench`` and ``scripts/bench_peers.py``.
+
+The fast tests use the insecure ``test-N12`` preset; anything that needs the peers' venvs
+(OpenFHE under Python 3.10, TenSEAL) is marked ``slow``.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OPS = ["ntt", "encode", "encrypt", "decrypt", "mul", "rotate", "rotate_hoisted8"]
+PRECISION = ["mult_bits", "rotate_bits"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def _run(args, timeout=600):
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _ckks_present():
+    return (REPO / "hemlp" / "ckks.py").exists() or (REPO / "hemlp" / "ckks").is_dir()
+
+
+needs_ckks = pytest.mark.skipif(not _ckks_present(),
+                                reason="hemlp.ckks not written yet (RNS-CKKS core in progress)")
+
+
+def _bits(v):
+    return math.inf if v == "inf" else float(v)
+
+
+def test_dispatch_lists_core():
+    r = _run(["-m", "hemlp.bench", "--help"])
+    assert r.returncode == 0, r.stderr
+    assert "core" in r.stdout
+    r = _run(["-m", "hemlp.bench", "no-such-bench"])
+    assert r.returncode == 2 and "unknown subcommand" in r.stderr
+
+
+def test_report_json_envelope(tmp_path):
+    sys.path.insert(0, str(REPO))
+    from hemlp.bench import measure, report
+
+    m = measure(lambda: sum(range(100)), repeats=3)
+    assert m["repeats"] == 3 and len(m["samples"]) == 3 and m["median_s"] > 0
+    path = tmp_path / "sub" / "r.json"
+    report.write_json(path, "unit", {"x": float("inf"), "m": m})
+    doc = json.loads(path.read_text())
+    assert doc["schema"].startswith("hemlp-bench/") and doc["subcommand"] == "unit"
+    assert doc["x"] == "inf"
+    mach = doc["machine"]
+    for key in ("cpu", "python", "blas", "date", "git", "env"):
+        assert key in mach
+    assert mach["cpu"]["logical_cores"] >= 1
+    env = report.benchmark_env({"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512", "A": "1"})
+    assert env == {"A": "1"}
+
+
+@needs_ckks
+def test_core_smoke(tmp_path):
+    out = tmp_path / "core.json"
+    r = _run(["-m", "hemlp.bench", "core", "--preset", "test-N12", "--repeats", "1",
+              "--threads", "1", "--json", str(out), "--allow-insecure"])
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert doc["subcommand"] == "core"
+    assert doc["machine"]["cpu"]["model"]
+    (res,) = doc["results"]
+    assert res["threads"] == 1
+    for op in OPS:
+        rec = res["ops"][op]
+        assert rec["median_s"] > 0, op
+        assert all(s > 0 for s in rec["samples"]), op
+    for key in PRECISION:
+        assert _bits(res["precision"][key]) > 10, (key, res["precision"])
+    assert res["ntt_roundtrip_ok"] is True
+    # the table names every op
+    for label in ("NTT (one limb)", "ct x ct + relin + rescale", "8 hoisted rotations"):
+        assert label in r.stdout
+
+
+@needs_ckks
+def test_core_refuses_insecure_without_flag(tmp_path):
+    r = _run(["-m", "hemlp.bench", "core", "--preset", "test-N12", "--repeats", "1",
+              "--threads", "1", "--json", str(tmp_path / "x.json")])
+    assert r.returncode != 0
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.slow
+def test_bench_peers_core(tmp_path):
+    """Creates the peers' venvs on first use (~1 min), then runs OpenFHE, TenSEAL and hemlp."""
+    out = tmp_path / "peers.json"
+    peers = "hemlp,openfhe,tenseal" if _ckks_present() else "openfhe,tenseal"
+    r = _run([str(REPO / "scripts" / "bench_peers.py"), "core", "--logn", "14", "--threads", "1",
+              "--repeats", "1", "--peers", peers, "--json", str(out)], timeout=3600)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    (run,) = doc["runs"]
+    for name in peers.split(","):
+        res = run["peers"][name]
+        if "error" in res:  # a peer that cannot be installed must say why, never fake a number
+            assert res["error"], name
+            continue
+        for op in OPS:
+            assert res["ops"][op]["median_s"] > 0, (name, op)
+        for key in PRECISION:
+            assert _bits(res["precision"][key]) > 10, (name, key)
+    if "hemlp" in peers and "error" not in run["peers"]["hemlp"]:
+        for peer in ("openfhe", "tenseal"):
+            if "error" not in run["peers"][peer]:
+                assert run["ratios_hemlp_over_peer"][peer]["mul"] > 0
