@@ -150,6 +150,13 @@ def main(argv=None):
         d.SetLength(slots)
         return np.array(d.GetRealPackedValue())
 
+    # OpenFHE's CKKS Decrypt adds noise when decoding (IND-CPA^D hardening), so two decryptions
+    # of one ciphertext differ and its measured precision includes that deliberate noise.
+    twice = float(np.abs(decrypt_vec(ct_x) - decrypt_vec(ct_x)).max())
+    if twice > 0:
+        notes.append(f"Decrypt is randomised (two decryptions of one ciphertext differ by up to "
+                     f"2^{math.log2(twice):.1f}): OpenFHE adds noise on decode, included in its "
+                     "precision bits")
     prod = decrypt_vec(cc.Rescale(cc.EvalMult(ct_x, ct_y)))
     rot = decrypt_vec(cc.EvalRotate(ct_x, 1))
     hrots = hoisted()
