@@ -1,0 +1,186 @@
+"""Processor grids over a block layout: Algorithm 3, eqs. (5)–(7) of FHE4DMM [S0 §IV-B, §V-B/C].
+
+The grid [p_m, p_n, p_k] partitions the *blocks* of the BIR (never raw matrix entries):
+processor P_{ijt} computes the CGEMMs of A-blocks rows i·b_m/p_m ... and k-blocks
+t·b_k/p_k ... (Algorithm 3, line 7).
+
+Decisions (the paper leaves them open):
+
+* Divisibility: p_m | b_m, p_n | b_n, p_k | b_k.  Algorithm 3 line 7 slices A* at
+  i·b_m/p_m, which is an integer block index only then, and it keeps every processor's
+  share of blocks (hence of CGEMMs) equal.  With power-of-two layouts the candidates are
+  powers of two; ``pad="block"`` layouts (e.g. b_k = 50) admit all their divisors.
+* Objective order: eqs. (5) and (6) grow in every p_*, so "minimise W, then maximise
+  p_m p_n p_k" read literally always returns [1, 1, 1].  Computation dominates FHE latency
+  ([S0] §II-C: "we prioritize reducing the total computation cost ... then ... communication
+  under such fixed computations"), so we maximise p_m p_n p_k <= p first and minimise W among
+  the grids that reach it.  Then Algorithm 3 lines 2–3 (p >= b_m b_n b_k → grid = OBL) are the
+  special case where the only grid with the maximal product is the layout itself.
+  Remaining ties go to the lexicographically smallest [p_m, p_n, p_k].
+* Logarithms in eq. (7) are base 2 (butterfly collectives [32]); p in eq. (7) is p_m p_n p_k.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from hemlp.errors import ParameterError, ShapeError
+from hemlp.planner.obl import Layout
+
+BlockIndex = tuple[int, int]
+ProcIndex = tuple[int, int, int]
+
+
+def divisors(x: int) -> list[int]:
+    """All positive divisors of x, ascending."""
+    small = [d for d in range(1, math.isqrt(x) + 1) if x % d == 0]
+    return sorted(set(small + [x // d for d in small]))
+
+
+def sigma(x: int) -> int:
+    """σ(x) = min{x − 1, 1} of eq. (6): 0 for a single processor, 1 otherwise."""
+    return min(x - 1, 1)
+
+
+def w3d(layout: Layout, p_m: int, p_n: int, p_k: int, H: float = 1.0) -> float:
+    """Eq. (5): W*_3D = (p_m b_k b_n + p_n b_m b_k + p_k b_m b_n)·H (total sub-cuboid surface)."""
+    b_m, b_n, b_k = layout.blocks
+    return (p_m * b_k * b_n + p_n * b_m * b_k + p_k * b_m * b_n) * H
+
+
+def w4d(layout: Layout, p_m: int, p_n: int, p_k: int, H: float = 1.0) -> float:
+    """Eq. (6): W*_3D plus the all-reduce/all-gather volume of the 4D optimisation."""
+    b_m, b_n, b_k = layout.blocks
+    extra = 0.5 * layout.R + 1
+    return (p_n * b_m * b_k * (1 + extra * sigma(p_n))
+            + p_m * b_k * b_n * (1 + extra * sigma(p_m))
+            + p_k * b_m * b_n) * H
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A processor grid p_m × p_n × p_k chosen for a layout, with its objective value."""
+
+    p_m: int
+    p_n: int
+    p_k: int
+    p: int                      # processors available
+    objective: str              # "W3D" (eq. 5) or "W4D" (eq. 6)
+    W: float                    # objective value in units of H
+    local_blocks: tuple[int, int, int] = field(default=(1, 1, 1))  # [b_m/p_m, b_n/p_n, b_k/p_k]
+
+    @property
+    def dims(self) -> tuple[int, int, int]:
+        return (self.p_m, self.p_n, self.p_k)
+
+    @property
+    def size(self) -> int:
+        """p_m·p_n·p_k, the processors the grid actually uses."""
+        return self.p_m * self.p_n * self.p_k
+
+    def __repr__(self) -> str:
+        lm, ln, lk = self.local_blocks
+        return (f"Grid({self.p_m}×{self.p_n}×{self.p_k}, {self.size} of {self.p} processors, "
+                f"{self.objective}={self.W:g}·H, blocks per processor [{lm}, {ln}, {lk}])")
+
+
+def _check_p(p: int) -> None:
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise ParameterError(f"processor count p={p!r} must be an int >= 1")
+
+
+def candidate_grids(layout: Layout, p: int) -> list[tuple[int, int, int]]:
+    """Every [p_m, p_n, p_k] with p_m | b_m, p_n | b_n, p_k | b_k and p_m p_n p_k <= p."""
+    return [(pm, pn, pk)
+            for pm in divisors(layout.b_m) if pm <= p
+            for pn in divisors(layout.b_n) if pm * pn <= p
+            for pk in divisors(layout.b_k) if pm * pn * pk <= p]
+
+
+def _make_grid(layout: Layout, dims: tuple[int, int, int], p: int, name: str,
+               objective: Callable[..., float]) -> Grid:
+    pm, pn, pk = dims
+    return Grid(pm, pn, pk, p, name, objective(layout, pm, pn, pk),
+                (layout.b_m // pm, layout.b_n // pn, layout.b_k // pk))
+
+
+def search_grid(layout: Layout, p: int, objective: Callable[..., float], name: str) -> Grid:
+    """Enumerate all candidate grids: maximise p_m p_n p_k, then minimise the objective."""
+    _check_p(p)
+    best = min(candidate_grids(layout, p),
+               key=lambda g: (-(g[0] * g[1] * g[2]), objective(layout, *g), g))
+    return _make_grid(layout, best, p, name, objective)
+
+
+def grid_3d(layout: Layout, p: int) -> Grid:
+    """Algorithm 3 lines 2–5: the OBL itself if p >= b_m b_n b_k, else the eq. (5) optimum."""
+    _check_p(p)
+    if p >= layout.num_blocks:
+        return _make_grid(layout, layout.blocks, p, "W3D", w3d)
+    return search_grid(layout, p, w3d, "W3D")
+
+
+def grid_4d(layout: Layout, p: int) -> Grid:
+    """Algorithm 3 with eq. (6) replacing eq. (5) ([S0] §V-B2, "Task Scheduling")."""
+    _check_p(p)
+    if p >= layout.num_blocks:
+        return _make_grid(layout, layout.blocks, p, "W4D", w4d)
+    return search_grid(layout, p, w4d, "W4D")
+
+
+def latency_4d(grid: Grid, layout: Layout, alpha: float, beta: float, H: float) -> float:
+    """Eq. (7): L = α[2 log(p_m p_n) + (p_m − 1) + (p_n − 1) + 2 log p] + 2β·W*_4D/p, p = p_m p_n p_k."""
+    pm, pn, pk = grid.dims
+    p = grid.size
+    latency_terms = 2 * math.log2(pm * pn) + (pm - 1) + (pn - 1) + 2 * math.log2(p)
+    return alpha * latency_terms + 2 * beta * w4d(layout, pm, pn, pk, H) / p
+
+
+@dataclass(frozen=True)
+class ProcessorShare:
+    """What P_{ijt} holds after step 1 (broadcast): the A-blocks 𝒜_{i,t} and B-blocks ℬ_{t,j}."""
+
+    a_blocks: tuple[BlockIndex, ...]   # (row block, k block) indices into A*
+    b_blocks: tuple[BlockIndex, ...]   # (k block, column block) indices into B*
+    a_from_client: bool                # Algorithm 3 line 8: 𝒜_{i,t} goes to P_{i0t}
+    b_from_client: bool                # ℬ_{t,j} goes to P_{0jt}
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Algorithm 3 lines 7–8 for every processor P_{ijt} of a grid."""
+
+    layout: Layout
+    grid: Grid
+    shares: Mapping[ProcIndex, ProcessorShare]
+
+    def __getitem__(self, proc: ProcIndex) -> ProcessorShare:
+        return self.shares[proc]
+
+    def __len__(self) -> int:
+        return len(self.shares)
+
+    def __repr__(self) -> str:
+        lm, ln, lk = self.grid.local_blocks
+        return (f"Partition({len(self.shares)} processors {self.grid.p_m}×{self.grid.p_n}×{self.grid.p_k} "
+                f"over blocks [{self.layout.b_m}, {self.layout.b_n}, {self.layout.b_k}]: each holds "
+                f"{lm}×{lk} A-blocks and {lk}×{ln} B-blocks)")
+
+
+def partition(layout: Layout, grid: Grid) -> Partition:
+    """Algorithm 3 line 7: 𝒜_{i,t} = A*[i b_m/p_m : (i+1) b_m/p_m; t b_k/p_k : (t+1) b_k/p_k], ℬ_{t,j} alike."""
+    pm, pn, pk = grid.dims
+    for name, b, q in (("m", layout.b_m, pm), ("n", layout.b_n, pn), ("k", layout.b_k, pk)):
+        if b % q:
+            raise ShapeError(f"p_{name}={q} does not divide b_{name}={b}; grids must divide the block layout")
+    sm, sn, sk = layout.b_m // pm, layout.b_n // pn, layout.b_k // pk
+    shares = {}
+    for i in range(pm):
+        for j in range(pn):
+            for t in range(pk):
+                a = tuple((r, c) for r in range(i * sm, (i + 1) * sm) for c in range(t * sk, (t + 1) * sk))
+                b = tuple((r, c) for r in range(t * sk, (t + 1) * sk) for c in range(j * sn, (j + 1) * sn))
+                shares[(i, j, t)] = ProcessorShare(a, b, a_from_client=(j == 0), b_from_client=(i == 0))
+    return Partition(layout, grid, shares)
