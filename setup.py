@@ -17,6 +17,9 @@ cflags = ["-O3", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 if os.environ.get("HEMLP_NATIVE") == "1":
     cflags.append("-march=native")
 
+# HEMLP_NO_EXT=1: install the Python package only (the Makefile builds the
+# extension in place with `setup.py build_ext --inplace`, which is incremental).
+ext_modules = []
 ext = Pybind11Extension(
     "hemlp._core",
     sources,
@@ -26,13 +29,15 @@ ext = Pybind11Extension(
     extra_link_args=["-fopenmp"],
     cxx_std=17,
 )
+if os.environ.get("HEMLP_NO_EXT") != "1":
+    ext_modules.append(ext)
 
 setup(
     name="hemlp",
     version="0.1.0",
     description="Privacy-preserving ML inference on RNS-CKKS encrypted matrices",
     packages=find_packages(include=["hemlp", "hemlp.*"]),
-    ext_modules=[ext],
+    ext_modules=ext_modules,
     cmdclass={"build_ext": build_ext},
     python_requires=">=3.10",
     install_requires=["numpy>=1.24"],

@@ -1,0 +1,344 @@
+#include <pybind11/complex.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+
+#include "ckks/encoder.h"
+#include "ckks/encryptor.h"
+#include "ckks/errors.h"
+#include "ckks/evaluator.h"
+#include "ckks/keygen.h"
+#include "ring/galois.h"
+
+namespace py = pybind11;
+using namespace hemlp;
+using U64Arr = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+
+namespace {
+
+// Everything a Python Context needs, built once.
+struct Engine {
+  Context ctx;
+  Encoder encoder;
+  KeyGenerator keygen;
+  Encryptor encryptor;
+  Evaluator eval;
+  explicit Engine(const Params& p) : ctx(p), encoder(ctx), keygen(ctx), encryptor(ctx), eval(ctx) {}
+};
+
+U64Arr poly_to_array(const Poly& p, size_t limbs, size_t n) {
+  U64Arr out({limbs, n});
+  std::memcpy(out.mutable_data(), p.data(), limbs * n * sizeof(uint64_t));
+  return out;
+}
+
+// Validated import: shape (limbs, N) and every residue below its modulus.
+Poly array_to_poly(const Context& ctx, const U64Arr& a, int level, bool ext, const char* what) {
+  const size_t n = ctx.n();
+  const size_t limbs = (size_t)level + 1 + (ext ? ctx.num_p() : 0);
+  if (a.ndim() != 2 || (size_t)a.shape(0) != limbs || (size_t)a.shape(1) != n)
+    fail(ErrorKind::Serialization, std::string(what) + ": expected a (" + std::to_string(limbs) + ", " +
+                                       std::to_string(n) + ") array of residues; the data is truncated or "
+                                                           "belongs to other parameters");
+  Poly p(a.data(), a.data() + limbs * n);
+  for (size_t k = 0; k < limbs; ++k) {
+    const uint64_t q = ctx.modulus(ext ? ctx.qp_index(level, (int)k) : (int)k).q;
+    const uint64_t* d = p.data() + k * n;
+    for (size_t i = 0; i < n; ++i)
+      if (d[i] >= q) fail(ErrorKind::Serialization, std::string(what) + ": residue out of range; the data is corrupted");
+  }
+  return p;
+}
+
+Seed to_seed(const py::bytes& b) {
+  std::string s = b;
+  if (s.size() != 32) fail(ErrorKind::Serialization, "seed must be 32 bytes");
+  Seed seed;
+  std::memcpy(seed.data(), s.data(), 32);
+  return seed;
+}
+
+py::bytes from_seed(const Seed& s) { return py::bytes(reinterpret_cast<const char*>(s.data()), s.size()); }
+
+std::vector<cplx> to_cplx(py::array_t<std::complex<double>, py::array::c_style | py::array::forcecast> z) {
+  if (z.ndim() != 1) fail(ErrorKind::Shape, "values must be a 1-D array");
+  return std::vector<cplx>(z.data(), z.data() + z.size());
+}
+
+}  // namespace
+
+void bind_ckks(py::module_& m) {
+  py::class_<ParamsSpec>(m, "ParamsSpec")
+      .def(py::init<>())
+      .def_readwrite("name", &ParamsSpec::name)
+      .def_readwrite("log_n", &ParamsSpec::log_n)
+      .def_readwrite("q_bits", &ParamsSpec::q_bits)
+      .def_readwrite("p_bits", &ParamsSpec::p_bits)
+      .def_readwrite("alpha", &ParamsSpec::alpha)
+      .def_readwrite("log_scale", &ParamsSpec::log_scale)
+      .def_readwrite("secret_hw", &ParamsSpec::secret_hw)
+      .def_readwrite("sigma", &ParamsSpec::sigma);
+
+  py::class_<Params>(m, "Params")
+      .def(py::init<const ParamsSpec&>())
+      .def_property_readonly("spec", &Params::spec)
+      .def_property_readonly("log_n", &Params::log_n)
+      .def_property_readonly("n", &Params::n)
+      .def_property_readonly("max_level", &Params::max_level)
+      .def_property_readonly("q", &Params::q)
+      .def_property_readonly("p", &Params::p)
+      .def_property_readonly("alpha", &Params::alpha)
+      .def("num_digits", &Params::num_digits)
+      .def_property_readonly("log_q", &Params::log_q)
+      .def_property_readonly("log_qp", &Params::log_qp)
+      .def_property_readonly("max_log_qp_128", &Params::max_log_qp_128)
+      .def_property_readonly("is_128_bit_secure", &Params::is_128_bit_secure)
+      .def_property_readonly("describe", &Params::describe)
+      .def_property_readonly("hash_hex", &Params::hash_hex)
+      .def_property_readonly("hash64", &Params::hash64);
+
+  py::class_<Plaintext>(m, "Plaintext")
+      .def_readonly("level", &Plaintext::level)
+      .def_readonly("scale", &Plaintext::scale)
+      .def_readonly("slots", &Plaintext::slots)
+      .def_property_readonly("encoding", [](const Plaintext& p) { return (int)p.encoding; })
+      .def_readonly("is_complex", &Plaintext::is_complex)
+      .def_readonly("param_hash", &Plaintext::param_hash);
+
+  py::class_<Ciphertext>(m, "Ciphertext")
+      .def_readonly("level", &Ciphertext::level)
+      .def_readonly("scale", &Ciphertext::scale)
+      .def_readonly("slots", &Ciphertext::slots)
+      .def_property_readonly("encoding", [](const Ciphertext& c) { return (int)c.encoding; })
+      .def_readonly("is_complex", &Ciphertext::is_complex)
+      .def_readonly("param_hash", &Ciphertext::param_hash)
+      .def_readonly("key_id", &Ciphertext::key_id)
+      .def_readonly("seeded", &Ciphertext::seeded)
+      .def_property_readonly("seed", [](const Ciphertext& c) { return from_seed(c.seed); })
+      .def_property_readonly("size", &Ciphertext::size)
+      .def("poly", [](const Ciphertext& c, size_t j) {
+        if (j >= c.size()) throw py::index_error("polynomial index out of range");
+        const size_t n = c.polys[j].size() / (c.level + 1);
+        return poly_to_array(c.polys[j], c.level + 1, n);
+      });
+
+  py::class_<SecretKey>(m, "SecretKey")
+      .def_readonly("param_hash", &SecretKey::param_hash)
+      .def_readonly("key_id", &SecretKey::key_id)
+      .def_property_readonly("coeffs", [](const SecretKey& s) {
+        py::array_t<int8_t> a(s.coeffs.size());
+        std::memcpy(a.mutable_data(), s.coeffs.data(), s.coeffs.size());
+        return a;
+      });
+  py::class_<PublicKey>(m, "PublicKey")
+      .def_readonly("param_hash", &PublicKey::param_hash)
+      .def_readonly("key_id", &PublicKey::key_id);
+  py::class_<SwitchKey>(m, "SwitchKey")
+      .def_readonly("param_hash", &SwitchKey::param_hash)
+      .def_readonly("key_id", &SwitchKey::key_id)
+      .def_readonly("galois", &SwitchKey::galois)
+      .def_property_readonly("num_digits", [](const SwitchKey& k) { return k.b.size(); });
+  py::class_<GaloisKeys>(m, "GaloisKeys")
+      .def(py::init<>())
+      .def_readonly("param_hash", &GaloisKeys::param_hash)
+      .def_readonly("key_id", &GaloisKeys::key_id)
+      .def_property_readonly("elements", [](const GaloisKeys& g) {
+        std::vector<uint64_t> v;
+        for (auto& kv : g.keys) v.push_back(kv.first);
+        return v;
+      })
+      .def("get", [](const GaloisKeys& g, uint64_t e) { return g.keys.at(e); })
+      .def("merge", [](GaloisKeys& g, const GaloisKeys& o) {
+        if (!g.keys.empty() && (g.param_hash != o.param_hash || g.key_id != o.key_id))
+          fail(ErrorKind::KeyMismatch, "cannot merge Galois keys of different parameter sets or secret keys");
+        g.param_hash = o.param_hash;
+        g.key_id = o.key_id;
+        for (auto& kv : o.keys) g.keys[kv.first] = kv.second;
+      });
+
+  py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
+      .def(py::init<const Params&>(), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("n", [](const Engine& e) { return e.ctx.n(); })
+      .def_property_readonly("max_level", [](const Engine& e) { return e.ctx.max_level(); })
+      .def("modulus", [](const Engine& e, int i) { return e.ctx.modulus(i).q; })
+      // encoding
+      .def("encode", [](const Engine& e, py::array_t<std::complex<double>, py::array::c_style | py::array::forcecast> z,
+                        int slots, double scale, int level, bool is_complex) {
+        auto v = to_cplx(z);
+        py::gil_scoped_release r;
+        return e.encoder.encode(v, slots, scale, level, is_complex);
+      })
+      .def("encode_coeff", [](const Engine& e, std::vector<double> x, double scale, int level) {
+        py::gil_scoped_release r;
+        return e.encoder.encode_coeff(x, scale, level);
+      })
+      .def("decode", [](const Engine& e, const Plaintext& p) {
+        std::vector<cplx> v;
+        {
+          py::gil_scoped_release r;
+          v = e.encoder.decode(p);
+        }
+        return py::array_t<std::complex<double>>(v.size(), v.data());
+      })
+      .def("decode_coeff", [](const Engine& e, const Plaintext& p) {
+        std::vector<double> v;
+        {
+          py::gil_scoped_release r;
+          v = e.encoder.decode_coeff(p);
+        }
+        return py::array_t<double>(v.size(), v.data());
+      })
+      .def("plaintext_coeffs", [](const Engine& e, const Plaintext& p) {
+        auto c = e.encoder.coefficients(p);  // divided by the scale
+        std::vector<double> v(c.begin(), c.end());
+        return py::array_t<double>(v.size(), v.data());
+      })
+      .def("special_fft", [](const Engine& e, std::vector<cplx> v, bool inverse) {
+        if (inverse) e.encoder.special_ifft(v);
+        else e.encoder.special_fft(v);
+        return v;
+      })
+      // keys
+      .def("secret_key", [](const Engine& e) { return e.keygen.secret_key(); }, py::call_guard<py::gil_scoped_release>())
+      .def("public_key", [](const Engine& e, const SecretKey& sk) { return e.keygen.public_key(sk); },
+           py::call_guard<py::gil_scoped_release>())
+      .def("relin_key", [](const Engine& e, const SecretKey& sk) { return e.keygen.relin_key(sk); },
+           py::call_guard<py::gil_scoped_release>())
+      .def("galois_keys", [](const Engine& e, const SecretKey& sk, std::vector<uint64_t> elements) {
+        GaloisKeys g;
+        g.param_hash = e.ctx.hash64();
+        g.key_id = sk.key_id;
+        for (auto el : elements)
+          if (!g.keys.count(el)) g.keys.emplace(el, e.keygen.galois_key(sk, el));
+        return g;
+      }, py::call_guard<py::gil_scoped_release>())
+      .def("galois_element", [](const Engine& e, int64_t steps) { return ring::galois_element_rotation(steps, e.ctx.log_n()); })
+      .def("conjugation_element", [](const Engine& e) { return ring::galois_element_conjugation(e.ctx.log_n()); })
+      // encryption
+      .def("encrypt_pk", [](const Engine& e, const Plaintext& p, const PublicKey& k) { return e.encryptor.encrypt(p, k); },
+           py::call_guard<py::gil_scoped_release>())
+      .def("encrypt_sk", [](const Engine& e, const Plaintext& p, const SecretKey& k) { return e.encryptor.encrypt(p, k); },
+           py::call_guard<py::gil_scoped_release>())
+      .def("decrypt", [](const Engine& e, const Ciphertext& c, const SecretKey& k) { return e.encryptor.decrypt(c, k); },
+           py::call_guard<py::gil_scoped_release>())
+      // evaluation
+      .def("add", [](const Engine& e, const Ciphertext& a, const Ciphertext& b) { return e.eval.add(a, b); }, py::call_guard<py::gil_scoped_release>())
+      .def("sub", [](const Engine& e, const Ciphertext& a, const Ciphertext& b) { return e.eval.sub(a, b); }, py::call_guard<py::gil_scoped_release>())
+      .def("negate", [](const Engine& e, const Ciphertext& a) { return e.eval.negate(a); }, py::call_guard<py::gil_scoped_release>())
+      .def("add_plain", [](const Engine& e, const Ciphertext& a, const Plaintext& p) { return e.eval.add_plain(a, p); }, py::call_guard<py::gil_scoped_release>())
+      .def("sub_plain", [](const Engine& e, const Ciphertext& a, const Plaintext& p) { return e.eval.sub_plain(a, p); }, py::call_guard<py::gil_scoped_release>())
+      .def("mul_plain", [](const Engine& e, const Ciphertext& a, const Plaintext& p) { return e.eval.mul_plain(a, p); }, py::call_guard<py::gil_scoped_release>())
+      .def("mul_integer", [](const Engine& e, const Ciphertext& a, int64_t k) { return e.eval.mul_integer(a, k); }, py::call_guard<py::gil_scoped_release>())
+      .def("mul", [](const Engine& e, const Ciphertext& a, const Ciphertext& b, const SwitchKey* rlk) { return e.eval.mul(a, b, rlk); },
+           py::arg("a"), py::arg("b"), py::arg("rlk") = nullptr, py::call_guard<py::gil_scoped_release>())
+      .def("relinearize", [](const Engine& e, const Ciphertext& a, const SwitchKey& k) { return e.eval.relinearize(a, k); }, py::call_guard<py::gil_scoped_release>())
+      .def("rescale", [](const Engine& e, const Ciphertext& a) { return e.eval.rescale(a); }, py::call_guard<py::gil_scoped_release>())
+      .def("drop_to_level", [](const Engine& e, const Ciphertext& a, int l) { return e.eval.drop_to_level(a, l); }, py::call_guard<py::gil_scoped_release>())
+      .def("apply_galois", [](const Engine& e, const Ciphertext& a, uint64_t g, const GaloisKeys& k) { return e.eval.apply_galois(a, g, k); }, py::call_guard<py::gil_scoped_release>())
+      .def("apply_galois_hoisted", [](const Engine& e, const Ciphertext& a, std::vector<uint64_t> gs, const GaloisKeys& k) {
+        return e.eval.apply_galois_hoisted(a, gs, k);
+      }, py::call_guard<py::gil_scoped_release>())
+      .def("with_scale", [](const Engine&, const Ciphertext& a, double s) { Ciphertext c = a; c.scale = s; return c; })
+      // raw NTT of one limb (benchmarks and tests)
+      .def("ntt_limb", [](const Engine& e, U64Arr a, int limb, bool inverse) {
+        if (limb < 0 || limb > e.ctx.max_level() + e.ctx.num_p()) throw py::index_error("limb out of range");
+        if (a.ndim() != 1 || (size_t)a.size() != e.ctx.n()) throw py::value_error("array must have N entries");
+        const uint64_t q = e.ctx.modulus(limb).q;
+        for (py::ssize_t i = 0; i < a.size(); ++i)
+          if (a.data()[i] >= q) throw py::value_error("residue >= modulus");
+        U64Arr out(a.size());
+        std::copy(a.data(), a.data() + a.size(), out.mutable_data());
+        {
+          py::gil_scoped_release r;
+          if (inverse) e.ctx.ntt(limb).inverse(out.mutable_data());
+          else e.ctx.ntt(limb).forward(out.mutable_data());
+        }
+        return out;
+      }, py::arg("a"), py::arg("limb") = 0, py::arg("inverse") = false)
+      // export / validated import (serialisation is done in Python on top of these)
+      .def("export_sk", [](const Engine& e, const SecretKey& k) { return poly_to_array(k.ntt_qp, e.ctx.max_level() + 1 + e.ctx.num_p(), e.ctx.n()); })
+      .def("import_sk", [](const Engine& e, py::array_t<int8_t, py::array::c_style | py::array::forcecast> coeffs, uint64_t key_id) {
+        if ((size_t)coeffs.size() != e.ctx.n()) fail(ErrorKind::Serialization, "secret key: wrong number of coefficients");
+        SecretKey sk;
+        sk.param_hash = e.ctx.hash64();
+        sk.key_id = key_id;
+        sk.coeffs.assign(coeffs.data(), coeffs.data() + coeffs.size());
+        for (auto c : sk.coeffs)
+          if (c < -1 || c > 1) fail(ErrorKind::Serialization, "secret key: coefficient outside {-1, 0, 1}; the data is corrupted");
+        sk.ntt_qp = small_to_ntt_qp(e.ctx, sk.coeffs);
+        return sk;
+      })
+      .def("export_pk", [](const Engine& e, const PublicKey& k) {
+        return py::make_tuple(poly_to_array(k.b, e.ctx.max_level() + 1, e.ctx.n()), poly_to_array(k.a, e.ctx.max_level() + 1, e.ctx.n()));
+      })
+      .def("import_pk", [](const Engine& e, U64Arr b, U64Arr a, uint64_t key_id) {
+        PublicKey pk;
+        pk.param_hash = e.ctx.hash64();
+        pk.key_id = key_id;
+        pk.b = array_to_poly(e.ctx, b, e.ctx.max_level(), false, "public key");
+        pk.a = array_to_poly(e.ctx, a, e.ctx.max_level(), false, "public key");
+        return pk;
+      })
+      .def("export_switch_key", [](const Engine& e, const SwitchKey& k) {
+        py::list bs, seeds;
+        const size_t limbs = e.ctx.max_level() + 1 + e.ctx.num_p();
+        for (auto& b : k.b) bs.append(poly_to_array(b, limbs, e.ctx.n()));
+        for (auto& s : k.a_seeds) seeds.append(from_seed(s));
+        return py::make_tuple(bs, seeds);
+      })
+      .def("import_switch_key", [](const Engine& e, py::list bs, py::list seeds, uint64_t key_id, uint64_t galois) {
+        const int digits = e.ctx.params().num_digits(e.ctx.max_level());
+        if ((int)bs.size() != digits || (int)seeds.size() != digits)
+          fail(ErrorKind::Serialization, "switching key: wrong number of digits for these parameters");
+        SwitchKey k;
+        k.param_hash = e.ctx.hash64();
+        k.key_id = key_id;
+        k.galois = galois;
+        const int total = e.ctx.max_level() + 1 + e.ctx.num_p();
+        for (int t = 0; t < digits; ++t) {
+          k.b.push_back(array_to_poly(e.ctx, bs[t].cast<U64Arr>(), e.ctx.max_level(), true, "switching key"));
+          Seed s = to_seed(seeds[t].cast<py::bytes>());
+          k.a_seeds.push_back(s);
+          k.a.push_back(uniform_from_seed(e.ctx, s, total, true, e.ctx.max_level()));
+        }
+        return k;
+      })
+      .def("make_galois_keys", [](const Engine& e, std::vector<SwitchKey> keys, uint64_t key_id) {
+        GaloisKeys g;
+        g.param_hash = e.ctx.hash64();
+        g.key_id = key_id;
+        for (auto& k : keys) g.keys[k.galois] = k;
+        return g;
+      })
+      .def("import_ciphertext", [](const Engine& e, py::list polys, int level, double scale, int slots, int encoding,
+                                   bool is_complex, uint64_t key_id, py::object seed) {
+        if (level < 0 || level > e.ctx.max_level())
+          fail(ErrorKind::Serialization, "ciphertext: level outside this context's modulus chain");
+        if (!(scale > 0)) fail(ErrorKind::Serialization, "ciphertext: invalid scale");
+        if (encoding != 0 && encoding != 1) fail(ErrorKind::Serialization, "ciphertext: invalid encoding");
+        const size_t n = e.ctx.n();
+        if (encoding == 0 && (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2))
+          fail(ErrorKind::Serialization, "ciphertext: invalid slot count");
+        if (encoding == 1 && (size_t)slots != n) fail(ErrorKind::Serialization, "ciphertext: invalid slot count");
+        Ciphertext c;
+        c.param_hash = e.ctx.hash64();
+        c.key_id = key_id;
+        c.level = level;
+        c.scale = scale;
+        c.slots = slots;
+        c.encoding = (Encoding)encoding;
+        c.is_complex = is_complex;
+        for (auto p : polys) c.polys.push_back(array_to_poly(e.ctx, p.cast<U64Arr>(), level, false, "ciphertext"));
+        if (!seed.is_none()) {
+          if (c.polys.size() != 1) fail(ErrorKind::Serialization, "seeded ciphertext must carry c0 only");
+          c.seed = to_seed(seed.cast<py::bytes>());
+          c.seeded = true;
+          c.polys.push_back(uniform_from_seed(e.ctx, c.seed, level + 1, false, 0));
+        }
+        if (c.polys.size() < 2 || c.polys.size() > 3) fail(ErrorKind::Serialization, "ciphertext: must have 2 or 3 polynomials");
+        return c;
+      });
+}

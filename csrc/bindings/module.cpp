@@ -1,0 +1,39 @@
+// hemlp._core: argument conversion only; all logic lives in ring/, ckks/, pcmm/.
+#include <omp.h>
+#include <pybind11/pybind11.h>
+
+#include "ckks/errors.h"
+
+namespace py = pybind11;
+
+extern "C" void openblas_set_num_threads(int);
+
+void bind_ring(py::module_& m);
+void bind_ckks(py::module_& m);
+void bind_pcmm(py::module_& m);
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hemlp::Error& e) {
+      static const char* names[] = {"ParameterError",   "InsecureParametersError", "ContextMismatchError",
+                                    "KeyMismatchError", "MissingKeyError",         "LevelError",
+                                    "ScaleMismatchError", "EncodingError",         "ShapeError",
+                                    "SerializationError"};
+      py::object cls = py::module_::import("hemlp.errors").attr(names[(int)e.kind()]);
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+  m.def("set_num_threads", [](int n) {
+    if (n < 1) throw std::invalid_argument("number of threads must be >= 1");
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+  });
+  m.def("get_num_threads", []() { return omp_get_max_threads(); });
+  auto ring = m.def_submodule("ring", "ring-level primitives, exposed for oracle tests");
+  bind_ring(ring);
+  bind_ckks(m);
+  bind_pcmm(m);
+}

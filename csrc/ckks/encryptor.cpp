@@ -1,0 +1,114 @@
+#include "ckks/encryptor.h"
+
+#include "ckks/errors.h"
+#include "ckks/keygen.h"
+
+namespace hemlp {
+
+namespace {
+void check_hash(const Context& ctx, uint64_t h, const char* what) {
+  if (h != ctx.hash64())
+    fail(ErrorKind::ContextMismatch, std::string(what) +
+                                         " was made under different encryption parameters than this context; "
+                                         "use the context (parameter set) it was created with");
+}
+}  // namespace
+
+Ciphertext Encryptor::encrypt(const Plaintext& pt, const PublicKey& pk) const {
+  check_hash(ctx_, pt.param_hash, "the plaintext");
+  check_hash(ctx_, pk.param_hash, "the public key");
+  const size_t n = ctx_.n();
+  const int limbs = pt.level + 1;
+  Prng prng(os_seed());
+  auto v = sample_ternary(prng, n);
+  Poly vn = small_to_ntt_q(ctx_, v, limbs);
+  Poly e0 = small_to_ntt_q(ctx_, sample_gaussian(prng, n), limbs);
+  Poly e1 = small_to_ntt_q(ctx_, sample_gaussian(prng, n), limbs);
+  Ciphertext ct;
+  ct.param_hash = ctx_.hash64();
+  ct.key_id = pk.key_id;
+  ct.level = pt.level;
+  ct.scale = pt.scale;
+  ct.slots = pt.slots;
+  ct.encoding = pt.encoding;
+  ct.is_complex = pt.is_complex;
+  ct.polys.assign(2, Poly((size_t)limbs * n));
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < limbs; ++k) {
+    const Modulus& q = ctx_.modulus(k);
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) {
+      u64 c0 = q.mul(vn[o + i], pk.b[o + i]);
+      c0 = ring::add_mod(c0, e0[o + i], q.q);
+      ct.polys[0][o + i] = ring::add_mod(c0, pt.data[o + i], q.q);
+      ct.polys[1][o + i] = ring::add_mod(q.mul(vn[o + i], pk.a[o + i]), e1[o + i], q.q);
+    }
+  }
+  return ct;
+}
+
+Ciphertext Encryptor::encrypt(const Plaintext& pt, const SecretKey& sk) const {
+  check_hash(ctx_, pt.param_hash, "the plaintext");
+  check_hash(ctx_, sk.param_hash, "the secret key");
+  const size_t n = ctx_.n();
+  const int limbs = pt.level + 1;
+  Prng prng(os_seed());
+  Ciphertext ct;
+  ct.param_hash = ctx_.hash64();
+  ct.key_id = sk.key_id;
+  ct.level = pt.level;
+  ct.scale = pt.scale;
+  ct.slots = pt.slots;
+  ct.encoding = pt.encoding;
+  ct.is_complex = pt.is_complex;
+  ct.seed = os_seed();
+  ct.seeded = true;
+  Poly a = uniform_from_seed(ctx_, ct.seed, limbs, false, 0);
+  Poly e = small_to_ntt_q(ctx_, sample_gaussian(prng, n), limbs);
+  ct.polys.assign(2, Poly());
+  ct.polys[0].resize((size_t)limbs * n);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < limbs; ++k) {
+    const Modulus& q = ctx_.modulus(k);
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) {
+      u64 c0 = ring::sub_mod(e[o + i], q.mul(a[o + i], sk.ntt_qp[o + i]), q.q);
+      ct.polys[0][o + i] = ring::add_mod(c0, pt.data[o + i], q.q);
+    }
+  }
+  ct.polys[1] = std::move(a);
+  return ct;
+}
+
+Plaintext Encryptor::decrypt(const Ciphertext& ct, const SecretKey& sk) const {
+  check_hash(ctx_, ct.param_hash, "the ciphertext");
+  check_hash(ctx_, sk.param_hash, "the secret key");
+  if (ct.key_id && ct.key_id != sk.key_id)
+    fail(ErrorKind::KeyMismatch,
+         "this ciphertext was encrypted under another key pair than this secret key; decrypt with the secret "
+         "key whose public/evaluation keys produced it");
+  const size_t n = ctx_.n();
+  const int limbs = ct.level + 1;
+  Plaintext pt;
+  pt.param_hash = ct.param_hash;
+  pt.level = ct.level;
+  pt.scale = ct.scale;
+  pt.slots = ct.slots;
+  pt.encoding = ct.encoding;
+  pt.is_complex = ct.is_complex;
+  pt.data.resize((size_t)limbs * n);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < limbs; ++k) {
+    const Modulus& q = ctx_.modulus(k);
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) {
+      const u64 s = sk.ntt_qp[o + i];
+      u64 acc = ct.polys.back()[o + i];  // Horner: ((c2 s + c1) s + c0)
+      for (int j = (int)ct.size() - 2; j >= 0; --j) acc = ring::add_mod(q.mul(acc, s), ct.polys[j][o + i], q.q);
+      pt.data[o + i] = acc;
+    }
+  }
+  return pt;
+}
+
+}  // namespace hemlp

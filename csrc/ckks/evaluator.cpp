@@ -1,0 +1,298 @@
+#include "ckks/evaluator.h"
+
+#include <cmath>
+#include <string>
+
+#include "ckks/errors.h"
+#include "ckks/keyswitch.h"
+
+namespace hemlp {
+
+bool scales_match(double a, double b) { return std::fabs(a - b) <= std::ldexp(std::max(a, b), -32); }
+
+namespace {
+std::string fmt_scale(double s) { return "2^" + std::to_string(std::log2(s)); }
+}  // namespace
+
+void Evaluator::check_compatible(const Ciphertext& a, const Ciphertext& b, const char* op) const {
+  if (a.param_hash != ctx_.hash64() || b.param_hash != ctx_.hash64())
+    fail(ErrorKind::ContextMismatch, std::string(op) + ": a ciphertext comes from another parameter set; "
+                                                       "load or encrypt it under this context");
+  if (a.key_id && b.key_id && a.key_id != b.key_id)
+    fail(ErrorKind::KeyMismatch, std::string(op) + ": the ciphertexts are encrypted under different key pairs");
+  if (a.level != b.level)
+    fail(ErrorKind::Level, std::string(op) + ": operands are at levels " + std::to_string(a.level) + " and " +
+                               std::to_string(b.level) + "; bring them to the same level first with "
+                                                         "ctx.drop_level(ct, level)");
+  if (a.slots != b.slots || a.encoding != b.encoding)
+    fail(ErrorKind::Encoding, std::string(op) + ": operands have different slot counts or encodings");
+}
+
+void Evaluator::check_plain(const Ciphertext& a, const Plaintext& p, bool scale_must_match, const char* op) const {
+  if (a.param_hash != ctx_.hash64() || p.param_hash != ctx_.hash64())
+    fail(ErrorKind::ContextMismatch, std::string(op) + ": operand from another parameter set");
+  if (a.level != p.level)
+    fail(ErrorKind::Level, std::string(op) + ": ciphertext at level " + std::to_string(a.level) +
+                               " but plaintext encoded at level " + std::to_string(p.level) +
+                               "; encode the plaintext at the ciphertext's level");
+  if (a.slots != p.slots || a.encoding != p.encoding)
+    fail(ErrorKind::Encoding, std::string(op) + ": ciphertext and plaintext have different slot counts or encodings");
+  if (scale_must_match && !scales_match(a.scale, p.scale))
+    fail(ErrorKind::Scale, std::string(op) + ": ciphertext scale " + fmt_scale(a.scale) + " != plaintext scale " +
+                               fmt_scale(p.scale) + "; encode the plaintext at the ciphertext's scale");
+}
+
+void Evaluator::check_size2(const Ciphertext& a, const char* op) {
+  if (a.size() != 2)
+    fail(ErrorKind::Parameter, std::string(op) + " needs a relinearised ciphertext (2 polynomials); call "
+                                                 "ctx.relinearize(ct, relin_key) first");
+}
+
+Ciphertext Evaluator::add(const Ciphertext& a, const Ciphertext& b) const {
+  check_compatible(a, b, "add");
+  if (!scales_match(a.scale, b.scale))
+    fail(ErrorKind::Scale, "add: scales differ (" + fmt_scale(a.scale) + " vs " + fmt_scale(b.scale) +
+                               "); use ctx.set_scale(ct, scale) on one operand (costs one level) or keep "
+                               "plaintext factors encoded at the prime being rescaled");
+  const size_t n = ctx_.n();
+  const Ciphertext& big = a.size() >= b.size() ? a : b;
+  const Ciphertext& small = a.size() >= b.size() ? b : a;
+  Ciphertext r = big;
+  r.seeded = false;
+  r.is_complex = a.is_complex || b.is_complex;
+  for (size_t j = 0; j < small.size(); ++j)
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k <= a.level; ++k) {
+      const u64 q = ctx_.modulus(k).q;
+      u64* d = r.polys[j].data() + (size_t)k * n;
+      const u64* s = small.polys[j].data() + (size_t)k * n;
+      for (size_t i = 0; i < n; ++i) d[i] = ring::add_mod(d[i], s[i], q);
+    }
+  return r;
+}
+
+Ciphertext Evaluator::negate(const Ciphertext& a) const {
+  const size_t n = ctx_.n();
+  Ciphertext r = a;
+  r.seeded = false;
+  for (auto& p : r.polys)
+    for (int k = 0; k <= a.level; ++k) {
+      const u64 q = ctx_.modulus(k).q;
+      for (size_t i = 0; i < n; ++i) p[(size_t)k * n + i] = ring::neg_mod(p[(size_t)k * n + i], q);
+    }
+  return r;
+}
+
+Ciphertext Evaluator::sub(const Ciphertext& a, const Ciphertext& b) const {
+  check_compatible(a, b, "sub");
+  return add(a, negate(b));
+}
+
+Ciphertext Evaluator::add_plain(const Ciphertext& a, const Plaintext& p) const {
+  check_plain(a, p, true, "add_plain");
+  const size_t n = ctx_.n();
+  Ciphertext r = a;
+  r.is_complex = a.is_complex || p.is_complex;
+  for (int k = 0; k <= a.level; ++k) {
+    const u64 q = ctx_.modulus(k).q;
+    for (size_t i = 0; i < n; ++i)
+      r.polys[0][(size_t)k * n + i] = ring::add_mod(r.polys[0][(size_t)k * n + i], p.data[(size_t)k * n + i], q);
+  }
+  return r;
+}
+
+Ciphertext Evaluator::sub_plain(const Ciphertext& a, const Plaintext& p) const {
+  Plaintext neg = p;
+  const size_t n = ctx_.n();
+  for (int k = 0; k <= p.level; ++k)
+    for (size_t i = 0; i < n; ++i)
+      neg.data[(size_t)k * n + i] = ring::neg_mod(neg.data[(size_t)k * n + i], ctx_.modulus(k).q);
+  return add_plain(a, neg);
+}
+
+Ciphertext Evaluator::mul_plain(const Ciphertext& a, const Plaintext& p) const {
+  check_plain(a, p, false, "mul_plain");
+  const size_t n = ctx_.n();
+  Ciphertext r = a;
+  r.seeded = false;
+  r.scale = a.scale * p.scale;
+  r.is_complex = a.is_complex || p.is_complex;
+  for (auto& poly : r.polys)
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k <= a.level; ++k) {
+      const Modulus& q = ctx_.modulus(k);
+      u64* d = poly.data() + (size_t)k * n;
+      const u64* s = p.data.data() + (size_t)k * n;
+      for (size_t i = 0; i < n; ++i) d[i] = q.mul(d[i], s[i]);
+    }
+  return r;
+}
+
+Ciphertext Evaluator::mul_integer(const Ciphertext& a, int64_t c) const {
+  const size_t n = ctx_.n();
+  Ciphertext r = a;
+  r.seeded = false;
+  for (auto& poly : r.polys)
+    for (int k = 0; k <= a.level; ++k) {
+      const u64 q = ctx_.modulus(k).q;
+      int64_t m = c % (int64_t)q;
+      const u64 w = m < 0 ? (u64)(m + (int64_t)q) : (u64)m, wp = ring::shoup_precompute(w, q);
+      u64* d = poly.data() + (size_t)k * n;
+      for (size_t i = 0; i < n; ++i) d[i] = ring::mul_shoup(d[i], w, wp, q);
+    }
+  return r;
+}
+
+Ciphertext Evaluator::mul(const Ciphertext& a, const Ciphertext& b, const SwitchKey* rlk) const {
+  check_compatible(a, b, "mul");
+  check_size2(a, "mul");
+  check_size2(b, "mul");
+  if (a.encoding != Encoding::Slot)
+    fail(ErrorKind::Encoding, "mul: ciphertext x ciphertext products need slot encoding (coefficient-encoded "
+                              "data multiplies as polynomials, not element-wise)");
+  const size_t n = ctx_.n();
+  const int limbs = a.level + 1;
+  Ciphertext r;
+  r.param_hash = a.param_hash;
+  r.key_id = a.key_id ? a.key_id : b.key_id;
+  r.level = a.level;
+  r.scale = a.scale * b.scale;
+  r.slots = a.slots;
+  r.encoding = a.encoding;
+  r.is_complex = a.is_complex || b.is_complex;
+  r.polys.assign(3, Poly((size_t)limbs * n));
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < limbs; ++k) {
+    const Modulus& q = ctx_.modulus(k);
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) {
+      const u64 a0 = a.polys[0][o + i], a1 = a.polys[1][o + i], b0 = b.polys[0][o + i], b1 = b.polys[1][o + i];
+      r.polys[0][o + i] = q.mul(a0, b0);
+      r.polys[1][o + i] = q.reduce128((u128)a0 * b1 + (u128)a1 * b0);
+      r.polys[2][o + i] = q.mul(a1, b1);
+    }
+  }
+  return rlk ? relinearize(r, *rlk) : r;
+}
+
+Ciphertext Evaluator::relinearize(const Ciphertext& a, const SwitchKey& rlk) const {
+  if (a.size() == 2) return a;
+  if (a.size() != 3) fail(ErrorKind::Parameter, "relinearize: ciphertext must have 2 or 3 polynomials");
+  if (rlk.param_hash != ctx_.hash64())
+    fail(ErrorKind::ContextMismatch, "relinearize: the relinearisation key belongs to another parameter set");
+  if (rlk.galois != 0) fail(ErrorKind::KeyMismatch, "relinearize: this is a rotation key, not a relinearisation key");
+  if (a.key_id && rlk.key_id != a.key_id)
+    fail(ErrorKind::KeyMismatch, "relinearize: the relinearisation key was generated from another secret key "
+                                 "than this ciphertext's");
+  const size_t n = ctx_.n();
+  Poly k0, k1;
+  key_switch(ctx_, a.polys[2].data(), a.level, rlk, k0, k1);
+  Ciphertext r = a;
+  r.polys.resize(2);
+  for (int k = 0; k <= a.level; ++k) {
+    const u64 q = ctx_.modulus(k).q;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t o = (size_t)k * n + i;
+      r.polys[0][o] = ring::add_mod(r.polys[0][o], k0[o], q);
+      r.polys[1][o] = ring::add_mod(r.polys[1][o], k1[o], q);
+    }
+  }
+  return r;
+}
+
+Ciphertext Evaluator::rescale(const Ciphertext& a) const {
+  if (a.level == 0)
+    fail(ErrorKind::Level, "rescale: the ciphertext is at level 0, no modulus left to divide by; choose a "
+                           "parameter set with more levels (a deeper preset) or bootstrap");
+  const size_t n = ctx_.n();
+  const int l = a.level;
+  const u64 ql = ctx_.modulus(l).q;
+  Ciphertext r;
+  r.param_hash = a.param_hash;
+  r.key_id = a.key_id;
+  r.level = l - 1;
+  r.scale = a.scale / (double)ql;
+  r.slots = a.slots;
+  r.encoding = a.encoding;
+  r.is_complex = a.is_complex;
+  r.polys.resize(a.size());
+  for (size_t j = 0; j < a.size(); ++j) {
+    Poly last(a.polys[j].begin() + (size_t)l * n, a.polys[j].begin() + (size_t)(l + 1) * n);
+    ctx_.ntt(l).inverse(last.data());
+    Poly& out = r.polys[j];
+    out.resize((size_t)l * n);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < l; ++i) {
+      const u64 qi = ctx_.modulus(i).q;
+      u64* t = out.data() + (size_t)i * n;  // reuse the output limb as scratch
+      for (size_t x = 0; x < n; ++x) t[x] = ring::centred_mod(last[x], ql, qi);
+      ctx_.ntt(i).forward(t);
+      const u64 w = ctx_.q_inv_mod_q(l, i), wp = ring::shoup_precompute(w, qi);
+      const u64* src = a.polys[j].data() + (size_t)i * n;
+      for (size_t x = 0; x < n; ++x) t[x] = ring::mul_shoup(ring::sub_mod(src[x], t[x], qi), w, wp, qi);
+    }
+  }
+  return r;
+}
+
+Ciphertext Evaluator::drop_to_level(const Ciphertext& a, int level) const {
+  if (level < 0 || level > a.level)
+    fail(ErrorKind::Level, "drop_level: target level " + std::to_string(level) + " must be in [0, " +
+                               std::to_string(a.level) + "] (levels can only go down)");
+  Ciphertext r = a;
+  r.level = level;
+  r.seeded = false;
+  for (auto& p : r.polys) p.resize((size_t)(level + 1) * ctx_.n());
+  return r;
+}
+
+const SwitchKey& Evaluator::find_key(const GaloisKeys& keys, uint64_t g, const Ciphertext& a) const {
+  if (keys.param_hash != ctx_.hash64())
+    fail(ErrorKind::ContextMismatch, "the Galois keys belong to another parameter set");
+  if (a.key_id && keys.key_id != a.key_id)
+    fail(ErrorKind::KeyMismatch, "the Galois keys were generated from another secret key than this ciphertext's");
+  auto it = keys.keys.find(g);
+  if (it == keys.keys.end())
+    fail(ErrorKind::MissingKey, "no key for Galois element " + std::to_string(g) +
+                                    "; generate it with ctx.rotation_keys(sk, steps) (or ctx.conjugation_key(sk))");
+  return it->second;
+}
+
+Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const GaloisKeys& keys) const {
+  auto v = apply_galois_hoisted(a, {g}, keys);
+  return std::move(v[0]);
+}
+
+std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, const std::vector<uint64_t>& gs,
+                                                        const GaloisKeys& keys) const {
+  check_size2(a, "rotate");
+  if (a.encoding != Encoding::Slot)
+    fail(ErrorKind::Encoding, "rotations act on slot-encoded ciphertexts only");
+  std::vector<const SwitchKey*> ks;
+  for (auto g : gs) ks.push_back(g == 1 ? nullptr : &find_key(keys, g, a));
+  const size_t n = ctx_.n();
+  ModUpDigits digits = modup(ctx_, a.polys[1].data(), a.level);  // shared by every rotation
+  std::vector<Ciphertext> out;
+  for (size_t r = 0; r < gs.size(); ++r) {
+    Ciphertext c = a;
+    c.seeded = false;
+    if (gs[r] == 1) { out.push_back(std::move(c)); continue; }
+    const auto& perm = ctx_.galois_permutation(gs[r]);
+    Poly u0, u1, k0, k1;
+    key_inner_product(ctx_, digits, *ks[r], &perm, u0, u1);
+    moddown(ctx_, u0, a.level, k0);
+    moddown(ctx_, u1, a.level, k1);
+    for (int k = 0; k <= a.level; ++k) {
+      const u64 q = ctx_.modulus(k).q;
+      const size_t o = (size_t)k * n;
+      for (size_t i = 0; i < n; ++i) {
+        c.polys[0][o + i] = ring::add_mod(a.polys[0][o + perm[i]], k0[o + i], q);
+        c.polys[1][o + i] = k1[o + i];
+      }
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace hemlp

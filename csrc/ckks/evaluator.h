@@ -1,0 +1,46 @@
+// Homomorphic operations. Every operation checks parameters, key pair, level, scale,
+// slot count and encoding of its operands and throws a typed hemlp::Error on mismatch.
+#pragma once
+#include <cstddef>
+#include <complex>
+#include <vector>
+
+#include "ckks/objects.h"
+
+namespace hemlp {
+
+class Evaluator {
+ public:
+  explicit Evaluator(const Context& ctx) : ctx_(ctx) {}
+
+  Ciphertext add(const Ciphertext& a, const Ciphertext& b) const;
+  Ciphertext sub(const Ciphertext& a, const Ciphertext& b) const;
+  Ciphertext negate(const Ciphertext& a) const;
+  Ciphertext add_plain(const Ciphertext& a, const Plaintext& p) const;
+  Ciphertext sub_plain(const Ciphertext& a, const Plaintext& p) const;
+  Ciphertext mul_plain(const Ciphertext& a, const Plaintext& p) const;
+  // Multiply by an integer constant (no scale change).
+  Ciphertext mul_integer(const Ciphertext& a, int64_t k) const;
+  // ct x ct: size 3 unless rlk is given.
+  Ciphertext mul(const Ciphertext& a, const Ciphertext& b, const SwitchKey* rlk) const;
+  Ciphertext relinearize(const Ciphertext& a, const SwitchKey& rlk) const;
+  Ciphertext rescale(const Ciphertext& a) const;
+  Ciphertext drop_to_level(const Ciphertext& a, int level) const;
+  Ciphertext apply_galois(const Ciphertext& a, uint64_t galois, const GaloisKeys& keys) const;
+  std::vector<Ciphertext> apply_galois_hoisted(const Ciphertext& a, const std::vector<uint64_t>& galois,
+                                               const GaloisKeys& keys) const;
+  // Ciphertext of size 2 in the NTT domain; valid for any encoding.
+  static void check_size2(const Ciphertext& a, const char* op);
+
+  void check_compatible(const Ciphertext& a, const Ciphertext& b, const char* op) const;
+  void check_plain(const Ciphertext& a, const Plaintext& p, bool scale_must_match, const char* op) const;
+
+ private:
+  const SwitchKey& find_key(const GaloisKeys& keys, uint64_t g, const Ciphertext& a) const;
+  const Context& ctx_;
+};
+
+// Scales equal within 2^-32 relative: far below CKKS noise at any practical scale.
+bool scales_match(double a, double b);
+
+}  // namespace hemlp

@@ -1,0 +1,137 @@
+#include "ckks/keygen.h"
+
+#include "ckks/errors.h"
+
+namespace hemlp {
+
+Poly small_to_ntt_q(const Context& ctx, const std::vector<int8_t>& coeffs, int limbs) {
+  const size_t n = ctx.n();
+  Poly out((size_t)limbs * n);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < limbs; ++k) {
+    const u64 q = ctx.modulus(k).q;
+    u64* d = out.data() + (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) d[i] = coeffs[i] >= 0 ? (u64)coeffs[i] : q - (u64)(-coeffs[i]);
+    ctx.ntt(k).forward(d);
+  }
+  return out;
+}
+
+Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs) {
+  const size_t n = ctx.n();
+  const int L = ctx.max_level(), total = L + 1 + ctx.num_p();
+  Poly out((size_t)total * n);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < total; ++k) {
+    const u64 q = ctx.modulus(k).q;  // Q then P: limb k of Q_L ∪ P is modulus k
+    u64* d = out.data() + (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) d[i] = coeffs[i] >= 0 ? (u64)coeffs[i] : q - (u64)(-coeffs[i]);
+    ctx.ntt(k).forward(d);
+  }
+  return out;
+}
+
+Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level) {
+  // Uniform in the NTT domain is uniform in the coefficient domain (the NTT is a bijection).
+  const size_t n = ctx.n();
+  Poly out((size_t)limbs * n);
+  Prng prng(seed);
+  for (int k = 0; k < limbs; ++k)
+    prng.uniform_mod(ctx.modulus(ext ? ctx.qp_index(level, k) : k).q, out.data() + (size_t)k * n, n);
+  return out;
+}
+
+SecretKey KeyGenerator::secret_key() const {
+  Prng prng(os_seed());
+  SecretKey sk;
+  sk.param_hash = ctx_.hash64();
+  sk.key_id = prng.u64() | 1;  // public tag, never 0
+  if (ctx_.params().spec().secret_hw > 0)
+    sk.coeffs = sample_ternary_hw(prng, ctx_.n(), (size_t)ctx_.params().spec().secret_hw);
+  else
+    sk.coeffs = sample_ternary(prng, ctx_.n());
+  sk.ntt_qp = small_to_ntt_qp(ctx_, sk.coeffs);
+  return sk;
+}
+
+PublicKey KeyGenerator::public_key(const SecretKey& sk) const {
+  const size_t n = ctx_.n();
+  const int limbs = ctx_.max_level() + 1;
+  Prng prng(os_seed());
+  PublicKey pk;
+  pk.param_hash = ctx_.hash64();
+  pk.key_id = sk.key_id;
+  pk.a = uniform_from_seed(ctx_, os_seed(), limbs, false, 0);
+  Poly e = small_to_ntt_q(ctx_, sample_gaussian(prng, n), limbs);
+  pk.b.resize(pk.a.size());
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < limbs; ++k) {
+    const Modulus& q = ctx_.modulus(k);
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i)
+      pk.b[o + i] = ring::sub_mod(e[o + i], q.mul(pk.a[o + i], sk.ntt_qp[o + i]), q.q);
+  }
+  return pk;
+}
+
+SwitchKey KeyGenerator::switch_key(const SecretKey& sk, const Poly& sp) const {
+  const size_t n = ctx_.n();
+  const int L = ctx_.max_level(), total = L + 1 + ctx_.num_p(), alpha = ctx_.alpha();
+  const int digits = ctx_.params().num_digits(L);
+  Prng prng(os_seed());
+  SwitchKey key;
+  key.param_hash = ctx_.hash64();
+  key.key_id = sk.key_id;
+  for (int t = 0; t < digits; ++t) {
+    Seed seed = os_seed();
+    Poly a = uniform_from_seed(ctx_, seed, total, true, L);
+    Poly e = small_to_ntt_qp(ctx_, sample_gaussian(prng, n));
+    Poly b(a.size());
+    const int lo = t * alpha, hi = std::min(L + 1, lo + alpha);
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < total; ++k) {
+      const Modulus& q = ctx_.modulus(k);
+      const size_t o = (size_t)k * n;
+      // P * Qtilde_t is P mod q_k on the digit's primes and 0 on every other prime (and mod P).
+      const bool in_digit = k >= lo && k < hi;
+      const u64 pf = in_digit ? ctx_.p_mod_q(k) : 0;
+      for (size_t i = 0; i < n; ++i) {
+        u64 v = ring::sub_mod(e[o + i], q.mul(a[o + i], sk.ntt_qp[o + i]), q.q);
+        if (in_digit) v = ring::add_mod(v, q.mul(pf, sp[o + i]), q.q);
+        b[o + i] = v;
+      }
+    }
+    key.b.push_back(std::move(b));
+    key.a.push_back(std::move(a));
+    key.a_seeds.push_back(seed);
+  }
+  return key;
+}
+
+SwitchKey KeyGenerator::relin_key(const SecretKey& sk) const {
+  const size_t n = ctx_.n();
+  Poly s2(sk.ntt_qp.size());
+  const int total = ctx_.max_level() + 1 + ctx_.num_p();
+  for (int k = 0; k < total; ++k) {
+    const Modulus& q = ctx_.modulus(k);
+    for (size_t i = 0; i < n; ++i) s2[(size_t)k * n + i] = q.mul(sk.ntt_qp[(size_t)k * n + i], sk.ntt_qp[(size_t)k * n + i]);
+  }
+  SwitchKey key = switch_key(sk, s2);
+  key.galois = 0;
+  return key;
+}
+
+SwitchKey KeyGenerator::galois_key(const SecretKey& sk, uint64_t galois) const {
+  const size_t n = ctx_.n();
+  if (galois % 2 == 0 || galois >= 2 * n) fail(ErrorKind::Parameter, "Galois element must be odd and < 2N");
+  const auto& perm = ctx_.galois_permutation(galois);
+  const int total = ctx_.max_level() + 1 + ctx_.num_p();
+  Poly sg(sk.ntt_qp.size());
+  for (int k = 0; k < total; ++k)
+    for (size_t i = 0; i < n; ++i) sg[(size_t)k * n + i] = sk.ntt_qp[(size_t)k * n + perm[i]];
+  SwitchKey key = switch_key(sk, sg);
+  key.galois = galois;
+  return key;
+}
+
+}  // namespace hemlp

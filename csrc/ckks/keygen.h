@@ -1,0 +1,31 @@
+// Key generation: uniform ternary secret, public key, relinearisation and Galois keys.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "ckks/objects.h"
+
+namespace hemlp {
+
+class KeyGenerator {
+ public:
+  explicit KeyGenerator(const Context& ctx) : ctx_(ctx) {}
+  SecretKey secret_key() const;
+  PublicKey public_key(const SecretKey& sk) const;
+  SwitchKey relin_key(const SecretKey& sk) const;
+  SwitchKey galois_key(const SecretKey& sk, uint64_t galois) const;
+  // Key switching from an arbitrary secret s' (given over Q_L ∪ P in NTT form) to sk.
+  SwitchKey switch_key(const SecretKey& sk, const Poly& s_prime_qp) const;
+
+ private:
+  const Context& ctx_;
+};
+
+// The secret as an NTT polynomial over Q_L ∪ P from small signed coefficients.
+Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs);
+// Same over the first `limbs` q-primes only.
+Poly small_to_ntt_q(const Context& ctx, const std::vector<int8_t>& coeffs, int limbs);
+// Uniform polynomial over Q_L ∪ P in NTT form, expanded from a seed.
+Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level);
+
+}  // namespace hemlp

@@ -1,0 +1,101 @@
+#include "ckks/keyswitch.h"
+
+namespace hemlp {
+
+ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
+  const size_t n = ctx.n();
+  const int K = ctx.num_p(), E = level + 1 + K, alpha = ctx.alpha(), L = ctx.max_level();
+  const int beta = (level + alpha) / alpha;
+  Poly coeff(d_ntt, d_ntt + (size_t)(level + 1) * n);
+  ctx.intt_limbs(coeff.data(), level, level + 1, false);
+  ModUpDigits out;
+  out.level = level;
+  out.digits.resize(beta);
+  for (int t = 0; t < beta; ++t) {
+    const int lo = t * alpha, cnt = std::min(alpha, level + 1 - lo);
+    Poly& D = out.digits[t];
+    D.assign((size_t)E * n, 0);
+    std::vector<const u64*> in(cnt);
+    for (int i = 0; i < cnt; ++i) {
+      in[i] = coeff.data() + (size_t)(lo + i) * n;
+      std::copy(d_ntt + (size_t)(lo + i) * n, d_ntt + (size_t)(lo + i + 1) * n, D.data() + (size_t)(lo + i) * n);
+    }
+    std::vector<int> targets, limbs;
+    for (int k = 0; k < E; ++k) {
+      if (k >= lo && k < lo + cnt) continue;
+      limbs.push_back(k);
+      targets.push_back(ctx.qp_index(level, k));
+    }
+    std::vector<u64*> outp(limbs.size());
+    for (size_t i = 0; i < limbs.size(); ++i) outp[i] = D.data() + (size_t)limbs[i] * n;
+    ctx.modup_converter(lo, cnt).convert(in.data(), outp.data(), n, &targets);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < (int)limbs.size(); ++i) ctx.ntt(targets[i]).forward(outp[i]);
+  }
+  (void)L;
+  return out;
+}
+
+void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
+                       const std::vector<uint32_t>* perm, Poly& u0, Poly& u1) {
+  const size_t n = ctx.n();
+  const int level = d.level, K = ctx.num_p(), E = level + 1 + K;
+  const int beta = (int)d.digits.size();
+  u0.assign((size_t)E * n, 0);
+  u1.assign((size_t)E * n, 0);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < E; ++k) {
+    const int m = ctx.qp_index(level, k);  // key limbs are indexed by modulus
+    const Modulus& q = ctx.modulus(m);
+    const size_t ko = (size_t)m * n, dof = (size_t)k * n;
+    u64* o0 = u0.data() + dof;
+    u64* o1 = u1.data() + dof;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t src = perm ? (*perm)[i] : i;
+      u128 a0 = 0, a1 = 0;  // beta < 64 products of < 2^122: no overflow
+      for (int t = 0; t < beta; ++t) {
+        const u64 x = d.digits[t][dof + src];
+        a0 += (u128)x * key.b[t][ko + i];
+        a1 += (u128)x * key.a[t][ko + i];
+      }
+      o0[i] = q.reduce128(a0);
+      o1[i] = q.reduce128(a1);
+    }
+  }
+}
+
+void moddown(const Context& ctx, const Poly& u, int level, Poly& out) {
+  const size_t n = ctx.n();
+  const int K = ctx.num_p();
+  Poly pc(u.begin() + (size_t)(level + 1) * n, u.begin() + (size_t)(level + 1 + K) * n);
+#pragma omp parallel for schedule(static)
+  for (int j = 0; j < K; ++j) ctx.ntt(ctx.p_index(j)).inverse(pc.data() + (size_t)j * n);
+  Poly conv((size_t)(level + 1) * n);
+  std::vector<const u64*> in(K);
+  for (int j = 0; j < K; ++j) in[j] = pc.data() + (size_t)j * n;
+  std::vector<u64*> outp(level + 1);
+  std::vector<int> targets(level + 1);
+  for (int i = 0; i <= level; ++i) { outp[i] = conv.data() + (size_t)i * n; targets[i] = i; }
+  ctx.moddown_converter().convert(in.data(), outp.data(), n, &targets);
+  out.resize((size_t)(level + 1) * n);
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i <= level; ++i) {
+    const Modulus& q = ctx.modulus(i);
+    u64* c = conv.data() + (size_t)i * n;
+    ctx.ntt(i).forward(c);
+    const u64 pinv = ctx.p_inv_mod_q(i), pinvp = ring::shoup_precompute(pinv, q.q);
+    const u64* src = u.data() + (size_t)i * n;
+    u64* dst = out.data() + (size_t)i * n;
+    for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(ring::sub_mod(src[x], c[x], q.q), pinv, pinvp, q.q);
+  }
+}
+
+void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1) {
+  ModUpDigits d = modup(ctx, d_ntt, level);
+  Poly u0, u1;
+  key_inner_product(ctx, d, key, nullptr, u0, u1);
+  moddown(ctx, u0, level, k0);
+  moddown(ctx, u1, level, k1);
+}
+
+}  // namespace hemlp

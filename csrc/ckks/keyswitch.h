@@ -1,0 +1,29 @@
+// Hybrid (dnum) key switching: decompose into digits of alpha primes, ModUp each digit
+// to Q_l ∪ P, inner product with the key, ModDown by P. The ModUp'd digits can be
+// computed once and reused for many Galois elements (hoisting).
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "ckks/objects.h"
+
+namespace hemlp {
+
+struct ModUpDigits {
+  int level = 0;
+  std::vector<Poly> digits;  // each (level+1+K) limbs, NTT form
+};
+
+ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level);
+
+// (u0, u1) = sum_t perm(digit_t) * (b_t, a_t) over Q_l ∪ P; perm may be null.
+void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
+                       const std::vector<uint32_t>* perm, Poly& u0, Poly& u1);
+
+// out = round(u / P) over Q_l (u has level+1+K limbs, NTT form); out gets level+1 limbs.
+void moddown(const Context& ctx, const Poly& u, int level, Poly& out);
+
+// Full key switch of one polynomial (level+1 limbs, NTT): returns (k0, k1) over Q_level.
+void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1);
+
+}  // namespace hemlp

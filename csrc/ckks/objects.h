@@ -1,0 +1,70 @@
+// Plaintexts, ciphertexts and keys. Every object carries the parameter hash it was made
+// under; ciphertexts and keys also carry the id of the key pair, so that mixing
+// contexts or key pairs is detected instead of decrypting to garbage.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "ckks/context.h"
+#include "ckks/sampler.h"
+
+namespace hemlp {
+
+enum class Encoding : int { Slot = 0, Coeff = 1 };
+
+struct Plaintext {
+  uint64_t param_hash = 0;
+  int level = 0;
+  double scale = 1;
+  int slots = 0;  // slot encoding: number of slots; coefficient encoding: N
+  Encoding encoding = Encoding::Slot;
+  bool is_complex = false;
+  Poly data;  // (level+1) limbs, NTT form
+};
+
+struct Ciphertext {
+  uint64_t param_hash = 0;
+  uint64_t key_id = 0;
+  int level = 0;
+  double scale = 1;
+  int slots = 0;
+  Encoding encoding = Encoding::Slot;
+  bool is_complex = false;
+  std::vector<Poly> polys;  // c0, c1 (, c2 before relinearisation); (level+1) limbs each, NTT form
+  bool seeded = false;      // c1 was expanded from `seed` (secret-key encryption) and is unchanged
+  Seed seed{};
+  size_t size() const { return polys.size(); }
+};
+
+struct SecretKey {
+  uint64_t param_hash = 0;
+  uint64_t key_id = 0;
+  std::vector<int8_t> coeffs;  // ternary coefficients
+  Poly ntt_qp;                 // NTT form over Q_L ∪ P (L+1+K limbs)
+};
+
+struct PublicKey {
+  uint64_t param_hash = 0;
+  uint64_t key_id = 0;
+  Poly b, a;  // over Q_L, NTT form: b = -a s + e
+};
+
+// Hybrid (dnum) key-switching key from s' to s: for digit t,
+//   b_t = -a_t s + e_t + P * Qtilde_t * s'  (mod Q_L P),  a_t uniform (from seed_t).
+struct SwitchKey {
+  uint64_t param_hash = 0;
+  uint64_t key_id = 0;
+  uint64_t galois = 0;  // 0 for relinearisation, else the Galois element
+  std::vector<Poly> b, a;
+  std::vector<Seed> a_seeds;
+};
+
+struct GaloisKeys {
+  uint64_t param_hash = 0;
+  uint64_t key_id = 0;
+  std::map<uint64_t, SwitchKey> keys;  // by Galois element
+};
+
+}  // namespace hemlp

@@ -1,0 +1,143 @@
+#include "ckks/sampler.h"
+
+#include <openssl/evp.h>
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace hemlp {
+
+Seed os_seed() {
+  Seed s{};
+  size_t got = 0;
+  while (got < s.size()) {
+    ssize_t r = getrandom(s.data() + got, s.size() - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("getrandom failed: ") + std::strerror(errno));
+    }
+    got += (size_t)r;
+  }
+  return s;
+}
+
+Prng::Prng(const Seed& seed) {
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  if (!c) throw std::runtime_error("EVP_CIPHER_CTX_new failed");
+  static const uint8_t iv[16] = {0};  // fresh key per seed, so a zero counter start is fine
+  if (EVP_EncryptInit_ex(c, EVP_aes_256_ctr(), nullptr, seed.data(), iv) != 1) {
+    EVP_CIPHER_CTX_free(c);
+    throw std::runtime_error("AES-256-CTR init failed");
+  }
+  ctx_ = c;
+}
+
+Prng::~Prng() { EVP_CIPHER_CTX_free(static_cast<EVP_CIPHER_CTX*>(ctx_)); }
+
+void Prng::refill() {
+  static const uint8_t zeros[4096] = {0};
+  int outl = 0;
+  if (EVP_EncryptUpdate(static_cast<EVP_CIPHER_CTX*>(ctx_), buf_.data(), &outl, zeros, (int)buf_.size()) != 1 ||
+      outl != (int)buf_.size())
+    throw std::runtime_error("AES-256-CTR keystream failed");
+  pos_ = 0;
+}
+
+void Prng::bytes(uint8_t* out, size_t len) {
+  while (len) {
+    if (pos_ == buf_.size()) refill();
+    size_t take = std::min(len, buf_.size() - pos_);
+    std::memcpy(out, buf_.data() + pos_, take);
+    pos_ += take; out += take; len -= take;
+  }
+}
+
+uint64_t Prng::u64() {
+  uint64_t v;
+  bytes(reinterpret_cast<uint8_t*>(&v), 8);
+  return v;
+}
+
+uint64_t Prng::uniform_mod(uint64_t q) {
+  const int bits = 64 - __builtin_clzll(q);
+  const uint64_t mask = bits == 64 ? ~0ULL : ((1ULL << bits) - 1);
+  for (;;) {
+    uint64_t v = u64() & mask;
+    if (v < q) return v;
+  }
+}
+
+void Prng::uniform_mod(uint64_t q, uint64_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = uniform_mod(q);
+}
+
+int Prng::ternary() {
+  for (;;) {
+    uint8_t b;
+    bytes(&b, 1);
+    if (b < 255) return (int)(b % 3) - 1;  // 255 = 3 * 85: reject the last value
+  }
+}
+
+namespace {
+// CDT of |x| for the discrete Gaussian D_{Z, sigma=3.2}, tail-cut at 19 (~6 sigma):
+// cdt[k] = floor(2^63 * P(|X| <= k)), computed once in long double.
+struct GaussianCdt {
+  uint64_t cdt[20];
+  GaussianCdt() {
+    const long double s = 3.2L;
+    long double w[20], total = 0;
+    for (int k = 0; k < 20; ++k) {
+      w[k] = expl(-(long double)k * k / (2 * s * s)) * (k ? 2 : 1);
+      total += w[k];
+    }
+    long double acc = 0;
+    for (int k = 0; k < 20; ++k) {
+      acc += w[k] / total;
+      long double v = acc * 9223372036854775808.0L;
+      cdt[k] = v >= 9223372036854775807.0L ? 9223372036854775807ULL : (uint64_t)v;
+    }
+    cdt[19] = 9223372036854775807ULL;
+  }
+};
+const GaussianCdt kCdt;
+}  // namespace
+
+int Prng::gaussian() {
+  const uint64_t r = u64();
+  const uint64_t u = r >> 1, sign = r & 1;
+  int k = 0;
+  for (int i = 0; i < 20; ++i) k += (u > kCdt.cdt[i]);  // full scan: no early exit on the value
+  if (k > 19) k = 19;
+  return sign ? -k : k;
+}
+
+std::vector<int8_t> sample_ternary(Prng& prng, size_t n) {
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = (int8_t)prng.ternary();
+  return v;
+}
+
+std::vector<int8_t> sample_ternary_hw(Prng& prng, size_t n, size_t h) {
+  if (h > n) throw std::invalid_argument("Hamming weight larger than N");
+  std::vector<int8_t> v(n, 0);
+  size_t placed = 0;
+  while (placed < h) {
+    size_t i = (size_t)prng.uniform_mod(n);
+    if (v[i]) continue;
+    v[i] = (prng.u64() & 1) ? 1 : -1;
+    ++placed;
+  }
+  return v;
+}
+
+std::vector<int8_t> sample_gaussian(Prng& prng, size_t n) {
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = (int8_t)prng.gaussian();
+  return v;
+}
+
+}  // namespace hemlp

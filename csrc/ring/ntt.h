@@ -1,0 +1,37 @@
+// Negacyclic NTT over Z_q[X]/(X^N+1) with Harvey lazy butterflies.
+// Forward: natural-order input, bit-reversed output, NTT(a)_j = a(psi^(2 brv(j) + 1)).
+// Inverse: Gentleman-Sande, bit-reversed input, natural output, scaled by N^-1.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ring/modarith.h"
+
+namespace hemlp::ring {
+
+inline uint32_t bit_reverse(uint32_t x, int bits) {
+  uint32_t r = 0;
+  for (int i = 0; i < bits; ++i) { r = (r << 1) | (x & 1); x >>= 1; }
+  return r;
+}
+
+class NTTTables {
+ public:
+  NTTTables(uint64_t q, int log_n);
+  void forward(uint64_t* a) const;  // in place, input in [0, q), output in [0, q)
+  void inverse(uint64_t* a) const;  // in place, input in [0, q), output in [0, q)
+  uint64_t q() const { return q_; }
+  uint64_t psi() const { return psi_; }
+  int log_n() const { return log_n_; }
+
+ private:
+  uint64_t q_, psi_;
+  int log_n_;
+  size_t n_;
+  std::vector<uint64_t> w_, wp_;        // psi^brv(i)
+  std::vector<uint64_t> iw_, iwp_;      // psi^-brv(i)
+  uint64_t n_inv_, n_inv_p_;
+};
+
+}  // namespace hemlp::ring

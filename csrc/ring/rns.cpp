@@ -1,0 +1,64 @@
+#include "ring/rns.h"
+
+#include <algorithm>
+
+namespace hemlp::ring {
+
+BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to)
+    : from_(std::move(from)), to_(std::move(to)) {
+  const size_t k = from_.size();
+  qhat_inv_.resize(k);
+  qhat_inv_p_.resize(k);
+  for (size_t i = 0; i < k; ++i) {
+    const uint64_t qi = from_[i].q;
+    uint64_t prod = 1;  // qhat_i mod q_i
+    for (size_t l = 0; l < k; ++l)
+      if (l != i) prod = from_[i].mul(prod, from_[l].q % qi);
+    qhat_inv_[i] = inv_mod(prod, qi);
+    qhat_inv_p_[i] = shoup_precompute(qhat_inv_[i], qi);
+  }
+  qhat_mod_p_.resize(to_.size() * k);
+  for (size_t j = 0; j < to_.size(); ++j) {
+    const Modulus& p = to_[j];
+    for (size_t i = 0; i < k; ++i) {
+      uint64_t prod = 1;
+      for (size_t l = 0; l < k; ++l)
+        if (l != i) prod = p.mul(prod, from_[l].q % p.q);
+      qhat_mod_p_[j * k + i] = prod;
+    }
+  }
+}
+
+void BaseConverter::convert(const uint64_t* const* in, uint64_t* const* out, size_t n,
+                            const std::vector<int>* targets) const {
+  const size_t nt = targets ? targets->size() : to_.size();
+  const size_t k = from_.size();
+  constexpr size_t kBlock = 256;  // keep y (k x block) in L1/L2
+#pragma omp parallel
+  {
+  std::vector<uint64_t> y(k * kBlock);
+#pragma omp for schedule(static)
+  for (size_t c0 = 0; c0 < n; c0 += kBlock) {
+    const size_t len = std::min(kBlock, n - c0);
+    for (size_t i = 0; i < k; ++i) {
+      const uint64_t qi = from_[i].q, w = qhat_inv_[i], wp = qhat_inv_p_[i];
+      const uint64_t* src = in[i] + c0;
+      uint64_t* yi = y.data() + i * kBlock;
+      for (size_t c = 0; c < len; ++c) yi[c] = mul_shoup(src[c], w, wp, qi);
+    }
+    for (size_t t = 0; t < nt; ++t) {
+      const size_t j = targets ? (size_t)(*targets)[t] : t;
+      const Modulus& p = to_[j];
+      const uint64_t* coef = qhat_mod_p_.data() + j * k;
+      uint64_t* dst = out[t] + c0;
+      for (size_t c = 0; c < len; ++c) {
+        u128 acc = 0;  // k < 64 products of < 2^122 each: no overflow
+        for (size_t i = 0; i < k; ++i) acc += (u128)y[i * kBlock + c] * coef[i];
+        dst[c] = p.reduce128(acc);
+      }
+    }
+  }
+  }
+}
+
+}  // namespace hemlp::ring
