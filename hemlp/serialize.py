@@ -1,0 +1,128 @@
+"""Versioned, checksummed container for every object hemlp writes to disk or the wire.
+
+Layout (little-endian):
+    magic b"HEMLP\\0" | u16 format version | u8 object type | 32-byte parameter hash |
+    u32 header length | header (UTF-8 JSON) | u64 payload length | payload | 32-byte SHA-256
+The SHA-256 covers everything before it. Loading checks magic, version, type, checksum,
+parameter hash, header fields and payload sizes before any data reaches the native core
+(which validates every residue again), so truncated, corrupted or foreign bytes raise
+SerializationError / ContextMismatchError and never crash or decode to garbage.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+
+import numpy as np
+
+from hemlp.errors import ContextMismatchError, SerializationError
+
+MAGIC = b"HEMLP\x00"
+VERSION = 1
+TYPES = {
+    "params": 1,
+    "ciphertext": 2,
+    "secret_key": 3,
+    "public_key": 4,
+    "relin_key": 5,
+    "galois_keys": 6,
+    "ct_matrix": 7,
+}
+TYPE_NAMES = {v: k for k, v in TYPES.items()}
+_PREFIX = struct.Struct("<6sHB32sI")
+_MAX_HEADER = 1 << 24
+
+
+def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list[np.ndarray]) -> bytes:
+    """Serialise `header` plus raw `arrays` (their dtype/shape are recorded in the header)."""
+    header = dict(header)
+    header["arrays"] = [[a.dtype.str, list(a.shape)] for a in arrays]
+    hbytes = json.dumps(header, sort_keys=True).encode()
+    payload = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
+    body = (
+        _PREFIX.pack(MAGIC, VERSION, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes))
+        + hbytes
+        + struct.pack("<Q", len(payload))
+        + payload
+    )
+    return body + hashlib.sha256(body).digest()
+
+
+def peek_type(data: bytes) -> str:
+    """Object type of a serialised blob (after full integrity checks)."""
+    return unpack(data, None)[0]
+
+
+def unpack(data: bytes, expected_hash_hex: str | None, expected_type: str | None = None):
+    """Returns (type, param_hash_hex, header, arrays); raises SerializationError on any defect."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise SerializationError(f"expected bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if len(data) < _PREFIX.size + 8 + 32:
+        raise SerializationError("data too short to be a hemlp object: it is truncated or not a hemlp file")
+    magic, version, tcode, phash, hlen = _PREFIX.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise SerializationError("not a hemlp object (bad magic bytes); check the file you are loading")
+    if version != VERSION:
+        raise SerializationError(
+            f"format version {version} is not supported by this hemlp (reads version {VERSION}); "
+            "re-export the object with a matching hemlp version"
+        )
+    if hashlib.sha256(data[:-32]).digest() != data[-32:]:
+        raise SerializationError("checksum mismatch: the data is corrupted or truncated; re-transfer the file")
+    if tcode not in TYPE_NAMES:
+        raise SerializationError(f"unknown object type code {tcode}")
+    obj_type = TYPE_NAMES[tcode]
+    if expected_type is not None and obj_type != expected_type:
+        raise SerializationError(f"expected a serialised {expected_type}, got a {obj_type}")
+    phash_hex = phash.hex()
+    if expected_hash_hex is not None and phash_hex != expected_hash_hex:
+        raise ContextMismatchError(
+            f"this {obj_type} was made under other encryption parameters (hash {phash_hex[:16]}…) than the "
+            f"context it is loaded into ({expected_hash_hex[:16]}…); load it with the matching parameters"
+        )
+    off = _PREFIX.size
+    if hlen > _MAX_HEADER or off + hlen + 8 > len(data) - 32:
+        raise SerializationError("header length out of range: the data is corrupted")
+    try:
+        header = json.loads(data[off : off + hlen].decode())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SerializationError(f"unreadable header: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("arrays"), list):
+        raise SerializationError("malformed header: the data is corrupted")
+    off += hlen
+    (plen,) = struct.unpack_from("<Q", data, off)
+    off += 8
+    if off + plen != len(data) - 32:
+        raise SerializationError("payload length does not match the data: it is truncated or corrupted")
+    arrays = []
+    for spec in header["arrays"]:
+        try:
+            dt = np.dtype(spec[0])
+            shape = tuple(int(s) for s in spec[1])
+            if dt.kind not in "iuf" or dt.itemsize > 8 or any(s < 0 for s in shape):
+                raise ValueError("bad array spec")
+            count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        except (TypeError, ValueError, IndexError, OverflowError):
+            raise SerializationError("malformed array description in the header") from None
+        nbytes = count * dt.itemsize
+        if nbytes < 0 or off + nbytes > len(data) - 32:
+            raise SerializationError("array data runs past the payload: the data is truncated or corrupted")
+        arrays.append(np.frombuffer(data, dtype=dt, count=count, offset=off).reshape(shape).copy())
+        off += nbytes
+    if off != len(data) - 32:
+        raise SerializationError("trailing bytes after the arrays: the data is corrupted")
+    return obj_type, phash_hex, header, arrays
+
+
+def field(header: dict, name: str, kind):
+    """A typed header field, or SerializationError."""
+    if name not in header:
+        raise SerializationError(f"header misses field {name!r}: the data is corrupted")
+    v = header[name]
+    if kind is float and isinstance(v, int) and not isinstance(v, bool):
+        v = float(v)
+    if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+        raise SerializationError(f"header field {name!r} has the wrong type: the data is corrupted")
+    return v
