@@ -1,0 +1,101 @@
+"""Hybrid key switching: relinearisation, rotations, conjugation, every digit path, hoisting."""
+import numpy as np
+import pytest
+
+from tests.conftest import bits
+
+
+@pytest.fixture(scope="module")
+def gk(t12):
+    steps = [1, -1, 2, -2, 4, 8, -16, 5, 1000, 3, 7]
+    return t12.ctx.rotation_keys(t12.sk, steps).merge(t12.ctx.conjugation_key(t12.sk))
+
+
+def data(ctx, rng):
+    # index-dependent, asymmetric values so that a wrong permutation cannot pass
+    return rng.uniform(-1, 1, ctx.slots) + np.arange(ctx.slots) / ctx.slots
+
+
+@pytest.mark.parametrize("level", [3, 2, 1, 0])
+def test_rotations_at_every_level(t12, gk, rng, level):
+    """Level 3: two full digits; 2: a full and a partial digit; 1: one digit; 0: a partial digit."""
+    ctx = t12.ctx
+    x = data(ctx, rng)
+    ct = ctx.encrypt(x, t12.pk, level=level)
+    for r in (1, -1, 2, -2, 4, 8, -16, 5, 1000):
+        got = ctx.decrypt(ctx.rotate(ct, r, gk), t12.sk)
+        assert bits(got - np.roll(x, -r)) > 20, (level, r)
+
+
+def test_conjugation(t12, gk, rng):
+    ctx = t12.ctx
+    z = rng.uniform(-1, 1, ctx.slots) + 1j * rng.uniform(-1, 1, ctx.slots)
+    ct = ctx.encrypt(z, t12.pk)
+    assert bits(ctx.decrypt(ctx.conjugate(ct, gk), t12.sk) - np.conj(z)) > 20
+
+
+@pytest.mark.parametrize("level", [3, 2, 1])
+def test_relinearised_product(t12, rng, level):
+    ctx = t12.ctx
+    x, y = data(ctx, rng), rng.normal(size=ctx.slots)
+    a, b = ctx.encrypt(x, t12.pk, level=level), ctx.encrypt(y, t12.sk, level=level)
+    raw = ctx.mul(a, b)
+    assert raw.size == 3
+    assert bits(ctx.decrypt(raw, t12.sk) - x * y) > 18  # size-3 decryption uses s^2
+    m = ctx.rescale(ctx.mul(a, b, relin_key=t12.rlk))
+    assert m.size == 2 and m.level == level - 1
+    assert bits(ctx.decrypt(m, t12.sk) - x * y) > 18
+    assert bits(ctx.decrypt(ctx.relinearize(raw, t12.rlk), t12.sk) - x * y) > 18
+
+
+def test_hoisted_rotations_equal_individual_ones(t12, gk, rng):
+    ctx = t12.ctx
+    x = data(ctx, rng)
+    ct = ctx.encrypt(x, t12.pk)
+    steps = [1, 2, 3, 4, 5, 7, 8, -1]
+    hoisted = ctx.rotate_hoisted(ct, steps, gk)
+    for s, h in zip(steps, hoisted):
+        single = ctx.decrypt(ctx.rotate(ct, s, gk), t12.sk)
+        dh = ctx.decrypt(h, t12.sk)
+        assert bits(dh - np.roll(x, -s)) > 20
+        assert bits(dh - single) > 20  # same message within key-switching noise
+
+
+def test_rotation_of_sparse_slots(t12, gk, rng):
+    ctx = t12.ctx
+    x = rng.uniform(-1, 1, 16) + np.arange(16)
+    ct = ctx.encrypt(x, t12.pk, slots=16)
+    assert bits(ctx.decrypt(ctx.rotate(ct, 3, gk), t12.sk) - np.roll(x, -3)) > 18
+
+
+def test_missing_rotation_key(t12, gk, rng):
+    from hemlp.errors import MissingKeyError
+
+    ct = t12.ctx.encrypt([1.0, 2.0], t12.pk)
+    with pytest.raises(MissingKeyError, match="rotation_keys"):
+        t12.ctx.rotate(ct, 6, gk)
+
+
+def test_keys_of_another_secret_are_rejected(t12, rng):
+    from hemlp.errors import KeyMismatchError
+
+    ctx = t12.ctx
+    sk2, _ = ctx.keygen()
+    ct = ctx.encrypt([1.0], t12.pk)
+    with pytest.raises(KeyMismatchError):
+        ctx.mul(ct, ct, relin_key=ctx.relin_key(sk2))
+    with pytest.raises(KeyMismatchError):
+        ctx.rotate(ct, 1, ctx.rotation_keys(sk2, [1]))
+
+
+def test_keyswitch_noise_is_below_rescale_noise(t12, gk, rng):
+    """Error after 64 rotations stays within ~6 bits of a single rotation (P >= digit size)."""
+    ctx = t12.ctx
+    x = data(ctx, rng)
+    ct = ctx.encrypt(x, t12.pk)
+    e1 = np.max(np.abs(ctx.decrypt(ctx.rotate(ct, 1, gk), t12.sk) - np.roll(x, -1)))
+    c = ct
+    for _ in range(64):
+        c = ctx.rotate(c, 1, gk)
+    e64 = np.max(np.abs(ctx.decrypt(c, t12.sk) - np.roll(x, -64)))
+    assert e64 < 64 * e1

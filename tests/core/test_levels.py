@@ -1,0 +1,89 @@
+"""Exact scale / level tracking and the errors for mismatches."""
+import numpy as np
+import pytest
+
+from hemlp.errors import LevelError, ScaleMismatchError
+from tests.conftest import bits
+
+
+def test_scale_after_mul_and_rescale_is_exact(t12, rng):
+    ctx = t12.ctx
+    a = ctx.encrypt(rng.uniform(-1, 1, 8), t12.pk)
+    b = ctx.encrypt(rng.uniform(-1, 1, 8), t12.pk, scale=2.0**35)
+    m = ctx.rescale(ctx.mul(a, b, relin_key=t12.rlk))
+    assert m.scale == a.scale * b.scale / ctx.modulus(a.level)
+    assert m.level == a.level - 1
+
+
+def test_plaintext_product_keeps_the_scale_exactly(t12, rng):
+    ctx = t12.ctx
+    x, w = rng.uniform(-1, 1, ctx.slots), rng.uniform(-2, 2, ctx.slots)
+    ct = ctx.encrypt(x, t12.pk)
+    m = ctx.rescale(ctx.mul(ct, w))
+    assert m.scale == ct.scale
+    assert bits(ctx.decrypt(m, t12.sk) - x * w) > 20
+    m2 = ctx.rescale(ctx.mul(m, 0.5))
+    assert bits(ctx.decrypt(ctx.add(m2, 1.0), t12.sk) - (x * w * 0.5 + 1)) > 20
+
+
+def test_mismatched_levels_and_scales_are_refused(t12, rng):
+    ctx = t12.ctx
+    a = ctx.encrypt(rng.uniform(-1, 1, 8), t12.pk)
+    b = ctx.encrypt(rng.uniform(-1, 1, 8), t12.pk, level=a.level - 1)
+    with pytest.raises(LevelError, match="drop_level"):
+        ctx.add(a, b)
+    with pytest.raises(LevelError):
+        ctx.mul(a, b)
+    c = ctx.encrypt(rng.uniform(-1, 1, 8), t12.pk, scale=2.0**39)
+    with pytest.raises(ScaleMismatchError, match="set_scale"):
+        ctx.add(a, c)
+    sq = ctx.rescale(ctx.mul(a, a, relin_key=t12.rlk))
+    with pytest.raises(ScaleMismatchError):
+        ctx.add(sq, ctx.drop_level(a, sq.level))
+
+
+def test_drop_level_and_set_scale_preserve_the_message(t12, rng):
+    ctx = t12.ctx
+    x = rng.uniform(-1, 1, ctx.slots)
+    a = ctx.encrypt(x, t12.pk)
+    d = ctx.drop_level(a, 1)
+    assert d.level == 1 and d.scale == a.scale
+    assert bits(ctx.decrypt(d, t12.sk) - x) > 22
+    sq = ctx.rescale(ctx.mul(a, a, relin_key=t12.rlk))
+    fixed = ctx.set_scale(ctx.drop_level(a, sq.level), sq.scale)
+    assert fixed.level == sq.level - 1
+    total = ctx.add(ctx.drop_level(sq, fixed.level), fixed)
+    assert bits(ctx.decrypt(total, t12.sk) - (x * x + x)) > 18
+
+
+def test_exhausted_levels(t12, rng):
+    ctx = t12.ctx
+    a = ctx.encrypt(rng.uniform(-1, 1, 8), t12.pk)
+    for _ in range(ctx.max_level):
+        a = ctx.rescale(ctx.mul(a, a, relin_key=t12.rlk))
+    assert a.level == 0
+    with pytest.raises(LevelError, match="level 0"):
+        ctx.rescale(ctx.mul(a, a, relin_key=t12.rlk))
+    with pytest.raises(LevelError):
+        ctx.drop_level(a, 1)
+
+
+def test_add_sub_negate_and_integer_multiply(t12, rng):
+    ctx = t12.ctx
+    x, y = rng.uniform(-1, 1, ctx.slots), rng.uniform(-1, 1, ctx.slots)
+    a, b = ctx.encrypt(x, t12.pk), ctx.encrypt(y, t12.sk)
+    assert bits(ctx.decrypt(ctx.add(a, b), t12.sk) - (x + y)) > 22
+    assert bits(ctx.decrypt(ctx.sub(a, b), t12.sk) - (x - y)) > 22
+    assert bits(ctx.decrypt(ctx.negate(a), t12.sk) + x) > 22
+    assert bits(ctx.decrypt(ctx.sub(a, y), t12.sk) - (x - y)) > 22
+    assert bits(ctx.decrypt(ctx.mul_integer(a, -7), t12.sk) + 7 * x) > 19
+
+
+def test_depth_chain_precision(t12, rng):
+    """x^8 through three squarings uses all three levels of Set T."""
+    ctx = t12.ctx
+    x = rng.uniform(-1, 1, ctx.slots)
+    c = ctx.encrypt(x, t12.pk)
+    for _ in range(3):
+        c = ctx.rescale(ctx.mul(c, c, relin_key=t12.rlk))
+    assert bits(ctx.decrypt(c, t12.sk) - x**8) > 15

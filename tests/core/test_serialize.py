@@ -1,0 +1,105 @@
+"""Serialisation round trips, and fuzzing of the loaders with mutated blobs."""
+import hashlib
+import struct
+
+import numpy as np
+import pytest
+
+from hemlp import ckks, serialize
+from hemlp.errors import ContextMismatchError, HemlpError, SerializationError
+from tests.conftest import bits
+
+
+@pytest.fixture(scope="module")
+def objs(t10):
+    ctx = t10.ctx
+    x = np.linspace(-1, 1, ctx.slots)
+    ct = ctx.encrypt(x, t10.pk, level=1)
+    gk = ctx.rotation_keys(t10.sk, [1])
+    return dict(ct=ct, seeded=ctx.encrypt(x, t10.sk, level=1), sk=t10.sk, pk=t10.pk, rlk=t10.rlk, gk=gk, x=x)
+
+
+def test_round_trips(t10, objs, tmp_path):
+    ctx = t10.ctx
+    for name in ("ct", "seeded", "sk", "pk", "rlk", "gk"):
+        path = tmp_path / f"{name}.bin"
+        objs[name].save(path)
+        back = ckks.load(path, ctx)
+        assert type(back) is type(objs[name])
+        assert back.to_bytes() == objs[name].to_bytes()
+    ct = ckks.load(tmp_path / "ct.bin", ctx)
+    sk = ckks.load(tmp_path / "sk.bin", ctx)
+    assert bits(ctx.decrypt(ct, sk) - objs["x"]) > 20
+    p = ckks.from_bytes(ctx.params.to_bytes())
+    assert p.hash == ctx.params.hash
+    # a rotation with reloaded keys
+    gk = ckks.load(tmp_path / "gk.bin", ctx)
+    assert bits(ctx.decrypt(ctx.rotate(ct, 1, gk), sk) - np.roll(objs["x"], -1)) > 18
+
+
+def test_wrong_context_and_type(t10, t12, objs):
+    with pytest.raises(ContextMismatchError):
+        ckks.from_bytes(objs["ct"].to_bytes(), t12.ctx)
+    with pytest.raises(SerializationError, match="expected a serialised ciphertext"):
+        serialize.unpack(objs["sk"].to_bytes(), None, "ciphertext")
+    with pytest.raises(SerializationError, match="magic"):
+        ckks.from_bytes(b"PK\x03\x04" + b"\0" * 200, t10.ctx)
+    with pytest.raises(SerializationError, match="cannot read"):
+        ckks.load("/nonexistent/file.bin", t10.ctx)
+
+
+def _reseal(body: bytes) -> bytes:
+    return body + hashlib.sha256(body).digest()
+
+
+def _check_load(blob, ctx):
+    try:
+        ckks.from_bytes(blob, ctx)
+    except HemlpError:
+        pass  # typed error: fine
+
+
+def test_fuzz_mutated_blobs(t10, objs):
+    """10 000 mutations: random byte flips, truncations, and re-checksummed structural edits.
+    Every one must load or raise a typed HemlpError; nothing may crash or hang."""
+    ctx = t10.ctx
+    rnd = np.random.default_rng(7)
+    blobs = [objs[k].to_bytes() for k in ("ct", "seeded", "sk", "pk", "rlk")] + [ctx.params.to_bytes()]
+    count = 0
+    for i in range(10_000):
+        blob = bytearray(blobs[i % len(blobs)])
+        kind = i % 4
+        if kind == 0:  # flip bytes (the checksum catches these)
+            for _ in range(rnd.integers(1, 4)):
+                blob[rnd.integers(len(blob))] ^= int(rnd.integers(1, 256))
+            out = bytes(blob)
+        elif kind == 1:  # truncate
+            out = bytes(blob[: rnd.integers(0, len(blob))])
+        elif kind == 2:  # edit the header or payload and re-checksum, so deeper validation runs
+            body = blob[:-32]
+            hlen = struct.unpack_from("<I", body, 6 + 2 + 1 + 32)[0]
+            start = 6 + 2 + 1 + 32 + 4
+            pos = int(rnd.integers(0, len(body)))
+            if rnd.random() < 0.7:
+                pos = int(rnd.integers(start, start + hlen))
+            body[pos] = int(rnd.integers(0, 256))
+            out = _reseal(bytes(body))
+        else:  # out-of-range residues in the payload, re-checksummed
+            body = blob[:-32]
+            pos = len(body) - 8 * int(rnd.integers(1, 64))
+            body[pos : pos + 8] = b"\xff" * 8
+            out = _reseal(bytes(body))
+        _check_load(out, ctx)
+        count += 1
+    assert count == 10_000
+
+
+def test_structural_corruptions_are_named(t10, objs):
+    ctx = t10.ctx
+    body = bytearray(objs["ct"].to_bytes()[:-32])
+    body[-8:] = b"\xff" * 8  # last residue >= q
+    with pytest.raises(SerializationError, match="out of range"):
+        ckks.from_bytes(_reseal(bytes(body)), ctx)
+    blob = objs["ct"].to_bytes()
+    with pytest.raises(SerializationError, match="checksum|truncated"):
+        ckks.from_bytes(blob[:-100], ctx)
