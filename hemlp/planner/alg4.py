@@ -41,7 +41,7 @@ check both the product and the counts against the closed forms.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 import numpy as np
 

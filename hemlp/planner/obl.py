@@ -123,14 +123,14 @@ class OpCounts:
 
     def weighted(self, weights: Optional[Mapping[str, float]] = None) -> float:
         """Sum of counts weighted by per-op costs (keys ADD, PMULT, ROT, MULT)."""
-        w = _check_weights(weights)
+        w = check_weights(weights)
         return self.add * w["ADD"] + self.pmult * w["PMULT"] + self.rot * w["ROT"] + self.mult * w["MULT"]
 
     def __repr__(self) -> str:
         return f"OpCounts(ROT={self.rot:g}, MULT={self.mult:g}, PMULT={self.pmult:g}, ADD={self.add:g})"
 
 
-def _check_weights(weights: Optional[Mapping[str, float]]) -> Mapping[str, float]:
+def check_weights(weights: Optional[Mapping[str, float]]) -> Mapping[str, float]:
     if weights is None:
         return DEFAULT_OP_WEIGHTS
     unknown = set(weights) - set(DEFAULT_OP_WEIGHTS)
@@ -166,7 +166,7 @@ def as_cost_fn(cost: CostSpec) -> CostFn:
         return cgemm_cost
     if callable(cost):
         return cost
-    weights = _check_weights(cost)
+    weights = check_weights(cost)
     return lambda m, n, k: cgemm_cost(m, n, k, weights)
 
 
