@@ -368,10 +368,8 @@ class Context:
         if isinstance(b, Plaintext):
             return b
         arr = np.asarray(b)
-        if arr.ndim == 0:
-            arr = np.full(a.slots if a.encoding == "slot" else 1, arr.item())
-            if a.encoding == "coeff":
-                arr = np.concatenate([arr, np.zeros(0)])
+        if arr.ndim == 0:  # a scalar applies to every slot / every coefficient
+            arr = np.full(a.slots if a.encoding == "slot" else self.N, arr.item())
         return self.encode(arr, level=a.level, scale=scale, slots=a.slots if a.encoding == "slot" else None,
                            encoding=a.encoding)
 

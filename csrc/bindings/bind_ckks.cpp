@@ -11,6 +11,7 @@
 #include "ckks/errors.h"
 #include "ckks/evaluator.h"
 #include "ckks/keygen.h"
+#include "bindings/engine.h"
 #include "ring/galois.h"
 
 namespace py = pybind11;
@@ -18,16 +19,6 @@ using namespace hemlp;
 using U64Arr = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
 
 namespace {
-
-// Everything a Python Context needs, built once.
-struct Engine {
-  Context ctx;
-  Encoder encoder;
-  KeyGenerator keygen;
-  Encryptor encryptor;
-  Evaluator eval;
-  explicit Engine(const Params& p) : ctx(p), encoder(ctx), keygen(ctx), encryptor(ctx), eval(ctx) {}
-};
 
 U64Arr poly_to_array(const Poly& p, size_t limbs, size_t n) {
   U64Arr out({limbs, n});

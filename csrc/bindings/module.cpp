@@ -11,6 +11,7 @@ extern "C" void openblas_set_num_threads(int);
 void bind_ring(py::module_& m);
 void bind_ckks(py::module_& m);
 void bind_pcmm(py::module_& m);
+void bind_linalg(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -36,4 +37,5 @@ PYBIND11_MODULE(_core, m) {
   bind_ring(ring);
   bind_ckks(m);
   bind_pcmm(m);
+  bind_linalg(m);
 }

@@ -1,0 +1,67 @@
+#include "pcmm/pcmm.h"
+
+#include <string>
+
+#include "ckks/errors.h"
+#include "ckks/evaluator.h"
+
+namespace hemlp::pcmm {
+
+std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
+                                  const std::vector<const Ciphertext*>& inputs, size_t chunks, int64_t K,
+                                  double out_scale_factor) {
+  const size_t d1 = plan.rows(), d2 = plan.cols(), n = ctx.n();
+  if (chunks == 0 || inputs.size() != d2 * chunks)
+    fail(ErrorKind::Shape, "pcmm: the weight matrix has " + std::to_string(d2) + " columns but the encrypted "
+                           "matrix has " + std::to_string(chunks ? inputs.size() / chunks : 0) + " rows");
+  const Ciphertext* ref = nullptr;
+  for (auto* c : inputs)
+    if (c) { ref = c; break; }
+  if (!ref) fail(ErrorKind::Shape, "pcmm: the encrypted matrix has no ciphertexts (all rows are padding)");
+  for (auto* c : inputs) {
+    if (!c) continue;
+    if (c->param_hash != ctx.hash64())
+      fail(ErrorKind::ContextMismatch, "pcmm: a ciphertext belongs to another parameter set");
+    if (c->size() != 2) fail(ErrorKind::Parameter, "pcmm: relinearise the ciphertexts first");
+    if (c->level != ref->level || !scales_match(c->scale, ref->scale) || c->slots != ref->slots ||
+        c->encoding != ref->encoding || (c->key_id && ref->key_id && c->key_id != ref->key_id))
+      fail(ErrorKind::Level, "pcmm: all rows of the encrypted matrix must share level, scale, encoding and key");
+  }
+  const int level = ref->level, limbs = level + 1;
+  std::vector<Ciphertext> out(d1 * chunks);
+  for (auto& o : out) {
+    o.param_hash = ref->param_hash;
+    o.key_id = ref->key_id;
+    o.level = level;
+    o.scale = ref->scale * out_scale_factor;
+    o.slots = ref->slots;
+    o.encoding = ref->encoding;
+    o.is_complex = ref->is_complex;
+    o.polys.assign(2, Poly((size_t)limbs * n));
+  }
+  const std::vector<u64> zeros(n, 0);
+  std::vector<u64> C(d1 * n);
+  std::vector<const uint64_t*> rows(d2);
+  for (int k = 0; k < limbs; ++k) {
+    const u64 q = ctx.modulus(k).q;
+    int64_t km = K % (int64_t)q;
+    const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km, wp = ring::shoup_precompute(w, q);
+    for (size_t j = 0; j < chunks; ++j)
+      for (int part = 0; part < 2; ++part) {
+        for (size_t i = 0; i < d2; ++i) {
+          const Ciphertext* c = inputs[i * chunks + j];
+          rows[i] = c ? c->polys[part].data() + (size_t)k * n : zeros.data();
+        }
+        plan.apply(rows.data(), n, q, C.data(), n);
+#pragma omp parallel for schedule(static)
+        for (long r = 0; r < (long)d1; ++r) {
+          u64* dst = out[r * chunks + j].polys[part].data() + (size_t)k * n;
+          const u64* src = C.data() + (size_t)r * n;
+          for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(src[x], w, wp, q);
+        }
+      }
+  }
+  return out;
+}
+
+}  // namespace hemlp::pcmm

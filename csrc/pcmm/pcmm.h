@@ -1,0 +1,21 @@
+// Plaintext x ciphertext matrix product reduced to modular GEMMs (Bae-Cheon-Hanrot-Park-Stehle).
+// Stacking RLWE ciphertexts row-wise gives A*Toep(s) + B = M + E, so for an integer matrix U,
+// (U A, U B) encrypts U M: one exact GEMM per RNS limb and per part, no rotations, no keys.
+// k = 1 (RLWE) commutes with the NTT and with the slot encoding, so rows stay in NTT form.
+#pragma once
+#include <vector>
+
+#include "ckks/objects.h"
+#include "pcmm/modgemm.h"
+
+namespace hemlp::pcmm {
+
+// inputs: d2 x c ciphertexts, row-major (row i, chunk j at i*c + j); nullptr is a zero row
+// (convolution padding). Output: d1 x c ciphertexts with
+//   out[r][j] = K * sum_i U[r][i] * in[i][j]     (every polynomial, every limb, NTT form)
+// and scale = in.scale * out_scale_factor (the caller's Delta_U * K). U is the plan's matrix.
+std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
+                                  const std::vector<const Ciphertext*>& inputs, size_t chunks, int64_t K,
+                                  double out_scale_factor);
+
+}  // namespace hemlp::pcmm

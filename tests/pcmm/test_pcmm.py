@@ -1,0 +1,122 @@
+"""PCMM (RLWE, k = 1) against big-integer and numpy oracles."""
+import numpy as np
+import pytest
+
+from hemlp import _core, linalg
+from hemlp.errors import ContextMismatchError, EncodingError, LevelError, ShapeError
+from tests.conftest import bits, make_ctx
+
+
+@pytest.fixture(scope="module")
+def env():
+    ctx = make_ctx("test-N10")
+    sk, pk = ctx.keygen()
+    return ctx, sk, pk
+
+
+def asym(rows, cols, rng):
+    """Row index encoded in the values: a row permutation cannot pass unnoticed."""
+    return rng.uniform(-0.5, 0.5, (rows, cols)) + np.arange(rows)[:, None] / rows
+
+
+def test_output_polynomials_equal_big_integer_products(env, rng):
+    ctx, sk, pk = env
+    M = asym(5, ctx.slots, rng)
+    C = linalg.encrypt_matrix(ctx, M, pk)
+    U = rng.normal(size=(3, 5))
+    Y = linalg.pcmm(U, C, rescale=False, weight_bits=12)
+    Uq, _ = linalg.quantize(U, 12)
+    for k in range(C.level + 1):
+        q = ctx.modulus(k)
+        for part in range(2):
+            X = [[int(v) for v in C.cts[i]._obj.poly(part)[k]] for i in range(5)]
+            for r in range(3):
+                want = [sum(int(Uq[r, i]) * X[i][t] for i in range(5)) % q for t in range(ctx.N)]
+                assert [int(v) for v in Y.cts[r]._obj.poly(part)[k]] == want
+
+
+def test_ntt_and_coefficient_domain_paths_are_bit_identical(env, rng):
+    """k = 1 commutes with the NTT: GEMM on coefficients then NTT == GEMM on NTT values."""
+    ctx, sk, pk = env
+    C = linalg.encrypt_matrix(ctx, asym(6, ctx.slots, rng), sk)
+    U = rng.normal(size=(4, 6))
+    Y = linalg.pcmm(U, C, rescale=False, weight_bits=16)
+    Uq, _ = linalg.quantize(U, 16)
+    for k in range(C.level + 1):
+        q = ctx.modulus(k)
+        for part in range(2):
+            coeff = np.stack([ctx.intt(C.cts[i]._obj.poly(part)[k], limb=k) for i in range(6)])
+            prod = _core.modgemm_ref(Uq, coeff, q)
+            for r in range(4):
+                assert np.array_equal(ctx.ntt(prod[r], limb=k), Y.cts[r]._obj.poly(part)[k])
+
+
+@pytest.mark.parametrize("encoding", ["slot", "coeff"])
+def test_decrypts_to_the_product(env, rng, encoding):
+    ctx, sk, pk = env
+    d3 = 3 * ctx.slots + 17  # several chunks, the last partial
+    M = asym(24, d3, rng)
+    U = rng.normal(0, 0.5, (10, 24))
+    b = rng.normal(size=10)
+    C = linalg.encrypt_matrix(ctx, M, pk, encoding=encoding)
+    Y = linalg.pcmm(U, C, bias=b, weight_bits=24)
+    assert Y.shape == (10, d3) and Y.level == C.level - 1
+    assert abs(Y.scale / C.scale - 1) < 2**-14
+    got = linalg.decrypt_matrix(ctx, Y, sk)
+    assert bits(got - (U @ M + b[:, None])) > 14
+
+
+def test_chained_products_and_quantisation_bound(env, rng):
+    ctx, sk, pk = env
+    M = asym(16, ctx.slots, rng)
+    U1, U2 = rng.normal(0, 0.3, (16, 16)), rng.normal(0, 0.3, (8, 16))
+    C = linalg.encrypt_matrix(ctx, M, sk)
+    Y = linalg.pcmm(U2, linalg.pcmm(U1, C))
+    assert Y.level == C.level - 2
+    assert bits(linalg.decrypt_matrix(ctx, Y, sk) - U2 @ U1 @ M) > 12
+
+
+def test_noise_is_a_row_sum_without_ring_expansion(env, rng):
+    """Output error vs the quantised product: std about ||U~_r||_2 * sigma_in / Delta_U."""
+    ctx, sk, pk = env
+    d2 = 64
+    M = rng.uniform(-1, 1, (d2, ctx.slots))
+    C = linalg.encrypt_matrix(ctx, M, pk, scale=2.0**30)
+    fresh = linalg.decrypt_matrix(ctx, C, sk) - M
+    sigma_in = np.std(fresh)
+    U = rng.normal(size=(4, d2))
+    Uq, delta = linalg.quantize(U, 20)
+    Y = linalg.pcmm(U, C, weight_bits=20, rescale=False)
+    err = linalg.decrypt_matrix(ctx, Y, sk) - (Uq / delta) @ M
+    for r in range(4):
+        predicted = np.linalg.norm(Uq[r] / delta) * sigma_in
+        assert 0.5 < np.std(err[r]) / predicted < 2.0
+
+
+def test_bad_inputs(env, rng):
+    ctx, sk, pk = env
+    C = linalg.encrypt_matrix(ctx, rng.normal(size=(4, 8)), sk)
+    with pytest.raises(ShapeError, match="columns must equal"):
+        linalg.pcmm(np.ones((2, 5)), C)
+    with pytest.raises(ShapeError):
+        linalg.encrypt_matrix(ctx, np.ones(5), sk)
+    with pytest.raises(NotImplementedError, match="ModPack"):
+        linalg.pcmm(np.ones((2, 4)), C, format="mlwe")
+    with pytest.raises(EncodingError):
+        linalg.pcmm(np.full((2, 4), np.nan), C)
+    low = linalg.encrypt_matrix(ctx, rng.normal(size=(4, 8)), sk, level=0)
+    with pytest.raises(LevelError, match="level 0"):
+        linalg.pcmm(np.ones((2, 4)), low)
+    other = make_ctx("test-N12")
+    with pytest.raises(ContextMismatchError):
+        linalg.decrypt_matrix(other, C, other.keygen()[0])
+
+
+def test_ct_matrix_serialisation(env, rng, tmp_path):
+    ctx, sk, pk = env
+    M = asym(3, 40, rng)
+    C = linalg.encrypt_matrix(ctx, M, pk)
+    C.save(tmp_path / "m.bin")
+    back = linalg.CtMatrix.load(tmp_path / "m.bin", ctx)
+    assert back.shape == (3, 40)
+    assert bits(linalg.decrypt_matrix(ctx, back, sk) - M) > 20
