@@ -8,6 +8,14 @@ from hemlp.errors import *  # noqa: F401,F403  (typed exceptions are part of the
 
 __version__ = "0.1.0"
 
+# In a source checkout, hemlp.models and hemlp.datasets live in the top-level models/ and
+# datasets/ folders (setup.py maps them the same way for installed copies).
+import os as _os
+
+_repo = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isdir(_os.path.join(_repo, "csrc")) and _os.path.isdir(_os.path.join(_repo, "models")):
+    __path__.append(_repo)
+
 
 def set_num_threads(n: int) -> None:
     """Threads used by the native core (OpenMP over RNS limbs / ciphertexts) and by BLAS."""

@@ -22,7 +22,7 @@ from hemlp import serialize as ser
 from hemlp.ckks import Ciphertext, Context, PublicKey, SecretKey
 from hemlp.errors import ContextMismatchError, EncodingError, SerializationError, ShapeError
 
-__all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "choose_format"]
+__all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format"]
 
 FORMATS = ("rlwe", "mlwe", "msrlwe")
 
@@ -161,7 +161,7 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
 
     Server side: needs no keys for the RLWE format. One level is used (the rescale).
     weight_bits: precision of the quantised weights (|U~| <= 2^weight_bits)."""
-    _check_format(format if format == "auto" else format)
+    _check_format(format)
     if not isinstance(C, CtMatrix):
         raise TypeError("pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
     U = np.asarray(U, dtype=np.float64)
@@ -170,6 +170,25 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
     if U.shape[1] != C.shape[0]:
         raise ShapeError(f"pcmm: U is {U.shape[0]}x{U.shape[1]} but the encrypted matrix is "
                          f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
+    return pcmm_gather(U, C, np.arange(C.shape[0])[:, None], weight_bits=weight_bits, bias=bias, rescale=rescale)
+
+
+def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale: bool = True) -> CtMatrix:
+    """Gathered PCMM, e.g. a convolution as im2col over ciphertext rows with no crypto work.
+
+    index: int array (d2, P); column p selects the rows of C that U multiplies for output
+    block p (-1 = a zero row, e.g. padding). Returns d1*P rows ordered (r, p) -> r*P + p:
+        out[r*P + p] = sum_i U[r, i] * C.row(index[i, p]) (+ bias[r]).
+    All P blocks run through the same prepared U (one exact GEMM per limb, part and chunk)."""
+    if not isinstance(C, CtMatrix):
+        raise TypeError("pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
+    U = np.asarray(U, dtype=np.float64)
+    index = np.asarray(index)
+    if U.ndim != 2 or index.ndim != 2 or index.shape[0] != U.shape[1]:
+        raise ShapeError(f"pcmm_gather: U {U.shape} needs an index of shape ({U.shape[1] if U.ndim == 2 else '?'}, P), "
+                         f"got {index.shape}")
+    if not np.issubdtype(index.dtype, np.integer) or index.min() < -1 or index.max() >= C.shape[0]:
+        raise ShapeError(f"pcmm_gather: index entries must be -1 or row numbers < {C.shape[0]}")
     if not 1 <= weight_bits <= 40:
         raise EncodingError("weight_bits must be in [1, 40]")
     ctx = C.ctx
@@ -179,16 +198,20 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
 
         raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
     Uq, delta = quantize(U, weight_bits)
-    q = ctx.modulus(level)
-    K = max(1, round(q / delta)) if rescale else 1
+    K = max(1, round(ctx.modulus(level) / delta)) if rescale else 1
     plan = _core.ModGemmPlan(Uq, int(weight_bits))
-    raw = _core.pcmm_rlwe(ctx._e, plan, [c._obj for c in C.cts], C.chunks, int(K), float(delta * K))
+    d2, P = index.shape
+    c = C.chunks
+    # inputs laid out (i, p, j): the P output blocks become extra column panels of one product
+    inputs = [None if index[i, p] < 0 else C.cts[index[i, p] * c + j]._obj
+              for i in range(d2) for p in range(P) for j in range(c)]
+    raw = _core.pcmm_rlwe(ctx._e, plan, inputs, P * c, int(K), float(delta * K))
     cts = [ctx._w(Ciphertext, o) for o in raw]
     if rescale:
-        cts = [ctx.rescale(c) for c in cts]
+        cts = [ctx.rescale(ct) for ct in cts]
     if bias is not None:
         b = np.asarray(bias, dtype=np.float64).reshape(-1)
         if b.shape[0] != U.shape[0]:
             raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
-        cts = [ctx.add(c, float(b[idx // C.chunks])) for idx, c in enumerate(cts)]
-    return CtMatrix(ctx, cts, (U.shape[0], C.shape[1]), C.chunks, C.format)
+        cts = [ctx.add(ct, float(b[idx // (P * c)])) for idx, ct in enumerate(cts)]
+    return CtMatrix(ctx, cts, (U.shape[0] * P, C.shape[1]), c, C.format)

@@ -120,3 +120,29 @@ def test_ct_matrix_serialisation(env, rng, tmp_path):
     back = linalg.CtMatrix.load(tmp_path / "m.bin", ctx)
     assert back.shape == (3, 40)
     assert bits(linalg.decrypt_matrix(ctx, back, sk) - M) > 20
+
+
+def test_gathered_product_is_a_convolution(env, rng):
+    """A 1-D convolution (3 taps, zero padding) as im2col over encrypted rows."""
+    ctx, sk, pk = env
+    L, cin, cout, k = 6, 2, 3, 3
+    X = rng.normal(size=(cin * L, 50))  # rows (ci, position)
+    W = rng.normal(size=(cout, cin, k))
+    C = linalg.encrypt_matrix(ctx, X, pk)
+    index = np.full((cin * k, L), -1)
+    for p in range(L):
+        for ci in range(cin):
+            for t in range(k):
+                src = p + t - 1
+                if 0 <= src < L:
+                    index[ci * k + t, p] = ci * L + src
+    Y = linalg.pcmm_gather(W.reshape(cout, cin * k), C, index, weight_bits=24)
+    want = np.zeros((cout * L, 50))
+    for co in range(cout):
+        for p in range(L):
+            for ci in range(cin):
+                for t in range(k):
+                    src = p + t - 1
+                    if 0 <= src < L:
+                        want[co * L + p] += W[co, ci, t] * X[ci * L + src]
+    assert bits(linalg.decrypt_matrix(ctx, Y, sk) - want) > 14
