@@ -1,0 +1,1 @@
+"""Dataset loaders in torchvision layouts (imported as hemlp.datasets)."""

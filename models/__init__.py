@@ -1,0 +1,1 @@
+"""HE-friendly model definitions (imported as hemlp.models)."""
