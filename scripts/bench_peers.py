@@ -366,6 +366,10 @@ def cmd_core(a) -> int:
             print(f"--logn {logn}: no hemlp preset mapped (known: {sorted(CONFIGS)})", file=sys.stderr)
             return 2
 
+    machine = report.machine_info()
+    busy = report.busy_warning()
+    if busy:
+        log(f"[peers] WARNING: {busy}")
     pythons, setup_err = {}, {}
     for name in names:
         if name == "hemlp":
@@ -409,9 +413,12 @@ def cmd_core(a) -> int:
             print(f"  N=2^{tg['logn']} {tg['threads']}t  {tg['op']:<12} vs {PEER_LABEL[tg['peer']]:<8} "
                   f"{what:>10}  {bound:<8}  {tg['status']}")
     payload = {"configs": {str(k): CONFIGS[k] for k in lognlist}, "repeats": a.repeats,
-               "seed": a.seed, "peers": names, "runs": runs, "targets": all_targets}
+               "seed": a.seed, "peers": names, "runs": runs, "targets": all_targets,
+               "load_average_after": report.load_average(), "warnings": [busy] if busy else []}
+    if busy:
+        print(f"\nWARNING: {busy}")
     if a.json:
-        report.write_json(a.json, "peers-core", payload)
+        report.write_json(a.json, "peers-core", payload, machine=machine)
         if a.json != "-":
             print(f"\nwrote {a.json}")
     return 0

@@ -263,6 +263,8 @@ def main(args) -> int:
         print("--repeats must be >= 1", file=sys.stderr)
         return 2
     threads = _int_list(args.threads)
+    machine = report.machine_info()  # before the run: records the load the run started under
+    busy = report.busy_warning()
     try:
         payload = run_core(args.preset, threads, args.repeats, seed=args.seed,
                            allow_insecure=args.allow_insecure,
@@ -275,9 +277,11 @@ def main(args) -> int:
                 print("(pass --allow-insecure for the test presets)", file=sys.stderr)
             return 2
         raise
+    if busy:
+        payload["notes"].append(busy)
     print_core_table(payload)
     if args.json:
-        report.write_json(args.json, "core", payload)
+        report.write_json(args.json, "core", payload, machine=machine)
         if args.json != "-":
             print(f"wrote {args.json}")
     return 0

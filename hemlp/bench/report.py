@@ -99,9 +99,27 @@ def _blas() -> dict:
     return out
 
 
+def load_average() -> list[float] | None:
+    """1/5/15-minute load average: a benchmark on a busy machine is not comparable."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_warning() -> str | None:
+    """A warning when other processes use the CPU (1-minute load above 0.5)."""
+    la = load_average()
+    if la and la[0] > 0.5:
+        return (f"machine busy before the benchmark (load average {la[0]:.2f}): other processes "
+                "compete for the cores; multi-thread timings especially are unreliable")
+    return None
+
+
 def machine_info() -> dict:
     """Everything needed to tell two benchmark files apart."""
     return {
+        "load_average": load_average(),
         "cpu": _cpuinfo(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
