@@ -385,6 +385,7 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
   sp.halfq = q >> 1;
   sp.w = w;
   sp.T = T;
+  sp.plane = 0;  // set per panel
   sp.hw = uint64_t(1) << (w - 1);
   sp.maskw = T > 1 ? (uint64_t(1) << w) - 1 : ~uint64_t(0);
   const int top_shift = w * (T - 1);
@@ -408,26 +409,54 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
   const Shoup one = make_shoup(1, q);
   const double* Ubase = Ud->data();
 
+  // Split row k of the panel starting at j0 into T digit planes [X_0 | ... | X_{T-1}] of jn columns.
+  auto split_row = [&](size_t k, size_t j0, size_t jn) {
+    SplitParams spp = sp;
+    spp.plane = jn;
+    bool bad = false;
+    double* out = xd + k * size_t(T) * jn;
+    for (size_t jb = 0; jb < jn; jb += kChunk)
+      bad |= split_chunk(Xrows[k] + j0 + jb, std::min(kChunk, jn - jb), out + jb, spp);
+    return bad;
+  };
+  // C[i][j0+j] = sum_{s,t} (exact digit-product sum) * 2^(us+wt) mod q.
+  auto reduce_row = [&](size_t i, size_t j0, size_t jn) {
+    const size_t ldx = size_t(T) * jn;
+    for (size_t jb = 0; jb < jn; jb += kChunk) {
+      const size_t m = std::min(kChunk, jn - jb);
+      uint64_t* cr = C + i * ldc + j0 + jb;
+      std::fill(cr, cr + m, uint64_t(0));  // the output row doubles as the accumulator
+      for (int s = 0; s < TU; ++s)
+        for (int t = 0; t < T; ++t) {
+          const size_t idx = size_t(s) * T + t;
+          const size_t o = (size_t(s) * d1 + i) * ldx + size_t(t) * jn + jb;
+          if (nblk == 1)
+            reduce_term_fast(cd + o, m, P[idx].p, Pr[idx], q, cr);
+          else
+            reduce_term_acc(cd + o, acc + o, m, P[idx], q, r64, cr);
+        }
+    }
+  };
+  auto throw_bad = [](int row) {
+    throw std::invalid_argument("modgemm: X row " + std::to_string(row) + " holds a residue >= q");
+  };
+
+  // Parallel regions are few and dynamically scheduled: each one ends in a join that waits for every
+  // thread, which is costly when BLAS worker threads (or other processes) still occupy the cores.
+  // So the reduction of panel p and the split of panel p+1 share one region, between the DGEMMs.
+  {
+    const size_t jn = std::min(nb, n);
+    int bad_row = -1;
+#pragma omp parallel for schedule(dynamic, 4) if (d2 * T * jn >= kOmpMinWork) reduction(max : bad_row)
+    for (long long kk = 0; kk < static_cast<long long>(d2); ++kk)
+      if (split_row(static_cast<size_t>(kk), 0, jn)) bad_row = std::max(bad_row, static_cast<int>(std::min<long long>(kk, INT_MAX)));
+    if (bad_row >= 0) throw_bad(bad_row);
+  }
   for (size_t j0 = 0; j0 < n; j0 += nb) {
     const size_t jn = std::min(nb, n - j0);
     const size_t ldx = size_t(T) * jn;
-    sp.plane = jn;
 
-    // 1. Split the panel into T digit planes [X_0 | ... | X_{T-1}] (parallel over rows of X).
-    int bad_row = -1;
-#pragma omp parallel for schedule(static) if (d2 * ldx >= kOmpMinWork) reduction(max : bad_row)
-    for (long long kk = 0; kk < static_cast<long long>(d2); ++kk) {
-      const size_t k = static_cast<size_t>(kk);
-      bool bad = false;
-      for (size_t jb = 0; jb < jn; jb += kChunk)
-        bad |= split_chunk(Xrows[k] + j0 + jb, std::min(kChunk, jn - jb), xd + k * ldx + jb, sp);
-      if (bad) bad_row = std::max(bad_row, static_cast<int>(std::min<size_t>(k, INT_MAX)));
-    }
-    if (bad_row >= 0)
-      throw std::invalid_argument("modgemm: X row " + std::to_string(bad_row) + " holds a residue >= q");
-
-    // 2. One DGEMM per K-block; int64 accumulation between blocks; reduction fused after the last.
-    const bool par_red = M * ldx >= kOmpMinWork;
+    // One DGEMM per K-block; exact int64 accumulation between blocks.
     size_t since_fold = 0;
     for (size_t b = 0; b < nblk; ++b) {
       const size_t k0 = b * kb, kl = std::min(kb, d2 - k0);
@@ -438,7 +467,7 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
       // Fold into [0, q) before the lazy int64 sum could overflow (see kFoldEvery).
       const bool first = b == 0, fold = ++since_fold == kFoldEvery;
       if (fold) since_fold = 0;
-#pragma omp parallel for schedule(static) if (par_red)
+#pragma omp parallel for schedule(dynamic, 4) if (M * ldx >= kOmpMinWork)
       for (long long rr = 0; rr < static_cast<long long>(M); ++rr) {
         int64_t* a = acc + static_cast<size_t>(rr) * ldx;
         accumulate_row(cd + static_cast<size_t>(rr) * ldx, a, ldx, first);
@@ -450,25 +479,20 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
       }
     }
 
-    // 3. C[i][j0+j] = sum_{s,t} (exact digit-product sum) * 2^(us+wt) mod q.
-#pragma omp parallel for schedule(static) if (par_red)
-    for (long long ii = 0; ii < static_cast<long long>(d1); ++ii) {
-      const size_t i = static_cast<size_t>(ii);
-      for (size_t jb = 0; jb < jn; jb += kChunk) {
-        const size_t m = std::min(kChunk, jn - jb);
-        uint64_t* cr = C + i * ldc + j0 + jb;
-        std::fill(cr, cr + m, uint64_t(0));  // the output row doubles as the accumulator
-        for (int s = 0; s < TU; ++s)
-          for (int t = 0; t < T; ++t) {
-            const size_t idx = size_t(s) * T + t;
-            const size_t o = (size_t(s) * d1 + i) * ldx + size_t(t) * jn + jb;
-            if (nblk == 1)
-              reduce_term_fast(cd + o, m, P[idx].p, Pr[idx], q, cr);
-            else
-              reduce_term_acc(cd + o, acc + o, m, P[idx], q, r64, cr);
-          }
-      }
+    // Reduce this panel (rows [0, d1)) and split the next one (rows [d1, d1 + d2)) in one region.
+    // The next split only overwrites xd, which no DGEMM reads any more.
+    const size_t j1 = j0 + jn, jn1 = j1 < n ? std::min(nb, n - j1) : 0;
+    const size_t items = d1 + (jn1 ? d2 : 0);
+    int bad_row = -1;
+#pragma omp parallel for schedule(dynamic, 4) if ((M + d2) * ldx >= kOmpMinWork) reduction(max : bad_row)
+    for (long long it = 0; it < static_cast<long long>(items); ++it) {
+      const size_t r = static_cast<size_t>(it);
+      if (r < d1)
+        reduce_row(r, j0, jn);
+      else if (split_row(r - d1, j1, jn1))
+        bad_row = std::max(bad_row, static_cast<int>(std::min<size_t>(r - d1, INT_MAX)));
     }
+    if (bad_row >= 0) throw_bad(bad_row);
   }
 }
 

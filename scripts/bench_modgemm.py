@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Exact modular GEMM (hemlp._core.modgemm) vs numpy float64 matmul of the same shape.
+
+For d1 = d2 = d and n columns, times ModGemmPlan.apply (U prepared once, as in PCMM where the plan is
+reused across RNS primes) for one 60-bit and one 40-bit NTT prime against numpy's (d x d) @ (d x n) in
+float64, with 1 and 2 threads. Each thread count runs in a fresh subprocess with OPENBLAS_NUM_THREADS
+and OMP_NUM_THREADS set, because both BLAS libraries read them once at load time.
+
+Run as the brief says, without the CI's OpenBLAS overrides so both BLAS pick their own kernels:
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_modgemm.py
+Options: --d 256 1024 4096 --n 8192 16384 --threads 1 2 --json bench/modgemm.json
+"""
+import argparse
+import ctypes
+import glob
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def is_prime(n: int) -> bool:
+    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
+    if n < 2:
+        return False
+    for p in small:
+        if n % p == 0:
+            return n == p
+    d, s = n - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    for a in small:
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(s - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def ntt_prime(bits: int, log_2n: int = 17) -> int:
+    step = 1 << log_2n
+    q = ((1 << bits) - 1) // step * step + 1
+    while not is_prime(q):
+        q -= step
+    return q
+
+
+def blas_cores():
+    """Kernel names the two BLAS libraries picked (they differ in version and CPU detection)."""
+    out = {}
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")  # the system OpenBLAS hemlp._core links
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        lib.openblas_get_config.restype = ctypes.c_char_p
+        out["hemlp_openblas"] = f"{lib.openblas_get_config().decode()} core={lib.openblas_get_corename().decode()}"
+    except (OSError, AttributeError) as e:
+        out["hemlp_openblas"] = f"unknown ({e})"
+    try:
+        libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+        path = glob.glob(os.path.join(libdir, "libscipy_openblas*.so"))[0]
+        lib = ctypes.CDLL(path)
+        for prefix in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename"):
+            if hasattr(lib, prefix):
+                fn = getattr(lib, prefix)
+                fn.restype = ctypes.c_char_p
+                out["numpy_openblas"] = f"{os.path.basename(path)} core={fn().decode()}"
+                break
+    except (OSError, IndexError) as e:
+        out["numpy_openblas"] = f"unknown ({e})"
+    return out
+
+
+def best_time(fn, budget_s: float = 6.0, max_reps: int = 3) -> float:
+    """Minimum over up to max_reps runs, fewer when one run is long (the machine may be shared)."""
+    t0 = time.perf_counter()
+    fn()
+    best = time.perf_counter() - t0
+    reps = 1
+    while reps < max_reps and best * (reps + 1) < budget_s:
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+        reps += 1
+    return best
+
+
+def worker(args) -> list:
+    from hemlp import _core as core
+
+    rng = np.random.default_rng(7)
+    primes = {bits: ntt_prime(bits) for bits in args.bits}
+    bU = args.bU
+    rows = []
+    np.ones((64, 64)) @ np.ones((64, 64))  # load numpy's BLAS and start its threads
+    for d in args.d:
+        U = rng.integers(-(1 << bU), 1 << bU, size=(d, d), endpoint=True, dtype=np.int64)
+        plan = core.ModGemmPlan(U, bU)
+        A = U.astype(np.float64)
+        for n in args.n:
+            B = rng.standard_normal((d, n))
+            t_np = best_time(lambda: A @ B)
+            del B
+            for bits, q in primes.items():
+                X = rng.integers(0, q, size=(d, n), dtype=np.uint64)
+                plan.apply(X[:, :64].copy(), q)  # warm-up: splits U once (cached in the plan)
+                t_mg = best_time(lambda: plan.apply(X, q))
+                cfg = plan.config(q)
+                rows.append(
+                    dict(
+                        threads=args.worker_threads, d=d, n=n, q_bits=bits, q=q, bU=bU,
+                        w=cfg["w"], T=cfg["T"], TU=cfg["TU"], kb=cfg["kb"],
+                        numpy_s=t_np, modgemm_s=t_mg, ratio=t_mg / t_np,
+                        numpy_gflops=2.0 * d * d * n / t_np * 1e-9,
+                        modgemm_gflops_equiv=2.0 * d * d * n / t_mg * 1e-9,
+                    )
+                )
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                del X
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--d", type=int, nargs="+", default=[256, 1024, 4096])
+    ap.add_argument("--n", type=int, nargs="+", default=[8192, 16384])
+    ap.add_argument("--bits", type=int, nargs="+", default=[60, 40], help="prime sizes")
+    ap.add_argument("--bU", type=int, default=18, help="|U| <= 2^bU (BRIEF §2.5: Delta_U = 2^18)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--json", default="bench/modgemm.json")
+    ap.add_argument("--worker-threads", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.worker_threads is not None:
+        json.dump(worker(args), sys.stdout)
+        return
+
+    results = []
+    for t in args.threads:
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker-threads", str(t), "--bU", str(args.bU),
+               "--d", *map(str, args.d), "--n", *map(str, args.n), "--bits", *map(str, args.bits)]
+        print(f"# {t} thread(s) ...", file=sys.stderr, flush=True)
+        out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+        results.extend(json.loads(out))
+
+    header = f"{'thr':>3} {'d':>5} {'n':>6} {'q':>3} {'T':>2} {'w':>3} {'numpy s':>9} {'modgemm s':>10} {'ratio':>6} {'np GF/s':>8} {'mg GF/s*':>8}"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(f"{r['threads']:>3} {r['d']:>5} {r['n']:>6} {r['q_bits']:>3} {r['T']:>2} {r['w']:>3} "
+              f"{r['numpy_s']:>9.3f} {r['modgemm_s']:>10.3f} {r['ratio']:>6.2f} "
+              f"{r['numpy_gflops']:>8.1f} {r['modgemm_gflops_equiv']:>8.1f}")
+    print("* 2*d*d*n / time: the float64 GEMM rate modgemm matches (its DGEMMs do T times that work)")
+
+    meta = dict(
+        machine=platform.machine(), processor=platform.processor(), cpus=os.cpu_count(),
+        env={k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
+        blas=blas_cores(), numpy=np.__version__, bU=args.bU,
+        note="modgemm_s times ModGemmPlan.apply (U prepared once); ratio = modgemm_s / numpy_s",
+    )
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(dict(meta=meta, results=results), f, indent=1)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
