@@ -20,9 +20,10 @@ import numpy as np
 from hemlp import _core
 from hemlp import serialize as ser
 from hemlp.ckks import Ciphertext, Context, PublicKey, SecretKey
-from hemlp.errors import ContextMismatchError, EncodingError, SerializationError, ShapeError
+from hemlp.errors import ContextMismatchError, EncodingError, KeyMismatchError, SerializationError, ShapeError
 
-__all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format"]
+__all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format", "quantize",
+           "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey"]
 
 FORMATS = ("rlwe", "mlwe", "msrlwe")
 
@@ -31,7 +32,8 @@ class CtMatrix:
     """A d2 x d3 matrix encrypted row-wise as d2 x chunks ciphertexts (row-major list)."""
 
     def __init__(self, ctx: Context, cts: list, shape: tuple, chunks: int, fmt: str = "rlwe"):
-        if len(cts) != shape[0] * chunks:
+        self.session = None  # MSRLWE: the 32-byte seed whose row seeds expand the a-parts (public)
+        if len(cts) != shape[0] * (1 if fmt == "msrlwe" else chunks):
             raise ShapeError(f"CtMatrix: {len(cts)} ciphertexts for {shape[0]} rows x {chunks} chunks")
         self.ctx, self.cts, self.shape, self.chunks, self.format = ctx, cts, tuple(shape), chunks, fmt
 
@@ -41,10 +43,12 @@ class CtMatrix:
     width = property(lambda self: self.ctx.slots if self.encoding == "slot" else self.ctx.N)
 
     def row(self, i: int) -> list:
+        if self.format == "msrlwe":
+            return [self.cts[i]]
         return self.cts[i * self.chunks : (i + 1) * self.chunks]
 
     def __repr__(self):
-        return (f"CtMatrix({self.shape[0]}x{self.shape[1]}, format={self.format}, encoding={self.encoding}, "
+        return (f"CtMatrix({self.shape[0]}x{self.shape[1]}, format={self.format}, chunks={self.chunks}, encoding={self.encoding}, "
                 f"{len(self.cts)} ciphertexts, level={self.level}, scale=2^{math.log2(self.scale):.2f})")
 
     def to_bytes(self) -> bytes:
@@ -69,13 +73,14 @@ class CtMatrix:
         sizes, fmt = ser.field(h, "sizes", list), ser.field(h, "format", str)
         if (len(arrays) != 1 or len(shape) != 2 or fmt not in FORMATS or chunks < 1
                 or not all(isinstance(s, int) and s > 0 for s in sizes + shape)
-                or len(sizes) != shape[0] * chunks or sum(sizes) != arrays[0].size):
+                or len(sizes) != shape[0] * (1 if fmt == "msrlwe" else chunks) or sum(sizes) != arrays[0].size):
             raise SerializationError("ct_matrix: header does not match the data; the file is corrupted")
         raw, cts, off = arrays[0].tobytes(), [], 0
         for s in sizes:
-            cts.append(from_bytes(raw[off : off + s], ctx))
+            blob = raw[off : off + s]
+            cts.append(MsRow.from_bytes(blob, ctx) if fmt == "msrlwe" else from_bytes(blob, ctx))
             off += s
-        if not all(isinstance(c, Ciphertext) for c in cts):
+        if fmt != "msrlwe" and not all(isinstance(c, Ciphertext) for c in cts):
             raise SerializationError("ct_matrix: an element is not a ciphertext")
         return cls(ctx, cts, tuple(shape), chunks, fmt)
 
@@ -101,22 +106,31 @@ def _check_format(fmt: str) -> str:
         return "rlwe"
     if fmt not in FORMATS:
         raise EncodingError(f"format must be 'auto' or one of {FORMATS}, got {fmt!r}")
-    if fmt != "rlwe":
+    if fmt == "mlwe":
         raise NotImplementedError(
-            f"format {fmt!r} (BRIEF §2.2–2.3) is not implemented yet: it needs ModPack / multi-secret keys. "
-            "Use format='rlwe' (k = 1), which works for any d3 (rows are split into ciphertext-sized chunks)")
+            "format 'mlwe' (BRIEF §2.2: decimated rank-k rows for d3 < N, with ModPack keys) is not implemented "
+            "yet; use format='rlwe' (any d3) or 'msrlwe' (shared a-part, d3 >= N)")
     return fmt
 
 
 def encrypt_matrix(ctx: Context, M, key, format: str = "auto", encoding: str = "slot",
-                   level: int | None = None, scale: float | None = None) -> CtMatrix:
-    """Encrypt a real matrix row-wise (client side)."""
+                   level: int | None = None, scale: float | None = None, session_seed: bytes | None = None) -> CtMatrix:
+    """Encrypt a real matrix row-wise (client side).
+
+    key: PublicKey / SecretKey (RLWE rows), or a MultiSecretKey (format "msrlwe": the k chunks of
+    a row share one a-part expanded from a per-row seed of the 32-byte encryption session)."""
     fmt = _check_format(format)
+    if isinstance(key, MultiSecretKey):
+        fmt = "msrlwe"
+    elif fmt == "msrlwe":
+        raise KeyMismatchError("format 'msrlwe' encrypts under a MultiSecretKey (linalg.multi_secret_key(ctx, k))")
     M = np.asarray(M)
     if M.ndim != 2 or M.size == 0:
         raise ShapeError(f"encrypt_matrix expects a non-empty 2-D array, got shape {M.shape}")
     if np.iscomplexobj(M) or not np.issubdtype(M.dtype, np.number):
         raise EncodingError("encrypt_matrix takes real numbers")
+    if fmt == "msrlwe":
+        return _encrypt_msrlwe(ctx, M, key, encoding, level, scale, session_seed)
     if not isinstance(key, (PublicKey, SecretKey)):
         raise TypeError("key must be a hemlp.ckks PublicKey or SecretKey")
     width = ctx.slots if encoding == "slot" else ctx.N
@@ -134,6 +148,10 @@ def decrypt_matrix(ctx: Context, C: CtMatrix, sk: SecretKey) -> np.ndarray:
     """Decrypt to a float64 array of C.shape (client side)."""
     if C.ctx.hash != ctx.hash:
         raise ContextMismatchError("decrypt_matrix: the matrix belongs to another parameter set")
+    if C.format == "msrlwe":
+        if not isinstance(sk, MultiSecretKey):
+            raise KeyMismatchError("an MSRLWE matrix decrypts with its MultiSecretKey")
+        return _decrypt_msrlwe(ctx, C, sk)
     d2, d3 = C.shape
     out = np.empty((d2, d3))
     w = C.width
@@ -156,7 +174,7 @@ def quantize(U: np.ndarray, weight_bits: int):
 
 
 def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20, bias=None,
-         rescale: bool = True) -> CtMatrix:
+         rescale: bool = True, precomputed: "PcmmPrecomputed | None" = None) -> CtMatrix:
     """Enc(U @ M + bias[:, None]) from a plaintext U (d1 x d2) and an encrypted M (d2 x d3).
 
     Server side: needs no keys for the RLWE format. One level is used (the rescale).
@@ -170,6 +188,10 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
     if U.shape[1] != C.shape[0]:
         raise ShapeError(f"pcmm: U is {U.shape[0]}x{U.shape[1]} but the encrypted matrix is "
                          f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
+    if C.format == "msrlwe":
+        return _pcmm_msrlwe(U, C, weight_bits, bias, rescale, precomputed)
+    if precomputed is not None:
+        raise EncodingError("pcmm: precomputed U*A applies to MSRLWE matrices (shared, seeded a-parts)")
     return pcmm_gather(U, C, np.arange(C.shape[0])[:, None], weight_bits=weight_bits, bias=bias, rescale=rescale)
 
 
@@ -182,6 +204,8 @@ def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale
     All P blocks run through the same prepared U (one exact GEMM per limb, part and chunk)."""
     if not isinstance(C, CtMatrix):
         raise TypeError("pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
+    if C.format != "rlwe":
+        raise EncodingError("pcmm_gather works on RLWE matrices; convert with linalg.to_rlwe first")
     U = np.asarray(U, dtype=np.float64)
     index = np.asarray(index)
     if U.ndim != 2 or index.ndim != 2 or index.shape[0] != U.shape[1]:
@@ -215,3 +239,197 @@ def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale
             raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
         cts = [ctx.add(ct, float(b[idx // (P * c)])) for idx, ct in enumerate(cts)]
     return CtMatrix(ctx, cts, (U.shape[0] * P, C.shape[1]), c, C.format)
+
+
+# ---------------------------------------------------------------- MSRLWE (shared a-part)
+
+class MultiSecretKey:
+    """k independent ternary secrets s_0..s_{k-1} (client side): chunk j of an MSRLWE row is
+    encrypted under s_j, all chunks of a row sharing one a-part."""
+
+    __slots__ = ("_obj", "_ctx")
+
+    def __init__(self, obj, ctx: Context):
+        self._obj, self._ctx = obj, ctx
+
+    k = property(lambda self: self._obj.k)
+    key_id = property(lambda self: self._obj.key_id)
+
+    def __repr__(self):
+        return f"MultiSecretKey(k={self.k}, id={self.key_id:016x})"
+
+    def to_bytes(self) -> bytes:
+        return ser.pack("secret_key", self._ctx.hash, dict(key_id=f"{self.key_id:016x}", multi=True),
+                        [self._obj.coeffs])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, ctx: Context) -> "MultiSecretKey":
+        _, _, h, arrays = ser.unpack(data, ctx.hash, "secret_key")
+        if not h.get("multi") or len(arrays) != 1:
+            raise SerializationError("not a multi-secret key")
+        try:
+            kid = int(ser.field(h, "key_id", str), 16)
+        except ValueError:
+            raise SerializationError("malformed key id") from None
+        return cls(_core.ms_import_key(ctx._e, arrays[0], kid), ctx)
+
+
+class ConversionKeys:
+    """Key switches s_j -> s turning MSRLWE rows into RLWE ciphertexts under the main secret."""
+
+    __slots__ = ("_keys", "_ctx", "key_id", "ms_key_id")
+
+    def __init__(self, keys, ctx: Context, ms_key_id: int):
+        self._keys, self._ctx, self.ms_key_id = keys, ctx, ms_key_id
+        self.key_id = keys[0].key_id if keys else 0
+
+    def __repr__(self):
+        return f"ConversionKeys(k={len(self._keys)})"
+
+
+class MsRow:
+    """One encrypted MSRLWE row (k chunks sharing a)."""
+
+    __slots__ = ("_obj", "_ctx")
+
+    def __init__(self, obj, ctx: Context):
+        self._obj, self._ctx = obj, ctx
+
+    level = property(lambda self: self._obj.level)
+    scale = property(lambda self: self._obj.scale)
+    slots = property(lambda self: self._obj.slots)
+    encoding = property(lambda self: "slot" if self._obj.encoding == 0 else "coeff")
+
+    def to_bytes(self) -> bytes:
+        o = self._obj
+        arrays = ([] if o.seeded else [o.poly_a()]) + [o.poly_b(j) for j in range(o.k)]
+        header = dict(level=o.level, scale=o.scale.hex(), slots=o.slots, encoding=o.encoding,
+                      key_id=f"{o.key_id:016x}", seed=o.seed.hex() if o.seeded else None, k=o.k)
+        return ser.pack("ciphertext", self._ctx.hash, header, arrays)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, ctx: Context) -> "MsRow":
+        _, _, h, arrays = ser.unpack(data, ctx.hash, "ciphertext")
+        k, seed = ser.field(h, "k", int), h.get("seed")
+        if k < 1 or len(arrays) != k + (0 if seed else 1) or (seed is not None and not isinstance(seed, str)):
+            raise SerializationError("MSRLWE row: array count does not match the header")
+        try:
+            scale = float.fromhex(ser.field(h, "scale", str))
+            kid = int(ser.field(h, "key_id", str), 16)
+            sb = None if seed is None else bytes.fromhex(seed)
+        except ValueError:
+            raise SerializationError("MSRLWE row: malformed header") from None
+        a = arrays[0] if seed is None else np.zeros((1, 1), np.uint64)
+        bs = arrays[1:] if seed is None else arrays
+        obj = _core.ms_import(ctx._e, a, list(bs), ser.field(h, "level", int), scale, ser.field(h, "slots", int),
+                              ser.field(h, "encoding", int), kid, sb)
+        return cls(obj, ctx)
+
+
+def multi_secret_key(ctx: Context, k: int) -> MultiSecretKey:
+    """A fresh multi-secret key with k secrets (client side)."""
+    return MultiSecretKey(_core.ms_secret_key(ctx._e, int(k)), ctx)
+
+
+def conversion_keys(ctx: Context, sk: SecretKey, msk: MultiSecretKey) -> ConversionKeys:
+    """Evaluation keys for to_rlwe (client makes them; the server uses them)."""
+    keys = _core.ms_conversion_keys(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), msk._obj)
+    return ConversionKeys(keys, ctx, msk.key_id)
+
+
+def _encrypt_msrlwe(ctx: Context, M: np.ndarray, msk: MultiSecretKey, encoding: str, level, scale,
+                    session_seed: bytes | None) -> CtMatrix:
+    width = ctx.slots if encoding == "slot" else ctx.N
+    d2, d3 = M.shape
+    k = msk.k
+    if d3 > k * width:
+        raise ShapeError(f"encrypt_matrix: {d3} columns need {-(-d3 // width)} chunks but the multi-secret key "
+                         f"has k = {k}; use multi_secret_key(ctx, k >= {-(-d3 // width)})")
+    import os
+
+    session = os.urandom(32) if session_seed is None else bytes(session_seed)
+    if len(session) != 32:
+        raise EncodingError("session_seed must be 32 bytes")
+    rows = []
+    for i in range(d2):
+        pts = []
+        for j in range(k):
+            part = M[i, j * width : (j + 1) * width]
+            pts.append(ctx.encode(part if part.size else np.zeros(1), level=level, scale=scale,
+                                  encoding=encoding)._obj)
+        rows.append(MsRow(_core.ms_encrypt(ctx._e, pts, msk._obj, _core.ms_row_seed(session, i)), ctx))
+    C = CtMatrix(ctx, rows, (d2, d3), k, "msrlwe")
+    C.session = session
+    return C
+
+
+class PcmmPrecomputed:
+    """K U~ A for an MSRLWE encryption session known ahead (the offline half of a PCMM):
+    the online product is then one GEMM on the b-parts only."""
+
+    def __init__(self, U, ctx: Context, session: bytes, level: int, weight_bits: int = 20):
+        U = np.asarray(U, dtype=np.float64)
+        self.Uq, self.delta = quantize(U, weight_bits)
+        self.weight_bits, self.level, self.shape = weight_bits, level, U.shape
+        self.K = max(1, round(ctx.modulus(level) / self.delta))
+        self.plan = _core.ModGemmPlan(self.Uq, int(weight_bits))
+        self._obj = _core.ms_precompute_a(ctx._e, self.plan, bytes(session), U.shape[1], int(level), int(self.K))
+        self._U = U
+
+
+def to_rlwe(C: CtMatrix, keys: ConversionKeys) -> CtMatrix:
+    """MSRLWE -> RLWE under the main secret: per row, one ModUp of the shared a and k key switches."""
+    if C.format != "msrlwe":
+        return C
+    if not isinstance(keys, ConversionKeys) or len(keys._keys) != C.chunks:
+        raise KeyMismatchError(f"to_rlwe needs conversion keys for k = {C.chunks} chunks "
+                               "(linalg.conversion_keys(ctx, sk, msk))")
+    if keys.ms_key_id != C.cts[0]._obj.key_id:
+        raise KeyMismatchError("the conversion keys were made for another multi-secret key")
+    ctx = C.ctx
+    cts = []
+    for row in C.cts:
+        cts.extend(ctx._w(Ciphertext, o) for o in _core.ms_to_rlwe(ctx._e, row._obj, keys._keys))
+    return CtMatrix(ctx, cts, C.shape, C.chunks, "rlwe")
+
+
+def _decrypt_msrlwe(ctx: Context, C: CtMatrix, msk: MultiSecretKey) -> np.ndarray:
+    d2, d3 = C.shape
+    out = np.empty((d2, d3))
+    for i, row in enumerate(C.cts):
+        pts = _core.ms_decrypt(ctx._e, row._obj, msk._obj)
+        vals = []
+        for p in pts:
+            v = ctx._e.decode_coeff(p) if p.encoding == 1 else ctx._e.decode(p).real
+            vals.append(np.asarray(v))
+        out[i] = np.concatenate(vals)[:d3]
+    return out
+
+
+def _pcmm_msrlwe(U: np.ndarray, C: CtMatrix, weight_bits: int, bias, rescale: bool,
+                 precomputed: PcmmPrecomputed | None) -> CtMatrix:
+    ctx = C.ctx
+    if precomputed is not None:
+        if not rescale or precomputed.level != C.level or precomputed.shape != U.shape or \
+                not np.array_equal(precomputed._U, U):
+            raise EncodingError("pcmm: the precomputed U*A was made for another weight matrix or level")
+        Uq, delta, K, plan = precomputed.Uq, precomputed.delta, precomputed.K, precomputed.plan
+    else:
+        Uq, delta = quantize(U, weight_bits)
+        K = max(1, round(ctx.modulus(C.level) / delta)) if rescale else 1
+        plan = _core.ModGemmPlan(Uq, int(weight_bits))
+    raw = _core.pcmm_msrlwe(ctx._e, plan, [r._obj for r in C.cts], int(K), float(delta * K),
+                            None if precomputed is None else precomputed._obj)
+    if rescale:
+        raw = [_core.ms_rescale(ctx._e, o) for o in raw]
+    if bias is not None:
+        b = np.asarray(bias, dtype=np.float64).reshape(-1)
+        if b.shape[0] != U.shape[0]:
+            raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
+        enc = "slot" if raw[0].encoding == 0 else "coeff"
+        width = ctx.slots if enc == "slot" else ctx.N
+        for r in range(len(raw)):
+            pt = ctx.encode(np.full(width, b[r]), level=raw[r].level, scale=raw[r].scale, encoding=enc)._obj
+            for j in range(raw[r].k):
+                raw[r] = _core.ms_add_plain(ctx._e, raw[r], j, pt)
+    return CtMatrix(ctx, [MsRow(o, ctx) for o in raw], (U.shape[0], C.shape[1]), C.chunks, "msrlwe")

@@ -17,3 +17,165 @@ void bind_linalg(py::module_& m) {
         },
         py::arg("engine"), py::arg("plan"), py::arg("inputs"), py::arg("chunks"), py::arg("K"), py::arg("factor"));
 }
+
+#include <cstring>
+
+#include "ckks/errors.h"
+#include "pcmm/msrlwe.h"
+
+namespace {
+using U64Arr = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
+using namespace hemlp;
+using namespace hemlp::pcmm;
+
+Seed seed_from(const py::bytes& b) {
+  std::string s = b;
+  if (s.size() != 32) fail(ErrorKind::Serialization, "seed must be 32 bytes");
+  Seed out;
+  std::memcpy(out.data(), s.data(), 32);
+  return out;
+}
+py::bytes seed_bytes(const Seed& s) { return py::bytes(reinterpret_cast<const char*>(s.data()), 32); }
+U64Arr poly_arr(const Poly& p, size_t n) {
+  U64Arr a({p.size() / n, n});
+  std::memcpy(a.mutable_data(), p.data(), p.size() * 8);
+  return a;
+}
+// Offline half of the precomputed path: K U A for a session's row seeds, kept native.
+struct PrecomputedA {
+  std::vector<Poly> polys;
+  int level = 0;
+  std::string session;
+  int64_t K = 1;
+};
+
+Poly arr_poly(const Context& ctx, const U64Arr& a, int level) {
+  const size_t n = ctx.n();
+  if (a.ndim() != 2 || (size_t)a.shape(0) != (size_t)level + 1 || (size_t)a.shape(1) != n)
+    fail(ErrorKind::Serialization, "MSRLWE row: polynomial array of the wrong shape; the data is truncated or foreign");
+  Poly p(a.data(), a.data() + a.size());
+  for (int k = 0; k <= level; ++k)
+    for (size_t i = 0; i < n; ++i)
+      if (p[(size_t)k * n + i] >= ctx.modulus(k).q) fail(ErrorKind::Serialization, "MSRLWE row: residue out of range; the data is corrupted");
+  return p;
+}
+}  // namespace
+
+void bind_msrlwe(py::module_& m) {
+  py::class_<MultiSecretKey>(m, "MultiSecretKey")
+      .def_readonly("key_id", &MultiSecretKey::key_id)
+      .def_readonly("param_hash", &MultiSecretKey::param_hash)
+      .def_property_readonly("k", [](const MultiSecretKey& k) { return k.coeffs.size(); })
+      .def_property_readonly("coeffs", [](const MultiSecretKey& k) {
+        py::array_t<int8_t> a({k.coeffs.size(), k.coeffs.empty() ? (size_t)0 : k.coeffs[0].size()});
+        for (size_t j = 0; j < k.coeffs.size(); ++j) std::memcpy(a.mutable_data() + j * k.coeffs[j].size(), k.coeffs[j].data(), k.coeffs[j].size());
+        return a;
+      });
+  py::class_<MsCiphertext>(m, "MsCiphertext")
+      .def_readonly("level", &MsCiphertext::level)
+      .def_readonly("scale", &MsCiphertext::scale)
+      .def_readonly("slots", &MsCiphertext::slots)
+      .def_readonly("key_id", &MsCiphertext::key_id)
+      .def_readonly("param_hash", &MsCiphertext::param_hash)
+      .def_readonly("seeded", &MsCiphertext::seeded)
+      .def_property_readonly("seed", [](const MsCiphertext& c) { return seed_bytes(c.seed); })
+      .def_property_readonly("encoding", [](const MsCiphertext& c) { return (int)c.encoding; })
+      .def_property_readonly("k", [](const MsCiphertext& c) { return c.b.size(); })
+      .def("poly_a", [](const MsCiphertext& c) { return poly_arr(c.a, c.a.size() / (c.level + 1)); })
+      .def("poly_b", [](const MsCiphertext& c, size_t j) {
+        if (j >= c.b.size()) throw py::index_error("chunk out of range");
+        return poly_arr(c.b[j], c.b[j].size() / (c.level + 1));
+      });
+  m.def("ms_secret_key", [](const Engine& e, int k) { return multi_secret_key(e.ctx, k); }, py::call_guard<py::gil_scoped_release>());
+  m.def("ms_import_key", [](const Engine& e, py::array_t<int8_t, py::array::c_style | py::array::forcecast> c, uint64_t key_id) {
+    if (c.ndim() != 2 || (size_t)c.shape(1) != e.ctx.n() || c.shape(0) < 1)
+      fail(ErrorKind::Serialization, "multi-secret key: wrong shape");
+    MultiSecretKey k;
+    k.param_hash = e.ctx.hash64();
+    k.key_id = key_id;
+    for (py::ssize_t j = 0; j < c.shape(0); ++j) {
+      std::vector<int8_t> v(c.data() + j * e.ctx.n(), c.data() + (j + 1) * e.ctx.n());
+      for (auto x : v)
+        if (x < -1 || x > 1) fail(ErrorKind::Serialization, "multi-secret key: coefficient outside {-1,0,1}");
+      k.ntt_qp.push_back(small_to_ntt_qp(e.ctx, v));
+      k.coeffs.push_back(std::move(v));
+    }
+    return k;
+  });
+  m.def("ms_row_seed", [](py::bytes session, uint64_t row) { return seed_bytes(row_seed(seed_from(session), row)); });
+  m.def("ms_encrypt", [](const Engine& e, std::vector<Plaintext> pts, const MultiSecretKey& k, py::bytes seed) {
+    Seed s = seed_from(seed);
+    py::gil_scoped_release r;
+    return ms_encrypt(e.ctx, pts, k, s);
+  });
+  m.def("ms_decrypt", [](const Engine& e, const MsCiphertext& c, const MultiSecretKey& k) { return ms_decrypt(e.ctx, c, k); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("ms_import", [](const Engine& e, U64Arr a, std::vector<U64Arr> bs, int level, double scale, int slots, int encoding,
+                        uint64_t key_id, py::object seed) {
+    if (level < 0 || level > e.ctx.max_level()) fail(ErrorKind::Serialization, "MSRLWE row: level out of range");
+    if (!(scale > 0) || (encoding != 0 && encoding != 1) || bs.empty()) fail(ErrorKind::Serialization, "MSRLWE row: bad metadata");
+    if (encoding == 0 && (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > e.ctx.n() / 2))
+      fail(ErrorKind::Serialization, "MSRLWE row: invalid slot count");
+    if (encoding == 1 && (size_t)slots != e.ctx.n()) fail(ErrorKind::Serialization, "MSRLWE row: invalid slot count");
+    MsCiphertext c;
+    c.param_hash = e.ctx.hash64();
+    c.key_id = key_id;
+    c.level = level;
+    c.scale = scale;
+    c.slots = slots;
+    c.encoding = (Encoding)encoding;
+    if (!seed.is_none()) {
+      c.seed = seed_from(seed.cast<py::bytes>());
+      c.seeded = true;
+      c.a = ms_a_from_seed(e.ctx, c.seed, level);
+    } else {
+      c.a = arr_poly(e.ctx, a, level);
+    }
+    for (auto& b : bs) c.b.push_back(arr_poly(e.ctx, b, level));
+    return c;
+  });
+  py::class_<PrecomputedA>(m, "PrecomputedA")
+      .def_readonly("level", &PrecomputedA::level)
+      .def_readonly("K", &PrecomputedA::K)
+      .def_property_readonly("session", [](const PrecomputedA& p) { return py::bytes(p.session); })
+      .def_property_readonly("rows", [](const PrecomputedA& p) { return p.polys.size(); });
+  m.def("pcmm_msrlwe", [](const Engine& e, const ModGemmPlan& plan, std::vector<const MsCiphertext*> rows, int64_t K,
+                          double factor, const PrecomputedA* pre) {
+    if (pre) {
+      if (pre->K != K) fail(ErrorKind::Parameter, "precomputed U*A was made for another weight scaling");
+      Seed session;
+      std::memcpy(session.data(), pre->session.data(), 32);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const MsCiphertext* r = rows[i];
+        if (r && (!r->seeded || r->level != pre->level || r->seed != row_seed(session, i)))
+          fail(ErrorKind::Parameter, "precomputed U*A does not match these rows (level or row seeds); precompute it "
+                                     "for this encryption session and level");
+      }
+    }
+    py::gil_scoped_release r;
+    return pcmm_msrlwe(e.ctx, plan, rows, K, factor, pre ? &pre->polys : nullptr);
+  }, py::arg("engine"), py::arg("plan"), py::arg("rows"), py::arg("K"), py::arg("factor"), py::arg("precomputed") = nullptr);
+  m.def("ms_precompute_a", [](const Engine& e, const ModGemmPlan& plan, py::bytes session, size_t rows, int level, int64_t K) {
+    Seed s = seed_from(session);
+    if (rows != plan.cols()) fail(ErrorKind::Shape, "precompute: the weight matrix's columns must equal the encrypted rows");
+    if (level < 0 || level > e.ctx.max_level()) fail(ErrorKind::Level, "precompute: level out of range");
+    py::gil_scoped_release r;
+    std::vector<Poly> a;
+    for (size_t i = 0; i < rows; ++i) a.push_back(ms_a_from_seed(e.ctx, row_seed(s, i), level));
+    std::vector<const Poly*> ap;
+    for (auto& p : a) ap.push_back(&p);
+    PrecomputedA out;
+    out.polys = pcmm_a_parts(e.ctx, plan, ap, level, K);
+    out.level = level;
+    out.session = std::string(reinterpret_cast<const char*>(s.data()), 32);
+    out.K = K;
+    return out;
+  });
+  m.def("ms_conversion_keys", [](const Engine& e, const SecretKey& sk, const MultiSecretKey& k) { return ms_conversion_keys(e.ctx, sk, k); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("ms_to_rlwe", [](const Engine& e, const MsCiphertext& c, const std::vector<SwitchKey>& keys) { return ms_to_rlwe(e.ctx, c, keys); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("ms_rescale", [](const Engine& e, const MsCiphertext& c) { return ms_rescale(e.ctx, c); }, py::call_guard<py::gil_scoped_release>());
+  m.def("ms_add_plain", [](const Engine& e, const MsCiphertext& c, size_t j, const Plaintext& p) { return ms_add_plain(e.ctx, c, j, p); },
+        py::call_guard<py::gil_scoped_release>());
+}

@@ -12,6 +12,7 @@ void bind_ring(py::module_& m);
 void bind_ckks(py::module_& m);
 void bind_pcmm(py::module_& m);
 void bind_linalg(py::module_& m);
+void bind_msrlwe(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -38,4 +39,5 @@ PYBIND11_MODULE(_core, m) {
   bind_ckks(m);
   bind_pcmm(m);
   bind_linalg(m);
+  bind_msrlwe(m);
 }

@@ -1,0 +1,293 @@
+#include "pcmm/msrlwe.h"
+
+#include <openssl/evp.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "ckks/errors.h"
+#include "ckks/evaluator.h"
+#include "ckks/keygen.h"
+#include "ckks/keyswitch.h"
+
+namespace hemlp::pcmm {
+
+MultiSecretKey multi_secret_key(const Context& ctx, int k) {
+  if (k < 1 || k > 1024) fail(ErrorKind::Parameter, "multi-secret key: k must be in [1, 1024]");
+  Prng prng(os_seed());
+  MultiSecretKey key;
+  key.param_hash = ctx.hash64();
+  key.key_id = prng.u64() | 1;
+  for (int j = 0; j < k; ++j) {
+    key.coeffs.push_back(sample_ternary(prng, ctx.n()));
+    key.ntt_qp.push_back(small_to_ntt_qp(ctx, key.coeffs.back()));
+  }
+  return key;
+}
+
+Seed row_seed(const Seed& session, uint64_t row) {
+  // One AES-256 block keyed by the session seed per half of the row seed: a PRF of the row index.
+  Seed out{};
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  if (!c) throw std::runtime_error("EVP_CIPHER_CTX_new failed");
+  uint8_t in[32] = {0};
+  std::memcpy(in, &row, 8);
+  in[16] = 1;
+  std::memcpy(in + 17, &row, 8);
+  int len = 0;
+  bool ok = EVP_EncryptInit_ex(c, EVP_aes_256_ecb(), nullptr, session.data(), nullptr) == 1 &&
+            EVP_CIPHER_CTX_set_padding(c, 0) == 1 && EVP_EncryptUpdate(c, out.data(), &len, in, 32) == 1 && len == 32;
+  EVP_CIPHER_CTX_free(c);
+  if (!ok) throw std::runtime_error("AES row-seed derivation failed");
+  return out;
+}
+
+Poly ms_a_from_seed(const Context& ctx, const Seed& seed, int level) {
+  return uniform_from_seed(ctx, seed, level + 1, false, 0);
+}
+
+MsCiphertext ms_encrypt(const Context& ctx, const std::vector<Plaintext>& pts, const MultiSecretKey& key,
+                        const Seed& a_seed) {
+  if (pts.empty() || pts.size() != key.coeffs.size())
+    fail(ErrorKind::Shape, "MSRLWE encryption needs one plaintext per secret of the multi-secret key (" +
+                               std::to_string(key.coeffs.size()) + ")");
+  if (key.param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "multi-secret key of another parameter set");
+  const Plaintext& p0 = pts[0];
+  for (auto& p : pts)
+    if (p.level != p0.level || p.scale != p0.scale || p.slots != p0.slots || p.encoding != p0.encoding)
+      fail(ErrorKind::Encoding, "MSRLWE chunks must share level, scale, slots and encoding");
+  const size_t n = ctx.n();
+  const int limbs = p0.level + 1;
+  MsCiphertext ct;
+  ct.param_hash = ctx.hash64();
+  ct.key_id = key.key_id;
+  ct.level = p0.level;
+  ct.scale = p0.scale;
+  ct.slots = p0.slots;
+  ct.encoding = p0.encoding;
+  ct.seed = a_seed;
+  ct.seeded = true;
+  ct.a = ms_a_from_seed(ctx, a_seed, p0.level);
+  Prng prng(os_seed());
+  for (size_t j = 0; j < pts.size(); ++j) {
+    Poly e = small_to_ntt_q(ctx, sample_gaussian(prng, n), limbs);
+    Poly b((size_t)limbs * n);
+    for (int k = 0; k < limbs; ++k) {
+      const Modulus& q = ctx.modulus(k);
+      const size_t o = (size_t)k * n;
+      for (size_t i = 0; i < n; ++i) {
+        u64 v = ring::sub_mod(e[o + i], q.mul(ct.a[o + i], key.ntt_qp[j][o + i]), q.q);
+        b[o + i] = ring::add_mod(v, pts[j].data[o + i], q.q);
+      }
+    }
+    ct.b.push_back(std::move(b));
+  }
+  return ct;
+}
+
+std::vector<Plaintext> ms_decrypt(const Context& ctx, const MsCiphertext& ct, const MultiSecretKey& key) {
+  if (ct.param_hash != ctx.hash64() || key.param_hash != ctx.hash64())
+    fail(ErrorKind::ContextMismatch, "MSRLWE ciphertext or key of another parameter set");
+  if (ct.key_id != key.key_id)
+    fail(ErrorKind::KeyMismatch, "this MSRLWE matrix was encrypted under another multi-secret key");
+  if (ct.b.size() != key.coeffs.size()) fail(ErrorKind::Shape, "chunk count does not match the multi-secret key");
+  const size_t n = ctx.n();
+  const int limbs = ct.level + 1;
+  std::vector<Plaintext> out;
+  for (size_t j = 0; j < ct.b.size(); ++j) {
+    Plaintext p;
+    p.param_hash = ct.param_hash;
+    p.level = ct.level;
+    p.scale = ct.scale;
+    p.slots = ct.slots;
+    p.encoding = ct.encoding;
+    p.data.resize((size_t)limbs * n);
+    for (int k = 0; k < limbs; ++k) {
+      const Modulus& q = ctx.modulus(k);
+      const size_t o = (size_t)k * n;
+      for (size_t i = 0; i < n; ++i) p.data[o + i] = ring::add_mod(ct.b[j][o + i], q.mul(ct.a[o + i], key.ntt_qp[j][o + i]), q.q);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+namespace {
+// out[r] (limbs 0..level) = K * sum_i U_ri rows[i], for polys given by pointer (nullptr = 0).
+void gemm_polys(const Context& ctx, const ModGemmPlan& plan, const std::vector<const u64*>& rows, int level,
+                int64_t K, const std::vector<u64*>& out) {
+  const size_t n = ctx.n(), d1 = plan.rows(), d2 = plan.cols();
+  const std::vector<u64> zeros(n, 0);
+  std::vector<u64> C(d1 * n);
+  std::vector<const uint64_t*> lr(d2);
+  for (int k = 0; k <= level; ++k) {
+    const u64 q = ctx.modulus(k).q;
+    int64_t km = K % (int64_t)q;
+    const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km, wp = ring::shoup_precompute(w, q);
+    for (size_t i = 0; i < d2; ++i) lr[i] = rows[i] ? rows[i] + (size_t)k * n : zeros.data();
+    plan.apply(lr.data(), n, q, C.data(), n);
+#pragma omp parallel for schedule(static)
+    for (long r = 0; r < (long)d1; ++r) {
+      u64* dst = out[r] + (size_t)k * n;
+      const u64* src = C.data() + (size_t)r * n;
+      for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(src[x], w, wp, q);
+    }
+  }
+}
+}  // namespace
+
+std::vector<Poly> pcmm_a_parts(const Context& ctx, const ModGemmPlan& plan, const std::vector<const Poly*>& a,
+                               int level, int64_t K) {
+  if (a.size() != plan.cols()) fail(ErrorKind::Shape, "precompute: one a-part per encrypted row is needed");
+  std::vector<const u64*> rows;
+  for (auto* p : a) {
+    if (p && p->size() < (size_t)(level + 1) * ctx.n()) fail(ErrorKind::Level, "precompute: a-part below the level");
+    rows.push_back(p ? p->data() : nullptr);
+  }
+  std::vector<Poly> out(plan.rows(), Poly((size_t)(level + 1) * ctx.n()));
+  std::vector<u64*> outp;
+  for (auto& p : out) outp.push_back(p.data());
+  gemm_polys(ctx, plan, rows, level, K, outp);
+  return out;
+}
+
+std::vector<MsCiphertext> pcmm_msrlwe(const Context& ctx, const ModGemmPlan& plan,
+                                      const std::vector<const MsCiphertext*>& rows, int64_t K, double factor,
+                                      const std::vector<Poly>* pre) {
+  const size_t d1 = plan.rows(), d2 = plan.cols(), n = ctx.n();
+  if (rows.size() != d2)
+    fail(ErrorKind::Shape, "pcmm: the weight matrix has " + std::to_string(d2) + " columns but the encrypted matrix has " +
+                               std::to_string(rows.size()) + " rows");
+  const MsCiphertext* ref = nullptr;
+  for (auto* r : rows)
+    if (r) { ref = r; break; }
+  if (!ref) fail(ErrorKind::Shape, "pcmm: no encrypted rows");
+  for (auto* r : rows) {
+    if (!r) continue;
+    if (r->param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "pcmm: a row belongs to another parameter set");
+    if (r->level != ref->level || !scales_match(r->scale, ref->scale) || r->b.size() != ref->b.size() ||
+        r->slots != ref->slots || r->encoding != ref->encoding || r->key_id != ref->key_id)
+      fail(ErrorKind::Level, "pcmm: all MSRLWE rows must share level, scale, chunk count, encoding and key");
+  }
+  const int level = ref->level;
+  const size_t k = ref->b.size(), sz = (size_t)(level + 1) * n;
+  std::vector<MsCiphertext> out(d1);
+  for (auto& o : out) {
+    o.param_hash = ref->param_hash;
+    o.key_id = ref->key_id;
+    o.level = level;
+    o.scale = ref->scale * factor;
+    o.slots = ref->slots;
+    o.encoding = ref->encoding;
+    o.a.resize(sz);
+    o.b.assign(k, Poly(sz));
+  }
+  std::vector<const u64*> in(d2);
+  std::vector<u64*> dst(d1);
+  if (pre) {
+    if (pre->size() != d1) fail(ErrorKind::Shape, "precomputed U*A has the wrong number of rows");
+    for (size_t r = 0; r < d1; ++r) {
+      if ((*pre)[r].size() < sz) fail(ErrorKind::Level, "precomputed U*A is below the matrix level");
+      std::copy((*pre)[r].begin(), (*pre)[r].begin() + sz, out[r].a.begin());
+    }
+  } else {
+    for (size_t i = 0; i < d2; ++i) in[i] = rows[i] ? rows[i]->a.data() : nullptr;
+    for (size_t r = 0; r < d1; ++r) dst[r] = out[r].a.data();
+    gemm_polys(ctx, plan, in, level, K, dst);
+  }
+  for (size_t j = 0; j < k; ++j) {
+    for (size_t i = 0; i < d2; ++i) in[i] = rows[i] ? rows[i]->b[j].data() : nullptr;
+    for (size_t r = 0; r < d1; ++r) dst[r] = out[r].b[j].data();
+    gemm_polys(ctx, plan, in, level, K, dst);
+  }
+  return out;
+}
+
+std::vector<SwitchKey> ms_conversion_keys(const Context& ctx, const SecretKey& sk, const MultiSecretKey& key) {
+  if (sk.param_hash != ctx.hash64() || key.param_hash != ctx.hash64())
+    fail(ErrorKind::ContextMismatch, "conversion keys: keys of another parameter set");
+  KeyGenerator kg(ctx);
+  std::vector<SwitchKey> out;
+  for (auto& sj : key.ntt_qp) {
+    SwitchKey k = kg.switch_key(sk, sj);
+    k.galois = 0;
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+std::vector<Ciphertext> ms_to_rlwe(const Context& ctx, const MsCiphertext& ct, const std::vector<SwitchKey>& keys) {
+  if (keys.size() != ct.b.size())
+    fail(ErrorKind::MissingKey, "MSRLWE -> RLWE needs one conversion key per chunk (" + std::to_string(ct.b.size()) +
+                                    "); make them with linalg.conversion_keys(ctx, sk, msk)");
+  for (auto& k : keys)
+    if (k.param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "conversion key of another parameter set");
+  const size_t n = ctx.n();
+  ModUpDigits d = modup(ctx, ct.a.data(), ct.level);  // shared by all k chunks
+  std::vector<Ciphertext> out;
+  for (size_t j = 0; j < ct.b.size(); ++j) {
+    Poly u0, u1, k0, k1;
+    key_inner_product(ctx, d, keys[j], nullptr, u0, u1);
+    moddown(ctx, u0, ct.level, k0);
+    moddown(ctx, u1, ct.level, k1);
+    Ciphertext c;
+    c.param_hash = ct.param_hash;
+    c.key_id = keys[j].key_id;
+    c.level = ct.level;
+    c.scale = ct.scale;
+    c.slots = ct.slots;
+    c.encoding = ct.encoding;
+    c.polys.assign(2, Poly());
+    c.polys[0].resize(k0.size());
+    for (int l = 0; l <= ct.level; ++l) {
+      const u64 q = ctx.modulus(l).q;
+      for (size_t i = 0; i < n; ++i) c.polys[0][(size_t)l * n + i] = ring::add_mod(ct.b[j][(size_t)l * n + i], k0[(size_t)l * n + i], q);
+    }
+    c.polys[1] = std::move(k1);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace hemlp::pcmm
+
+namespace hemlp::pcmm {
+
+MsCiphertext ms_rescale(const Context& ctx, const MsCiphertext& ct) {
+  Evaluator ev(ctx);
+  Ciphertext tmp;
+  tmp.param_hash = ct.param_hash;
+  tmp.level = ct.level;
+  tmp.scale = ct.scale;
+  tmp.slots = ct.slots;
+  tmp.encoding = ct.encoding;
+  tmp.polys = ct.b;
+  tmp.polys.push_back(ct.a);
+  Ciphertext r = ev.rescale(tmp);
+  MsCiphertext out = ct;
+  out.seeded = false;
+  out.level = r.level;
+  out.scale = r.scale;
+  out.a = std::move(r.polys.back());
+  r.polys.pop_back();
+  out.b = std::move(r.polys);
+  return out;
+}
+
+MsCiphertext ms_add_plain(const Context& ctx, const MsCiphertext& ct, size_t chunk, const Plaintext& pt) {
+  if (chunk >= ct.b.size()) fail(ErrorKind::Shape, "chunk index out of range");
+  if (pt.param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "plaintext of another parameter set");
+  if (pt.level != ct.level || pt.slots != ct.slots || pt.encoding != ct.encoding || !scales_match(pt.scale, ct.scale))
+    fail(ErrorKind::Scale, "plaintext must match the MSRLWE row's level, scale, slots and encoding");
+  const size_t n = ctx.n();
+  MsCiphertext out = ct;
+  for (int l = 0; l <= ct.level; ++l) {
+    const u64 q = ctx.modulus(l).q;
+    for (size_t i = 0; i < n; ++i)
+      out.b[chunk][(size_t)l * n + i] = ring::add_mod(out.b[chunk][(size_t)l * n + i], pt.data[(size_t)l * n + i], q);
+  }
+  return out;
+}
+
+}  // namespace hemlp::pcmm
