@@ -12,9 +12,13 @@ MODELS = ("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn")
 __all__ = ["Square", "PolyAct", "mult_depth", "build", "MODELS", "FHE4DMMNet", "HEMLP", "CifarCNN"]
 
 
-def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10):
-    """A model by name for inputs of shape (C, H, W)."""
+def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10, seed: int | None = None):
+    """A model by name for inputs of shape (C, H, W); ``seed`` makes the initial weights reproducible."""
     c, h, w = input_shape
+    if seed is not None:
+        import torch
+
+        torch.manual_seed(seed)
     if name == "fhe4dmm":
         from .fhe4dmm import CONFIGS, FHE4DMMNet
 

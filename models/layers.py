@@ -23,7 +23,10 @@ class PolyAct(nn.Module):
 
     def __init__(self, coeffs):
         super().__init__()
-        self.register_buffer("coeffs", torch.as_tensor(coeffs, dtype=torch.float32))
+        # Python floats (not buffers): traced graphs / ONNX see plain constants
+        self.coeffs = tuple(float(c) for c in coeffs)
+        if len(self.coeffs) < 2:
+            raise ValueError("PolyAct needs degree >= 1")
 
     @property
     def degree(self) -> int:
@@ -31,13 +34,15 @@ class PolyAct(nn.Module):
 
     def forward(self, x):
         c = self.coeffs
-        y = c[-1] * torch.ones_like(x)
-        for i in range(len(c) - 2, -1, -1):  # Horner
-            y = y * x + c[i]
+        y = x * c[1] + c[0]
+        p = x
+        for ci in c[2:]:
+            p = p * x
+            y = y + p * ci
         return y
 
     def extra_repr(self):
-        return "coeffs=" + ", ".join(f"{float(v):.4g}" for v in self.coeffs)
+        return "coeffs=" + ", ".join(f"{v:.4g}" for v in self.coeffs)
 
 
 # Least-squares degree-2 fit of ReLU on [-4, 4] (uniform weight): 0.375 + 0.5 x + 0.1171875 x²

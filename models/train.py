@@ -50,7 +50,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.15)
     loss_fn = nn.CrossEntropyLoss()
     history = []
-    bar = tqdm(total=steps, desc="train", unit="step", disable=not progress, leave=False)
+    bar = tqdm(total=steps, desc="train", unit="step", disable=not progress, leave=False, mininterval=0.5)
     for ep in range(epochs):
         model.train()
         t0, tot, correct, seen = time.perf_counter(), 0.0, 0, 0
