@@ -35,4 +35,6 @@ def __getattr__(name):  # lazy submodules: hemlp.ckks, hemlp.linalg, ...
 
     if name in {"ckks", "linalg", "planner", "bench"}:
         return importlib.import_module(f"hemlp.{name}")
+    if name in {"compile", "load"}:  # from hemlp.compile import compile, load
+        return getattr(importlib.import_module("hemlp.compile"), name)
     raise AttributeError(f"module 'hemlp' has no attribute {name!r}")

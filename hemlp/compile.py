@@ -1,0 +1,415 @@
+"""hemlp.compile: a torch.nn.Module or an ONNX file -> a planned chain of encrypted layers.
+
+    compiled = hemlp.compile(model_or_onnx_path, example_input, batch_size=..., **options)
+    print(compiled.plan)
+    sk, eval_keys = compiled.keygen()                 # client
+    ct = compiled.encrypt(x, sk)                      # client: x (batch, *input_shape)
+    ct_out = compiled.run(ct, eval_keys)              # server: no secret key
+    y = compiled.decrypt(ct_out, sk)                  # client: (batch, *output_shape)
+    compiled.simulate(x)                              # the same plan in plaintext
+    compiled.save(dir); hemlp.load(dir)
+
+Options: activation_degree (int, or dict by activation kind / node name; default 7),
+activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
+activation_method ("chebyshev" | "lsq" | "minimax"), weight_bits (20), allow_insecure (False),
+preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from hemlp.errors import EncodingError, KeyMismatchError, ParameterError, ShapeError
+
+__all__ = ["compile", "load", "CompiledModel", "Plan"]
+
+_OPTIONS = dict(activation_degree=7, activation_range=None, activation_margin=0.2, activation_method="chebyshev",
+                weight_bits=20, allow_insecure=False, preset=None, workers=4)
+
+
+class Plan:
+    """The planned chain: IR with levels/layouts, the lowered steps and the FHE4DMM reports."""
+
+    def __init__(self, graph, steps, info: dict, text: str | None = None):
+        self.graph, self.steps, self.info, self._text = graph, steps, info, text
+
+    @property
+    def matmuls(self) -> list[dict]:
+        """Every PCMM as an (m x k) . (k x n) product: name, shape and its OBL / grid (FHE4DMM planner)."""
+        return self.info.get("matmuls", [])
+
+    def obl(self, name: str):
+        """FHE4DMM Optimal Block Layout of one matmul for the context's slot count."""
+        from hemlp.planner import obl, obl_bruteforce
+
+        mm = next(m for m in self.matmuls if m["name"] == name)
+        S_o = self.info["slots"]
+        f = obl if math.isqrt(S_o) ** 2 == S_o else obl_bruteforce
+        return f(mm["m"], mm["n"], mm["k"], S_o)
+
+    def grid(self, name: str, workers: int):
+        """FHE4DMM 4D processor grid for one matmul and a worker count (used by the Ray runtime)."""
+        from hemlp.planner import grid_4d
+
+        return grid_4d(self.obl(name), int(workers))
+
+    def __str__(self):
+        if self._text is not None:
+            return self._text
+        from hemlp.compiler.ir import format_graph
+
+        i = self.info
+        head = [f"hemlp plan for {i['model']}: preset {i['preset']} (N=2^{int(math.log2(i['N']))}, {i['slots']} slots, "
+                f"{i['security']}), depth {i['depth']} of {i['max_level']} levels, input encrypted at L{i['top_level']}",
+                f"layout (A): one feature per RLWE ciphertext, batch along the slots; batch {i['batch_size']} -> "
+                f"{i['chunks']} chunk(s) of {i['slots']} slots" + (f", {i['waste']:.1%} of the slots are zero padding"
+                                                                 if i['waste'] > 0 else ""),
+                f"weights quantised to {i['weight_bits']} bits; eval keys: "
+                + ("relinearisation key only (no rotations)" if i["needs_relin"] else "none (linear model)")]
+        text = format_graph(self.graph, "\n".join(head))
+        if self.matmuls:
+            text += f"\n# FHE4DMM (for the distributed runtime, {i['workers']} workers):"
+            for m in self.matmuls:
+                text += (f"\n#   {m['name']}: ({m['m']}x{m['k']}) . ({m['k']}x{m['n']})  OBL {m['obl']}  "
+                         f"grid {m['grid']}")
+        self._text = text
+        return text
+
+    __repr__ = __str__
+
+
+class CompiledModel:
+    def __init__(self, plan: Plan, steps, preset: str, params, input_shape, output_shape, batch_size: int,
+                 top_level: int, options: dict, allow_insecure: bool, graph=None):
+        self.plan, self.steps, self.preset, self.params = plan, steps, preset, params
+        self.input_shape, self.output_shape = tuple(input_shape), tuple(output_shape)
+        self.batch_size, self.top_level, self.options = int(batch_size), int(top_level), dict(options)
+        self.allow_insecure = bool(allow_insecure)
+        self.weight_bits = int(self.options.get("weight_bits", 20))
+        self._ctx = None
+        self.model_id = self._digest()
+
+    def _digest(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps([self.preset, list(self.input_shape), list(self.output_shape), self.top_level,
+                             self.weight_bits], sort_keys=True).encode())
+        h.update(self.params.hash.encode())
+        for s in self.steps:
+            h.update(json.dumps([s.op, s.out, s.inputs, s.rows, None if s.act is None else s.act.to_json(),
+                                 s.level_out], sort_keys=True, default=float).encode())
+            for k, v in sorted(s.arrays().items()):
+                h.update(k.encode())
+                h.update(np.ascontiguousarray(v).tobytes())
+        return h.hexdigest()[:16]
+
+    # ---- context / keys
+    @property
+    def context(self):
+        if self._ctx is None:
+            from hemlp import ckks
+
+            self._ctx = ckks.Context(self.params, allow_insecure=self.allow_insecure)
+        return self._ctx
+
+    @property
+    def needs_relin(self) -> bool:
+        return any(s.op in ("square", "poly") for s in self.steps)
+
+    def keygen(self):
+        """(secret_key, eval_keys): the secret key stays on the client; eval_keys go to the server."""
+        from hemlp.runtime.artifacts import EvalKeys
+
+        ctx = self.context
+        sk, _ = ctx.keygen()
+        rlk = ctx.relin_key(sk) if self.needs_relin else None
+        return sk, EvalKeys(self.model_id, rlk)
+
+    # ---- client side
+    def _check_x(self, x) -> np.ndarray:
+        try:
+            import torch
+
+            if isinstance(x, torch.Tensor):
+                x = x.detach().cpu().numpy()
+        except ImportError:
+            pass
+        x = np.asarray(x)
+        if x.dtype == object or not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+            raise EncodingError(f"inputs must be real numbers (float or int arrays), got dtype {x.dtype}")
+        if x.ndim != len(self.input_shape) + 1 or tuple(x.shape[1:]) != self.input_shape:
+            raise ShapeError(f"expected inputs of shape (batch, {', '.join(map(str, self.input_shape))}), got "
+                             f"{tuple(x.shape)}")
+        if x.shape[0] < 1:
+            raise ShapeError("the batch is empty")
+        x = x.astype(np.float64)
+        if not np.all(np.isfinite(x)):
+            raise EncodingError("inputs contain NaN or infinity")
+        return x
+
+    @property
+    def capacity(self) -> int:
+        slots = self.params.N // 2
+        return -(-self.batch_size // slots) * slots
+
+    def encrypt(self, x, key):
+        """Encrypt a batch (batch, *input_shape) under the secret key (or a public key)."""
+        from hemlp import ckks, linalg
+        from hemlp.runtime.artifacts import EncryptedBatch
+
+        x = self._check_x(x)
+        if x.shape[0] > self.capacity:
+            raise ShapeError(f"batch of {x.shape[0]} samples exceeds the planned capacity {self.capacity} "
+                             f"(batch_size={self.batch_size}); recompile with a larger batch_size or split the batch")
+        if not isinstance(key, (ckks.SecretKey, ckks.PublicKey)):
+            raise TypeError("encrypt needs the SecretKey from keygen() (or a PublicKey)")
+        if key._phash != self.context.hash:
+            raise KeyMismatchError("the key belongs to another parameter set than this compiled model; use the "
+                                   "keys from this model's keygen()")
+        rows = x.reshape(x.shape[0], -1).T
+        ctm = linalg.encrypt_matrix(self.context, rows, key, level=self.top_level)
+        return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
+
+    def decrypt(self, ct, sk) -> np.ndarray:
+        from hemlp import linalg
+        from hemlp.runtime.artifacts import EncryptedBatch
+
+        if not isinstance(ct, EncryptedBatch):
+            raise TypeError("decrypt takes the EncryptedBatch returned by run()")
+        if ct.model_id != self.model_id:
+            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
+        if sk.key_id != ct.key_id:
+            raise KeyMismatchError("the secret key does not match the ciphertext's key pair; decrypt with the "
+                                   "secret key that encrypted the input")
+        rows = linalg.decrypt_matrix(self.context, ct.ctm, sk)
+        return rows[:, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
+
+    # ---- server side
+    def run(self, ct, eval_keys, threads: int | None = None):
+        """Encrypted inference (server side: ciphertexts and evaluation keys only)."""
+        from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
+        from hemlp.runtime.local import run as _run
+
+        if not isinstance(ct, EncryptedBatch) or not isinstance(eval_keys, EvalKeys):
+            raise TypeError("run(ct, eval_keys) takes an EncryptedBatch and the EvalKeys from keygen()")
+        if eval_keys.model_id != self.model_id:
+            raise KeyMismatchError(f"the evaluation keys belong to compiled model {eval_keys.model_id}, not "
+                                   f"{self.model_id}; use this model's keygen()")
+        if ct.model_id != self.model_id:
+            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
+        if ct.stage != "input":
+            raise ShapeError("run() takes an encrypted input batch, not an output")
+        if self.needs_relin:
+            if eval_keys.relin_key is None:
+                from hemlp.errors import MissingKeyError
+
+                raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
+            if eval_keys.relin_key.key_id != ct.key_id:
+                raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
+        if threads is not None:
+            import hemlp
+
+            hemlp.set_num_threads(threads)
+        out = _run(self.context, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits)
+        from hemlp.runtime.artifacts import EncryptedBatch as EB
+
+        return EB(self.model_id, out, ct.batch, self.output_shape, "output")
+
+    def simulate(self, x) -> np.ndarray:
+        """The same plan in plaintext numpy (quantised weights, the same polynomials and layouts)."""
+        from hemlp.runtime.local import simulate as _sim
+
+        x = self._check_x(x)
+        rows = _sim(self.steps, x.reshape(x.shape[0], -1).T, self.weight_bits)
+        return rows.T.reshape((x.shape[0],) + self.output_shape)
+
+    # ---- files
+    def save(self, path) -> None:
+        from hemlp.runtime.artifacts import save_model
+
+        save_model(self, path)
+
+    def load_eval_keys(self, path):
+        from hemlp.runtime.artifacts import EvalKeys
+
+        return EvalKeys.load(path, self)
+
+    def load_encrypted(self, path):
+        from hemlp.runtime.artifacts import EncryptedBatch
+
+        return EncryptedBatch.load(path, self)
+
+    def load_secret_key(self, path):
+        from hemlp import ckks
+
+        sk = ckks.load(path, self.context)
+        if not isinstance(sk, ckks.SecretKey):
+            raise KeyMismatchError(f"{path} does not hold a secret key")
+        return sk
+
+    def __repr__(self):
+        return (f"CompiledModel({self.model_id}: {list(self.input_shape)} -> {list(self.output_shape)}, preset "
+                f"{self.preset}, depth {self.plan.info.get('depth')}, batch {self.batch_size})")
+
+
+# ---------------------------------------------------------------------------------------
+
+def _frontend(model, x):
+    if isinstance(model, (str, Path)):
+        if not str(model).endswith(".onnx") and not Path(model).is_file():
+            raise ParameterError(f"{model!r} is not an ONNX file; pass a torch.nn.Module or a path to a .onnx file")
+        from hemlp.compiler.onnx_frontend import from_onnx
+
+        return from_onnx(str(model), x)
+    try:
+        import onnx
+
+        if isinstance(model, onnx.ModelProto):
+            from hemlp.compiler.onnx_frontend import from_onnx
+
+            return from_onnx(model, x)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        if isinstance(model, torch.nn.Module):
+            from hemlp.compiler.torch_frontend import from_torch
+
+            return from_torch(model, x)
+    except ImportError:
+        pass
+    raise TypeError(f"hemlp.compile takes a torch.nn.Module or an ONNX file path, got {type(model).__name__}")
+
+
+def _per_node(opt, node, default=None):
+    if isinstance(opt, dict):
+        for key in (node.name, node.source.split(":")[0], node.attrs.get("kind")):
+            if key in opt:
+                return opt[key]
+        return default
+    return default if opt is None else opt
+
+
+def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **options) -> CompiledModel:
+    """Compile a model for encrypted inference (see the module docstring)."""
+    from hemlp.ckks import Params
+    from hemlp.compiler.activations import approximate, calibrate, exact_poly
+    from hemlp.compiler.fold import fold
+    from hemlp.compiler.lower import lower
+    from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
+    from hemlp.runtime.local import simulate as _sim
+
+    bad = sorted(set(options) - set(_OPTIONS))
+    if bad:
+        raise TypeError(f"unknown option(s) {bad}; valid options: {sorted(_OPTIONS)}")
+    opts = dict(_OPTIONS, **options)
+    try:
+        import torch
+
+        if isinstance(example_input, torch.Tensor):
+            example_input = example_input.detach().cpu().numpy()
+    except ImportError:
+        pass
+    x = np.asarray(example_input, dtype=np.float64)
+    if x.ndim < 2:
+        raise ShapeError(f"example_input must be a batch (batch, *input_shape), got shape {x.shape}")
+    g = _frontend(model_or_onnx_path, x)
+    g = fold(g)
+    # calibrate and approximate activations on the exact float model
+    ref = g.reference(x)
+    for n in g.nodes:
+        if n.op != "act":
+            continue
+        kind = n.attrs["kind"]
+        if kind in ("square", "poly"):
+            n.attrs["approx"] = exact_poly(kind, n.attrs.get("coeffs"))
+            continue
+        deg = int(_per_node(opts["activation_degree"], n, 7))
+        rng = _per_node(opts["activation_range"], n, None)
+        if rng is None:
+            lo, hi = calibrate(ref[n.inputs[0]], float(opts["activation_margin"]))
+        else:
+            lo, hi = map(float, rng)
+        n.attrs["approx"] = approximate(kind, lo, hi, deg, opts["activation_method"])
+    steps = lower(g)
+    depth = depth_of(steps)
+    # output magnitude check against q_0 of the candidate preset
+    y_sim = _sim(steps, x.reshape(x.shape[0], -1).T, int(opts["weight_bits"]))
+    max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
+    info = choose_preset(depth, bool(opts["allow_insecure"]), opts["preset"])
+    params = Params.preset(info["name"])
+    reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
+    if reserve:
+        info = choose_preset(depth, bool(opts["allow_insecure"]), opts["preset"], reserve=reserve)
+        params = Params.preset(info["name"])
+    top = depth + reserve
+    plan_levels(steps, top)
+    by_node = {}
+    for s in steps:
+        by_node.setdefault(s.node, []).append(s)
+    for n in g.nodes:
+        ss = by_node.get(n.name, [])
+        if ss:
+            n.level_in, n.level_out = ss[0].level_in, ss[-1].level_out
+        for s in ss:
+            if s.info.get("folded_affine"):
+                n.notes.append(f"(input map of {s.info['folded_affine']} folded in)")
+            if s.op == "affine" and s.info.get("note"):
+                n.notes.append(s.info["note"])
+    slots = params.N // 2
+    bs = int(batch_size) if batch_size is not None else slots
+    if bs < 1:
+        raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
+    chunks = -(-bs // slots)
+    from hemlp.planner import grid_4d, obl, obl_bruteforce
+
+    matmuls = []
+    for s in steps:
+        if s.op != "pcmm":
+            continue
+        P = 1 if s.index is None else s.index.shape[1]
+        m, k, n_ = s.U.shape[0], s.U.shape[1], P * chunks * slots
+        f = obl if math.isqrt(slots) ** 2 == slots else obl_bruteforce
+        lay = f(m, n_, k, slots)
+        grid = grid_4d(lay, int(opts["workers"]))
+        matmuls.append(dict(name=s.out, m=m, k=k, n=n_, obl=list(lay.blocks),
+                            grid=f"{grid.p_m}x{grid.p_n}x{grid.p_k}"))
+    plan_info = dict(model=g.name, preset=info["name"], N=params.N, slots=slots, security=info["security"],
+                     depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,
+                     chunks=chunks, waste=1.0 - bs / (chunks * slots), weight_bits=int(opts["weight_bits"]),
+                     needs_relin=any(s.op in ("square", "poly") for s in steps), workers=int(opts["workers"]),
+                     matmuls=matmuls)
+    plan = Plan(g, steps, plan_info)
+    inp, out = g.input, g.output
+    store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items()
+                  if k in ("weight_bits", "activation_method", "activation_margin", "workers")}
+    cm = CompiledModel(plan, steps, info["name"], params, inp.shape, out.shape, bs, top, store_opts,
+                       bool(opts["allow_insecure"]))
+    cm.reference = lambda xx: g.reference(np.asarray(xx, dtype=np.float64))[g.output.name]
+    return cm
+
+
+def load(path) -> CompiledModel:
+    """Load a compiled model directory written by CompiledModel.save (server or client side)."""
+    from hemlp.runtime.artifacts import load_model
+
+    return load_model(path)
+
+
+# `hemlp.compile` is both this module and the function: importing the submodule rebinds the package
+# attribute to the module, so the module itself is made callable (it forwards to compile()).
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
+
+class _CallableModule(_types.ModuleType):
+    def __call__(self, *args, **kwargs):
+        return compile(*args, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _CallableModule

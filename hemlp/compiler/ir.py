@@ -1,0 +1,329 @@
+"""The compiler IR: a chain (DAG) of layers with per-sample shapes, layouts, levels and scales.
+
+A ``Graph`` is a topologically ordered list of ``Node``s. Frontends (torch.fx, ONNX) build it;
+``fold`` simplifies it; ``activations`` attaches polynomial approximations; ``lower`` turns it
+into executable steps; ``params`` assigns levels. ``print(plan)`` reads like torch.fx code.
+
+Ops (attrs):
+    input      shape
+    linear     weight (out, in), bias | None          y = W x + b over the flattened features
+    conv2d     weight (Co, Ci, kh, kw), bias, stride, padding, dilation, groups
+    avgpool2d  kernel, stride, padding, count_include_pad
+    batchnorm  scale (C,), shift (C,)                   y = scale[c] x + shift[c]
+    affine     alpha (F,), beta (F,)                    per-feature scale and shift
+    flatten    (a relabelling of rows in layout A)
+    act        kind: square | poly | relu | silu | gelu | sigmoid | tanh ; coeffs (poly, power basis)
+    add        two inputs (residual)
+    output
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from hemlp.errors import ShapeError, UnsupportedError
+
+LINEAR_OPS = ("linear", "conv2d", "avgpool2d")
+ACT_KINDS = ("square", "poly", "relu", "silu", "gelu", "sigmoid", "tanh")
+
+
+@dataclass
+class Node:
+    name: str
+    op: str
+    inputs: list
+    shape: tuple                      # per-sample output shape
+    attrs: dict = field(default_factory=dict)
+    source: str = ""                  # where it came from: fx node / ONNX node (op type)
+    # planning annotations (filled by params / lower)
+    level_in: Optional[int] = None
+    level_out: Optional[int] = None
+    scale_out: Optional[float] = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def features(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+class Graph:
+    def __init__(self, nodes=None, name: str = "model"):
+        self.nodes: list[Node] = list(nodes or [])
+        self.name = name
+
+    # ---- access
+    def __iter__(self):
+        return iter(self.nodes)
+
+    def __len__(self):
+        return len(self.nodes)
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def users(self, name: str) -> list[Node]:
+        return [n for n in self.nodes if name in n.inputs]
+
+    @property
+    def input(self) -> Node:
+        return next(n for n in self.nodes if n.op == "input")
+
+    @property
+    def output(self) -> Node:
+        return next(n for n in self.nodes if n.op == "output")
+
+    def unique(self, base: str) -> str:
+        names = {n.name for n in self.nodes}
+        base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in base).strip("_") or "v"
+        if base[0].isdigit():
+            base = "layer" + base
+        if base not in names:
+            return base
+        i = 1
+        while f"{base}_{i}" in names:
+            i += 1
+        return f"{base}_{i}"
+
+    def add(self, node: Node) -> Node:
+        self.nodes.append(node)
+        return node
+
+    def replace_uses(self, old: str, new: str) -> None:
+        for n in self.nodes:
+            n.inputs = [new if i == old else i for i in n.inputs]
+
+    def remove(self, name: str) -> None:
+        self.nodes = [n for n in self.nodes if n.name != name]
+
+    def bypass(self, node: Node) -> None:
+        """Remove a single-input node, wiring its users to its input."""
+        self.replace_uses(node.name, node.inputs[0])
+        self.remove(node.name)
+
+    def dead_code(self) -> None:
+        live, out = set(), self.output
+        stack = [out.name]
+        while stack:
+            n = stack.pop()
+            if n in live:
+                continue
+            live.add(n)
+            stack.extend(self.node(n).inputs)
+        self.nodes = [n for n in self.nodes if n.name in live]
+
+    # ---- reference execution (float64, exact activations): calibration and oracles
+    def reference(self, x: np.ndarray, exact: bool = True) -> dict:
+        """Run the graph on rows-major data. x: (batch, *input_shape). Returns name -> (batch, *shape)."""
+        vals = {}
+        for n in self.nodes:
+            ins = [vals[i] for i in n.inputs]
+            vals[n.name] = eval_node(n, ins, x, exact=exact)
+        return vals
+
+    def __str__(self):
+        return format_graph(self)
+
+    __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------------------
+# Numpy semantics of every op (batch-first tensors)
+# ---------------------------------------------------------------------------------------
+
+def exact_activation(kind: str, x, coeffs=None):
+    if kind == "square":
+        return x * x
+    if kind == "poly":
+        return np.polynomial.polynomial.polyval(x, np.asarray(coeffs, dtype=np.float64))
+    if kind == "relu":
+        return np.maximum(x, 0.0)
+    if kind == "sigmoid":
+        return 0.5 * (1.0 + np.tanh(0.5 * x))
+    if kind == "tanh":
+        return np.tanh(x)
+    if kind == "silu":
+        return x * 0.5 * (1.0 + np.tanh(0.5 * x))
+    if kind == "gelu":
+        from math import erf
+
+        verf = np.vectorize(erf, otypes=[np.float64])
+        return 0.5 * x * (1.0 + verf(x / math.sqrt(2.0)))
+    raise UnsupportedError(f"activation {kind!r}")
+
+
+def conv2d_index(in_shape, kernel, stride, padding, dilation=(1, 1)):
+    """im2col over rows: index (Ci*kh*kw, Ho*Wo) of input rows (c, y, x) -> c*H*W + y*W + x, -1 = pad."""
+    Ci, H, W = in_shape
+    kh, kw = kernel
+    sh, sw = stride
+    ph, pw = padding
+    dh, dw = dilation
+    Ho = (H + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    Wo = (W + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if Ho <= 0 or Wo <= 0:
+        raise ShapeError(f"conv/pool output would be empty for input {in_shape} and kernel {kernel}")
+    c, ky, kx = np.meshgrid(np.arange(Ci), np.arange(kh), np.arange(kw), indexing="ij")
+    oy, ox = np.meshgrid(np.arange(Ho), np.arange(Wo), indexing="ij")
+    iy = oy.reshape(1, -1) * sh + ky.reshape(-1, 1) * dh - ph
+    ix = ox.reshape(1, -1) * sw + kx.reshape(-1, 1) * dw - pw
+    idx = c.reshape(-1, 1) * H * W + iy * W + ix
+    idx = np.where((iy >= 0) & (iy < H) & (ix >= 0) & (ix < W), idx, -1)
+    return idx.astype(np.int64), (Ho, Wo)
+
+
+def dense_conv_weight(w: np.ndarray, groups: int) -> np.ndarray:
+    """A grouped conv weight (Co, Ci/g, kh, kw) as the equivalent dense (Co, Ci, kh, kw)."""
+    if groups == 1:
+        return w
+    Co, cig, kh, kw = w.shape
+    out = np.zeros((Co, cig * groups, kh, kw))
+    cog = Co // groups
+    for g in range(groups):
+        out[g * cog:(g + 1) * cog, g * cig:(g + 1) * cig] = w[g * cog:(g + 1) * cog]
+    return out
+
+
+def gather_apply(U, index, X, bias=None):
+    """Rows semantics of linalg.pcmm_gather on a plaintext rows matrix X (d, B)."""
+    Xz = np.concatenate([X, np.zeros((1, X.shape[1]))], axis=0)
+    G = Xz[index]                                # (d2, P, B), -1 -> zero row
+    out = np.einsum("ri,ipb->rpb", U, G).reshape(U.shape[0] * index.shape[1], X.shape[1])
+    if bias is not None:
+        out += np.repeat(np.asarray(bias, dtype=np.float64), index.shape[1])[:, None]
+    return out
+
+
+def avgpool_matrix(in_shape, kernel, stride, padding, count_include_pad=True):
+    """Dense pooling matrix (C*Ho*Wo, C*H*W)."""
+    C, H, W = in_shape
+    idx, (Ho, Wo) = conv2d_index((1, H, W), kernel, stride, padding)
+    P = Ho * Wo
+    M = np.zeros((C * P, C * H * W))
+    for p in range(P):
+        rows = idx[:, p]
+        valid = rows[rows >= 0]
+        div = kernel[0] * kernel[1] if count_include_pad else max(len(valid), 1)
+        for c in range(C):
+            M[c * P + p, c * H * W + valid] = 1.0 / div
+    return M
+
+
+def eval_node(n: Node, ins, x, exact=True):
+    a = n.attrs
+    if n.op == "input":
+        return np.asarray(x, dtype=np.float64)
+    X = ins[0] if ins else None
+    B = X.shape[0] if X is not None else 0
+    if n.op == "linear":
+        W = a["weight"]
+        y = X.reshape(B, -1) @ W.T
+        if a.get("bias") is not None:
+            y = y + a["bias"]
+        return y.reshape((B,) + tuple(n.shape))
+    if n.op == "conv2d":
+        Ci = X.shape[1]
+        w = dense_conv_weight(a["weight"], a.get("groups", 1))
+        idx, _ = conv2d_index(X.shape[1:], w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
+        rows = X.reshape(B, -1).T
+        y = gather_apply(w.reshape(w.shape[0], -1), idx, rows, a.get("bias"))
+        return y.T.reshape((B,) + tuple(n.shape))
+    if n.op == "avgpool2d":
+        M = avgpool_matrix(X.shape[1:], a["kernel"], a["stride"], a["padding"], a.get("count_include_pad", True))
+        return (X.reshape(B, -1) @ M.T).reshape((B,) + tuple(n.shape))
+    if n.op == "batchnorm":
+        C = X.shape[1]
+        sh = (1, C) + (1,) * (X.ndim - 2)
+        return X * a["scale"].reshape(sh) + a["shift"].reshape(sh)
+    if n.op == "affine":
+        return (X.reshape(B, -1) * a["alpha"] + a["beta"]).reshape(X.shape)
+    if n.op in ("flatten", "identity"):
+        return X.reshape((B,) + tuple(n.shape))
+    if n.op == "act":
+        if exact or "approx" not in a:
+            return exact_activation(a["kind"], X, a.get("coeffs"))
+        return a["approx"].apply(X)
+    if n.op == "add":
+        return ins[0] + ins[1]
+    if n.op == "output":
+        return X
+    raise UnsupportedError(f"IR op {n.op!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Printing (torch.fx-like)
+# ---------------------------------------------------------------------------------------
+
+def _shape(s) -> str:
+    return "[" + ", ".join(str(d) for d in s) + "]"
+
+
+def _lv(n: Node) -> str:
+    if n.level_in is None or n.level_out is None:
+        return ""
+    return f"L{n.level_in}" if n.level_in == n.level_out else f"L{n.level_in}→L{n.level_out}"
+
+
+def describe(n: Node) -> str:
+    """The right-hand side of `name = ...` for one node."""
+    a = n.attrs
+    ins = ", ".join(n.inputs)
+    if n.op == "input":
+        return "input"
+    if n.op == "linear":
+        w = a["weight"]
+        b = ", bias" if a.get("bias") is not None else ""
+        return f"pcmm({n.name}.weight[{w.shape[0]}x{w.shape[1]}], {ins}{b})"
+    if n.op == "conv2d":
+        w = a["weight"]
+        extra = f", groups={a['groups']}" if a.get("groups", 1) != 1 else ""
+        return (f"pcmm_gather({n.name}.weight[{w.shape[0]}x{w.shape[1]}x{w.shape[2]}x{w.shape[3]}], {ins}, "
+                f"stride={tuple(a['stride'])}, padding={tuple(a['padding'])}{extra})")
+    if n.op == "avgpool2d":
+        return f"avg_pool2d({ins}, kernel={tuple(a['kernel'])}, stride={tuple(a['stride'])})"
+    if n.op == "batchnorm":
+        return f"batch_norm({ins})"
+    if n.op == "affine":
+        return f"affine({ins})"
+    if n.op == "flatten":
+        return f"flatten({ins})"
+    if n.op == "act":
+        ap = a.get("approx")
+        if ap is not None:
+            return f"{ap.expr(ins)}"
+        if a["kind"] == "poly":
+            return f"poly({ins}, {np.round(a['coeffs'], 4).tolist()})"
+        return f"{a['kind']}({ins})"
+    if n.op == "add":
+        return f"{n.inputs[0]} + {n.inputs[1]}"
+    return f"{n.op}({ins})"
+
+
+def format_graph(g: Graph, header: str = "", steps_info: dict | None = None) -> str:
+    inp = g.input
+    lines = []
+    if header:
+        lines += [f"# {h}" if h else "#" for h in header.splitlines()]
+    lv = f" @ L{inp.level_out}" if inp.level_out is not None else ""
+    lines.append(f"def forward({inp.name}: Enc{_shape(inp.shape)}{lv}):")
+    w = max([len(n.name) for n in g.nodes] + [4])
+    for n in g.nodes:
+        if n.op in ("input",):
+            continue
+        if n.op == "output":
+            lines.append(f"    return {n.inputs[0]}")
+            continue
+        rhs = describe(n)
+        comment = [_shape(n.shape)]
+        if _lv(n):
+            comment.append(_lv(n))
+        if n.source:
+            comment.append(n.source)
+        comment += n.notes
+        lines.append(f"    {n.name:<{w}} = {rhs:<48}  # " + "  ".join(comment))
+    return "\n".join(lines)

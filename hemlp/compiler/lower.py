@@ -1,0 +1,138 @@
+"""IR -> executable steps in layout (A): one feature per ciphertext row, the batch along the slots.
+
+Every value is a rows matrix (features x batch). Steps:
+
+    pcmm    out = U @ in (+ bias)               Linear; avg pooling (dense); 1 level
+            out = pcmm_gather(U, in, index)      Conv2d as im2col over rows (no rotations); avg pooling
+    poly    out = p(in), Chebyshev/power basis   depth ceil(log2(deg + 1))
+    square  out = sign * in^2 + const           1 level
+    affine  out = alpha[row] * in + beta[row]   1 level (only when it cannot be folded)
+    add     out = a + b                          0 levels, or 1 to match scales (set_scale)
+    alias   out = in                             flatten (row relabelling)
+
+The input map u = alpha x + beta of every polynomial activation is folded into the producing PCMM
+(weights and bias scaled) whenever that PCMM has no other user.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from hemlp.compiler.activations import ActPoly
+from hemlp.compiler.ir import Graph, avgpool_matrix, conv2d_index, dense_conv_weight
+from hemlp.errors import UnsupportedError
+
+
+@dataclass
+class Step:
+    op: str
+    out: str
+    inputs: list
+    rows: int                                  # features of the output
+    node: str = ""                             # IR node it implements
+    U: Optional[np.ndarray] = None
+    index: Optional[np.ndarray] = None
+    bias: Optional[np.ndarray] = None
+    act: Optional[ActPoly] = None
+    alpha: Optional[np.ndarray] = None
+    beta: Optional[np.ndarray] = None
+    level_in: Optional[int] = None
+    level_out: Optional[int] = None
+    info: dict = field(default_factory=dict)
+
+    def arrays(self) -> dict:
+        return {k: getattr(self, k) for k in ("U", "index", "bias", "alpha", "beta") if getattr(self, k) is not None}
+
+    def meta(self) -> dict:
+        return dict(op=self.op, out=self.out, inputs=list(self.inputs), rows=self.rows, node=self.node,
+                    act=None if self.act is None else self.act.to_json(), level_in=self.level_in,
+                    level_out=self.level_out, info=self.info)
+
+    @classmethod
+    def from_meta(cls, meta: dict, arrays: dict) -> "Step":
+        s = cls(meta["op"], meta["out"], list(meta["inputs"]), int(meta["rows"]), meta.get("node", ""),
+                act=None if meta.get("act") is None else ActPoly.from_json(meta["act"]),
+                level_in=meta.get("level_in"), level_out=meta.get("level_out"), info=dict(meta.get("info", {})))
+        for k, v in arrays.items():
+            setattr(s, k, v)
+        return s
+
+
+def lower(g: Graph) -> list[Step]:
+    steps: list[Step] = []
+    for n in g.nodes:
+        a = n.attrs
+        if n.op == "input":
+            steps.append(Step("input", n.name, [], n.features, n.name))
+        elif n.op == "output":
+            steps.append(Step("output", n.name, list(n.inputs), n.features, n.name))
+        elif n.op == "linear":
+            W = np.asarray(a["weight"], dtype=np.float64)
+            steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=W,
+                              bias=None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64)))
+        elif n.op == "conv2d":
+            in_shape = g.node(n.inputs[0]).shape
+            w = dense_conv_weight(np.asarray(a["weight"], dtype=np.float64), a.get("groups", 1))
+            idx, _ = conv2d_index(in_shape, w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
+            steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=w.reshape(w.shape[0], -1),
+                              index=idx, bias=None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64)))
+        elif n.op == "avgpool2d":
+            in_shape = g.node(n.inputs[0]).shape
+            C = in_shape[0]
+            if a.get("count_include_pad", True) or tuple(a["padding"]) == (0, 0):
+                idx1, (Ho, Wo) = conv2d_index((1,) + tuple(in_shape[1:]), a["kernel"], a["stride"], a["padding"])
+                HW = in_shape[1] * in_shape[2]
+                # one U row for every channel: P = C*Ho*Wo output blocks in (c, ho, wo) order
+                idx = np.concatenate([np.where(idx1 >= 0, idx1 + c * HW, -1) for c in range(C)], axis=1)
+                k = a["kernel"][0] * a["kernel"][1]
+                steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=np.full((1, k), 1.0 / k),
+                                  index=idx))
+            else:
+                M = avgpool_matrix(in_shape, a["kernel"], a["stride"], a["padding"], False)
+                steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=M))
+        elif n.op in ("flatten", "identity"):
+            steps.append(Step("alias", n.name, list(n.inputs), n.features, n.name))
+        elif n.op == "affine":
+            steps.append(Step("affine", n.name, list(n.inputs), n.features, n.name,
+                              alpha=np.asarray(a["alpha"], dtype=np.float64), beta=np.asarray(a["beta"], dtype=np.float64)))
+        elif n.op == "add":
+            steps.append(Step("add", n.name, list(n.inputs), n.features, n.name))
+        elif n.op == "act":
+            ap: ActPoly = a["approx"]
+            if ap.form == "affine":
+                steps.append(Step("affine", n.name, list(n.inputs), n.features, n.name,
+                                  alpha=np.full(n.features, ap.alpha), beta=np.full(n.features, ap.beta)))
+                continue
+            src = n.inputs[0]
+            if ap.alpha != 1.0 or ap.beta != 0.0:
+                src = _fold_input_affine(steps, g, n, ap)
+            op = "square" if ap.form == "square" else "poly"
+            steps.append(Step(op, n.name, [src], n.features, n.name, act=ap))
+        else:
+            raise UnsupportedError(f"cannot lower IR op {n.op!r} (node {n.name})")
+    return steps
+
+
+def _fold_input_affine(steps: list[Step], g: Graph, n, ap: ActPoly) -> str:
+    """Fold u = alpha x + beta into the PCMM producing x (through flattens), or emit an affine step."""
+    name = n.inputs[0]
+    cur = g.node(name)
+    ok = len(g.users(cur.name)) == 1
+    while ok and cur.op == "flatten":
+        cur = g.node(cur.inputs[0])
+        ok = len(g.users(cur.name)) == 1
+    prod = next((s for s in steps if s.out == cur.name), None)
+    if ok and prod is not None and prod.op == "pcmm" and not prod.info.get("folded_affine"):
+        rows_U = prod.U.shape[0]
+        prod.U = prod.U * ap.alpha
+        b = np.zeros(rows_U) if prod.bias is None else prod.bias
+        prod.bias = b * ap.alpha + ap.beta
+        prod.info["folded_affine"] = n.name
+        return name
+    aff = Step("affine", g.unique(n.name + "_in"), [name], n.features, n.name,
+               alpha=np.full(n.features, ap.alpha), beta=np.full(n.features, ap.beta))
+    aff.info["note"] = "activation input scaling not foldable (1 level)"
+    steps.append(aff)
+    return aff.out

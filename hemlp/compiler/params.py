@@ -1,0 +1,97 @@
+"""Level planning and parameter choice (BRIEF §1.8, §6.4): fail at compile time, never at run time.
+
+Costs: PCMM 1 level (its rescale), square 1, polynomial of degree d ceil(log2(d + 1)), affine 1,
+residual add 0 when the branches are at different levels (the higher one is brought to the other's
+scale with one set_scale inside its spare level) and 1 otherwise.
+
+``choose_preset`` picks the smallest 128-bit preset of ``ckks.Params.presets()`` whose depth fits
+(with allow_insecure=True the test presets test-N12 then test-N12-d6 are tried first) and raises
+LevelError naming the missing level count when none does.
+"""
+from __future__ import annotations
+
+import math
+
+from hemlp.errors import LevelError, ParameterError
+
+TEST_PRESETS = ("test-N12", "test-N12-d6")
+
+
+def step_cost(step) -> int:
+    if step.op == "pcmm":
+        return 1
+    if step.op in ("square", "affine"):
+        return 1
+    if step.op == "poly":
+        return step.act.depth
+    return 0
+
+
+def plan_levels(steps, top: int) -> int:
+    """Assign level_in/level_out to every step for an input encrypted at `top`; returns the output level.
+    Levels may go negative here (the caller checks)."""
+    lv = {}
+    for s in steps:
+        if s.op == "input":
+            s.level_in = s.level_out = top
+        elif s.op == "add":
+            la, lb = lv[s.inputs[0]], lv[s.inputs[1]]
+            s.level_in = max(la, lb)
+            s.level_out = min(la, lb) if la != lb else la - 1
+        else:
+            s.level_in = lv[s.inputs[0]]
+            s.level_out = s.level_in - step_cost(s)
+        lv[s.out] = s.level_out
+    out = next(s for s in steps if s.op == "output")
+    return out.level_out
+
+
+def depth_of(steps) -> int:
+    """Levels the program consumes from the input to the output."""
+    return 1000 - plan_levels(steps, 1000)
+
+
+def candidates(allow_insecure: bool) -> list[dict]:
+    from hemlp.ckks import Params
+
+    ps = Params.presets()
+    secure = sorted((p for p in ps if p["security"] == "128-bit"), key=lambda p: (p["N"], p["depth"]))
+    tests = [p for name in TEST_PRESETS for p in ps if p["name"] == name] if allow_insecure else []
+    return tests + secure
+
+
+def choose_preset(depth: int, allow_insecure: bool = False, preset: str | None = None,
+                  reserve: int = 0) -> dict:
+    """The preset to use for a program of the given depth (+ `reserve` levels kept at the output)."""
+    from hemlp.ckks import Params
+
+    need = depth + reserve
+    if preset is not None:
+        info = next((p for p in Params.presets() if p["name"] == preset), None)
+        if info is None:
+            raise ParameterError(f"unknown preset {preset!r}; choose one of {[p['name'] for p in Params.presets()]}")
+        if info["security"] != "128-bit" and not allow_insecure:
+            raise ParameterError(f"preset {preset!r} is not 128-bit secure; pass allow_insecure=True (tests only)")
+        if info["depth"] < need:
+            raise LevelError(f"the model needs {need} levels ({depth} for its layers"
+                             + (f" + {reserve} kept for the output's magnitude" if reserve else "")
+                             + f") but preset {preset!r} has {info['depth']}: {need - info['depth']} level(s) "
+                             "missing; use a deeper preset, lower activation degrees, or square activations")
+        return info
+    cands = candidates(allow_insecure)
+    for p in cands:
+        if p["depth"] >= need:
+            return p
+    best = max(cands, key=lambda p: p["depth"])
+    raise LevelError(f"the model needs {need} levels ({depth} for its layers"
+                     + (f" + {reserve} kept for the output's magnitude" if reserve else "")
+                     + f") but the deepest available preset {best['name']!r} has {best['depth']}: "
+                     f"{need - best['depth']} level(s) missing. Lower the activation degrees (degree d costs "
+                     "ceil(log2(d+1)) levels), use x^2 activations, or remove layers; bootstrapping is not "
+                     "available yet")
+
+
+def output_reserve(max_abs_out: float, log_scale: float, q0_bits: int, headroom_bits: int = 4) -> int:
+    """Levels to keep at the output so |y| * scale fits under q_0 with some headroom."""
+    need_bits = math.log2(max(max_abs_out, 1e-30) * 2.0) + log_scale + headroom_bits
+    return 0 if need_bits < q0_bits else 1

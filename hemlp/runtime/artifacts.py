@@ -1,0 +1,217 @@
+"""Client/server artefacts: the compiled-model directory, evaluation keys and encrypted batches.
+
+Compiled model directory (everything the server needs, nothing secret):
+    plan.json     format version, model id, preset, options, input/output shapes, batch size,
+                  the printable plan, and every step's metadata (ops, levels, activations)
+    weights.npz   the step arrays (weights, im2col indices, biases, affine maps)
+    params.bin    the CKKS parameters (hemlp.ckks.Params.to_bytes)
+
+Evaluation keys (EvalKeys.save) and encrypted batches (EncryptedBatch.save) are single files in a
+checksummed container: magic | header length | JSON header | payload length | payload | SHA-256.
+Both carry the model id, so keys or ciphertexts of another compiled model are refused
+(KeyMismatchError). The secret key is saved by the client with sk.save(path) and never enters
+these files.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from hemlp.errors import KeyMismatchError, SerializationError
+
+MAGIC = b"HEMLPC\x00\x01"
+FORMAT_VERSION = 1
+
+
+def pack(kind: str, header: dict, payload: bytes) -> bytes:
+    h = json.dumps(dict(header, kind=kind, version=FORMAT_VERSION), sort_keys=True).encode()
+    body = MAGIC + struct.pack("<I", len(h)) + h + struct.pack("<Q", len(payload)) + payload
+    return body + hashlib.sha256(body).digest()
+
+
+def unpack(data: bytes, kind: str):
+    try:
+        if data[: len(MAGIC)] != MAGIC:
+            raise SerializationError(f"not a hemlp {kind} file (bad magic)")
+        if len(data) < len(MAGIC) + 4 + 8 + 32 or hashlib.sha256(data[:-32]).digest() != data[-32:]:
+            raise SerializationError(f"the {kind} file is truncated or corrupted (checksum mismatch)")
+        off = len(MAGIC)
+        (hl,) = struct.unpack_from("<I", data, off)
+        off += 4
+        header = json.loads(data[off: off + hl].decode())
+        off += hl
+        (pl,) = struct.unpack_from("<Q", data, off)
+        off += 8
+        payload = data[off: off + pl]
+        if off + pl + 32 != len(data):
+            raise SerializationError(f"the {kind} file has inconsistent lengths")
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError):
+        raise SerializationError(f"the {kind} file is corrupted") from None
+    if header.get("kind") != kind:
+        raise SerializationError(f"expected a {kind} file, got a {header.get('kind')!r} file")
+    if header.get("version") != FORMAT_VERSION:
+        raise SerializationError(f"{kind} file format version {header.get('version')} is not supported")
+    return header, payload
+
+
+def _read(path, kind):
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise SerializationError(f"cannot read the {kind} file {path}: {exc.strerror}") from None
+
+
+def _write(path, data: bytes):
+    from hemlp.ckks import _atomic_write
+
+    _atomic_write(Path(path), data)
+
+
+class EvalKeys:
+    """Server-side keys of one compiled model: the relinearisation key (layout A needs no rotations)."""
+
+    def __init__(self, model_id: str, relin_key=None):
+        self.model_id, self.relin_key = model_id, relin_key
+
+    key_id = property(lambda self: None if self.relin_key is None else self.relin_key.key_id)
+
+    def __repr__(self):
+        return f"EvalKeys(model={self.model_id}, relin_key={'yes' if self.relin_key is not None else 'none needed'})"
+
+    def to_bytes(self) -> bytes:
+        blob = b"" if self.relin_key is None else self.relin_key.to_bytes()
+        return pack("eval_keys", dict(model_id=self.model_id, has_relin=self.relin_key is not None), blob)
+
+    def save(self, path) -> None:
+        _write(path, self.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, compiled) -> "EvalKeys":
+        h, payload = unpack(data, "eval_keys")
+        if h.get("model_id") != compiled.model_id:
+            raise KeyMismatchError(f"these evaluation keys belong to compiled model {h.get('model_id')}, not "
+                                   f"{compiled.model_id}; generate keys with this model's keygen()")
+        rlk = None
+        if h.get("has_relin"):
+            from hemlp.ckks import RelinKey, from_bytes
+
+            rlk = from_bytes(payload, compiled.context)
+            if not isinstance(rlk, RelinKey):
+                raise SerializationError("eval_keys: the payload is not a relinearisation key")
+        return cls(h["model_id"], rlk)
+
+    @classmethod
+    def load(cls, path, compiled) -> "EvalKeys":
+        return cls.from_bytes(_read(path, "eval_keys"), compiled)
+
+
+class EncryptedBatch:
+    """A batch of encrypted samples in layout (A): a CtMatrix (features x batch) plus its model id."""
+
+    def __init__(self, model_id: str, ctm, batch: int, shape: tuple, stage: str):
+        self.model_id, self.ctm, self.batch, self.shape, self.stage = model_id, ctm, int(batch), tuple(shape), stage
+
+    level = property(lambda self: self.ctm.level)
+    num_ciphertexts = property(lambda self: len(self.ctm.cts))
+    key_id = property(lambda self: self.ctm.cts[0]._obj.key_id)
+
+    def __repr__(self):
+        return (f"EncryptedBatch({self.stage}: {self.batch} x {list(self.shape)}, {self.num_ciphertexts} ciphertexts "
+                f"at level {self.level}, model {self.model_id})")
+
+    def to_bytes(self) -> bytes:
+        return pack("encrypted_batch", dict(model_id=self.model_id, batch=self.batch, shape=list(self.shape),
+                                            stage=self.stage), self.ctm.to_bytes())
+
+    def save(self, path) -> None:
+        _write(path, self.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, compiled) -> "EncryptedBatch":
+        from hemlp.linalg import CtMatrix
+
+        h, payload = unpack(data, "encrypted_batch")
+        if h.get("model_id") != compiled.model_id:
+            raise KeyMismatchError(f"this encrypted batch belongs to compiled model {h.get('model_id')}, not "
+                                   f"{compiled.model_id}")
+        ctm = CtMatrix.from_bytes(payload, compiled.context)
+        return cls(h["model_id"], ctm, h["batch"], tuple(h["shape"]), h.get("stage", "input"))
+
+    @classmethod
+    def load(cls, path, compiled) -> "EncryptedBatch":
+        return cls.from_bytes(_read(path, "encrypted_batch"), compiled)
+
+
+# ---------------------------------------------------------------------------------------
+# Compiled model directory
+# ---------------------------------------------------------------------------------------
+
+def save_model(compiled, path) -> None:
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    metas = []
+    for i, s in enumerate(compiled.steps):
+        metas.append(s.meta())
+        for k, v in s.arrays().items():
+            arrays[f"s{i}_{k}"] = v
+    meta = dict(format="hemlp-compiled-model", version=FORMAT_VERSION, model_id=compiled.model_id,
+                preset=compiled.preset, allow_insecure=compiled.allow_insecure, options=compiled.options,
+                input_shape=list(compiled.input_shape), output_shape=list(compiled.output_shape),
+                batch_size=compiled.batch_size, top_level=compiled.top_level, plan_text=str(compiled.plan),
+                plan_info=compiled.plan.info, steps=metas)
+    tmp = d / "weights.npz.tmp.npz"
+    np.savez(tmp, **arrays)
+    tmp.replace(d / "weights.npz")
+    _write(d / "params.bin", compiled.context.params.to_bytes())
+    _write(d / "plan.json", json.dumps(meta, indent=1, default=_json_default).encode())
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(type(o).__name__)
+
+
+def load_model(path):
+    from hemlp.compile import CompiledModel, Plan
+    from hemlp.compiler.lower import Step
+
+    d = Path(path)
+    try:
+        meta = json.loads((d / "plan.json").read_text())
+    except OSError as exc:
+        raise SerializationError(f"{d} is not a compiled hemlp model directory: {exc.strerror}") from None
+    except json.JSONDecodeError:
+        raise SerializationError(f"{d / 'plan.json'} is corrupted") from None
+    if meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
+        raise SerializationError(f"{d} holds an unsupported compiled-model format")
+    try:
+        with np.load(d / "weights.npz", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise SerializationError(f"cannot read {d / 'weights.npz'}: {exc}") from None
+    from hemlp.ckks import Params
+
+    params = Params.from_bytes(_read(d / "params.bin", "params"))
+    steps = []
+    for i, m in enumerate(meta["steps"]):
+        pre = f"s{i}_"
+        steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
+    plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
+    cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]), tuple(meta["output_shape"]),
+                       meta["batch_size"], meta["top_level"], meta["options"], meta["allow_insecure"])
+    if cm.model_id != meta["model_id"]:
+        raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "
+                                 "corrupted or mixed from two models")
+    return cm

@@ -1,0 +1,151 @@
+"""Executors of a lowered program (layout A: rows = features, columns = batch).
+
+* ``simulate`` — the same steps in plaintext float64 numpy: quantised weights (hemlp.linalg.quantize),
+  the same polynomials and the same row layouts; warns (RangeWarning) when an approximated
+  activation sees inputs outside its calibrated range.
+* ``run`` — the same steps on ciphertexts (hemlp.linalg PCMMs, hemlp.polyeval), in process.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from hemlp.compiler.activations import RangeWarning
+from hemlp.compiler.ir import gather_apply
+
+__all__ = ["simulate", "run"]
+
+
+def _range_check(step, u):
+    ap = step.act
+    if ap is None or ap.lo is None:
+        return
+    x = (u - ap.beta) / ap.alpha
+    tol = 1e-9 * (ap.hi - ap.lo)
+    out = (x < ap.lo - tol) | (x > ap.hi + tol)
+    if np.any(out):
+        frac = float(np.mean(out))
+        warnings.warn(
+            f"activation {step.node!r} ({ap.kind}, degree {ap.degree}): {frac:.2%} of its inputs lie outside the "
+            f"calibrated range [{ap.lo:.4g}, {ap.hi:.4g}] (seen [{float(x.min()):.4g}, {float(x.max()):.4g}]); the "
+            "polynomial diverges there. Recompile with a representative example input, a larger "
+            "activation_margin or an explicit activation_range", RangeWarning, stacklevel=3)
+
+
+def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
+    """X: rows matrix (features, batch) -> output rows matrix."""
+    from hemlp.linalg import quantize
+
+    vals = {}
+    for s in steps:
+        if s.op == "input":
+            vals[s.out] = np.asarray(X, dtype=np.float64)
+            continue
+        x = vals[s.inputs[0]]
+        if s.op == "pcmm":
+            Uq, delta = quantize(s.U, weight_bits)
+            U = Uq / delta
+            if s.index is None:
+                y = U @ x
+                if s.bias is not None:
+                    y = y + s.bias[:, None]
+            else:
+                y = gather_apply(U, s.index, x, s.bias)
+        elif s.op in ("poly", "square"):
+            _range_check(s, x)
+            y = s.act.eval_u(x)
+        elif s.op == "affine":
+            y = x * s.alpha[:, None] + s.beta[:, None]
+        elif s.op == "add":
+            y = x + vals[s.inputs[1]]
+        elif s.op in ("alias", "output"):
+            y = x
+        else:
+            raise AssertionError(s.op)
+        vals[s.out] = y
+    return vals[next(s.out for s in steps if s.op == "output")]
+
+
+# ---------------------------------------------------------------------------------------
+# Encrypted execution
+# ---------------------------------------------------------------------------------------
+
+def _map_cts(C, fn):
+    from hemlp.linalg import CtMatrix
+
+    return CtMatrix(C.ctx, [fn(i // C.chunks, ct) for i, ct in enumerate(C.cts)], C.shape, C.chunks, C.format)
+
+
+def _add(ctx, A, B, level_out):
+    from hemlp.linalg import CtMatrix
+
+    a0, b0 = A.cts[0], B.cts[0]
+    out = []
+    for ca, cb in zip(A.cts, B.cts):
+        if ca.level < cb.level:
+            ca, cb = cb, ca                      # ca: the higher (or equal) one
+        if ca.level > cb.level:
+            ca = ctx.set_scale(ctx.drop_level(ca, cb.level + 1), cb.scale)
+        elif abs(ca.scale / cb.scale - 1.0) > 2.0 ** -40:
+            ca = ctx.set_scale(ca, cb.scale)
+            cb = ctx.drop_level(cb, ca.level)
+        ct = ctx.add(ca, cb)
+        if ct.level > level_out:
+            ct = ctx.drop_level(ct, level_out)
+        out.append(ct)
+    del a0, b0
+    return CtMatrix(ctx, out, A.shape, A.chunks, A.format)
+
+
+def run(ctx, steps, C, relin_key, weight_bits: int):
+    """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix."""
+    from hemlp import linalg
+    from hemlp.errors import LevelError
+    from hemlp.polyeval import PolyEvaluator
+
+    vals = {}
+    pe = PolyEvaluator(ctx, relin_key)
+    for s in steps:
+        if s.op == "input":
+            if C.level != s.level_out:
+                if C.level < s.level_out:
+                    raise LevelError(f"the input is at level {C.level} but the plan starts at level {s.level_out}")
+                C = _map_cts(C, lambda r, ct: ctx.drop_level(ct, s.level_out))
+            vals[s.out] = C
+            continue
+        x = vals[s.inputs[0]]
+        if s.op == "pcmm":
+            if s.index is None:
+                y = linalg.pcmm(s.U, x, bias=s.bias, weight_bits=weight_bits)
+            else:
+                y = linalg.pcmm_gather(s.U, x, s.index, weight_bits=weight_bits, bias=s.bias)
+        elif s.op == "square":
+            sign, const = float(s.act.coeffs[1]), float(s.act.coeffs[0])
+
+            def sq(r, ct):
+                y = ctx.rescale(ctx.mul(ct, ct, relin_key=relin_key))
+                if sign < 0:
+                    y = ctx.negate(y)
+                return ctx.add(y, const) if const else y
+
+            y = _map_cts(x, sq)
+        elif s.op == "poly":
+            basis = "chebyshev" if s.act.form == "cheb" else "power"
+            y = _map_cts(x, lambda r, ct: pe.evaluate(ct, s.act.coeffs, basis=basis))
+        elif s.op == "affine":
+            def aff(r, ct):
+                y = ctx.rescale(ctx.mul(ct, float(s.alpha[r])))
+                return ctx.add(y, float(s.beta[r])) if s.beta[r] else y
+
+            y = _map_cts(x, aff)
+        elif s.op == "add":
+            y = _add(ctx, x, vals[s.inputs[1]], s.level_out)
+        elif s.op in ("alias", "output"):
+            y = x
+        else:
+            raise AssertionError(s.op)
+        if s.op not in ("alias", "output", "add") and y.level != s.level_out:
+            raise AssertionError(f"step {s.out}: level {y.level}, planned {s.level_out}")
+        vals[s.out] = y
+    return vals[next(s.out for s in steps if s.op == "output")]
