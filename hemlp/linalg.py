@@ -23,9 +23,19 @@ from hemlp.ckks import Ciphertext, Context, PublicKey, SecretKey
 from hemlp.errors import ContextMismatchError, EncodingError, KeyMismatchError, SerializationError, ShapeError
 
 __all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format", "quantize",
-           "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey"]
+           "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey", "modpack_keys"]
 
 FORMATS = ("rlwe", "mlwe", "msrlwe")
+
+
+def _count(fmt: str, shape, chunks: int, ctx: Context) -> int:
+    """Ciphertexts a matrix of this shape holds in this format."""
+    if fmt == "msrlwe":
+        return shape[0]
+    if fmt == "mlwe":
+        k = ctx.N // shape[1]
+        return -(-shape[0] // k)
+    return shape[0] * chunks
 
 
 class CtMatrix:
@@ -33,7 +43,7 @@ class CtMatrix:
 
     def __init__(self, ctx: Context, cts: list, shape: tuple, chunks: int, fmt: str = "rlwe"):
         self.session = None  # MSRLWE: the 32-byte seed whose row seeds expand the a-parts (public)
-        if len(cts) != shape[0] * (1 if fmt == "msrlwe" else chunks):
+        if len(cts) != _count(fmt, shape, chunks, ctx):
             raise ShapeError(f"CtMatrix: {len(cts)} ciphertexts for {shape[0]} rows x {chunks} chunks")
         self.ctx, self.cts, self.shape, self.chunks, self.format = ctx, cts, tuple(shape), chunks, fmt
 
@@ -42,7 +52,11 @@ class CtMatrix:
     scale = property(lambda self: self.cts[0].scale)
     width = property(lambda self: self.ctx.slots if self.encoding == "slot" else self.ctx.N)
 
+    k = property(lambda self: self.ctx.N // self.shape[1] if self.format == "mlwe" else 1)
+
     def row(self, i: int) -> list:
+        if self.format == "mlwe":
+            raise EncodingError("MLWE rows are interleaved inside ciphertexts; decrypt the whole matrix")
         if self.format == "msrlwe":
             return [self.cts[i]]
         return self.cts[i * self.chunks : (i + 1) * self.chunks]
@@ -73,7 +87,8 @@ class CtMatrix:
         sizes, fmt = ser.field(h, "sizes", list), ser.field(h, "format", str)
         if (len(arrays) != 1 or len(shape) != 2 or fmt not in FORMATS or chunks < 1
                 or not all(isinstance(s, int) and s > 0 for s in sizes + shape)
-                or len(sizes) != shape[0] * (1 if fmt == "msrlwe" else chunks) or sum(sizes) != arrays[0].size):
+                or (fmt == "mlwe" and (shape[1] >= ctx.N or ctx.N % shape[1]))
+                or len(sizes) != _count(fmt, shape, chunks, ctx) or sum(sizes) != arrays[0].size):
             raise SerializationError("ct_matrix: header does not match the data; the file is corrupted")
         raw, cts, off = arrays[0].tobytes(), [], 0
         for s in sizes:
@@ -96,9 +111,19 @@ class CtMatrix:
 
 
 def choose_format(ctx: Context, d1: int, d2: int, d3: int, encoding: str = "slot") -> str:
-    """Cheapest legal format for an (d1 x d2) @ Enc(d2 x d3) product (BRIEF §2.4).
-    Only RLWE (k = 1) is implemented; MLWE / MSRLWE would be chosen for d3 < N and d3 > N."""
-    return "rlwe"
+    """Cheapest legal format for a (d1 x d2) @ Enc(d2 x d3) product (BRIEF §2.4), by GEMM work per
+    limb: RLWE 2 d1 d2 N c (c = chunks), MLWE d1 d2 (N + d3) plus ~d1 key switches (ModPack),
+    MSRLWE d1 d2 (N + d3). MLWE needs coefficient encoding and sqrt(N) <= d3 < N, d3 | N."""
+    N = ctx.N
+    width = ctx.slots if encoding == "slot" else N
+    c = -(-d3 // width)
+    costs = {"rlwe": 2.0 * d1 * d2 * N * c}
+    if d3 >= N:
+        costs["msrlwe"] = float(d1) * d2 * (N + c * width)
+    if encoding == "coeff" and d3 < N and N % d3 == 0 and d3 * d3 >= N:
+        ks_cost = 12.0 * N * (ctx.max_level + 1) * 40  # ~ one key switch, in GEMM-MAC units
+        costs["mlwe"] = float(d1) * d2 * (N + d3) + d1 * ks_cost
+    return min(costs, key=costs.get)
 
 
 def _check_format(fmt: str) -> str:
@@ -106,10 +131,6 @@ def _check_format(fmt: str) -> str:
         return "rlwe"
     if fmt not in FORMATS:
         raise EncodingError(f"format must be 'auto' or one of {FORMATS}, got {fmt!r}")
-    if fmt == "mlwe":
-        raise NotImplementedError(
-            "format 'mlwe' (BRIEF §2.2: decimated rank-k rows for d3 < N, with ModPack keys) is not implemented "
-            "yet; use format='rlwe' (any d3) or 'msrlwe' (shared a-part, d3 >= N)")
     return fmt
 
 
@@ -131,6 +152,8 @@ def encrypt_matrix(ctx: Context, M, key, format: str = "auto", encoding: str = "
         raise EncodingError("encrypt_matrix takes real numbers")
     if fmt == "msrlwe":
         return _encrypt_msrlwe(ctx, M, key, encoding, level, scale, session_seed)
+    if fmt == "mlwe":
+        return _encrypt_mlwe(ctx, M, key, encoding, level, scale)
     if not isinstance(key, (PublicKey, SecretKey)):
         raise TypeError("key must be a hemlp.ckks PublicKey or SecretKey")
     width = ctx.slots if encoding == "slot" else ctx.N
@@ -148,6 +171,8 @@ def decrypt_matrix(ctx: Context, C: CtMatrix, sk: SecretKey) -> np.ndarray:
     """Decrypt to a float64 array of C.shape (client side)."""
     if C.ctx.hash != ctx.hash:
         raise ContextMismatchError("decrypt_matrix: the matrix belongs to another parameter set")
+    if C.format == "mlwe":
+        return _decrypt_mlwe(ctx, C, sk)
     if C.format == "msrlwe":
         if not isinstance(sk, MultiSecretKey):
             raise KeyMismatchError("an MSRLWE matrix decrypts with its MultiSecretKey")
@@ -190,6 +215,8 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
                          f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
     if C.format == "msrlwe":
         return _pcmm_msrlwe(U, C, weight_bits, bias, rescale, precomputed)
+    if C.format == "mlwe":
+        return _pcmm_mlwe(U, C, keys, weight_bits, bias, rescale)
     if precomputed is not None:
         raise EncodingError("pcmm: precomputed U*A applies to MSRLWE matrices (shared, seeded a-parts)")
     return pcmm_gather(U, C, np.arange(C.shape[0])[:, None], weight_bits=weight_bits, bias=bias, rescale=rescale)
@@ -433,3 +460,85 @@ def _pcmm_msrlwe(U: np.ndarray, C: CtMatrix, weight_bits: int, bias, rescale: bo
             for j in range(raw[r].k):
                 raw[r] = _core.ms_add_plain(ctx._e, raw[r], j, pt)
     return CtMatrix(ctx, [MsRow(o, ctx) for o in raw], (U.shape[0], C.shape[1]), C.chunks, "msrlwe")
+
+
+# ---------------------------------------------------------------- MLWE (decimated rows, d3 < N)
+
+class ModPackKeys:
+    """Keys s_v(X^k) -> s (v < k) that re-interleave MLWE product rows into RLWE ciphertexts."""
+
+    __slots__ = ("_keys", "k", "key_id")
+
+    def __init__(self, keys, k: int):
+        self._keys, self.k = keys, k
+        self.key_id = keys[0].key_id
+
+    def __repr__(self):
+        return f"ModPackKeys(k={self.k})"
+
+
+def modpack_keys(ctx: Context, sk: SecretKey, k: int) -> ModPackKeys:
+    """Evaluation keys for MLWE(k) products (client makes them from the secret key)."""
+    return ModPackKeys(_core.modpack_keys(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), int(k)), int(k))
+
+
+def _mlwe_k(ctx: Context, d3: int) -> int:
+    N = ctx.N
+    if d3 >= N or N % d3 or d3 * d3 < N:
+        raise ShapeError(f"MLWE needs sqrt(N) <= d3 < N with d3 dividing N = {N}; got d3 = {d3} "
+                         "(use format='rlwe' or 'msrlwe' otherwise)")
+    return N // d3
+
+
+def _encrypt_mlwe(ctx: Context, M: np.ndarray, key, encoding: str, level, scale) -> CtMatrix:
+    if encoding != "coeff":
+        raise EncodingError("format 'mlwe' (k > 1) needs encoding='coeff': the slot encoding does not commute "
+                            "with the decimation X -> X^k")
+    if not isinstance(key, (PublicKey, SecretKey)):
+        raise TypeError("key must be a hemlp.ckks PublicKey or SecretKey")
+    d2, d3 = M.shape
+    k = _mlwe_k(ctx, d3)
+    cts = []
+    for i in range(-(-d2 // k)):
+        block = np.zeros((k, d3))
+        rows = M[i * k : (i + 1) * k]
+        block[: rows.shape[0]] = rows
+        # row k*i + u, column t -> coefficient t*k + u
+        cts.append(ctx.encrypt(block.T.reshape(-1), key, level=level, scale=scale, encoding="coeff"))
+    return CtMatrix(ctx, cts, (d2, d3), 1, "mlwe")
+
+
+def _decrypt_mlwe(ctx: Context, C: CtMatrix, sk: SecretKey) -> np.ndarray:
+    d2, d3 = C.shape
+    k = C.k
+    blocks = [ctx.decrypt(c, sk).reshape(d3, k).T for c in C.cts]
+    return np.concatenate(blocks)[:d2]
+
+
+def _pcmm_mlwe(U: np.ndarray, C: CtMatrix, keys, weight_bits: int, bias, rescale: bool) -> CtMatrix:
+    ctx = C.ctx
+    k = C.k
+    if not isinstance(keys, ModPackKeys) or keys.k != k:
+        from hemlp.errors import MissingKeyError
+
+        raise MissingKeyError(f"an MLWE(k={k}) product needs ModPack keys: pcmm(U, C, keys=linalg.modpack_keys(ctx, sk, {k}))")
+    d1, d2 = U.shape
+    rows_in, rows_out = len(C.cts) * k, -(-d1 // k) * k
+    Up = np.zeros((rows_out, rows_in))  # zero rows/columns pad to whole ciphertexts
+    Up[:d1, :d2] = U
+    Uq, delta = quantize(Up, weight_bits)
+    K = max(1, round(ctx.modulus(C.level) / delta)) if rescale else 1
+    plan = _core.ModGemmPlan(Uq, int(weight_bits))
+    raw = _core.pcmm_mlwe(ctx._e, plan, [c._obj for c in C.cts], k, int(K), float(delta * K), keys._keys)
+    cts = [ctx._w(Ciphertext, o) for o in raw]
+    if rescale:
+        cts = [ctx.rescale(c) for c in cts]
+    if bias is not None:
+        b = np.zeros(rows_out)
+        bb = np.asarray(bias, dtype=np.float64).reshape(-1)
+        if bb.shape[0] != d1:
+            raise ShapeError(f"pcmm: bias has {bb.shape[0]} entries for {d1} output rows")
+        b[:d1] = bb
+        d3 = C.shape[1]
+        cts = [ctx.add(c, np.tile(b[g * k : (g + 1) * k], d3)) for g, c in enumerate(cts)]
+    return CtMatrix(ctx, cts, (d1, C.shape[1]), 1, "mlwe")

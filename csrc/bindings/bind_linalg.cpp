@@ -179,3 +179,17 @@ void bind_msrlwe(py::module_& m) {
   m.def("ms_add_plain", [](const Engine& e, const MsCiphertext& c, size_t j, const Plaintext& p) { return ms_add_plain(e.ctx, c, j, p); },
         py::call_guard<py::gil_scoped_release>());
 }
+
+#include "pcmm/mlwe.h"
+
+void bind_mlwe(py::module_& m) {
+  m.def("modpack_keys", [](const hemlp::Engine& e, const hemlp::SecretKey& sk, int k) {
+    return hemlp::pcmm::modpack_keys(e.ctx, sk, k);
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("pcmm_mlwe", [](const hemlp::Engine& e, const hemlp::pcmm::ModGemmPlan& plan,
+                        std::vector<const hemlp::Ciphertext*> inputs, int k, int64_t K, double factor,
+                        const std::vector<hemlp::SwitchKey>& keys) {
+    py::gil_scoped_release r;
+    return hemlp::pcmm::pcmm_mlwe(e.ctx, plan, inputs, k, K, factor, keys);
+  });
+}

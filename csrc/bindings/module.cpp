@@ -13,6 +13,7 @@ void bind_ckks(py::module_& m);
 void bind_pcmm(py::module_& m);
 void bind_linalg(py::module_& m);
 void bind_msrlwe(py::module_& m);
+void bind_mlwe(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -40,4 +41,5 @@ PYBIND11_MODULE(_core, m) {
   bind_pcmm(m);
   bind_linalg(m);
   bind_msrlwe(m);
+  bind_mlwe(m);
 }

@@ -1,0 +1,81 @@
+"""MLWE(k) matrices (d3 < N): interleaved rows, ModDecomp + GEMM + ModPack."""
+import numpy as np
+import pytest
+
+from hemlp import linalg
+from hemlp.errors import EncodingError, MissingKeyError, ShapeError
+from tests.conftest import bits, make_ctx
+
+
+@pytest.fixture(scope="module")
+def env():
+    ctx = make_ctx("test-N10")
+    sk, pk = ctx.keygen()
+    return ctx, sk, pk
+
+
+def asym(rows, cols, rng):
+    """Row index in the values: a contiguous (non-interleaved) split would decrypt differently."""
+    return rng.uniform(-0.3, 0.3, (rows, cols)) + np.arange(rows)[:, None] / rows - 0.5
+
+
+def test_interleaved_layout(env, rng):
+    ctx, sk, pk = env
+    d3 = ctx.N // 4
+    M = asym(8, d3, rng)
+    C = linalg.encrypt_matrix(ctx, M, pk, format="mlwe", encoding="coeff")
+    assert len(C.cts) == 2 and C.k == 4
+    coeffs = ctx.decrypt(C.cts[1], sk)
+    # row 4*1 + u, column t sits at coefficient t*4 + u
+    for u in range(4):
+        for t in (0, 1, d3 - 1):
+            assert abs(coeffs[t * 4 + u] - M[4 + u, t]) < 1e-6
+    assert bits(linalg.decrypt_matrix(ctx, C, sk) - M) > 25
+
+
+@pytest.mark.parametrize("d3_div", [32, 2])  # d3 = sqrt(N) and d3 = N/2
+def test_pcmm_matches_numpy(env, rng, d3_div):
+    ctx, sk, pk = env
+    d3 = ctx.N // d3_div
+    k = ctx.N // d3
+    d2, d1 = 2 * k + 3, k + 5  # partial groups on both sides
+    M = asym(d2, d3, rng)
+    U, b = rng.normal(0, 0.4, (d1, d2)), rng.normal(size=d1)
+    C = linalg.encrypt_matrix(ctx, M, pk, format="mlwe", encoding="coeff")
+    Y = linalg.pcmm(U, C, keys=linalg.modpack_keys(ctx, sk, k), bias=b, weight_bits=24)
+    assert Y.format == "mlwe" and Y.shape == (d1, d3) and Y.level == C.level - 1
+    assert bits(linalg.decrypt_matrix(ctx, Y, sk) - (U @ M + b[:, None])) > 12
+
+
+def test_products_chain_and_compare_with_rlwe(env, rng):
+    ctx, sk, pk = env
+    d3, k = ctx.N // 8, 8
+    M = asym(16, d3, rng)
+    U1, U2 = rng.normal(0, 0.3, (16, 16)), rng.normal(0, 0.3, (8, 16))
+    keys = linalg.modpack_keys(ctx, sk, k)
+    C = linalg.encrypt_matrix(ctx, M, sk, format="mlwe", encoding="coeff")
+    Y = linalg.pcmm(U2, linalg.pcmm(U1, C, keys=keys), keys=keys)
+    R = linalg.pcmm(U2, linalg.pcmm(U1, linalg.encrypt_matrix(ctx, M, sk, encoding="coeff")))
+    want = U2 @ U1 @ M
+    assert bits(linalg.decrypt_matrix(ctx, Y, sk) - want) > 10
+    assert bits(linalg.decrypt_matrix(ctx, R, sk) - want) > 10
+
+
+def test_mlwe_errors(env, rng):
+    ctx, sk, pk = env
+    with pytest.raises(EncodingError, match="coeff"):
+        linalg.encrypt_matrix(ctx, np.zeros((4, ctx.N // 4)), pk, format="mlwe")
+    with pytest.raises(ShapeError, match="sqrt"):
+        linalg.encrypt_matrix(ctx, np.zeros((4, 8)), pk, format="mlwe", encoding="coeff")
+    C = linalg.encrypt_matrix(ctx, asym(4, ctx.N // 4, rng), pk, format="mlwe", encoding="coeff")
+    with pytest.raises(MissingKeyError, match="modpack_keys"):
+        linalg.pcmm(np.ones((4, 4)), C)
+    with pytest.raises(MissingKeyError):
+        linalg.pcmm(np.ones((4, 4)), C, keys=linalg.modpack_keys(ctx, sk, 2))
+
+
+def test_choose_format(env):
+    ctx, _, _ = env
+    assert linalg.choose_format(ctx, 64, 64, 4 * ctx.N) == "msrlwe"
+    assert linalg.choose_format(ctx, 64, 64, ctx.slots) == "rlwe"
+    assert linalg.choose_format(ctx, 16, 4096, ctx.N // 4, encoding="coeff") in ("mlwe", "rlwe")
