@@ -71,7 +71,7 @@ class _Builder:
                 return src
             shape = self.g.node(src).shape
             kind = "square" if (len(c) == 3 and c[0] == 0 and c[1] == 0 and c[2] == 1) else "poly"
-            where = f"{node.name}: polynomial expression" if node is not None else "polynomial expression"
+            where = f"polynomial expression (used by {node.name})" if node is not None else "polynomial expression"
             return self.new("act", [src], shape, dict(kind=kind, coeffs=c), where, kind)
         raise UnsupportedError(f"a constant tensor/scalar where an encrypted tensor is needed"
                                f"{' at fx node ' + repr(node.name) if node is not None else ''}")
@@ -164,6 +164,9 @@ def from_torch(model, example_input) -> Graph:
         if node.op == "call_module":
             m = mods[node.target]
             where = f"{node.target}: {type(m).__name__}"
+            nm = node.target.replace(".", "_")
+            if nm.split("_")[-1].isdigit():
+                nm = f"{type(m).__name__.lower()}_{nm}"
             if isinstance(m, nn.Linear):
                 src = ir(node.args[0], node)
                 in_shape = b.g.node(src).shape
@@ -174,7 +177,7 @@ def from_torch(model, example_input) -> Graph:
                         b.unsupported(node, "nn.Linear on a multi-dimensional input", "flatten first")
                     W = np.kron(np.eye(rest), W)
                     bias = None if bias is None else np.tile(bias, rest)
-                env[node.name] = b.new("linear", [src], shape, dict(weight=W, bias=bias), where, node.target)
+                env[node.name] = b.new("linear", [src], shape, dict(weight=W, bias=bias), where, nm)
             elif isinstance(m, nn.Conv2d):
                 src = ir(node.args[0], node)
                 if m.padding_mode != "zeros":
@@ -185,7 +188,7 @@ def from_torch(model, example_input) -> Graph:
                     b.unsupported(node, "Conv2d on a non-(C, H, W) input")
                 attrs = dict(weight=_np(m.weight), bias=_np(m.bias), stride=_pair(m.stride),
                              padding=_pair(m.padding), dilation=_pair(m.dilation), groups=int(m.groups))
-                env[node.name] = b.new("conv2d", [src], shape, attrs, where, node.target)
+                env[node.name] = b.new("conv2d", [src], shape, attrs, where, nm)
             elif isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
                 src = ir(node.args[0], node)
                 if m.running_mean is None:
@@ -195,7 +198,7 @@ def from_torch(model, example_input) -> Graph:
                 bb = _np(m.bias) if m.bias is not None else np.zeros_like(inv)
                 scale = w * inv
                 shift = bb - _np(m.running_mean) * scale
-                env[node.name] = b.new("batchnorm", [src], shape, dict(scale=scale, shift=shift), where, node.target)
+                env[node.name] = b.new("batchnorm", [src], shape, dict(scale=scale, shift=shift), where, nm)
             elif isinstance(m, (nn.Dropout, nn.Identity, nn.Dropout2d)):
                 env[node.name] = val(node.args[0])
             elif isinstance(m, (nn.MaxPool2d, nn.AdaptiveMaxPool2d, nn.MaxPool1d)):
@@ -206,7 +209,7 @@ def from_torch(model, example_input) -> Graph:
                 if m.start_dim not in (1,) or m.end_dim != -1:
                     b.unsupported(node, f"Flatten(start_dim={m.start_dim}, end_dim={m.end_dim})",
                                   "flatten everything but the batch dimension (start_dim=1)")
-                env[node.name] = b.new("flatten", [src], shape, {}, where, node.target)
+                env[node.name] = b.new("flatten", [src], shape, {}, where, nm)
             elif isinstance(m, nn.AvgPool2d):
                 src = ir(node.args[0], node)
                 if m.ceil_mode or m.divisor_override:
@@ -214,7 +217,7 @@ def from_torch(model, example_input) -> Graph:
                 k = _pair(m.kernel_size)
                 attrs = dict(kernel=k, stride=_pair(m.stride if m.stride is not None else k),
                              padding=_pair(m.padding), count_include_pad=bool(m.count_include_pad))
-                env[node.name] = b.new("avgpool2d", [src], shape, attrs, where, node.target)
+                env[node.name] = b.new("avgpool2d", [src], shape, attrs, where, nm)
             elif isinstance(m, nn.AdaptiveAvgPool2d):
                 src = ir(node.args[0], node)
                 C, H, W = b.g.node(src).shape
@@ -224,7 +227,7 @@ def from_torch(model, example_input) -> Graph:
                                   "use AvgPool2d or sizes that divide")
                 k = (H // Ho, W // Wo)
                 env[node.name] = b.new("avgpool2d", [src], shape, dict(kernel=k, stride=k, padding=(0, 0),
-                                                                       count_include_pad=True), where, node.target)
+                                                                       count_include_pad=True), where, nm)
             elif type(m) in act_modules:
                 kind = act_modules[type(m)]
                 if kind == "gelu" and getattr(m, "approximate", "none") != "none":
@@ -235,7 +238,7 @@ def from_torch(model, example_input) -> Graph:
                 src = b.materialise(p, node) if not isinstance(val(node.args[0]), str) else val(node.args[0])
                 env[node.name] = b.new("act", [src], b.g.node(src).shape,
                                        dict(kind="poly", coeffs=np.asarray(m.coeffs, dtype=np.float64)),
-                                       where, node.target)
+                                       where, nm)
             else:
                 b.unsupported(node, f"module {node.target!r} of type {type(m).__name__}")
             continue

@@ -1,0 +1,337 @@
+"""ONNX -> IR (onnx + shape inference; no onnxruntime needed: calibration runs on the IR).
+
+Supported ops: Gemm, MatMul (+ Add bias), Conv, BatchNormalization, AveragePool, GlobalAveragePool,
+Flatten, Reshape (to (batch, -1)), Dropout, Identity, Constant, Relu, Sigmoid, Tanh, Gelu, the
+exported GELU pattern x * 0.5 * (1 + erf(x / sqrt 2)), SiLU as x * Sigmoid(x), and polynomial
+expressions in one tensor (Mul, Add, Sub, Div by a constant, Pow with an integer exponent, Neg).
+Anything else raises UnsupportedError naming the ONNX node and the alternative.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from hemlp.compiler.ir import Graph, Node, conv2d_index
+from hemlp.errors import ShapeError, UnsupportedError
+
+_HINT = ("supported ONNX ops: Gemm, MatMul, Conv, BatchNormalization, AveragePool, GlobalAveragePool, Flatten, "
+         "Reshape (flatten), Dropout, Identity, Relu, Sigmoid, Tanh, Gelu, Erf-GELU, x*Sigmoid(x), polynomial "
+         "Mul/Add/Sub/Div/Pow of one tensor, residual Add")
+
+
+def _attrs(node):
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def from_onnx(model, example_input) -> Graph:
+    import onnx
+    from onnx import numpy_helper, shape_inference
+
+    if isinstance(model, str):
+        try:
+            model = onnx.load(model)
+        except Exception as exc:
+            raise UnsupportedError(f"cannot read the ONNX file {model!r}: {exc}") from None
+    try:
+        model = shape_inference.infer_shapes(model)
+    except Exception:
+        pass  # shapes are also derived op by op below
+    G = model.graph
+    consts = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in G.initializer}
+    inputs = [i for i in G.input if i.name not in consts]
+    if len(inputs) != 1:
+        raise UnsupportedError(f"the ONNX graph has {len(inputs)} inputs ({[i.name for i in inputs]}); "
+                               "hemlp models take one encrypted input tensor")
+    vinfo = {}
+    for v in list(G.value_info) + list(G.output):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+        vinfo[v.name] = dims
+    g = Graph(name=getattr(model.graph, "name", "onnx") or "onnx")
+    x = np.asarray(example_input)
+    env = {}
+
+    def where(node):
+        if node is None:
+            return "the graph input/output"
+        return f"ONNX node {node.name or '(unnamed)'!r} ({node.op_type})"
+
+    def unsupported(node, what, instead=""):
+        raise UnsupportedError(f"{what} at {where(node)} is not supported by hemlp; " + (instead or _HINT))
+
+    def new(op, ins, shape, attrs, node, base, check=True):
+        name = g.unique(base or node.op_type.lower())
+        g.add(Node(name, op, list(ins), tuple(int(d) for d in shape), attrs, where(node)))
+        # cross-check against ONNX shape inference when it knows the shape
+        dims = vinfo.get(node.output[0]) if node is not None and node.output else None
+        if check and dims and all(d is not None for d in dims[1:]) and tuple(dims[1:]) != tuple(shape):
+            raise ShapeError(f"{where(node)}: hemlp derived per-sample shape {tuple(shape)} but ONNX shape "
+                             f"inference says {tuple(dims[1:])}")
+        return name
+
+    def const_of(name):
+        return consts.get(name)
+
+    def val(name):
+        if name in consts:
+            return ("const", consts[name])
+        return env[name]
+
+    def as_poly(v):
+        if isinstance(v, tuple) and v[0] == "poly":
+            return v
+        if isinstance(v, str):
+            return ("poly", v, np.array([0.0, 1.0]))
+        return None
+
+    def scalar(v):
+        if isinstance(v, tuple) and v[0] == "const":
+            a = np.asarray(v[1])
+            if a.size == 1:
+                return float(a.reshape(-1)[0])
+        return None
+
+    def materialise(v, node):
+        if isinstance(v, str):
+            return v
+        if isinstance(v, tuple) and v[0] == "poly":
+            _, src, c = v
+            c = np.trim_zeros(np.asarray(c, dtype=np.float64), "b")
+            if len(c) == 2 and c[0] == 0 and c[1] == 1:
+                return src
+            kind = "square" if (len(c) == 3 and c[0] == 0 and c[1] == 0 and c[2] == 1) else "poly"
+            return new("act", [src], g.node(src).shape, dict(kind=kind, coeffs=c), node, kind, check=False)
+        if isinstance(v, tuple) and v[0] == "gelu":
+            _, src, f = v
+            a = new("act", [src], g.node(src).shape, dict(kind="gelu"), node, "gelu", check=False)
+            if abs(f - 1.0) > 1e-12:
+                a = new("act", [a], g.node(a).shape, dict(kind="poly", coeffs=np.array([0.0, f])), node, "scale",
+                        check=False)
+            return a
+        unsupported(node, "a partial expression (e.g. a bare erf) used as a tensor")
+
+    shape_in = tuple(x.shape[1:])
+    env[inputs[0].name] = new("input", [], shape_in, {}, None, "input")
+
+    for node in G.node:
+        op, ins, outs = node.op_type, list(node.input), list(node.output)
+        at = _attrs(node)
+        o = outs[0]
+        if op == "Constant":
+            t = at.get("value")
+            if t is None:
+                unsupported(node, "a Constant without a tensor value")
+            consts[o] = numpy_helper.to_array(t).astype(np.float64)
+            continue
+        if op in ("Dropout", "Identity"):
+            env[o] = val(ins[0])
+            continue
+        if op == "Gemm":
+            src = materialise(val(ins[0]), node)
+            W = const_of(ins[1])
+            if W is None:
+                unsupported(node, "Gemm with an encrypted (non-constant) B", "the weights must be initializers")
+            if at.get("transA", 0):
+                unsupported(node, "Gemm with transA=1")
+            W = W.T if not at.get("transB", 0) else W
+            W = W * at.get("alpha", 1.0)
+            bias = const_of(ins[2]) * at.get("beta", 1.0) if len(ins) > 2 and ins[2] else None
+            if bias is not None:
+                bias = np.broadcast_to(bias.reshape(-1), (W.shape[0],)).copy()
+            if g.node(src).features != W.shape[1]:
+                raise ShapeError(f"{where(node)}: Gemm expects {W.shape[1]} features, the input has "
+                                 f"{g.node(src).features}")
+            env[o] = new("linear", [src], (W.shape[0],), dict(weight=W, bias=bias), node, node.name or "gemm")
+            continue
+        if op == "MatMul":
+            W = const_of(ins[1])
+            if W is None or W.ndim != 2:
+                unsupported(node, "MatMul with a non-constant or non-2-D right operand",
+                            "ciphertext x ciphertext matmul is not supported; the weights must be initializers")
+            src = materialise(val(ins[0]), node)
+            if len(g.node(src).shape) != 1:
+                unsupported(node, "MatMul on a multi-dimensional input", "flatten first")
+            env[o] = new("linear", [src], (W.shape[1],), dict(weight=W.T.copy(), bias=None), node,
+                         node.name or "matmul")
+            continue
+        if op == "Conv":
+            src = materialise(val(ins[0]), node)
+            w = const_of(ins[1])
+            b = const_of(ins[2]) if len(ins) > 2 and ins[2] else None
+            if w is None or w.ndim != 4:
+                unsupported(node, "a non-2-D or non-constant convolution")
+            if at.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+                unsupported(node, f"Conv with auto_pad={at['auto_pad']}", "export with explicit pads")
+            pads = list(at.get("pads", [0, 0, 0, 0]))
+            if pads[0] != pads[2] or pads[1] != pads[3]:
+                unsupported(node, f"asymmetric padding {pads}", "use symmetric padding")
+            k = tuple(at.get("kernel_shape", w.shape[2:]))
+            stride, dil = tuple(at.get("strides", [1, 1])), tuple(at.get("dilations", [1, 1]))
+            groups = int(at.get("group", 1))
+            in_shape = g.node(src).shape
+            _, (Ho, Wo) = conv2d_index(in_shape, k, stride, (pads[0], pads[1]), dil)
+            env[o] = new("conv2d", [src], (w.shape[0], Ho, Wo),
+                         dict(weight=w, bias=b, stride=stride, padding=(pads[0], pads[1]), dilation=dil, groups=groups),
+                         node, node.name or "conv")
+            continue
+        if op == "BatchNormalization":
+            src = materialise(val(ins[0]), node)
+            sc, bb, mean, var = (const_of(i) for i in ins[1:5])
+            inv = 1.0 / np.sqrt(var + at.get("epsilon", 1e-5))
+            env[o] = new("batchnorm", [src], g.node(src).shape, dict(scale=sc * inv, shift=bb - mean * sc * inv),
+                         node, node.name or "bn")
+            continue
+        if op in ("AveragePool", "GlobalAveragePool"):
+            src = materialise(val(ins[0]), node)
+            C, H, W = g.node(src).shape
+            if op == "GlobalAveragePool":
+                k, s, p, cip = (H, W), (H, W), (0, 0), True
+            else:
+                if at.get("ceil_mode", 0):
+                    unsupported(node, "AveragePool with ceil_mode=1")
+                k = tuple(at["kernel_shape"])
+                s = tuple(at.get("strides", k))
+                pads = list(at.get("pads", [0, 0, 0, 0]))
+                if pads[0] != pads[2] or pads[1] != pads[3]:
+                    unsupported(node, f"asymmetric padding {pads}")
+                p, cip = (pads[0], pads[1]), bool(at.get("count_include_pad", 0))
+            _, (Ho, Wo) = conv2d_index((1, H, W), k, s, p)
+            env[o] = new("avgpool2d", [src], (C, Ho, Wo), dict(kernel=k, stride=s, padding=p, count_include_pad=cip),
+                         node, node.name or "avgpool")
+            continue
+        if op in ("MaxPool", "GlobalMaxPool"):
+            unsupported(node, "max pooling", "use average pooling (max is not a polynomial)")
+        if op == "Flatten":
+            src = materialise(val(ins[0]), node)
+            if at.get("axis", 1) != 1:
+                unsupported(node, f"Flatten(axis={at.get('axis')})", "flatten from axis 1")
+            env[o] = new("flatten", [src], (g.node(src).features,), {}, node, "flatten")
+            continue
+        if op == "Reshape":
+            src = materialise(val(ins[0]), node)
+            tgt = const_of(ins[1])
+            feats = g.node(src).features
+            if tgt is None or len(tgt) != 2 or int(tgt[1]) not in (-1, feats):
+                unsupported(node, f"Reshape to {None if tgt is None else tgt.astype(int).tolist()}",
+                            "only flattening to (batch, -1) is supported")
+            env[o] = new("flatten", [src], (feats,), {}, node, "flatten")
+            continue
+        if op in ("Relu", "Sigmoid", "Tanh", "Gelu"):
+            src = materialise(val(ins[0]), node)
+            kind = op.lower()
+            env[o] = new("act", [src], g.node(src).shape, dict(kind=kind), node, node.name or kind)
+            continue
+        if op == "Erf":
+            p = as_poly(val(ins[0]))
+            if p is None or len(p[2]) != 2 or p[2][0] != 0 or abs(p[2][1] - 1 / math.sqrt(2)) > 1e-6:
+                unsupported(node, "Erf outside the GELU pattern x * 0.5 * (1 + erf(x / sqrt(2)))")
+            env[o] = ("erf1", p[1], 0.0, 1.0)
+            continue
+        if op in ("Add", "Sub"):
+            va, vb = val(ins[0]), val(ins[1])
+            sa, sb = scalar(va), scalar(vb)
+            sgn = -1.0 if op == "Sub" else 1.0
+            if isinstance(va, tuple) and va[0] == "erf1" and sb is not None:
+                env[o] = ("erf1", va[1], va[2] + sgn * sb, va[3])
+                continue
+            if isinstance(vb, tuple) and vb[0] == "erf1" and sa is not None and op == "Add":
+                env[o] = ("erf1", vb[1], vb[2] + sa, vb[3])
+                continue
+            if sa is not None or sb is not None:
+                p, c = (as_poly(va), sgn * sb) if sb is not None else (as_poly(vb), sa)
+                if p is None:
+                    unsupported(node, "Add of a constant to an unsupported expression")
+                if sa is not None and op == "Sub":
+                    p = ("poly", p[1], -p[2])
+                cc = p[2].copy()
+                cc[0] += c
+                env[o] = ("poly", p[1], cc)
+                continue
+            if isinstance(vb, tuple) and vb[0] == "const":
+                # bias add after MatMul: fold into the linear node if it is its only use
+                prod = g.node(va) if isinstance(va, str) else None
+                bias = np.asarray(vb[1]).reshape(-1)
+                if prod is not None and prod.op == "linear" and bias.size in (1, prod.features):
+                    b0 = prod.attrs.get("bias")
+                    prod.attrs["bias"] = (0 if b0 is None else b0) + np.broadcast_to(bias, (prod.features,))
+                    env[o] = va
+                    continue
+                unsupported(node, "adding a constant tensor", "fold it into the previous layer's bias")
+            pa, pb = as_poly(va), as_poly(vb)
+            if pa is not None and pb is not None and pa[1] == pb[1]:
+                n = max(len(pa[2]), len(pb[2]))
+                c = np.zeros(n)
+                c[: len(pa[2])] += pa[2]
+                c[: len(pb[2])] += sgn * pb[2]
+                env[o] = ("poly", pa[1], c)
+                continue
+            a_ir, b_ir = materialise(va, node), materialise(vb, node)
+            if op == "Sub":
+                b_ir = new("act", [b_ir], g.node(b_ir).shape, dict(kind="poly", coeffs=np.array([0.0, -1.0])),
+                           node, "neg", check=False)
+            if g.node(a_ir).shape != g.node(b_ir).shape:
+                unsupported(node, "Add with broadcasting", "add tensors of equal shape")
+            env[o] = new("add", [a_ir, b_ir], g.node(a_ir).shape, {}, node, "add")
+            continue
+        if op in ("Mul", "Div"):
+            va, vb = val(ins[0]), val(ins[1])
+            sa, sb = scalar(va), scalar(vb)
+            if op == "Div":
+                if sb is None:
+                    unsupported(node, "division by an encrypted or non-scalar tensor", "divide by a constant")
+                sb, sa = 1.0 / sb, None
+            if sa is not None or sb is not None:
+                v, c = (vb, sa) if sa is not None else (va, sb)
+                if isinstance(v, tuple) and v[0] == "gelu":
+                    env[o] = ("gelu", v[1], v[2] * c)
+                elif isinstance(v, tuple) and v[0] == "erf1":
+                    env[o] = ("erf1", v[1], v[2] * c, v[3] * c)
+                else:
+                    p = as_poly(v)
+                    if p is None:
+                        unsupported(node, "Mul of a constant with an unsupported expression")
+                    env[o] = ("poly", p[1], p[2] * c)
+                continue
+            for u, w in ((va, vb), (vb, va)):   # x * (a + a erf(x/sqrt2)) = 2a gelu(x)
+                if isinstance(w, tuple) and w[0] == "erf1" and as_poly(u) is not None and as_poly(u)[1] == w[1] \
+                        and np.allclose(as_poly(u)[2], [0, 1]) and abs(w[2] - w[3]) < 1e-12:
+                    env[o] = ("gelu", w[1], 2 * w[2])
+                    break
+                if isinstance(u, str) and isinstance(w, str):
+                    nw = g.node(w)
+                    if nw.op == "act" and nw.attrs.get("kind") == "sigmoid" and nw.inputs[0] == u:
+                        env[o] = new("act", [u], g.node(u).shape, dict(kind="silu"), node, "silu")
+                        break
+            else:
+                pa, pb = as_poly(va), as_poly(vb)
+                if pa is None or pb is None or pa[1] != pb[1]:
+                    unsupported(node, "the product of two different encrypted tensors",
+                                "only polynomials of one tensor (x*x), x*Sigmoid(x) and the GELU pattern")
+                env[o] = ("poly", pa[1], np.polynomial.polynomial.polymul(pa[2], pb[2]))
+            continue
+        if op == "Pow":
+            e = scalar(val(ins[1]))
+            if e is None or not float(e).is_integer() or e < 1:
+                unsupported(node, f"Pow with exponent {e}", "only positive integer exponents")
+            p = as_poly(val(ins[0]))
+            c = np.array([1.0])
+            for _ in range(int(e)):
+                c = np.polynomial.polynomial.polymul(c, p[2])
+            env[o] = ("poly", p[1], c)
+            continue
+        if op == "Neg":
+            p = as_poly(val(ins[0]))
+            env[o] = ("poly", p[1], -p[2])
+            continue
+        unsupported(node, f"ONNX op {op}")
+    if len(G.output) != 1:
+        raise UnsupportedError(f"the ONNX graph has {len(G.output)} outputs; hemlp models return one tensor")
+    out_name = G.output[0].name
+    src = materialise(val(out_name), None) if out_name in env else None
+    if src is None:
+        raise UnsupportedError(f"the ONNX output {out_name!r} is not computed from the input")
+    g.add(Node("output", "output", [src], g.node(src).shape, {}, "output"))
+    g.dead_code()
+    return g
