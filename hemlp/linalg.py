@@ -542,3 +542,38 @@ def _pcmm_mlwe(U: np.ndarray, C: CtMatrix, keys, weight_bits: int, bias, rescale
         d3 = C.shape[1]
         cts = [ctx.add(c, np.tile(b[g * k : (g + 1) * k], d3)) for g, c in enumerate(cts)]
     return CtMatrix(ctx, cts, (d1, C.shape[1]), 1, "mlwe")
+
+
+# ---------------------------------------------------------------- conversions
+
+def extract_lwe(ctx: Context, ct: Ciphertext, index: int):
+    """LWE ciphertext of coefficient `index` of a coefficient-encoded RLWE ciphertext.
+
+    Returns (b, A): b has shape (limbs,), A shape (limbs, N), residues mod q_l, with
+    b + <A, s> = m_index (mod q_l), s the secret's coefficients. (c1 s)_i sums
+    c1_{i-j} s_j for j <= i and -c1_{N+i-j} s_j for j > i (negacyclic wrap)."""
+    if not isinstance(ct, Ciphertext) or ct.encoding != "coeff" or ct.size != 2:
+        raise EncodingError("extract_lwe needs a relinearised, coefficient-encoded ciphertext")
+    N = ctx.N
+    if not 0 <= index < N:
+        raise ShapeError(f"coefficient index must be in [0, {N})")
+    bs, As = [], []
+    for limb in range(ct.level + 1):
+        q = ctx.modulus(limb)
+        c0 = ctx.intt(ct._obj.poly(0)[limb], limb=limb)
+        c1 = ctx.intt(ct._obj.poly(1)[limb], limb=limb).astype(object)
+        j = np.arange(N)
+        src = index - j
+        a = np.where(src >= 0, c1[src % N], (q - c1[src % N]) % q)
+        bs.append(int(c0[index]))
+        As.append(a.astype(np.uint64))
+    return np.array(bs, dtype=np.uint64), np.stack(As)
+
+
+def to_msrlwe(C: CtMatrix, keys=None) -> CtMatrix:
+    """RLWE -> MSRLWE (BRIEF §2.7 [R]) is not implemented: its key set (k'^2 * beta switching keys
+    with shared a-parts) and the paper's own cheaper conversion are still open. Encrypt MSRLWE
+    matrices directly on the client (encrypt_matrix with a MultiSecretKey) instead."""
+    raise NotImplementedError(
+        "RLWE -> MSRLWE conversion is not implemented yet (needs the k'^2 beta shared-a key set of BRIEF §2.7); "
+        "encrypt the matrix as MSRLWE on the client with linalg.multi_secret_key / encrypt_matrix")

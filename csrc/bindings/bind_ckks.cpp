@@ -97,7 +97,8 @@ void bind_ckks(py::module_& m) {
       .def_readonly("slots", &Plaintext::slots)
       .def_property_readonly("encoding", [](const Plaintext& p) { return (int)p.encoding; })
       .def_readonly("is_complex", &Plaintext::is_complex)
-      .def_readonly("param_hash", &Plaintext::param_hash);
+      .def_readonly("param_hash", &Plaintext::param_hash)
+      .def("poly", [](const Plaintext& p) { return poly_to_array(p.data, p.level + 1, p.data.size() / (p.level + 1)); });
 
   py::class_<Ciphertext>(m, "Ciphertext")
       .def_readonly("level", &Ciphertext::level)

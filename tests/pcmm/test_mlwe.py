@@ -79,3 +79,17 @@ def test_choose_format(env):
     assert linalg.choose_format(ctx, 64, 64, 4 * ctx.N) == "msrlwe"
     assert linalg.choose_format(ctx, 64, 64, ctx.slots) == "rlwe"
     assert linalg.choose_format(ctx, 16, 4096, ctx.N // 4, encoding="coeff") in ("mlwe", "rlwe")
+
+
+def test_lwe_extraction_decrypts_exactly(env, rng):
+    ctx, sk, pk = env
+    x = rng.uniform(-1, 1, ctx.N)
+    ct = ctx.encrypt(x, pk, encoding="coeff")
+    s = sk._obj.coeffs.astype(object)
+    pt = ctx._e.decrypt(ct._obj, sk._obj).poly()  # NTT-form limbs of c0 + c1 s
+    for index in (0, 1, 517, ctx.N - 1):
+        b, A = linalg.extract_lwe(ctx, ct, index)
+        for limb in range(ct.level + 1):
+            q = ctx.modulus(limb)
+            m = (int(b[limb]) + int(np.dot(A[limb].astype(object), s))) % q
+            assert m == int(ctx.intt(pt[limb], limb=limb)[index])
