@@ -154,8 +154,9 @@ def load_eval_keys(path, compiled):
 
 
 def load_ciphertext(path, compiled):
-    if hasattr(compiled, "load_ciphertext"):
-        return compiled.load_ciphertext(path)
+    for name in ("load_encrypted", "load_ciphertext"):
+        if hasattr(compiled, name):
+            return getattr(compiled, name)(path)
     return _artifact("EncryptedBatch").load(path, compiled)
 
 

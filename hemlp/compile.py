@@ -339,7 +339,9 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     steps = lower(g)
     depth = depth_of(steps)
     # output magnitude check against q_0 of the candidate preset
-    y_sim = _sim(steps, x.reshape(x.shape[0], -1).T, int(opts["weight_bits"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y_sim = _sim(steps, x.reshape(x.shape[0], -1).T, int(opts["weight_bits"]))
     max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
     info = choose_preset(depth, bool(opts["allow_insecure"]), opts["preset"])
     params = Params.preset(info["name"])

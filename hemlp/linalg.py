@@ -213,6 +213,9 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
     if U.shape[1] != C.shape[0]:
         raise ShapeError(f"pcmm: U is {U.shape[0]}x{U.shape[1]} but the encrypted matrix is "
                          f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
+    if format != "auto" and format != C.format:
+        raise EncodingError(f"pcmm: the encrypted matrix is in format {C.format!r}, not {format!r}; encrypt it in "
+                            f"format {format!r} (encrypt_matrix(..., format={format!r})) or pass format='auto'")
     if C.format == "msrlwe":
         return _pcmm_msrlwe(U, C, weight_bits, bias, rescale, precomputed)
     if C.format == "mlwe":

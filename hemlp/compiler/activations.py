@@ -98,12 +98,12 @@ def _as_square(kind, c_power_x, alpha0=1.0, beta0=0.0, **kw) -> ActPoly:
     c = np.zeros(3)
     c[: len(c_power_x)] = c_power_x[:3]
     c0, c1, c2 = c
+    kw.setdefault("degree", 2 if c2 != 0 else 1)
     if c2 == 0:
-        return ActPoly(kind, "affine", float(c1), float(c0), np.zeros(0), degree=1, **kw)
+        return ActPoly(kind, "affine", float(c1), float(c0), np.zeros(0), **kw)
     a = math.sqrt(abs(c2))
     b = a * c1 / (2 * c2)
-    return ActPoly(kind, "square", a, b, np.array([c0 - c1 * c1 / (4 * c2), math.copysign(1.0, c2)]),
-                   degree=2, **kw)
+    return ActPoly(kind, "square", a, b, np.array([c0 - c1 * c1 / (4 * c2), math.copysign(1.0, c2)]), **kw)
 
 
 def exact_poly(kind: str, coeffs=None) -> ActPoly:
