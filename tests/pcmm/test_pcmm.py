@@ -100,7 +100,7 @@ def test_bad_inputs(env, rng):
         linalg.pcmm(np.ones((2, 5)), C)
     with pytest.raises(ShapeError):
         linalg.encrypt_matrix(ctx, np.ones(5), sk)
-    with pytest.raises(NotImplementedError, match="ModPack"):
+    with pytest.raises(EncodingError, match="format 'rlwe'"):
         linalg.pcmm(np.ones((2, 4)), C, format="mlwe")
     with pytest.raises(EncodingError):
         linalg.pcmm(np.full((2, 4), np.nan), C)
