@@ -1,0 +1,133 @@
+"""PCMM (plaintext x encrypted matrix) as exact modular GEMMs vs float64 GEMM and rotations.
+
+    python -m hemlp.bench pcmm [--preset N14-d6] [--level 1] [--sizes 256,1024] [--threads 1,2] --json PATH
+
+For d1 = d2 = d and d3 in {N/2 (slots), N, 4N}, times one PCMM per format at the given level
+(the lowest level a PCMM can run at is 1: it rescales once):
+  rlwe       k = 1, slot encoding for d3 = N/2, coefficient encoding for d3 >= N
+  mlwe       k = 2 rows per ciphertext for d3 = N/2 (coefficient encoding, ModPack included)
+  msrlwe     shared a-part for d3 = 4N (k' = 4), online (a- and b-part GEMMs)
+  msrlwe+pre the same with U*A precomputed (b-part GEMM only)
+next to numpy's float64 GEMM of the same shape (d x d @ d x d3) and the ratio. Rows of the
+encrypted matrix repeat a few distinct encryptions (the timing does not depend on the data);
+each product is checked against numpy on its first rows. `--baseline` adds the Halevi–Shoup
+diagonal method (hemlp.baselines) for the d3 = N/2 shape when that module is present.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from hemlp.bench import measure, report
+
+HELP = "PCMM formats vs float64 GEMM (and the rotation baseline)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--preset", default="N14-d6")
+    p.add_argument("--allow-insecure", action="store_true")
+    p.add_argument("--level", type=int, default=1)
+    p.add_argument("--sizes", default="256,1024", help="comma list of d1 = d2 (4096 is heavy: ~10 GB)")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--weight-bits", type=int, default=12)
+    p.add_argument("--baseline", action="store_true")
+    p.add_argument("--json", default=None)
+
+
+def _bits(err) -> float:
+    e = float(np.max(np.abs(err)))
+    return math.inf if e == 0 else -math.log2(e)
+
+
+def _tile_rows(cts_by_row, d2):
+    return [cts_by_row[i % len(cts_by_row)] for i in range(d2)]
+
+
+def main(args) -> int:
+    import hemlp
+    from hemlp import ckks, linalg
+
+    warn = report.busy_warning()
+    if warn:
+        print("warning:", warn)
+    ctx = ckks.Context(ckks.Params.preset(args.preset), allow_insecure=args.allow_insecure)
+    sk, pk = ctx.keygen()
+    N, slots, level = ctx.N, ctx.slots, args.level
+    rng = np.random.default_rng(0)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    distinct = 8
+    rows = []
+    results = []
+    mk = linalg.modpack_keys(ctx, sk, 2)
+    msk = linalg.multi_secret_key(ctx, 4)
+    for d in sizes:
+        U = rng.normal(0, 1 / math.sqrt(d), (d, d))
+        for label, d3 in (("N/2", slots), ("N", N), ("4N", 4 * N)):
+            setups = {}
+            M = rng.uniform(-1, 1, (distinct, d3))
+            if d3 == slots:
+                base = linalg.encrypt_matrix(ctx, M, sk, level=level)
+                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+                mb = linalg.encrypt_matrix(ctx, np.repeat(M, 1, axis=0), sk, format="mlwe", encoding="coeff",
+                                           level=level)
+                setups["mlwe"] = linalg.CtMatrix(ctx, _tile_rows(mb.cts, d // 2), (d, d3), 1, "mlwe")
+            elif d3 == N:
+                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+            else:
+                Mf = rng.uniform(-1, 1, (d, d3)) if d <= 1024 else None
+                if Mf is not None:
+                    C = linalg.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
+                    setups["msrlwe"] = C
+                    setups["msrlwe+pre"] = C
+                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = linalg.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
+                                                       for j in range(4)], (d, d3), 4, "rlwe")
+            A = rng.uniform(-1, 1, (d, d3))
+            for th in threads:
+                hemlp.set_num_threads(th)
+                t_gemm = measure(lambda: U @ A, args.repeats)["median_s"]
+                for fmt, C in setups.items():
+                    kw = dict(weight_bits=args.weight_bits)
+                    if fmt == "mlwe":
+                        kw["keys"] = mk
+                    if fmt == "msrlwe+pre":
+                        t0 = time.perf_counter()
+                        kw["precomputed"] = linalg.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits)
+                        t_pre = time.perf_counter() - t0
+                    out = linalg.pcmm(U, C, **kw)
+                    m = measure(lambda: linalg.pcmm(U, C, **kw), args.repeats)
+                    # correctness on the first rows
+                    if fmt.startswith("msrlwe"):
+                        got = linalg.decrypt_matrix(ctx, out, msk)[:4]
+                        want = U[:4] @ Mf
+                    else:
+                        got = linalg.decrypt_matrix(ctx, out, sk)[:4]
+                        Mt = np.stack([M[i % distinct] for i in range(d)])
+                        if fmt == "rlwe" and d3 == 4 * N:
+                            Mt = np.stack([M[i % distinct] for i in range(d)])
+                        want = U[:4] @ Mt
+                    rec = dict(d=d, d3=d3, d3_label=label, format=fmt, threads=th, pcmm_s=m["median_s"],
+                               gemm_s=t_gemm, ratio=m["median_s"] / t_gemm, bits=_bits(got - want),
+                               level=level, weight_bits=args.weight_bits)
+                    if fmt == "msrlwe+pre":
+                        rec["precompute_s"] = t_pre
+                    results.append(rec)
+                    rows.append([f"{d}x{d} @ {d}x{label}", fmt, th, report.fmt_seconds(m["median_s"]),
+                                 report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]),
+                                 report.fmt_bits(rec["bits"])])
+    if args.baseline:
+        try:
+            from hemlp.baselines import halevi_shoup  # noqa: F401
+            rows.append(["(baseline)", "see hemlp.bench baselines", "", "", "", "", ""])
+        except ImportError as exc:
+            rows.append(["(baseline)", f"n/a: {exc}", "", "", "", "", ""])
+    report.table(["shape", "format", "thr", "PCMM", "fp64 GEMM", "ratio", "bits"], rows,
+                 title=f"PCMM at level {level} ({args.preset}, N=2^{ctx.params.log_n}, weights {args.weight_bits} bits)")
+    if args.json:
+        report.write_json(args.json, "pcmm", {"preset": args.preset, "results": results})
+    return 0

@@ -1,0 +1,17 @@
+import json
+import subprocess
+import sys
+
+
+def test_pcmm_bench_smoke(tmp_path):
+    out = tmp_path / "pcmm.json"
+    r = subprocess.run([sys.executable, "-W", "ignore", "-m", "hemlp.bench", "pcmm", "--preset", "test-N10",
+                        "--allow-insecure", "--sizes", "16", "--threads", "1", "--repeats", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    fmts = {rec["format"] for rec in doc["results"]}
+    assert fmts == {"rlwe", "mlwe", "msrlwe", "msrlwe+pre"}
+    for rec in doc["results"]:
+        assert rec["pcmm_s"] > 0 and rec["gemm_s"] > 0
+        assert rec["bits"] > 8  # every product decrypts to numpy's
