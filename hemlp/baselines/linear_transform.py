@@ -31,7 +31,8 @@ import numpy as np
 
 from hemlp.errors import ShapeError
 
-__all__ = ["diagonals", "plan", "shared_n1", "Plan", "LinearTransform", "rotation_steps", "apply", "OpCounter", "signed"]
+__all__ = ["diagonals", "plan", "shared_n1", "Plan", "LinearTransform", "rotation_steps", "apply", "OpCounter",
+           "signed"]
 
 
 def signed(k: int, n: int) -> int:
