@@ -19,7 +19,7 @@ $(STAMP): setup.py pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q numpy pybind11 setuptools wheel
-	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev]'
+	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev,ml]'
 	touch $(STAMP)
 
 venv: $(STAMP)
