@@ -1,0 +1,47 @@
+"""Client and server as two Python processes sharing only files."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+import hemlp
+
+from .conftest import mlp, torch_out
+
+SERVER = textwrap.dedent("""
+    import sys, warnings
+    warnings.simplefilter("ignore")
+    import hemlp
+    d = sys.argv[1]
+    model = hemlp.load(d + "/model")                    # no torch, no secret key on this side
+    keys = model.load_eval_keys(d + "/eval.keys")
+    ct = model.load_encrypted(d + "/x.ct")
+    model.run(ct, keys, threads=1).save(d + "/y.ct")
+    assert "torch" not in sys.modules
+    assert not any(p.name.endswith(".sk") for p in __import__("pathlib").Path(d + "/model").iterdir())
+    print("server ok")
+""")
+
+
+def test_two_processes(tmp_path):
+    model = mlp(dims=(20, 16, 4))
+    x = np.random.default_rng(0).normal(size=(10, 20))
+    cm = hemlp.compile(model, x, batch_size=10, allow_insecure=True)
+    cm.save(tmp_path / "model")
+    client = hemlp.load(tmp_path / "model")             # the client may also reload the directory
+    assert client.model_id == cm.model_id and str(client.plan) == str(cm.plan)
+    sk, ek = client.keygen()
+    sk.save(tmp_path / "client.sk")
+    ek.save(tmp_path / "eval.keys")
+    client.encrypt(x, sk).save(tmp_path / "x.ct")
+    files = {p.name for p in (tmp_path / "model").iterdir()}
+    assert files == {"plan.json", "weights.npz", "params.bin"}
+    r = subprocess.run([sys.executable, "-c", SERVER, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "server ok" in r.stdout
+    sk2 = client.load_secret_key(tmp_path / "client.sk")
+    y = client.decrypt(client.load_encrypted(tmp_path / "y.ct"), sk2)
+    assert np.max(np.abs(y - cm.simulate(x))) < 1e-5
+    assert np.max(np.abs(y - torch_out(model, x))) < 1e-4
