@@ -253,6 +253,69 @@ def run_hemlp(logn, cfg, threads_list, repeats, seed) -> dict[int, tuple[dict | 
     return res
 
 
+def cpu_busy(seconds: float = 1.0) -> float:
+    """Fraction of all CPU time used by anything over ``seconds`` (from /proc/stat)."""
+    def snap():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v), idle
+    try:
+        t0, i0 = snap()
+        time.sleep(seconds)
+        t1, i1 = snap()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return 0.0 if t1 == t0 else 1.0 - (i1 - i0) / (t1 - t0)
+
+
+def wait_idle(max_seconds: float, threshold: float = 0.15) -> None:
+    """Wait (at most ``max_seconds``) until other processes leave the CPUs nearly idle."""
+    if max_seconds <= 0:
+        return
+    deadline = time.time() + max_seconds
+    busy = cpu_busy()
+    if busy < threshold:
+        return
+    log(f"[peers] CPUs {busy:.0%} busy with other work; waiting up to {max_seconds:.0f} s for idle")
+    while time.time() < deadline:
+        busy = cpu_busy(2.0)
+        if busy < threshold:
+            return
+    log(f"[peers] still {busy:.0%} busy after {max_seconds:.0f} s; measuring anyway")
+
+
+def merge_rounds(results: list[tuple[dict | None, str | None]]) -> tuple[dict | None, str | None]:
+    """One (result, error) from several rounds: per-op median of the rounds' medians."""
+    import statistics
+
+    ok = [r for r, _ in results if r is not None]
+    if not ok:
+        return results[0] if results else (None, "not run")
+    if len(ok) == 1 and len(results) == 1:
+        return ok[0], None
+    merged = dict(ok[0])
+    merged["ops"] = {}
+    for key in ok[0].get("ops", {}):
+        meds = [r["ops"][key]["median_s"] for r in ok if key in r.get("ops", {})]
+        rec = dict(ok[0]["ops"][key])
+        rec.update({"median_s": statistics.median(meds), "round_medians": meds,
+                    "min_s": min(r["ops"][key]["min_s"] for r in ok if key in r.get("ops", {})),
+                    "samples": [s for r in ok for s in r["ops"][key].get("samples", [])]})
+        merged["ops"][key] = rec
+    prec = {}
+    for key, v in ok[0].get("precision", {}).items():
+        vals = [r["precision"][key] for r in ok if isinstance(r["precision"].get(key), (int, float))]
+        prec[key] = statistics.median(vals) if vals else v
+    merged["precision"] = prec
+    merged["rounds"] = len(ok)
+    failed = [e for r, e in results if r is None]
+    if failed:
+        merged.setdefault("notes", [])
+        merged["notes"] = list(merged["notes"]) + [f"{len(failed)} round(s) failed: {failed[0]}"]
+    return merged, None
+
+
 # ----------------------------------------------------------------------------- report
 def _median(res, key):
     if not res:
@@ -382,20 +445,28 @@ def cmd_core(a) -> int:
     runs, all_targets = [], []
     for logn in lognlist:
         cfg = CONFIGS[logn]
-        hemlp_res = (run_hemlp(logn, cfg, threads, a.repeats, a.seed) if "hemlp" in names else {})
-        for t in threads:
-            peers = {}
+        # rounds interleave the peers (hemlp, OpenFHE, TenSEAL, hemlp, ...) so that load from
+        # other processes hits all of them alike; each op's figure is the median over rounds.
+        got = {t: {n: [] for n in names} for t in threads}
+        for rnd in range(a.rounds):
+            if a.rounds > 1:
+                log(f"[peers] logN={logn}: round {rnd + 1}/{a.rounds}")
             if "hemlp" in names:
-                peers["hemlp"] = hemlp_res[t]
-            for name in names:
-                if name == "hemlp":
-                    continue
-                if pythons[name] is None:
-                    peers[name] = (None, setup_err[name])
-                elif name == "openfhe":
-                    peers[name] = run_openfhe(pythons[name], logn, cfg, t, a.repeats, a.seed)
-                else:
-                    peers[name] = run_tenseal(pythons[name], logn, cfg, t, a.repeats, a.seed)
+                wait_idle(a.wait_idle)
+                for t, res in run_hemlp(logn, cfg, threads, a.repeats, a.seed).items():
+                    got[t]["hemlp"].append(res)
+            for t in threads:
+                for name in names:
+                    if name == "hemlp":
+                        continue
+                    if pythons[name] is None:
+                        got[t][name].append((None, setup_err[name]))
+                        continue
+                    wait_idle(a.wait_idle)
+                    runner = run_openfhe if name == "openfhe" else run_tenseal
+                    got[t][name].append(runner(pythons[name], logn, cfg, t, a.repeats, a.seed))
+        for t in threads:
+            peers = {n: merge_rounds(got[t][n]) for n in names}
             run = build_run(logn, t, cfg, peers)
             runs.append(run)
             print_run(run, names)
@@ -413,6 +484,7 @@ def cmd_core(a) -> int:
             print(f"  N=2^{tg['logn']} {tg['threads']}t  {tg['op']:<12} vs {PEER_LABEL[tg['peer']]:<8} "
                   f"{what:>10}  {bound:<8}  {tg['status']}")
     payload = {"configs": {str(k): CONFIGS[k] for k in lognlist}, "repeats": a.repeats,
+               "rounds": a.rounds,
                "seed": a.seed, "peers": names, "runs": runs, "targets": all_targets,
                "load_average_after": report.load_average(), "warnings": [busy] if busy else []}
     if busy:
@@ -442,6 +514,12 @@ def main(argv=None) -> int:
     c.add_argument("--logn", default="14,15", help="comma-separated log2 N (14, 15); default 14,15")
     c.add_argument("--threads", default="1,2", help="comma-separated thread counts; default 1,2")
     c.add_argument("--repeats", type=int, default=7, help="timed repeats per op (default 7)")
+    c.add_argument("--rounds", type=int, default=1,
+                   help="repeat the whole hemlp/OpenFHE/TenSEAL sequence R times, interleaved, and "
+                        "take per-op medians over rounds (use 3+ on a shared machine)")
+    c.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                   help="before each measurement wait up to SECONDS for other processes to leave "
+                        "the CPUs idle (default 0: don't wait)")
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--peers", default="hemlp,openfhe,tenseal",
                    help="which of hemlp,openfhe,tenseal to run (default all)")
