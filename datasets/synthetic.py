@@ -36,17 +36,25 @@ def idx_bytes(arr: np.ndarray) -> bytes:
     return header + arr.tobytes()
 
 
-def _emnist_images(labels: np.ndarray, rng) -> np.ndarray:
-    """28x28 uint8 images: a bright bar whose position/orientation encodes the label, plus noise."""
+def _emnist_images(labels: np.ndarray, rng, num_classes: int) -> np.ndarray:
+    """28x28 uint8 images: a bright bar (orientation = label parity, position = label // 2) plus
+    corner blocks telling apart groups of 20 labels, jitter and noise. Distinct for every class."""
     n = len(labels)
+    npos = min((num_classes + 1) // 2, 10)
+    spacing = max(2, 20 // npos)
     img = rng.integers(0, 40, (n, 28, 28)).astype(np.float64)
     for i, c in enumerate(labels):
         c = int(c)
-        pos = 4 + (c * 5) % 20
+        pos = 3 + spacing * ((c // 2) % npos)
+        group = (c // 2) // npos
         if c % 2 == 0:
             img[i, pos : pos + 3, 4:24] += 200
         else:
             img[i, 4:24, pos : pos + 3] += 200
+        if group & 1:
+            img[i, 0:4, 0:4] += 200
+        if group & 2:
+            img[i, 24:28, 24:28] += 200
         img[i] = np.roll(img[i], rng.integers(-1, 2, 2), axis=(0, 1))
     return np.clip(img, 0, 255).astype(np.uint8)
 
@@ -65,7 +73,7 @@ def write_emnist(root, split: str = "digits", n_train: int = 200, n_test: int = 
     for train, n in ((True, n_train), (False, n_test)):
         labels = (np.arange(n) % (k - lo) + lo).astype(np.uint8)
         labels = labels[rng.permutation(n)]
-        images = _emnist_images(labels, rng).transpose(0, 2, 1)  # NIST stores images transposed
+        images = _emnist_images(labels, rng, k).transpose(0, 2, 1)  # NIST stores images transposed
         for name, arr in zip(file_names(split, train), (images, labels)):
             data = idx_bytes(arr)
             if not gz_only:

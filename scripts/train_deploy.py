@@ -365,7 +365,7 @@ def run(args) -> dict:
         log(f"compile skipped: {reason}")
     else:
         try:
-            _deploy(args, rep, stage, log, compile_fn, model, onnx_path, te, logits_plain, sizes, out)
+            _deploy(args, rep, stage, log, compile_fn, model, onnx_path, te, logits_plain, sizes, out, tr.x[:512])
         except Exception as exc:  # noqa: BLE001 — the report records what failed and where
             rep["compile"]["status"] = rep["compile"].get("status", "skipped")
             if rep["compile"]["status"] == "skipped":
@@ -391,7 +391,7 @@ def run(args) -> dict:
     return rep
 
 
-def _deploy(args, rep, stage, log, compile_fn, model, onnx_path, te, logits_plain, sizes, out):
+def _deploy(args, rep, stage, log, compile_fn, model, onnx_path, te, logits_plain, sizes, out, calib):
     n = min(args.samples, len(te))
     x_enc, y_enc = te.x[:n], te.y[:n]
     options = {}
@@ -399,8 +399,9 @@ def _deploy(args, rep, stage, log, compile_fn, model, onnx_path, te, logits_plai
         options["preset"] = args.preset
     src = str(onnx_path) if args.compile_from == "onnx" else model
     with stage("compile"):
-        compiled = compile_fn(src, te.x[:1], batch_size=n, allow_insecure=args.insecure, **options)
-    rep["compile"] = {"status": "ok", "from": args.compile_from, "batch_size": n, "options": options,
+        # representative training inputs calibrate the activation ranges (polynomial activations)
+        compiled = compile_fn(src, calib, batch_size=max(1, n), allow_insecure=args.insecure, **options)
+    rep["compile"] = {"status": "ok", "from": args.compile_from, "batch_size": max(1, n), "options": options,
                       "plan": str(compiled.plan)}
     log(str(compiled.plan))
     compiled.save(out / "compiled")

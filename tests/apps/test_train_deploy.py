@@ -64,10 +64,10 @@ def test_emnist_format_whole_path(td, tmp_path):
     synthetic.write_emnist(tmp_path / "data", "digits", n_train=300, n_test=40, seed=0)
     out = tmp_path / "run"
     rc = _run(td, ["--dataset", "emnist", "--data-root", tmp_path / "data", "--split", "digits", "--model", "mlp",
-                   "--downsample", "2", "--epochs", "3", "--samples", "4", "--insecure", "--no-wandb", "--out", out])
+                   "--downsample", "4", "--epochs", "3", "--batch-size", "16", "--lr", "5e-3", "--samples", "4", "--insecure", "--no-wandb", "--out", out])
     assert rc == 0
     rep = _check_report(out, encrypted=True)
-    assert rep["data"]["input_shape"] == [1, 14, 14] and rep["accuracy"]["plaintext"] >= 0.5  # learnable signal
+    assert rep["data"]["input_shape"] == [1, 7, 7] and rep["accuracy"]["plaintext"] >= 0.5  # learnable signal
 
 
 def test_cifar_format_whole_path_with_offline_wandb(td, tmp_path, monkeypatch):
@@ -78,12 +78,13 @@ def test_cifar_format_whole_path_with_offline_wandb(td, tmp_path, monkeypatch):
     synthetic.write_cifar10(tmp_path / "data", n_per_batch=40, n_test=30, seed=0)
     out = tmp_path / "run"
     rc = _run(td, ["--dataset", "cifar10", "--data-root", tmp_path / "data", "--model", "cifar-cnn",
-                   "--downsample", "4", "--epochs", "3", "--samples", "4", "--insecure", "--out", out])
+                   "--downsample", "4", "--epochs", "6", "--batch-size", "16", "--lr", "5e-3", "--samples", "4", "--insecure", "--out", out])
     assert rc == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["wandb"]["mode"] == "offline" and (out / "wandb").is_dir()
     rep = _check_report(out, encrypted=True)
     assert rep["data"]["input_shape"] == [3, 8, 8] and rep["model"]["mult_depth"] <= 6
+    assert rep["accuracy"]["plaintext"] >= 0.2  # twice chance on the synthetic colour/square signal
 
 
 def test_fhe4dmm_emnist_compiles_and_simulates(td, tmp_path):
