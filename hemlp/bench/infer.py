@@ -43,7 +43,7 @@ def _data(batch: int):
     tr = load_mnist_sample(train=True)
     te = load_mnist_sample(train=False)
     x = np.concatenate([te.x, tr.x])[:batch]
-    return tr, te, x, len(te.y)
+    return tr, te, x, min(len(te.y), len(x))
 
 
 def main(args) -> int:
@@ -64,7 +64,7 @@ def main(args) -> int:
     t_train = time.perf_counter() - t0
     model.eval()
     plain = predict(model, xb)
-    plain_acc = float(np.mean(plain[:n_test].argmax(1) == te.y))
+    plain_acc = float(np.mean(plain[:n_test].argmax(1) == te.y[:n_test]))
 
     opts = dict(preset=args.preset, allow_insecure=args.allow_insecure)
     t0 = time.perf_counter()
@@ -87,8 +87,8 @@ def main(args) -> int:
     y = compiled.decrypt(out, sk)
     t_dec = time.perf_counter() - t0
     agree = float(np.mean(y.argmax(1) == plain.argmax(1)))
-    enc_acc = float(np.mean(y[:n_test].argmax(1) == te.y))
-    sim_acc = float(np.mean(sim[:n_test].argmax(1) == te.y))
+    enc_acc = float(np.mean(y[:n_test].argmax(1) == te.y[:n_test]))
+    sim_acc = float(np.mean(sim[:n_test].argmax(1) == te.y[:n_test]))
     max_err = float(np.max(np.abs(y - sim)))
 
     single = None
