@@ -298,22 +298,32 @@ def cmd_decrypt(args, ui: UI):
     ui.finish(lines)
 
 
+def _ray_runner():
+    """The Ray runtime module exposing run_batch(compiled, eval_keys_path, inputs, out_dir, address), or None."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        return None, "the `ray` package is not installed"
+    for name in ("hemlp.runtime.ray_runtime", "hemlp.runtime.ray"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+        except ImportError:
+            continue
+        mod = importlib.import_module(name)
+        if callable(getattr(mod, "run_batch", None)):
+            return mod, ""
+    return None, "hemlp's Ray runtime (hemlp.runtime.ray_runtime) does not exist yet"
+
+
 def cmd_batch(args, ui: UI):
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        ray = None
-    runner = None
-    try:
-        from hemlp.runtime import ray_runtime as runner  # the Ray runtime, when it exists
-    except ImportError:
-        runner = None
-    if ray is None or runner is None:
+    runner, why = _ray_runner()
+    if runner is None:
         from hemlp.errors import UnsupportedError
 
-        missing = "the `ray` package" if ray is None else "hemlp.runtime.ray_runtime"
-        raise UnsupportedError(f"hemlp batch needs the Ray runtime ({missing} is not available); it is tracked "
-                               f"in {RAY_ISSUE}. Meanwhile run batches one by one with `hemlp run`.")
+        raise UnsupportedError(f"hemlp batch needs the Ray runtime: {why}; it is tracked in {RAY_ISSUE}. "
+                               "Meanwhile run batches one by one with `hemlp run`.")
     compiled = load_compiled(args.compiled)
     inputs = sorted(Path(args.inputs).glob("*.ct")) if Path(args.inputs).is_dir() else [Path(args.inputs)]
     out = Path(args.output)

@@ -12,8 +12,10 @@ MODELS = ("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn")
 __all__ = ["Square", "PolyAct", "mult_depth", "build", "MODELS", "FHE4DMMNet", "HEMLP", "CifarCNN"]
 
 
-def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10, seed: int | None = None):
-    """A model by name for inputs of shape (C, H, W); ``seed`` makes the initial weights reproducible."""
+def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10, seed: int | None = None,
+          width: int | None = None):
+    """A model by name for inputs of shape (C, H, W); ``seed`` makes the initial weights reproducible;
+    ``width`` sets cifar-cnn's first-layer channels (default 16)."""
     c, h, w = input_shape
     if seed is not None:
         import torch
@@ -33,7 +35,7 @@ def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10, seed: int |
     if name == "cifar-cnn":
         from .cifar_cnn import CifarCNN
 
-        return CifarCNN(num_classes, in_channels=c, image_size=h)
+        return CifarCNN(num_classes, width=width or 16, in_channels=c, image_size=h)
     raise ValueError(f"model {name!r} unknown; choose one of {', '.join(MODELS)}")
 
 

@@ -377,7 +377,8 @@ def run(args) -> dict:
             wb.log(d)
 
     # 2. train (seeded) and evaluate in plaintext
-    model = build(args.model, tuple(tr.x.shape[1:]), max(tr.num_classes, int(tr.y.max()) + 1), seed=args.seed)
+    model = build(args.model, tuple(tr.x.shape[1:]), max(tr.num_classes, int(tr.y.max()) + 1), seed=args.seed,
+                  width=args.width)
     with stage("train"):
         hist = train(model, tr.x, tr.y, epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
                      threads=args.threads, x_val=te.x, y_val=te.y, progress=not args.quiet,
@@ -504,6 +505,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--data-root", help="folder holding EMNIST/raw/ or cifar-10-batches-py/ (nothing is downloaded)")
     ap.add_argument("--split", default="digits", help="EMNIST split (byclass, bymerge, balanced, letters, digits, mnist)")
     ap.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
+    ap.add_argument("--width", type=int, default=None, help="cifar-cnn: channels of the first conv (default 16)")
     ap.add_argument("--epochs", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=None, help="default: 1e-2 for fhe4dmm, 2e-3 otherwise")

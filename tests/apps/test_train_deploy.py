@@ -78,7 +78,7 @@ def test_cifar_format_whole_path_with_offline_wandb(td, tmp_path, monkeypatch):
     synthetic.write_cifar10(tmp_path / "data", n_per_batch=40, n_test=30, seed=0)
     out = tmp_path / "run"
     rc = _run(td, ["--dataset", "cifar10", "--data-root", tmp_path / "data", "--model", "cifar-cnn",
-                   "--downsample", "4", "--epochs", "6", "--batch-size", "16", "--lr", "5e-3", "--samples", "4", "--insecure", "--out", out])
+                   "--width", "4", "--downsample", "4", "--epochs", "6", "--batch-size", "16", "--lr", "5e-3", "--samples", "4", "--insecure", "--out", out])
     assert rc == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["wandb"]["mode"] == "offline" and (out / "wandb").is_dir()
