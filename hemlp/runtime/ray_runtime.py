@@ -1,0 +1,340 @@
+"""PCMM sharded over a Ray cluster: exact modular GEMMs per (row block, column block, reduction
+block, RNS limb), bit-identical to ``hemlp.linalg.pcmm``.
+
+An RLWE CtMatrix (d2 rows x c chunks) stacks, per limb k, into X_k = (d2, c, 2, N) residues mod q_k;
+the product is Y_k = K (U~ X_k) mod q_k, followed by the same import / rescale / bias steps as
+``linalg.pcmm_gather``. The processor grid [p_m, p_n, p_k] (planner, eq. 5) splits the output rows,
+the ciphertext columns and the reduction dimension d2; limbs are an extra independent axis. Partial
+sums over reduction blocks are added mod q in a binary tree. Blocks travel as uint64 numpy arrays
+through the object store (one ray.put per input block, zero-copy reads in the tasks).
+
+Every task is pure and idempotent (max_retries): a killed worker is re-run and the result is the same.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import socket
+import time
+
+import numpy as np
+
+from hemlp.errors import EncodingError, HemlpError, LevelError, ShapeError
+
+__all__ = ["RuntimeUnavailableError", "ray_session", "ray_pcmm", "pcmm_grid", "run_batch"]
+
+#: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
+CONNECT_TIMEOUT = 10.0
+#: a worker dies on the first task that creates this file (fault-injection for tests)
+FAULT_ENV = "HEMLP_RAY_FAULT_ONCE"
+TASK_RETRIES = 3
+
+
+class RuntimeUnavailableError(HemlpError, ConnectionError):
+    """The Ray runtime cannot be used: ray is not installed or the cluster cannot be reached."""
+
+
+# ----------------------------------------------------------------------------- session
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeUnavailableError('the Ray runtime needs the `ray` package: pip install "ray[default]"') from None
+    return ray
+
+
+def _host_port(address: str):
+    a = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = a.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _probe(address: str, timeout: float) -> None:
+    """Fail fast on a dead address: ray.init itself retries for minutes on a silent port."""
+    hp = _host_port(address)
+    if hp is None:
+        return  # "auto" / "local": ray.init decides quickly
+    fix = (f"start the cluster there (`ray start --head --port={hp[1]}`), check the address and firewall, "
+           f"or use address=None to run on a local Ray instance")
+    try:
+        socket.create_connection(hp, timeout=timeout).close()
+    except OSError as exc:
+        raise RuntimeUnavailableError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}; {fix}") from None
+    try:
+        import grpc
+    except ImportError:
+        return
+    ch = grpc.insecure_channel(f"{hp[0]}:{hp[1]}")
+    try:  # a Ray head speaks gRPC (HTTP/2); anything else never completes the handshake
+        grpc.channel_ready_future(ch).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise RuntimeUnavailableError(f"{address!r} accepts connections but is not a Ray cluster (no gRPC answer "
+                                      f"within {timeout:g} s); {fix}") from None
+    finally:
+        ch.close()
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_workers: int | None = None, timeout: float = CONNECT_TIMEOUT):
+    """Use the running Ray, or join `address`, or start a local Ray with num_workers CPUs.
+
+    Shuts down only what it started. Under `ray job submit` (RAY_ADDRESS set) address=None joins
+    the job's cluster."""
+    ray = _ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        _probe(address, timeout)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as exc:
+            raise RuntimeUnavailableError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
+                                          "`ray start --head` or use address=None for a local Ray") from None
+    else:
+        ray.init(num_cpus=num_workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+# ----------------------------------------------------------------------------- tasks (run in workers)
+
+def _maybe_die() -> None:
+    marker = os.environ.get(FAULT_ENV)
+    if not marker:
+        return
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    os._exit(17)  # a hard worker death, as an OOM kill or a lost node
+
+
+def _mulmod_scalar(Y: np.ndarray, k: int, q: int) -> np.ndarray:
+    """k * Y mod q exactly, as the native PCMM's Shoup multiply (a 1 x 1 exact modgemm)."""
+    from hemlp import _core
+
+    if k == 1:
+        return Y
+    flat = _core.modgemm(np.array([[k]], dtype=np.int64), Y.reshape(1, -1), q, max(1, k.bit_length()))
+    return flat.reshape(Y.shape)
+
+
+def _block_product(Ub: np.ndarray, Xb: np.ndarray, q: int, bU: int, Kq: int, threads: int):
+    """One grid cell and limb: K (U_block @ X_block) mod q; X_block is (d2_t, c_j, 2, N)."""
+    from hemlp import _core
+
+    _maybe_die()
+    _core.set_num_threads(threads)
+    d2t = Xb.shape[0]
+    Y = _core.modgemm(Ub, Xb.reshape(d2t, -1), q, bU)  # both parts and all chunks in one GEMM
+    Y = _mulmod_scalar(Y, Kq, q).reshape((Ub.shape[0],) + Xb.shape[1:])
+    return Y, _node_id()
+
+
+def _add_mod(a: np.ndarray, b: np.ndarray, q: int) -> np.ndarray:
+    s = a + b  # < 2q < 2^63: no overflow
+    s -= np.where(s >= np.uint64(q), np.uint64(q), np.uint64(0))
+    return s
+
+
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+_REMOTES = {}
+
+
+def _remote(name: str):
+    """Ray remote functions, made on first use so importing this module does not need ray."""
+    if name not in _REMOTES:
+        ray = _ray()
+        opts = dict(max_retries=TASK_RETRIES, retry_exceptions=False, num_cpus=1)
+        _REMOTES["product"] = ray.remote(num_returns=2, **opts)(_block_product)
+        _REMOTES["add"] = ray.remote(**opts)(_add_mod)
+    return _REMOTES[name]
+
+
+# ----------------------------------------------------------------------------- driver
+
+def pcmm_grid(d1: int, chunks: int, d2: int, num_workers: int):
+    """The planner's 3D grid (eq. 5) over (output rows, ciphertext columns, reduction rows).
+
+    Every row / column / reduction row is one block of the layout, so W counts ciphertext-sized
+    objects moved: p_m d2 c (input copies) + p_n d1 d2 (weights) + p_k d1 c (partial outputs)."""
+    from hemlp.planner.grid import grid_3d
+    from hemlp.planner.obl import Layout
+
+    layout = Layout(d1, chunks, d2, d1, chunks, d2, d1, chunks, d2, 1, "pcmm")
+    return grid_3d(layout, int(num_workers))
+
+
+def _splits(n: int, parts: int) -> list[slice]:
+    edges = [n * i // parts for i in range(parts + 1)]
+    return [slice(edges[i], edges[i + 1]) for i in range(parts)]
+
+
+def _check(U, C, weight_bits: int):
+    from hemlp.linalg import CtMatrix
+
+    if not isinstance(C, CtMatrix):
+        raise TypeError("ray_pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
+    if C.format != "rlwe":
+        raise EncodingError(f"ray_pcmm shards RLWE matrices; this one is {C.format!r} (use linalg.pcmm, or "
+                            "linalg.to_rlwe first for MSRLWE)")
+    U = np.asarray(U, dtype=np.float64)
+    if U.ndim != 2:
+        raise ShapeError(f"pcmm: U must be 2-D, got shape {U.shape}")
+    if U.shape[1] != C.shape[0]:
+        raise ShapeError(f"pcmm: U is {U.shape[0]}x{U.shape[1]} but the encrypted matrix is "
+                         f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
+    if not 1 <= weight_bits <= 40:
+        raise EncodingError("weight_bits must be in [1, 40]")
+    ref = C.cts[0]._obj
+    if ref.level == 0:
+        raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
+    for ct in C.cts:
+        o = ct._obj
+        if o.size != 2:
+            raise EncodingError("pcmm: relinearise the ciphertexts first")
+        if (o.level != ref.level or o.encoding != ref.encoding or o.slots != ref.slots
+                or abs(o.scale / ref.scale - 1) > 2.0 ** -32 or (o.key_id and ref.key_id and o.key_id != ref.key_id)):
+            raise LevelError("pcmm: all rows of the encrypted matrix must share level, scale, encoding and key")
+    return U
+
+
+def _grid_dims(grid, d1: int, c: int, d2: int, num_workers: int) -> tuple[int, int, int]:
+    if grid is None:
+        return pcmm_grid(d1, c, d2, num_workers).dims
+    dims = tuple(getattr(grid, "dims", grid))
+    if len(dims) != 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in dims):
+        raise ShapeError(f"grid must be a planner Grid or (p_m, p_n, p_k) of positive ints, got {grid!r}")
+    if dims[0] > d1 or dims[1] > c or dims[2] > d2:
+        raise ShapeError(f"grid {dims} splits more than the product has: {d1} output rows, {c} ciphertext "
+                         f"columns, {d2} reduction rows")
+    return tuple(int(x) for x in dims)
+
+
+def _stack_limbs(C) -> np.ndarray:
+    """(L, d2, c, 2, N) uint64: limb-major so one limb of one block is a single slice."""
+    ctx, (d2, _), c = C.ctx, C.shape, C.chunks
+    L = C.level + 1
+    X = np.empty((L, d2, c, 2, ctx.N), dtype=np.uint64)
+    for idx, ct in enumerate(C.cts):
+        i, j = divmod(idx, c)
+        for part in range(2):
+            X[:, i, j, part, :] = ct._obj.poly(part)
+    return X
+
+
+def _tree_sum(ray, refs: list, q: int):
+    add = _remote("add")
+    while len(refs) > 1:  # pairwise: depth log2(p_k), each add runs where its inputs are
+        nxt = [add.remote(refs[i], refs[i + 1], q) for i in range(0, len(refs) - 1, 2)]
+        if len(refs) % 2:
+            nxt.append(refs[-1])
+        refs = nxt
+    return refs[0]
+
+
+def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None, grid=None,
+             weight_bits: int = 20, bias=None, stats: dict | None = None):
+    """Enc(U @ M + bias[:, None]) on Ray; bit-identical to linalg.pcmm(U, C, weight_bits=..., bias=...).
+
+    address: None = the running Ray / a local one started here (num_workers CPUs), or a cluster
+    address ("host:port", "ray://host:10001", "auto"). grid: a planner Grid or (p_m, p_n, p_k)
+    over (output rows, ciphertext columns, reduction rows); default: planner.grid.grid_3d for
+    num_workers. stats: a dict to fill with the grid, task count, object-store bytes and nodes used."""
+    from hemlp import linalg
+    from hemlp.ckks import Ciphertext
+    from hemlp.linalg import CtMatrix
+
+    t0 = time.perf_counter()
+    U = _check(U, C, weight_bits)
+    ctx, level, c = C.ctx, C.level, C.chunks
+    d1, d2 = U.shape
+    Uq, delta = linalg.quantize(U, weight_bits)
+    K = max(1, round(ctx.modulus(level) / delta))
+    ref = C.cts[0]._obj
+    X = _stack_limbs(C)
+    with ray_session(address, num_workers) as ray:
+        workers = num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        pm, pn, pk = _grid_dims(grid, d1, c, d2, workers)
+        rows, cols, reds = _splits(d1, pm), _splits(c, pn), _splits(d2, pk)
+        product = _remote("product")
+        u_refs = {(i, t): ray.put(np.ascontiguousarray(Uq[r, s])) for i, r in enumerate(rows) for t, s in enumerate(reds)}
+        put_bytes = sum(Uq[r, s].nbytes for r in rows for s in reds)
+        out = np.empty((d1, c, 2, level + 1, ctx.N), dtype=np.uint64)
+        pending, node_refs, tasks = {}, [], 0
+        for k in range(level + 1):
+            q = ctx.modulus(k)
+            Kq = K % q
+            x_refs = {}
+            for t, s in enumerate(reds):
+                for j, cs in enumerate(cols):
+                    blk = np.ascontiguousarray(X[k, s, cs])
+                    x_refs[t, j] = ray.put(blk)
+                    put_bytes += blk.nbytes
+            for i, r in enumerate(rows):
+                for j, cs in enumerate(cols):
+                    parts = []
+                    for t in range(len(reds)):
+                        y, node = product.options(scheduling_strategy="SPREAD").remote(
+                            u_refs[i, t], x_refs[t, j], q, int(weight_bits), Kq, 1)
+                        parts.append(y)
+                        node_refs.append(node)
+                        tasks += 1
+                    tasks += len(parts) - 1
+                    pending[_tree_sum(ray, parts, q)] = (r, cs, k)
+        del X
+        result_bytes = 0
+        while pending:  # fill the output as blocks finish; each is read zero-copy, then released
+            done, _ = ray.wait(list(pending), num_returns=1)
+            r, cs, k = pending.pop(done[0])
+            blk = ray.get(done[0])
+            out[r, cs, :, k, :] = blk
+            result_bytes += blk.nbytes
+            del blk
+        nodes = sorted(set(ray.get(node_refs)))
+    scale = ref.scale * float(delta * K)  # the native pcmm_rlwe's out_scale_factor, same double product
+    cts = []
+    for r in range(d1):
+        for j in range(c):
+            obj = ctx._e.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
+                                           ref.is_complex, ref.key_id, None)
+            cts.append(ctx.rescale(ctx._w(Ciphertext, obj)))
+    del out
+    if bias is not None:
+        b = np.asarray(bias, dtype=np.float64).reshape(-1)
+        if b.shape[0] != d1:
+            raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {d1} output rows")
+        cts = [ctx.add(ct, float(b[idx // c])) for idx, ct in enumerate(cts)]
+    if stats is not None:
+        H = 2 * (level + 1) * ctx.N * 8  # bytes of one input (and output) ciphertext
+        x_bytes, u_bytes = d2 * c * H, Uq.nbytes
+        stats.update(grid=(pm, pn, pk), workers=workers, tasks=tasks, limbs=level + 1, nodes=nodes,
+                     put_bytes=put_bytes, result_bytes=result_bytes, ciphertext_bytes=H,
+                     # what the tasks read / write through the store, term by term as in eq. (5)
+                     moved_bytes=dict(inputs=pm * x_bytes, weights=pn * (level + 1) * u_bytes,
+                                      partials=pk * d1 * c * H),
+                     w3d_bytes=dict(inputs=pm * d2 * c * H, weights=pn * d1 * d2 * H, partials=pk * d1 * c * H),
+                     seconds=time.perf_counter() - t0)
+    return CtMatrix(ctx, cts, (d1, C.shape[1]), c, "rlwe")
+
+
+def run_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, **kw) -> list:
+    """`hemlp batch`: a compiled model over ciphertext files on Ray (see hemlp.runtime.batch)."""
+    from hemlp.runtime.batch import run_model_batch
+
+    return run_model_batch(compiled, eval_keys, inputs, out_dir, address=address, **kw)
