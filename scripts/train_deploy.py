@@ -440,6 +440,13 @@ def run(args) -> dict:
         wb.summary.update({"latency/" + k: v for k, v in rep["latency"]["stages"].items()})
         wb.summary.update({"bytes/" + k: v for k, v in sizes.items() if v})
         wb.log({f"fig/{Path(f).stem}": wandb.Image(str(out / f)) for f in rep["figures"]})
+        if rep["latency"]["layers"]:
+            wb.log({"latency/layers": wandb.Table(columns=["layer", "seconds"], data=[
+                [r["layer"], r["seconds"]] for r in rep["latency"]["layers"]])})
+        art = wandb.Artifact(f"report-{wb.id}", type="report")
+        for f in ["report.json", "report.md", "model.onnx"] + rep["figures"]:
+            art.add_file(str(out / f))
+        wb.log_artifact(art)
         wb.finish()
     log(f"report: {out / 'report.md'}")
     return rep
@@ -515,7 +522,9 @@ def parser() -> argparse.ArgumentParser:
                     help="average-pool images by this factor (e.g. 2: 28x28 -> 14x14; not for fhe4dmm)")
     ap.add_argument("--train-limit", type=int, default=None, help="use the first N training samples")
     ap.add_argument("--test-limit", type=int, default=None, help="evaluate on the first N test samples")
-    ap.add_argument("--samples", type=int, default=16, help="test samples run encrypted (= the compiled batch size)")
+    ap.add_argument("--samples", type=int, default=16,
+                    help="test samples run encrypted (= the compiled batch size; with one feature per ciphertext, "
+                         "any batch up to the slot count costs the same, e.g. --samples 1000)")
     ap.add_argument("--sim-samples", type=int, default=None, help="samples for simulation (default: whole test set)")
     ap.add_argument("--compile-from", choices=("onnx", "torch"), default="onnx")
     ap.add_argument("--preset", help="CKKS parameter preset for hemlp.compile (default: the compiler's choice)")
