@@ -9,6 +9,8 @@ and OMP_NUM_THREADS set, because both BLAS libraries read them once at load time
 Run as the brief says, without the CI's OpenBLAS overrides so both BLAS pick their own kernels:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_modgemm.py
 Options: --d 256 1024 4096 --n 8192 16384 --threads 1 2 --json bench/modgemm.json
+On a shared machine, --merge A.json B.json ... keeps, per entry, the minimum times over earlier runs
+and this one (pass --runs 0 to only merge).
 """
 import argparse
 import ctypes
@@ -79,17 +81,19 @@ def blas_cores():
     return out
 
 
-def best_time(fn, budget_s: float = 6.0, max_reps: int = 3) -> float:
-    """Minimum over up to max_reps runs, fewer when one run is long (the machine may be shared)."""
-    t0 = time.perf_counter()
-    fn()
-    best = time.perf_counter() - t0
-    reps = 1
-    while reps < max_reps and best * (reps + 1) < budget_s:
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-        reps += 1
+def interleaved_min(fns: dict, min_reps: int = 2, max_reps: int = 5, budget_s: float = 20.0) -> dict:
+    """Minimum time of each callable, run round-robin so that all see the same machine load (the
+    benchmark machine may be shared); at least min_reps rounds, more while within budget_s."""
+    best = {k: float("inf") for k in fns}
+    spent, rounds = 0.0, 0
+    while rounds < min_reps or (rounds < max_reps and spent * (rounds + 1) / rounds < budget_s):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            best[k] = min(best[k], dt)
+            spent += dt
+        rounds += 1
     return best
 
 
@@ -107,25 +111,48 @@ def worker(args) -> list:
         A = U.astype(np.float64)
         for n in args.n:
             B = rng.standard_normal((d, n))
-            t_np = best_time(lambda: A @ B)
-            del B
+            Xs = {bits: rng.integers(0, q, size=(d, n), dtype=np.uint64) for bits, q in primes.items()}
             for bits, q in primes.items():
-                X = rng.integers(0, q, size=(d, n), dtype=np.uint64)
-                plan.apply(X[:, :64].copy(), q)  # warm-up: splits U once (cached in the plan)
-                t_mg = best_time(lambda: plan.apply(X, q))
+                plan.apply(Xs[bits][:, :64].copy(), q)  # warm-up: splits U once (cached in the plan)
+            fns = {"numpy": lambda: A @ B}
+            for bits, q in primes.items():
+                fns[bits] = (lambda X, q: lambda: plan.apply(X, q))(Xs[bits], q)
+            t = interleaved_min(fns)
+            for bits, q in primes.items():
                 cfg = plan.config(q)
                 rows.append(
                     dict(
                         threads=args.worker_threads, d=d, n=n, q_bits=bits, q=q, bU=bU,
                         w=cfg["w"], T=cfg["T"], TU=cfg["TU"], kb=cfg["kb"],
-                        numpy_s=t_np, modgemm_s=t_mg, ratio=t_mg / t_np,
-                        numpy_gflops=2.0 * d * d * n / t_np * 1e-9,
-                        modgemm_gflops_equiv=2.0 * d * d * n / t_mg * 1e-9,
+                        numpy_s=t["numpy"], modgemm_s=t[bits], ratio=t[bits] / t["numpy"],
+                        numpy_gflops=2.0 * d * d * n / t["numpy"] * 1e-9,
+                        modgemm_gflops_equiv=2.0 * d * d * n / t[bits] * 1e-9,
                     )
                 )
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-                del X
+            del B, Xs, fns
     return rows
+
+
+def merge_min(runs: list) -> list:
+    """Per (threads, d, n, q_bits): the minimum numpy and modgemm times over all runs."""
+    best = {}
+    for rows in runs:
+        for r in rows:
+            key = (r["threads"], r["d"], r["n"], r["q_bits"])
+            b = best.setdefault(key, dict(r, runs=0))
+            b["numpy_s"] = min(b["numpy_s"], r["numpy_s"])
+            b["modgemm_s"] = min(b["modgemm_s"], r["modgemm_s"])
+            b["runs"] += 1
+    out = []
+    for key in sorted(best):
+        r = best[key]
+        d, n = r["d"], r["n"]
+        r["ratio"] = r["modgemm_s"] / r["numpy_s"]
+        r["numpy_gflops"] = 2.0 * d * d * n / r["numpy_s"] * 1e-9
+        r["modgemm_gflops_equiv"] = 2.0 * d * d * n / r["modgemm_s"] * 1e-9
+        out.append(r)
+    return out
 
 
 def main():
@@ -136,6 +163,8 @@ def main():
     ap.add_argument("--bU", type=int, default=18, help="|U| <= 2^bU (BRIEF §2.5: Delta_U = 2^18)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--json", default="bench/modgemm.json")
+    ap.add_argument("--merge", nargs="*", default=[], help="earlier JSON outputs to fold in (min times)")
+    ap.add_argument("--runs", type=int, default=1, help="benchmark passes in this invocation")
     ap.add_argument("--worker-threads", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -143,15 +172,18 @@ def main():
         json.dump(worker(args), sys.stdout)
         return
 
+    load_before = os.getloadavg()
     results = []
-    for t in args.threads:
-        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker-threads", str(t), "--bU", str(args.bU),
-               "--d", *map(str, args.d), "--n", *map(str, args.n), "--bits", *map(str, args.bits)]
-        print(f"# {t} thread(s) ...", file=sys.stderr, flush=True)
-        out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
-        results.extend(json.loads(out))
-
+    for _ in range(args.runs):
+        for t in args.threads:
+            env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker-threads", str(t), "--bU", str(args.bU),
+                   "--d", *map(str, args.d), "--n", *map(str, args.n), "--bits", *map(str, args.bits)]
+            print(f"# {t} thread(s) ...", file=sys.stderr, flush=True)
+            out = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+            results.extend(json.loads(out))
+    runs = [results] + [json.load(open(f))["results"] for f in args.merge]
+    results = merge_min(runs)
     header = f"{'thr':>3} {'d':>5} {'n':>6} {'q':>3} {'T':>2} {'w':>3} {'numpy s':>9} {'modgemm s':>10} {'ratio':>6} {'np GF/s':>8} {'mg GF/s*':>8}"
     print(header)
     print("-" * len(header))
@@ -165,7 +197,10 @@ def main():
         machine=platform.machine(), processor=platform.processor(), cpus=os.cpu_count(),
         env={k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")},
         blas=blas_cores(), numpy=np.__version__, bU=args.bU,
-        note="modgemm_s times ModGemmPlan.apply (U prepared once); ratio = modgemm_s / numpy_s",
+        loadavg_before=load_before, loadavg_after=os.getloadavg(),
+        runs=max((r["runs"] for r in results), default=0),
+        note="minimum of interleaved runs (and of merged passes); modgemm_s times ModGemmPlan.apply (U prepared once); "
+        "ratio = modgemm_s / numpy_s",
     )
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

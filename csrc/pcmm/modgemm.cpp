@@ -27,7 +27,7 @@ size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 // wide (>= a few hundred columns for d = 4096) while staying far below typical memory.
 constexpr size_t kPanelBytes = size_t(64) << 20;
 // Lazy int64 accumulation of K-blocks: each block is < 2^53 in magnitude and a folded value is < 2^61,
-// so 511 blocks on top of a fold stay below 2^61 + 511 * 2^53 < 2^63.
+// so 511 blocks on top of a fold, plus the last block, stay below 2^61 + 512 * 2^53 < 2^63.
 constexpr size_t kFoldEvery = 511;
 // Parallel regions cost a few microseconds; below this many element-ops run them on one thread.
 constexpr size_t kOmpMinWork = size_t(1) << 15;
@@ -48,7 +48,7 @@ inline uint64_t signed_to_unsigned_mod(int64_t v, uint64_t r64) {
   return static_cast<uint64_t>(v) - (r64 & static_cast<uint64_t>(v >> 63));
 }
 
-// int64 <-> double for |d| < 2^51 with integer adds, which vectorise where cvtsi2sd/cvttsd2si do not:
+// int64 -> double for |d| < 2^51 with an integer add, which vectorises where cvtsi2sd does not:
 // the bits of 1.5*2^52 + d are those of 1.5*2^52 plus d.
 constexpr int64_t kMagicBits = 0x4338000000000000LL;
 constexpr double kMagic = 6755399441055744.0;  // 1.5 * 2^52
@@ -105,7 +105,6 @@ struct Lease {
   std::unique_ptr<Scratch> s = pool().acquire();
   ~Lease() { pool().release(std::move(s)); }
 };
-
 
 // Hot loops are compiled for AVX-512 (x86-64-v4), AVX2 and baseline and picked at load time, so the
 // default portable build still vectorises the 64-bit integer/double conversions on capable CPUs.
@@ -241,7 +240,7 @@ ModGemmConfig check_modgemm_config(size_t d2, int bU, uint64_t q, ModGemmConfig 
   const size_t kbmax = max_kb(ub, bx);
   if (kbmax == 0)
     throw std::invalid_argument("modgemm: inexact split: 2^(u-1) * 2^(w-1) = 2^" + std::to_string(ub + bx) +
-                                " must be < 2^52; use smaller digits");
+                                " must be < 2^53 (even kb = 1 is inexact); use smaller digits");
   size_t kb = cfg.kb == 0 ? std::min(kbmax, d2) : cfg.kb;
   if (kb > kbmax)
     throw std::invalid_argument("modgemm: inexact split: kb * 2^(u-1) * 2^(w-1) = " + std::to_string(kb) +
@@ -284,7 +283,7 @@ ModGemmConfig choose_modgemm_config(size_t d2, int bU, uint64_t q) {
       const size_t kb = ceil_div(d2, nblk);
       // Units: one multiply-add inside DGEMM. Small K-blocks run DGEMM below peak (32/kb), each extra
       // block costs an int64 conversion pass (~24 MAC-equivalents per output digit), and each output
-      // digit costs one Shoup reduction (~64).
+      // digit costs one modular reduction plus its share of the split (~64).
       const double cost = double(T) * TU *
                           (double(d2) * (1.0 + 32.0 / double(kb)) + 24.0 * double(nblk - 1) + 64.0);
       if (cost < best_cost) {

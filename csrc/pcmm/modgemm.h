@@ -64,6 +64,8 @@ class ModGemmPlan {
   // C (d1 x n, row-major, leading dimension ldc >= n) = U * X mod q, where row r of X (r < d2) is the n
   // words at Xrows[r], each a residue in [0, q). Rows are gathered through pointers, so an im2col view
   // over ciphertext rows needs no copy (rows may repeat). Uses the split choose_modgemm_config() picks.
+  // C must not alias X. Threads: the DGEMMs use OpenBLAS's threads, the digit split and the reduction
+  // use OpenMP (omp_get_max_threads()). Scratch is O(64 MiB): X is processed in column panels.
   // Throws std::invalid_argument on a bad q, a null pointer, ldc < n, or a residue >= q (in that last
   // case C is left partially written).
   void apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint64_t* C, size_t ldc) const;
