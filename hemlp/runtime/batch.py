@@ -1,0 +1,455 @@
+"""Resumable batch jobs: one encrypted input file in, one encrypted output file out, on Ray or in-process.
+
+    result = run_batch(WeightsJob.from_files("W.npy", preset="N14-d6"), list_inputs("in/"), "out/")
+
+The output directory holds the outputs (same file names as the inputs) and ``batch_manifest.json``:
+every item's status (done / failed), attempts and last error, plus the job's fingerprint so a
+restart with other weights or another model is refused instead of mixing results. Outputs are
+written atomically (temp file + fsync + rename) before the manifest records them, so a killed job
+resumes with every finished item skipped and never leaves a half-written output.
+
+A job is a small picklable object with ``key`` (its fingerprint) and ``process(data) -> bytes``
+(runs inside a worker; reads the input file's bytes, returns the output file's bytes). Only the
+driver touches the file system, so workers on other nodes need no shared disk.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import hashlib
+import json
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from hemlp.errors import HemlpError, SerializationError, ShapeError
+
+__all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",
+           "BatchJobMismatchError", "BatchItemsFailedError", "run_model_batch", "MANIFEST"]
+
+MANIFEST = "batch_manifest.json"
+_TMP_TAG = ".hemlp-tmp-"
+COMPILER_ISSUE = "the compiler issue (`hemlp.compile`)"
+
+
+class BatchOutputError(HemlpError, OSError):
+    """The output directory cannot be written (missing permission, read-only, disk full)."""
+
+
+class BatchJobMismatchError(HemlpError, ValueError):
+    """The output directory holds results of a different job (other weights or model)."""
+
+
+class BatchItemsFailedError(HemlpError, RuntimeError):
+    """Some items failed after every retry; the others were written."""
+
+
+# ----------------------------------------------------------------------------- jobs
+
+_CACHE: dict = {}  # per worker process: contexts, loaded models (jobs run many items)
+
+
+def _cached(key, make):
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:16]
+
+
+@dataclasses.dataclass
+class WeightsJob:
+    """out = pcmm(W, in) (+ bias): the input files are CtMatrix files (CtMatrix.save)."""
+
+    weights: np.ndarray
+    params: bytes                      # ckks.Params.to_bytes(): workers rebuild the context from it
+    bias: np.ndarray | None = None
+    weight_bits: int = 20
+    allow_insecure: bool = False
+
+    @classmethod
+    def from_files(cls, weights, *, preset: str | None = None, params=None, bias=None, weight_bits: int = 20,
+                   allow_insecure: bool = False) -> "WeightsJob":
+        from hemlp import ckks
+
+        W = _load_npy(weights, "weights")
+        if W.ndim != 2:
+            raise ShapeError(f"the weight matrix {weights} must be 2-D, got shape {W.shape}")
+        b = None if bias is None else _load_npy(bias, "bias").reshape(-1)
+        if b is not None and b.shape[0] != W.shape[0]:
+            raise ShapeError(f"bias has {b.shape[0]} entries for {W.shape[0]} output rows")
+        if (preset is None) == (params is None):
+            raise ValueError("give exactly one of preset (a Params.preset name) or params (a params file)")
+        if preset is not None:
+            pbytes = ckks.Params.preset(preset).to_bytes()
+        else:
+            try:
+                pbytes = Path(params).read_bytes()
+            except OSError as exc:
+                raise SerializationError(f"cannot read the parameters file {params}: {exc.strerror}") from None
+            ckks.Params.from_bytes(pbytes)  # validate here, not in every worker
+        return cls(W, pbytes, b, int(weight_bits), bool(allow_insecure))
+
+    @property
+    def key(self) -> str:
+        b = b"" if self.bias is None else np.ascontiguousarray(self.bias, np.float64).tobytes()
+        return "weights:" + _sha(np.ascontiguousarray(self.weights, np.float64).tobytes(), str(self.weights.shape).encode(),
+                                 b, str(self.weight_bits).encode(), self.params)
+
+    def context(self):
+        import warnings
+
+        from hemlp import ckks
+
+        def make():
+            with warnings.catch_warnings():  # warned once by the driver, not once per worker
+                warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
+                return ckks.Context(ckks.Params.from_bytes(self.params), allow_insecure=self.allow_insecure)
+
+        return _cached(("ctx", self.params, self.allow_insecure), make)
+
+    def process(self, data: bytes) -> bytes:
+        from hemlp import linalg
+
+        C = linalg.CtMatrix.from_bytes(data, self.context())
+        return linalg.pcmm(self.weights, C, weight_bits=self.weight_bits, bias=self.bias).to_bytes()
+
+
+@dataclasses.dataclass
+class ModelJob:
+    """out = compiled.run(in, eval_keys): inputs are EncryptedBatch files of a compiled model directory."""
+
+    files: dict                         # the model directory's files, by name (shipped to workers as bytes)
+    keys: bytes                         # EvalKeys file
+    model_id: str
+
+    @classmethod
+    def from_paths(cls, model, keys) -> "ModelJob":
+        """model: a compiled model directory (hemlp.load) or a CompiledModel; keys: an EvalKeys file."""
+        _compiler()
+        if not isinstance(model, (str, os.PathLike)):
+            tmp = tempfile.mkdtemp(prefix="hemlp-model-")
+            model.save(tmp)
+            model = tmp
+        d = Path(model)
+        try:
+            files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
+            kbytes = Path(keys).read_bytes()
+        except OSError as exc:
+            raise SerializationError(f"cannot read the compiled model {d} or keys {keys}: {exc}") from None
+        compiled = _compiler().load(d)  # validates the directory and the keys once, on the driver
+        from hemlp.runtime.artifacts import EvalKeys
+
+        EvalKeys.from_bytes(kbytes, compiled)
+        return cls(files, kbytes, compiled.model_id)
+
+    @property
+    def key(self) -> str:
+        return f"model:{self.model_id}:" + _sha(self.keys)
+
+    def _loaded(self):
+        def make():
+            from hemlp.runtime.artifacts import EvalKeys
+
+            d = Path(tempfile.mkdtemp(prefix=f"hemlp-model-{self.model_id}-"))
+            for name, data in self.files.items():
+                (d / name).write_bytes(data)
+            compiled = _compiler().load(d)
+            return compiled, EvalKeys.from_bytes(self.keys, compiled)
+
+        return _cached(("model", self.model_id, _sha(self.keys)), make)
+
+    def process(self, data: bytes) -> bytes:
+        from hemlp.runtime.artifacts import EncryptedBatch
+
+        compiled, keys = self._loaded()
+        return compiled.run(EncryptedBatch.from_bytes(data, compiled), keys).to_bytes()
+
+
+@dataclasses.dataclass
+class CallableJob:
+    """Any fn(bytes) -> bytes; `key` names it in the manifest (change it when fn changes)."""
+
+    fn: object
+    key: str
+
+    def process(self, data: bytes) -> bytes:
+        return self.fn(data)
+
+
+def _compiler():
+    try:
+        import hemlp.compile as hc
+
+        hc.load  # noqa: B018
+    except (ImportError, AttributeError):
+        raise NotImplementedError(f"--model needs hemlp.compile / hemlp.load, which are not available in this "
+                                  f"checkout yet ({COMPILER_ISSUE}); use --weights meanwhile") from None
+    return hc
+
+
+def _load_npy(path, what) -> np.ndarray:
+    try:
+        a = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise SerializationError(f"cannot load the {what} file {path}: {exc}") from None
+    if not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a):
+        raise SerializationError(f"the {what} file {path} must hold real numbers, got dtype {a.dtype}")
+    return a.astype(np.float64)
+
+
+# ----------------------------------------------------------------------------- inputs and manifest
+
+def list_inputs(source, pattern: str = "*") -> list[Path]:
+    """A directory (its files matching pattern, sorted) or a manifest: a .json list / {"inputs": [...]}
+    or a text file with one path per line (relative paths are relative to the manifest)."""
+    src = Path(source)
+    if src.is_dir():
+        files = [p for p in sorted(src.glob(pattern)) if p.is_file() and not p.name.startswith(".") and p.name != MANIFEST]
+    elif src.is_file():
+        text = src.read_text()
+        if src.suffix == ".json":
+            data = json.loads(text)
+            entries = data["inputs"] if isinstance(data, dict) else data
+        else:
+            entries = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        files = [p if p.is_absolute() else src.parent / p for p in map(Path, entries)]
+    else:
+        raise FileNotFoundError(f"batch inputs {src}: no such directory or manifest file")
+    names = [p.name for p in files]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ShapeError(f"batch inputs share file names {dup[:5]}: outputs are named after inputs; rename them")
+    return files
+
+
+class Manifest:
+    """batch_manifest.json: {job, items: {name: {status, attempts, error?, output?}}}, rewritten atomically."""
+
+    def __init__(self, out_dir: Path, job_key: str, restart: bool):
+        self.path = out_dir / MANIFEST
+        self.items: dict = {}
+        if self.path.exists() and not restart:
+            try:
+                data = json.loads(self.path.read_text())
+                old_key, self.items = data["job"], dict(data["items"])
+            except (OSError, ValueError, KeyError, TypeError):
+                raise BatchJobMismatchError(f"{self.path} is unreadable; move it away (or pass restart=True / "
+                                            "--restart) to start the job over") from None
+            if old_key != job_key:
+                raise BatchJobMismatchError(f"{out_dir} holds results of another job ({old_key}, this one is {job_key}: "
+                                            "other weights, bias, parameters or model); use a new output directory "
+                                            "or --restart")
+        self.job_key = job_key
+
+    def done(self, name: str, out_dir: Path) -> bool:
+        it = self.items.get(name)
+        return bool(it) and it.get("status") == "done" and (out_dir / it.get("output", name)).is_file()
+
+    def record(self, name: str, **fields) -> None:
+        self.items[name] = dict(self.items.get(name, {}), **fields)
+        self.save()
+
+    def save(self) -> None:
+        data = json.dumps(dict(format="hemlp-batch-manifest", version=1, job=self.job_key, items=self.items),
+                          indent=1, sort_keys=True).encode()
+        _atomic_write(self.path, data)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f"{_TMP_TAG}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def _output_error(out_dir: Path, exc: OSError) -> BatchOutputError:
+    why = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+           errno.EROFS: "the file system is read-only"}.get(exc.errno, exc.strerror or str(exc))
+    return BatchOutputError(exc.errno, f"cannot write to the output directory {out_dir}: {why}. Free space or choose "
+                                       "another output directory; finished items are kept and skipped when the job "
+                                       "is run again")
+
+
+def _prepare_output(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in out_dir.glob(_TMP_TAG + "*"):  # left by a killed run: never complete outputs
+            stale.unlink()
+        _atomic_write(out_dir / f"{_TMP_TAG}probe", b"probe")
+        (out_dir / f"{_TMP_TAG}probe").unlink()
+    except OSError as exc:
+        raise _output_error(out_dir, exc) from None
+
+
+# ----------------------------------------------------------------------------- execution
+
+@dataclasses.dataclass
+class BatchResult:
+    done: list            # names finished in this run
+    skipped: list         # names already done before this run
+    failed: dict          # name -> last error (after every retry)
+    out_dir: Path
+    seconds: float = 0.0
+
+    @property
+    def outputs(self) -> list:
+        return [self.out_dir / n for n in sorted(self.done + self.skipped)]
+
+    def summary(self) -> dict:
+        return dict(done=len(self.done), skipped=len(self.skipped), failed=dict(self.failed),
+                    out_dir=str(self.out_dir), manifest=str(self.out_dir / MANIFEST), seconds=round(self.seconds, 3))
+
+
+def _reason(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError wraps the worker's exception
+    exc = cause if isinstance(cause, BaseException) else exc
+    return f"{type(exc).__name__}: {exc}".strip()[:2000]
+
+
+def _read_input(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise SerializationError(f"cannot read the input {path}: {exc.strerror}") from None
+
+
+def _process_item(job, data: bytes, threads: int = 1) -> bytes:
+    """Runs in a worker: pure (bytes in, bytes out), so a retried attempt gives the same result."""
+    from hemlp import _core
+
+    _core.set_num_threads(threads)
+    return job.process(data)
+
+
+def run_batch(job, inputs, out_dir, *, retries: int = 2, executor: str = "ray", address: str | None = None,
+              num_workers: int | None = None, progress: bool = True, restart: bool = False,
+              limit: int | None = None) -> BatchResult:
+    """Process every input not already done into out_dir; retry a failing item `retries` more times,
+    then record it as failed (the job goes on). executor: "ray" (tasks on the running / local /
+    `address` cluster) or "local" (this process). limit: stop after this many new items."""
+    if executor not in ("ray", "local"):
+        raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
+    if retries < 0:
+        raise ValueError("retries must be >= 0")
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    inputs = [Path(p) for p in inputs]
+    _prepare_output(out_dir)
+    manifest = Manifest(out_dir, job.key, restart)
+    skipped = [p.name for p in inputs if manifest.done(p.name, out_dir)]
+    todo = [p for p in inputs if p.name not in set(skipped)]
+    if limit is not None:
+        todo = todo[: max(0, int(limit))]
+    result = BatchResult([], skipped, {}, out_dir)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(inputs), initial=len(skipped), desc="batch", unit="item", disable=not progress)
+    try:
+        run = _run_local if executor == "local" else _run_ray
+        run(job, todo, out_dir, manifest, retries, result, bar, address, num_workers)
+    finally:
+        bar.close()
+        result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _finish(name: str, out: bytes, out_dir: Path, manifest: Manifest, attempts: int, result: BatchResult, bar) -> None:
+    try:
+        _atomic_write(out_dir / name, out)
+        manifest.record(name, status="done", attempts=attempts, output=name, error=None,
+                        sha256=hashlib.sha256(out).hexdigest())
+    except OSError as exc:
+        raise _output_error(out_dir, exc) from None
+    result.done.append(name)
+    result.failed.pop(name, None)
+    bar.update(1)
+
+
+def _fail(name: str, reason: str, manifest: Manifest, attempts: int, result: BatchResult, bar, out_dir: Path) -> None:
+    try:
+        manifest.record(name, status="failed", attempts=attempts, error=reason)
+    except OSError as exc:
+        raise _output_error(out_dir, exc) from None
+    result.failed[name] = reason
+    bar.update(1)
+
+
+def _run_local(job, todo, out_dir, manifest, retries, result, bar, address, num_workers) -> None:
+    for path in todo:
+        for attempt in range(1, retries + 2):
+            try:
+                out = job.process(_read_input(path))
+            except Exception as exc:  # noqa: BLE001  (the item fails, the job goes on)
+                if attempt == retries + 1:
+                    _fail(path.name, _reason(exc), manifest, attempt, result, bar, out_dir)
+                continue
+            _finish(path.name, out, out_dir, manifest, attempt, result, bar)
+            break
+
+
+def _run_ray(job, todo, out_dir, manifest, retries, result, bar, address, num_workers) -> None:
+    from hemlp.runtime.ray_runtime import TASK_RETRIES, ray_session
+
+    with ray_session(address, num_workers) as ray:
+        task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(_process_item)
+        job_ref = ray.put(job)  # weights / model shipped once, shared by every task
+        width = 2 * max(1, int(ray.cluster_resources().get("CPU", 1)))  # bounded memory in flight
+        queue = [(p, 1) for p in reversed(todo)]
+        running = {}
+
+        def submit():
+            while queue and len(running) < width:
+                path, attempt = queue.pop()
+                try:
+                    data = _read_input(path)
+                except SerializationError as exc:
+                    if attempt <= retries:
+                        queue.insert(0, (path, attempt + 1))
+                    else:
+                        _fail(path.name, _reason(exc), manifest, attempt, result, bar, out_dir)
+                    continue
+                running[task.remote(job_ref, data)] = (path, attempt)
+
+        submit()
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1)
+            path, attempt = running.pop(ready[0])
+            try:
+                out = ray.get(ready[0])
+            except ray.exceptions.RayError as exc:
+                if attempt <= retries:
+                    queue.append((path, attempt + 1))
+                else:
+                    _fail(path.name, _reason(exc), manifest, attempt, result, bar, out_dir)
+            else:
+                _finish(path.name, out, out_dir, manifest, attempt, result, bar)
+            submit()
+
+
+def run_model_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, **kw) -> list:
+    """`hemlp batch`: run a compiled model (directory or CompiledModel) over EncryptedBatch files.
+    Returns the output paths; raises BatchItemsFailedError naming the items that failed."""
+    res = run_batch(ModelJob.from_paths(compiled, eval_keys), inputs, out_dir, address=address, **kw)
+    if res.failed:
+        lines = "; ".join(f"{n}: {r}" for n, r in sorted(res.failed.items()))
+        raise BatchItemsFailedError(f"{len(res.failed)} of {len(inputs)} items failed (see {out_dir}/{MANIFEST}): {lines}")
+    return res.outputs

@@ -1,0 +1,186 @@
+"""Resumable batch jobs: outputs exactly once, failures reported, restarts skip finished items."""
+import errno
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hemlp import linalg
+from hemlp.runtime import batch
+from tests.conftest import make_ctx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Five CtMatrix inputs, one corrupted file, weights and bias."""
+    d = tmp_path_factory.mktemp("batch")
+    ctx = make_ctx("test-N10")
+    sk, _ = ctx.keygen()
+    rng = np.random.default_rng(3)
+    (d / "in").mkdir()
+    Ms = {}
+    for i in range(5):
+        Ms[f"x{i}.ct"] = rng.uniform(-1, 1, (4, 20))
+        linalg.encrypt_matrix(ctx, Ms[f"x{i}.ct"], sk, level=2).save(d / "in" / f"x{i}.ct")
+    good = (d / "in" / "x0.ct").read_bytes()
+    (d / "in" / "x9_corrupt.ct").write_bytes(good[: len(good) // 2])  # truncated mid-file
+    W, b = rng.normal(size=(3, 4)), rng.normal(size=3)
+    np.save(d / "W.npy", W)
+    np.save(d / "b.npy", b)
+    return dict(dir=d, ctx=ctx, sk=sk, Ms=Ms, W=W, b=b)
+
+
+def job(data, **kw):
+    return batch.WeightsJob.from_files(data["dir"] / "W.npy", bias=data["dir"] / "b.npy", preset="test-N10",
+                                       allow_insecure=True, **kw)
+
+
+def check_outputs(data, out: Path, names):
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(list(names) + [batch.MANIFEST]), "every item exactly once, no temp files"
+    ctx = data["ctx"]
+    for n in names:
+        C = linalg.CtMatrix.load(data["dir"] / "in" / n, ctx)
+        want = linalg.pcmm(data["W"], C, bias=data["b"]).to_bytes()
+        assert (out / n).read_bytes() == want  # PCMM is deterministic: byte-identical to in-process
+
+
+GOOD = [f"x{i}.ct" for i in range(5)]
+
+
+def test_ray_job_reports_corrupted_item_and_resumes(data, tmp_path):
+    pytest.importorskip("ray")
+    inputs = batch.list_inputs(data["dir"] / "in")
+    out = tmp_path / "out"
+    res = batch.run_batch(job(data), inputs, out, retries=1, num_workers=2, progress=False)
+    assert sorted(res.done) == GOOD and list(res.failed) == ["x9_corrupt.ct"]
+    assert "SerializationError" in res.failed["x9_corrupt.ct"] and "truncated" in res.failed["x9_corrupt.ct"]
+    check_outputs(data, out, GOOD)
+    m = json.loads((out / batch.MANIFEST).read_text())["items"]
+    assert m["x9_corrupt.ct"]["status"] == "failed" and m["x9_corrupt.ct"]["attempts"] == 2
+    assert all(m[n]["status"] == "done" for n in GOOD)
+    # a second run skips the finished items and retries (then reports) the failed one again
+    res2 = batch.run_batch(job(data), inputs, out, retries=0, executor="local", progress=False)
+    assert sorted(res2.skipped) == GOOD and res2.done == [] and list(res2.failed) == ["x9_corrupt.ct"]
+
+
+def test_interrupted_then_resumed_exactly_once(data, tmp_path):
+    inputs = batch.list_inputs(data["dir"] / "in", "x[0-4].ct")
+    real = job(data)
+    calls = []
+
+    def flaky(blob):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the operator's Ctrl-C (or a kill) in the middle of item 3
+        return real.process(blob)
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        batch.run_batch(batch.CallableJob(flaky, real.key), inputs, out, executor="local", progress=False)
+    assert sorted(p.name for p in out.glob("x*.ct")) == ["x0.ct", "x1.ct"]
+    # what a kill during a write leaves: a stale temp file, and an output the manifest does not know
+    (out / f"{batch._TMP_TAG}x2.ct.999.dead").write_bytes(b"partial")
+    (out / "x3.ct").write_bytes(b"half-written by a dead run")
+    res = batch.run_batch(real, inputs, out, executor="local", progress=False)
+    assert sorted(res.skipped) == ["x0.ct", "x1.ct"] and sorted(res.done) == ["x2.ct", "x3.ct", "x4.ct"]
+    check_outputs(data, out, GOOD)
+
+
+def test_limit_then_resume_and_job_mismatch(data, tmp_path):
+    inputs = batch.list_inputs(data["dir"] / "in", "x[0-4].ct")
+    out = tmp_path / "out"
+    r1 = batch.run_batch(job(data), inputs, out, executor="local", progress=False, limit=2)
+    r2 = batch.run_batch(job(data), inputs, out, executor="local", progress=False)
+    assert len(r1.done) == 2 and sorted(r1.done + r2.done) == GOOD and sorted(r2.skipped) == sorted(r1.done)
+    with pytest.raises(batch.BatchJobMismatchError, match="another job"):
+        batch.run_batch(job(data, weight_bits=12), inputs, out, executor="local", progress=False)
+    r3 = batch.run_batch(job(data, weight_bits=12), inputs, out, executor="local", progress=False, restart=True)
+    assert sorted(r3.done) == GOOD
+
+
+def test_output_errors_are_clear(data, tmp_path, monkeypatch):
+    inputs = batch.list_inputs(data["dir"] / "in", "x[0-4].ct")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    with pytest.raises(batch.BatchOutputError, match="cannot write to the output directory"):
+        batch.run_batch(job(data), inputs, blocker / "out", executor="local", progress=False)
+    out = tmp_path / "out"
+    real_write = batch._atomic_write
+    written = []
+
+    def disk_fills_up(path, blob):
+        if path.name.startswith("x"):
+            if written:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            written.append(path.name)
+        real_write(path, blob)
+
+    monkeypatch.setattr(batch, "_atomic_write", disk_fills_up)
+    with pytest.raises(batch.BatchOutputError, match="disk is full") as ei:
+        batch.run_batch(job(data), inputs, out, executor="local", progress=False)
+    assert ei.value.errno == errno.ENOSPC
+    monkeypatch.setattr(batch, "_atomic_write", real_write)
+    res = batch.run_batch(job(data), inputs, out, executor="local", progress=False)
+    assert res.skipped == written and len(res.done) == 4
+    check_outputs(data, out, GOOD)
+
+
+def test_manifest_file_inputs(data, tmp_path):
+    (tmp_path / "list.txt").write_text("# inputs\n" + "\n".join(str(data["dir"] / "in" / n) for n in GOOD[:2]) + "\n")
+    assert [p.name for p in batch.list_inputs(tmp_path / "list.txt")] == GOOD[:2]
+    (tmp_path / "list.json").write_text(json.dumps({"inputs": [str(data["dir"] / "in" / "x0.ct")] * 2}))
+    with pytest.raises(Exception, match="share file names"):
+        batch.list_inputs(tmp_path / "list.json")
+
+
+def test_script_weights_mode(data, tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import ray_batch_infer as script
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    out = tmp_path / "out"
+    argv = [str(data["dir"] / "in"), "-o", str(out), "--weights", str(data["dir"] / "W.npy"), "--bias",
+            str(data["dir"] / "b.npy"), "--preset", "test-N10", "--allow-insecure", "--local", "--no-progress",
+            "--retries", "0", "--json", str(tmp_path / "s.json")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert script.main(argv) == 1  # one item failed: reported, not dropped
+        text = capsys.readouterr().out
+        assert "FAILED x9_corrupt.ct" in text and "5 done" in text
+        assert json.loads((tmp_path / "s.json").read_text())["done"] == 5
+        check_outputs(data, out, GOOD)
+        assert script.main(argv[:-2] + ["--pattern", "x[0-4].ct"]) == 0  # resumed: nothing left to do
+        assert "0 done, 5 already done, 0 failed" in capsys.readouterr().out
+
+
+def test_model_mode(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import hemlp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3)).eval()
+        x = np.random.default_rng(0).normal(size=(4, 6))
+        cm = hemlp.compile(net, x, batch_size=4, allow_insecure=True)
+        cm.save(tmp_path / "model")
+        sk, ek = cm.keygen()
+        ek.save(tmp_path / "eval.keys")
+        (tmp_path / "in").mkdir()
+        for i in range(2):
+            cm.encrypt(x + i, sk).save(tmp_path / "in" / f"b{i}.ct")
+        outs = batch.run_model_batch(tmp_path / "model", tmp_path / "eval.keys", batch.list_inputs(tmp_path / "in"),
+                                     tmp_path / "out", executor="local", progress=False)
+        for i, p in enumerate(outs):
+            y = cm.decrypt(cm.load_encrypted(p), sk)
+            assert np.max(np.abs(y - cm.simulate(x + i))) < 1e-5
+    monkeypatch.setitem(sys.modules, "hemlp.compile", None)  # a checkout without the compiler
+    with pytest.raises(NotImplementedError, match="compiler issue"):
+        batch.ModelJob.from_paths(tmp_path / "model", tmp_path / "eval.keys")
