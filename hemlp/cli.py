@@ -324,16 +324,22 @@ def cmd_batch(args, ui: UI):
 
         raise UnsupportedError(f"hemlp batch needs the Ray runtime: {why}; it is tracked in {RAY_ISSUE}. "
                                "Meanwhile run batches one by one with `hemlp run`.")
-    compiled = load_compiled(args.compiled)
-    inputs = sorted(Path(args.inputs).glob("*.ct")) if Path(args.inputs).is_dir() else [Path(args.inputs)]
+    src = Path(args.inputs)
+    inputs = sorted(src.glob("*.ct")) if src.is_dir() else [src]
+    if not inputs or not all(p.is_file() for p in inputs):
+        raise CLIError(f"no ciphertext files found at {src} (a file, or a directory of *.ct)")
     out = Path(args.output)
-    for p in inputs:
-        check_new(out / p.name, args.force, "ciphertext file")
-    out.mkdir(parents=True, exist_ok=True)
-    with ui.step(f"batch of {len(inputs)} ciphertext files on Ray"):
-        files = runner.run_batch(compiled, args.eval_keys, inputs, out, address=args.address)
-    ui.result.update(command="batch", outputs=[str(f) for f in files])
-    ui.finish([f"{len(files)} results in {out}"])
+    resumable = (out / "batch_manifest.json").is_file()
+    if out.exists() and not args.force and not resumable and (out.is_file() or any(out.iterdir())):
+        raise CLIError(f"output directory {out} exists and is not a batch job to resume; pass --force to reuse it")
+    kw = {"restart": bool(args.force), "progress": not ui.quiet}
+    if args.workers:
+        kw["num_workers"] = args.workers
+    with ui.step(f"batch of {len(inputs)} ciphertext file(s) on Ray" + (" (resuming)" if resumable and not args.force
+                                                                          else "")):
+        files = runner.run_batch(str(args.compiled), str(args.eval_keys), inputs, out, address=args.address, **kw)
+    ui.result.update(command="batch", outputs=[str(f) for f in files], output_dir=str(out))
+    ui.finish([f"{len(files)} result(s) in {out}"])
 
 
 def cmd_bench(args, ui: UI):
@@ -459,7 +465,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-e", "--eval-keys", required=True)
     p.add_argument("-i", "--inputs", required=True, help="a ciphertext file or a directory of *.ct")
     p.add_argument("--address", help="Ray cluster address (default: local)")
-    common(p, out_help="output directory")
+    p.add_argument("--workers", type=int, help="Ray workers (default: the runtime's choice)")
+    common(p, out_help="output directory (an interrupted job resumes; --force starts it over)")
     p.set_defaults(fn=cmd_batch)
 
     p = sub.add_parser("bench", help="benchmarks (runs python -m hemlp.bench with the remaining arguments)",

@@ -97,6 +97,23 @@ def test_keygen_encrypt_run_decrypt_as_separate_processes(tmp_path, onnx_model):
     assert p.returncode == 2 and "--force" in p.stderr
     hemlp("run", model, "-e", keys / "eval.keys", "-i", tmp_path / "x.ct", "-o", tmp_path / "y.ct", "--force")
 
+    # batch (Ray runtime, when present): a directory of ciphertext files; a rerun resumes, overwrites nothing
+    from hemlp.cli import _ray_runner
+
+    if _ray_runner()[0] is not None:
+        cts = tmp_path / "cts"
+        cts.mkdir()
+        for name in ("a.ct", "b.ct"):
+            (cts / name).write_bytes((tmp_path / "x.ct").read_bytes())
+        p = hemlp("batch", model, "-e", keys / "eval.keys", "-i", cts, "-o", tmp_path / "out", "--json",
+                  "--workers", 1)
+        assert sorted(Path(f).name for f in json.loads(p.stdout)["outputs"]) == ["a.ct", "b.ct"]
+        stamp = (tmp_path / "out" / "a.ct").stat().st_mtime_ns
+        hemlp("batch", model, "-e", keys / "eval.keys", "-i", cts, "-o", tmp_path / "out", "--workers", 1)
+        assert (tmp_path / "out" / "a.ct").stat().st_mtime_ns == stamp
+        hemlp("decrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "out" / "b.ct", "-o", tmp_path / "b.npy")
+        np.testing.assert_allclose(np.load(tmp_path / "b.npy"), want, atol=1e-3)
+
     # keys of another key pair are refused with a typed error, not garbage
     hemlp("keygen", model, "-o", tmp_path / "keys2")
     p = hemlp("decrypt", model, "-k", tmp_path / "keys2" / "secret.key", "-i", tmp_path / "y.ct", check=False)
