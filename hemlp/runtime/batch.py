@@ -135,20 +135,23 @@ class ModelJob:
     @classmethod
     def from_paths(cls, model, keys) -> "ModelJob":
         """model: a compiled model directory (hemlp.load) or a CompiledModel; keys: an EvalKeys file."""
-        _compiler()
-        if not isinstance(model, (str, os.PathLike)):
-            tmp = tempfile.mkdtemp(prefix="hemlp-model-")
-            model.save(tmp)
-            model = tmp
-        d = Path(model)
+        hc = _compiler()
+        if not isinstance(model, (str, os.PathLike)):  # a CompiledModel in memory: ship its saved files
+            with tempfile.TemporaryDirectory(prefix="hemlp-model-") as tmp:
+                model.save(tmp)
+                return cls._from_dir(Path(tmp), keys, hc)
+        return cls._from_dir(Path(model), keys, hc)
+
+    @classmethod
+    def _from_dir(cls, d: Path, keys, hc) -> "ModelJob":
+        from hemlp.runtime.artifacts import EvalKeys
+
         try:
             files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
             kbytes = Path(keys).read_bytes()
         except OSError as exc:
             raise SerializationError(f"cannot read the compiled model {d} or keys {keys}: {exc}") from None
-        compiled = _compiler().load(d)  # validates the directory and the keys once, on the driver
-        from hemlp.runtime.artifacts import EvalKeys
-
+        compiled = hc.load(d)  # validates the directory and the keys once, on the driver
         EvalKeys.from_bytes(kbytes, compiled)
         return cls(files, kbytes, compiled.model_id)
 
@@ -160,10 +163,10 @@ class ModelJob:
         def make():
             from hemlp.runtime.artifacts import EvalKeys
 
-            d = Path(tempfile.mkdtemp(prefix=f"hemlp-model-{self.model_id}-"))
-            for name, data in self.files.items():
-                (d / name).write_bytes(data)
-            compiled = _compiler().load(d)
+            with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
+                for name, data in self.files.items():
+                    (Path(tmp) / name).write_bytes(data)
+                compiled = _compiler().load(tmp)  # reads everything into memory
             return compiled, EvalKeys.from_bytes(self.keys, compiled)
 
         return _cached(("model", self.model_id, _sha(self.keys)), make)
