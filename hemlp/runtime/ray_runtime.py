@@ -1,11 +1,12 @@
 """PCMM sharded over a Ray cluster: exact modular GEMMs per (row block, column block, reduction
-block, RNS limb), bit-identical to ``hemlp.linalg.pcmm``.
+block, RNS limb), bit-identical to ``hemlp.linalg.pcmm`` for the RLWE and MSRLWE formats.
 
-An RLWE CtMatrix (d2 rows x c chunks) stacks, per limb k, into X_k = (d2, c, 2, N) residues mod q_k;
-the product is Y_k = K (U~ X_k) mod q_k, followed by the same import / rescale / bias steps as
-``linalg.pcmm_gather``. The processor grid [p_m, p_n, p_k] (planner, eq. 5) splits the output rows,
-the ciphertext columns and the reduction dimension d2; limbs are an extra independent axis. Partial
-sums over reduction blocks are added mod q in a binary tree. Blocks travel as uint64 numpy arrays
+An encrypted matrix stacks, per limb k, into X_k = (d2, columns, parts, N) residues mod q_k
+(RLWE: the c chunks of a row, 2 polynomials each; MSRLWE: the k + 1 polynomials a, b_0.. of a
+row). The product is Y_k = K (U~ X_k) mod q_k, followed by the same import / rescale / bias steps
+as ``linalg.pcmm``. The processor grid [p_m, p_n, p_k] (planner, eq. 5) splits the output rows,
+the columns and the reduction dimension d2; limbs are an extra independent axis. Partial sums
+over reduction blocks are added mod q in a binary tree. Blocks travel as uint64 numpy arrays
 through the object store (one ray.put per input block, zero-copy reads in the tasks).
 
 Every task is pure and idempotent (max_retries): a killed worker is re-run and the result is the same.
@@ -169,9 +170,9 @@ def _remote(name: str):
 # ----------------------------------------------------------------------------- driver
 
 def pcmm_grid(d1: int, chunks: int, d2: int, num_workers: int):
-    """The planner's 3D grid (eq. 5) over (output rows, ciphertext columns, reduction rows).
+    """The planner's 3D grid (eq. 5) over (output rows, columns, reduction rows).
 
-    Every row / column / reduction row is one block of the layout, so W counts ciphertext-sized
+    Every row / column / reduction row is one block of the layout, so W counts column-unit-sized
     objects moved: p_m d2 c (input copies) + p_n d1 d2 (weights) + p_k d1 c (partial outputs)."""
     from hemlp.planner.grid import grid_3d
     from hemlp.planner.obl import Layout
@@ -190,9 +191,8 @@ def _check(U, C, weight_bits: int):
 
     if not isinstance(C, CtMatrix):
         raise TypeError("ray_pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
-    if C.format != "rlwe":
-        raise EncodingError(f"ray_pcmm shards RLWE matrices; this one is {C.format!r} (use linalg.pcmm, or "
-                            "linalg.to_rlwe first for MSRLWE)")
+    if C.format not in ("rlwe", "msrlwe"):
+        raise EncodingError(f"ray_pcmm shards RLWE and MSRLWE matrices; this one is {C.format!r} (use linalg.pcmm)")
     U = np.asarray(U, dtype=np.float64)
     if U.ndim != 2:
         raise ShapeError(f"pcmm: U must be 2-D, got shape {U.shape}")
@@ -206,12 +206,76 @@ def _check(U, C, weight_bits: int):
         raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
     for ct in C.cts:
         o = ct._obj
-        if o.size != 2:
+        if C.format == "rlwe" and o.size != 2:
             raise EncodingError("pcmm: relinearise the ciphertexts first")
         if (o.level != ref.level or o.encoding != ref.encoding or o.slots != ref.slots
-                or abs(o.scale / ref.scale - 1) > 2.0 ** -32 or (o.key_id and ref.key_id and o.key_id != ref.key_id)):
+                or abs(o.scale / ref.scale - 1) > 2.0 ** -32 or (o.key_id and ref.key_id and o.key_id != ref.key_id)
+                or (C.format == "msrlwe" and o.k != ref.k)):
             raise LevelError("pcmm: all rows of the encrypted matrix must share level, scale, encoding and key")
     return U
+
+
+def _stack_limbs(C) -> np.ndarray:
+    """(L, d2, columns, P, N) uint64, limb-major so one limb of one block is a single slice.
+
+    RLWE: the columns are the c chunks of a row, P = 2 polynomials each. MSRLWE: a row is one
+    ciphertext (a, b_0 .. b_{k-1}); its k + 1 polynomials are the columns (P = 1), all multiplied
+    by the same U, so they split across tasks like ciphertext columns."""
+    ctx, d2, L = C.ctx, C.shape[0], C.level + 1
+    if C.format == "msrlwe":
+        k = C.cts[0]._obj.k
+        X = np.empty((L, d2, k + 1, 1, ctx.N), dtype=np.uint64)
+        for i, row in enumerate(C.cts):
+            o = row._obj
+            X[:, i, 0, 0, :] = o.poly_a()
+            for j in range(k):
+                X[:, i, j + 1, 0, :] = o.poly_b(j)
+        return X
+    c = C.chunks
+    X = np.empty((L, d2, c, 2, ctx.N), dtype=np.uint64)
+    for idx, ct in enumerate(C.cts):
+        i, j = divmod(idx, c)
+        for part in range(2):
+            X[:, i, j, part, :] = ct._obj.poly(part)
+    return X
+
+
+def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
+    """Native objects from the product residues, rescaled and biased exactly as linalg.pcmm does."""
+    from hemlp import _core
+    from hemlp.ckks import Ciphertext
+    from hemlp.linalg import MsRow
+
+    ctx, ref, level = C.ctx, C.cts[0]._obj, C.level
+    d1 = out.shape[0]
+    b = None
+    if bias is not None:
+        b = np.asarray(bias, dtype=np.float64).reshape(-1)
+        if b.shape[0] != d1:
+            raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {d1} output rows")
+    if C.format == "msrlwe":
+        rows = []
+        for r in range(d1):
+            o = _core.ms_import(ctx._e, out[r, 0, 0], [out[r, j, 0] for j in range(1, out.shape[1])], level, scale,
+                                ref.slots, ref.encoding, ref.key_id, None)
+            o = _core.ms_rescale(ctx._e, o)
+            if b is not None:
+                enc = "slot" if o.encoding == 0 else "coeff"
+                width = ctx.slots if enc == "slot" else ctx.N
+                pt = ctx.encode(np.full(width, b[r]), level=o.level, scale=o.scale, encoding=enc)._obj
+                for j in range(o.k):
+                    o = _core.ms_add_plain(ctx._e, o, j, pt)
+            rows.append(MsRow(o, ctx))
+        return rows
+    c, cts = C.chunks, []
+    for r in range(d1):
+        for j in range(c):
+            obj = ctx._e.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
+                                           ref.is_complex, ref.key_id, None)
+            cts.append(ctx.rescale(ctx._w(Ciphertext, obj)))
+    if b is not None:
+        cts = [ctx.add(ct, float(b[idx // c])) for idx, ct in enumerate(cts)]
+    return cts
 
 
 def _grid_dims(grid, d1: int, c: int, d2: int, num_workers: int) -> tuple[int, int, int]:
@@ -226,18 +290,6 @@ def _grid_dims(grid, d1: int, c: int, d2: int, num_workers: int) -> tuple[int, i
     return tuple(int(x) for x in dims)
 
 
-def _stack_limbs(C) -> np.ndarray:
-    """(L, d2, c, 2, N) uint64: limb-major so one limb of one block is a single slice."""
-    ctx, (d2, _), c = C.ctx, C.shape, C.chunks
-    L = C.level + 1
-    X = np.empty((L, d2, c, 2, ctx.N), dtype=np.uint64)
-    for idx, ct in enumerate(C.cts):
-        i, j = divmod(idx, c)
-        for part in range(2):
-            X[:, i, j, part, :] = ct._obj.poly(part)
-    return X
-
-
 def _tree_sum(ray, refs: list, q: int):
     add = _remote("add")
     while len(refs) > 1:  # pairwise: depth log2(p_k), each add runs where its inputs are
@@ -250,32 +302,35 @@ def _tree_sum(ray, refs: list, q: int):
 
 def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None, grid=None,
              weight_bits: int = 20, bias=None, stats: dict | None = None):
-    """Enc(U @ M + bias[:, None]) on Ray; bit-identical to linalg.pcmm(U, C, weight_bits=..., bias=...).
+    """Enc(U @ M + bias[:, None]) on Ray; bit-identical to linalg.pcmm(U, C, weight_bits=..., bias=...)
+    for RLWE and MSRLWE matrices (MLWE needs key switches: use linalg.pcmm).
 
     address: None = the running Ray / a local one started here (num_workers CPUs), or a cluster
     address ("host:port", "ray://host:10001", "auto"). grid: a planner Grid or (p_m, p_n, p_k)
-    over (output rows, ciphertext columns, reduction rows); default: planner.grid.grid_3d for
+    over (output rows, columns, reduction rows); default: planner.grid.grid_3d for
     num_workers. stats: a dict to fill with the grid, task count, object-store bytes and nodes used."""
     from hemlp import linalg
-    from hemlp.ckks import Ciphertext
     from hemlp.linalg import CtMatrix
 
     t0 = time.perf_counter()
     U = _check(U, C, weight_bits)
-    ctx, level, c = C.ctx, C.level, C.chunks
+    ctx, level = C.ctx, C.level
     d1, d2 = U.shape
     Uq, delta = linalg.quantize(U, weight_bits)
     K = max(1, round(ctx.modulus(level) / delta))
     ref = C.cts[0]._obj
     X = _stack_limbs(C)
+    c, P = X.shape[2], X.shape[3]
+    t_stack = time.perf_counter()
     with ray_session(address, num_workers) as ray:
+        t_session = time.perf_counter()
         workers = num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         pm, pn, pk = _grid_dims(grid, d1, c, d2, workers)
         rows, cols, reds = _splits(d1, pm), _splits(c, pn), _splits(d2, pk)
         product = _remote("product")
         u_refs = {(i, t): ray.put(np.ascontiguousarray(Uq[r, s])) for i, r in enumerate(rows) for t, s in enumerate(reds)}
         put_bytes = sum(Uq[r, s].nbytes for r in rows for s in reds)
-        out = np.empty((d1, c, 2, level + 1, ctx.N), dtype=np.uint64)
+        out = np.empty((d1, c, P, level + 1, ctx.N), dtype=np.uint64)
         pending, node_refs, tasks = {}, [], 0
         for k in range(level + 1):
             q = ctx.modulus(k)
@@ -307,21 +362,12 @@ def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None
             result_bytes += blk.nbytes
             del blk
         nodes = sorted(set(ray.get(node_refs)))
-    scale = ref.scale * float(delta * K)  # the native pcmm_rlwe's out_scale_factor, same double product
-    cts = []
-    for r in range(d1):
-        for j in range(c):
-            obj = ctx._e.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
-                                           ref.is_complex, ref.key_id, None)
-            cts.append(ctx.rescale(ctx._w(Ciphertext, obj)))
+        t_tasks = time.perf_counter()
+    scale = ref.scale * float(delta * K)  # the native PCMM's out_scale_factor: the same double product
+    cts = _assemble(C, out, scale, bias)
     del out
-    if bias is not None:
-        b = np.asarray(bias, dtype=np.float64).reshape(-1)
-        if b.shape[0] != d1:
-            raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {d1} output rows")
-        cts = [ctx.add(ct, float(b[idx // c])) for idx, ct in enumerate(cts)]
     if stats is not None:
-        H = 2 * (level + 1) * ctx.N * 8  # bytes of one input (and output) ciphertext
+        H = P * (level + 1) * ctx.N * 8  # bytes of one column unit: a ciphertext (RLWE), a polynomial (MSRLWE)
         x_bytes, u_bytes = d2 * c * H, Uq.nbytes
         stats.update(grid=(pm, pn, pk), workers=workers, tasks=tasks, limbs=level + 1, nodes=nodes,
                      put_bytes=put_bytes, result_bytes=result_bytes, ciphertext_bytes=H,
@@ -329,8 +375,10 @@ def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None
                      moved_bytes=dict(inputs=pm * x_bytes, weights=pn * (level + 1) * u_bytes,
                                       partials=pk * d1 * c * H),
                      w3d_bytes=dict(inputs=pm * d2 * c * H, weights=pn * d1 * d2 * H, partials=pk * d1 * c * H),
-                     seconds=time.perf_counter() - t0)
-    return CtMatrix(ctx, cts, (d1, C.shape[1]), c, "rlwe")
+                     seconds=time.perf_counter() - t0,
+                     phases=dict(stack=t_stack - t0, session=t_session - t_stack, tasks=t_tasks - t_session,
+                                 assemble=time.perf_counter() - t_tasks))
+    return CtMatrix(ctx, cts, (d1, C.shape[1]), C.chunks, C.format)
 
 
 def run_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, **kw) -> list:

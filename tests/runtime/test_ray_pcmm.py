@@ -68,6 +68,16 @@ class TestLocal:
         err = linalg.decrypt_matrix(ctx, got, sk) - U @ M[:, :700]
         assert np.max(np.abs(err)) < 1e-2
 
+    @pytest.mark.parametrize("grid", [None, (2, 4, 1), (1, 2, 3)])
+    def test_msrlwe_bit_identical(self, session, setup, grid):
+        ctx, sk, M, C, U, b = setup
+        msk = linalg.multi_secret_key(ctx, 3)
+        Cm = linalg.encrypt_matrix(ctx, np.tile(M[:, :512], (1, 3)), msk, level=2)
+        st = {}
+        got = rr.ray_pcmm(U, Cm, grid=grid, bias=b, stats=st)
+        assert got.format == "msrlwe" and same(got, linalg.pcmm(U, Cm, bias=b))
+        assert st["tasks"] == 3 * st["grid"][0] * st["grid"][1] * (2 * st["grid"][2] - 1)
+
     def test_worker_killed_mid_product(self, session, setup):
         ctx, sk, M, C, U, b = setup
         session.unlink()  # the first task to run now creates the marker and os._exit()s its worker

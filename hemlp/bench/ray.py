@@ -1,0 +1,113 @@
+"""PCMM in-process vs on a local Ray (1 and 2 workers), with object-store bytes vs the planner's eq. (5).
+
+    python -m hemlp.bench ray [--preset N14-d6] [--level 1] [--d 256] [--chunks 1] [--workers 1,2] --json PATH
+
+One d x d weight matrix times an encrypted d x (chunks * slots) matrix (RLWE, slot encoding).
+In-process: linalg.pcmm with 1 and 2 native threads. Ray: ray_pcmm on a fresh local Ray with w
+CPUs and the planner's grid for w workers; each result is checked bit-identical to in-process.
+Recorded per Ray run: the grid, task count, bytes ray.put by the driver, bytes the tasks read and
+wrote through the object store (inputs / weights / partial sums) next to eq. (5)'s
+W_3D = (p_m b_k b_n + p_n b_m b_k + p_k b_m b_n) H with H = one ciphertext's bytes and every row,
+column and reduction row one block; the Ray overhead is Ray(1 worker) - in-process(1 thread),
+split into driver phases (stack limbs, tasks, import + rescale).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from hemlp.bench import measure, report
+
+HELP = "PCMM in-process vs Ray (1/2 workers), object-store bytes vs eq. (5)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--preset", default="N14-d6")
+    p.add_argument("--allow-insecure", action="store_true")
+    p.add_argument("--level", type=int, default=1)
+    p.add_argument("--d", type=int, default=256, help="d1 = d2 (weight rows and encrypted rows)")
+    p.add_argument("--chunks", type=int, default=1, help="ciphertexts per encrypted row")
+    p.add_argument("--workers", default="1,2")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--weight-bits", type=int, default=20)
+    p.add_argument("--json", default=None)
+
+
+def _mb(x: float) -> str:
+    return f"{x / 2**20:.1f} MB" if x >= 2**20 else f"{x / 2**10:.1f} KB"
+
+
+def main(args) -> int:
+    import hemlp
+    from hemlp import ckks, linalg
+    from hemlp.runtime import ray_runtime as rr
+
+    import ray
+
+    warn = report.busy_warning()
+    if warn:
+        print("warning:", warn)
+    ctx = ckks.Context(ckks.Params.preset(args.preset), allow_insecure=args.allow_insecure)
+    sk, _ = ctx.keygen()
+    rng = np.random.default_rng(0)
+    d, c = args.d, args.chunks
+    distinct = min(d, 8)  # the timing does not depend on the data: tile a few encryptions
+    M = rng.uniform(-1, 1, (distinct, c * ctx.slots))
+    base = linalg.encrypt_matrix(ctx, M, sk, level=args.level)
+    C = linalg.CtMatrix(ctx, [base.cts[(i % distinct) * c + j] for i in range(d) for j in range(c)],
+                        (d, c * ctx.slots), c, "rlwe")
+    U = rng.normal(0, 1 / math.sqrt(d), (d, d))
+    kw = dict(weight_bits=args.weight_bits)
+    results, rows = [], []
+    local = {}
+    for th in (1, 2):
+        hemlp.set_num_threads(th)
+        local[th] = measure(lambda: linalg.pcmm(U, C, **kw), args.repeats)["median_s"]
+        results.append(dict(mode="in-process", threads=th, seconds=local[th]))
+        rows.append([f"in-process, {th} thread(s)", report.fmt_seconds(local[th]), "", "", "", "", ""])
+    ref = linalg.pcmm(U, C, **kw)
+    H = 2 * (args.level + 1) * ctx.N * 8
+    for w in [int(x) for x in args.workers.split(",")]:
+        if ray.is_initialized():
+            ray.shutdown()
+        ray.init(num_cpus=w, include_dashboard=False, log_to_driver=False)
+        try:
+            st = {}
+            out = rr.ray_pcmm(U, C, num_workers=w, stats=st, **kw)  # also warms the workers up
+            identical = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.cts, ref.cts))
+            samples = []
+
+            def run():
+                s = {}
+                rr.ray_pcmm(U, C, num_workers=w, stats=s, **kw)
+                samples.append(s)
+
+            t = measure(run, args.repeats, warmup=0)["median_s"]
+        finally:
+            ray.shutdown()
+        phases = {k: float(np.median([s["phases"][k] for s in samples])) for k in samples[0]["phases"]}
+        moved, model = st["moved_bytes"], st["w3d_bytes"]
+        rec = dict(mode="ray", workers=w, seconds=t, grid=list(st["grid"]), tasks=st["tasks"],
+                   bit_identical=identical, put_bytes=st["put_bytes"], result_bytes=st["result_bytes"],
+                   moved_bytes=moved, moved_total=sum(moved.values()), w3d_bytes=model,
+                   w3d_total=sum(model.values()), ciphertext_bytes=H, phases=phases,
+                   speedup_vs_1_thread=local[1] / t)
+        if w == 1:
+            rec["overhead_s"] = t - local[1]
+        results.append(rec)
+        rows.append([f"Ray, {w} worker(s), grid {'x'.join(map(str, st['grid']))}", report.fmt_seconds(t),
+                     str(st["tasks"]), _mb(st["put_bytes"]), _mb(rec["moved_total"]), _mb(rec["w3d_total"]),
+                     "yes" if identical else "NO"])
+    report.table(["run", "PCMM", "tasks", "put", "moved (store)", "W_3D model", "identical"], rows,
+                 title=f"PCMM {d}x{d} @ Enc({d}x{c}*{ctx.slots}) at level {args.level} ({args.preset}, "
+                       f"H = {_mb(H)}, {os.cpu_count()} cores)")
+    ov = [r for r in results if r.get("overhead_s") is not None]
+    if ov:
+        print(f"Ray overhead (1 worker vs 1 thread): {ov[0]['overhead_s']:.3f} s; driver phases "
+              + ", ".join(f"{k} {v:.3f} s" for k, v in ov[0]["phases"].items()))
+    if args.json:
+        report.write_json(args.json, "ray", {"preset": args.preset, "level": args.level, "d": d, "chunks": c,
+                                             "weight_bits": args.weight_bits, "results": results})
+    return 0 if all(r.get("bit_identical", True) for r in results) else 1
