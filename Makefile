@@ -38,7 +38,7 @@ test-slow: build
 	$(PY) -m pytest -q -p no:cacheprovider -m slow tests
 
 demo: build
-	$(PY) -m hemlp.demo
+	$(VENV)/bin/hemlp demo --model mlp
 
 bench: build
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json
