@@ -14,7 +14,6 @@ Every task is pure and idempotent (max_retries): a killed worker is re-run and t
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import socket
 import time
@@ -84,7 +83,9 @@ def ray_session(address: str | None = None, num_workers: int | None = None, time
     """Use the running Ray, or join `address`, or start a local Ray with num_workers CPUs.
 
     Shuts down only what it started. Under `ray job submit` (RAY_ADDRESS set) address=None joins
-    the job's cluster."""
+    the job's cluster. A Ray already initialised in this process is used as it is (address and
+    num_workers are then ignored): call ray.init once, or nest calls in one ray_session, to pay
+    the start-up (seconds) once for many products."""
     ray = _ray()
     if ray.is_initialized():
         yield ray
