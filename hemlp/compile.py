@@ -214,10 +214,11 @@ class CompiledModel:
             import hemlp
 
             hemlp.set_num_threads(threads)
-        out = _run(self.context, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits)
-        from hemlp.runtime.artifacts import EncryptedBatch as EB
-
-        return EB(self.model_id, out, ct.batch, self.output_shape, "output")
+        timings: dict = {}
+        out = _run(self.context, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)
+        result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
+        result.layer_seconds = timings
+        return result
 
     def simulate(self, x) -> np.ndarray:
         """The same plan in plaintext numpy (quantised weights, the same polynomials and layouts)."""

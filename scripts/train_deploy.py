@@ -15,7 +15,6 @@ threads by default.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -93,28 +92,8 @@ def nbytes(obj) -> int | None:
 
 
 def per_layer_seconds(compiled, ct_out) -> list[dict]:
-    """Per-layer latency of the last encrypted run, from whatever the runtime records."""
-    for src in (ct_out, compiled, getattr(compiled, "runtime", None)):
-        if src is None:
-            continue
-        for attr in ("layer_seconds", "last_run_stats", "last_profile", "profile", "timings", "stats"):
-            val = getattr(src, attr, None)
-            if callable(val):
-                continue
-            if isinstance(val, dict) and val:
-                if all(isinstance(v, (int, float)) for v in val.values()):
-                    return [{"layer": str(k), "seconds": float(v)} for k, v in val.items()]
-                if "layers" in val:
-                    val = val["layers"]
-            if isinstance(val, (list, tuple)) and val and isinstance(val[0], dict):
-                out = []
-                for i, r in enumerate(val):
-                    sec = r.get("seconds", r.get("time", r.get("wall")))
-                    if sec is not None:
-                        out.append({"layer": str(r.get("layer", r.get("name", i))), "seconds": float(sec)})
-                if out:
-                    return out
-    return []
+    """Per-layer latency of the last encrypted run (recorded by the runtime on its output)."""
+    return [{"layer": str(k), "seconds": float(v)} for k, v in getattr(ct_out, "layer_seconds", {}).items()]
 
 
 def downsample(d, k: int):
@@ -123,54 +102,6 @@ def downsample(d, k: int):
         raise SystemExit(f"error: --downsample {k} does not divide the image size {h}x{w}")
     x = d.x.reshape(n, c, h // k, k, w // k, k).mean(axis=(3, 5), dtype=np.float64).astype(np.float32)
     return type(d)(np.ascontiguousarray(x), d.y, d.classes, d.name, d.synthetic, dict(d.info, downsample=k))
-
-
-@contextlib.contextmanager
-def layer_profiler():
-    """Times the runtime's per-layer entry points (PCMM, gathered PCMM, per-ciphertext maps, adds)
-    during an encrypted run, outermost calls only, until the runtime records per-layer times itself."""
-    rec: list = []
-    try:
-        import hemlp.linalg as linalg
-        from hemlp.runtime import local
-    except ImportError:
-        yield rec
-        return
-    depth, orig = [0], {}
-
-    def wrap(name, f):
-        def timed(*a, **k):
-            depth[0] += 1
-            t0 = time.perf_counter()
-            try:
-                return f(*a, **k)
-            finally:
-                depth[0] -= 1
-                if depth[0] == 0:
-                    rec.append((name, time.perf_counter() - t0))
-        return timed
-
-    for mod, name in ((local, "_map_cts"), (local, "_add"), (linalg, "pcmm"), (linalg, "pcmm_gather")):
-        f = getattr(mod, name, None)
-        if callable(f):
-            orig[(mod, name)] = f
-            setattr(mod, name, wrap(name, f))
-    try:
-        yield rec
-    finally:
-        for (mod, name), f in orig.items():
-            setattr(mod, name, f)
-
-
-def label_layers(compiled, rec) -> list[dict]:
-    """Attach the plan's step names to the profiled calls (they run in plan order)."""
-    steps = [s for s in getattr(compiled, "steps", []) if getattr(s, "op", None) in
-             ("pcmm", "square", "poly", "affine", "add")]
-    if steps and len(steps) == len(rec):
-        return [{"layer": f"{s.out} ({s.op}{'_gather' if getattr(s, 'index', None) is not None else ''}"
-                          f", rows {s.rows}, L{s.level_in}->L{s.level_out})", "seconds": t}
-                for s, (_, t) in zip(steps, rec)]
-    return [{"layer": f"{name} #{i}", "seconds": t} for i, (name, t) in enumerate(rec)]
 
 
 def compile_available():
@@ -483,13 +414,13 @@ def _deploy(args, rep, stage, log, compile_fn, model, onnx_path, te, logits_plai
         sk, eval_keys = compiled.keygen()
     with stage("encrypt"):
         ct = compiled.encrypt(x_enc, sk)
-    with stage("run_encrypted"), layer_profiler() as prof:
+    with stage("run_encrypted"):
         ct_out = compiled.run(ct, eval_keys)
     with stage("decrypt"):
         logits_enc = np.asarray(compiled.decrypt(ct_out, sk), dtype=np.float64).reshape(n, -1)
     sizes.update({"secret key": nbytes(sk), "evaluation keys": nbytes(eval_keys), "input ciphertext": nbytes(ct),
                   "output ciphertext": nbytes(ct_out)})
-    rep["_layers"] = per_layer_seconds(compiled, ct_out) or label_layers(compiled, prof)
+    rep["_layers"] = per_layer_seconds(compiled, ct_out)
     pred = logits_enc.argmax(1)
     ncls = logits_plain.shape[1]
     rep["accuracy"]["encrypted"] = float(np.mean(pred == y_enc))

@@ -114,6 +114,7 @@ class EncryptedBatch:
 
     def __init__(self, model_id: str, ctm, batch: int, shape: tuple, stage: str):
         self.model_id, self.ctm, self.batch, self.shape, self.stage = model_id, ctm, int(batch), tuple(shape), stage
+        self.layer_seconds: dict = {}  # filled by run(): seconds per plan step of the run that produced it
 
     level = property(lambda self: self.ctm.level)
     num_ciphertexts = property(lambda self: len(self.ctm.cts))

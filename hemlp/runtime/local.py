@@ -98,8 +98,11 @@ def _add(ctx, A, B, level_out):
     return CtMatrix(ctx, out, A.shape, A.chunks, A.format)
 
 
-def run(ctx, steps, C, relin_key, weight_bits: int):
-    """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix."""
+def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None):
+    """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix.
+    timings (optional): filled with the wall-clock seconds of every step, by step name."""
+    import time
+
     from hemlp import linalg
     from hemlp.errors import LevelError
     from hemlp.polyeval import PolyEvaluator
@@ -115,6 +118,7 @@ def run(ctx, steps, C, relin_key, weight_bits: int):
             vals[s.out] = C
             continue
         x = vals[s.inputs[0]]
+        t0 = time.perf_counter()
         if s.op == "pcmm":
             if s.index is None:
                 y = linalg.pcmm(s.U, x, bias=s.bias, weight_bits=weight_bits)
@@ -147,5 +151,7 @@ def run(ctx, steps, C, relin_key, weight_bits: int):
             raise AssertionError(s.op)
         if s.op not in ("alias", "output", "add") and y.level != s.level_out:
             raise AssertionError(f"step {s.out}: level {y.level}, planned {s.level_out}")
+        if timings is not None and s.op not in ("alias", "output"):
+            timings[s.out] = time.perf_counter() - t0
         vals[s.out] = y
     return vals[next(s.out for s in steps if s.op == "output")]
