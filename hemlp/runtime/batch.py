@@ -338,7 +338,9 @@ def _read_input(path: Path) -> bytes:
 def _process_item(job, data: bytes, threads: int = 1) -> bytes:
     """Runs in a worker: pure (bytes in, bytes out), so a retried attempt gives the same result."""
     from hemlp import _core
+    from hemlp.runtime.ray_runtime import _maybe_die
 
+    _maybe_die()
     _core.set_num_threads(threads)
     return job.process(data)
 

@@ -53,11 +53,25 @@ def check_outputs(data, out: Path, names):
 GOOD = [f"x{i}.ct" for i in range(5)]
 
 
-def test_ray_job_reports_corrupted_item_and_resumes(data, tmp_path):
-    pytest.importorskip("ray")
+@pytest.fixture(scope="module")
+def ray_local(tmp_path_factory):
+    """One local Ray for this module; workers die once when the returned marker file is deleted."""
+    ray = pytest.importorskip("ray")
+    from hemlp.runtime.ray_runtime import FAULT_ENV
+
+    if ray.is_initialized():
+        ray.shutdown()
+    marker = tmp_path_factory.mktemp("fault") / "died"
+    marker.write_text("armed only when deleted")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {FAULT_ENV: str(marker)}})
+    yield marker
+    ray.shutdown()
+
+
+def test_ray_job_reports_corrupted_item_and_resumes(data, tmp_path, ray_local):
     inputs = batch.list_inputs(data["dir"] / "in")
     out = tmp_path / "out"
-    res = batch.run_batch(job(data), inputs, out, retries=1, num_workers=2, progress=False)
+    res = batch.run_batch(job(data), inputs, out, retries=1, progress=False)
     assert sorted(res.done) == GOOD and list(res.failed) == ["x9_corrupt.ct"]
     assert "SerializationError" in res.failed["x9_corrupt.ct"] and "truncated" in res.failed["x9_corrupt.ct"]
     check_outputs(data, out, GOOD)
@@ -67,6 +81,15 @@ def test_ray_job_reports_corrupted_item_and_resumes(data, tmp_path):
     # a second run skips the finished items and retries (then reports) the failed one again
     res2 = batch.run_batch(job(data), inputs, out, retries=0, executor="local", progress=False)
     assert sorted(res2.skipped) == GOOD and res2.done == [] and list(res2.failed) == ["x9_corrupt.ct"]
+
+
+def test_ray_worker_killed_mid_job(data, tmp_path, ray_local):
+    inputs = batch.list_inputs(data["dir"] / "in", "x[0-4].ct")
+    ray_local.unlink()  # the next task's worker os._exit()s; Ray re-runs the (pure) task elsewhere
+    res = batch.run_batch(job(data), inputs, tmp_path / "out", retries=0, progress=False)
+    assert ray_local.exists(), "no worker died: the fault was not injected"
+    assert sorted(res.done) == GOOD and not res.failed
+    check_outputs(data, tmp_path / "out", GOOD)
 
 
 def test_interrupted_then_resumed_exactly_once(data, tmp_path):
@@ -160,7 +183,7 @@ def test_script_weights_mode(data, tmp_path, capsys):
         assert "0 done, 5 already done, 0 failed" in capsys.readouterr().out
 
 
-def test_model_mode(tmp_path, monkeypatch):
+def test_model_mode_on_ray(tmp_path, monkeypatch, ray_local):
     torch = pytest.importorskip("torch")
     import hemlp
 
@@ -177,7 +200,7 @@ def test_model_mode(tmp_path, monkeypatch):
         for i in range(2):
             cm.encrypt(x + i, sk).save(tmp_path / "in" / f"b{i}.ct")
         outs = batch.run_model_batch(tmp_path / "model", tmp_path / "eval.keys", batch.list_inputs(tmp_path / "in"),
-                                     tmp_path / "out", executor="local", progress=False)
+                                     tmp_path / "out", progress=False)
         for i, p in enumerate(outs):
             y = cm.decrypt(cm.load_encrypted(p), sk)
             assert np.max(np.abs(y - cm.simulate(x + i))) < 1e-5
