@@ -60,6 +60,7 @@ def _probe(address: str, timeout: float) -> None:
         return  # "auto" / "local": ray.init decides quickly
     fix = (f"start the cluster there (`ray start --head --port={hp[1]}`), check the address and firewall, "
            f"or use address=None to run on a local Ray instance")
+    deadline = time.monotonic() + timeout  # one budget for both checks
     try:
         socket.create_connection(hp, timeout=timeout).close()
     except OSError as exc:
@@ -70,7 +71,7 @@ def _probe(address: str, timeout: float) -> None:
         return
     ch = grpc.insecure_channel(f"{hp[0]}:{hp[1]}")
     try:  # a Ray head speaks gRPC (HTTP/2); anything else never completes the handshake
-        grpc.channel_ready_future(ch).result(timeout=timeout)
+        grpc.channel_ready_future(ch).result(timeout=max(0.1, deadline - time.monotonic()))
     except grpc.FutureTimeoutError:
         raise RuntimeUnavailableError(f"{address!r} accepts connections but is not a Ray cluster (no gRPC answer "
                                       f"within {timeout:g} s); {fix}") from None
