@@ -133,7 +133,7 @@ def _mulmod_scalar(Y: np.ndarray, k: int, q: int) -> np.ndarray:
 
 
 def _block_product(Ub: np.ndarray, Xb: np.ndarray, q: int, bU: int, Kq: int, threads: int):
-    """One grid cell and limb: K (U_block @ X_block) mod q; X_block is (d2_t, c_j, 2, N)."""
+    """One grid cell and limb: K (U_block @ X_block) mod q; X_block is (d2_t, columns, parts, N)."""
     from hemlp import _core
 
     _maybe_die()
