@@ -207,8 +207,7 @@ def test_long_contraction_and_k_blocking(d2, rng):
     forced = core.modgemm_config(d2, bU, q, w=3, u=2, kb=kb)
     assert forced["nblk"] == -(-d2 // forced["kb"])
     check_exact(U, X, q, bU, w=3, u=2, kb=kb)
-    if d2 >= 4097:
-        assert cfg["nblk"] >= 1  # recorded for the report below
+    assert cfg["kb"] * 2 ** (cfg["u"] - 1) * 2 ** (cfg["w"] - 1) < 2**53 and cfg["nblk"] == -(-d2 // cfg["kb"])
     # Adversarial: every term at its maximum, one sign.
     Ua = np.full((2, d2), 1 << bU, dtype=np.int64)
     Ua[1, ::2] *= -1
@@ -219,14 +218,17 @@ def test_long_contraction_and_k_blocking(d2, rng):
 
 
 def test_default_choice_uses_k_blocks_when_needed(rng):
-    # bU = 50 with d2 = 8192: no single block is exact for any w/u choice with few digits, so the
-    # cheapest plan may block K; whatever it picks must satisfy the bound and be exact.
-    q = PRIMES[60]
-    for d2, bU in ((8192, 50), (8192, 44), (3000, 52)):
+    # Large bU (or T = 1 for a 30-bit prime) with long K: the cheapest exact plan blocks K, so the
+    # automatic choice goes through the int64 accumulation path; it must satisfy the bound and be exact.
+    blocked = 0
+    for d2, bU, q in ((8192, 50, PRIMES[60]), (8192, 44, PRIMES[60]), (3000, 52, PRIMES[61]),
+                      (4096, 18, PRIMES[30])):
         cfg = core.modgemm_config(d2, bU, q)
         assert cfg["kb"] * 2 ** (cfg["u"] - 1) * 2 ** (cfg["w"] - 1) < 2**53
+        blocked += cfg["nblk"] > 1
         U, X = rand_U(rng, 2, d2, bU), rand_X(rng, d2, 5, q)
         check_exact(U, X, q, bU)
+    assert blocked >= 2
 
 
 def test_many_k_blocks_fold_int64_accumulator(rng):
