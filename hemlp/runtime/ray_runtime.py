@@ -22,7 +22,7 @@ import numpy as np
 
 from hemlp.errors import EncodingError, HemlpError, LevelError, ShapeError
 
-__all__ = ["RuntimeUnavailableError", "ray_session", "ray_pcmm", "pcmm_grid", "run_batch"]
+__all__ = ["RuntimeUnavailableError", "ray_session", "ray_pcmm", "ray_pcmm_gather", "pcmm_grid", "run_batch"]
 
 #: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
 CONNECT_TIMEOUT = 10.0
@@ -188,7 +188,7 @@ def _splits(n: int, parts: int) -> list[slice]:
     return [slice(edges[i], edges[i + 1]) for i in range(parts)]
 
 
-def _check(U, C, weight_bits: int):
+def _check(U, C, weight_bits: int, gathered: bool = False):
     from hemlp.linalg import CtMatrix
 
     if not isinstance(C, CtMatrix):
@@ -198,7 +198,7 @@ def _check(U, C, weight_bits: int):
     U = np.asarray(U, dtype=np.float64)
     if U.ndim != 2:
         raise ShapeError(f"pcmm: U must be 2-D, got shape {U.shape}")
-    if U.shape[1] != C.shape[0]:
+    if not gathered and U.shape[1] != C.shape[0]:
         raise ShapeError(f"pcmm: U is {U.shape[0]}x{U.shape[1]} but the encrypted matrix is "
                          f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
     if not 1 <= weight_bits <= 40:
@@ -242,6 +242,22 @@ def _stack_limbs(C) -> np.ndarray:
     return X
 
 
+def _stack_gathered(C, index: np.ndarray) -> np.ndarray:
+    """(L, d2, P c, 2, N): column p c + j of gathered row i is chunk j of C's row index[i, p] (zeros
+    for -1), the (i, p, j) order of linalg.pcmm_gather, so output row r, column p c + j is row r P + p."""
+    ctx, L, c = C.ctx, C.level + 1, C.chunks
+    d2, P = index.shape
+    X = np.zeros((L, d2, P * c, 2, ctx.N), dtype=np.uint64)
+    for i in range(d2):
+        for p in range(P):
+            if index[i, p] < 0:
+                continue
+            for j, ct in enumerate(C.row(int(index[i, p]))):
+                for part in range(2):
+                    X[:, i, p * c + j, part, :] = ct._obj.poly(part)
+    return X
+
+
 def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
     """Native objects from the product residues, rescaled and biased exactly as linalg.pcmm does."""
     from hemlp import _core
@@ -269,14 +285,14 @@ def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
                     o = _core.ms_add_plain(ctx._e, o, j, pt)
             rows.append(MsRow(o, ctx))
         return rows
-    c, cts = C.chunks, []
+    ncols, cts = out.shape[1], []  # ncols = P c for a gathered product
     for r in range(d1):
-        for j in range(c):
+        for j in range(ncols):
             obj = ctx._e.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
                                            ref.is_complex, ref.key_id, None)
             cts.append(ctx.rescale(ctx._w(Ciphertext, obj)))
     if b is not None:
-        cts = [ctx.add(ct, float(b[idx // c])) for idx, ct in enumerate(cts)]
+        cts = [ctx.add(ct, float(b[idx // ncols])) for idx, ct in enumerate(cts)]
     return cts
 
 
@@ -311,17 +327,40 @@ def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None
     address ("host:port", "ray://host:10001", "auto"). grid: a planner Grid or (p_m, p_n, p_k)
     over (output rows, columns, reduction rows); default: planner.grid.grid_3d for
     num_workers. stats: a dict to fill with the grid, task count, object-store bytes and nodes used."""
+    t0 = time.perf_counter()
+    U = _check(U, C, weight_bits)
+    return _product(U, C, _stack_limbs(C), 1, t0, address, num_workers, grid, weight_bits, bias, stats)
+
+
+def ray_pcmm_gather(U, C, index, *, address: str | None = None, num_workers: int | None = None, grid=None,
+                    weight_bits: int = 20, bias=None, stats: dict | None = None):
+    """linalg.pcmm_gather on Ray, bit-identical: out[r P + p] = sum_i U[r, i] C.row(index[i, p]) (+ bias[r]).
+
+    The P gathered blocks become P c extra columns of one product (a convolution as im2col over
+    ciphertext rows), so the grid's column axis also splits the output positions."""
+    t0 = time.perf_counter()
+    U = _check(U, C, weight_bits, gathered=True)
+    if C.format != "rlwe":
+        raise EncodingError("pcmm_gather works on RLWE matrices; convert with linalg.to_rlwe first")
+    index = np.asarray(index)
+    if index.ndim != 2 or index.shape[0] != U.shape[1]:
+        raise ShapeError(f"pcmm_gather: U {U.shape} needs an index of shape ({U.shape[1]}, P), got {index.shape}")
+    if not np.issubdtype(index.dtype, np.integer) or index.min() < -1 or index.max() >= C.shape[0]:
+        raise ShapeError(f"pcmm_gather: index entries must be -1 or row numbers < {C.shape[0]}")
+    P = index.shape[1]
+    return _product(U, C, _stack_gathered(C, index), P, t0, address, num_workers, grid, weight_bits, bias, stats)
+
+
+def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_bits, bias, stats):
+    """The sharded product of U with the stacked residues X; P_out output rows per row of U."""
     from hemlp import linalg
     from hemlp.linalg import CtMatrix
 
-    t0 = time.perf_counter()
-    U = _check(U, C, weight_bits)
     ctx, level = C.ctx, C.level
     d1, d2 = U.shape
     Uq, delta = linalg.quantize(U, weight_bits)
     K = max(1, round(ctx.modulus(level) / delta))
     ref = C.cts[0]._obj
-    X = _stack_limbs(C)
     c, P = X.shape[2], X.shape[3]
     t_stack = time.perf_counter()
     with ray_session(address, num_workers) as ray:
@@ -380,7 +419,7 @@ def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None
                      seconds=time.perf_counter() - t0,
                      phases=dict(stack=t_stack - t0, session=t_session - t_stack, tasks=t_tasks - t_session,
                                  assemble=time.perf_counter() - t_tasks))
-    return CtMatrix(ctx, cts, (d1, C.shape[1]), C.chunks, C.format)
+    return CtMatrix(ctx, cts, (d1 * P_out, C.shape[1]), C.chunks, C.format)
 
 
 def run_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, **kw) -> list:

@@ -78,6 +78,14 @@ class TestLocal:
         assert got.format == "msrlwe" and same(got, linalg.pcmm(U, Cm, bias=b))
         assert st["tasks"] == 3 * st["grid"][0] * st["grid"][1] * (2 * st["grid"][2] - 1)
 
+    @pytest.mark.parametrize("grid", [(1, 1, 1), (2, 3, 2)])
+    def test_gather_bit_identical(self, session, setup, grid):
+        ctx, sk, M, C, U, b = setup
+        index = np.array([[0, 5, -1], [1, -1, 2], [3, 3, 4], [-1, 0, 1]])  # padding and repeated rows
+        Ug = U[:, :4]
+        got = rr.ray_pcmm_gather(Ug, C, index, grid=grid, bias=b)
+        assert got.shape == (15, C.shape[1]) and same(got, linalg.pcmm_gather(Ug, C, index, bias=b))
+
     def test_worker_killed_mid_product(self, session, setup):
         ctx, sk, M, C, U, b = setup
         session.unlink()  # the first task to run now creates the marker and os._exit()s its worker
