@@ -1,10 +1,11 @@
 """PCMM in-process vs on a local Ray (1 and 2 workers), with object-store bytes vs the planner's eq. (5).
 
-    python -m hemlp.bench ray [--preset N14-d6] [--level 1] [--d 256] [--chunks 1] [--workers 1,2] --json PATH
+    python -m hemlp.bench ray [--preset N14-d6] [--level 1] [--d 256] [--chunks 1] [--workers 1,2]
+                              [--grids 2x1x1,1x1x2] --json PATH
 
 One d x d weight matrix times an encrypted d x (chunks * slots) matrix (RLWE, slot encoding).
 In-process: linalg.pcmm with 1 and 2 native threads. Ray: ray_pcmm on a fresh local Ray with w
-CPUs and the planner's grid for w workers; each result is checked bit-identical to in-process.
+CPUs and the planner's grid for w workers (plus any --grids on the largest w); each result is checked bit-identical to in-process.
 Recorded per Ray run: the grid, task count, bytes ray.put by the driver, bytes the tasks read and
 wrote through the object store (inputs / weights / partial sums) next to eq. (5)'s
 W_3D = (p_m b_k b_n + p_n b_m b_k + p_k b_m b_n) H with H = one ciphertext's bytes and every row,
@@ -30,6 +31,7 @@ def add_arguments(p) -> None:
     p.add_argument("--d", type=int, default=256, help="d1 = d2 (weight rows and encrypted rows)")
     p.add_argument("--chunks", type=int, default=1, help="ciphertexts per encrypted row")
     p.add_argument("--workers", default="1,2")
+    p.add_argument("--grids", default="", help="extra grids for the largest worker count, e.g. 2x1x1,1x1x2")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--weight-bits", type=int, default=20)
     p.add_argument("--json", default=None)
@@ -69,39 +71,43 @@ def main(args) -> int:
         rows.append([f"in-process, {th} thread(s)", report.fmt_seconds(local[th]), "", "", "", "", ""])
     ref = linalg.pcmm(U, C, **kw)
     H = 2 * (args.level + 1) * ctx.N * 8
-    for w in [int(x) for x in args.workers.split(",")]:
-        if ray.is_initialized():
-            ray.shutdown()
-        ray.init(num_cpus=w, include_dashboard=False, log_to_driver=False)
-        try:
-            st = {}
-            out = rr.ray_pcmm(U, C, num_workers=w, stats=st, **kw)  # also warms the workers up
-            identical = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.cts, ref.cts))
-            samples = []
+    workers = [int(x) for x in args.workers.split(",")]
+    runs = [(w, None) for w in workers]
+    runs += [(max(workers), tuple(int(v) for v in g.split("x"))) for g in args.grids.split(",") if g]
+    for w, grid in runs:
+        if not ray.is_initialized() or int(ray.cluster_resources().get("CPU", 0)) != w:
+            if ray.is_initialized():
+                ray.shutdown()
+            ray.init(num_cpus=w, include_dashboard=False, log_to_driver=False)
+        st = {}
+        out = rr.ray_pcmm(U, C, num_workers=w, grid=grid, stats=st, **kw)  # also warms the workers up
+        identical = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.cts, ref.cts))
+        samples = []
 
-            def run():
-                s = {}
-                rr.ray_pcmm(U, C, num_workers=w, stats=s, **kw)
-                samples.append(s)
+        def run():
+            s = {}
+            rr.ray_pcmm(U, C, num_workers=w, grid=grid, stats=s, **kw)
+            samples.append(s)
 
-            t = measure(run, args.repeats, warmup=0)["median_s"]
-        finally:
-            ray.shutdown()
+        t = measure(run, args.repeats, warmup=0)["median_s"]
         phases = {k: float(np.median([s["phases"][k] for s in samples])) for k in samples[0]["phases"]}
         moved, model = st["moved_bytes"], st["w3d_bytes"]
-        rec = dict(mode="ray", workers=w, seconds=t, grid=list(st["grid"]), tasks=st["tasks"],
+        rec = dict(mode="ray", workers=w, planner_grid=grid is None, seconds=t, grid=list(st["grid"]), tasks=st["tasks"],
                    bit_identical=identical, put_bytes=st["put_bytes"], result_bytes=st["result_bytes"],
                    moved_bytes=moved, moved_total=sum(moved.values()), w3d_bytes=model,
                    w3d_total=sum(model.values()), ciphertext_bytes=H, phases=phases,
                    speedup_vs_1_thread=local[1] / t)
-        if w == 1:
+        if w == 1 and grid is None:
             rec["overhead_s"] = t - local[1]
         results.append(rec)
         ct_moved, ct_model = moved["inputs"] + moved["partials"], model["inputs"] + model["partials"]
-        rows.append([f"Ray, {w} worker(s), grid {'x'.join(map(str, st['grid']))}", report.fmt_seconds(t),
+        label = f"Ray, {w} worker(s), grid {'x'.join(map(str, st['grid']))}{'' if grid else ' (planner)'}"
+        rows.append([label, report.fmt_seconds(t),
                      str(st["tasks"]), _mb(st["put_bytes"]), f"{_mb(ct_moved)} / {_mb(ct_model)}",
                      f"{_mb(moved['weights'])} / {_mb(model['weights'])}", "yes" if identical else "NO"])
     # eq. (5) counts the weight blocks as H-sized ciphertexts; in a PCMM they are 8-byte plaintext entries
+    if ray.is_initialized():
+        ray.shutdown()
     report.table(["run", "PCMM", "tasks", "put", "ct moved / W_3D", "weights moved / W_3D", "identical"], rows,
                  title=f"PCMM {d}x{d} @ Enc({d}x{c}*{ctx.slots}) at level {args.level} ({args.preset}, "
                        f"H = {_mb(H)}, {os.cpu_count()} cores)")
