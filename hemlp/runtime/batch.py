@@ -361,7 +361,8 @@ def run_batch(job, inputs, out_dir, *, retries: int = 2, executor: str = "ray", 
     _prepare_output(out_dir)
     manifest = Manifest(out_dir, job.key, restart)
     skipped = [p.name for p in inputs if manifest.done(p.name, out_dir)]
-    todo = [p for p in inputs if p.name not in set(skipped)]
+    seen = set(skipped)
+    todo = [p for p in inputs if p.name not in seen]
     if limit is not None:
         todo = todo[: max(0, int(limit))]
     result = BatchResult([], skipped, {}, out_dir)
