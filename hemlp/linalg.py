@@ -259,14 +259,16 @@ def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale
     # inputs laid out (i, p, j): the P output blocks become extra column panels of one product
     inputs = [None if index[i, p] < 0 else C.cts[index[i, p] * c + j]._obj
               for i in range(d2) for p in range(P) for j in range(c)]
-    raw = _core.pcmm_rlwe(ctx._e, plan, inputs, P * c, int(K), float(delta * K))
-    cts = [ctx._w(Ciphertext, o) for o in raw]
-    if rescale:
-        cts = [ctx.rescale(ct) for ct in cts]
+    b = None
     if bias is not None:
         b = np.asarray(bias, dtype=np.float64).reshape(-1)
         if b.shape[0] != U.shape[0]:
             raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
+    fused = b is not None and rescale and C.encoding == "slot"  # constant bias added natively
+    raw = _core.pcmm_rlwe(ctx._e, plan, inputs, P * c, int(K), float(delta * K), bool(rescale),
+                          b.tolist() if fused else [])
+    cts = [ctx._w(Ciphertext, o) for o in raw]
+    if b is not None and not fused:
         cts = [ctx.add(ct, float(b[idx // (P * c)])) for idx, ct in enumerate(cts)]
     return CtMatrix(ctx, cts, (U.shape[0] * P, C.shape[1]), c, C.format)
 

@@ -496,6 +496,59 @@ def cmd_core(a) -> int:
     return 0
 
 
+def cmd_pcmm(a) -> int:
+    """U (d x d) @ Enc(d x N/2): hemlp's PCMM vs OpenFHE's EvalLinearWSum, same ring, same limbs."""
+    import numpy as np
+
+    import hemlp
+    from hemlp import ckks, linalg
+    from hemlp.bench import measure
+
+    py, why = ensure_venv("openfhe")
+    cfg = CONFIGS[a.logn]
+    rows = []
+    results = []
+    ctx = ckks.Context(cfg["preset"])
+    sk, pk = ctx.keygen()
+    rng = np.random.default_rng(0)
+    for d in _ints(a.sizes):
+        U = rng.normal(0, 1 / math.sqrt(d), (d, d))
+        M = rng.uniform(-1, 1, (8, ctx.slots))
+        base = linalg.encrypt_matrix(ctx, M, pk, level=a.limbs - 1)
+        C = linalg.CtMatrix(ctx, [base.cts[i % 8] for i in range(d)], (d, ctx.slots), 1, "rlwe")
+        for th in _ints(a.threads):
+            hemlp.set_num_threads(th)
+            m = measure(lambda: linalg.pcmm(U, C, weight_bits=a.weight_bits), a.repeats)
+            got = linalg.decrypt_matrix(ctx, linalg.pcmm(U, C, weight_bits=a.weight_bits), sk)[:2]
+            want = U[:2] @ np.stack([M[i % 8] for i in range(d)])
+            hb = -math.log2(float(np.max(np.abs(got - want))))
+            peer, perr = (None, why)
+            if py:
+                env = report.benchmark_env()
+                env["OMP_NUM_THREADS"] = str(th)
+                dnum = math.ceil((cfg["depth"] + 1) / cfg["alpha"])
+                peer, perr = _run_json([py, str(PEERS_SCRIPTS / "openfhe_pcmm.py"), "--logn", str(a.logn),
+                                        "--depth", str(cfg["depth"]), "--scale-bits", str(cfg["scale_bits"]),
+                                        "--first-bits", str(cfg["first_bits"]), "--dnum", str(dnum),
+                                        "--limbs", str(a.limbs), "--d", str(d), "--threads", str(th),
+                                        "--repeats", str(a.repeats)], env, f"openfhe pcmm d={d}")
+            ratio = peer["median_s"] / m["median_s"] if peer else None
+            results.append(dict(d=d, threads=th, hemlp_s=m["median_s"], hemlp_bits=hb,
+                                openfhe_s=peer["median_s"] if peer else None,
+                                openfhe_bits=peer["bits"] if peer else None, openfhe_error=perr,
+                                speedup_vs_openfhe=ratio))
+            rows.append([f"{d}x{d} @ Enc({d}x{ctx.slots})", th, report.fmt_seconds(m["median_s"]),
+                         report.fmt_seconds(peer["median_s"]) if peer else f"n/a ({perr})",
+                         f"{ratio:.0f}x" if ratio else "n/a", f"{hb:.1f}",
+                         f"{peer['bits']:.1f}" if peer else "n/a"])
+    report.table(["product", "thr", "hemlp PCMM", "OpenFHE LinearWSum", "hemlp speed-up", "bits hemlp",
+                  "bits OpenFHE"], rows,
+                 title=f"PCMM at {a.limbs} RNS limbs, N=2^{a.logn} ({cfg['preset']})")
+    if a.json:
+        report.write_json(a.json, "peers-pcmm", {"logn": a.logn, "limbs": a.limbs, "results": results})
+    return 0
+
+
 def _names(s):
     names = [n.strip() for n in s.split(",") if n.strip()]
     bad = [n for n in names if n not in PEER_LABEL]
@@ -523,9 +576,19 @@ def main(argv=None) -> int:
     c.add_argument("--seed", type=int, default=1)
     c.add_argument("--peers", default="hemlp,openfhe,tenseal",
                    help="which of hemlp,openfhe,tenseal to run (default all)")
+    pc = sub.add_parser("pcmm", help="PCMM vs OpenFHE's EvalLinearWSum on the same product")
+    pc.add_argument("--json", metavar="PATH")
+    pc.add_argument("--logn", type=int, default=14)
+    pc.add_argument("--sizes", default="64,256", help="comma-separated d (d1 = d2)")
+    pc.add_argument("--limbs", type=int, default=2, help="RNS limbs left when the product runs")
+    pc.add_argument("--threads", default="1,2")
+    pc.add_argument("--repeats", type=int, default=3)
+    pc.add_argument("--weight-bits", type=int, default=20)
     a = ap.parse_args(argv)
     if a.cmd == "core":
         return cmd_core(a)
+    if a.cmd == "pcmm":
+        return cmd_pcmm(a)
     return 2
 
 

@@ -233,6 +233,7 @@ void bind_ckks(py::module_& m) {
       .def("apply_galois_hoisted", [](const Engine& e, const Ciphertext& a, std::vector<uint64_t> gs, const GaloisKeys& k) {
         return e.eval.apply_galois_hoisted(a, gs, k);
       }, py::call_guard<py::gil_scoped_release>())
+      .def("add_const", [](const Engine& e, const Ciphertext& a, double c) { return e.eval.add_const(a, c); }, py::call_guard<py::gil_scoped_release>())
       .def("with_scale", [](const Engine&, const Ciphertext& a, double s) { Ciphertext c = a; c.scale = s; return c; })
       // raw NTT of one limb (benchmarks and tests)
       .def("ntt_limb", [](const Engine& e, U64Arr a, int limb, bool inverse) {

@@ -11,11 +11,13 @@ namespace py = pybind11;
 void bind_linalg(py::module_& m) {
   m.def("pcmm_rlwe",
         [](const hemlp::Engine& e, const hemlp::pcmm::ModGemmPlan& plan,
-           std::vector<const hemlp::Ciphertext*> inputs, size_t chunks, int64_t K, double factor) {
+           std::vector<const hemlp::Ciphertext*> inputs, size_t chunks, int64_t K, double factor, bool rescale,
+           std::vector<double> bias) {
           py::gil_scoped_release r;
-          return hemlp::pcmm::pcmm_rlwe(e.ctx, plan, inputs, chunks, K, factor);
+          return hemlp::pcmm::pcmm_rlwe(e.ctx, plan, inputs, chunks, K, factor, rescale, bias);
         },
-        py::arg("engine"), py::arg("plan"), py::arg("inputs"), py::arg("chunks"), py::arg("K"), py::arg("factor"));
+        py::arg("engine"), py::arg("plan"), py::arg("inputs"), py::arg("chunks"), py::arg("K"), py::arg("factor"),
+        py::arg("rescale") = false, py::arg("bias") = std::vector<double>{});
 }
 
 #include <cstring>

@@ -235,6 +235,33 @@ Ciphertext Evaluator::rescale(const Ciphertext& a) const {
   return r;
 }
 
+void Evaluator::rescale_many(std::vector<Ciphertext>& cts) const {
+  for (auto& c : cts)
+    if (c.level == 0) rescale(c);  // throws the typed level error before any work
+#pragma omp parallel for schedule(dynamic)
+  for (long i = 0; i < (long)cts.size(); ++i) cts[i] = rescale(cts[i]);  // inner loops run serially
+}
+
+Ciphertext Evaluator::add_const(const Ciphertext& a, double c) const {
+  if (a.encoding != Encoding::Slot)
+    fail(ErrorKind::Encoding, "add_const: a constant in every slot needs slot encoding; add an encoded "
+                              "plaintext to coefficient-encoded data");
+  if (!std::isfinite(c)) fail(ErrorKind::Encoding, "cannot add NaN or infinity");
+  const long double v = roundl((long double)c * (long double)a.scale);
+  const size_t n = ctx_.n();
+  Ciphertext r = a;
+  r.seeded = false;
+  for (int k = 0; k <= a.level; ++k) {
+    const u64 q = ctx_.modulus(k).q;
+    long double m = fmodl(v, (long double)q);
+    if (m < 0) m += (long double)q;
+    const u64 w = (u64)m;  // the NTT of a constant polynomial is that constant everywhere
+    u64* d = r.polys[0].data() + (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) d[i] = ring::add_mod(d[i], w, q);
+  }
+  return r;
+}
+
 Ciphertext Evaluator::drop_to_level(const Ciphertext& a, int level) const {
   if (level < 0 || level > a.level)
     fail(ErrorKind::Level, "drop_level: target level " + std::to_string(level) + " must be in [0, " +

@@ -25,6 +25,11 @@ class Evaluator {
   Ciphertext mul(const Ciphertext& a, const Ciphertext& b, const SwitchKey* rlk) const;
   Ciphertext relinearize(const Ciphertext& a, const SwitchKey& rlk) const;
   Ciphertext rescale(const Ciphertext& a) const;
+  // Rescale many ciphertexts, in parallel over ciphertexts (at low levels there are too few
+  // limbs to keep the threads busy inside one rescale).
+  void rescale_many(std::vector<Ciphertext>& cts) const;
+  // a + c in every slot, c real (slot encoding: a constant polynomial; no encoding work).
+  Ciphertext add_const(const Ciphertext& a, double c) const;
   Ciphertext drop_to_level(const Ciphertext& a, int level) const;
   Ciphertext apply_galois(const Ciphertext& a, uint64_t galois, const GaloisKeys& keys) const;
   std::vector<Ciphertext> apply_galois_hoisted(const Ciphertext& a, const std::vector<uint64_t>& galois,

@@ -9,7 +9,7 @@ namespace hemlp::pcmm {
 
 std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
                                   const std::vector<const Ciphertext*>& inputs, size_t chunks, int64_t K,
-                                  double out_scale_factor) {
+                                  double out_scale_factor, bool rescale, const std::vector<double>& bias) {
   const size_t d1 = plan.rows(), d2 = plan.cols(), n = ctx.n();
   if (chunks == 0 || inputs.size() != d2 * chunks)
     fail(ErrorKind::Shape, "pcmm: the weight matrix has " + std::to_string(d2) + " columns but the encrypted "
@@ -28,6 +28,10 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
       fail(ErrorKind::Level, "pcmm: all rows of the encrypted matrix must share level, scale, encoding and key");
   }
   const int level = ref->level, limbs = level + 1;
+  if (rescale && level == 0)
+    fail(ErrorKind::Level, "pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale");
+  if (!bias.empty() && (bias.size() != d1 || ref->encoding != Encoding::Slot))
+    fail(ErrorKind::Shape, "pcmm: the fused bias needs one value per output row and slot encoding");
   std::vector<Ciphertext> out(d1 * chunks);
   for (auto& o : out) {
     o.param_hash = ref->param_hash;
@@ -60,6 +64,13 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
           for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(src[x], w, wp, q);
         }
       }
+  }
+  if (rescale) {
+    Evaluator ev(ctx);
+    ev.rescale_many(out);
+    if (!bias.empty())
+#pragma omp parallel for schedule(static)
+      for (long i = 0; i < (long)out.size(); ++i) out[i] = ev.add_const(out[i], bias[i / chunks]);
   }
   return out;
 }

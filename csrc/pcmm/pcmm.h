@@ -14,8 +14,11 @@ namespace hemlp::pcmm {
 // (convolution padding). Output: d1 x c ciphertexts with
 //   out[r][j] = K * sum_i U[r][i] * in[i][j]     (every polynomial, every limb, NTT form)
 // and scale = in.scale * out_scale_factor (the caller's Delta_U * K). U is the plan's matrix.
+// With `rescale`, every output is rescaled (in parallel over ciphertexts); a non-empty `bias`
+// (d1 values, slot encoding only) is then added to output row r as a constant.
 std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
                                   const std::vector<const Ciphertext*>& inputs, size_t chunks, int64_t K,
-                                  double out_scale_factor);
+                                  double out_scale_factor, bool rescale = false,
+                                  const std::vector<double>& bias = {});
 
 }  // namespace hemlp::pcmm
