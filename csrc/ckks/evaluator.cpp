@@ -286,8 +286,34 @@ const SwitchKey& Evaluator::find_key(const GaloisKeys& keys, uint64_t g, const C
 }
 
 Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const GaloisKeys& keys) const {
-  auto v = apply_galois_hoisted(a, {g}, keys);
-  return std::move(v[0]);
+  check_size2(a, "rotate");
+  if (a.encoding != Encoding::Slot) fail(ErrorKind::Encoding, "rotations act on slot-encoded ciphertexts only");
+  if (g == 1) return a;
+  const SwitchKey& key = find_key(keys, g, a);
+  // One rotation: permute (c0, c1) first, so the key switch reads its digits sequentially.
+  const size_t n = ctx_.n();
+  const auto& perm = ctx_.galois_permutation(g);
+  Ciphertext c = a;
+  c.seeded = false;
+  Poly c1(a.polys[1].size());
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k <= a.level; ++k) {
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) {
+      c.polys[0][o + i] = a.polys[0][o + perm[i]];
+      c1[o + i] = a.polys[1][o + perm[i]];
+    }
+  }
+  Poly k0, k1;
+  key_switch(ctx_, c1.data(), a.level, key, k0, k1);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k <= a.level; ++k) {
+    const u64 q = ctx_.modulus(k).q;
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) c.polys[0][o + i] = ring::add_mod(c.polys[0][o + i], k0[o + i], q);
+  }
+  c.polys[1] = std::move(k1);
+  return c;
 }
 
 std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, const std::vector<uint64_t>& gs,
@@ -309,14 +335,13 @@ std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, con
     key_inner_product(ctx_, digits, *ks[r], &perm, u0, u1);
     moddown(ctx_, u0, a.level, k0);
     moddown(ctx_, u1, a.level, k1);
+#pragma omp parallel for schedule(static)
     for (int k = 0; k <= a.level; ++k) {
       const u64 q = ctx_.modulus(k).q;
       const size_t o = (size_t)k * n;
-      for (size_t i = 0; i < n; ++i) {
-        c.polys[0][o + i] = ring::add_mod(a.polys[0][o + perm[i]], k0[o + i], q);
-        c.polys[1][o + i] = k1[o + i];
-      }
+      for (size_t i = 0; i < n; ++i) c.polys[0][o + i] = ring::add_mod(a.polys[0][o + perm[i]], k0[o + i], q);
     }
+    c.polys[1] = std::move(k1);
     out.push_back(std::move(c));
   }
   return out;
