@@ -189,10 +189,28 @@ class CompiledModel:
         return rows[:, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
 
     # ---- server side
-    def run(self, ct, eval_keys, threads: int | None = None):
-        """Encrypted inference (server side: ciphertexts and evaluation keys only)."""
+    def run(self, ct, eval_keys, runtime: str = "local", address: str | None = None, num_workers: int | None = None,
+            threads: int | None = None, **ray_options):
+        """Encrypted inference (server side: ciphertexts and evaluation keys only).
+
+        runtime="local": in this process (threads: native threads). runtime="ray": every PCMM and
+        elementwise step as Ray tasks (hemlp.runtime.ray_models), bit-identical to "local"; address=None
+        uses the connected Ray or starts a local one with num_workers CPUs for the call, an address
+        ("host:port", "ray://host:10001", "auto") joins that cluster (RuntimeUnavailableError if it
+        cannot be reached). Ray options: grid ((p_m, p_n, p_k) or {step: grid}; default the planner's
+        grid for num_workers), cts_per_task, stats (a dict filled per step). The result's
+        layer_seconds holds every step's wall-clock seconds."""
         from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
         from hemlp.runtime.local import run as _run
+
+        if runtime not in ("local", "ray"):
+            raise ValueError(f"runtime must be 'local' or 'ray', got {runtime!r}")
+        unknown = set(ray_options) - {"grid", "cts_per_task", "stats"}
+        if unknown or (ray_options and runtime != "ray"):
+            raise TypeError(f"run() got unexpected options {sorted(unknown or ray_options)} (grid, cts_per_task and "
+                            "stats are options of runtime='ray')")
+        if runtime == "local" and (address is not None or num_workers is not None):
+            raise ValueError("address and num_workers are options of runtime='ray'")
 
         if not isinstance(ct, EncryptedBatch) or not isinstance(eval_keys, EvalKeys):
             raise TypeError("run(ct, eval_keys) takes an EncryptedBatch and the EvalKeys from keygen()")
@@ -215,7 +233,13 @@ class CompiledModel:
 
             hemlp.set_num_threads(threads)
         timings: dict = {}
-        out = _run(self.context, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)
+        if runtime == "ray":
+            from hemlp.runtime.ray_models import run_on_ray
+
+            out = run_on_ray(self.context, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
+                             address=address, num_workers=num_workers, **ray_options)
+        else:
+            out = _run(self.context, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)
         result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
         result.layer_seconds = timings
         return result

@@ -3,7 +3,8 @@
 * ``simulate`` — the same steps in plaintext float64 numpy: quantised weights (hemlp.linalg.quantize),
   the same polynomials and the same row layouts; warns (RangeWarning) when an approximated
   activation sees inputs outside its calibrated range.
-* ``run`` — the same steps on ciphertexts (hemlp.linalg PCMMs, hemlp.polyeval), in process.
+* ``run`` — the same steps on ciphertexts (hemlp.linalg PCMMs, hemlp.polyeval), in process by default;
+  an injectable executor runs the PCMMs and elementwise steps elsewhere (hemlp.runtime.ray_models).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply
 
-__all__ = ["simulate", "run"]
+__all__ = ["simulate", "run", "LocalExecutor", "ElementwiseOp", "elementwise"]
 
 
 def _range_check(step, u):
@@ -98,17 +99,115 @@ def _add(ctx, A, B, level_out):
     return CtMatrix(ctx, out, A.shape, A.chunks, A.format)
 
 
-def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None):
+class ElementwiseOp:
+    """One elementwise step (square / poly / affine) as a small picklable description: what a worker
+    needs to apply it to some ciphertexts (see ``elementwise``). alpha / beta (affine) are per row."""
+
+    __slots__ = ("kind", "sign", "const", "coeffs", "basis", "alpha", "beta")
+
+    def __init__(self, kind, sign=0.0, const=0.0, coeffs=None, basis=None, alpha=None, beta=None):
+        self.kind, self.sign, self.const, self.coeffs, self.basis = kind, sign, const, coeffs, basis
+        self.alpha, self.beta = alpha, beta
+
+    @classmethod
+    def from_step(cls, s) -> "ElementwiseOp":
+        if s.op == "square":
+            return cls("square", sign=float(s.act.coeffs[1]), const=float(s.act.coeffs[0]))
+        if s.op == "poly":
+            return cls("poly", coeffs=np.asarray(s.act.coeffs, dtype=np.float64),
+                       basis="chebyshev" if s.act.form == "cheb" else "power")
+        if s.op == "affine":
+            return cls("affine", alpha=np.asarray(s.alpha, dtype=np.float64), beta=np.asarray(s.beta, dtype=np.float64))
+        raise AssertionError(s.op)
+
+    @property
+    def needs_relin(self) -> bool:
+        return self.kind in ("square", "poly")
+
+    def rows(self, r0: int, r1: int) -> "ElementwiseOp":
+        """The same op for rows r0 .. r1 - 1 only (row r0 becomes row 0)."""
+        if self.kind != "affine":
+            return self
+        return ElementwiseOp("affine", alpha=self.alpha[r0:r1].copy(), beta=self.beta[r0:r1].copy())
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __setstate__(self, state):
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
+def elementwise(ctx, op: ElementwiseOp, relin_key, pe=None):
+    """fn(row, ct) -> ct applying op; the one definition of the elementwise steps' arithmetic, used in
+    process and by the Ray workers (so both give the same bits)."""
+    if op.kind == "square":
+        sign, const = op.sign, op.const
+
+        def sq(r, ct):
+            y = ctx.rescale(ctx.mul(ct, ct, relin_key=relin_key))
+            if sign < 0:
+                y = ctx.negate(y)
+            return ctx.add(y, const) if const else y
+
+        return sq
+    if op.kind == "poly":
+        if pe is None:
+            from hemlp.polyeval import PolyEvaluator
+
+            pe = PolyEvaluator(ctx, relin_key)
+        return lambda r, ct: pe.evaluate(ct, op.coeffs, basis=op.basis)
+    if op.kind == "affine":
+        def aff(r, ct):
+            y = ctx.rescale(ctx.mul(ct, float(op.alpha[r])))
+            return ctx.add(y, float(op.beta[r])) if op.beta[r] else y
+
+        return aff
+    raise AssertionError(op.kind)
+
+
+class LocalExecutor:
+    """In-process execution of the heavy steps (the default of ``run``). Another executor (e.g.
+    hemlp.runtime.ray_models.RayExecutor) provides the same three methods and gives the same bits."""
+
+    name = "local"
+
+    def __init__(self):
+        self._pe = {}
+
+    def pcmm(self, U, C, *, bias=None, weight_bits: int = 20, step=None):
+        from hemlp import linalg
+
+        return linalg.pcmm(U, C, bias=bias, weight_bits=weight_bits)
+
+    def pcmm_gather(self, U, C, index, *, bias=None, weight_bits: int = 20, step=None):
+        from hemlp import linalg
+
+        return linalg.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias)
+
+    def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
+        pe = None
+        if op.kind == "poly":
+            key = (id(ctx), id(relin_key))
+            if key not in self._pe:
+                from hemlp.polyeval import PolyEvaluator
+
+                self._pe[key] = PolyEvaluator(ctx, relin_key)
+            pe = self._pe[key]
+        return _map_cts(C, elementwise(ctx, op, relin_key, pe))
+
+
+def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None):
     """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix.
-    timings (optional): filled with the wall-clock seconds of every step, by step name."""
+    timings (optional): filled with the wall-clock seconds of every step, by step name.
+    executor (optional): runs the PCMMs and elementwise steps (``pcmm``, ``pcmm_gather``, ``map_cts``);
+    default LocalExecutor(), in this process. Residual adds and level drops stay here."""
     import time
 
-    from hemlp import linalg
     from hemlp.errors import LevelError
-    from hemlp.polyeval import PolyEvaluator
 
+    ex = LocalExecutor() if executor is None else executor
     vals = {}
-    pe = PolyEvaluator(ctx, relin_key)
     for s in steps:
         if s.op == "input":
             if C.level != s.level_out:
@@ -121,28 +220,11 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None)
         t0 = time.perf_counter()
         if s.op == "pcmm":
             if s.index is None:
-                y = linalg.pcmm(s.U, x, bias=s.bias, weight_bits=weight_bits)
+                y = ex.pcmm(s.U, x, bias=s.bias, weight_bits=weight_bits, step=s.out)
             else:
-                y = linalg.pcmm_gather(s.U, x, s.index, weight_bits=weight_bits, bias=s.bias)
-        elif s.op == "square":
-            sign, const = float(s.act.coeffs[1]), float(s.act.coeffs[0])
-
-            def sq(r, ct):
-                y = ctx.rescale(ctx.mul(ct, ct, relin_key=relin_key))
-                if sign < 0:
-                    y = ctx.negate(y)
-                return ctx.add(y, const) if const else y
-
-            y = _map_cts(x, sq)
-        elif s.op == "poly":
-            basis = "chebyshev" if s.act.form == "cheb" else "power"
-            y = _map_cts(x, lambda r, ct: pe.evaluate(ct, s.act.coeffs, basis=basis))
-        elif s.op == "affine":
-            def aff(r, ct):
-                y = ctx.rescale(ctx.mul(ct, float(s.alpha[r])))
-                return ctx.add(y, float(s.beta[r])) if s.beta[r] else y
-
-            y = _map_cts(x, aff)
+                y = ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=weight_bits, step=s.out)
+        elif s.op in ("square", "poly", "affine"):
+            y = ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
         elif s.op == "add":
             y = _add(ctx, x, vals[s.inputs[1]], s.level_out)
         elif s.op in ("alias", "output"):

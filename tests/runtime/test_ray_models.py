@@ -1,0 +1,207 @@
+"""Compiled models on Ray (CompiledModel.run(runtime="ray")): bit-identical to the in-process runtime
+for an MLP and a CNN, on two raylets, and through a worker killed in the middle of a layer."""
+import socket
+import warnings
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+
+import hemlp  # noqa: E402
+from hemlp.runtime import ray_models  # noqa: E402
+from hemlp.runtime import ray_runtime as rr  # noqa: E402
+from tests.compiler.conftest import SmallCNN, mlp  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _quiet_insecure():
+    from hemlp.ckks import InsecureParametersWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InsecureParametersWarning)
+        yield
+
+
+def _compiled(model, x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(model, x, batch_size=x.shape[0], allow_insecure=True)
+        sk, ek = cm.keygen()
+        ct = cm.encrypt(x, sk)
+        ref = cm.run(ct, ek)  # in process
+    return dict(cm=cm, sk=sk, ek=ek, ct=ct, x=x, ref=ref)
+
+
+@pytest.fixture(scope="module")
+def mlp_case():
+    x = np.random.default_rng(7).uniform(0, 1, size=(16, 64))
+    return _compiled(mlp(dims=(64, 32, 16, 10)), x)  # 64-32-16-10, x^2 activations: depth 5
+
+
+@pytest.fixture(scope="module")
+def cnn_case():
+    x = np.random.default_rng(2).normal(size=(8, 1, 8, 8))
+    return _compiled(SmallCNN(), x)  # conv -> x^2 -> avgpool -> conv -> x^2 -> FC (depth 6)
+
+
+def same(a, b) -> bool:
+    A, B = a.ctm, b.ctm
+    return A.shape == B.shape and A.chunks == B.chunks and all(
+        p.to_bytes() == q.to_bytes() for p, q in zip(A.cts, B.cts, strict=True))
+
+
+def ops(case):
+    return [s.op for s in case["cm"].steps]
+
+
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    """One local Ray (2 CPUs) whose workers die once when the returned marker file is deleted."""
+    if ray.is_initialized():
+        ray.shutdown()
+    marker = tmp_path_factory.mktemp("fault") / "died"
+    marker.write_text("armed only when deleted")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {rr.FAULT_ENV: str(marker)}})
+    yield marker
+    ray.shutdown()
+
+
+def test_mlp_bit_identical_to_local(local_ray, mlp_case):
+    c = mlp_case
+    assert {"pcmm", "square"} <= set(ops(c))
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
+    assert same(out, c["ref"])
+    assert out.layer_seconds.keys() == c["ref"].layer_seconds.keys() and all(
+        v > 0 for v in out.layer_seconds.values())
+    steps = {s.out: s.op for s in c["cm"].steps}
+    assert {steps[k] for k in st} == {"pcmm", "square"}  # every PCMM and elementwise step went through Ray
+    assert all(v["tasks"] >= 2 for v in st.values())
+    y = c["cm"].decrypt(out, c["sk"])
+    assert np.max(np.abs(y - c["cm"].simulate(c["x"]))) < 1e-5 * max(1, np.abs(y).max())
+
+
+def test_mlp_explicit_grid_and_groups(local_ray, mlp_case):
+    c = mlp_case
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", num_workers=2, grid=(1, 1, 2), cts_per_task=5, stats=st)
+    assert same(out, c["ref"])
+    assert all(v["grid"] == (1, 1, 2) for v in st.values() if v["op"] == "pcmm")
+    sq = [v for v in st.values() if v["op"] == "square"]
+    assert sq and all(v["cts_per_task"] == 5 for v in sq)
+
+
+def test_cnn_bit_identical_to_local(local_ray, cnn_case):
+    c = cnn_case
+    assert "pcmm" in ops(c) and "square" in ops(c)
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
+    assert same(out, c["ref"])
+    assert any(v["op"] == "pcmm_gather" for v in st.values())  # the convolutions: im2col on Ray
+
+
+def test_affine_and_polynomial_steps(local_ray):
+    """relu -> Chebyshev polynomial (poly step) whose input also feeds a residual (affine step + add on the driver)."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(4)
+            self.fc1, self.fc2, self.out = torch.nn.Linear(8, 6), torch.nn.Linear(6, 6), torch.nn.Linear(6, 3)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            h = h + self.fc2(torch.relu(h))
+            return self.out(h)
+
+    x = np.random.default_rng(3).normal(size=(8, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(Net().eval(), x, activation_degree=3, allow_insecure=True, batch_size=8)
+        sk, ek = cm.keygen()
+        ct = cm.encrypt(x, sk)
+    assert {"affine", "add"} <= {s.op for s in cm.steps} and ({"poly", "square"} & {s.op for s in cm.steps})
+    st = {}
+    assert same(cm.run(ct, ek, runtime="ray", stats=st), cm.run(ct, ek))
+    assert "affine" in {v["op"] for v in st.values()}
+
+
+def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch):
+    """A worker os._exit()s on the first task of the first activation layer; Ray re-runs the pure task."""
+    c = mlp_case
+    target = next(s.out for s in c["cm"].steps if s.op == "square")
+
+    class Killing(ray_models.RayExecutor):
+        def map_cts(self, ctx, C, op, relin_key, step=None):
+            if step == target:
+                local_ray.unlink()  # armed: the next task to start creates the marker and dies
+            return super().map_cts(ctx, C, op, relin_key, step=step)
+
+    monkeypatch.setattr(ray_models, "RayExecutor", Killing)
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
+    assert local_ray.exists(), "no worker died: the fault was not injected"
+    assert st[target]["tasks"] >= 2
+    assert same(out, c["ref"])
+
+
+def test_worker_context_cached_per_process(mlp_case):
+    ctx = mlp_case["cm"].context
+    ray_models._WORKER_CACHE.clear()
+    a = ray_models._worker_context(ctx.hash, ctx.params.to_bytes())
+    b = ray_models._worker_context(ctx.hash, ctx.params.to_bytes())
+    assert a is b and a.hash == ctx.hash
+    arr, metas = ray_models.pack_cts(mlp_case["ct"].ctm.cts[:3])  # seeded fresh encryptions round-trip exactly
+    assert [x.to_bytes() for x in ray_models.unpack_cts(a, arr, metas)] == [
+        x.to_bytes() for x in mlp_case["ct"].ctm.cts[:3]]
+
+
+def test_api_errors(mlp_case):
+    c = mlp_case
+    with pytest.raises(ValueError, match="runtime"):
+        c["cm"].run(c["ct"], c["ek"], runtime="gpu")
+    with pytest.raises(TypeError, match="grid"):
+        c["cm"].run(c["ct"], c["ek"], grid=(1, 1, 1))
+    with pytest.raises(ValueError, match="address"):
+        c["cm"].run(c["ct"], c["ek"], address="127.0.0.1:1")
+
+
+def test_unreachable_address_fails_fast(mlp_case):
+    import time
+
+    c = mlp_case
+    if ray.is_initialized():
+        ray.shutdown()
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    t0 = time.perf_counter()
+    with pytest.raises(rr.RuntimeUnavailableError, match=dead):
+        c["cm"].run(c["ct"], c["ek"], runtime="ray", address=dead)
+    assert time.perf_counter() - t0 < 5 and not ray.is_initialized()
+
+
+def test_two_raylets_both_used(mlp_case):
+    from ray.cluster_utils import Cluster
+
+    c = mlp_case
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        st = {}
+        out = c["cm"].run(c["ct"], c["ek"], runtime="ray", address=cluster.address, num_workers=2, stats=st)
+        assert not ray.is_initialized(), "run() must disconnect from a cluster it joined"
+        assert same(out, c["ref"])
+        nodes = {n for v in st.values() for n in v["nodes"]}
+        assert len(nodes) == 2, f"tasks ran on {nodes} only"
+        sq = [v for v in st.values() if v["op"] == "square"]
+        assert any(len(v["nodes"]) == 2 for v in sq), "the elementwise tasks did not spread over both nodes"
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
