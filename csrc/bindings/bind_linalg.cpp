@@ -22,27 +22,15 @@ void bind_linalg(py::module_& m) {
 
 #include <cstring>
 
+#include "bindings/convert.h"
 #include "ckks/errors.h"
 #include "pcmm/msrlwe.h"
 
 namespace {
-using U64Arr = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
 using namespace hemlp;
+using namespace hemlp::bind;
 using namespace hemlp::pcmm;
 
-Seed seed_from(const py::bytes& b) {
-  std::string s = b;
-  if (s.size() != 32) fail(ErrorKind::Serialization, "seed must be 32 bytes");
-  Seed out;
-  std::memcpy(out.data(), s.data(), 32);
-  return out;
-}
-py::bytes seed_bytes(const Seed& s) { return py::bytes(reinterpret_cast<const char*>(s.data()), 32); }
-U64Arr poly_arr(const Poly& p, size_t n) {
-  U64Arr a({p.size() / n, n});
-  std::memcpy(a.mutable_data(), p.data(), p.size() * 8);
-  return a;
-}
 // Offline half of the precomputed path: K U A for a session's row seeds, kept native.
 struct PrecomputedA {
   std::vector<Poly> polys;
@@ -51,16 +39,6 @@ struct PrecomputedA {
   int64_t K = 1;
 };
 
-Poly arr_poly(const Context& ctx, const U64Arr& a, int level) {
-  const size_t n = ctx.n();
-  if (a.ndim() != 2 || (size_t)a.shape(0) != (size_t)level + 1 || (size_t)a.shape(1) != n)
-    fail(ErrorKind::Serialization, "MSRLWE row: polynomial array of the wrong shape; the data is truncated or foreign");
-  Poly p(a.data(), a.data() + a.size());
-  for (int k = 0; k <= level; ++k)
-    for (size_t i = 0; i < n; ++i)
-      if (p[(size_t)k * n + i] >= ctx.modulus(k).q) fail(ErrorKind::Serialization, "MSRLWE row: residue out of range; the data is corrupted");
-  return p;
-}
 }  // namespace
 
 void bind_msrlwe(py::module_& m) {
@@ -80,13 +58,13 @@ void bind_msrlwe(py::module_& m) {
       .def_readonly("key_id", &MsCiphertext::key_id)
       .def_readonly("param_hash", &MsCiphertext::param_hash)
       .def_readonly("seeded", &MsCiphertext::seeded)
-      .def_property_readonly("seed", [](const MsCiphertext& c) { return seed_bytes(c.seed); })
+      .def_property_readonly("seed", [](const MsCiphertext& c) { return from_seed(c.seed); })
       .def_property_readonly("encoding", [](const MsCiphertext& c) { return (int)c.encoding; })
       .def_property_readonly("k", [](const MsCiphertext& c) { return c.b.size(); })
-      .def("poly_a", [](const MsCiphertext& c) { return poly_arr(c.a, c.a.size() / (c.level + 1)); })
+      .def("poly_a", [](const MsCiphertext& c) { return poly_to_array(c.a, c.level + 1, c.a.size() / (c.level + 1)); })
       .def("poly_b", [](const MsCiphertext& c, size_t j) {
         if (j >= c.b.size()) throw py::index_error("chunk out of range");
-        return poly_arr(c.b[j], c.b[j].size() / (c.level + 1));
+        return poly_to_array(c.b[j], c.level + 1, c.b[j].size() / (c.level + 1));
       });
   m.def("ms_secret_key", [](const Engine& e, int k) { return multi_secret_key(e.ctx, k); }, py::call_guard<py::gil_scoped_release>());
   m.def("ms_import_key", [](const Engine& e, py::array_t<int8_t, py::array::c_style | py::array::forcecast> c, uint64_t key_id) {
@@ -104,9 +82,9 @@ void bind_msrlwe(py::module_& m) {
     }
     return k;
   });
-  m.def("ms_row_seed", [](py::bytes session, uint64_t row) { return seed_bytes(row_seed(seed_from(session), row)); });
+  m.def("ms_row_seed", [](py::bytes session, uint64_t row) { return from_seed(row_seed(to_seed(session), row)); });
   m.def("ms_encrypt", [](const Engine& e, std::vector<Plaintext> pts, const MultiSecretKey& k, py::bytes seed) {
-    Seed s = seed_from(seed);
+    Seed s = to_seed(seed);
     py::gil_scoped_release r;
     return ms_encrypt(e.ctx, pts, k, s);
   });
@@ -127,13 +105,13 @@ void bind_msrlwe(py::module_& m) {
     c.slots = slots;
     c.encoding = (Encoding)encoding;
     if (!seed.is_none()) {
-      c.seed = seed_from(seed.cast<py::bytes>());
+      c.seed = to_seed(seed.cast<py::bytes>());
       c.seeded = true;
       c.a = ms_a_from_seed(e.ctx, c.seed, level);
     } else {
-      c.a = arr_poly(e.ctx, a, level);
+      c.a = array_to_poly(e.ctx, a, level, false, "MSRLWE row");
     }
-    for (auto& b : bs) c.b.push_back(arr_poly(e.ctx, b, level));
+    for (auto& b : bs) c.b.push_back(array_to_poly(e.ctx, b, level, false, "MSRLWE row"));
     return c;
   });
   py::class_<PrecomputedA>(m, "PrecomputedA")
@@ -158,7 +136,7 @@ void bind_msrlwe(py::module_& m) {
     return pcmm_msrlwe(e.ctx, plan, rows, K, factor, pre ? &pre->polys : nullptr);
   }, py::arg("engine"), py::arg("plan"), py::arg("rows"), py::arg("K"), py::arg("factor"), py::arg("precomputed") = nullptr);
   m.def("ms_precompute_a", [](const Engine& e, const ModGemmPlan& plan, py::bytes session, size_t rows, int level, int64_t K) {
-    Seed s = seed_from(session);
+    Seed s = to_seed(session);
     if (rows != plan.cols()) fail(ErrorKind::Shape, "precompute: the weight matrix's columns must equal the encrypted rows");
     if (level < 0 || level > e.ctx.max_level()) fail(ErrorKind::Level, "precompute: level out of range");
     py::gil_scoped_release r;

@@ -13,26 +13,9 @@ script sets from ``--threads`` before importing openfhe (the caller sets it as w
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
-
-def measure(fn, repeats, warmup=1):
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(samples), "min_s": min(samples),
-            "repeats": repeats, "samples": samples}
-
-
-def bits(err):
-    import math
-    return float("inf") if err == 0 else -math.log2(err)
+from _common import bits, measure, openfhe_context  # noqa: E402 (sibling module, stdlib only)
 
 
 def main(argv=None):
@@ -59,17 +42,7 @@ def main(argv=None):
     slots = N // 2
 
     def make_cc(sec):
-        p = o.CCParamsCKKSRNS()
-        p.SetRingDim(N)
-        p.SetScalingTechnique(o.FIXEDMANUAL)
-        p.SetScalingModSize(a.scale_bits)
-        p.SetFirstModSize(a.first_bits)
-        p.SetMultiplicativeDepth(a.depth)
-        p.SetKeySwitchTechnique(o.HYBRID)
-        p.SetNumLargeDigits(a.dnum)
-        p.SetSecurityLevel(sec)
-        p.SetBatchSize(slots)
-        return o.GenCryptoContext(p)
+        return openfhe_context(o, a.logn, a.scale_bits, a.first_bits, a.depth, a.dnum, sec)
 
     security = "HEStd_128_classic"
     cc = None

@@ -12,6 +12,8 @@ import os
 import statistics
 import time
 
+from _common import openfhe_context  # noqa: E402 (sibling module, stdlib only)
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,17 +33,7 @@ def main(argv=None):
 
     N = 1 << a.logn
     slots = N // 2
-    p = o.CCParamsCKKSRNS()
-    p.SetRingDim(N)
-    p.SetScalingTechnique(o.FIXEDMANUAL)
-    p.SetScalingModSize(a.scale_bits)
-    p.SetFirstModSize(a.first_bits)
-    p.SetMultiplicativeDepth(a.depth)
-    p.SetKeySwitchTechnique(o.HYBRID)
-    p.SetNumLargeDigits(a.dnum)
-    p.SetSecurityLevel(o.HEStd_128_classic)
-    p.SetBatchSize(slots)
-    cc = o.GenCryptoContext(p)
+    cc = openfhe_context(o, a.logn, a.scale_bits, a.first_bits, a.depth, a.dnum, o.HEStd_128_classic)
     for feat in (o.PKE, o.KEYSWITCH, o.LEVELEDSHE, o.ADVANCEDSHE):
         cc.Enable(feat)
     kp = cc.KeyGen()

@@ -13,26 +13,9 @@ rotations (8 rotations = 8 x rotate_vector); SEAL evaluates one operation on one
 """
 import argparse
 import json
-import statistics
 import sys
-import time
 
-
-def measure(fn, repeats, warmup=1):
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(samples), "min_s": min(samples),
-            "repeats": repeats, "samples": samples}
-
-
-def bits(err):
-    import math
-    return float("inf") if err == 0 else -math.log2(err)
+from _common import bits, measure  # noqa: E402 (sibling module, stdlib only)
 
 
 def main(argv=None):
