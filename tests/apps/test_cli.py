@@ -30,15 +30,36 @@ def test_help_and_bench_delegation():
     assert "hemlp.bench" in p.stdout
 
 
-def test_batch_names_the_ray_issue(tmp_path):
+def test_batch_runs_a_compiled_model_on_ray(tmp_path, onnx_model):
+    """`hemlp batch` (Ray runtime): every encrypted batch of a directory comes out decrypting correctly."""
+    pytest.importorskip("ray", reason="hemlp batch runs on Ray: pip install 'ray[default]'")
+    import hemlp as hm
     from hemlp.cli import _ray_runner
 
-    if _ray_runner()[0] is not None:
-        pytest.skip("the Ray runtime exists: the NotImplemented path is not reachable")
-    p = hemlp("batch", tmp_path, "-e", "k", "-i", "x", "-o", tmp_path / "o", "--json", check=False)
-    assert p.returncode == 2
-    err = json.loads(p.stdout)
-    assert err["error"] == "UnsupportedError" and "Ray runtime" in err["message"]
+    assert _ray_runner()[0] is not None, _ray_runner()[1]
+    path, x, want = onnx_model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hm.compile(str(path), x, batch_size=8, allow_insecure=True)
+        cm.save(tmp_path / "model")
+        sk, ek = cm.keygen()
+        ek.save(tmp_path / "eval.keys")
+        (tmp_path / "cts").mkdir()
+        xs = {f"b{i}.ct": x * (1 - 0.3 * i) for i in range(3)}  # three different batches
+        for name, xi in xs.items():
+            cm.encrypt(xi, sk).save(tmp_path / "cts" / name)
+    p = hemlp("batch", tmp_path / "model", "-e", tmp_path / "eval.keys", "-i", tmp_path / "cts",
+              "-o", tmp_path / "out", "--workers", 1, "--json")
+    info = json.loads(p.stdout)
+    assert info["command"] == "batch" and sorted(Path(f).name for f in info["outputs"]) == sorted(xs)
+    manifest = json.loads((tmp_path / "out" / "batch_manifest.json").read_text())["items"]
+    assert all(manifest[n]["status"] == "done" for n in xs)
+    for name, xi in xs.items():
+        y = cm.decrypt(cm.load_encrypted(tmp_path / "out" / name), sk)
+        assert y.shape == (5, 3)
+        np.testing.assert_allclose(y, cm.simulate(xi), atol=1e-5)
+        if name == "b0.ct":
+            np.testing.assert_allclose(y, want, atol=1e-3)  # and the PyTorch model's outputs
 
 
 @pytest.fixture(scope="module")
