@@ -10,6 +10,11 @@ over reduction blocks are added mod q in a binary tree. Blocks travel as uint64 
 through the object store (one ray.put per input block, zero-copy reads in the tasks).
 
 Every task is pure and idempotent (max_retries): a killed worker is re-run and the result is the same.
+
+Whole compiled models: ``CompiledModel.run(ct, eval_keys, runtime="ray", address=..., num_workers=...)``
+runs every PCMM through ray_pcmm / ray_pcmm_gather and every elementwise step as Ray tasks
+(hemlp.runtime.ray_models), bit-identical to runtime="local". ``run_batch`` (``hemlp batch``) is the
+other axis: whole items (encrypted batches) in parallel, each item in-process in one worker.
 """
 from __future__ import annotations
 
