@@ -37,13 +37,13 @@ void bind_ring(py::module_& m) {
     else t.forward(out.mutable_data());
     return out;
   }, py::arg("a"), py::arg("q"), py::arg("log_n"), py::arg("inverse") = false);
-  m.def("base_convert", [](Arr x, std::vector<uint64_t> from, std::vector<uint64_t> to) {
+  m.def("base_convert", [](Arr x, std::vector<uint64_t> from, std::vector<uint64_t> to, bool centred) {
     if (x.ndim() != 2 || (size_t)x.shape(0) != from.size()) throw py::value_error("x must be (len(from), n)");
     const size_t n = x.shape(1);
     std::vector<Modulus> f, t;
     for (auto q : from) f.emplace_back(q);
     for (auto q : to) t.emplace_back(q);
-    BaseConverter conv(f, t);
+    BaseConverter conv(f, t, centred);
     Arr out({to.size(), n});
     std::vector<const uint64_t*> in(from.size());
     std::vector<uint64_t*> o(to.size());
@@ -51,7 +51,7 @@ void bind_ring(py::module_& m) {
     for (size_t j = 0; j < to.size(); ++j) o[j] = out.mutable_data() + j * n;
     conv.convert(in.data(), o.data(), n);
     return out;
-  });
+  }, py::arg("x"), py::arg("from_moduli"), py::arg("to_moduli"), py::arg("centred") = false);
   m.def("galois_ntt_permutation", &galois_ntt_permutation);
   m.def("galois_element_rotation", &galois_element_rotation);
   m.def("galois_coeff", [](Arr a, uint64_t g, int log_n, uint64_t q) {

@@ -14,7 +14,7 @@ Context::Context(const Params& params) : params_(params), n_(params.n()) {
   const int L = max_level(), K = num_p();
   std::vector<Modulus> qs(moduli_.begin(), moduli_.begin() + L + 1);
   std::vector<Modulus> ps(moduli_.begin() + L + 1, moduli_.end());
-  moddown_ = std::make_unique<ring::BaseConverter>(ps, qs);
+  moddown_ = std::make_unique<ring::BaseConverter>(ps, qs, true);
   p_inv_.resize(L + 1);
   p_mod_q_.resize(L + 1);
   for (int i = 0; i <= L; ++i) {
@@ -46,7 +46,7 @@ const ring::BaseConverter& Context::modup_converter(int start, int count) const 
   auto it = modup_.find(key);
   if (it != modup_.end()) return *it->second;
   std::vector<Modulus> from(moduli_.begin() + start, moduli_.begin() + start + count);
-  auto conv = std::make_unique<ring::BaseConverter>(from, moduli_);  // to every modulus; callers pick
+  auto conv = std::make_unique<ring::BaseConverter>(from, moduli_, true);  // to every modulus; callers pick
   auto& ref = *conv;
   modup_.emplace(key, std::move(conv));
   return ref;

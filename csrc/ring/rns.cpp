@@ -4,8 +4,8 @@
 
 namespace hemlp::ring {
 
-BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to)
-    : from_(std::move(from)), to_(std::move(to)) {
+BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to, bool centred)
+    : from_(std::move(from)), to_(std::move(to)), centred_(centred) {
   const size_t k = from_.size();
   qhat_inv_.resize(k);
   qhat_inv_p_.resize(k);
@@ -26,6 +26,9 @@ BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to)
         if (l != i) prod = p.mul(prod, from_[l].q % p.q);
       qhat_mod_p_[j * k + i] = prod;
     }
+    uint64_t qb = 1;
+    for (size_t l = 0; l < k; ++l) qb = p.mul(qb, from_[l].q % p.q);
+    qb_mod_p_.push_back(qb);
   }
 }
 
@@ -37,14 +40,18 @@ void BaseConverter::convert(const uint64_t* const* in, uint64_t* const* out, siz
 #pragma omp parallel
   {
   std::vector<uint64_t> y(k * kBlock);
+  std::vector<uint32_t> lifted(kBlock);  // centred: how many y_i were lifted to y_i - q_i
 #pragma omp for schedule(static)
   for (size_t c0 = 0; c0 < n; c0 += kBlock) {
     const size_t len = std::min(kBlock, n - c0);
+    if (centred_) std::fill(lifted.begin(), lifted.begin() + len, 0);
     for (size_t i = 0; i < k; ++i) {
-      const uint64_t qi = from_[i].q, w = qhat_inv_[i], wp = qhat_inv_p_[i];
+      const uint64_t qi = from_[i].q, w = qhat_inv_[i], wp = qhat_inv_p_[i], half = qi >> 1;
       const uint64_t* src = in[i] + c0;
       uint64_t* yi = y.data() + i * kBlock;
       for (size_t c = 0; c < len; ++c) yi[c] = mul_shoup(src[c], w, wp, qi);
+      if (centred_)
+        for (size_t c = 0; c < len; ++c) lifted[c] += yi[c] > half;
     }
     for (size_t t = 0; t < nt; ++t) {
       const size_t j = targets ? (size_t)(*targets)[t] : t;
@@ -54,7 +61,10 @@ void BaseConverter::convert(const uint64_t* const* in, uint64_t* const* out, siz
       for (size_t c = 0; c < len; ++c) {
         u128 acc = 0;  // k < 64 products of < 2^122 each: no overflow
         for (size_t i = 0; i < k; ++i) acc += (u128)y[i * kBlock + c] * coef[i];
-        dst[c] = p.reduce128(acc);
+        uint64_t r = p.reduce128(acc);
+        // (y_i - q_i) qhat_i = y_i qhat_i - Q_B: subtract Q_B once per lifted term
+        if (centred_ && lifted[c]) r = sub_mod(r, p.mul(lifted[c], qb_mod_p_[j]), p.q);
+        dst[c] = r;
       }
     }
   }

@@ -11,9 +11,12 @@ namespace hemlp::ring {
 // FBC from basis B = {q_i} to basis B' = {p_j}:
 //   FBC(x)_p = sum_i [x_i * qhat_i^-1]_{q_i} * [qhat_i]_p  (mod p),   qhat_i = Q_B / q_i.
 // The result is x + v*Q_B (mod p) with 0 <= v < |B|: exact up to a small multiple of Q_B.
+// Centred (the default for key switching): each [x_i qhat_i^-1] is lifted to (-q_i/2, q_i/2],
+// so the result is x_c + v*Q_B with x_c the centred representative of x and |v| <= |B|/2 + 1:
+// ModDown then rounds instead of flooring and its error has mean zero and half the size.
 class BaseConverter {
  public:
-  BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to);
+  BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to, bool centred = false);
   // in: |B| limbs of n coefficients (coefficient form), in[i] -> limb i.
   // out: |B'| limbs. Pointers may be arbitrary (gathered limbs).
   // `targets` (optional) selects which target moduli to produce: out[t] receives target
@@ -27,6 +30,8 @@ class BaseConverter {
   std::vector<Modulus> from_, to_;
   std::vector<uint64_t> qhat_inv_, qhat_inv_p_;  // per source limb, Shoup form
   std::vector<uint64_t> qhat_mod_p_;             // [j * |B| + i] = qhat_i mod p_j
+  std::vector<uint64_t> qb_mod_p_;               // Q_B mod p_j (for the centred lift)
+  bool centred_ = false;
 };
 
 }  // namespace hemlp::ring

@@ -99,3 +99,15 @@ def test_keyswitch_noise_is_below_rescale_noise(t12, gk, rng):
         c = ctx.rotate(c, 1, gk)
     e64 = np.max(np.abs(ctx.decrypt(c, t12.sk) - np.roll(x, -64)))
     assert e64 < 64 * e1
+
+
+def test_keyswitch_noise_is_centred_and_small(t12):
+    """Rotating an encryption of 0 at scale 1 leaves the key-switching error: the ModDown rounding
+    times s. With centred base conversion it has mean ~0 and std well below sqrt(N) (flooring
+    with an uncentred conversion gave about 1.4 sqrt(N) here)."""
+    ctx = t12.ctx
+    gk = ctx.rotation_keys(t12.sk, [1])
+    ct = ctx.encrypt(np.zeros(4), t12.sk, scale=1.0)
+    e = ctx._e.plaintext_coeffs(ctx._e.decrypt(ctx.rotate(ct, 1, gk)._obj, t12.sk._obj))
+    assert np.std(e) < 0.6 * np.sqrt(ctx.N)
+    assert abs(np.mean(e)) < 2

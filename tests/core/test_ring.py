@@ -177,3 +177,21 @@ def test_barrett_multiplication():
             a, b = rnd.randrange(q), rnd.randrange(q)
             assert ring.mul_mod_barrett(a, b, q) == a * b % q
         assert ring.mul_mod_barrett(q - 1, q - 1, q) == 1
+
+
+def test_centred_base_conversion_is_x_centred_plus_small_multiple():
+    src = ring.ntt_primes(50, 10, 3)
+    dst = ring.ntt_primes(40, 10, 2)
+    Q = 1
+    for q in src:
+        Q *= q
+    rnd = random.Random(4)
+    xs = [rnd.randrange(Q) for _ in range(300)] + [0, 1, Q - 1, Q // 2, Q // 2 + 1]
+    arr = np.array([[x % q for x in xs] for q in src], dtype=np.uint64)
+    out = ring.base_convert(arr, src, dst, centred=True)
+    for c, x in enumerate(xs):
+        xc = x - Q if x > Q // 2 else x
+        for j, p in enumerate(dst):
+            got = int(out[j, c])
+            vs = [v for v in range(-3, 4) if (xc + v * Q) % p == got]
+            assert vs and min(abs(v) for v in vs) <= len(src) // 2 + 1
