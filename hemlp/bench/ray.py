@@ -92,7 +92,7 @@ def main(args) -> int:
         if not ray.is_initialized() or int(ray.cluster_resources().get("CPU", 0)) != w:
             if ray.is_initialized():
                 ray.shutdown()
-            ray.init(num_cpus=w, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=w, include_dashboard=False, log_to_driver=False)
         st = {}
         out = rr.ray_pcmm(U, C, num_workers=w, grid=grid, stats=st, **kw)  # also warms the workers up
         identical = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.cts, ref.cts))
@@ -140,7 +140,7 @@ def main(args) -> int:
 def _fresh_ray(ray, w: int) -> None:
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=w, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=w, include_dashboard=False, log_to_driver=False)
 
 
 def main_mlp(args) -> int:

@@ -105,7 +105,8 @@ def ray_session(address: str | None = None, num_workers: int | None = None, time
             raise RuntimeUnavailableError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
                                           "`ray start --head` or use address=None for a local Ray") from None
     else:
-        ray.init(num_cpus=num_workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        # address="local": a fresh instance even when another Ray runs on this machine (ray.init() would join it)
+        ray.init(address="local", num_cpus=num_workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:
