@@ -106,58 +106,30 @@ def human(n: int) -> str:
 # ----------------------------------------------------------------------------------------------
 # hemlp API access (the compiler and the runtime artefacts)
 def compile_fn():
-    import hemlp
+    from hemlp.compile import compile
 
-    try:
-        fn = getattr(hemlp, "compile")
-    except (AttributeError, ImportError) as exc:
-        raise CLIError(f"hemlp.compile is not available in this installation ({exc}); "
-                       "the compiler is needed for compile / keygen / encrypt / run / decrypt") from None
-    if not callable(fn) and callable(getattr(fn, "compile", None)):  # the module rather than the function
-        fn = fn.compile
-    return fn
+    return compile
 
 
 def load_compiled(path):
-    import hemlp
+    from hemlp.compile import load
 
     path = Path(path)
     if not path.is_dir():
         raise CLIError(f"{path} is not a compiled model directory (create one with `hemlp compile`)")
-    loader = getattr(hemlp, "load", None)
-    if loader is None:
-        from hemlp.runtime.artifacts import load_model as loader
-    return loader(path)
-
-
-def _artifact(name):
-    from hemlp.runtime import artifacts
-
-    return getattr(artifacts, name)
+    return load(path)
 
 
 def load_secret_key(path, compiled):
-    from hemlp import ckks
-
-    if hasattr(compiled, "load_secret_key"):
-        return compiled.load_secret_key(path)
-    sk = ckks.load(path, compiled.context)
-    if not isinstance(sk, ckks.SecretKey):
-        raise CLIError(f"{path} is not a secret key (got a {type(sk).__name__})")
-    return sk
+    return compiled.load_secret_key(path)
 
 
 def load_eval_keys(path, compiled):
-    if hasattr(compiled, "load_eval_keys"):
-        return compiled.load_eval_keys(path)
-    return _artifact("EvalKeys").load(path, compiled)
+    return compiled.load_eval_keys(path)
 
 
 def load_ciphertext(path, compiled):
-    for name in ("load_encrypted", "load_ciphertext"):
-        if hasattr(compiled, name):
-            return getattr(compiled, name)(path)
-    return _artifact("EncryptedBatch").load(path, compiled)
+    return compiled.load_encrypted(path)
 
 
 def load_array(path) -> "np.ndarray":  # noqa: F821
@@ -359,7 +331,7 @@ def cmd_demo(args, ui: UI):
 
         from hemlp.datasets import load_mnist_sample
         from hemlp.models import build
-        from hemlp.models.train import predict, train
+        from hemlp.models.train import predict, shift_augment, train
     except ImportError as exc:
         ui.msg(f"the model demo needs the ml extras ({exc}); running the core demo instead "
                "(pip install 'hemlp[ml]' for the full one)")
@@ -368,8 +340,10 @@ def cmd_demo(args, ui: UI):
         return demo.main([])
     tr, te = load_mnist_sample(True), load_mnist_sample(False, limit=args.samples)
     model = build(args.model, (1, 28, 28), 10, seed=args.seed)
-    with ui.step(f"train {args.model} on {len(tr)} real MNIST digits ({args.epochs} epochs)"):
-        train(model, tr.x, tr.y, epochs=args.epochs, lr=1e-2 if args.model == "fhe4dmm" else 2e-3,
+    x_train, y_train = shift_augment(tr.x, tr.y) if args.augment else (tr.x, tr.y)
+    with ui.step(f"train {args.model} on {len(tr)} real MNIST digits{' + 6 shifted copies' if args.augment else ''} "
+                 f"({args.epochs} epochs)"):
+        train(model, x_train, y_train, epochs=args.epochs, lr=1e-2 if args.model == "fhe4dmm" else 2e-3,
               seed=args.seed, progress=not ui.quiet)
     plain = predict(model, te.x).argmax(1)
     fn = compile_fn()
@@ -476,7 +450,9 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="train, compile and classify encrypted MNIST digits end to end")
     p.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
+                   help="train on one-pixel shifted copies too (~97.6%% instead of ~96%% for the MLP)")
     p.add_argument("--samples", type=int, default=1000,
                    help="held-out digits classified under encryption (all 1000 fit one batch of slots)")
     p.add_argument("--seed", type=int, default=0)

