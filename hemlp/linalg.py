@@ -23,7 +23,8 @@ from hemlp.ckks import Ciphertext, Context, PublicKey, SecretKey
 from hemlp.errors import ContextMismatchError, EncodingError, KeyMismatchError, SerializationError, ShapeError
 
 __all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format", "quantize",
-           "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey", "modpack_keys"]
+           "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey", "modpack_keys",
+           "msrlwe_conversion_keys", "to_msrlwe", "extract_lwe"]
 
 FORMATS = ("rlwe", "mlwe", "msrlwe")
 
@@ -575,10 +576,35 @@ def extract_lwe(ctx: Context, ct: Ciphertext, index: int):
     return np.array(bs, dtype=np.uint64), np.stack(As)
 
 
-def to_msrlwe(C: CtMatrix, keys=None) -> CtMatrix:
-    """RLWE -> MSRLWE (BRIEF §2.7 [R]) is not implemented: its key set (k'^2 * beta switching keys
-    with shared a-parts) and the paper's own cheaper conversion are still open. Encrypt MSRLWE
-    matrices directly on the client (encrypt_matrix with a MultiSecretKey) instead."""
-    raise NotImplementedError(
-        "RLWE -> MSRLWE conversion is not implemented yet (needs the k'^2 beta shared-a key set of BRIEF §2.7); "
-        "encrypt the matrix as MSRLWE on the client with linalg.multi_secret_key / encrypt_matrix")
+class MsrlweConversionKeys:
+    """Keys turning k RLWE ciphertexts under s into one MSRLWE row under a MultiSecretKey
+    (BRIEF §2.7 [R]: k digit-sets of shared alpha and k^2 of beta switching polynomials)."""
+
+    __slots__ = ("_obj", "k")
+
+    def __init__(self, obj):
+        self._obj, self.k = obj, obj.k
+
+    def __repr__(self):
+        return f"MsrlweConversionKeys(k={self.k})"
+
+
+def msrlwe_conversion_keys(ctx: Context, sk: SecretKey, msk: MultiSecretKey) -> MsrlweConversionKeys:
+    """Evaluation keys for to_msrlwe (client makes them from sk and the multi-secret key)."""
+    return MsrlweConversionKeys(_core.rlwe_to_ms_key(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), msk._obj))
+
+
+def to_msrlwe(C: CtMatrix, keys: MsrlweConversionKeys) -> CtMatrix:
+    """RLWE -> MSRLWE: the k chunks of every row (k = the keys' k) become one MSRLWE row whose
+    chunks share an a-part, so later PCMMs cost about one GEMM. The new a-parts are not seeded,
+    so the precomputed-U*A path does not apply to converted matrices."""
+    if C.format != "rlwe":
+        raise EncodingError(f"to_msrlwe converts RLWE matrices; this one is {C.format!r}")
+    if not isinstance(keys, MsrlweConversionKeys):
+        raise KeyMismatchError("to_msrlwe needs linalg.msrlwe_conversion_keys(ctx, sk, msk)")
+    if C.chunks != keys.k:
+        raise ShapeError(f"the matrix has {C.chunks} chunks per row but the keys convert k = {keys.k}; use a "
+                         f"multi-secret key with k = {C.chunks}")
+    ctx = C.ctx
+    rows = [MsRow(_core.rlwe_to_ms(ctx._e, [c._obj for c in C.row(i)], keys._obj), ctx) for i in range(C.shape[0])]
+    return CtMatrix(ctx, rows, C.shape, C.chunks, "msrlwe")

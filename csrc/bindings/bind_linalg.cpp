@@ -173,3 +173,18 @@ void bind_mlwe(py::module_& m) {
     return hemlp::pcmm::pcmm_mlwe(e.ctx, plan, inputs, k, K, factor, keys);
   });
 }
+
+void bind_ms_conversion(py::module_& m) {
+  using namespace hemlp;
+  using namespace hemlp::pcmm;
+  py::class_<MsConversionKey>(m, "MsConversionKey")
+      .def_readonly("k", &MsConversionKey::k)
+      .def_readonly("key_id", &MsConversionKey::key_id)
+      .def_readonly("ms_key_id", &MsConversionKey::ms_key_id);
+  m.def("rlwe_to_ms_key", [](const Engine& e, const SecretKey& sk, const MultiSecretKey& msk) {
+    return rlwe_to_ms_key(e.ctx, sk, msk);
+  }, py::call_guard<py::gil_scoped_release>());
+  m.def("rlwe_to_ms", [](const Engine& e, std::vector<const Ciphertext*> cts, const MsConversionKey& key) {
+    return rlwe_to_ms(e.ctx, cts, key);
+  }, py::call_guard<py::gil_scoped_release>());
+}

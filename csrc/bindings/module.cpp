@@ -17,6 +17,7 @@ void bind_pcmm(py::module_& m);
 void bind_linalg(py::module_& m);
 void bind_msrlwe(py::module_& m);
 void bind_mlwe(py::module_& m);
+void bind_ms_conversion(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -53,4 +54,5 @@ PYBIND11_MODULE(_core, m) {
   bind_linalg(m);
   bind_msrlwe(m);
   bind_mlwe(m);
+  bind_ms_conversion(m);
 }

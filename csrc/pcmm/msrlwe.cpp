@@ -291,3 +291,105 @@ MsCiphertext ms_add_plain(const Context& ctx, const MsCiphertext& ct, size_t chu
 }
 
 }  // namespace hemlp::pcmm
+
+namespace hemlp::pcmm {
+
+MsConversionKey rlwe_to_ms_key(const Context& ctx, const SecretKey& sk, const MultiSecretKey& msk) {
+  if (sk.param_hash != ctx.hash64() || msk.param_hash != ctx.hash64())
+    fail(ErrorKind::ContextMismatch, "conversion key: keys of another parameter set");
+  const size_t n = ctx.n();
+  const int L = ctx.max_level(), total = L + 1 + ctx.num_p(), alpha = ctx.alpha();
+  MsConversionKey key;
+  key.param_hash = ctx.hash64();
+  key.key_id = sk.key_id;
+  key.ms_key_id = msk.key_id;
+  key.k = (int)msk.coeffs.size();
+  key.digits = ctx.params().num_digits(L);
+  Prng prng(os_seed());
+  for (int i = 0; i < key.k; ++i)
+    for (int l = 0; l < key.digits; ++l) {
+      Poly a = uniform_from_seed(ctx, os_seed(), total, true, L);
+      const int lo = l * alpha, hi = std::min(L + 1, lo + alpha);
+      for (int j = 0; j < key.k; ++j) {
+        Poly e = small_to_ntt_qp(ctx, sample_gaussian(prng, n));
+        Poly b(a.size());
+#pragma omp parallel for schedule(static)
+        for (int m = 0; m < total; ++m) {
+          const Modulus& q = ctx.modulus(m);
+          const size_t o = (size_t)m * n;
+          const bool gadget = i == j && m >= lo && m < hi;  // P Qtilde_l s: P mod q on digit l only
+          const u64 pf = gadget ? ctx.p_mod_q(m) : 0;
+          for (size_t x = 0; x < n; ++x) {
+            u64 v = ring::sub_mod(e[o + x], q.mul(a[o + x], msk.ntt_qp[j][o + x]), q.q);
+            if (gadget) v = ring::add_mod(v, q.mul(pf, sk.ntt_qp[o + x]), q.q);
+            b[o + x] = v;
+          }
+        }
+        key.beta.push_back(std::move(b));
+      }
+      key.alpha.push_back(std::move(a));
+    }
+  return key;
+}
+
+MsCiphertext rlwe_to_ms(const Context& ctx, const std::vector<const Ciphertext*>& cts, const MsConversionKey& key) {
+  if ((int)cts.size() != key.k)
+    fail(ErrorKind::Shape, "RLWE -> MSRLWE: the conversion key takes exactly k = " + std::to_string(key.k) +
+                               " ciphertexts per row");
+  if (key.param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "conversion key of another parameter set");
+  const Ciphertext& ref = *cts[0];
+  for (auto* c : cts) {
+    if (!c || c->param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "RLWE -> MSRLWE: foreign ciphertext");
+    if (c->size() != 2 || c->level != ref.level || !scales_match(c->scale, ref.scale) || c->slots != ref.slots ||
+        c->encoding != ref.encoding)
+      fail(ErrorKind::Level, "RLWE -> MSRLWE: the k ciphertexts must share level, scale, slots and encoding");
+    if (c->key_id && c->key_id != key.key_id)
+      fail(ErrorKind::KeyMismatch, "RLWE -> MSRLWE: the conversion key was made from another secret key");
+  }
+  const size_t n = ctx.n();
+  const int level = ref.level, k = key.k, E = level + 1 + ctx.num_p();
+  Poly acc_a((size_t)E * n, 0);
+  std::vector<Poly> acc_b(k, Poly((size_t)E * n, 0));
+  for (int i = 0; i < k; ++i) {
+    ModUpDigits d = modup(ctx, cts[i]->polys[1].data(), level);
+    const int beta = (int)d.digits.size();
+#pragma omp parallel for schedule(static)
+    for (int e = 0; e < E; ++e) {
+      const int m = ctx.qp_index(level, e);
+      const Modulus& q = ctx.modulus(m);
+      const size_t ko = (size_t)m * n, dof = (size_t)e * n;
+      for (size_t x = 0; x < n; ++x) {
+        u128 sa = 0;
+        for (int l = 0; l < beta; ++l) sa += (u128)d.digits[l][dof + x] * key.alpha[(size_t)i * key.digits + l][ko + x];
+        acc_a[dof + x] = ring::add_mod(acc_a[dof + x], q.reduce128(sa), q.q);
+        for (int j = 0; j < k; ++j) {
+          u128 sb = 0;
+          for (int l = 0; l < beta; ++l)
+            sb += (u128)d.digits[l][dof + x] * key.beta[((size_t)i * key.digits + l) * k + j][ko + x];
+          acc_b[j][dof + x] = ring::add_mod(acc_b[j][dof + x], q.reduce128(sb), q.q);
+        }
+      }
+    }
+  }
+  MsCiphertext out;
+  out.param_hash = ref.param_hash;
+  out.key_id = key.ms_key_id;
+  out.level = level;
+  out.scale = ref.scale;
+  out.slots = ref.slots;
+  out.encoding = ref.encoding;
+  moddown(ctx, acc_a, level, out.a);
+  for (int j = 0; j < k; ++j) {
+    Poly bj;
+    moddown(ctx, acc_b[j], level, bj);
+    for (int l = 0; l <= level; ++l) {
+      const u64 q = ctx.modulus(l).q;
+      for (size_t x = 0; x < n; ++x)
+        bj[(size_t)l * n + x] = ring::add_mod(bj[(size_t)l * n + x], cts[j]->polys[0][(size_t)l * n + x], q);
+    }
+    out.b.push_back(std::move(bj));
+  }
+  return out;
+}
+
+}  // namespace hemlp::pcmm

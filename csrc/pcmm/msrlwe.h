@@ -62,3 +62,21 @@ namespace hemlp::pcmm {
 MsCiphertext ms_rescale(const Context& ctx, const MsCiphertext& ct);
 MsCiphertext ms_add_plain(const Context& ctx, const MsCiphertext& ct, size_t chunk, const Plaintext& pt);
 }  // namespace hemlp::pcmm
+
+namespace hemlp::pcmm {
+// RLWE -> MSRLWE (BRIEF §2.7 [R]): k RLWE ciphertexts under s become one MSRLWE row under
+// (s_0..s_{k-1}) whose chunks share a*. Key for input i, digit l, output secret j:
+//   beta_{i,l,j} = -alpha_{i,l} s_j + e + [i == j] P Qtilde_l s,   alpha_{i,l} shared over j,
+// then a* = ModDown(sum_{i,l} c^_{i,l} alpha_{i,l}), b*_j = c0_j + ModDown(sum_{i,l} c^_{i,l} beta_{i,l,j})
+// with c^_{i,l} = ModUp(digit_l(c1_i)). Keys: k digits-sets of alpha and k^2 of beta.
+struct MsConversionKey {
+  uint64_t param_hash = 0;
+  uint64_t key_id = 0;     // the RLWE secret's id
+  uint64_t ms_key_id = 0;  // the multi-secret key's id
+  int k = 0, digits = 0;
+  std::vector<Poly> alpha;  // [i * digits + l], over Q_L ∪ P
+  std::vector<Poly> beta;   // [(i * digits + l) * k + j]
+};
+MsConversionKey rlwe_to_ms_key(const Context& ctx, const SecretKey& sk, const MultiSecretKey& msk);
+MsCiphertext rlwe_to_ms(const Context& ctx, const std::vector<const Ciphertext*>& cts, const MsConversionKey& key);
+}  // namespace hemlp::pcmm

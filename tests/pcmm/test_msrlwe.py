@@ -103,3 +103,20 @@ def test_serialisation(env, rng, tmp_path):
     assert bits(linalg.decrypt_matrix(ctx, back, msk) - M) > 25
     k2 = linalg.MultiSecretKey.from_bytes(msk.to_bytes(), ctx)
     assert bits(linalg.decrypt_matrix(ctx, C, k2) - M) > 25
+
+
+def test_rlwe_to_msrlwe_and_back(env, rng):
+    ctx, sk, msk = env
+    M = asym(5, 3 * ctx.slots - 11, rng)
+    R = linalg.encrypt_matrix(ctx, M, sk)  # RLWE rows under the main secret
+    keys = linalg.msrlwe_conversion_keys(ctx, sk, msk)
+    C = linalg.to_msrlwe(R, keys)
+    assert C.format == "msrlwe" and len(C.cts) == 5
+    assert bits(linalg.decrypt_matrix(ctx, C, msk) - M) > 18
+    U = rng.normal(0, 0.5, (3, 5))
+    Y = linalg.pcmm(U, C, weight_bits=24)
+    assert bits(linalg.decrypt_matrix(ctx, Y, msk) - U @ M) > 14
+    back = linalg.to_rlwe(Y, linalg.conversion_keys(ctx, sk, msk))
+    assert bits(linalg.decrypt_matrix(ctx, back, sk) - U @ M) > 14
+    with pytest.raises(ShapeError, match="chunks"):
+        linalg.to_msrlwe(linalg.encrypt_matrix(ctx, M[:, :10], sk), keys)
