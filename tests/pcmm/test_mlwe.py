@@ -93,3 +93,14 @@ def test_lwe_extraction_decrypts_exactly(env, rng):
             q = ctx.modulus(limb)
             m = (int(b[limb]) + int(np.dot(A[limb].astype(object), s))) % q
             assert m == int(ctx.intt(pt[limb], limb=limb)[index])
+
+
+def test_moddecomp_then_modpack_preserves_the_message(env, rng):
+    """RLWE -> MLWE (ModDecomp: coefficient re-indexing) and MLWE -> RLWE (ModPack: k key switches)
+    with nothing in between (U = identity) give back the same matrix."""
+    ctx, sk, pk = env
+    d3, k = ctx.N // 4, 4
+    M = asym(8, d3, rng)
+    C = linalg.encrypt_matrix(ctx, M, pk, format="mlwe", encoding="coeff")
+    back = linalg.pcmm(np.eye(8), C, keys=linalg.modpack_keys(ctx, sk, k), weight_bits=20)
+    assert bits(linalg.decrypt_matrix(ctx, back, sk) - M) > 16
