@@ -19,7 +19,7 @@ $(STAMP): setup.py pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q numpy pybind11 setuptools wheel
-	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev,ml]'
+	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev,ml,ray]'
 	touch $(STAMP)
 
 venv: $(STAMP)

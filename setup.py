@@ -44,6 +44,7 @@ setup(
     install_requires=["numpy>=1.24"],
     extras_require={
         "dev": ["pytest>=7", "pytest-timeout", "pybind11>=2.11"],
+        "ray": ["ray[default]>=2.9"],
         "ml": ["torch==2.14.1", "torchvision==0.29.2", "onnx", "mlxtend", "wandb", "tqdm", "rich", "matplotlib"],
     },
     entry_points={"console_scripts": ["hemlp=hemlp.cli:main"]},
