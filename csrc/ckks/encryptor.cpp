@@ -12,6 +12,18 @@ void check_hash(const Context& ctx, uint64_t h, const char* what) {
                                          " was made under different encryption parameters than this context; "
                                          "use the context (parameter set) it was created with");
 }
+// An empty ciphertext carrying the plaintext's metadata, encrypted under key pair `key_id`.
+Ciphertext shell_for(const Plaintext& pt, uint64_t key_id) {
+  Ciphertext ct;
+  ct.param_hash = pt.param_hash;
+  ct.key_id = key_id;
+  ct.level = pt.level;
+  ct.scale = pt.scale;
+  ct.slots = pt.slots;
+  ct.encoding = pt.encoding;
+  ct.is_complex = pt.is_complex;
+  return ct;
+}
 }  // namespace
 
 Ciphertext Encryptor::encrypt(const Plaintext& pt, const PublicKey& pk) const {
@@ -24,14 +36,7 @@ Ciphertext Encryptor::encrypt(const Plaintext& pt, const PublicKey& pk) const {
   Poly vn = small_to_ntt_q(ctx_, v, limbs);
   Poly e0 = small_to_ntt_q(ctx_, sample_gaussian(prng, n), limbs);
   Poly e1 = small_to_ntt_q(ctx_, sample_gaussian(prng, n), limbs);
-  Ciphertext ct;
-  ct.param_hash = ctx_.hash64();
-  ct.key_id = pk.key_id;
-  ct.level = pt.level;
-  ct.scale = pt.scale;
-  ct.slots = pt.slots;
-  ct.encoding = pt.encoding;
-  ct.is_complex = pt.is_complex;
+  Ciphertext ct = shell_for(pt, pk.key_id);
   ct.polys.assign(2, Poly((size_t)limbs * n));
 #pragma omp parallel for schedule(static)
   for (int k = 0; k < limbs; ++k) {
@@ -53,14 +58,7 @@ Ciphertext Encryptor::encrypt(const Plaintext& pt, const SecretKey& sk) const {
   const size_t n = ctx_.n();
   const int limbs = pt.level + 1;
   Prng prng(os_seed());
-  Ciphertext ct;
-  ct.param_hash = ctx_.hash64();
-  ct.key_id = sk.key_id;
-  ct.level = pt.level;
-  ct.scale = pt.scale;
-  ct.slots = pt.slots;
-  ct.encoding = pt.encoding;
-  ct.is_complex = pt.is_complex;
+  Ciphertext ct = shell_for(pt, sk.key_id);
   ct.seed = os_seed();
   ct.seeded = true;
   Poly a = uniform_from_seed(ctx_, ct.seed, limbs, false, 0);
