@@ -18,6 +18,7 @@ BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to,
     qhat_inv_p_[i] = shoup_precompute(qhat_inv_[i], qi);
   }
   qhat_mod_p_.resize(to_.size() * k);
+  qhat_mod_p_shoup_.resize(to_.size() * k);
   for (size_t j = 0; j < to_.size(); ++j) {
     const Modulus& p = to_[j];
     for (size_t i = 0; i < k; ++i) {
@@ -25,10 +26,11 @@ BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to,
       for (size_t l = 0; l < k; ++l)
         if (l != i) prod = p.mul(prod, from_[l].q % p.q);
       qhat_mod_p_[j * k + i] = prod;
+      qhat_mod_p_shoup_[j * k + i] = shoup_precompute(prod, p.q);
     }
     uint64_t qb = 1;
     for (size_t l = 0; l < k; ++l) qb = p.mul(qb, from_[l].q % p.q);
-    qb_mod_p_.push_back(qb);
+    for (size_t c = 0; c <= k; ++c) qb_mod_p_.push_back(p.mul(c, qb));
   }
 }
 
@@ -57,13 +59,19 @@ void BaseConverter::convert(const uint64_t* const* in, uint64_t* const* out, siz
       const size_t j = targets ? (size_t)(*targets)[t] : t;
       const Modulus& p = to_[j];
       const uint64_t* coef = qhat_mod_p_.data() + j * k;
+      const uint64_t* coefp = qhat_mod_p_shoup_.data() + j * k;
+      const uint64_t two_p = 2 * p.q;
       uint64_t* dst = out[t] + c0;
       for (size_t c = 0; c < len; ++c) {
-        u128 acc = 0;  // k < 64 products of < 2^122 each: no overflow
-        for (size_t i = 0; i < k; ++i) acc += (u128)y[i * kBlock + c] * coef[i];
-        uint64_t r = p.reduce128(acc);
+        // Shoup products with the fixed constants (any 64-bit y works), kept in [0, 2p)
+        uint64_t acc = 0;
+        for (size_t i = 0; i < k; ++i) {
+          acc += mul_shoup_lazy(y[i * kBlock + c], coef[i], coefp[i], p.q);
+          acc = acc >= two_p ? acc - two_p : acc;
+        }
+        uint64_t r = acc >= p.q ? acc - p.q : acc;
         // (y_i - q_i) qhat_i = y_i qhat_i - Q_B: subtract Q_B once per lifted term
-        if (centred_ && lifted[c]) r = sub_mod(r, p.mul(lifted[c], qb_mod_p_[j]), p.q);
+        if (centred_) r = sub_mod(r, qb_mod_p_[j * (k + 1) + lifted[c]], p.q);
         dst[c] = r;
       }
     }

@@ -30,7 +30,8 @@ class BaseConverter {
   std::vector<Modulus> from_, to_;
   std::vector<uint64_t> qhat_inv_, qhat_inv_p_;  // per source limb, Shoup form
   std::vector<uint64_t> qhat_mod_p_;             // [j * |B| + i] = qhat_i mod p_j
-  std::vector<uint64_t> qb_mod_p_;               // Q_B mod p_j (for the centred lift)
+  std::vector<uint64_t> qhat_mod_p_shoup_;       // Shoup companions of qhat_mod_p_
+  std::vector<uint64_t> qb_mod_p_;               // [j * (|B|+1) + c] = c * Q_B mod p_j (centred lift)
   bool centred_ = false;
 };
 
