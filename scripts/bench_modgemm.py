@@ -25,35 +25,11 @@ import time
 import numpy as np
 
 
-def is_prime(n: int) -> bool:
-    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
-    if n < 2:
-        return False
-    for p in small:
-        if n % p == 0:
-            return n == p
-    d, s = n - 1, 0
-    while d % 2 == 0:
-        d, s = d // 2, s + 1
-    for a in small:
-        x = pow(a, d, n)
-        if x in (1, n - 1):
-            continue
-        for _ in range(s - 1):
-            x = x * x % n
-            if x == n - 1:
-                break
-        else:
-            return False
-    return True
-
-
 def ntt_prime(bits: int, log_2n: int = 17) -> int:
-    step = 1 << log_2n
-    q = ((1 << bits) - 1) // step * step + 1
-    while not is_prime(q):
-        q -= step
-    return q
+    """Largest prime q < 2^bits with q = 1 mod 2^log_2n (an NTT prime for N = 2^(log_2n - 1))."""
+    from hemlp._core import ring
+
+    return ring.ntt_primes(bits, log_2n - 1, 1)[0]
 
 
 def blas_cores():

@@ -13,37 +13,11 @@ core = pytest.importorskip("hemlp._core")
 MAX_U_BITS = 62
 
 
-def _is_prime(n: int) -> bool:
-    if n < 2:
-        return False
-    small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37)
-    for p in small:
-        if n % p == 0:
-            return n == p
-    d, s = n - 1, 0
-    while d % 2 == 0:
-        d //= 2
-        s += 1
-    for a in small:  # deterministic for n < 3.3e24
-        x = pow(a, d, n)
-        if x in (1, n - 1):
-            continue
-        for _ in range(s - 1):
-            x = x * x % n
-            if x == n - 1:
-                break
-        else:
-            return False
-    return True
-
-
 def ntt_prime(bits: int, log_2n: int = 17) -> int:
-    """Largest prime q < 2^bits with q = 1 mod 2^log_2n (an NTT prime for N = 2^16)."""
-    step = 1 << log_2n
-    q = ((1 << bits) - 1) // step * step + 1
-    while not _is_prime(q):
-        q -= step
-    return q
+    """Largest prime q < 2^bits with q = 1 mod 2^log_2n (an NTT prime for N = 2^(log_2n - 1))."""
+    from hemlp._core import ring
+
+    return ring.ntt_primes(bits, log_2n - 1, 1)[0]
 
 
 PRIMES = {b: ntt_prime(b) for b in (30, 40, 50, 60, 61)}
@@ -74,9 +48,11 @@ def check_exact(U, X, q, bU=None, **kw):
 
 
 def test_primes_are_ntt_primes():
+    from hemlp._core import ring  # checked against a big-integer Miller-Rabin in tests/core/test_ring.py
+
     for bits, q in PRIMES.items():
-        assert q.bit_length() == bits and q % (1 << 17) == 1 and _is_prime(q)
-    assert not _is_prime(PRIMES[60] + 2 * (1 << 17) * 3 * 5 * 7 * 11)  # composite: the test can fail
+        assert q.bit_length() == bits and q % (1 << 17) == 1 and ring.is_prime(q)
+    assert not ring.is_prime(PRIMES[60] + 2 * (1 << 17) * 3 * 5 * 7 * 11)  # composite: the test can fail
 
 
 @pytest.mark.parametrize("bits", sorted(PRIMES))
