@@ -29,7 +29,11 @@ def ntt_prime(bits: int, log_2n: int = 17) -> int:
     """Largest prime q < 2^bits with q = 1 mod 2^log_2n (an NTT prime for N = 2^(log_2n - 1))."""
     from hemlp._core import ring
 
-    return ring.ntt_primes(bits, log_2n - 1, 1)[0]
+    step = 1 << log_2n
+    q = ((1 << bits) - 1) // step * step + 1
+    while not ring.is_prime(q):
+        q -= step
+    return q
 
 
 def blas_cores():
