@@ -4,7 +4,7 @@
     ctx = ckks.Context(ckks.Params.preset("N14-d6"))
     sk, pk = ctx.keygen()
     ct = ctx.encrypt(x, pk)              # x: up to ctx.slots real or complex values
-    y = ctx.decrypt(ctx.rescale(ctx.mul(ct, ct, relin_key=ctx.relin_key(sk))), sk)
+    y = ctx.decrypt(ctx.mul(ct, ct, relin_key=ctx.relin_key(sk), rescale=True), sk)
 
 Ciphertexts carry their parameter hash, key-pair id, level, scale, slot count and
 encoding; every operation checks them and raises a typed error from hemlp.errors.
@@ -389,15 +389,20 @@ class Context:
     def negate(self, a: Ciphertext) -> Ciphertext:
         return self._w(Ciphertext, self._e.negate(self._ct(a)))
 
-    def mul(self, a: Ciphertext, b, relin_key: RelinKey | None = None) -> Ciphertext:
+    def mul(self, a: Ciphertext, b, relin_key: RelinKey | None = None, rescale: bool = False) -> Ciphertext:
         """a * b (slot-wise). b: Ciphertext (relinearised when relin_key is given), Plaintext, array or
         scalar. Arrays and scalars are encoded at scale q_level, so that a following rescale
-        restores a's scale exactly."""
+        restores a's scale exactly. rescale=True rescales the product (for ct x ct with a relin key
+        the key switch's ModDown and the rescale are fused into one division by P q_level)."""
         if isinstance(b, Ciphertext):
             rlk = None if relin_key is None else self._unwrap(relin_key, RelinKey, "relinearisation key")
-            return self._w(Ciphertext, self._e.mul(self._ct(a), self._ct(b), rlk))
-        pt = self._as_plain(a, b, float(self.modulus(a.level)))
-        return self._w(Ciphertext, self._e.mul_plain(self._ct(a), self._unwrap(pt, Plaintext, "plaintext")))
+            if rescale and rlk is not None:
+                return self._w(Ciphertext, self._e.mul_relin_rescale(self._ct(a), self._ct(b), rlk))
+            out = self._e.mul(self._ct(a), self._ct(b), rlk)
+        else:
+            pt = self._as_plain(a, b, float(self.modulus(a.level)))
+            out = self._e.mul_plain(self._ct(a), self._unwrap(pt, Plaintext, "plaintext"))
+        return self._w(Ciphertext, self._e.rescale(out) if rescale else out)
 
     def mul_integer(self, a: Ciphertext, k: int) -> Ciphertext:
         """a * k for an integer k: exact, no scale change, no level used."""

@@ -52,6 +52,18 @@ const ring::BaseConverter& Context::modup_converter(int start, int count) const 
   return ref;
 }
 
+const ring::BaseConverter& Context::rescale_down_converter(int level) const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  auto it = rescale_down_.find(level);
+  if (it != rescale_down_.end()) return *it->second;
+  std::vector<Modulus> from{moduli_[level]};
+  from.insert(from.end(), moduli_.begin() + max_level() + 1, moduli_.end());
+  auto conv = std::make_unique<ring::BaseConverter>(from, moduli_, true);
+  auto& ref = *conv;
+  rescale_down_.emplace(level, std::move(conv));
+  return ref;
+}
+
 const std::vector<uint32_t>& Context::galois_permutation(uint64_t g) const {
   std::lock_guard<std::mutex> lock(cache_mu_);
   auto it = galois_.find(g);

@@ -48,6 +48,8 @@ class Context {
 
   // Converter from the moduli [start, start+count) (q indices) to all of Q_L ∪ P.
   const ring::BaseConverter& modup_converter(int start, int count) const;
+  // Converter from {q_level} ∪ P to all moduli (the fused ModDown + rescale divides by P q_level).
+  const ring::BaseConverter& rescale_down_converter(int level) const;
   // Converter from P to Q_L.
   const ring::BaseConverter& moddown_converter() const { return *moddown_; }
   u64 p_inv_mod_q(int i) const { return p_inv_[i]; }            // [P^-1]_{q_i}
@@ -66,6 +68,7 @@ class Context {
   std::vector<std::vector<u64>> q_inv_;
   mutable std::mutex cache_mu_;
   mutable std::map<std::pair<int, int>, std::unique_ptr<ring::BaseConverter>> modup_;
+  mutable std::map<int, std::unique_ptr<ring::BaseConverter>> rescale_down_;
   mutable std::map<uint64_t, std::vector<uint32_t>> galois_;
 };
 

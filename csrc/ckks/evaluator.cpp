@@ -200,6 +200,70 @@ Ciphertext Evaluator::relinearize(const Ciphertext& a, const SwitchKey& rlk) con
   return r;
 }
 
+Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b, const SwitchKey& rlk) const {
+  if (a.level == 0)
+    fail(ErrorKind::Level, "mul: the ciphertexts are at level 0, no modulus left for the rescale; choose a "
+                           "parameter set with more levels (a deeper preset) or bootstrap");
+  Ciphertext t = mul(a, b, nullptr);  // (d0, d1, d2) at level l, all checks done
+  if (rlk.param_hash != ctx_.hash64())
+    fail(ErrorKind::ContextMismatch, "relinearize: the relinearisation key belongs to another parameter set");
+  if (rlk.galois != 0) fail(ErrorKind::KeyMismatch, "relinearize: this is a rotation key, not a relinearisation key");
+  if (t.key_id && rlk.key_id != t.key_id)
+    fail(ErrorKind::KeyMismatch, "relinearize: the relinearisation key was generated from another secret key "
+                                 "than this ciphertext's");
+  const size_t n = ctx_.n();
+  const int l = t.level, K = ctx_.num_p();
+  ModUpDigits d = modup(ctx_, t.polys[2].data(), l);
+  Poly u[2];
+  key_inner_product(ctx_, d, rlk, nullptr, u[0], u[1]);
+  const ring::BaseConverter& conv = ctx_.rescale_down_converter(l);
+  std::vector<int> targets(l);
+  for (int i = 0; i < l; ++i) targets[i] = i;
+  Ciphertext r;
+  r.param_hash = t.param_hash;
+  r.key_id = t.key_id;
+  r.level = l - 1;
+  r.scale = t.scale / (double)ctx_.modulus(l).q;
+  r.slots = t.slots;
+  r.encoding = t.encoding;
+  r.is_complex = t.is_complex;
+  r.polys.assign(2, Poly((size_t)l * n));
+  for (int j = 0; j < 2; ++j) {
+    // v = P d_j + u_j over Q_l ∪ P (P d_j vanishes on the P limbs)
+    Poly& v = u[j];
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i <= l; ++i) {
+      const Modulus& q = ctx_.modulus(i);
+      const u64 pm = ctx_.p_mod_q(i), pmp = ring::shoup_precompute(pm, q.q);
+      const u64* dj = t.polys[j].data() + (size_t)i * n;
+      u64* vi = v.data() + (size_t)i * n;
+      for (size_t x = 0; x < n; ++x) vi[x] = ring::add_mod(vi[x], ring::mul_shoup(dj[x], pm, pmp, q.q), q.q);
+    }
+    // the dropped limbs {q_l} ∪ P in coefficient form
+    Poly low((size_t)(K + 1) * n);
+    std::copy(v.begin() + (size_t)l * n, v.begin() + (size_t)(l + 1 + K) * n, low.begin());
+#pragma omp parallel for schedule(static)
+    for (int m = 0; m <= K; ++m) ctx_.ntt(m == 0 ? l : ctx_.p_index(m - 1)).inverse(low.data() + (size_t)m * n);
+    std::vector<const u64*> in(K + 1);
+    for (int m = 0; m <= K; ++m) in[m] = low.data() + (size_t)m * n;
+    std::vector<u64*> outp(l);
+    for (int i = 0; i < l; ++i) outp[i] = r.polys[j].data() + (size_t)i * n;
+    conv.convert(in.data(), outp.data(), n, &targets);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < l; ++i) {
+      const Modulus& q = ctx_.modulus(i);
+      u64* c = outp[i];
+      ctx_.ntt(i).forward(c);
+      // (P q_l)^-1 mod q_i
+      const u64 inv = ring::inv_mod(q.mul(ctx_.p_mod_q(i), ctx_.modulus(l).q % q.q), q.q);
+      const u64 invp = ring::shoup_precompute(inv, q.q);
+      const u64* src = v.data() + (size_t)i * n;
+      for (size_t x = 0; x < n; ++x) c[x] = ring::mul_shoup(ring::sub_mod(src[x], c[x], q.q), inv, invp, q.q);
+    }
+  }
+  return r;
+}
+
 Ciphertext Evaluator::rescale(const Ciphertext& a) const {
   if (a.level == 0)
     fail(ErrorKind::Level, "rescale: the ciphertext is at level 0, no modulus left to divide by; choose a "

@@ -24,6 +24,9 @@ class Evaluator {
   // ct x ct: size 3 unless rlk is given.
   Ciphertext mul(const Ciphertext& a, const Ciphertext& b, const SwitchKey* rlk) const;
   Ciphertext relinearize(const Ciphertext& a, const SwitchKey& rlk) const;
+  // rescale(relinearize(a * b)) with the key switch's ModDown and the rescale fused into one
+  // division by P q_level (saves level + 1 NTTs per polynomial).
+  Ciphertext mul_relin_rescale(const Ciphertext& a, const Ciphertext& b, const SwitchKey& rlk) const;
   Ciphertext rescale(const Ciphertext& a) const;
   // Rescale many ciphertexts, in parallel over ciphertexts (at low levels there are too few
   // limbs to keep the threads busy inside one rescale).

@@ -78,7 +78,7 @@ class HemlpCore:
         return self.ctx.decrypt(ct, self.sk)
 
     def mul(self, a, b):
-        return self.ctx.rescale(self.ctx.mul(a, b, relin_key=self.rlk))
+        return self.ctx.mul(a, b, relin_key=self.rlk, rescale=True)  # ModDown fused with the rescale
 
     def rotate(self, ct, k: int):
         return self.ctx.rotate(ct, k, self.gks)

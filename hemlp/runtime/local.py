@@ -145,7 +145,7 @@ def elementwise(ctx, op: ElementwiseOp, relin_key, pe=None):
         sign, const = op.sign, op.const
 
         def sq(r, ct):
-            y = ctx.rescale(ctx.mul(ct, ct, relin_key=relin_key))
+            y = ctx.mul(ct, ct, relin_key=relin_key, rescale=True)
             if sign < 0:
                 y = ctx.negate(y)
             return ctx.add(y, const) if const else y

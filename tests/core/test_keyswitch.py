@@ -111,3 +111,18 @@ def test_keyswitch_noise_is_centred_and_small(t12):
     e = ctx._e.plaintext_coeffs(ctx._e.decrypt(ctx.rotate(ct, 1, gk)._obj, t12.sk._obj))
     assert np.std(e) < 0.6 * np.sqrt(ctx.N)
     assert abs(np.mean(e)) < 2
+
+
+@pytest.mark.parametrize("level", [3, 2, 1])
+def test_fused_relin_rescale_matches_the_separate_steps(t12, rng, level):
+    ctx = t12.ctx
+    x, y = data(ctx, rng), rng.normal(size=ctx.slots)
+    a, b = ctx.encrypt(x, t12.pk, level=level), ctx.encrypt(y, t12.sk, level=level)
+    fused = ctx.mul(a, b, relin_key=t12.rlk, rescale=True)
+    separate = ctx.rescale(ctx.mul(a, b, relin_key=t12.rlk))
+    assert fused.level == separate.level == level - 1 and fused.scale == separate.scale
+    assert bits(ctx.decrypt(fused, t12.sk) - x * y) > 18
+    assert bits(ctx.decrypt(fused, t12.sk) - ctx.decrypt(separate, t12.sk)) > 18
+    low = ctx.encrypt(x, t12.pk, level=0)
+    with pytest.raises(Exception, match="level 0"):
+        ctx.mul(low, low, relin_key=t12.rlk, rescale=True)
