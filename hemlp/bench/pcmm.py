@@ -31,6 +31,7 @@ def add_arguments(p) -> None:
     p.add_argument("--level", type=int, default=1)
     p.add_argument("--sizes", default="256,1024", help="comma list of d1 = d2 (4096 is heavy: ~10 GB)")
     p.add_argument("--threads", default="1,2")
+    p.add_argument("--d3", default="N/2,N,4N", help="comma list of column counts among N/2, N, 4N")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--weight-bits", type=int, default=12)
     p.add_argument("--baseline", action="store_true")
@@ -66,7 +67,8 @@ def main(args) -> int:
     msk = linalg.multi_secret_key(ctx, 4)
     for d in sizes:
         U = rng.normal(0, 1 / math.sqrt(d), (d, d))
-        for label, d3 in (("N/2", slots), ("N", N), ("4N", 4 * N)):
+        wanted = set(args.d3.split(","))
+        for label, d3 in [(lab, v) for lab, v in (("N/2", slots), ("N", N), ("4N", 4 * N)) if lab in wanted]:
             setups = {}
             M = rng.uniform(-1, 1, (distinct, d3))
             if d3 == slots:
