@@ -278,14 +278,7 @@ void bind_ckks(py::module_& m) {
       })
       .def("import_ciphertext", [](const Engine& e, py::list polys, int level, double scale, int slots, int encoding,
                                    bool is_complex, uint64_t key_id, py::object seed) {
-        if (level < 0 || level > e.ctx.max_level())
-          fail(ErrorKind::Serialization, "ciphertext: level outside this context's modulus chain");
-        if (!(scale > 0)) fail(ErrorKind::Serialization, "ciphertext: invalid scale");
-        if (encoding != 0 && encoding != 1) fail(ErrorKind::Serialization, "ciphertext: invalid encoding");
-        const size_t n = e.ctx.n();
-        if (encoding == 0 && (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2))
-          fail(ErrorKind::Serialization, "ciphertext: invalid slot count");
-        if (encoding == 1 && (size_t)slots != n) fail(ErrorKind::Serialization, "ciphertext: invalid slot count");
+        check_imported_metadata(e.ctx, level, scale, slots, encoding, "ciphertext");
         Ciphertext c;
         c.param_hash = e.ctx.hash64();
         c.key_id = key_id;

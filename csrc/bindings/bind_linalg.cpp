@@ -92,11 +92,8 @@ void bind_msrlwe(py::module_& m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("ms_import", [](const Engine& e, U64Arr a, std::vector<U64Arr> bs, int level, double scale, int slots, int encoding,
                         uint64_t key_id, py::object seed) {
-    if (level < 0 || level > e.ctx.max_level()) fail(ErrorKind::Serialization, "MSRLWE row: level out of range");
-    if (!(scale > 0) || (encoding != 0 && encoding != 1) || bs.empty()) fail(ErrorKind::Serialization, "MSRLWE row: bad metadata");
-    if (encoding == 0 && (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > e.ctx.n() / 2))
-      fail(ErrorKind::Serialization, "MSRLWE row: invalid slot count");
-    if (encoding == 1 && (size_t)slots != e.ctx.n()) fail(ErrorKind::Serialization, "MSRLWE row: invalid slot count");
+    check_imported_metadata(e.ctx, level, scale, slots, encoding, "MSRLWE row");
+    if (bs.empty()) fail(ErrorKind::Serialization, "MSRLWE row: no chunks");
     MsCiphertext c;
     c.param_hash = e.ctx.hash64();
     c.key_id = key_id;

@@ -40,6 +40,20 @@ inline Poly array_to_poly(const Context& ctx, const U64Arr& a, int level, bool e
   return p;
 }
 
+// Validates the metadata of an imported ciphertext-like object (`what` names it in errors).
+inline void check_imported_metadata(const Context& ctx, int level, double scale, int slots, int encoding,
+                                    const char* what) {
+  const std::string w(what);
+  if (level < 0 || level > ctx.max_level())
+    fail(ErrorKind::Serialization, w + ": level outside this context's modulus chain");
+  if (!(scale > 0)) fail(ErrorKind::Serialization, w + ": invalid scale");
+  if (encoding != 0 && encoding != 1) fail(ErrorKind::Serialization, w + ": invalid encoding");
+  const size_t n = ctx.n();
+  if (encoding == 0 && (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2))
+    fail(ErrorKind::Serialization, w + ": invalid slot count");
+  if (encoding == 1 && (size_t)slots != n) fail(ErrorKind::Serialization, w + ": invalid slot count");
+}
+
 inline Seed to_seed(const py::bytes& b) {
   std::string s = b;
   if (s.size() != 32) fail(ErrorKind::Serialization, "seed must be 32 bytes");
