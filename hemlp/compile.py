@@ -12,7 +12,14 @@
 Options: activation_degree (int, or dict by activation kind / node name; default 7),
 activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
 activation_method ("chebyshev" | "lsq" | "minimax"), weight_bits (20), allow_insecure (False),
-preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids).
+preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids),
+layout ("auto" | "batch" | "packed"; default "auto").
+
+Layouts: "batch" = (A), one feature per ciphertext and the batch along the slots (every linear layer
+a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of a few samples
+packed in the slots of one ciphertext (linear layers as BSGS diagonal products with rotations: best
+for one or a few samples, hemlp.compiler.packed). "auto" compares the planner's cost estimates of
+both for the given batch_size (hemlp.planner.layouts) and takes the cheaper one.
 """
 from __future__ import annotations
 
@@ -29,7 +36,8 @@ from hemlp.errors import EncodingError, KeyMismatchError, ParameterError, ShapeE
 __all__ = ["compile", "load", "CompiledModel", "Plan"]
 
 _OPTIONS = dict(activation_degree=7, activation_range=None, activation_margin=0.2, activation_method="chebyshev",
-                weight_bits=20, allow_insecure=False, preset=None, workers=4)
+                weight_bits=20, allow_insecure=False, preset=None, workers=4, layout="auto")
+LAYOUTS = ("auto", "batch", "packed")
 
 
 class Plan:
@@ -66,13 +74,22 @@ class Plan:
         i = self.info
         head = [f"hemlp plan for {i['model']}: preset {i['preset']} (N=2^{int(math.log2(i['N']))}, {i['slots']} slots, "
                 f"{i['security']}), depth {i['depth']} of {i['max_level']} levels, input encrypted at L{i['top_level']}",
-                f"layout (A): one feature per RLWE ciphertext, batch along the slots; batch {i['batch_size']} -> "
-                f"{i['chunks']} chunk(s) of {i['slots']} slots" + (f", {i['waste']:.1%} of the slots are zero padding"
-                                                                 if i['waste'] > 0 else ""),
-                f"weights quantised to {i['weight_bits']} bits; eval keys: "
-                + ("relinearisation key only (no rotations)" if i["needs_relin"] else "none (linear model)")]
+                ]
+        if i.get("layout", "batch") == "packed":
+            head += i["packed"]
+            head.append("eval keys: " + ("relinearisation key + " if i["needs_relin"] else "")
+                        + f"{i['rotation_keys']} rotation keys")
+        else:
+            head += [f"layout (A): one feature per RLWE ciphertext, batch along the slots; batch {i['batch_size']} -> "
+                     f"{i['chunks']} chunk(s) of {i['slots']} slots" + (f", {i['waste']:.1%} of the slots are zero "
+                                                                      "padding" if i['waste'] > 0 else ""),
+                     f"weights quantised to {i['weight_bits']} bits; eval keys: "
+                     + ("relinearisation key only (no rotations)" if i["needs_relin"] else "none (linear model)")]
+        if i.get("layout_estimates"):
+            head.append("planner estimates (s per batch): " + ", ".join(
+                f"{k} {v:.3g}" for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
         text = format_graph(self.graph, "\n".join(head))
-        if self.matmuls:
+        if self.matmuls and i.get("layout", "batch") == "batch":
             text += f"\n# FHE4DMM (for the distributed runtime, {i['workers']} workers):"
             for m in self.matmuls:
                 text += (f"\n#   {m['name']}: ({m['m']}x{m['k']}) . ({m['k']}x{m['n']})  OBL {m['obl']}  "
@@ -85,19 +102,25 @@ class Plan:
 
 class CompiledModel:
     def __init__(self, plan: Plan, steps, preset: str, params, input_shape, output_shape, batch_size: int,
-                 top_level: int, options: dict, allow_insecure: bool, graph=None):
+                 top_level: int, options: dict, allow_insecure: bool, graph=None, layout: str = "batch"):
+        if layout not in ("batch", "packed"):
+            raise ParameterError(f"layout must be 'batch' or 'packed', got {layout!r}")
+        self.layout = layout
         self.plan, self.steps, self.preset, self.params = plan, steps, preset, params
         self.input_shape, self.output_shape = tuple(input_shape), tuple(output_shape)
         self.batch_size, self.top_level, self.options = int(batch_size), int(top_level), dict(options)
         self.allow_insecure = bool(allow_insecure)
         self.weight_bits = int(self.options.get("weight_bits", 20))
         self._ctx = None
+        self._packed = None
+        self._runner = None
         self.model_id = self._digest()
 
     def _digest(self) -> str:
         h = hashlib.sha256()
         h.update(json.dumps([self.preset, list(self.input_shape), list(self.output_shape), self.top_level,
-                             self.weight_bits], sort_keys=True).encode())
+                             self.weight_bits] + ([self.layout, self.batch_size] if self.layout != "batch" else []),
+                            sort_keys=True).encode())
         h.update(self.params.hash.encode())
         for s in self.steps:
             h.update(json.dumps([s.op, s.out, s.inputs, s.rows, None if s.act is None else s.act.to_json(),
@@ -120,6 +143,31 @@ class CompiledModel:
     def needs_relin(self) -> bool:
         return any(s.op in ("square", "poly") for s in self.steps)
 
+    @property
+    def packed(self):
+        """The layout (P) slot program (hemlp.compiler.packed.PackedProgram); None in layout (A)."""
+        if self.layout != "packed":
+            return None
+        if self._packed is None:
+            from hemlp.compiler.packed import PackedProgram
+
+            self._packed = PackedProgram(self.steps, self.params.N // 2, self.batch_size)
+        return self._packed
+
+    def prepare(self) -> float:
+        """Server side, once after loading: encode the layout (P) weight diagonals (seconds spent).
+        Layout (A) has nothing to prepare. run() prepares on first use otherwise."""
+        if self.layout != "packed":
+            return 0.0
+        return self._packed_runner().prepare()
+
+    def _packed_runner(self):
+        if self._runner is None:
+            from hemlp.runtime.packed import PackedRunner
+
+            self._runner = PackedRunner(self.context, self.packed)
+        return self._runner
+
     def keygen(self):
         """(secret_key, eval_keys): the secret key stays on the client; eval_keys go to the server."""
         from hemlp.runtime.artifacts import EvalKeys
@@ -127,7 +175,10 @@ class CompiledModel:
         ctx = self.context
         sk, _ = ctx.keygen()
         rlk = ctx.relin_key(sk) if self.needs_relin else None
-        return sk, EvalKeys(self.model_id, rlk)
+        gk = None
+        if self.layout == "packed" and self.packed.rotations():
+            gk = ctx.rotation_keys(sk, self.packed.rotations())
+        return sk, EvalKeys(self.model_id, rlk, gk)
 
     # ---- client side
     def _check_x(self, x) -> np.ndarray:
@@ -153,6 +204,8 @@ class CompiledModel:
 
     @property
     def capacity(self) -> int:
+        if self.layout == "packed":
+            return self.packed.b
         slots = self.params.N // 2
         return -(-self.batch_size // slots) * slots
 
@@ -170,6 +223,11 @@ class CompiledModel:
         if key._phash != self.context.hash:
             raise KeyMismatchError("the key belongs to another parameter set than this compiled model; use the "
                                    "keys from this model's keygen()")
+        if self.layout == "packed":
+            ctx = self.context
+            cts = [ctx.encrypt(v, key, level=self.top_level) for v in self.packed.pack(x)]
+            ctm = linalg.CtMatrix(ctx, cts, (len(cts), ctx.slots), 1)
+            return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
         rows = x.reshape(x.shape[0], -1).T
         ctm = linalg.encrypt_matrix(self.context, rows, key, level=self.top_level)
         return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
@@ -185,6 +243,9 @@ class CompiledModel:
         if sk.key_id != ct.key_id:
             raise KeyMismatchError("the secret key does not match the ciphertext's key pair; decrypt with the "
                                    "secret key that encrypted the input")
+        if self.layout == "packed":
+            slots = np.stack([self.context.decrypt(c, sk) for c in ct.ctm.cts])
+            return self.packed.unpack(slots, ct.batch).reshape((ct.batch,) + tuple(ct.shape))
         rows = linalg.decrypt_matrix(self.context, ct.ctm, sk)
         return rows[:, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
 
@@ -228,11 +289,35 @@ class CompiledModel:
                 raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
             if eval_keys.relin_key.key_id != ct.key_id:
                 raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
+        if self.layout == "packed":
+            if eval_keys.galois_keys is None and self.packed.rotations():
+                from hemlp.errors import MissingKeyError
+
+                raise MissingKeyError("layout (P) needs this model's rotation keys; use keygen()'s eval_keys")
+            if eval_keys.galois_keys is not None and eval_keys.galois_keys.key_id != ct.key_id:
+                raise KeyMismatchError("the rotation keys and the ciphertext come from different key pairs")
+            if runtime == "ray":
+                from hemlp.errors import UnsupportedError
+
+                raise UnsupportedError("layout (P) (packed small batches) runs in-process: use runtime='local'; "
+                                       "to spread many small requests over Ray use run_batch / `hemlp batch`, "
+                                       "or compile with layout='batch' for a sharded large batch")
         if threads is not None:
             import hemlp
 
             hemlp.set_num_threads(threads)
         timings: dict = {}
+        if self.layout == "packed":
+            from hemlp.linalg import CtMatrix
+
+            n_in = self.packed.input.layout.K
+            if len(ct.ctm.cts) != n_in:
+                raise ShapeError(f"layout (P) input needs {n_in} ciphertexts, got {len(ct.ctm.cts)}")
+            outs = self._packed_runner().run(ct.ctm.cts, eval_keys.relin_key, eval_keys.galois_keys, timings)
+            ctm = CtMatrix(self.context, outs, (len(outs), self.context.slots), 1)
+            result = EncryptedBatch(self.model_id, ctm, ct.batch, self.output_shape, "output")
+            result.layer_seconds = timings
+            return result
         if runtime == "ray":
             from hemlp.runtime.ray_models import run_on_ray
 
@@ -249,6 +334,10 @@ class CompiledModel:
         from hemlp.runtime.local import simulate as _sim
 
         x = self._check_x(x)
+        if self.layout == "packed":   # any number of samples, in groups of the planned capacity
+            X, b = x.reshape(x.shape[0], -1), self.capacity
+            y = np.concatenate([self.packed.simulate(X[i: i + b]) for i in range(0, len(X), b)])
+            return y.reshape((x.shape[0],) + self.output_shape)
         rows = _sim(self.steps, x.reshape(x.shape[0], -1).T, self.weight_bits)
         return rows.T.reshape((x.shape[0],) + self.output_shape)
 
@@ -278,7 +367,7 @@ class CompiledModel:
 
     def __repr__(self):
         return (f"CompiledModel({self.model_id}: {list(self.input_shape)} -> {list(self.output_shape)}, preset "
-                f"{self.preset}, depth {self.plan.info.get('depth')}, batch {self.batch_size})")
+                f"{self.preset}, depth {self.plan.info.get('depth')}, batch {self.batch_size}, layout {self.layout})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -393,6 +482,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     if bs < 1:
         raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
     chunks = -(-bs // slots)
+    layout, estimates, prog = _choose_layout(opts["layout"], steps, params, bs, batch_size is not None)
     from hemlp.planner import grid_4d, obl, obl_bruteforce
 
     matmuls = []
@@ -410,15 +500,42 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                      depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,
                      chunks=chunks, waste=1.0 - bs / (chunks * slots), weight_bits=int(opts["weight_bits"]),
                      needs_relin=any(s.op in ("square", "poly") for s in steps), workers=int(opts["workers"]),
-                     matmuls=matmuls)
+                     matmuls=matmuls, layout=layout, layout_estimates=estimates)
+    if layout == "packed":
+        plan_info.update(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
     plan = Plan(g, steps, plan_info)
     inp, out = g.input, g.output
     store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items()
                   if k in ("weight_bits", "activation_method", "activation_margin", "workers")}
     cm = CompiledModel(plan, steps, info["name"], params, inp.shape, out.shape, bs, top, store_opts,
-                       bool(opts["allow_insecure"]))
+                       bool(opts["allow_insecure"]), layout=layout)
+    cm._packed = prog if layout == "packed" else None
     cm.reference = lambda xx: g.reference(np.asarray(xx, dtype=np.float64))[g.output.name]
     return cm
+
+
+def _choose_layout(layout: str, steps, params, batch: int, batch_given: bool):
+    """(layout, cost estimates, PackedProgram or None) for the layout option (see the module docstring)."""
+    from hemlp.compiler.packed import PackedProgram
+    from hemlp.errors import UnsupportedError
+
+    if layout not in LAYOUTS:
+        raise ParameterError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "batch" or (layout == "auto" and not batch_given):
+        return "batch", {}, None
+    try:
+        prog = PackedProgram(steps, params.N // 2, batch)
+    except (UnsupportedError, ShapeError):
+        if layout == "packed":
+            raise
+        return "batch", {}, None
+    if layout == "packed":
+        return "packed", {}, prog
+    from hemlp.planner.layouts import estimate_batch, estimate_packed
+
+    est = {"batch": estimate_batch(steps, params, batch), "packed": estimate_packed(prog, steps, params)}
+    best = min(est, key=est.get)
+    return best, est, prog if best == "packed" else None
 
 
 def load(path) -> CompiledModel:

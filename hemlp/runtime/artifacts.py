@@ -72,19 +72,27 @@ def _write(path, data: bytes):
 
 
 class EvalKeys:
-    """Server-side keys of one compiled model: the relinearisation key (layout A needs no rotations)."""
+    """Server-side keys of one compiled model: the relinearisation key (layout A needs no rotations)
+    and, in layout (P), the rotation keys of the program's rotations."""
 
-    def __init__(self, model_id: str, relin_key=None):
-        self.model_id, self.relin_key = model_id, relin_key
+    def __init__(self, model_id: str, relin_key=None, galois_keys=None):
+        self.model_id, self.relin_key, self.galois_keys = model_id, relin_key, galois_keys
 
-    key_id = property(lambda self: None if self.relin_key is None else self.relin_key.key_id)
+    @property
+    def key_id(self):
+        k = self.relin_key if self.relin_key is not None else self.galois_keys
+        return None if k is None else k.key_id
 
     def __repr__(self):
-        return f"EvalKeys(model={self.model_id}, relin_key={'yes' if self.relin_key is not None else 'none needed'})"
+        rot = "" if self.galois_keys is None else f", rotation keys={len(self.galois_keys.elements)}"
+        return (f"EvalKeys(model={self.model_id}, relin_key={'yes' if self.relin_key is not None else 'none needed'}"
+                f"{rot})")
 
     def to_bytes(self) -> bytes:
-        blob = b"" if self.relin_key is None else self.relin_key.to_bytes()
-        return pack("eval_keys", dict(model_id=self.model_id, has_relin=self.relin_key is not None), blob)
+        rb = b"" if self.relin_key is None else self.relin_key.to_bytes()
+        gb = b"" if self.galois_keys is None else self.galois_keys.to_bytes()
+        return pack("eval_keys", dict(model_id=self.model_id, has_relin=self.relin_key is not None,
+                                      relin_bytes=len(rb), galois_bytes=len(gb)), rb + gb)
 
     def save(self, path) -> None:
         _write(path, self.to_bytes())
@@ -95,14 +103,21 @@ class EvalKeys:
         if h.get("model_id") != compiled.model_id:
             raise KeyMismatchError(f"these evaluation keys belong to compiled model {h.get('model_id')}, not "
                                    f"{compiled.model_id}; generate keys with this model's keygen()")
-        rlk = None
-        if h.get("has_relin"):
-            from hemlp.ckks import RelinKey, from_bytes
+        from hemlp.ckks import GaloisKeys, RelinKey, from_bytes
 
-            rlk = from_bytes(payload, compiled.context)
+        nr, ng = h.get("relin_bytes", len(payload) if h.get("has_relin") else 0), h.get("galois_bytes", 0)
+        if not (isinstance(nr, int) and isinstance(ng, int) and 0 <= nr and 0 <= ng and nr + ng == len(payload)):
+            raise SerializationError("eval_keys: the header does not match the payload; the file is corrupted")
+        rlk = gk = None
+        if h.get("has_relin"):
+            rlk = from_bytes(payload[:nr], compiled.context)
             if not isinstance(rlk, RelinKey):
                 raise SerializationError("eval_keys: the payload is not a relinearisation key")
-        return cls(h["model_id"], rlk)
+        if ng:
+            gk = from_bytes(payload[nr:], compiled.context)
+            if not isinstance(gk, GaloisKeys):
+                raise SerializationError("eval_keys: the second payload is not a set of rotation keys")
+        return cls(h["model_id"], rlk, gk)
 
     @classmethod
     def load(cls, path, compiled) -> "EvalKeys":
@@ -163,7 +178,8 @@ def save_model(compiled, path) -> None:
     meta = dict(format="hemlp-compiled-model", version=FORMAT_VERSION, model_id=compiled.model_id,
                 preset=compiled.preset, allow_insecure=compiled.allow_insecure, options=compiled.options,
                 input_shape=list(compiled.input_shape), output_shape=list(compiled.output_shape),
-                batch_size=compiled.batch_size, top_level=compiled.top_level, plan_text=str(compiled.plan),
+                batch_size=compiled.batch_size, top_level=compiled.top_level, layout=compiled.layout,
+                plan_text=str(compiled.plan),
                 plan_info=compiled.plan.info, steps=metas)
     tmp = d / "weights.npz.tmp.npz"
     np.savez(tmp, **arrays)
@@ -211,7 +227,8 @@ def load_model(path):
         steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
     plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
     cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]), tuple(meta["output_shape"]),
-                       meta["batch_size"], meta["top_level"], meta["options"], meta["allow_insecure"])
+                       meta["batch_size"], meta["top_level"], meta["options"], meta["allow_insecure"],
+                       layout=meta.get("layout", "batch"))
     if cm.model_id != meta["model_id"]:
         raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "
                                  "corrupted or mixed from two models")

@@ -24,7 +24,8 @@ def test_torch_and_onnx_give_the_same_plan(tmp_path):
 
 
 def test_print_plan_reads_like_code():
-    cm = hemlp.compile(mlp(dims=(8, 6, 4)), np.zeros((2, 8)), batch_size=100, allow_insecure=True)
+    cm = hemlp.compile(mlp(dims=(8, 6, 4)), np.zeros((2, 8)), batch_size=100, allow_insecure=True,
+                        layout="batch")
     text = str(cm.plan)
     assert "def forward(" in text and "return" in text and "pcmm(" in text and "square(" in text
     assert "L2→L1" in text and "OBL" in text and "padding" in text

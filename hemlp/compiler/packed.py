@@ -1,0 +1,344 @@
+"""Layout (P): a few samples packed into the slots of ONE ciphertext — the small-batch / single-image layout.
+
+Layout (A) puts one feature per ciphertext and the batch along the slots, so a single image wastes
+all but one slot of every ciphertext (784 ciphertexts for one MNIST digit). Layout (P) packs the
+features of a sample into the slots instead, and turns every linear layer into slot-wise plaintext
+products plus rotations (Halevi–Shoup diagonals with baby-step/giant-step, BRIEF §5.1):
+
+* per-sample slots: b samples (b = batch rounded up to a power of two) are *interleaved*, slot
+  s = i*b + t holds position i of sample t; a rotation by r positions is a slot rotation by r*b, so
+  each sample sees a cyclic vector of S' = slots/b positions and the samples never mix.
+* ``per(p)`` — a tensor of F <= p features (p a power of two) is stored periodically:
+  position i holds x[i mod p] (0 at the pad positions F..p-1), one ciphertext.
+* ``rep(K, c, m')`` — the client input when a linear layer consumes it directly: K ciphertexts,
+  ciphertext k holds x[k*c + (i div m') mod c] at position i. The first layer is then K plaintext
+  products and log2(c) rotate-and-sum steps (no baby/giant rotations): the client pays in upload size
+  (K ciphertexts) what the server would pay in rotations.
+* linear layer on ``per(n')`` to m outputs (m' = pow2(m)): D = min(m', n') generalised diagonals
+  d_j[i] = W'[i mod m'][(i + j) mod n'];  z = sum_j d_j * rot(v, j)  (BSGS: j = g1*h + g, the g-rotations
+  hoisted, the plaintexts pre-rotated by -g1*h); then, if m' < n', rotate-and-sum by m', 2m', .. n'/2.
+  The result is ``per(m')`` again: clean (no garbage slots), so activations need no masks.
+  One level (the products' rescale); the bias is added after the reduction.
+* elementwise steps (x^2, polynomials, per-feature affine maps) act on the slots as they are.
+
+The program is derived deterministically from the lowered steps (hemlp.compiler.lower) and the
+(slots, batch) pair, so a saved model only stores the steps. ``PackedProgram.simulate`` runs the
+same slot program on numpy vectors (np.roll for rotations): it is the oracle of the encrypted run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from hemlp.errors import ShapeError, UnsupportedError
+
+__all__ = ["PackedLayout", "PackedStep", "PackedProgram", "plan_packed", "pow2", "dense_matrix"]
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+def dense_matrix(step, rows_in: int) -> np.ndarray:
+    """The (rows_out, rows_in) matrix of a lowered pcmm step (im2col gathers expanded)."""
+    U = np.asarray(step.U, dtype=np.float64)
+    if step.index is None:
+        return U
+    idx = np.asarray(step.index)
+    P = idx.shape[1]
+    M = np.zeros((U.shape[0] * P, int(rows_in)))
+    for p in range(P):
+        # output row r*P + p gathers input rows idx[i, p] with weights U[r, i] (-1: zero padding)
+        for i in np.nonzero(idx[:, p] >= 0)[0]:
+            M[p::P, idx[i, p]] += U[:, i]
+    return M
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    kind: str          # "per" | "rep"
+    features: int
+    period: int        # per: p; rep: the class modulus m' of the consuming layer
+    K: int = 1         # rep: number of ciphertexts
+    c: int = 1         # rep: positions per class and ciphertext
+
+    def index(self, S1: int) -> np.ndarray:
+        """(K, S1) feature index held at every per-sample position (-1 = zero padding)."""
+        i = np.arange(S1)
+        if self.kind == "per":
+            j = i % self.period
+            return np.where(j < self.features, j, -1)[None, :]
+        rows = []
+        for k in range(self.K):
+            j = k * self.c + (i // self.period) % self.c
+            rows.append(np.where(j < self.features, j, -1))
+        return np.stack(rows)
+
+    def describe(self) -> str:
+        if self.kind == "per":
+            return f"per({self.period})"
+        return f"rep(K={self.K}, c={self.c}, m'={self.period})"
+
+
+@dataclass
+class PackedStep:
+    op: str                      # input | matvec | poly | square | affine | add | alias | output
+    out: str
+    inputs: list
+    layout: PackedLayout
+    src: object = None           # the lowered Step it implements
+    # matvec
+    method: str = ""             # "rep" (client-replicated input) | "bsgs" (periodic input)
+    g1: int = 1                  # BSGS baby steps
+    diags: dict = field(default_factory=dict)   # rep: {k: vec}; bsgs: {(h, g): vec}  (per-sample vectors)
+    reduce: list = field(default_factory=list)  # rotate-and-sum amounts (positions)
+    bias: Optional[np.ndarray] = None
+    alpha: Optional[np.ndarray] = None           # affine, per position (K, S1)
+    beta: Optional[np.ndarray] = None
+
+    @property
+    def baby(self) -> list:
+        return sorted({g for (_, g) in self.diags}) if self.method == "bsgs" else []
+
+    @property
+    def giant(self) -> list:
+        return sorted({h for (h, _) in self.diags}) if self.method == "bsgs" else []
+
+    def rotations(self) -> list:
+        """Rotation amounts (positions) this step needs."""
+        r = [g for g in self.baby if g] + [self.g1 * h for h in self.giant if h] + list(self.reduce)
+        return sorted(set(r))
+
+    def count(self) -> dict:
+        """Operation counts of this step (for the cost model and the plan printout)."""
+        if self.op != "matvec":
+            return {}
+        baby = [g for g in self.baby if g]
+        giant = [h for h in self.giant if h]
+        return dict(pt_mul=len(self.diags), rot_hoisted=len(baby), rot=len(giant) + len(self.reduce))
+
+
+def _rot(v: np.ndarray, r: int) -> np.ndarray:
+    """Left rotation by r positions (ctx.rotate semantics)."""
+    return np.roll(v, -int(r), axis=-1)
+
+
+class PackedProgram:
+    """The lowered steps planned in layout (P) for `slots` slots and a batch of up to `b` samples."""
+
+    def __init__(self, steps, slots: int, batch: int):
+        self.slots = int(slots)
+        self.b = pow2(max(1, int(batch)))
+        if self.b > self.slots:
+            raise ShapeError(f"layout (P) packs at most {self.slots} samples per ciphertext, not {batch}")
+        self.S1 = self.slots // self.b
+        self.steps: list[PackedStep] = []
+        self._plan(steps)
+
+    # ------------------------------------------------------------------ planning
+    def _check_fits(self, n: int, what: str):
+        if pow2(n) > self.S1:
+            raise UnsupportedError(
+                f"layout (P) keeps a sample's tensor in one ciphertext: {what} has {n} features but a ciphertext "
+                f"holds {self.S1} per sample at batch {self.b}; use layout='batch' (layout A) or a smaller batch")
+
+    def _plan(self, steps):
+        users = {}
+        for s in steps:
+            for i in s.inputs:
+                users.setdefault(i, []).append(s)
+        lay: dict[str, PackedLayout] = {}
+        for s in steps:
+            if s.op == "input":
+                us = users.get(s.out, [])
+                self._check_fits(s.rows, "the input")
+                if len(us) == 1 and us[0].op == "pcmm":
+                    m = us[0].rows
+                    self._check_fits(m, f"layer {us[0].out}")
+                    mp = pow2(m)
+                    R = self.S1 // mp
+                    K = -(-s.rows // R)
+                    c = min(R, pow2(-(-s.rows // K)))
+                    L = PackedLayout("rep", s.rows, mp, K, c)
+                else:
+                    L = PackedLayout("per", s.rows, pow2(s.rows))
+                self.steps.append(PackedStep("input", s.out, [], L, s))
+            elif s.op == "pcmm":
+                Lin = lay[s.inputs[0]]
+                self.steps.append(self._matvec(s, Lin))
+            elif s.op in ("square", "poly"):
+                self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
+            elif s.op == "affine":
+                Lin = lay[s.inputs[0]]
+                idx = Lin.index(self.S1)
+                a = np.where(idx >= 0, np.asarray(s.alpha)[np.maximum(idx, 0)], 0.0)
+                bt = np.where(idx >= 0, np.asarray(s.beta)[np.maximum(idx, 0)], 0.0)
+                self.steps.append(PackedStep("affine", s.out, list(s.inputs), Lin, s, alpha=a, beta=bt))
+            elif s.op == "add":
+                La, Lb = lay[s.inputs[0]], lay[s.inputs[1]]
+                if La != Lb:
+                    raise UnsupportedError(f"layout (P): the residual add {s.out} joins tensors in different "
+                                           f"layouts ({La.describe()} and {Lb.describe()}); use layout='batch'")
+                self.steps.append(PackedStep("add", s.out, list(s.inputs), La, s))
+            elif s.op in ("alias", "output"):
+                self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
+            else:
+                raise UnsupportedError(f"layout (P) cannot run step {s.op!r} ({s.out})")
+            lay[s.out] = self.steps[-1].layout
+        self.input = self.steps[0]
+        self.output = self.steps[-1]
+
+    def _matvec(self, s, Lin: PackedLayout) -> PackedStep:
+        W = dense_matrix(s, Lin.features)
+        m, n = W.shape
+        if n != Lin.features:
+            raise ShapeError(f"layer {s.out}: the weight takes {n} features, its input has {Lin.features}")
+        self._check_fits(m, f"layer {s.out}")
+        mp = pow2(m)
+        S1 = self.S1
+        i = np.arange(S1)
+        out = PackedLayout("per", m, mp)
+        bias = None
+        if s.bias is not None:
+            bfull = np.asarray(s.bias, dtype=np.float64)
+            if s.index is not None:                      # conv: one bias per output channel, P positions each
+                bfull = np.repeat(bfull, s.index.shape[1])
+            bias = np.where(i % mp < m, bfull[np.minimum(i % mp, m - 1)], 0.0)
+        if Lin.kind == "rep":
+            assert Lin.period == mp, "rep input planned for another consumer"
+            diags = {}
+            r = i % mp
+            for k, col in enumerate(Lin.index(S1)):
+                ok = (r < m) & (col >= 0)
+                d = np.where(ok, W[np.minimum(r, m - 1), np.maximum(col, 0)], 0.0)
+                if np.any(d):
+                    diags[k] = d
+            red = [mp << e for e in range(int(math.log2(Lin.c)))]
+            return PackedStep("matvec", s.out, list(s.inputs), out, s, method="rep", diags=diags, reduce=red,
+                              bias=bias)
+        n_p = Lin.period
+        Wp = np.zeros((mp, n_p))
+        Wp[:m, :n] = W
+        D = min(mp, n_p)
+        g1 = 1 << ((int(math.log2(D)) + 1) // 2)
+        diags = {}
+        rr, cc = i % mp, i % n_p
+        for j in range(D):
+            d = Wp[rr, (cc + j) % n_p]
+            if not np.any(d):
+                continue
+            h, g = divmod(j, g1)
+            diags[(h, g)] = _rot(d, -g1 * h)
+        red = [mp << e for e in range(int(math.log2(n_p // mp)))] if mp < n_p else []
+        return PackedStep("matvec", s.out, list(s.inputs), out, s, method="bsgs", g1=g1, diags=diags, reduce=red,
+                          bias=bias)
+
+    # ------------------------------------------------------------------ facts
+    def rotations(self) -> list:
+        """Slot rotation amounts of the whole program (rotation keys to generate)."""
+        r = set()
+        for s in self.steps:
+            r.update(x * self.b for x in s.rotations())
+        return sorted(r)
+
+    def counts(self) -> dict:
+        tot = dict(pt_mul=0, rot_hoisted=0, rot=0)
+        for s in self.steps:
+            for k, v in s.count().items():
+                tot[k] += v
+        tot["input_ciphertexts"] = self.input.layout.K
+        return tot
+
+    def describe(self) -> list[str]:
+        lines = [f"layout (P): {self.b} sample(s) interleaved, {self.S1} slots per sample; input "
+                 f"{self.input.layout.describe()} ({self.input.layout.K} ciphertext(s)), "
+                 f"{len(self.rotations())} rotation keys"]
+        for s in self.steps:
+            if s.op == "matvec":
+                c = s.count()
+                lines.append(f"  {s.out}: {s.method} matvec -> {s.layout.describe()}: {c['pt_mul']} plaintext "
+                             f"products, {c['rot_hoisted']} hoisted + {c['rot']} rotations")
+        return lines
+
+    # ------------------------------------------------------------------ client-side packing
+    def pack(self, x: np.ndarray) -> np.ndarray:
+        """Samples (B, F) -> slot vectors (K, slots) of the input layout."""
+        x = np.asarray(x, dtype=np.float64).reshape(x.shape[0], -1)
+        B = x.shape[0]
+        if B > self.b:
+            raise ShapeError(f"layout (P) was planned for {self.b} sample(s) per ciphertext, got {B}")
+        idx = self.input.layout.index(self.S1)                    # (K, S1)
+        xz = np.concatenate([x, np.zeros((B, 1))], axis=1)       # index -1 -> the zero column
+        vals = xz[:, idx]                                         # (B, K, S1)
+        out = np.zeros((idx.shape[0], self.S1, self.b))
+        out[:, :, :B] = np.transpose(vals, (1, 2, 0))
+        return out.reshape(idx.shape[0], self.slots)
+
+    def unpack(self, slots: np.ndarray, batch: int) -> np.ndarray:
+        """Output slot vector(s) (K, slots) -> samples (batch, F_out)."""
+        L = self.output.layout
+        v = np.asarray(slots).reshape(L.K, self.S1, self.b)
+        F = L.features
+        idx = L.index(self.S1)
+        out = np.zeros((batch, F))
+        for k in range(L.K):
+            pos = np.nonzero(idx[k] >= 0)[0]
+            feat = idx[k][pos]
+            first = np.unique(feat, return_index=True)[1]
+            out[:, feat[first]] = v[k, pos[first], :batch].T
+        return out
+
+    def spread(self, vec: np.ndarray) -> np.ndarray:
+        """A per-sample vector (S1,) as the slot vector of all interleaved samples."""
+        return np.repeat(np.asarray(vec, dtype=np.float64), self.b)
+
+    # ------------------------------------------------------------------ plaintext oracle
+    def simulate(self, X: np.ndarray) -> np.ndarray:
+        """The same slot program on numpy slot vectors; X: (B, F_in) -> (B, F_out)."""
+        vals = {}
+        for s in self.steps:
+            if s.op == "input":
+                vals[s.out] = list(self.pack(X))
+                continue
+            x = vals[s.inputs[0]]
+            if s.op == "matvec":
+                y = [self._matvec_plain(s, x)]
+            elif s.op in ("square", "poly"):
+                from hemlp.runtime.local import _range_check
+
+                idx = s.layout.index(self.S1)
+                for v, ix in zip(x, idx):
+                    used = np.repeat(ix >= 0, self.b).reshape(-1, self.b)[:, : X.shape[0]]
+                    _range_check(s.src, v.reshape(-1, self.b)[:, : X.shape[0]][used])
+                y = [s.src.act.eval_u(v) for v in x]
+            elif s.op == "affine":
+                y = [v * self.spread(a) + self.spread(bt) for v, a, bt in zip(x, s.alpha, s.beta)]
+            elif s.op == "add":
+                y = [u + v for u, v in zip(x, vals[s.inputs[1]])]
+            else:
+                y = x
+            vals[s.out] = y
+        return self.unpack(np.stack(vals[self.output.out]), X.shape[0])
+
+    def _matvec_plain(self, s: PackedStep, x: list) -> np.ndarray:
+        b = self.b
+        if s.method == "rep":
+            z = sum(x[k] * self.spread(d) for k, d in s.diags.items())
+        else:
+            v = x[0]
+            z = 0.0
+            for h in s.giant:
+                inner = sum(_rot(v, g * b) * self.spread(s.diags[(h, g)]) for g in s.baby if (h, g) in s.diags)
+                z = z + _rot(inner, s.g1 * h * b)
+        for r in s.reduce:
+            z = z + _rot(z, r * b)
+        if s.bias is not None:
+            z = z + self.spread(s.bias)
+        return z
+
+
+def plan_packed(steps, slots: int, batch: int) -> PackedProgram:
+    return PackedProgram(steps, slots, batch)

@@ -1,0 +1,99 @@
+"""Cost estimates of the two layouts of a lowered program, for hemlp.compile's layout="auto".
+
+Each estimate is  sum over steps of (operation count x unit cost), in seconds per batch on one thread.
+Unit costs are per (ring degree x limbs) so they scale to any preset and level:
+
+* layout (A): PCMM = d1*d2*positions*chunks*2N*(l+1) multiply-accumulates (exact modular GEMM),
+  activations = one ct x ct product per ciphertext and multiplication;
+* layout (P): every diagonal a plaintext product, every rotation / hoisted rotation a key switch at
+  its level, activations on the K input / 1 hidden ciphertext(s).
+
+Calibration: ``unit_costs()`` reads the benchmark JSON of the core (``bench/core_N14.json``: rotate,
+8 hoisted rotations, ct x ct + relin + rescale at one thread) and of the PCMM (``bench/pcmm_N14.json``:
+RLWE PCMM seconds per multiply-accumulate) when they are present in the checkout; otherwise the
+defaults below, which are those files' figures on the 2-core reference machine.
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+
+__all__ = ["unit_costs", "estimate_batch", "estimate_packed"]
+
+#: seconds per (N * limbs) unit, one thread (reference machine, N = 2^14, 7 limbs)
+DEFAULTS = dict(rotate=1.5e-7, rotate_hoisted=1.05e-7, ct_mul=1.75e-7, pt_mul=3e-9, rescale=9e-9,
+                pcmm_mac=1.2e-10)
+_BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@lru_cache(maxsize=1)
+def unit_costs() -> dict:
+    c = dict(DEFAULTS)
+    try:
+        core = json.loads((_BENCH / "core_N14.json").read_text())
+        r = next(r for r in core["results"] if r.get("threads") == 1)
+        units = 2 ** 14 * (1 + r.get("levels", {}).get("fresh", 6))
+        ops = r["ops"]
+        c["rotate"] = ops["rotate"]["median_s"] / units
+        c["rotate_hoisted"] = ops["rotate_hoisted8"]["median_s"] / 8 / units
+        c["ct_mul"] = ops["mul"]["median_s"] / units
+    except (OSError, KeyError, StopIteration, ValueError, TypeError):
+        pass
+    try:
+        pc = json.loads((_BENCH / "pcmm_N14.json").read_text())
+        per_mac = [r["pcmm_s"] / (r["d"] * r["d"] * 2 * 2 ** 14 * (r["level"] + 1)) for r in pc["results"]
+                   if r.get("format") == "rlwe" and r.get("threads") == 1 and r.get("d3") == 2 ** 13]
+        if per_mac:
+            c["pcmm_mac"] = sorted(per_mac)[len(per_mac) // 2]
+    except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
+        pass
+    return c
+
+
+def _act_muls(step) -> int:
+    if step.op == "square":
+        return 1
+    if step.op == "poly":
+        d = len(step.act.coeffs) - 1
+        return max(1, math.ceil(2 * math.sqrt(d)) + math.ceil(math.log2(d + 1)))
+    if step.op == "affine":
+        return 0
+    return 0
+
+
+def estimate_batch(steps, params, batch: int) -> float:
+    """Seconds for one batch in layout (A)."""
+    c, N = unit_costs(), params.N
+    chunks = -(-int(batch) // (N // 2))
+    t = 0.0
+    for s in steps:
+        lv = s.level_in if s.level_in is not None else params.max_level
+        if s.op == "pcmm":
+            P = 1 if s.index is None else s.index.shape[1]
+            t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
+        elif s.op in ("square", "poly"):
+            t += s.rows * chunks * _act_muls(s) * N * (lv + 1) * c["ct_mul"]
+        elif s.op == "affine":
+            t += s.rows * chunks * N * (lv + 1) * (c["pt_mul"] + c["rescale"])
+    return t
+
+
+def estimate_packed(prog, steps, params) -> float:
+    """Seconds for one batch (up to prog.b samples) in layout (P)."""
+    c, N = unit_costs(), params.N
+    t = 0.0
+    for s in prog.steps:
+        lv = s.src.level_in if s.src.level_in is not None else params.max_level
+        u = N * (lv + 1)
+        if s.op == "matvec":
+            k = s.count()
+            groups = max(1, len(s.giant))
+            t += u * (k["pt_mul"] * c["pt_mul"] + k["rot_hoisted"] * c["rotate_hoisted"] + groups * c["rescale"])
+            t += N * lv * k["rot"] * c["rotate"]
+        elif s.op in ("square", "poly"):
+            t += s.layout.K * _act_muls(s.src) * u * c["ct_mul"]
+        elif s.op == "affine":
+            t += s.layout.K * u * (c["pt_mul"] + c["rescale"])
+    return t

@@ -1,0 +1,202 @@
+"""Layout (P): features packed in the slots (single-image / small-batch latency).
+
+Oracles: (1) the plaintext slot program (PackedProgram.simulate, np.roll for rotations) must equal
+layout (A)'s simulation (a different algorithm: rows x batch matrices) — this checks the diagonal,
+BSGS, replication and reduction logic without encryption; (2) the encrypted run must equal the slot
+program within the CKKS precision; (3) both must match PyTorch within the activation approximation.
+"""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import hemlp
+from hemlp.compiler.packed import PackedProgram, pow2
+from hemlp.errors import KeyMismatchError, MissingKeyError, UnsupportedError
+from hemlp.runtime.local import simulate as simulate_rows
+
+from .conftest import SmallCNN, encrypted_vs_simulate, mlp, to_onnx, torch_out
+
+
+def _asym(shape, seed=0):
+    """Asymmetric, non-centred data: a bug that mirrors or shifts indices cannot cancel out."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=shape) * 0.5 + np.linspace(0.3, -0.1, int(np.prod(shape[1:]))).reshape(shape[1:])
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.a = torch.nn.Linear(24, 32)
+        self.b = torch.nn.Linear(32, 32)
+        self.c = torch.nn.Linear(32, 5)
+        self.eval()
+
+    def forward(self, x):
+        h = self.a(x)
+        h = h + self.b(h * h)
+        return self.c(h)
+
+
+@pytest.mark.parametrize("b", [1, 2, 4])
+@pytest.mark.parametrize("which", ["mlp", "cnn", "residual", "wide"])
+def test_slot_program_equals_layout_a(which, b):
+    if which == "mlp":
+        model, shape = mlp(dims=(100, 48, 20, 7)), (100,)
+    elif which == "cnn":
+        model, shape = SmallCNN(hw=8), (1, 8, 8)
+    elif which == "residual":
+        model, shape = Residual(), (24,)
+    else:                                                   # expanding layers: m' > n'
+        model, shape = mlp(dims=(6, 40, 90, 3)), (6,)
+    x = _asym((8,) + shape)
+    cm = hemlp.compile(model, x, allow_insecure=True, layout="batch")
+    prog = PackedProgram(cm.steps, 2048, b)
+    X = x.reshape(len(x), -1)[:b]
+    y_slots = prog.simulate(X)
+    y_rows = simulate_rows(cm.steps, X.T, cm.weight_bits).T
+    # layout A quantises weights to 20 bits; layout P encodes them at scale q_l (~2^40)
+    assert np.max(np.abs(y_slots - y_rows)) < 1e-4 * max(1.0, np.max(np.abs(y_rows)))
+    assert np.max(np.abs(y_slots - torch_out(model, x[:b]).reshape(b, -1))) < 1e-4
+
+
+def test_layouts_of_the_mlp_first_layer():
+    cm = hemlp.compile(mlp(), _asym((4, 784)), allow_insecure=True, layout="batch")
+    prog = PackedProgram(cm.steps, 8192, 1)
+    L = prog.input.layout
+    # 128 outputs -> classes of 8192/128 = 64 positions; 784 inputs need ceil(784/64) = 13 ciphertexts
+    assert (L.kind, L.K, L.c, L.period) == ("rep", 13, 64, 128)
+    idx = L.index(8192)
+    used = idx[idx >= 0]
+    assert set(used.tolist()) == set(range(784))            # every input feature is packed ...
+    # ... exactly once per output class (position i mod 128 = r)
+    for r in (0, 5, 127):
+        cls = idx[:, r::128]
+        vals = cls[cls >= 0]
+        assert sorted(vals.tolist()) == list(range(784))
+    # rotations: reduction 128..4096, then BSGS 8x8 for 128 -> 64 and 4x4 for 64 -> 16, plus their reductions
+    assert prog.counts()["rot"] + prog.counts()["rot_hoisted"] == 6 + (7 + 7 + 1) + (3 + 3 + 2)
+
+
+@pytest.mark.parametrize("frontend", ["torch", "onnx"])
+def test_mlp_single_image_encrypted(frontend, tmp_path):
+    model = mlp(dims=(784, 128, 64, 10))
+    x = _asym((16, 784))
+    src = model if frontend == "torch" else to_onnx(model, x, tmp_path / "m.onnx")
+    cm = hemlp.compile(src, x, batch_size=1, allow_insecure=True)
+    assert cm.layout == "packed"                            # auto: one image -> layout (P)
+    assert "layout (P)" in str(cm.plan)
+    y, ys = encrypted_vs_simulate(cm, x[:1])
+    assert y.shape == (1, 10)
+    err = np.max(np.abs(y - ys))
+    assert err < 2.0 ** -14 * max(1.0, np.max(np.abs(ys))), err
+    assert np.max(np.abs(ys - torch_out(model, x[:1]))) < 1e-4
+
+
+def test_cnn_small_batch_encrypted():
+    model = SmallCNN(hw=8)
+    x = _asym((4, 1, 8, 8), seed=2)
+    cm = hemlp.compile(model, x, batch_size=4, allow_insecure=True, layout="packed")
+    assert cm.capacity == 4
+    y, ys = encrypted_vs_simulate(cm, x)
+    assert y.shape == (4, 10)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -14 * max(1.0, np.max(np.abs(ys)))
+    assert np.max(np.abs(ys - torch_out(model, x))) < 1e-4
+    # a partial batch (3 of 4) decrypts to 3 samples, the same values
+    sk, ek = cm.keygen()
+    y3 = cm.decrypt(cm.run(cm.encrypt(x[:3], sk), ek), sk)
+    assert np.max(np.abs(y3 - ys[:3])) < 2.0 ** -14 * max(1.0, np.max(np.abs(ys)))
+
+
+def test_relu_approximation_and_residual_encrypted():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(5)
+            self.a, self.b, self.c = torch.nn.Linear(30, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.c(h + torch.relu(self.b(h)))
+
+    model = Net().eval()
+    x = _asym((64, 30), seed=4)
+    cm = hemlp.compile(model, x, batch_size=2, allow_insecure=True, activation_degree=7)
+    assert cm.layout == "packed"
+    y, ys = encrypted_vs_simulate(cm, x[:2])
+    assert np.max(np.abs(y - ys)) < 2.0 ** -12 * max(1.0, np.max(np.abs(ys)))
+    # approximation error of a degree-7 ReLU, propagated through one linear layer
+    assert np.max(np.abs(ys - torch_out(model, x[:2]))) < 0.1
+
+
+def test_auto_layout_follows_the_cost_model():
+    model = mlp(dims=(784, 128, 64, 10))
+    x = _asym((8, 784))
+    one = hemlp.compile(model, x, batch_size=1, preset="N14-d6")
+    many = hemlp.compile(model, x, batch_size=4096, preset="N14-d6")
+    est = one.plan.info["layout_estimates"]
+    assert one.layout == "packed" and est["packed"] < est["batch"]
+    assert many.layout == "batch"                           # 4096 x 784 features do not fit one ciphertext
+    default = hemlp.compile(model, x, preset="N14-d6")      # no batch size given: a full batch, layout (A)
+    assert default.layout == "batch"
+    assert one.model_id != hemlp.compile(model, x, batch_size=1, preset="N14-d6", layout="batch").model_id
+
+
+def test_packed_errors():
+    model = mlp(dims=(784, 128, 64, 10))
+    x = _asym((8, 784))
+    with pytest.raises(UnsupportedError, match="layout='batch'"):
+        hemlp.compile(model, x, batch_size=16, allow_insecure=True, layout="packed")   # 16 x 1024 > 2048 slots
+    with pytest.raises(hemlp.errors.ParameterError, match="layout must be one of"):
+        hemlp.compile(model, x, batch_size=1, allow_insecure=True, layout="diagonal")
+    cm = hemlp.compile(mlp(dims=(20, 16, 4)), x[:, :20], batch_size=2, allow_insecure=True, layout="packed")
+    sk, ek = cm.keygen()
+    ct = cm.encrypt(x[:2, :20], sk)
+    with pytest.raises(hemlp.errors.ShapeError, match="capacity"):
+        cm.encrypt(x[:3, :20], sk)
+    with pytest.raises(MissingKeyError, match="rotation keys"):
+        cm.run(ct, type(ek)(ek.model_id, ek.relin_key, None))
+    with pytest.raises(UnsupportedError, match="runtime='local'"):
+        cm.run(ct, ek, runtime="ray")
+    sk2, ek2 = cm.keygen()
+    with pytest.raises(KeyMismatchError):
+        cm.run(ct, ek2)
+
+
+SERVER = textwrap.dedent("""
+    import sys, warnings
+    warnings.simplefilter("ignore")
+    import hemlp
+    d = sys.argv[1]
+    model = hemlp.load(d + "/model")
+    assert model.layout == "packed"
+    model.prepare()
+    model.run(model.load_encrypted(d + "/x.ct"), model.load_eval_keys(d + "/eval.keys"), threads=1).save(d + "/y.ct")
+    assert "torch" not in sys.modules
+    print("server ok")
+""")
+
+
+def test_packed_client_server_processes(tmp_path):
+    model = mlp(dims=(40, 32, 6))
+    x = _asym((6, 40), seed=7)
+    cm = hemlp.compile(model, x, batch_size=2, allow_insecure=True)
+    assert cm.layout == "packed"
+    cm.save(tmp_path / "model")
+    client = hemlp.load(tmp_path / "model")
+    assert client.model_id == cm.model_id and client.layout == "packed"
+    sk, ek = client.keygen()
+    ek.save(tmp_path / "eval.keys")
+    client.encrypt(x[:2], sk).save(tmp_path / "x.ct")
+    r = subprocess.run([sys.executable, "-c", SERVER, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    y = client.decrypt(client.load_encrypted(tmp_path / "y.ct"), sk)
+    assert np.max(np.abs(y - torch_out(model, x[:2]))) < 1e-4
+
+
+def test_pow2():
+    assert [pow2(n) for n in (1, 2, 3, 4, 5, 784, 1024, 1025)] == [1, 2, 4, 4, 8, 1024, 1024, 2048]
