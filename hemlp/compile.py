@@ -89,6 +89,8 @@ class Plan:
             head.append("planner estimates (s per batch): " + ", ".join(
                 f"{k} {v:.3g}" for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
         text = format_graph(self.graph, "\n".join(head))
+        if i.get("layout", "batch") == "packed":   # the same layers, executed as slot diagonal products
+            text = text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
         if self.matmuls and i.get("layout", "batch") == "batch":
             text += f"\n# FHE4DMM (for the distributed runtime, {i['workers']} workers):"
             for m in self.matmuls:

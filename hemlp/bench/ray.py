@@ -174,7 +174,8 @@ def main_mlp(args) -> int:
     with warnings.catch_warnings():
         if args.allow_insecure:
             warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-        cm = hemlp.compile(net, x, batch_size=batch, preset=args.preset, allow_insecure=args.allow_insecure)
+        cm = hemlp.compile(net, x, batch_size=batch, preset=args.preset, allow_insecure=args.allow_insecure,
+                           layout="batch")
         sk, ek = cm.keygen()
         ct = cm.encrypt(x, sk)
     steps = [s for s in cm.steps if s.op not in ("input", "alias", "output")]

@@ -154,6 +154,8 @@ class PackedProgram:
         for s in steps:
             if s.op == "input":
                 us = users.get(s.out, [])
+                while len(us) == 1 and us[0].op == "alias":     # flatten: a relabelling, look through it
+                    us = users.get(us[0].out, [])
                 self._check_fits(s.rows, "the input")
                 if len(us) == 1 and us[0].op == "pcmm":
                     m = us[0].rows

@@ -83,7 +83,8 @@ class Grid:
     def __repr__(self) -> str:
         lm, ln, lk = self.local_blocks
         return (f"Grid({self.p_m}×{self.p_n}×{self.p_k}, {self.size} of {self.p} processors, "
-                f"{self.objective}={self.W:g}·H, blocks per processor [{lm}, {ln}, {lk}])")
+                f"{self.objective}={self.W:g}{' B' if self.objective == 'store bytes' else '·H'}, "
+                f"blocks per processor [{lm}, {ln}, {lk}])")
 
 
 def _check_p(p: int) -> None:
@@ -184,3 +185,67 @@ def partition(layout: Layout, grid: Grid) -> Partition:
                 b = tuple((r, c) for r in range(t * sk, (t + 1) * sk) for c in range(j * sn, (j + 1) * sn))
                 shares[(i, j, t)] = ProcessorShare(a, b, a_from_client=(j == 0), b_from_client=(i == 0))
     return Partition(layout, grid, shares)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bytes through an object store (the Ray runtime, hemlp.runtime.ray_models)
+# ---------------------------------------------------------------------------------------------------------------
+#
+# Eq. (5) counts every block in units of one ciphertext H.  In a PCMM the weight blocks are plaintext integers
+# (U~ = round(Delta U), int64 entries of 8 bytes) while H is a whole ciphertext (2 (l+1) N 8 bytes, 1.8 MB at
+# N = 2^14, l = 6): read literally, eq. (5)'s weight term p_n b_m b_k H overstates the traffic of a 128 x 784 layer
+# by 2 (l+1) N = 229 376 x.  The runtime's model below sizes every term by what it carries:
+#
+#   reads  = p_m d_in c H_in          input blocks: each output-row block's tasks read their reduction rows
+#                                     and column block (a gathered product reads all d_in rows: x p_k)
+#          + p_n d1 d2 H_w            weight blocks U~[rows, reduction rows], H_w = 8 bytes an entry
+#          + [p_k > 1] p_k d_out c H_in   partial sums read by the reduce tasks
+#   writes = [p_k > 1] p_k d_out c H_in   partial sums (before the rescale: input level)
+#          + d_out c H_out            the layer's output blocks (after the rescale, the bias and every fused
+#                                     elementwise step: the plan's output level)
+#          + d1 d2 H_w                the weight blocks, put once by the driver
+#
+# with d1 x d2 the weight matrix, d_in the encrypted rows read (d2 for a plain PCMM), d_out = d1 P the output rows
+# (P gathered positions), c the ciphertext columns (chunks), H_in / H_out one input / output ciphertext's bytes.
+# Eq. (5)'s three terms are the reads' (input, weight, partial-sum) terms with H_in and H_w in place of H.
+
+
+def pcmm_store_bytes(dims: tuple[int, int, int], d1: int, d2: int, c: int, H_in: float, H_out: float,
+                     H_w: float = 8.0, d_in: int | None = None, P: int = 1) -> dict:
+    """Bytes a PCMM on grid dims = (p_m, p_n, p_k) reads from and writes to the object store, term by term."""
+    pm, pn, pk = dims
+    d_in = d2 if d_in is None else d_in
+    d_out = d1 * P
+    gathered = P > 1 or d_in != d2
+    inputs = pm * (pk if gathered else 1) * d_in * c * H_in
+    partials = pk * d_out * c * H_in if pk > 1 else 0.0
+    reads = dict(inputs=inputs, weights=pn * d1 * d2 * H_w, partials=partials)
+    writes = dict(partials=partials, outputs=d_out * c * H_out, weights=d1 * d2 * H_w)
+    return dict(reads=reads, writes=writes, total=sum(reads.values()) + sum(writes.values()))
+
+
+def grid_store(d1: int, c: int, d2: int, p: int, H_in: float, H_out: float, H_w: float = 8.0, nodes: int = 1,
+               d_in: int | None = None, P: int = 1) -> Grid:
+    """The runtime's grid for one PCMM on p workers spread over `nodes` nodes.
+
+    Candidates: p_m <= d1, p_n <= c, p_k <= d2 (blocks need not divide evenly), p_m p_n p_k <= p. As in
+    search_grid the product is maximised first (computation dominates); then the bytes that really move are
+    minimised: every write copies into the store, a read copies only when the reader is on another node
+    (same-node reads map the object zero-copy), so cost = writes + (1 - 1/nodes) reads; ties go to fewer reads,
+    then to the lexicographically smallest grid. On one node this avoids the partial-sum round trip of a p_k
+    split (the output rows or the columns are split instead); across nodes the input reads count and a p_k
+    split (each input row read once) wins for wide inputs, as in eq. (5)."""
+    _check_p(p)
+    cands = [(pm, pn, pk) for pm in range(1, min(d1, p) + 1) for pn in range(1, min(c, p // pm) + 1)
+             for pk in range(1, min(d2, p // (pm * pn)) + 1)]
+    remote = 1.0 - 1.0 / max(1, int(nodes))
+
+    def key(g):
+        b = pcmm_store_bytes(g, d1, d2, c, H_in, H_out, H_w, d_in, P)
+        r, w = sum(b["reads"].values()), sum(b["writes"].values())
+        return (-(g[0] * g[1] * g[2]), w + remote * r, r, g)
+
+    best = min(cands, key=key)
+    W = pcmm_store_bytes(best, d1, d2, c, H_in, H_out, H_w, d_in, P)["total"]
+    return Grid(best[0], best[1], best[2], p, "store bytes", W,
+                (-(-d1 // best[0]), -(-c // best[1]), -(-d2 // best[2])))

@@ -6,10 +6,13 @@ import sys
 def test_infer_bench_smoke(tmp_path):
     out = tmp_path / "infer.json"
     r = subprocess.run([sys.executable, "-W", "ignore", "-m", "hemlp.bench", "infer", "--preset", "test-N12-d6",
-                        "--allow-insecure", "--batch", "128", "--epochs", "1", "--no-single", "--json", str(out)],
+                        "--allow-insecure", "--batch", "128", "--epochs", "1", "--single-images", "3", "--json", str(out)],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["agreement"] > 0.95
     assert doc["max_abs_err_vs_simulate"] < 1e-3
     assert doc["run_s"] > 0 and doc["eval_key_bytes"] > 0
+    single = doc["single_image"]
+    assert single["layout"] == "packed" and single["n"] == 3 and single["agreement"] == 1.0
+    assert single["input_ciphertexts"] > 1 and single["run_s_median"] > 0 and single["run_s_layout_a"] > 0
