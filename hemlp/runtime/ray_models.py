@@ -268,6 +268,11 @@ def release_staging() -> None:
     _STAGING.clear()
 
 
+def _ct_bytes(ctx, level: int) -> int:
+    """Bytes of one RLWE ciphertext's residues at `level` (2 polynomials, level + 1 limbs, N uint64 each)."""
+    return 2 * (level + 1) * ctx.N * 8
+
+
 def _meta_of(o) -> tuple:
     return (o.level, o.scale, o.slots, o.encoding, o.is_complex, o.key_id)
 
@@ -411,8 +416,8 @@ def _group_task(spec: dict, *arrays):
         secs[head] = time.perf_counter() - t0
         if kind == "partial":  # p_k > 1: K U~ X mod q in row pieces, one per reduce task
             outs = [np.ascontiguousarray(Y[:, a:b]) for a, b in spec["pieces"]]
-            meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays) + key_read,
-                        written=sum(o.nbytes for o in outs), secs=secs, levels={},
+            meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays),
+                        key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels={},
                         seconds=time.perf_counter() - t_start)
             return (*outs, meta)
         cts = _epilogue(ctx, spec, Y, secs, head)
@@ -455,7 +460,7 @@ def _group_task(spec: dict, *arrays):
     out = _export(objs, len(objs) // nc, nc, ctx.N)
     last = spec["ops"][-1][0] if spec["ops"] else head
     secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
-    meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays) + key_read,
+    meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays), key_read=key_read,
                 written=out.nbytes, secs=secs, levels=levels, metas=[_meta_of(o) for o in objs],
                 seconds=time.perf_counter() - t_start)
     return out, meta
@@ -677,7 +682,7 @@ class RayProgram:
         return final, metas_refs, tasks, dict(grid=(pm, pn, pk), put_bytes=put, model=model,
                                               shape=(d1 * P, X.shape[1]), chunks=c)
 
-    def _ew_group(self, ctx, s, X, ops):
+    def _ew_group(self, ctx, s, X, ops, level_out: int):
         from hemlp.runtime.ray_runtime import _splits
 
         X = self._as_dist(ctx, X, self.num_workers, 1)
@@ -697,9 +702,13 @@ class RayProgram:
                             ops=[(name, op.rows(*rows)) for name, op in ops])
                 out_ref, meta_ref = _group_remote(2).options(scheduling_strategy="SPREAD").remote(spec, b.ref)
                 final.append((out_ref, meta_ref, rows, (b.c0, b.c1)))
-        return final, [], len(final), dict(shape=X.shape, chunks=X.chunks, cts_per_task=self.cts_per_task)
+        H_in, H_out = _ct_bytes(ctx, X.level), _ct_bytes(ctx, level_out)
+        n = X.rows * X.chunks
+        model = dict(reads=dict(inputs=n * H_in), writes=dict(outputs=n * H_out), total=n * (H_in + H_out))
+        return final, [], len(final), dict(shape=X.shape, chunks=X.chunks, cts_per_task=self.cts_per_task,
+                                           model=model)
 
-    def _add_group(self, ctx, s, A, B, ops):
+    def _add_group(self, ctx, s, A, B, ops, level_out: int):
         A = self._as_dist(ctx, A, self.num_workers, 1)
         B = self._as_dist(ctx, B, self.num_workers, 1)
         needs_relin = any(op.needs_relin for _, op in ops)
@@ -714,7 +723,11 @@ class RayProgram:
             out_ref, meta_ref = _group_remote(2).options(scheduling_strategy="SPREAD").remote(
                 spec, b.ref, *[x.ref for x in bb])
             final.append((out_ref, meta_ref, rows, J))
-        return final, [], len(final), dict(shape=A.shape, chunks=A.chunks)
+        n = A.rows * A.chunks
+        reads = n * (_ct_bytes(ctx, A.level) + _ct_bytes(ctx, B.level))  # aligned blocks: each read once
+        model = dict(reads=dict(inputs=reads), writes=dict(outputs=n * _ct_bytes(ctx, level_out)),
+                     total=reads + n * _ct_bytes(ctx, level_out))
+        return final, [], len(final), dict(shape=A.shape, chunks=A.chunks, model=model)
 
     # ---- the program
     def run(self, ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None):
@@ -763,9 +776,10 @@ class RayProgram:
             if s.op == "pcmm":
                 final, partial_metas, tasks, info = self._pcmm_group(ctx, s, x, ops, weight_bits, group[-1].level_out)
             elif s.op in _ELEMENTWISE:
-                final, partial_metas, tasks, info = self._ew_group(ctx, s, x, ops)
+                final, partial_metas, tasks, info = self._ew_group(ctx, s, x, ops, group[-1].level_out)
             elif s.op == "add":
-                final, partial_metas, tasks, info = self._add_group(ctx, s, x, vals[s.inputs[1]], ops[:])
+                final, partial_metas, tasks, info = self._add_group(ctx, s, x, vals[s.inputs[1]], ops,
+                                                                    group[-1].level_out)
             else:
                 raise AssertionError(s.op)
             t_sub = time.perf_counter()
@@ -788,6 +802,7 @@ class RayProgram:
             task_secs[group[0].out] += sum(m["secs"].get("_import", 0.0) for m in allm)
             total = sum(task_secs.values()) or 1.0
             read = sum(m["read"] for m in allm)
+            key_read = sum(m["key_read"] for m in allm)
             written = sum(m["written"] for m in allm) + info.get("put_bytes", 0)
             nodes = sorted({m["node"] for m in allm})
             for k, e in enumerate(group):
@@ -798,10 +813,11 @@ class RayProgram:
                           nodes=nodes, seconds=share, task_seconds=task_secs[e.out])
                 if k == 0:
                     st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub - t0,
-                              bytes=dict(read=read, written=written, total=read + written),
+                              bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
+                              model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
                               group_task_seconds=sum(m["seconds"] for m in allm))
                     if "grid" in info:
-                        st.update(grid=info["grid"], model_bytes=info["model"])
+                        st["grid"] = info["grid"]
                     if "cts_per_task" in info:
                         st["cts_per_task"] = info["cts_per_task"]
                 else:

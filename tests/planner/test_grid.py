@@ -168,3 +168,41 @@ def test_block_padded_layout_uses_non_power_of_two_divisors():
     grid = grid_3d(layout, 64)
     assert grid.size == 50 and layout.b_k % grid.p_k == 0 and layout.b_n % grid.p_n == 0
     assert grid.dims == _brute_grid(layout.blocks, 64, lambda g: _eq5(layout.blocks, g))
+
+
+# ---------------------------------------------------------------- object-store bytes (the Ray runtime's model)
+
+from hemlp.planner.grid import grid_store, pcmm_store_bytes  # noqa: E402
+
+H_IN, H_OUT = 2 * 7 * 2**14 * 8, 2 * 5 * 2**14 * 8  # N = 2^14 ciphertexts at levels 6 and 4
+
+
+def test_store_bytes_terms():
+    b = pcmm_store_bytes((2, 1, 1), 128, 784, 1, H_IN, H_OUT)
+    assert b["reads"] == dict(inputs=2 * 784 * H_IN, weights=128 * 784 * 8, partials=0)
+    assert b["writes"] == dict(partials=0, outputs=128 * H_OUT, weights=128 * 784 * 8)
+    assert b["total"] == sum(b["reads"].values()) + sum(b["writes"].values())
+    k = pcmm_store_bytes((1, 1, 2), 128, 784, 1, H_IN, H_OUT)
+    assert k["reads"]["inputs"] == 784 * H_IN and k["reads"]["partials"] == k["writes"]["partials"] == 2 * 128 * H_IN
+    # the weight term is plaintext-sized: eq. (5) in units of H overstates it by H / 8
+    lay = Layout(128, 1, 784, 128, 1, 784, 128, 1, 784, 1, "pcmm")
+    assert w3d(lay, 1, 1, 2, H_IN) - (784 + 2 * 128) * H_IN == 128 * 784 * H_IN
+    assert k["reads"]["weights"] * H_IN / 8 == 128 * 784 * H_IN
+    g = pcmm_store_bytes((2, 1, 1), 16, 4, 2, H_IN, H_OUT, d_in=10, P=3)  # gathered: every task reads all rows
+    assert g["reads"]["inputs"] == 2 * 10 * 2 * H_IN and g["writes"]["outputs"] == 48 * 2 * H_OUT
+
+
+def test_grid_store_one_node_avoids_partial_sums():
+    assert grid_store(128, 1, 784, 2, H_IN, H_OUT).dims == (2, 1, 1)
+    assert grid_store(128, 2, 784, 2, H_IN, H_OUT).dims == (1, 2, 1)  # columns: same writes, fewer reads
+    assert grid_store(10, 1, 64, 4, H_IN, H_OUT).dims == (4, 1, 1)
+    assert grid_store(1, 1, 64, 2, H_IN, H_OUT).dims == (1, 1, 2)  # one output row: only the reduction splits
+
+
+def test_grid_store_across_nodes_reads_count():
+    # wide input, few outputs: reading the 784 input rows on both nodes costs more than the partial sums
+    assert grid_store(128, 1, 784, 2, H_IN, H_OUT, nodes=2).dims == (1, 1, 2)
+    # square layer: the partial sums cost more than reading the inputs twice
+    assert grid_store(128, 1, 128, 2, H_IN, H_OUT, nodes=2).dims == (2, 1, 1)
+    g = grid_store(128, 1, 784, 3, H_IN, H_OUT)
+    assert g.size == 3 and g.objective == "store bytes" and g.W == pcmm_store_bytes(g.dims, 128, 784, 1, H_IN, H_OUT)["total"]

@@ -206,3 +206,39 @@ def test_two_raylets_both_used(mlp_case):
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+
+
+def _groups(st, steps):
+    return {k: v for k, v in st.items() if k in steps and "group" in v}
+
+
+@pytest.mark.parametrize("grid", [None, (1, 1, 2)])
+def test_blocks_stay_in_store_and_bytes_match_model(local_ray, mlp_case, grid):
+    """Activations never come back to the driver between layers; every square runs inside the PCMM task that
+    produced its input; the bytes the tasks read and write through the store equal the planner's model."""
+    from hemlp.planner.grid import pcmm_store_bytes
+
+    c = mlp_case
+    steps = {s.out: s for s in c["cm"].steps}
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", num_workers=2, grid=grid, stats=st)
+    assert same(out, c["ref"])
+    groups = _groups(st, steps)
+    assert [steps[k].op for k in groups] == ["pcmm", "pcmm", "pcmm"]
+    for k, v in st.items():
+        if k in steps and steps[k].op == "square":
+            assert v["fused_into"] in groups and k in st[v["fused_into"]]["group"]
+    ctx, N = c["cm"].context, c["cm"].context.N
+    for name, v in groups.items():
+        s = steps[name]
+        assert v["grid"] == (grid or (2, 1, 1))  # one node: split the output rows, no partial-sum round trip
+        level_in = s.level_out + 1
+        level_out = steps[v["group"][-1]].level_out
+        model = pcmm_store_bytes(v["grid"], *s.U.shape, 1, 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8)
+        assert v["model_bytes"]["total"] == model["total"]
+        assert v["bytes"]["total"] == model["total"], (name, v["bytes"], model)
+    # the driver put the input once and got only the final output back
+    first = next(s.out for s in c["cm"].steps if s.op == "input")
+    assert st[first]["put_bytes"] == len(c["ct"].ctm.cts) * 2 * (steps[first].level_out + 1) * N * 8
+    assert st["_output"]["get_bytes"] == len(out.ctm.cts) * 2 * (out.ctm.level + 1) * N * 8
+    assert ctx is c["cm"].context
