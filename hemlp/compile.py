@@ -143,7 +143,7 @@ class CompiledModel:
 
     @property
     def needs_relin(self) -> bool:
-        return any(s.op in ("square", "poly") for s in self.steps)
+        return any(s.op in ("square", "poly", "mul", "matmul") for s in self.steps)
 
     @property
     def packed(self):
@@ -501,7 +501,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     plan_info = dict(model=g.name, preset=info["name"], N=params.N, slots=slots, security=info["security"],
                      depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,
                      chunks=chunks, waste=1.0 - bs / (chunks * slots), weight_bits=int(opts["weight_bits"]),
-                     needs_relin=any(s.op in ("square", "poly") for s in steps), workers=int(opts["workers"]),
+                     needs_relin=any(s.op in ("square", "poly", "mul", "matmul") for s in steps), workers=int(opts["workers"]),
                      matmuls=matmuls, layout=layout, layout_estimates=estimates)
     if layout == "packed":
         plan_info.update(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())

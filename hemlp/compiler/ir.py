@@ -14,6 +14,9 @@ Ops (attrs):
     flatten    (a relabelling of rows in layout A)
     act        kind: square | poly | relu | silu | gelu | sigmoid | tanh ; coeffs (poly, power basis)
     add        two inputs (residual)
+    transpose  swap the last two per-sample dimensions (a permutation of rows in layout A)
+    mul        two encrypted inputs of one shape: elementwise ciphertext x ciphertext product
+    matmul     two encrypted inputs (..., m, k) @ (..., k, n): ciphertext x ciphertext matrix product
     output
 """
 from __future__ import annotations
@@ -250,6 +253,12 @@ def eval_node(n: Node, ins, x, exact=True):
         return a["approx"].apply(X)
     if n.op == "add":
         return ins[0] + ins[1]
+    if n.op == "mul":
+        return ins[0] * ins[1]
+    if n.op == "transpose":
+        return np.swapaxes(X, -1, -2)
+    if n.op == "matmul":
+        return np.matmul(ins[0], ins[1])
     if n.op == "output":
         return X
     raise UnsupportedError(f"IR op {n.op!r}")
@@ -291,7 +300,7 @@ def describe(n: Node) -> str:
     if n.op == "affine":
         return f"affine({ins})"
     if n.op == "flatten":
-        return f"flatten({ins})"
+        return f"flatten({ins})" if len(n.shape) == 1 else f"reshape({ins}, {list(n.shape)})"
     if n.op == "act":
         ap = a.get("approx")
         if ap is not None:
@@ -301,6 +310,12 @@ def describe(n: Node) -> str:
         return f"{a['kind']}({ins})"
     if n.op == "add":
         return f"{n.inputs[0]} + {n.inputs[1]}"
+    if n.op == "mul":
+        return f"{n.inputs[0]} * {n.inputs[1]}  (ct x ct)"
+    if n.op == "transpose":
+        return f"{ins}.mT"
+    if n.op == "matmul":
+        return f"ccmm({n.inputs[0]}, {n.inputs[1]})"
     return f"{n.op}({ins})"
 
 
@@ -327,3 +342,17 @@ def format_graph(g: Graph, header: str = "", steps_info: dict | None = None) -> 
         comment += n.notes
         lines.append(f"    {n.name:<{w}} = {rhs:<48}  # " + "  ".join(comment))
     return "\n".join(lines)
+
+
+def matmul_index(a_shape, b_shape):
+    """Row indices of a per-sample matrix product (..., m, k) @ (..., k, n) on flattened features:
+    (ia, ib), each (rows_out, k): output row o = (lead, i, j) sums A[ia[o, t]] * B[ib[o, t]] over t."""
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    if len(a_shape) < 2 or len(b_shape) < 2 or a_shape[:-2] != b_shape[:-2] or a_shape[-1] != b_shape[-2]:
+        raise ShapeError(f"matrix product of per-sample shapes {a_shape} and {b_shape}: need (..., m, k) @ (..., k, n) "
+                         "with equal leading dimensions")
+    lead, (m, k), n = int(np.prod(a_shape[:-2], dtype=np.int64)), a_shape[-2:], b_shape[-1]
+    L, i, j, t = np.meshgrid(np.arange(lead), np.arange(m), np.arange(n), np.arange(k), indexing="ij")
+    ia = (L * m * k + i * k + t).reshape(-1, k)
+    ib = (L * k * n + t * n + j).reshape(-1, k)
+    return ia.astype(np.int64), ib.astype(np.int64)

@@ -8,7 +8,11 @@ Every value is a rows matrix (features x batch). Steps:
     square  out = sign * in^2 + const           1 level
     affine  out = alpha[row] * in + beta[row]   1 level (only when it cannot be folded)
     add     out = a + b                          0 levels, or 1 to match scales (set_scale)
-    alias   out = in                             flatten (row relabelling)
+    mul     out = a * b (ciphertext x ciphertext) 1 level (relinearised, rescaled)
+    matmul  out[o] = sum_t a[ia[o,t]] * b[ib[o,t]]  per-sample ct x ct matrix product, batched over the
+            slots: m*n*k tensor products, one relinearisation and rescale per output row; 1 level
+    alias   out = in                             flatten / reshape (row relabelling)
+    perm    out = in[index]                      transpose (row permutation, no crypto)
 
 The input map u = alpha x + beta of every polynomial activation is folded into the producing PCMM
 (weights and bias scaled) whenever that PCMM has no other user.
@@ -99,6 +103,16 @@ def lower(g: Graph) -> list[Step]:
                               alpha=np.asarray(a["alpha"], dtype=np.float64), beta=np.asarray(a["beta"], dtype=np.float64)))
         elif n.op == "add":
             steps.append(Step("add", n.name, list(n.inputs), n.features, n.name))
+        elif n.op == "transpose":                  # out row (.., i, j) = in row (.., j, i): no crypto
+            sh = g.node(n.inputs[0]).shape
+            perm = np.swapaxes(np.arange(int(np.prod(sh))).reshape(sh), -1, -2).reshape(-1)
+            steps.append(Step("perm", n.name, list(n.inputs), n.features, n.name, index=perm.astype(np.int64)))
+        elif n.op == "mul":
+            steps.append(Step("mul", n.name, list(n.inputs), n.features, n.name))
+        elif n.op == "matmul":
+            steps.append(Step("matmul", n.name, list(n.inputs), n.features, n.name,
+                              info=dict(a_shape=list(g.node(n.inputs[0]).shape),
+                                        b_shape=list(g.node(n.inputs[1]).shape))))
         elif n.op == "act":
             ap: ActPoly = a["approx"]
             if ap.form == "affine":

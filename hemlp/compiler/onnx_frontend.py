@@ -147,9 +147,20 @@ def from_onnx(model, example_input) -> Graph:
             continue
         if op == "MatMul":
             W = const_of(ins[1])
+            if W is None and const_of(ins[0]) is None:       # both operands encrypted: ct x ct product
+                from hemlp.compiler.ir import matmul_index
+
+                a_ir, b_ir = materialise(val(ins[0]), node), materialise(val(ins[1]), node)
+                sa, sb = g.node(a_ir).shape, g.node(b_ir).shape
+                try:
+                    matmul_index(sa, sb)
+                except ShapeError as exc:
+                    unsupported(node, str(exc), "MatMul of per-sample matrices (..., m, k) @ (..., k, n)")
+                env[o] = new("matmul", [a_ir, b_ir], tuple(sa[:-1]) + (sb[-1],), {}, node, node.name or "ccmm")
+                continue
             if W is None or W.ndim != 2:
-                unsupported(node, "MatMul with a non-constant or non-2-D right operand",
-                            "ciphertext x ciphertext matmul is not supported; the weights must be initializers")
+                unsupported(node, "MatMul with a constant left or non-2-D right operand",
+                            "the weights must be a 2-D initializer on the right (x @ W)")
             src = materialise(val(ins[0]), node)
             if len(g.node(src).shape) != 1:
                 unsupported(node, "MatMul on a multi-dimensional input", "flatten first")
@@ -213,10 +224,23 @@ def from_onnx(model, example_input) -> Graph:
             src = materialise(val(ins[0]), node)
             tgt = const_of(ins[1])
             feats = g.node(src).features
-            if tgt is None or len(tgt) != 2 or int(tgt[1]) not in (-1, feats):
+            dims = None if tgt is None or len(tgt) < 2 else [int(d) for d in tgt[1:]]
+            if dims is not None and dims.count(-1) == 1:
+                known = int(np.prod([d for d in dims if d != -1]))
+                dims[dims.index(-1)] = feats // known if known and feats % known == 0 else -1
+            if dims is None or any(d <= 0 for d in dims) or int(np.prod(dims)) != feats:
                 unsupported(node, f"Reshape to {None if tgt is None else tgt.astype(int).tolist()}",
-                            "only flattening to (batch, -1) is supported")
-            env[o] = new("flatten", [src], (feats,), {}, node, "flatten")
+                            "keep the batch dimension first, with the same number of features per sample")
+            env[o] = new("flatten", [src], tuple(dims), {}, node, "flatten" if len(dims) == 1 else "reshape")
+            continue
+        if op == "Transpose":
+            src = materialise(val(ins[0]), node)
+            nd = len(g.node(src).shape) + 1
+            perm = list(at.get("perm", range(nd)[::-1]))
+            if nd < 3 or perm != list(range(nd - 2)) + [nd - 1, nd - 2]:
+                unsupported(node, f"Transpose with perm {perm}", "only swapping the last two per-sample dimensions")
+            sh = g.node(src).shape
+            env[o] = new("transpose", [src], tuple(sh[:-2]) + (sh[-1], sh[-2]), {}, node, "transpose")
             continue
         if op in ("Relu", "Sigmoid", "Tanh", "Gelu"):
             src = materialise(val(ins[0]), node)
@@ -306,10 +330,17 @@ def from_onnx(model, example_input) -> Graph:
                         break
             else:
                 pa, pb = as_poly(va), as_poly(vb)
-                if pa is None or pb is None or pa[1] != pb[1]:
-                    unsupported(node, "the product of two different encrypted tensors",
-                                "only polynomials of one tensor (x*x), x*Sigmoid(x) and the GELU pattern")
-                env[o] = ("poly", pa[1], np.polynomial.polynomial.polymul(pa[2], pb[2]))
+                if pa is None or pb is None:
+                    unsupported(node, "Mul of these operands",
+                                "polynomials of tensors, x*Sigmoid(x), the GELU pattern, products of tensors")
+                if pa[1] != pb[1]:                 # two different encrypted tensors: a ct x ct product
+                    a_ir, b_ir = materialise(va, node), materialise(vb, node)
+                    if g.node(a_ir).shape != g.node(b_ir).shape:
+                        unsupported(node, f"Mul of encrypted tensors of shapes {g.node(a_ir).shape} and "
+                                    f"{g.node(b_ir).shape} (broadcasting)", "multiply tensors of equal shape")
+                    env[o] = new("mul", [a_ir, b_ir], g.node(a_ir).shape, {}, node, node.name or "mul")
+                else:
+                    env[o] = ("poly", pa[1], np.polynomial.polynomial.polymul(pa[2], pb[2]))
             continue
         if op == "Pow":
             e = scalar(val(ins[1]))

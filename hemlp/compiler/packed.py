@@ -185,8 +185,18 @@ class PackedProgram:
                     raise UnsupportedError(f"layout (P): the residual add {s.out} joins tensors in different "
                                            f"layouts ({La.describe()} and {Lb.describe()}); use layout='batch'")
                 self.steps.append(PackedStep("add", s.out, list(s.inputs), La, s))
+            elif s.op == "mul":
+                La, Lb = lay[s.inputs[0]], lay[s.inputs[1]]
+                if La != Lb:
+                    raise UnsupportedError(f"layout (P): the product {s.out} joins tensors in different layouts "
+                                           f"({La.describe()} and {Lb.describe()}); use layout='batch'")
+                self.steps.append(PackedStep("mul", s.out, list(s.inputs), La, s))
             elif s.op in ("alias", "output"):
                 self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
+            elif s.op in ("matmul", "perm"):
+                what = "ciphertext x ciphertext matrix product" if s.op == "matmul" else "row permutation (transpose)"
+                raise UnsupportedError(f"layout (P) has no {what} ({s.out}); "
+                                       "use layout='batch' (the batch rides in the slots, every product is SIMD)")
             else:
                 raise UnsupportedError(f"layout (P) cannot run step {s.op!r} ({s.out})")
             lay[s.out] = self.steps[-1].layout
@@ -320,6 +330,8 @@ class PackedProgram:
                 y = [v * self.spread(a) + self.spread(bt) for v, a, bt in zip(x, s.alpha, s.beta)]
             elif s.op == "add":
                 y = [u + v for u, v in zip(x, vals[s.inputs[1]])]
+            elif s.op == "mul":
+                y = [u * v for u, v in zip(x, vals[s.inputs[1]])]
             else:
                 y = x
             vals[s.out] = y

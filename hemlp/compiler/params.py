@@ -20,7 +20,7 @@ TEST_PRESETS = ("test-N12", "test-N12-d6")
 def step_cost(step) -> int:
     if step.op == "pcmm":
         return 1
-    if step.op in ("square", "affine"):
+    if step.op in ("square", "affine", "mul", "matmul"):
         return 1
     if step.op == "poly":
         return step.act.depth
@@ -38,6 +38,9 @@ def plan_levels(steps, top: int) -> int:
             la, lb = lv[s.inputs[0]], lv[s.inputs[1]]
             s.level_in = max(la, lb)
             s.level_out = min(la, lb) if la != lb else la - 1
+        elif s.op in ("mul", "matmul"):            # both operands at the lower level, then one product
+            s.level_in = min(lv[s.inputs[0]], lv[s.inputs[1]])
+            s.level_out = s.level_in - 1
         else:
             s.level_in = lv[s.inputs[0]]
             s.level_out = s.level_in - step_cost(s)

@@ -255,10 +255,21 @@ def from_torch(model, example_input) -> Graph:
             if start != 1 or end != -1:
                 b.unsupported(node, f"flatten(start_dim={start}, end_dim={end})", "use torch.flatten(x, 1)")
             env[node.name] = b.new("flatten", [ir(args[0], node)], shape, {}, f"{node.name}: flatten", node.name)
-        elif node.op == "call_method" and tgt in ("view", "reshape"):
-            if len(shape) != 1:
-                b.unsupported(node, f"{tgt} to per-sample shape {shape}", "only x.view(batch, -1) (flatten) is supported")
-            env[node.name] = b.new("flatten", [ir(args[0], node)], shape, {}, f"{node.name}: {tgt}", node.name)
+        elif (node.op == "call_method" and tgt in ("view", "reshape")) or tgt in (torch.reshape,):
+            src = ir(args[0], node)
+            if shape is None or int(np.prod(shape)) != b.g.node(src).features:
+                b.unsupported(node, f"{tgt} to per-sample shape {shape}", "keep the batch dimension first: "
+                              "x.view(batch, ...) with the same number of features per sample")
+            env[node.name] = b.new("flatten", [src], shape, {}, f"{node.name}: {getattr(tgt, '__name__', tgt)}",
+                                   node.name)
+        elif (node.op == "call_method" and tgt in ("transpose", "t")) or tgt in (torch.transpose, torch.t):
+            src = ir(args[0], node)
+            nd = len(b.g.node(src).shape) + 1
+            dims = [d % nd for d in args[1:3]] if len(args) >= 3 else [nd - 2, nd - 1]
+            if sorted(dims) != [nd - 2, nd - 1] or nd < 3:
+                b.unsupported(node, f"transpose of dimensions {args[1:3]}", "only the last two per-sample "
+                              "dimensions can be swapped (x.transpose(-2, -1))")
+            env[node.name] = b.new("transpose", [src], shape, {}, f"{node.name}: transpose", node.name)
         elif node.op == "call_method" and tgt in ("size", "dim"):
             env[node.name] = ("meta", None)
         elif tgt in (F.dropout,) or (node.op == "call_method" and tgt in ("contiguous", "clone", "float")):
@@ -316,10 +327,14 @@ def from_torch(model, example_input) -> Graph:
                 env[node.name] = ("poly", p[1], p[2] * c)
                 continue
             pa, pb = b.as_poly(va), b.as_poly(vb)
-            if pa[1] != pb[1]:
-                b.unsupported(node, "the product of two different encrypted tensors",
-                              "ciphertext x ciphertext products of different features are not supported; "
-                              "use x * x, polynomials of one tensor or activations")
+            if pa[1] != pb[1]:                    # two different encrypted tensors: a ct x ct product
+                a_ir, b_ir = b.materialise(va, node), b.materialise(vb, node)
+                sa, sb = b.g.node(a_ir).shape, b.g.node(b_ir).shape
+                if sa != sb:
+                    b.unsupported(node, f"the product of encrypted tensors of shapes {sa} and {sb} (broadcasting)",
+                                  "multiply tensors of equal shape")
+                env[node.name] = b.new("mul", [a_ir, b_ir], sa, {}, f"{node.name}: mul", node.name)
+                continue
             env[node.name] = ("poly", pa[1], np.polynomial.polynomial.polymul(pa[2], pb[2]))
         elif tgt in (operator.truediv, torch.div) or (node.op == "call_method" and tgt == "div"):
             vb = val(args[1])
@@ -339,6 +354,22 @@ def from_torch(model, example_input) -> Graph:
             for _ in range(int(e)):
                 c = np.polynomial.polynomial.polymul(c, p[2])
             env[node.name] = ("poly", p[1], c)
+        elif tgt in (operator.matmul, torch.matmul, torch.bmm) or (node.op == "call_method"
+                                                                   and tgt in ("matmul", "bmm")):
+            va, vb = val(args[0]), val(args[1])
+            if _is_const(va) or _is_const(vb) or isinstance(va, torch.Tensor) or isinstance(vb, torch.Tensor):
+                b.unsupported(node, "a matrix product with a constant operand",
+                              "put weights in nn.Linear / nn.Conv2d modules")
+            a_ir, b_ir = b.materialise(va, node), b.materialise(vb, node)
+            from hemlp.compiler.ir import matmul_index
+
+            sa, sb = b.g.node(a_ir).shape, b.g.node(b_ir).shape
+            try:
+                matmul_index(sa, sb)
+            except ShapeError as exc:
+                b.unsupported(node, str(exc))
+            env[node.name] = b.new("matmul", [a_ir, b_ir], tuple(sa[:-1]) + (sb[-1],), {},
+                                   f"{node.name}: matmul", node.name)
         elif tgt in (F.linear,):
             b.unsupported(node, "functional F.linear", "use nn.Linear modules (weights must be module parameters)")
         elif tgt in (F.conv2d,):

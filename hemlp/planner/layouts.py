@@ -77,6 +77,11 @@ def estimate_batch(steps, params, batch: int) -> float:
             t += s.rows * chunks * _act_muls(s) * N * (lv + 1) * c["ct_mul"]
         elif s.op == "affine":
             t += s.rows * chunks * N * (lv + 1) * (c["pt_mul"] + c["rescale"])
+        elif s.op == "mul":
+            t += s.rows * chunks * N * (lv + 1) * c["ct_mul"]
+        elif s.op == "matmul":     # k tensor products (4 limb-wise products each) + one relin/rescale per row
+            k = s.info["a_shape"][-1]
+            t += s.rows * chunks * N * (lv + 1) * (c["ct_mul"] + 2 * k * c["pt_mul"])
     return t
 
 
@@ -96,4 +101,6 @@ def estimate_packed(prog, steps, params) -> float:
             t += s.layout.K * _act_muls(s.src) * u * c["ct_mul"]
         elif s.op == "affine":
             t += s.layout.K * u * (c["pt_mul"] + c["rescale"])
+        elif s.op == "mul":
+            t += s.layout.K * u * c["ct_mul"]
     return t

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 
 from hemlp.compiler.activations import RangeWarning
-from hemlp.compiler.ir import gather_apply
+from hemlp.compiler.ir import gather_apply, matmul_index
 
 __all__ = ["simulate", "run", "LocalExecutor", "ElementwiseOp", "elementwise"]
 
@@ -60,6 +60,13 @@ def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
             y = x * s.alpha[:, None] + s.beta[:, None]
         elif s.op == "add":
             y = x + vals[s.inputs[1]]
+        elif s.op == "mul":
+            y = x * vals[s.inputs[1]]
+        elif s.op == "perm":
+            y = x[s.index]
+        elif s.op == "matmul":
+            ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
+            y = np.einsum("otb,otb->ob", x[ia], vals[s.inputs[1]][ib])
         elif s.op in ("alias", "output"):
             y = x
         else:
@@ -97,6 +104,35 @@ def _add(ctx, A, B, level_out):
         out.append(ct)
     del a0, b0
     return CtMatrix(ctx, out, A.shape, A.chunks, A.format)
+
+
+def ct_products(ctx, s, A, B, relin_key):
+    """Step mul / matmul on two CtMatrix operands (layout A): ciphertext x ciphertext products, SIMD over
+    the batch in the slots. Both operands go to the lower level first; a matmul output row sums its k
+    tensor products before one relinearisation and one rescale (lazy relinearisation)."""
+    from hemlp.errors import MissingKeyError
+    from hemlp.linalg import CtMatrix
+
+    if relin_key is None:
+        raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
+    lv = min(A.level, B.level)
+    drop = lambda ct: ctx.drop_level(ct, lv) if ct.level != lv else ct  # noqa: E731
+    ch = A.chunks
+    if s.op == "mul":
+        out = [ctx.mul(drop(a), drop(b), relin_key=relin_key, rescale=True) for a, b in zip(A.cts, B.cts)]
+        return CtMatrix(ctx, out, A.shape, ch, A.format)
+    ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
+    Ad = [drop(c) for c in A.cts]
+    Bd = [drop(c) for c in B.cts]
+    out = []
+    for o in range(ia.shape[0]):
+        for c in range(ch):
+            acc = None
+            for t in range(ia.shape[1]):
+                p = ctx.mul(Ad[ia[o, t] * ch + c], Bd[ib[o, t] * ch + c])        # 3-part, not relinearised
+                acc = p if acc is None else ctx.add(acc, p)
+            out.append(ctx.rescale(ctx.relinearize(acc, relin_key)))
+    return CtMatrix(ctx, out, (ia.shape[0], A.shape[1]), ch, A.format)
 
 
 class ElementwiseOp:
@@ -227,11 +263,19 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
             y = ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
         elif s.op == "add":
             y = _add(ctx, x, vals[s.inputs[1]], s.level_out)
+        elif s.op in ("mul", "matmul"):
+            y = ct_products(ctx, s, x, vals[s.inputs[1]], relin_key)
+        elif s.op == "perm":
+            from hemlp.linalg import CtMatrix
+
+            ch = x.chunks
+            y = CtMatrix(ctx, [x.cts[r * ch + c] for r in s.index for c in range(ch)], (len(s.index), x.shape[1]),
+                         ch, x.format)
         elif s.op in ("alias", "output"):
             y = x
         else:
             raise AssertionError(s.op)
-        if s.op not in ("alias", "output", "add") and y.level != s.level_out:
+        if s.op not in ("alias", "output", "add", "perm") and y.level != s.level_out:
             raise AssertionError(f"step {s.out}: level {y.level}, planned {s.level_out}")
         if timings is not None and s.op not in ("alias", "output"):
             timings[s.out] = time.perf_counter() - t0

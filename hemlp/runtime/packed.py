@@ -126,6 +126,13 @@ class PackedRunner:
                 A = CtMatrix(ctx, x, (len(x), ctx.slots), 1)
                 B = CtMatrix(ctx, vals[s.inputs[1]], (len(x), ctx.slots), 1)
                 y = _add(ctx, A, B, s.src.level_out).cts
+            elif s.op == "mul":
+                if relin_key is None:
+                    raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
+                B = vals[s.inputs[1]]
+                lv = min(x[0].level, B[0].level)
+                y = [ctx.mul(ctx.drop_level(a, lv) if a.level != lv else a, ctx.drop_level(c, lv) if c.level != lv
+                             else c, relin_key=relin_key, rescale=True) for a, c in zip(x, B)]
             else:
                 y = x
             if s.op not in ("alias", "output", "add") and y[0].level != s.src.level_out:
