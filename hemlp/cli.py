@@ -186,6 +186,8 @@ def cmd_compile(args, ui: UI):
     options = {}
     if args.preset:
         options["preset"] = args.preset
+    if args.layout:
+        options["layout"] = args.layout
     for kv in args.option or []:
         if "=" not in kv:
             raise CLIError(f"--option {kv!r}: expected key=value")
@@ -400,6 +402,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--example", help=".npy with representative inputs (activation ranges)")
     p.add_argument("--batch-size", type=int, default=1, help="samples per encrypted batch")
     p.add_argument("--preset", help="CKKS preset (default: the compiler's 128-bit choice)")
+    p.add_argument("--layout", choices=("auto", "batch", "packed"),
+                   help="batch: one feature per ciphertext (large batches); packed: samples in the slots (one or a "
+                        "few samples); default auto (the planner's cost estimate)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="extra hemlp.compile option (JSON value)")
     p.add_argument("--insecure", action="store_true", help="allow INSECURE test presets (testing only)")
     common(p, out_help="compiled model directory")
