@@ -200,3 +200,26 @@ def test_packed_client_server_processes(tmp_path):
 
 def test_pow2():
     assert [pow2(n) for n in (1, 2, 3, 4, 5, 784, 1024, 1025)] == [1, 2, 4, 4, 8, 1024, 1024, 2048]
+
+
+def test_batch_job_of_single_image_requests(tmp_path):
+    """`hemlp batch` over many single-image requests of a layout (P) model (each item in-process)."""
+    from hemlp.runtime.batch import run_model_batch
+
+    model = mlp(dims=(40, 32, 6))
+    x = _asym((5, 40), seed=9)
+    cm = hemlp.compile(model, x, batch_size=1, allow_insecure=True)
+    assert cm.layout == "packed"
+    cm.save(tmp_path / "model")
+    sk, ek = cm.keygen()
+    ek.save(tmp_path / "eval.keys")
+    (tmp_path / "in").mkdir()
+    for i in range(3):
+        cm.encrypt(x[i: i + 1], sk).save(tmp_path / "in" / f"req{i}.ct")
+    outs = run_model_batch(tmp_path / "model", tmp_path / "eval.keys", sorted((tmp_path / "in").glob("*.ct")),
+                           tmp_path / "out", executor="local", progress=False)
+    assert len(outs) == 3
+    ref = torch_out(model, x[:3])
+    for i, p in enumerate(sorted(outs)):
+        y = cm.decrypt(cm.load_encrypted(p), sk)
+        assert np.max(np.abs(y - ref[i: i + 1])) < 1e-4
