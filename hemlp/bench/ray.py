@@ -41,6 +41,8 @@ def add_arguments(p) -> None:
     p.add_argument("--workers", default="1,2")
     p.add_argument("--grids", default="", help="extra grids for the largest worker count, e.g. 2x1x1,1x1x2")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=2, help="--model mlp: untimed rounds first (the object store's "
+                   "memory and the workers' heaps are touched once)")
     p.add_argument("--weight-bits", type=int, default=20)
     p.add_argument("--model", choices=["pcmm", "mlp"], default="pcmm",
                    help="pcmm: one PCMM (default); mlp: a compiled MLP end to end, per layer")
@@ -137,27 +139,33 @@ def main(args) -> int:
 
 # ----------------------------------------------------------------------------- --model mlp
 
-def _fresh_ray(ray, w: int) -> None:
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=w, include_dashboard=False, log_to_driver=False)
+def _groups(st: dict, names) -> dict:
+    return {k: v for k, v in st.items() if k in names and "group" in v}
 
 
 def main_mlp(args) -> int:
+    """A compiled MLP end to end: in-process (1 and 2 native threads) and RayProgram (1 and 2 workers of one
+    thread each) on one local Ray with max(--workers) CPUs, interleaved run by run so that the load of other
+    processes on the shared cores falls on every mode alike. "Ray, 1 worker" = num_workers=1: every PCMM grid is
+    1x1x1 and every group one task, so one task runs at a time (checked)."""
+    import statistics
+    import time
     import warnings
 
     import torch
 
     import hemlp
-    from hemlp.bench import measure
+    from hemlp import ckks
+    from hemlp.models.layers import activation
+    from hemlp.planner.grid import w3d
+    from hemlp.planner.obl import Layout
 
     import ray
 
+    la0 = report.load_average()
     warn = report.busy_warning()
     if warn:
         print("warning:", warn)
-    from hemlp import ckks
-
     dims = [int(v) for v in args.dims.split(",")]
     slots = ckks.Params.preset(args.preset).N // 2
     batch = args.batch or slots
@@ -166,8 +174,6 @@ def main_mlp(args) -> int:
     for i in range(len(dims) - 1):
         layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
         if i < len(dims) - 2:
-            from hemlp.models.layers import activation
-
             layers.append(activation("square"))
     net = torch.nn.Sequential(*layers).eval()
     x = np.random.default_rng(0).uniform(0, 1, (batch, dims[0]))
@@ -180,57 +186,126 @@ def main_mlp(args) -> int:
         ct = cm.encrypt(x, sk)
     steps = [s for s in cm.steps if s.op not in ("input", "alias", "output")]
     names = [s.out for s in steps]
-    results, ref = [], None
-
-    def record(label, mode, fn, **extra):
-        outs = []
-
-        def once():
-            outs.append(fn())
-
-        m = measure(once, args.repeats, warmup=1)
-        runs = outs[1:]  # the timed ones
-        per_layer = {n: float(np.median([o.layer_seconds[n] for o in runs])) for n in names}
-        rec = dict(label=label, mode=mode, seconds=m["median_s"], samples=m["samples"], layer_seconds=per_layer,
-                   **extra)
-        results.append(rec)
-        return rec, outs[-1]
-
-    for th in (1, 2):
-        rec, out = record(f"local, {th} thread(s)", "local", lambda th=th: cm.run(ct, ek, threads=th), threads=th)
-        if ref is None:
-            ref = out
-        rec["bit_identical"] = True
-    hemlp.set_num_threads(1)  # the driver's own import / rescale work, as the 1-thread baseline
-    local1 = results[0]
-    for w in [int(v) for v in args.workers.split(",")]:
-        _fresh_ray(ray, w)
-        st = {}
-        rec, out = record(f"Ray, {w} worker(s)", "ray",
-                          lambda w=w: cm.run(ct, ek, runtime="ray", num_workers=w, stats=st), workers=w)
-        rec["bit_identical"] = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.ctm.cts, ref.ctm.cts, strict=True))
-        rec["tasks"] = {n: st[n]["tasks"] for n in names if n in st}
-        rec["grids"] = {n: list(st[n]["grid"]) for n in names if n in st and "grid" in st[n]}
-        rec["phases"] = {n: st[n].get("phases") for n in names if n in st}  # driver phases of the last run
-        rec["speedup_vs_local_1_thread"] = local1["seconds"] / rec["seconds"]
-        if w == 1:
-            rec["overhead_s"] = rec["seconds"] - local1["seconds"]
-            rec["overhead_layer_s"] = {n: rec["layer_seconds"][n] - local1["layer_seconds"][n] for n in names}
+    kinds = {s.out: s.op for s in steps}
+    input_name = next(s.out for s in cm.steps if s.op == "input")
+    workers = [int(v) for v in args.workers.split(",")]
     if ray.is_initialized():
         ray.shutdown()
-    kinds = {s.out: s.op for s in steps}
-    rows = [[f"{n} ({kinds[n]})"] + [report.fmt_seconds(r["layer_seconds"][n]) for r in results] for n in names]
-    rows.append(["end to end"] + [report.fmt_seconds(r["seconds"]) for r in results])
-    rows.append(["speed-up vs local 1 thread"] + [f"{local1['seconds'] / r['seconds']:.2f}x" for r in results])
-    rows.append(["bit-identical"] + ["yes" if r["bit_identical"] else "NO" for r in results])
-    report.table(["layer"] + [r["label"] for r in results], rows,
+    ray.init(address="local", num_cpus=max(workers), include_dashboard=False, log_to_driver=False)
+
+    modes = [("local", th) for th in (1, 2)] + [("ray", w) for w in workers]
+    runs = {m: [] for m in modes}  # (seconds, layer_seconds, stats)
+    ref = None
+    loads = []
+    warmup = max(0, args.warmup)
+    for rep in range(warmup + args.repeats):
+        for mode, n in modes:
+            st = {}
+            t0 = time.perf_counter()
+            if mode == "local":
+                out = cm.run(ct, ek, threads=n)
+            else:
+                hemlp.set_num_threads(1)  # the driver's own work (input export, output import) on one thread
+                out = cm.run(ct, ek, runtime="ray", num_workers=n, stats=st)
+            sec = time.perf_counter() - t0
+            if ref is None:
+                ref = out
+            same = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.ctm.cts, ref.ctm.cts, strict=True))
+            if rep >= warmup:
+                runs[mode, n].append((sec, dict(out.layer_seconds), st, same))
+            del out
+        loads.append(report.load_average())
+        print(f"  round {rep + 1}/{warmup + args.repeats}" + (" (warm-up)" if rep < warmup else "")
+              + f", load average {loads[-1]}", flush=True)
+    ray.shutdown()
+    med = statistics.median
+    results = []
+    for (mode, n), rs in runs.items():
+        rec = dict(label=f"local, {n} thread(s)" if mode == "local" else f"Ray, {n} worker(s)", mode=mode,
+                   seconds=med(r[0] for r in rs), samples=[r[0] for r in rs],
+                   layer_seconds={k: med(r[1][k] for r in rs) for k in names},
+                   bit_identical=all(r[3] for r in rs))
+        if mode == "local":
+            rec["threads"] = n
+        else:
+            g_all = [_groups(r[2], names) for r in rs]
+            g_last = g_all[-1]
+            rec["workers"] = n
+            rec["input_put_s"] = med(r[2][input_name]["seconds"] for r in rs)
+            rec["input_put_bytes"] = rs[-1][2][input_name]["put_bytes"]
+            rec["output_get_s"] = med(r[2]["_output"]["seconds"] for r in rs)
+            rec["groups"] = {}
+            for k, v in g_last.items():
+                s = next(x for x in steps if x.out == k)
+                gr = dict(steps=v["group"], seconds=med(g[k]["group_seconds"] for g in g_all),
+                          task_seconds=med(g[k]["group_task_seconds"] for g in g_all), tasks=v["tasks"],
+                          grid=list(v["grid"]) if v.get("grid") else None, bytes=v["bytes"], model_bytes=v["model_bytes"],
+                          bytes_vs_model=v["bytes_vs_model"])
+                if s.op == "pcmm" and v.get("grid"):
+                    d1, d2 = s.U.shape
+                    pm, pn, pk = v["grid"]
+                    Hct = v["ct_bytes"][0]  # one input ciphertext's bytes
+                    c = cm.capacity // slots
+                    lay = Layout(d1, c, d2, d1, c, d2, d1, c, d2, 1, "pcmm")
+                    gr["eq5_literal_bytes"] = w3d(lay, pm, pn, pk, Hct)  # every block (weights too) counted as H
+                rec["groups"][k] = gr
+                if n == 1:
+                    assert v["tasks"] == 1, "1 worker must run one task per group"
+        results.append(rec)
+    by = {(r["mode"], r.get("threads") or r.get("workers")): r for r in results}
+    local1, local2 = by["local", 1], by["local", 2]
+    rays = [r for r in results if r["mode"] == "ray"]
+    summary = {}
+    r1 = by.get(("ray", 1))
+    r2 = by.get(("ray", 2))
+    if r1:
+        summary["overhead_ray1_vs_local1"] = r1["seconds"] / local1["seconds"] - 1
+    if r2:
+        summary["overhead_ray2_vs_local2"] = r2["seconds"] / local2["seconds"] - 1
+    if r1 and r2:
+        summary["speedup_1_to_2_workers"] = r1["seconds"] / r2["seconds"]
+        summary["group_speedup_1_to_2_workers"] = {k: r1["groups"][k]["seconds"] / r2["groups"][k]["seconds"]
+                                                   for k in r1["groups"]}
+    summary["local_speedup_1_to_2_threads"] = local1["seconds"] / local2["seconds"]
+    # ---- tables
+    cols = results
+    rows = [[f"{n} ({kinds[n]})"] + [report.fmt_seconds(r["layer_seconds"][n]) for r in cols] for n in names]
+    rows.append(["input put (driver)"] + ["" if r["mode"] == "local" else report.fmt_seconds(r["input_put_s"])
+                                          for r in cols])
+    rows.append(["end to end"] + [report.fmt_seconds(r["seconds"]) for r in cols])
+    rows.append(["vs local, same threads"] + [
+        "" if r["mode"] == "local" else f"{r['seconds'] / by['local', min(2, r['workers'])]['seconds'] - 1:+.1%}"
+        for r in cols])
+    rows.append(["bit-identical"] + ["yes" if r["bit_identical"] else "NO" for r in cols])
+    report.table(["layer"] + [r["label"] for r in cols], rows,
                  title=f"MLP {'-'.join(map(str, dims))}, batch {batch} ({cm.preset}, {cm.capacity // slots} chunk(s) "
-                       f"of {slots} slots, {os.cpu_count()} cores, median of {args.repeats})")
-    ov = next((r for r in results if "overhead_s" in r), None)
-    if ov:
-        print(f"Ray overhead (1 worker vs in-process 1 thread): {ov['overhead_s']:.3f} s end to end; per layer "
-              + ", ".join(f"{n} {v:+.3f} s" for n, v in ov["overhead_layer_s"].items()))
+                       f"of {slots} slots, {os.cpu_count()} cores, median of {args.repeats} interleaved rounds after "
+                       f"{warmup} warm-up; load average {la0[0] if la0 else '?'} before)")
+    if r1 and r2:
+        grows = []
+        for k, g1 in r1["groups"].items():
+            g2 = r2["groups"][k]
+            loc1 = sum(local1["layer_seconds"][s] for s in g1["steps"])
+            loc2 = sum(local2["layer_seconds"][s] for s in g1["steps"])
+            grows.append(["+".join(g1["steps"]), report.fmt_seconds(loc1), report.fmt_seconds(loc2),
+                          report.fmt_seconds(g1["seconds"]), report.fmt_seconds(g2["seconds"]),
+                          f"{g1['seconds'] / g2['seconds']:.2f}x", f"{g1['seconds'] / loc1 - 1:+.1%}"])
+        report.table(["group (one task wave)", "local 1 thr", "local 2 thr", "Ray 1 wkr", "Ray 2 wkr",
+                      "Ray 1->2", "Ray 1 vs local 1"], grows, title="per group (PCMM + fused activation)")
+    brows = []
+    for r in rays:
+        for k, g in r["groups"].items():
+            brows.append([f"{k}, {r['workers']} worker(s)", "x".join(map(str, g["grid"] or [])),
+                          _mb(g["bytes"]["read"]), _mb(g["bytes"]["written"]), _mb(g["bytes"]["total"]),
+                          _mb(g["model_bytes"]["total"]), f"{g['bytes_vs_model']:.3f}",
+                          _mb(g["eq5_literal_bytes"]) if "eq5_literal_bytes" in g else ""])
+    report.table(["group", "grid", "read", "written", "measured", "model", "measured/model", "eq. (5) literal"],
+                 brows, title="object-store bytes per layer (tasks' arguments and returns, driver puts)")
+    for k, v in summary.items():
+        print(f"{k}: {v if isinstance(v, dict) else round(v, 4)}")
     if args.json:
         report.write_json(args.json, "ray", {"model": "mlp", "dims": dims, "batch": batch, "preset": cm.preset,
-                                             "weight_bits": cm.weight_bits, "layers": kinds, "results": results})
+                                             "weight_bits": cm.weight_bits, "layers": kinds, "results": results,
+                                             "summary": summary, "warmup": warmup, "repeats": args.repeats,
+                                             "load_average_before": la0, "load_average_rounds": loads})
     return 0 if all(r["bit_identical"] for r in results) else 1

@@ -312,7 +312,8 @@ def _import_range(ctx, blocks, rows, cols) -> list:
 
 
 def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
-    """Y (L, |R| P, |J|, 2, N) = K U~[R, T] X[T, J] mod q_l for every limb l (rows (r, p) -> r P + p)."""
+    """Y (|R| P, |J|, 2, L, N) = K U~[R, T] X[T, J] mod q_l, ciphertext-major (rows (r, p) -> r P + p), so
+    that each output polynomial is one contiguous (L, N) array for the import and a row range is contiguous."""
     from hemlp import _core
 
     T0, T1 = spec["T"]
@@ -320,7 +321,7 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
     nR, nJ, N, L = U.shape[0], J1 - J0, ctx.N, spec["level"] + 1
     bits, Kq, index = spec["bits"], spec["Kq"], spec["index"]
     P = 1 if index is None else index.shape[1]
-    Y = np.empty((L, nR, P, nJ, 2, N), dtype=np.uint64)
+    Y = np.empty((nR, P, nJ, 2, L, N), dtype=np.uint64)
     if index is None:
         pieces = []  # (plan, block, local rows a:b, local chunks): U~[R, a:b] X[a:b] per input block
         for arr, (r0, r1, c0, c1), _ in blocks:
@@ -335,7 +336,7 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
                 X = arr[l, a:b] if (j0, j1) == (0, nc) else arr[l, a:b, j0:j1]
                 y = plan.apply(X.reshape(b - a, -1), q)  # zero-copy when the block holds exactly the chunks J
                 acc = y if acc is None else _add_mod(acc, y, q)
-            Y[l, :, 0] = _mulmod_scalar(acc, Kq[l], q).reshape(nR, nJ, 2, N)
+            Y[:, 0, :, :, l] = _mulmod_scalar(acc, Kq[l], q).reshape(nR, nJ, 2, N)
     else:  # gathered rows (im2col over ciphertext rows); -1 = a zero row
         plan = _core.ModGemmPlan(U, bits)
         where = {}
@@ -353,24 +354,37 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
                     else:
                         arr, rr, j0, j1 = where[int(row)]
                         G[i] = arr[l, rr, j0:j1].reshape(-1)
-                Y[l, :, p] = _mulmod_scalar(plan.apply(G, q), Kq[l], q).reshape(nR, nJ, 2, N)
-    return Y.reshape(L, nR * P, nJ, 2, N)
+                Y[:, p, :, :, l] = _mulmod_scalar(plan.apply(G, q), Kq[l], q).reshape(nR, nJ, 2, N)
+    return Y.reshape(nR * P, nJ, 2, L, N)
+
+
+def _add_mod_limbs(a: np.ndarray, b: np.ndarray, qv: np.ndarray) -> np.ndarray:
+    """(a + b) mod q_l for ciphertext-major arrays (..., L, N); qv: the moduli as a (L, 1) uint64 array."""
+    s = a + b
+    s -= np.where(s >= qv, qv, np.uint64(0))
+    return s
 
 
 def _epilogue(ctx, spec, Y: np.ndarray, secs: dict, head: str) -> list:
-    """Native ciphertexts from the product residues, rescaled and biased exactly as linalg.pcmm / ray_pcmm do."""
+    """Native ciphertexts from the product residues, rescaled and biased as linalg.pcmm does (the native PCMM's
+    rescale, then its fused constant bias add_const in slot encoding; an encoded constant in coefficient
+    encoding, as linalg.pcmm_gather)."""
     from hemlp.ckks import Ciphertext
 
     t0 = time.perf_counter()
+    e = ctx._e
     level, _, slots, enc, is_complex, key_id = spec["in_meta"]
     scale, bias, P, g0 = spec["scale_out"], spec["bias"], spec["P"], spec["out_rows"][0]
+    slot_enc = enc == 0
     out = []
-    for r in range(Y.shape[1]):
-        for j in range(Y.shape[2]):
-            obj = ctx._e.import_ciphertext([Y[:, r, j, 0], Y[:, r, j, 1]], level, scale, slots, enc, is_complex,
-                                           key_id, None)
-            ct = ctx.rescale(ctx._w(Ciphertext, obj))
-            if bias is not None:
+    for r in range(Y.shape[0]):
+        for j in range(Y.shape[1]):
+            obj = e.rescale(e.import_ciphertext([Y[r, j, 0], Y[r, j, 1]], level, scale, slots, enc, is_complex,
+                                                key_id, None))
+            if bias is not None and slot_enc:
+                obj = e.add_const(obj, float(bias[(g0 + r) // P]))
+            ct = ctx._w(Ciphertext, obj)
+            if bias is not None and not slot_enc:
                 ct = ctx.add(ct, float(bias[(g0 + r) // P]))
             out.append(ct)
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
@@ -415,7 +429,7 @@ def _group_task(spec: dict, *arrays):
         Y = _product(ctx, spec, U, blocks)
         secs[head] = time.perf_counter() - t0
         if kind == "partial":  # p_k > 1: K U~ X mod q in row pieces, one per reduce task
-            outs = [np.ascontiguousarray(Y[:, a:b]) for a, b in spec["pieces"]]
+            outs = [Y[a:b] for a, b in spec["pieces"]]  # contiguous row ranges
             meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays),
                         key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels={},
                         seconds=time.perf_counter() - t_start)
@@ -425,10 +439,10 @@ def _group_task(spec: dict, *arrays):
         levels[head] = cts[0].level
     elif kind == "reduce":
         t0 = time.perf_counter()
-        Y = np.array(arrays[0])  # a writable copy; the pieces are read-only views into the store
+        qv = np.array([[ctx.modulus(l)] for l in range(arrays[0].shape[-2])], dtype=np.uint64)
+        Y = arrays[0]  # read-only views into the store; the sums are new arrays
         for piece in arrays[1:]:
-            for l in range(Y.shape[0]):
-                Y[l] = _add_mod(Y[l], piece[l], ctx.modulus(l))
+            Y = _add_mod_limbs(Y, piece, qv)
         secs[head] = time.perf_counter() - t0
         cts = _epilogue(ctx, spec, Y, secs, head)
         del Y
@@ -679,7 +693,7 @@ class RayProgram:
                         final.append((out_ref, meta_ref, pr, J))
                         tasks += 1
         model = pcmm_store_bytes((pm, pn, pk), d1, d2, c, H_in, H_out, float(Uq.itemsize), d_in, P)
-        return final, metas_refs, tasks, dict(grid=(pm, pn, pk), put_bytes=put, model=model,
+        return final, metas_refs, tasks, dict(grid=(pm, pn, pk), put_bytes=put, model=model, ct_bytes=(H_in, H_out),
                                               shape=(d1 * P, X.shape[1]), chunks=c)
 
     def _ew_group(self, ctx, s, X, ops, level_out: int):
@@ -817,7 +831,7 @@ class RayProgram:
                               model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
                               group_task_seconds=sum(m["seconds"] for m in allm))
                     if "grid" in info:
-                        st["grid"] = info["grid"]
+                        st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
                     if "cts_per_task" in info:
                         st["cts_per_task"] = info["cts_per_task"]
                 else:
