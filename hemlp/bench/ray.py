@@ -3,22 +3,29 @@
     python -m hemlp.bench ray [--preset N14-d6] [--level 1] [--d 256] [--chunks 1] [--workers 1,2]
                               [--grids 2x1x1,1x1x2] --json PATH
     python -m hemlp.bench ray --model mlp [--dims 784,128,64,10] [--batch N] [--preset N14-d6]
-                              [--workers 1,2] --json PATH
+                              [--workers 1,2] [--repeats 5] [--warmup 2] --json PATH
 
---model mlp: a compiled MLP (x^2 activations) run end to end with CompiledModel.run(runtime="local")
-(1 and 2 native threads) and runtime="ray" on a fresh local Ray with 1 and 2 workers; per layer
-(layer_seconds) and end to end (median of --repeats after a warm-up run), the speed-up of each Ray
-run over the 1-thread in-process run, the Ray overhead (Ray 1 worker - in-process 1 thread, per layer
-and in total) and whether every output ciphertext is bit-identical to the in-process one.
+--model mlp: a compiled MLP (x^2 activations, layout "batch") end to end: in-process
+(CompiledModel.run, 1 and 2 native threads) and runtime="ray" (RayProgram: the activations stay in
+the object store, each PCMM's task also runs the rescale, the bias and the square that follows it)
+with 1 and 2 workers of one thread each, on one local Ray with max(--workers) CPUs. The modes are
+interleaved round by round (warm-up rounds first: the object store's and the workers' memory is
+touched once) so that the load of other processes falls on all of them alike; medians of --repeats.
+Recorded: per step and per group (one task wave) seconds, the driver's input put, end to end, the
+overhead of Ray over in-process with the same total threads (1 worker vs 1 thread, 2 workers vs 2
+threads), the 1 -> 2 worker speed-up per group and end to end, bit-identity of every output
+ciphertext, and per layer the bytes the tasks read and wrote through the object store (measured:
+every argument, return and driver put) next to planner.grid.pcmm_store_bytes and to eq. (5) read
+literally (every block, weights too, an H-sized ciphertext).
 
-One d x d weight matrix times an encrypted d x (chunks * slots) matrix (RLWE, slot encoding).
-In-process: linalg.pcmm with 1 and 2 native threads. Ray: ray_pcmm on a fresh local Ray with w
-CPUs and the planner's grid for w workers (plus any --grids on the largest w); each result is checked bit-identical to in-process.
-Recorded per Ray run: the grid, task count, bytes ray.put by the driver, bytes the tasks read and
-wrote through the object store (inputs / weights / partial sums) next to eq. (5)'s
-W_3D = (p_m b_k b_n + p_n b_m b_k + p_k b_m b_n) H with H = one ciphertext's bytes and every row,
-column and reduction row one block; the Ray overhead is Ray(1 worker) - in-process(1 thread),
-split into driver phases (stack limbs, tasks, import + rescale).
+Default (--model pcmm): one d x d weight matrix times an encrypted d x (chunks * slots) matrix (RLWE,
+slot encoding). In-process: linalg.pcmm with 1 and 2 native threads. Ray: ray_pcmm on a fresh local
+Ray with w CPUs and the planner's grid for w workers (plus any --grids on the largest w); each result
+is checked bit-identical to in-process. Recorded per Ray run: the grid, task count, bytes ray.put by
+the driver, bytes the tasks read and wrote through the object store (inputs / weights / partial
+sums) next to eq. (5)'s W_3D = (p_m b_k b_n + p_n b_m b_k + p_k b_m b_n) H, H = one ciphertext's
+bytes, every row, column and reduction row one block, with the weight term plaintext-sized (8-byte
+entries); the Ray overhead is Ray(1 worker) - in-process(1 thread), split into driver phases.
 """
 from __future__ import annotations
 
@@ -121,7 +128,7 @@ def main(args) -> int:
         rows.append([label, report.fmt_seconds(t),
                      str(st["tasks"]), _mb(st["put_bytes"]), f"{_mb(ct_moved)} / {_mb(ct_model)}",
                      f"{_mb(moved['weights'])} / {_mb(model['weights'])}", "yes" if identical else "NO"])
-    # eq. (5) counts the weight blocks as H-sized ciphertexts; in a PCMM they are 8-byte plaintext entries
+    # W_3D: eq. (5) with the weight term plaintext-sized (8-byte entries, per limb task), see ray_runtime stats
     if ray.is_initialized():
         ray.shutdown()
     report.table(["run", "PCMM", "tasks", "put", "ct moved / W_3D", "weights moved / W_3D", "identical"], rows,

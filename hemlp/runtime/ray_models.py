@@ -23,7 +23,7 @@ import numpy as np
 
 from hemlp.errors import LevelError, ShapeError
 from hemlp.runtime.local import ElementwiseOp, elementwise
-from hemlp.runtime.ray_runtime import TASK_RETRIES, _add_mod, _maybe_die, _mulmod_scalar, _ray, ray_pcmm, ray_pcmm_gather
+from hemlp.runtime.ray_runtime import TASK_RETRIES, _add_mod, _maybe_die, _ray, ray_pcmm, ray_pcmm_gather
 
 __all__ = ["RayExecutor", "pack_cts", "unpack_cts"]
 
@@ -223,9 +223,9 @@ class RayExecutor:
 # on the same rows (square / poly / affine whose input has no other consumer), fused into the producing task:
 # product -> import + rescale + bias -> activation(s) -> one export, no round trip per step.
 # Grid (p_m, p_n, p_k): p_m output-row blocks, p_n chunk blocks, p_k reduction blocks. p_k = 1: one task per
-# (row block, chunk block) does everything. p_k > 1: "partial" tasks (i, j, t) return K U~[i, t] X[t, j] mod q
-# in p_k row pieces; "reduce" task (i, j, s) adds piece s of the p_k partials mod q and runs the epilogue, so the
-# rescale and the activations stay spread over p_m p_n p_k tasks.
+# (row block, chunk block) does everything. p_k > 1: "partial" tasks (i, j, t) return U~[i, t] X[t, j] mod q
+# in p_k row pieces; "reduce" task (i, j, s) adds piece s of the p_k partials mod q and runs the epilogue
+# (x K, rescale, bias, fused steps), so the rescale and the activations stay spread over p_m p_n p_k tasks.
 
 
 _MALLOC_TUNED = []
@@ -312,14 +312,15 @@ def _import_range(ctx, blocks, rows, cols) -> list:
 
 
 def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
-    """Y (|R| P, |J|, 2, L, N) = K U~[R, T] X[T, J] mod q_l, ciphertext-major (rows (r, p) -> r P + p), so
-    that each output polynomial is one contiguous (L, N) array for the import and a row range is contiguous."""
+    """Y (|R| P, |J|, 2, L, N) = U~[R, T] X[T, J] mod q_l, ciphertext-major (rows (r, p) -> r P + p), so that
+    each output polynomial is one contiguous (L, N) array for the import and a row range is contiguous. The
+    factor K is applied in the epilogue (native mul_integer: the same Shoup product as the native PCMM's)."""
     from hemlp import _core
 
     T0, T1 = spec["T"]
     J0, J1 = spec["J"]
     nR, nJ, N, L = U.shape[0], J1 - J0, ctx.N, spec["level"] + 1
-    bits, Kq, index = spec["bits"], spec["Kq"], spec["index"]
+    bits, index = spec["bits"], spec["index"]
     P = 1 if index is None else index.shape[1]
     Y = np.empty((nR, P, nJ, 2, L, N), dtype=np.uint64)
     if index is None:
@@ -336,7 +337,7 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
                 X = arr[l, a:b] if (j0, j1) == (0, nc) else arr[l, a:b, j0:j1]
                 y = plan.apply(X.reshape(b - a, -1), q)  # zero-copy when the block holds exactly the chunks J
                 acc = y if acc is None else _add_mod(acc, y, q)
-            Y[:, 0, :, :, l] = _mulmod_scalar(acc, Kq[l], q).reshape(nR, nJ, 2, N)
+            Y[:, 0, :, :, l] = acc.reshape(nR, nJ, 2, N)
     else:  # gathered rows (im2col over ciphertext rows); -1 = a zero row
         plan = _core.ModGemmPlan(U, bits)
         where = {}
@@ -354,7 +355,7 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
                     else:
                         arr, rr, j0, j1 = where[int(row)]
                         G[i] = arr[l, rr, j0:j1].reshape(-1)
-                Y[:, p, :, :, l] = _mulmod_scalar(plan.apply(G, q), Kq[l], q).reshape(nR, nJ, 2, N)
+                Y[:, p, :, :, l] = plan.apply(G, q).reshape(nR, nJ, 2, N)
     return Y.reshape(nR * P, nJ, 2, L, N)
 
 
@@ -374,13 +375,13 @@ def _epilogue(ctx, spec, Y: np.ndarray, secs: dict, head: str) -> list:
     t0 = time.perf_counter()
     e = ctx._e
     level, _, slots, enc, is_complex, key_id = spec["in_meta"]
-    scale, bias, P, g0 = spec["scale_out"], spec["bias"], spec["P"], spec["out_rows"][0]
+    scale, bias, P, g0, K = spec["scale_out"], spec["bias"], spec["P"], spec["out_rows"][0], spec["K"]
     slot_enc = enc == 0
     out = []
     for r in range(Y.shape[0]):
         for j in range(Y.shape[1]):
-            obj = e.rescale(e.import_ciphertext([Y[r, j, 0], Y[r, j, 1]], level, scale, slots, enc, is_complex,
-                                                key_id, None))
+            obj = e.import_ciphertext([Y[r, j, 0], Y[r, j, 1]], level, scale, slots, enc, is_complex, key_id, None)
+            obj = e.rescale(e.mul_integer(obj, K) if K != 1 else obj)
             if bias is not None and slot_enc:
                 obj = e.add_const(obj, float(bias[(g0 + r) // P]))
             ct = ctx._w(Ciphertext, obj)
@@ -643,7 +644,6 @@ class RayProgram:
                     raise LevelError("pcmm: all rows of the encrypted matrix must share level, scale, encoding and key")
         Uq, delta = linalg.quantize(U, weight_bits)
         K = max(1, round(ctx.modulus(meta[0]) / delta))
-        Kq = [K % ctx.modulus(l) for l in range(meta[0] + 1)]
         bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
         rows, cols, reds = _splits(d1, pm), _splits(c, pn), _splits(d2, pk)
         u_refs, put = {}, 0
@@ -654,7 +654,7 @@ class RayProgram:
                 put += blk.nbytes
         needs_relin = any(op.needs_relin for _, op in ops)
         base = self._common(ctx, "pcmm" if pk == 1 else "partial", s.out, needs_relin)
-        base.update(level=meta[0], bits=int(weight_bits), Kq=Kq, in_meta=meta, scale_out=meta[1] * float(delta * K),
+        base.update(level=meta[0], bits=int(weight_bits), K=int(K), in_meta=meta, scale_out=meta[1] * float(delta * K),
                     bias=bias, P=P)
         final, metas_refs, tasks = [], [], 0
         for i, r in enumerate(rows):

@@ -181,7 +181,9 @@ def pcmm_grid(d1: int, chunks: int, d2: int, num_workers: int):
     """The planner's 3D grid (eq. 5) over (output rows, columns, reduction rows).
 
     Every row / column / reduction row is one block of the layout, so W counts column-unit-sized
-    objects moved: p_m d2 c (input copies) + p_n d1 d2 (weights) + p_k d1 c (partial outputs)."""
+    objects moved: p_m d2 c (input copies) + p_n d1 d2 (weights) + p_k d1 c (partial outputs). The weight
+    term is plaintext in reality (8-byte entries, see planner.grid.pcmm_store_bytes; stats["w3d_bytes"]);
+    compiled models on Ray use hemlp.runtime.ray_models.RayProgram and planner.grid.grid_store instead."""
     from hemlp.planner.grid import grid_3d
     from hemlp.planner.obl import Layout
 
@@ -421,7 +423,11 @@ def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_
                      # what the tasks read / write through the store, term by term as in eq. (5)
                      moved_bytes=dict(inputs=pm * x_bytes, weights=pn * (level + 1) * u_bytes,
                                       partials=pk * d1 * c * H),
-                     w3d_bytes=dict(inputs=pm * d2 * c * H, weights=pn * d1 * d2 * H, partials=pk * d1 * c * H),
+                     # eq. (5) with every term sized by what it carries: the weight blocks are plaintext
+                     # int64 entries (read once per limb: the tasks are per limb), not H-sized ciphertexts
+                     w3d_bytes=dict(inputs=pm * d2 * c * H, weights=pn * (level + 1) * u_bytes,
+                                    partials=pk * d1 * c * H),
+                     w3d_literal_bytes=dict(inputs=pm * d2 * c * H, weights=pn * d1 * d2 * H, partials=pk * d1 * c * H),
                      seconds=time.perf_counter() - t0,
                      phases=dict(stack=t_stack - t0, session=t_session - t_stack, tasks=t_tasks - t_session,
                                  assemble=time.perf_counter() - t_tasks))

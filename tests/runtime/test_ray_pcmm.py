@@ -150,3 +150,21 @@ def test_unreachable_address_fails_fast(setup):
 def test_importable_without_starting_ray():
     assert os.environ.get(rr.FAULT_ENV) is None
     assert rr.pcmm_grid(64, 1, 64, 2).size == 2
+
+
+def test_weight_term_is_plaintext_sized():
+    """stats: eq. (5)'s weight term counts the int64 weight entries the tasks read, not H-sized ciphertexts."""
+    if ray.is_initialized():
+        ray.shutdown()
+    ctx = make_ctx("test-N10")
+    sk, _ = ctx.keygen()
+    rng = np.random.default_rng(1)
+    C = linalg.encrypt_matrix(ctx, rng.uniform(-1, 1, (4, 300)), sk, level=1)
+    U = rng.normal(size=(3, 4))
+    st = {}
+    with rr.ray_session(num_workers=2):
+        got = rr.ray_pcmm(U, C, grid=(1, 2, 1) if C.chunks > 1 else (3, 1, 1), stats=st)
+    assert same(got, linalg.pcmm(U, C))
+    pm, pn, pk = st["grid"]
+    assert st["w3d_bytes"]["weights"] == st["moved_bytes"]["weights"] == pn * (C.level + 1) * U.size * 8
+    assert st["w3d_literal_bytes"]["weights"] == pn * U.size * st["ciphertext_bytes"]
