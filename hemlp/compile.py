@@ -13,13 +13,16 @@ Options: activation_degree (int, or dict by activation kind / node name; default
 activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
 activation_method ("chebyshev" | "lsq" | "minimax"), weight_bits (20), allow_insecure (False),
 preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids),
-layout ("auto" | "batch" | "packed"; default "auto").
+layout ("auto" | "batch" | "packed"; default "auto"), encrypted_weights (False).
 
 Layouts: "batch" = (A), one feature per ciphertext and the batch along the slots (every linear layer
 a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of a few samples
 packed in the slots of one ciphertext (linear layers as BSGS diagonal products with rotations: best
 for one or a few samples, hemlp.compiler.packed). "auto" compares the planner's cost estimates of
 both for the given batch_size (hemlp.planner.layouts) and takes the cheaper one.
+encrypted_weights=True hides the model from the server too: layout (C), every linear layer a
+ciphertext x ciphertext block matmul planned by FHE4DMM's chain DP (hemlp.compiler.blocked); the
+client sends ``compiled.encrypt_weights(sk)`` once and the server calls run(ct, eval_keys, weights=...).
 """
 from __future__ import annotations
 
@@ -36,7 +39,8 @@ from hemlp.errors import EncodingError, KeyMismatchError, ParameterError, ShapeE
 __all__ = ["compile", "load", "CompiledModel", "Plan"]
 
 _OPTIONS = dict(activation_degree=7, activation_range=None, activation_margin=0.2, activation_method="chebyshev",
-                weight_bits=20, allow_insecure=False, preset=None, workers=4, layout="auto")
+                weight_bits=20, allow_insecure=False, preset=None, workers=4, layout="auto",
+                encrypted_weights=False)
 LAYOUTS = ("auto", "batch", "packed")
 
 
@@ -75,7 +79,11 @@ class Plan:
         head = [f"hemlp plan for {i['model']}: preset {i['preset']} (N=2^{int(math.log2(i['N']))}, {i['slots']} slots, "
                 f"{i['security']}), depth {i['depth']} of {i['max_level']} levels, input encrypted at L{i['top_level']}",
                 ]
-        if i.get("layout", "batch") == "packed":
+        if i.get("layout") == "blocked":
+            head += i["blocked"]
+            head.append(f"eval keys: relinearisation key + {i['rotation_keys']} rotation keys; the weights are "
+                        "encrypted by the client (encrypt_weights)")
+        elif i.get("layout", "batch") == "packed":
             head += i["packed"]
             head.append("eval keys: " + ("relinearisation key + " if i["needs_relin"] else "")
                         + f"{i['rotation_keys']} rotation keys")
@@ -89,6 +97,8 @@ class Plan:
             head.append("planner estimates (s per batch): " + ", ".join(
                 f"{k} {v:.3g}" for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
         text = format_graph(self.graph, "\n".join(head))
+        if i.get("layout") == "blocked":
+            text = text.replace(" = pcmm_gather(", " = ccmm_blocks(").replace(" = pcmm(", " = ccmm_blocks(")
         if i.get("layout", "batch") == "packed":   # the same layers, executed as slot diagonal products
             text = text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
         if self.matmuls and i.get("layout", "batch") == "batch":
@@ -105,8 +115,8 @@ class Plan:
 class CompiledModel:
     def __init__(self, plan: Plan, steps, preset: str, params, input_shape, output_shape, batch_size: int,
                  top_level: int, options: dict, allow_insecure: bool, graph=None, layout: str = "batch"):
-        if layout not in ("batch", "packed"):
-            raise ParameterError(f"layout must be 'batch' or 'packed', got {layout!r}")
+        if layout not in ("batch", "packed", "blocked"):
+            raise ParameterError(f"layout must be 'batch', 'packed' or 'blocked', got {layout!r}")
         self.layout = layout
         self.plan, self.steps, self.preset, self.params = plan, steps, preset, params
         self.input_shape, self.output_shape = tuple(input_shape), tuple(output_shape)
@@ -115,6 +125,7 @@ class CompiledModel:
         self.weight_bits = int(self.options.get("weight_bits", 20))
         self._ctx = None
         self._packed = None
+        self._blocked = None
         self._runner = None
         self.model_id = self._digest()
 
@@ -143,7 +154,42 @@ class CompiledModel:
 
     @property
     def needs_relin(self) -> bool:
-        return any(s.op in ("square", "poly", "mul", "matmul") for s in self.steps)
+        return self.layout == "blocked" or any(s.op in ("square", "poly", "mul", "matmul") for s in self.steps)
+
+    @property
+    def blocked(self):
+        """The layout (C) program (hemlp.compiler.blocked.BlockedProgram); None otherwise."""
+        if self.layout != "blocked":
+            return None
+        if self._blocked is None:
+            from hemlp.compiler.blocked import BlockedProgram
+
+            self._blocked = BlockedProgram(self.steps, self.params.N // 2, self.batch_size)
+        return self._blocked
+
+    def encrypt_weights(self, key):
+        """Layout (C), client side: the model's weights and biases encrypted under the client's key
+        (EncryptedWeights; save it and send it to the server once)."""
+        from hemlp.runtime.blocked import EncryptedWeights, encrypt_blocks
+
+        if self.layout != "blocked":
+            raise ParameterError("encrypt_weights is for models compiled with encrypted_weights=True")
+        self._check_key(key)
+        prog, ctx, out = self.blocked, self.context, []
+        for i, L in enumerate(prog.layers):
+            W = encrypt_blocks(ctx, prog.weight_blocks(i), key, prog.slots, L.step.level_in)
+            b = encrypt_blocks(ctx, prog.bias_blocks(i), key, prog.slots, L.step.level_out + 1)
+            out.append((W, b))
+        return EncryptedWeights(self.model_id, out)
+
+    def _check_key(self, key):
+        from hemlp import ckks
+
+        if not isinstance(key, (ckks.SecretKey, ckks.PublicKey)):
+            raise TypeError("encrypt needs the SecretKey from keygen() (or a PublicKey)")
+        if key._phash != self.context.hash:
+            raise KeyMismatchError("the key belongs to another parameter set than this compiled model; use the "
+                                   "keys from this model's keygen()")
 
     @property
     def packed(self):
@@ -180,6 +226,8 @@ class CompiledModel:
         gk = None
         if self.layout == "packed" and self.packed.rotations():
             gk = ctx.rotation_keys(sk, self.packed.rotations())
+        if self.layout == "blocked":
+            gk = ctx.rotation_keys(sk, self.blocked.rotations())
         return sk, EvalKeys(self.model_id, rlk, gk)
 
     # ---- client side
@@ -208,6 +256,8 @@ class CompiledModel:
     def capacity(self) -> int:
         if self.layout == "packed":
             return self.packed.b
+        if self.layout == "blocked":
+            return self.batch_size
         slots = self.params.N // 2
         return -(-self.batch_size // slots) * slots
 
@@ -225,6 +275,15 @@ class CompiledModel:
         if key._phash != self.context.hash:
             raise KeyMismatchError("the key belongs to another parameter set than this compiled model; use the "
                                    "keys from this model's keygen()")
+        if self.layout == "blocked":
+            from hemlp.runtime.blocked import _flat, encrypt_blocks
+
+            prog, ctx = self.blocked, self.context
+            bk, bn, rk, cn = prog.in_blocks(0)
+            blocks = prog.split(x.reshape(x.shape[0], -1).T, bk, bn, rk, cn)
+            cts = _flat(encrypt_blocks(ctx, blocks, key, prog.slots, self.top_level))
+            ctm = linalg.CtMatrix(ctx, cts, (len(cts), ctx.slots), 1)
+            return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
         if self.layout == "packed":
             ctx = self.context
             cts = [ctx.encrypt(v, key, level=self.top_level) for v in self.packed.pack(x)]
@@ -245,6 +304,14 @@ class CompiledModel:
         if sk.key_id != ct.key_id:
             raise KeyMismatchError("the secret key does not match the ciphertext's key pair; decrypt with the "
                                    "secret key that encrypted the input")
+        if self.layout == "blocked":
+            prog = self.blocked
+            bm, bn, rm, cn = prog.out_blocks(len(prog.layers) - 1)
+            cts = ct.ctm.cts
+            Y = np.block([[self.context.decrypt(cts[a * bn + j], sk)[: rm * cn].reshape((rm, cn), order="F")
+                           for j in range(bn)] for a in range(bm)])
+            m = prog.layers[-1].W.shape[0]
+            return Y[:m, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
         if self.layout == "packed":
             slots = np.stack([self.context.decrypt(c, sk) for c in ct.ctm.cts])
             return self.packed.unpack(slots, ct.batch).reshape((ct.batch,) + tuple(ct.shape))
@@ -253,7 +320,7 @@ class CompiledModel:
 
     # ---- server side
     def run(self, ct, eval_keys, runtime: str = "local", address: str | None = None, num_workers: int | None = None,
-            threads: int | None = None, **ray_options):
+            threads: int | None = None, weights=None, **ray_options):
         """Encrypted inference (server side: ciphertexts and evaluation keys only).
 
         runtime="local": in this process (threads: native threads). runtime="ray": every PCMM and
@@ -291,6 +358,22 @@ class CompiledModel:
                 raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
             if eval_keys.relin_key.key_id != ct.key_id:
                 raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
+        if self.layout == "blocked":
+            from hemlp.runtime.blocked import EncryptedWeights
+
+            if not isinstance(weights, EncryptedWeights):
+                raise TypeError("a model compiled with encrypted_weights=True runs with weights=EncryptedWeights "
+                                "(the client's compiled.encrypt_weights(sk))")
+            if weights.model_id != self.model_id:
+                raise KeyMismatchError(f"the encrypted weights belong to compiled model {weights.model_id}")
+            if weights.key_id != ct.key_id:
+                raise KeyMismatchError("the encrypted weights and the ciphertext come from different key pairs")
+            if runtime == "ray":
+                from hemlp.errors import UnsupportedError
+
+                raise UnsupportedError("layout (C) (encrypted weights) runs in-process: use runtime='local'")
+        elif weights is not None:
+            raise TypeError("weights= is only for models compiled with encrypted_weights=True")
         if self.layout == "packed":
             if eval_keys.galois_keys is None and self.packed.rotations():
                 from hemlp.errors import MissingKeyError
@@ -309,6 +392,24 @@ class CompiledModel:
 
             hemlp.set_num_threads(threads)
         timings: dict = {}
+        if self.layout == "blocked":
+            from hemlp.linalg import CtMatrix
+            from hemlp.runtime.blocked import BlockedRunner, _flat
+
+            prog = self.blocked
+            bk, bn, _, _ = prog.in_blocks(0)
+            cts = ct.ctm.cts
+            if len(cts) != bk * bn:
+                raise ShapeError(f"layout (C) input needs {bk * bn} ciphertexts, got {len(cts)}")
+            if self._runner is None:
+                self._runner = BlockedRunner(self.context, prog)
+            Y = self._runner.run([cts[t * bn:(t + 1) * bn] for t in range(bk)], weights, eval_keys.relin_key,
+                                 eval_keys.galois_keys, timings)
+            out = _flat(Y)
+            result = EncryptedBatch(self.model_id, CtMatrix(self.context, out, (len(out), self.context.slots), 1),
+                                    ct.batch, self.output_shape, "output")
+            result.layer_seconds = timings
+            return result
         if self.layout == "packed":
             from hemlp.linalg import CtMatrix
 
@@ -336,6 +437,10 @@ class CompiledModel:
         from hemlp.runtime.local import simulate as _sim
 
         x = self._check_x(x)
+        if self.layout == "blocked":   # any number of samples, in groups of the planned batch
+            X, b = x.reshape(x.shape[0], -1), self.batch_size
+            y = np.concatenate([self.blocked.simulate(X[i: i + b]) for i in range(0, len(X), b)])
+            return y.reshape((x.shape[0],) + self.output_shape)
         if self.layout == "packed":   # any number of samples, in groups of the planned capacity
             X, b = x.reshape(x.shape[0], -1), self.capacity
             y = np.concatenate([self.packed.simulate(X[i: i + b]) for i in range(0, len(X), b)])
@@ -453,7 +558,9 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
             lo, hi = map(float, rng)
         n.attrs["approx"] = approximate(kind, lo, hi, deg, opts["activation_method"])
     steps = lower(g)
-    depth = depth_of(steps)
+    enc_w = bool(opts["encrypted_weights"])
+    pcmm_levels = 3 if enc_w else 1          # layout (C): a rectangular CCMM per linear layer
+    depth = depth_of(steps, pcmm_levels)
     # output magnitude check against q_0 of the candidate preset
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -466,7 +573,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         info = choose_preset(depth, bool(opts["allow_insecure"]), opts["preset"], reserve=reserve)
         params = Params.preset(info["name"])
     top = depth + reserve
-    plan_levels(steps, top)
+    plan_levels(steps, top, pcmm_levels)
     by_node = {}
     for s in steps:
         by_node.setdefault(s.node, []).append(s)
@@ -484,7 +591,14 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     if bs < 1:
         raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
     chunks = -(-bs // slots)
-    layout, estimates, prog = _choose_layout(opts["layout"], steps, params, bs, batch_size is not None)
+    if enc_w:
+        if opts["layout"] not in ("auto", "blocked"):
+            raise ParameterError("encrypted_weights=True uses layout (C); drop the layout option")
+        from hemlp.compiler.blocked import BlockedProgram
+
+        layout, estimates, prog = "blocked", {}, BlockedProgram(steps, slots, bs)
+    else:
+        layout, estimates, prog = _choose_layout(opts["layout"], steps, params, bs, batch_size is not None)
     from hemlp.planner import grid_4d, obl, obl_bruteforce
 
     matmuls = []
@@ -505,6 +619,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                      matmuls=matmuls, layout=layout, layout_estimates=estimates)
     if layout == "packed":
         plan_info.update(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
+    if layout == "blocked":
+        plan_info.update(blocked=prog.describe(), rotation_keys=len(prog.rotations()))
     plan = Plan(g, steps, plan_info)
     inp, out = g.input, g.output
     store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items()
@@ -512,6 +628,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     cm = CompiledModel(plan, steps, info["name"], params, inp.shape, out.shape, bs, top, store_opts,
                        bool(opts["allow_insecure"]), layout=layout)
     cm._packed = prog if layout == "packed" else None
+    cm._blocked = prog if layout == "blocked" else None
     cm.reference = lambda xx: g.reference(np.asarray(xx, dtype=np.float64))[g.output.name]
     return cm
 

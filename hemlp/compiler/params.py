@@ -27,7 +27,7 @@ def step_cost(step) -> int:
     return 0
 
 
-def plan_levels(steps, top: int) -> int:
+def plan_levels(steps, top: int, pcmm_levels: int = 1) -> int:
     """Assign level_in/level_out to every step for an input encrypted at `top`; returns the output level.
     Levels may go negative here (the caller checks)."""
     lv = {}
@@ -43,15 +43,15 @@ def plan_levels(steps, top: int) -> int:
             s.level_out = s.level_in - 1
         else:
             s.level_in = lv[s.inputs[0]]
-            s.level_out = s.level_in - step_cost(s)
+            s.level_out = s.level_in - (pcmm_levels if s.op == "pcmm" else step_cost(s))
         lv[s.out] = s.level_out
     out = next(s for s in steps if s.op == "output")
     return out.level_out
 
 
-def depth_of(steps) -> int:
-    """Levels the program consumes from the input to the output."""
-    return 1000 - plan_levels(steps, 1000)
+def depth_of(steps, pcmm_levels: int = 1) -> int:
+    """Levels the program consumes from the input to the output (pcmm_levels: 3 for layout C's CCMMs)."""
+    return 1000 - plan_levels(steps, 1000, pcmm_levels)
 
 
 def candidates(allow_insecure: bool) -> list[dict]:
