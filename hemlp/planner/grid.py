@@ -224,26 +224,25 @@ def pcmm_store_bytes(dims: tuple[int, int, int], d1: int, d2: int, c: int, H_in:
     return dict(reads=reads, writes=writes, total=sum(reads.values()) + sum(writes.values()))
 
 
-def grid_store(d1: int, c: int, d2: int, p: int, H_in: float, H_out: float, H_w: float = 8.0, nodes: int = 1,
+def grid_store(d1: int, c: int, d2: int, p: int, H_in: float, H_out: float, H_w: float = 8.0,
                d_in: int | None = None, P: int = 1) -> Grid:
-    """The runtime's grid for one PCMM on p workers spread over `nodes` nodes.
+    """The runtime's grid for one PCMM on p workers: eq. (5)'s search with pcmm_store_bytes as the objective.
 
     Candidates: p_m <= d1, p_n <= c, p_k <= d2 (blocks need not divide evenly), p_m p_n p_k <= p. As in
-    search_grid the product is maximised first (computation dominates); then the bytes that really move are
-    minimised: every write copies into the store, a read copies only when the reader is on another node
-    (same-node reads map the object zero-copy), so cost = writes + (1 - 1/nodes) reads; ties go to fewer reads,
-    then to the lexicographically smallest grid. On one node this avoids the partial-sum round trip of a p_k
-    split (the output rows or the columns are split instead); across nodes the input reads count and a p_k
-    split (each input row read once) wins for wide inputs, as in eq. (5)."""
+    search_grid the product is maximised first (computation dominates), then the total bytes read + written
+    are minimised, ties to the lexicographically smallest grid. Every byte counts, also on one node where a
+    task maps its arguments zero-copy: a write is a copy into the store, and a task processes every input
+    byte it reads (the exact GEMM splits its input block into floating-point digits: with p_m row blocks the
+    p_m tasks each split the whole input, the compute twin of eq. (5)'s broadcast term); across nodes a read
+    is also a transfer. So a wide layer (d2 >> d1, e.g. 784 -> 128) splits the reduction (each input row split
+    once, partial sums d1 rows wide), a square one splits the output rows (no partial-sum round trip), and
+    several chunk columns split the columns."""
     _check_p(p)
     cands = [(pm, pn, pk) for pm in range(1, min(d1, p) + 1) for pn in range(1, min(c, p // pm) + 1)
              for pk in range(1, min(d2, p // (pm * pn)) + 1)]
-    remote = 1.0 - 1.0 / max(1, int(nodes))
 
     def key(g):
-        b = pcmm_store_bytes(g, d1, d2, c, H_in, H_out, H_w, d_in, P)
-        r, w = sum(b["reads"].values()), sum(b["writes"].values())
-        return (-(g[0] * g[1] * g[2]), w + remote * r, r, g)
+        return (-(g[0] * g[1] * g[2]), pcmm_store_bytes(g, d1, d2, c, H_in, H_out, H_w, d_in, P)["total"], g)
 
     best = min(cands, key=key)
     W = pcmm_store_bytes(best, d1, d2, c, H_in, H_out, H_w, d_in, P)["total"]

@@ -535,7 +535,7 @@ class RayProgram:
     (use inside ``ray_session``; ``run_on_ray`` does both).
 
     num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (the
-    planner's ``grid_store`` for the workers and nodes), (p_m, p_n, p_k) for every PCMM, or {step: grid}.
+    planner's ``grid_store`` for the workers: fewest bytes through the store), (p_m, p_n, p_k) for every PCMM, or {step: grid}.
     cts_per_task: None (default) fuses every elementwise step into the task that produced its input; a number
     runs elementwise steps as their own tasks over groups of that many ciphertexts. stats (after run): per step,
     the grid, tasks, nodes, bytes read / written through the store (measured: every put, argument and return is
@@ -548,7 +548,6 @@ class RayProgram:
             raise RuntimeError("RayProgram needs a connected Ray: use it inside hemlp.runtime.ray_runtime.ray_session")
         self.ray = ray
         self.num_workers = int(num_workers or max(1, int(ray.cluster_resources().get("CPU", 1))))
-        self.nodes = max(1, sum(1 for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU")))
         self.grid, self.cts_per_task, self.threads = grid, cts_per_task, int(threads_per_task)
         self.stats: dict = {}
         self._rlk = None
@@ -606,7 +605,7 @@ class RayProgram:
 
         g = self.grid.get(s.out) if isinstance(self.grid, dict) else self.grid
         if g is None:
-            return grid_store(d1, c, d2, self.num_workers, H_in, H_out, 8.0, self.nodes, d_in, P).dims
+            return grid_store(d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P).dims
         dims = tuple(getattr(g, "dims", g))
         if len(dims) != 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in dims):
             raise ShapeError(f"grid must be a planner Grid or (p_m, p_n, p_k) of positive ints, got {g!r}")

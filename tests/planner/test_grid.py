@@ -192,17 +192,16 @@ def test_store_bytes_terms():
     assert g["reads"]["inputs"] == 2 * 10 * 2 * H_IN and g["writes"]["outputs"] == 48 * 2 * H_OUT
 
 
-def test_grid_store_one_node_avoids_partial_sums():
-    assert grid_store(128, 1, 784, 2, H_IN, H_OUT).dims == (2, 1, 1)
-    assert grid_store(128, 2, 784, 2, H_IN, H_OUT).dims == (1, 2, 1)  # columns: same writes, fewer reads
-    assert grid_store(10, 1, 64, 4, H_IN, H_OUT).dims == (4, 1, 1)
-    assert grid_store(1, 1, 64, 2, H_IN, H_OUT).dims == (1, 1, 2)  # one output row: only the reduction splits
-
-
-def test_grid_store_across_nodes_reads_count():
-    # wide input, few outputs: reading the 784 input rows on both nodes costs more than the partial sums
-    assert grid_store(128, 1, 784, 2, H_IN, H_OUT, nodes=2).dims == (1, 1, 2)
-    # square layer: the partial sums cost more than reading the inputs twice
-    assert grid_store(128, 1, 128, 2, H_IN, H_OUT, nodes=2).dims == (2, 1, 1)
-    g = grid_store(128, 1, 784, 3, H_IN, H_OUT)
-    assert g.size == 3 and g.objective == "store bytes" and g.W == pcmm_store_bytes(g.dims, 128, 784, 1, H_IN, H_OUT)["total"]
+def test_grid_store_minimises_store_bytes():
+    # wide layer: splitting the reduction reads each input row once (the partial sums are only 128 rows)
+    assert grid_store(128, 1, 784, 2, H_IN, H_OUT).dims == (1, 1, 2)
+    # square layer: the partial-sum round trip costs more than reading (splitting) the input twice
+    assert grid_store(128, 1, 128, 2, H_IN, H_OUT).dims == (2, 1, 1)
+    assert grid_store(128, 2, 784, 2, H_IN, H_OUT).dims == (1, 2, 1)  # columns: no duplicated reads at all
+    assert grid_store(1, 1, 64, 2, H_IN, H_OUT).dims == (1, 1, 2)     # one output row: only the reduction splits
+    for p in (1, 2, 3, 4, 6):
+        g = grid_store(128, 1, 784, p, H_IN, H_OUT)
+        assert g.size == p and g.objective == "store bytes"
+        assert g.W == pcmm_store_bytes(g.dims, 128, 784, 1, H_IN, H_OUT)["total"] == min(
+            pcmm_store_bytes((a, 1, b), 128, 784, 1, H_IN, H_OUT)["total"] for a in range(1, p + 1)
+            for b in range(1, p + 1) if a * b == p)

@@ -216,7 +216,7 @@ def _groups(st, steps):
 def test_blocks_stay_in_store_and_bytes_match_model(local_ray, mlp_case, grid):
     """Activations never come back to the driver between layers; every square runs inside the PCMM task that
     produced its input; the bytes the tasks read and write through the store equal the planner's model."""
-    from hemlp.planner.grid import pcmm_store_bytes
+    from hemlp.planner.grid import grid_store, pcmm_store_bytes
 
     c = mlp_case
     steps = {s.out: s for s in c["cm"].steps}
@@ -231,10 +231,11 @@ def test_blocks_stay_in_store_and_bytes_match_model(local_ray, mlp_case, grid):
     ctx, N = c["cm"].context, c["cm"].context.N
     for name, v in groups.items():
         s = steps[name]
-        assert v["grid"] == (grid or (2, 1, 1))  # one node: split the output rows, no partial-sum round trip
         level_in = s.level_out + 1
         level_out = steps[v["group"][-1]].level_out
-        model = pcmm_store_bytes(v["grid"], *s.U.shape, 1, 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8)
+        H_in, H_out = 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8
+        assert v["grid"] == (grid or grid_store(*s.U.shape[:1], 1, s.U.shape[1], 2, H_in, H_out).dims)
+        model = pcmm_store_bytes(v["grid"], *s.U.shape, 1, H_in, H_out)
         assert v["model_bytes"]["total"] == model["total"]
         assert v["bytes"]["total"] == model["total"], (name, v["bytes"], model)
     # the driver put the input once and got only the final output back
