@@ -373,10 +373,31 @@ def cmd_demo(args, ui: UI):
     acc_enc, acc_plain = float(np.mean(pred == te.y)), float(np.mean(plain == te.y))
     ui.result.update(command="demo", samples=n, accuracy_encrypted=acc_enc, accuracy_plaintext=acc_plain,
                      agreement=float(np.mean(pred == plain)), bytes=sizes)
+    single = []
+    if args.single > 0:
+        import time
+
+        with ui.step(f"single-image requests: compile for batch 1, keygen, classify {args.single} digits one by one"):
+            one = fn(model, tr.x[:256], batch_size=1, allow_insecure=args.insecure)
+            sk1, ek1 = one.keygen()
+            one.prepare()
+            lat, hits = [], 0
+            for i in range(min(args.single, n)):
+                ct = one.encrypt(te.x[i: i + 1], sk1)
+                t0 = time.perf_counter()
+                out = one.run(ct, ek1)
+                lat.append(time.perf_counter() - t0)
+                hits += int(np.asarray(one.decrypt(out, sk1)).reshape(-1).argmax() == plain[i])
+        med = float(np.median(lat))
+        ui.result.update(single_image=dict(layout=one.layout, n=len(lat), agreement=hits / len(lat),
+                                           run_seconds_median=med))
+        single = [f"one digit at a time (layout {'P' if one.layout == 'packed' else 'A'}, {one.preset}): "
+                  f"{med * 1e3:.0f} ms per digit on the server (median of {len(lat)}), "
+                  f"{hits} / {len(lat)} equal to plaintext"]
     ui.finish([f"labels:     {te.y[:20].tolist()}{' ...' if n > 20 else ''}",
                f"encrypted:  {pred[:20].tolist()}{' ...' if n > 20 else ''}",
                f"accuracy on {n} held-out digits: encrypted {acc_enc * 100:.1f} %, plaintext {acc_plain * 100:.1f} %",
-               "files exchanged: " + ", ".join(f"{k} {human(v)}" for k, v in sorted(sizes.items()))])
+               "files exchanged: " + ", ".join(f"{k} {human(v)}" for k, v in sorted(sizes.items()))] + single)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -460,6 +481,8 @@ def parser() -> argparse.ArgumentParser:
                    help="train on one-pixel shifted copies too (~97.6%% instead of ~96%% for the MLP)")
     p.add_argument("--samples", type=int, default=1000,
                    help="held-out digits classified under encryption (all 1000 fit one batch of slots)")
+    p.add_argument("--single", type=int, default=10,
+                   help="then classify this many digits one at a time with a batch-1 model (layout P); 0: skip")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--insecure", action="store_true", help="INSECURE small parameters (fast; testing only)")
     common(p, output=False)
