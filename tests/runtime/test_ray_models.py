@@ -129,9 +129,11 @@ def test_affine_and_polynomial_steps(local_ray):
     assert "affine" in {v["op"] for v in st.values()}
 
 
-def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch):
+@pytest.mark.parametrize("grid", [None, (1, 1, 2)])
+def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch, grid):
     """A worker os._exit()s on the first task of the second PCMM group (the product, the rescale and the fused
-    activation); Ray re-runs the pure task from its ObjectRef arguments and the result keeps the same bits."""
+    activation; with (1, 1, 2) a partial-sum task with several returns); Ray re-runs the pure task from its
+    ObjectRef arguments (blocks of the previous layer) and the result keeps the same bits."""
     c = mlp_case
     target = [s.out for s in c["cm"].steps if s.op == "pcmm"][1]
 
@@ -142,7 +144,7 @@ def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch):
 
     monkeypatch.setattr(ray_models, "RayProgram", Killing)
     st = {}
-    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", grid=grid, stats=st)
     assert local_ray.exists(), "no worker died: the fault was not injected"
     assert st[target]["tasks"] >= 2
     assert same(out, c["ref"])
