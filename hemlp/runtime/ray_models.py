@@ -361,8 +361,8 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
 
 def _add_mod_limbs(a: np.ndarray, b: np.ndarray, qv: np.ndarray) -> np.ndarray:
     """(a + b) mod q_l for ciphertext-major arrays (..., L, N); qv: the moduli as a (L, 1) uint64 array."""
-    s = a + b
-    s -= np.where(s >= qv, qv, np.uint64(0))
+    s = a + b  # < 2 q < 2^63: no overflow
+    np.subtract(s, qv, out=s, where=s >= qv)
     return s
 
 
