@@ -126,6 +126,11 @@ def _rot(v: np.ndarray, r: int) -> np.ndarray:
     return np.roll(v, -int(r), axis=-1)
 
 
+#: the client-replicated input layout is used up to this many input ciphertexts (upload size and
+#: encryption time grow with it); above, the input is one periodic ciphertext and the server rotates
+MAX_INPUT_CIPHERTEXTS = 32
+
+
 class PackedProgram:
     """The lowered steps planned in layout (P) for `slots` slots and a batch of up to `b` samples."""
 
@@ -165,6 +170,8 @@ class PackedProgram:
                     K = -(-s.rows // R)
                     c = min(R, pow2(-(-s.rows // K)))
                     L = PackedLayout("rep", s.rows, mp, K, c)
+                    if K > MAX_INPUT_CIPHERTEXTS:
+                        L = PackedLayout("per", s.rows, pow2(s.rows))
                 else:
                     L = PackedLayout("per", s.rows, pow2(s.rows))
                 self.steps.append(PackedStep("input", s.out, [], L, s))

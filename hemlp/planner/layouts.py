@@ -1,6 +1,7 @@
 """Cost estimates of the two layouts of a lowered program, for hemlp.compile's layout="auto".
 
-Each estimate is  sum over steps of (operation count x unit cost), in seconds per batch on one thread.
+Each estimate is  sum over steps of (operation count x unit cost), in seconds per batch on one thread,
+client-side input encryption included (both layouts trade it against server work).
 Unit costs are per (ring degree x limbs) so they scale to any preset and level:
 
 * layout (A): PCMM = d1*d2*positions*chunks*2N*(l+1) multiply-accumulates (exact modular GEMM),
@@ -24,7 +25,7 @@ __all__ = ["unit_costs", "estimate_batch", "estimate_packed"]
 
 #: seconds per (N * limbs) unit, one thread (reference machine, N = 2^14, 7 limbs)
 DEFAULTS = dict(rotate=1.5e-7, rotate_hoisted=1.05e-7, ct_mul=1.75e-7, pt_mul=3e-9, rescale=9e-9,
-                pcmm_mac=1.2e-10)
+                pcmm_mac=1.2e-10, encrypt=6e-8)
 _BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -39,6 +40,7 @@ def unit_costs() -> dict:
         c["rotate"] = ops["rotate"]["median_s"] / units
         c["rotate_hoisted"] = ops["rotate_hoisted8"]["median_s"] / 8 / units
         c["ct_mul"] = ops["mul"]["median_s"] / units
+        c["encrypt"] = ops["encrypt"]["median_s"] / units
     except (OSError, KeyError, StopIteration, ValueError, TypeError):
         pass
     try:
@@ -70,7 +72,9 @@ def estimate_batch(steps, params, batch: int) -> float:
     t = 0.0
     for s in steps:
         lv = s.level_in if s.level_in is not None else params.max_level
-        if s.op == "pcmm":
+        if s.op == "input":      # the client encrypts one ciphertext per feature and chunk
+            t += s.rows * chunks * N * (lv + 1) * c["encrypt"]
+        elif s.op == "pcmm":
             P = 1 if s.index is None else s.index.shape[1]
             t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
         elif s.op in ("square", "poly"):
@@ -86,9 +90,11 @@ def estimate_batch(steps, params, batch: int) -> float:
 
 
 def estimate_packed(prog, steps, params) -> float:
-    """Seconds for one batch (up to prog.b samples) in layout (P)."""
+    """Seconds for one batch (up to prog.b samples) in layout (P), the client's input encryption included
+    (the replicated input layout trades server rotations for K input ciphertexts)."""
     c, N = unit_costs(), params.N
-    t = 0.0
+    top = prog.input.src.level_out if prog.input.src.level_out is not None else params.max_level
+    t = prog.input.layout.K * N * (top + 1) * c["encrypt"]
     for s in prog.steps:
         lv = s.src.level_in if s.src.level_in is not None else params.max_level
         u = N * (lv + 1)

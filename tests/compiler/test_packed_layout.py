@@ -223,3 +223,40 @@ def test_batch_job_of_single_image_requests(tmp_path):
     for i, p in enumerate(sorted(outs)):
         y = cm.decrypt(cm.load_encrypted(p), sk)
         assert np.max(np.abs(y - ref[i: i + 1])) < 1e-4
+
+
+def test_cost_model_counts_scale_with_the_work():
+    """The planner's estimates are sums of exact op counts x unit costs: check them against the counts."""
+    from hemlp.planner.layouts import estimate_batch, estimate_packed, unit_costs
+
+    x = _asym((8, 784))
+    cm = hemlp.compile(mlp(), x, batch_size=1, preset="N14-d6", layout="batch")
+    p1 = PackedProgram(cm.steps, 8192, 1)
+    p2 = PackedProgram(cm.steps, 8192, 2)
+    e1, e2 = estimate_packed(p1, cm.steps, cm.params), estimate_packed(p2, cm.steps, cm.params)
+    assert 0 < e1 < e2                                       # two samples: more products and input ciphertexts
+    eb1 = estimate_batch(cm.steps, cm.params, 1)
+    assert eb1 == estimate_batch(cm.steps, cm.params, 8192)  # layout A costs the same up to one chunk ...
+    assert estimate_batch(cm.steps, cm.params, 8193) > 1.9 * eb1   # ... and doubles with a second chunk
+    c = unit_costs()
+    assert all(v > 0 for v in c.values())
+    # many samples per ciphertext: the replicated input would need > 32 ciphertexts -> one periodic input
+    p4 = PackedProgram(cm.steps, 8192, 4)
+    assert p4.input.layout.kind == "per" and p4.input.layout.K == 1
+
+
+@pytest.mark.slow
+def test_single_digit_at_128_bit():
+    """The issue's single-image case at a 128-bit preset: real MNIST digits, one at a time, layout (P)."""
+    from hemlp.datasets.mnist_sample import load_mnist_sample
+
+    te = load_mnist_sample(train=False)
+    model = mlp(dims=(784, 128, 64, 10))
+    cm = hemlp.compile(model, te.x[:256].reshape(256, -1), batch_size=1)
+    assert cm.layout == "packed" and cm.params.is_128_bit_secure
+    sk, ek = cm.keygen()
+    for i in range(5):
+        x = te.x[i: i + 1].reshape(1, -1)
+        y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek), sk)
+        ref = torch_out(model, x)
+        assert np.max(np.abs(y - ref)) < 1e-4 * max(1.0, np.max(np.abs(ref)))
