@@ -76,8 +76,12 @@ class BlockedProgram:
         from hemlp.baselines.rectangular import default_slots
         from hemlp.planner.chain import plan_chain
 
+        from hemlp.planner.layouts import unit_costs
+
+        c = unit_costs()   # FHE4DMM's Table II op counts priced by this machine's measured unit costs
+        weights = dict(ROT=c["rotate"], MULT=c["ct_mul"], PMULT=c["pt_mul"], ADD=c["pt_mul"] / 2)
         shapes = [(L.W.shape[0], self.batch, L.W.shape[1]) for L in self.layers]
-        self.chain = plan_chain(shapes, int(slots))         # reblock_cost_fn=None: consistent blocks
+        self.chain = plan_chain(shapes, int(slots), cost_fn=weights)   # reblock_cost_fn=None: consistent blocks
         for L, lay in zip(self.layers, self.chain.layouts):
             L.layout = lay
         self.slots = max(default_slots(*L.dims) for L in self.layers)
