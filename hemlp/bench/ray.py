@@ -208,18 +208,20 @@ def main_mlp(args) -> int:
     for rep in range(warmup + args.repeats):
         for mode, n in modes:
             st = {}
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if mode == "local":
                 out = cm.run(ct, ek, threads=n)
             else:
                 hemlp.set_num_threads(1)  # the driver's own work (input export, output import) on one thread
                 out = cm.run(ct, ek, runtime="ray", num_workers=n, stats=st)
-            sec = time.perf_counter() - t0
+            sec, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: this process (driver) only
             if ref is None:
                 ref = out
             same = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.ctm.cts, ref.ctm.cts, strict=True))
+            if st:  # the workers' CPU seconds (the tasks report their own)
+                cpu += sum(v.get("group_task_cpu_seconds", 0.0) for v in st.values())
             if rep >= warmup:
-                runs[mode, n].append((sec, dict(out.layer_seconds), st, same))
+                runs[mode, n].append((sec, dict(out.layer_seconds), st, same, cpu))
             del out
         loads.append(report.load_average())
         print(f"  round {rep + 1}/{warmup + args.repeats}" + (" (warm-up)" if rep < warmup else "")
@@ -231,7 +233,9 @@ def main_mlp(args) -> int:
         rec = dict(label=f"local, {n} thread(s)" if mode == "local" else f"Ray, {n} worker(s)", mode=mode,
                    seconds=med(r[0] for r in rs), samples=[r[0] for r in rs],
                    layer_seconds={k: med(r[1][k] for r in rs) for k in names},
-                   bit_identical=all(r[3] for r in rs))
+                   bit_identical=all(r[3] for r in rs), cpu_seconds=med(r[4] for r in rs),
+                   # cores this run actually got: CPU seconds (driver + tasks) per wall second
+                   cores_used=med(r[4] / r[0] for r in rs))
         if mode == "local":
             rec["threads"] = n
         else:
@@ -245,7 +249,11 @@ def main_mlp(args) -> int:
             for k, v in g_last.items():
                 s = next(x for x in steps if x.out == k)
                 gr = dict(steps=v["group"], seconds=med(g[k]["group_seconds"] for g in g_all),
-                          task_seconds=med(g[k]["group_task_seconds"] for g in g_all), tasks=v["tasks"],
+                          task_seconds=med(g[k]["group_task_seconds"] for g in g_all),
+                          task_cpu_seconds=med(g[k]["group_task_cpu_seconds"] for g in g_all),
+                          cores_used=med(g[k]["group_task_cpu_seconds"] / g[k]["group_seconds"] for g in g_all),
+                          critical_cpu_seconds=med(g[k]["critical_cpu_seconds"] for g in g_all),
+                          tasks=v["tasks"],
                           grid=list(v["grid"]) if v.get("grid") else None, bytes=v["bytes"], model_bytes=v["model_bytes"],
                           bytes_vs_model=v["bytes_vs_model"])
                 if s.op == "pcmm" and v.get("grid"):
@@ -273,6 +281,10 @@ def main_mlp(args) -> int:
         summary["speedup_1_to_2_workers"] = r1["seconds"] / r2["seconds"]
         summary["group_speedup_1_to_2_workers"] = {k: r1["groups"][k]["seconds"] / r2["groups"][k]["seconds"]
                                                    for k in r1["groups"]}
+        # what the split itself costs, independent of the load: CPU seconds of the 1-worker task over the
+        # critical path (longest task per wave) of the 2-worker tasks = the speed-up with two free cores
+        summary["group_speedup_1_to_2_workers_cpu_critical_path"] = {
+            k: r1["groups"][k]["task_cpu_seconds"] / r2["groups"][k]["critical_cpu_seconds"] for k in r1["groups"]}
     summary["local_speedup_1_to_2_threads"] = local1["seconds"] / local2["seconds"]
     # ---- tables
     cols = results
@@ -283,6 +295,7 @@ def main_mlp(args) -> int:
     rows.append(["vs local, same threads"] + [
         "" if r["mode"] == "local" else f"{r['seconds'] / by['local', min(2, r['workers'])]['seconds'] - 1:+.1%}"
         for r in cols])
+    rows.append(["cores used (CPU s / wall s)"] + [f"{r['cores_used']:.2f}" for r in cols])
     rows.append(["bit-identical"] + ["yes" if r["bit_identical"] else "NO" for r in cols])
     report.table(["layer"] + [r["label"] for r in cols], rows,
                  title=f"MLP {'-'.join(map(str, dims))}, batch {batch} ({cm.preset}, {cm.capacity // slots} chunk(s) "
@@ -296,9 +309,13 @@ def main_mlp(args) -> int:
             loc2 = sum(local2["layer_seconds"][s] for s in g1["steps"])
             grows.append(["+".join(g1["steps"]), report.fmt_seconds(loc1), report.fmt_seconds(loc2),
                           report.fmt_seconds(g1["seconds"]), report.fmt_seconds(g2["seconds"]),
-                          f"{g1['seconds'] / g2['seconds']:.2f}x", f"{g1['seconds'] / loc1 - 1:+.1%}"])
+                          f"{g1['seconds'] / g2['seconds']:.2f}x", f"{g2['cores_used']:.2f}",
+                          f"{g1['task_cpu_seconds'] / g2['critical_cpu_seconds']:.2f}x",
+                          f"{g1['seconds'] / loc1 - 1:+.1%}"])
         report.table(["group (one task wave)", "local 1 thr", "local 2 thr", "Ray 1 wkr", "Ray 2 wkr",
-                      "Ray 1->2", "Ray 1 vs local 1"], grows, title="per group (PCMM + fused activation)")
+                      "Ray 1->2", "cores got (2 wkr)", "CPU 1->2", "Ray 1 vs local 1"], grows,
+                     title="per group (PCMM + fused activation); cores got = tasks' CPU s / wall s; CPU 1->2 = "
+                           "CPU s of the 1-worker task / longest 2-worker task per wave (speed-up with 2 free cores)")
     brows = []
     for r in rays:
         for k, g in r["groups"].items():

@@ -26,6 +26,9 @@ from hemlp.errors import ShapeError, UnsupportedError
 __all__ = ["BlockedProgram", "CGEMM_LEVELS"]
 
 CGEMM_LEVELS = 3
+#: block CCMMs use at most this many slots: the rectangular kernel's transforms are found from dense
+#: (slots x slots) 0/1 matrices, so larger blocks cost quadratic memory and time to prepare
+MAX_BLOCK_SLOTS = 2048
 
 
 @dataclass
@@ -81,7 +84,8 @@ class BlockedProgram:
         c = unit_costs()   # FHE4DMM's Table II op counts priced by this machine's measured unit costs
         weights = dict(ROT=c["rotate"], MULT=c["ct_mul"], PMULT=c["pt_mul"], ADD=c["pt_mul"] / 2)
         shapes = [(L.W.shape[0], self.batch, L.W.shape[1]) for L in self.layers]
-        self.chain = plan_chain(shapes, int(slots), cost_fn=weights)   # reblock_cost_fn=None: consistent blocks
+        # reblock_cost_fn=None: consistent blocks across the chain
+        self.chain = plan_chain(shapes, min(int(slots), MAX_BLOCK_SLOTS), cost_fn=weights)
         for L, lay in zip(self.layers, self.chain.layouts):
             L.layout = lay
         self.slots = max(default_slots(*L.dims) for L in self.layers)

@@ -410,7 +410,7 @@ def _group_task(spec: dict, *arrays):
     from hemlp import _core
 
     _maybe_die()
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     _tune_malloc()
     _core.set_num_threads(spec["threads"])
     ctx = _worker_context(spec["phash"], spec["params"])
@@ -433,7 +433,7 @@ def _group_task(spec: dict, *arrays):
             outs = [Y[a:b] for a, b in spec["pieces"]]  # contiguous row ranges
             meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays),
                         key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels={},
-                        seconds=time.perf_counter() - t_start)
+                        seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
             return (*outs, meta)
         cts = _epilogue(ctx, spec, Y, secs, head)
         del Y
@@ -477,7 +477,7 @@ def _group_task(spec: dict, *arrays):
     secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
     meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays), key_read=key_read,
                 written=out.nbytes, secs=secs, levels=levels, metas=[_meta_of(o) for o in objs],
-                seconds=time.perf_counter() - t_start)
+                seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
     return out, meta
 
 
@@ -828,7 +828,11 @@ class RayProgram:
                     st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub - t0,
                               bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
                               model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
-                              group_task_seconds=sum(m["seconds"] for m in allm))
+                              group_task_seconds=sum(m["seconds"] for m in allm),
+                              group_task_cpu_seconds=sum(m["cpu"] for m in allm),
+                              # the wave's critical path if every task had its own core
+                              critical_cpu_seconds=max(m["cpu"] for m in metas)
+                              + (max(m["cpu"] for m in pmetas) if pmetas else 0.0))
                     if "grid" in info:
                         st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
                     if "cts_per_task" in info:
