@@ -186,18 +186,13 @@ class PackedProgram:
                 a = np.where(idx >= 0, np.asarray(s.alpha)[np.maximum(idx, 0)], 0.0)
                 bt = np.where(idx >= 0, np.asarray(s.beta)[np.maximum(idx, 0)], 0.0)
                 self.steps.append(PackedStep("affine", s.out, list(s.inputs), Lin, s, alpha=a, beta=bt))
-            elif s.op == "add":
+            elif s.op in ("add", "mul"):             # slot-wise: both operands in one layout
                 La, Lb = lay[s.inputs[0]], lay[s.inputs[1]]
                 if La != Lb:
-                    raise UnsupportedError(f"layout (P): the residual add {s.out} joins tensors in different "
-                                           f"layouts ({La.describe()} and {Lb.describe()}); use layout='batch'")
-                self.steps.append(PackedStep("add", s.out, list(s.inputs), La, s))
-            elif s.op == "mul":
-                La, Lb = lay[s.inputs[0]], lay[s.inputs[1]]
-                if La != Lb:
-                    raise UnsupportedError(f"layout (P): the product {s.out} joins tensors in different layouts "
+                    what = "residual add" if s.op == "add" else "product"
+                    raise UnsupportedError(f"layout (P): the {what} {s.out} joins tensors in different layouts "
                                            f"({La.describe()} and {Lb.describe()}); use layout='batch'")
-                self.steps.append(PackedStep("mul", s.out, list(s.inputs), La, s))
+                self.steps.append(PackedStep(s.op, s.out, list(s.inputs), La, s))
             elif s.op in ("alias", "output"):
                 self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
             elif s.op in ("matmul", "perm"):

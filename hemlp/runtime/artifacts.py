@@ -58,6 +58,15 @@ def unpack(data: bytes, kind: str):
     return header, payload
 
 
+def unpack_for(data: bytes, kind: str, compiled, fix: str = ""):
+    """unpack() plus the check that the file belongs to this compiled model."""
+    h, payload = unpack(data, kind)
+    if h.get("model_id") != compiled.model_id:
+        raise KeyMismatchError(f"this {kind.replace('_', ' ')} file belongs to compiled model {h.get('model_id')}, "
+                               f"not {compiled.model_id}" + (f"; {fix}" if fix else ""))
+    return h, payload
+
+
 def _read(path, kind):
     try:
         return Path(path).read_bytes()
@@ -99,10 +108,7 @@ class EvalKeys:
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EvalKeys":
-        h, payload = unpack(data, "eval_keys")
-        if h.get("model_id") != compiled.model_id:
-            raise KeyMismatchError(f"these evaluation keys belong to compiled model {h.get('model_id')}, not "
-                                   f"{compiled.model_id}; generate keys with this model's keygen()")
+        h, payload = unpack_for(data, "eval_keys", compiled, "generate keys with this model's keygen()")
         from hemlp.ckks import GaloisKeys, RelinKey, from_bytes
 
         nr, ng = h.get("relin_bytes", len(payload) if h.get("has_relin") else 0), h.get("galois_bytes", 0)

@@ -61,12 +61,9 @@ class EncryptedWeights:
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EncryptedWeights":
         from hemlp.ckks import Ciphertext, from_bytes
-        from hemlp.runtime.artifacts import unpack
+        from hemlp.runtime.artifacts import unpack_for
 
-        h, payload = unpack(data, "encrypted_weights")
-        if h.get("model_id") != compiled.model_id:
-            raise KeyMismatchError(f"these encrypted weights belong to compiled model {h.get('model_id')}, not "
-                                   f"{compiled.model_id}")
+        h, payload = unpack_for(data, "encrypted_weights", compiled, "encrypt them with this model's encrypt_weights")
         sizes, shape = h.get("sizes"), h.get("shape")
         try:
             total = sum(a * b + c for a, b, c in shape)
