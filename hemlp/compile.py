@@ -95,7 +95,8 @@ class Plan:
                      + ("relinearisation key only (no rotations)" if i["needs_relin"] else "none (linear model)")]
         if i.get("layout_estimates"):
             head.append("planner estimates (s per batch): " + ", ".join(
-                f"{k} {v:.3g}" for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
+                f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}"
+                for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
         text = format_graph(self.graph, "\n".join(head))
         if i.get("layout") == "blocked":
             text = text.replace(" = pcmm_gather(", " = ccmm_blocks(").replace(" = pcmm(", " = ccmm_blocks(")
@@ -644,10 +645,10 @@ def _choose_layout(layout: str, steps, params, batch: int, batch_given: bool):
         return "batch", {}, None
     try:
         prog = PackedProgram(steps, params.N // 2, batch)
-    except (UnsupportedError, ShapeError):
+    except (UnsupportedError, ShapeError) as exc:
         if layout == "packed":
             raise
-        return "batch", {}, None
+        return "batch", {"packed": f"not possible: {exc}"}, None
     if layout == "packed":
         return "packed", {}, prog
     from hemlp.planner.layouts import estimate_batch, estimate_packed

@@ -141,6 +141,7 @@ def test_auto_layout_follows_the_cost_model():
     est = one.plan.info["layout_estimates"]
     assert one.layout == "packed" and est["packed"] < est["batch"]
     assert many.layout == "batch"                           # 4096 x 784 features do not fit one ciphertext
+    assert "not possible" in many.plan.info["layout_estimates"]["packed"] and "not possible" in str(many.plan)
     default = hemlp.compile(model, x, preset="N14-d6")      # no batch size given: a full batch, layout (A)
     assert default.layout == "batch"
     assert one.model_id != hemlp.compile(model, x, batch_size=1, preset="N14-d6", layout="batch").model_id

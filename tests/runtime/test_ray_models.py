@@ -245,3 +245,13 @@ def test_blocks_stay_in_store_and_bytes_match_model(local_ray, mlp_case, grid):
     assert st[first]["put_bytes"] == len(c["ct"].ctm.cts) * 2 * (steps[first].level_out + 1) * N * 8
     assert st["_output"]["get_bytes"] == len(out.ctm.cts) * 2 * (out.ctm.level + 1) * N * 8
     assert ctx is c["cm"].context
+
+
+def test_step_by_step_fallback(local_ray, mlp_case, monkeypatch):
+    """Programs RayProgram does not know run through local.run with the per-step RayExecutor: same bits."""
+    c = mlp_case
+    monkeypatch.setattr(ray_models, "_supported", lambda steps, C: False)
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
+    assert same(out, c["ref"])
+    assert "group" not in next(iter(st.values())) and {v["op"] for v in st.values()} == {"pcmm", "square"}
