@@ -1,18 +1,22 @@
-"""Compiled models on Ray: the executor that ``CompiledModel.run(..., runtime="ray")`` injects into
-``hemlp.runtime.local.run`` (one step loop for both runtimes).
+"""Compiled models on Ray (``CompiledModel.run(..., runtime="ray")`` -> ``run_on_ray``).
 
-* PCMM steps: ``ray_pcmm`` / ``ray_pcmm_gather`` (sharded exact GEMMs per grid cell and RNS limb;
-  grid: the planner's ``pcmm_grid`` for the worker count, or ``grid=``);
-* elementwise steps (square, polynomial, affine): Ray tasks over contiguous groups of ciphertexts.
-  A group travels as one uint64 array (ciphertexts x polynomials x limbs x N) plus per-ciphertext
-  metadata, and comes back the same way; the native import rebuilds exactly the same objects
-  (seeded ciphertexts keep their seed). Each task gets only what its step needs: the op (square:
-  two constants, poly: the coefficients, affine: its rows' alpha / beta) and, for square / poly,
-  the relinearisation key, ``ray.put`` once per run and decoded once per worker process;
-* residual adds and the input's level drop stay on the driver.
+``RayProgram`` (the default): the activations stay in the object store between layers. The driver puts
+the input once, in the blocks the first layer reads, then only orchestrates waves of tasks; each PCMM
+task reads its input blocks by ObjectRef zero-copy, runs the exact GEMM per limb, then x K, the rescale
+and the bias natively and the elementwise steps that follow on its rows (square, polynomial, affine),
+and returns its output block for the next layer's tasks. Grids: ``planner.grid.grid_store`` (fewest
+object-store bytes, ``pcmm_store_bytes``), or ``grid=``. Per step, ``stats`` gets the bytes the tasks
+read and wrote through the store (every argument, return and driver put is a numpy array of known size)
+next to the model, the grid, the task count, nodes, and the tasks' own wall and CPU seconds. See the
+block comment above ``_group_task`` for the data layout and the waves.
 
-Every worker process builds the ``ckks.Context`` once and caches it by the parameter hash; tasks are
-pure (max_retries), so a worker killed mid-layer is re-run and the result keeps the same bits.
+``RayExecutor`` (fallback for programs with steps RayProgram does not know): the per-step executor that
+``local.run`` calls; PCMMs through ``ray_pcmm`` / ``ray_pcmm_gather``, elementwise steps as tasks over
+groups of ciphertexts sent from and returned to the driver.
+
+Every worker process builds the ``ckks.Context`` once and caches it by the parameter hash, and decodes the
+relinearisation key (put once per run) once; tasks are pure (max_retries) and their arguments stay
+referenced by the driver, so a worker killed mid-layer is re-run and the result keeps the same bits.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from hemlp.errors import LevelError, ShapeError
 from hemlp.runtime.local import ElementwiseOp, elementwise
 from hemlp.runtime.ray_runtime import TASK_RETRIES, _add_mod, _maybe_die, _ray, ray_pcmm, ray_pcmm_gather
 
-__all__ = ["RayExecutor", "pack_cts", "unpack_cts"]
+__all__ = ["RayProgram", "RayExecutor", "run_on_ray", "release_staging", "pack_cts", "unpack_cts"]
 
 # ----------------------------------------------------------------------------- ciphertext groups <-> arrays
 
