@@ -12,9 +12,11 @@ through the object store (one ray.put per input block, zero-copy reads in the ta
 Every task is pure and idempotent (max_retries): a killed worker is re-run and the result is the same.
 
 Whole compiled models: ``CompiledModel.run(ct, eval_keys, runtime="ray", address=..., num_workers=...)``
-runs every PCMM through ray_pcmm / ray_pcmm_gather and every elementwise step as Ray tasks
-(hemlp.runtime.ray_models), bit-identical to runtime="local". ``run_batch`` (``hemlp batch``) is the
-other axis: whole items (encrypted batches) in parallel, each item in-process in one worker.
+runs hemlp.runtime.ray_models.RayProgram: the activations stay in the object store between layers, each
+PCMM task also runs the rescale, the bias and the activation of its rows, bit-identical to
+runtime="local" (ray_pcmm / ray_pcmm_gather remain the one-product API and the fallback's PCMMs).
+``run_batch`` (``hemlp batch``) is the other axis: whole items (encrypted batches) in parallel, each item
+in-process in one worker.
 """
 from __future__ import annotations
 
