@@ -1,5 +1,7 @@
 #include "ckks/keyswitch.h"
 
+#include <algorithm>
+
 namespace hemlp {
 
 ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
@@ -41,25 +43,58 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   const size_t n = ctx.n();
   const int level = d.level, K = ctx.num_p(), E = level + 1 + K;
   const int beta = (int)d.digits.size();
-  u0.assign((size_t)E * n, 0);
-  u1.assign((size_t)E * n, 0);
+  u0.resize((size_t)E * n);  // every entry is written below
+  u1.resize((size_t)E * n);
+  const uint32_t* pm = perm ? perm->data() : nullptr;
 #pragma omp parallel for schedule(static)
   for (int k = 0; k < E; ++k) {
     const int m = ctx.qp_index(level, k);  // key limbs are indexed by modulus
     const Modulus& q = ctx.modulus(m);
     const size_t ko = (size_t)m * n, dof = (size_t)k * n;
-    u64* o0 = u0.data() + dof;
-    u64* o1 = u1.data() + dof;
-    for (size_t i = 0; i < n; ++i) {
-      const size_t src = perm ? (*perm)[i] : i;
-      u128 a0 = 0, a1 = 0;  // beta < 64 products of < 2^122: no overflow
+    u64* __restrict o0 = u0.data() + dof;
+    u64* __restrict o1 = u1.data() + dof;
+    // beta < 64 products of < 2^122 each: the 128-bit sums cannot overflow. The first digit
+    // initialises the accumulators, later digits add; one Barrett reduction per output.
+    constexpr size_t kBlock = 512;
+    u128 acc0[kBlock], acc1[kBlock];
+    for (size_t c0 = 0; c0 < n; c0 += kBlock) {
+      const size_t len = std::min(kBlock, n - c0);
       for (int t = 0; t < beta; ++t) {
-        const u64 x = d.digits[t][dof + src];
-        a0 += (u128)x * key.b[t][ko + i];
-        a1 += (u128)x * key.a[t][ko + i];
+        const u64* __restrict x = d.digits[t].data() + dof;
+        const u64* __restrict kb = key.b[t].data() + ko + c0;
+        const u64* __restrict ka = key.a[t].data() + ko + c0;
+        if (pm) {
+          const uint32_t* __restrict pp = pm + c0;
+          if (t == 0)
+            for (size_t i = 0; i < len; ++i) {
+              const u64 xv = x[pp[i]];
+              acc0[i] = (u128)xv * kb[i];
+              acc1[i] = (u128)xv * ka[i];
+            }
+          else
+            for (size_t i = 0; i < len; ++i) {
+              const u64 xv = x[pp[i]];
+              acc0[i] += (u128)xv * kb[i];
+              acc1[i] += (u128)xv * ka[i];
+            }
+        } else {
+          const u64* __restrict xs = x + c0;
+          if (t == 0)
+            for (size_t i = 0; i < len; ++i) {
+              acc0[i] = (u128)xs[i] * kb[i];
+              acc1[i] = (u128)xs[i] * ka[i];
+            }
+          else
+            for (size_t i = 0; i < len; ++i) {
+              acc0[i] += (u128)xs[i] * kb[i];
+              acc1[i] += (u128)xs[i] * ka[i];
+            }
+        }
       }
-      o0[i] = q.reduce128(a0);
-      o1[i] = q.reduce128(a1);
+      for (size_t i = 0; i < len; ++i) {
+        o0[c0 + i] = q.reduce128(acc0[i]);
+        o1[c0 + i] = q.reduce128(acc1[i]);
+      }
     }
   }
 }
