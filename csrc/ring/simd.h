@@ -41,6 +41,21 @@ HEMLP_AVX512_FN inline __m512i mulhi64(__m512i a, __m512i b) {
   return _mm512_add_epi64(hi, _mm512_srli_epi64(mid, 32));
 }
 
+// Full 64x64 -> 128-bit products, lane-wise: lo and hi words; a_hi = a >> 32 (shared by callers).
+HEMLP_AVX512_FN inline void mul_wide(__m512i a, __m512i a_hi, __m512i b, __m512i& lo, __m512i& hi) {
+  const __m512i lo32 = _mm512_set1_epi64(0xffffffffLL);
+  const __m512i b_hi = _mm512_srli_epi64(b, 32);
+  const __m512i ll = _mm512_mul_epu32(a, b);
+  const __m512i lh = _mm512_mul_epu32(a, b_hi);
+  const __m512i hl = _mm512_mul_epu32(a_hi, b);
+  const __m512i hh = _mm512_mul_epu32(a_hi, b_hi);
+  __m512i mid = _mm512_add_epi64(_mm512_srli_epi64(ll, 32), _mm512_and_si512(lh, lo32));
+  mid = _mm512_add_epi64(mid, _mm512_and_si512(hl, lo32));
+  hi = _mm512_add_epi64(_mm512_add_epi64(hh, _mm512_srli_epi64(lh, 32)),
+                        _mm512_add_epi64(_mm512_srli_epi64(hl, 32), _mm512_srli_epi64(mid, 32)));
+  lo = _mm512_or_si512(_mm512_and_si512(ll, lo32), _mm512_slli_epi64(mid, 32));
+}
+
 // x * w mod q in [0, 2q) for any 64-bit x (Shoup; wp = floor(w 2^64 / q)).
 HEMLP_AVX512_FN inline __m512i mul_shoup_lazy(__m512i x, __m512i w, __m512i wp, __m512i q) {
   const __m512i h = mulhi64(x, wp);
