@@ -5,6 +5,7 @@
 
 #include "ckks/errors.h"
 #include "ckks/keyswitch.h"
+#include "ring/vecops.h"
 
 namespace hemlp {
 
@@ -163,14 +164,9 @@ Ciphertext Evaluator::mul(const Ciphertext& a, const Ciphertext& b, const Switch
   r.polys.assign(3, Poly((size_t)limbs * n));
 #pragma omp parallel for schedule(static)
   for (int k = 0; k < limbs; ++k) {
-    const Modulus& q = ctx_.modulus(k);
     const size_t o = (size_t)k * n;
-    for (size_t i = 0; i < n; ++i) {
-      const u64 a0 = a.polys[0][o + i], a1 = a.polys[1][o + i], b0 = b.polys[0][o + i], b1 = b.polys[1][o + i];
-      r.polys[0][o + i] = q.mul(a0, b0);
-      r.polys[1][o + i] = q.reduce128((u128)a0 * b1 + (u128)a1 * b0);
-      r.polys[2][o + i] = q.mul(a1, b1);
-    }
+    ring::tensor_vec(a.polys[0].data() + o, a.polys[1].data() + o, b.polys[0].data() + o, b.polys[1].data() + o,
+                     ctx_.modulus(k), r.polys[0].data() + o, r.polys[1].data() + o, r.polys[2].data() + o, n);
   }
   return rlk ? relinearize(r, *rlk) : r;
 }
@@ -189,13 +185,12 @@ Ciphertext Evaluator::relinearize(const Ciphertext& a, const SwitchKey& rlk) con
   key_switch(ctx_, a.polys[2].data(), a.level, rlk, k0, k1);
   Ciphertext r = a;
   r.polys.resize(2);
+#pragma omp parallel for schedule(static)
   for (int k = 0; k <= a.level; ++k) {
     const u64 q = ctx_.modulus(k).q;
-    for (size_t i = 0; i < n; ++i) {
-      const size_t o = (size_t)k * n + i;
-      r.polys[0][o] = ring::add_mod(r.polys[0][o], k0[o], q);
-      r.polys[1][o] = ring::add_mod(r.polys[1][o], k1[o], q);
-    }
+    const size_t o = (size_t)k * n;
+    ring::add_vec(r.polys[0].data() + o, k0.data() + o, q, r.polys[0].data() + o, n);
+    ring::add_vec(r.polys[1].data() + o, k1.data() + o, q, r.polys[1].data() + o, n);
   }
   return r;
 }
@@ -235,9 +230,8 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
     for (int i = 0; i <= l; ++i) {
       const Modulus& q = ctx_.modulus(i);
       const u64 pm = ctx_.p_mod_q(i), pmp = ring::shoup_precompute(pm, q.q);
-      const u64* dj = t.polys[j].data() + (size_t)i * n;
       u64* vi = v.data() + (size_t)i * n;
-      for (size_t x = 0; x < n; ++x) vi[x] = ring::add_mod(vi[x], ring::mul_shoup(dj[x], pm, pmp, q.q), q.q);
+      ring::add_mul_shoup_vec(vi, t.polys[j].data() + (size_t)i * n, pm, pmp, q.q, vi, n);
     }
     // the dropped limbs {q_l} ∪ P in coefficient form
     Poly low((size_t)(K + 1) * n);
@@ -257,8 +251,7 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
       // (P q_l)^-1 mod q_i
       const u64 inv = ring::inv_mod(q.mul(ctx_.p_mod_q(i), ctx_.modulus(l).q % q.q), q.q);
       const u64 invp = ring::shoup_precompute(inv, q.q);
-      const u64* src = v.data() + (size_t)i * n;
-      for (size_t x = 0; x < n; ++x) c[x] = ring::mul_shoup(ring::sub_mod(src[x], c[x], q.q), inv, invp, q.q);
+      ring::sub_mul_shoup_vec(v.data() + (size_t)i * n, c, inv, invp, q.q, nullptr, c, n);
     }
   }
   return r;
@@ -292,8 +285,7 @@ Ciphertext Evaluator::rescale(const Ciphertext& a) const {
       for (size_t x = 0; x < n; ++x) t[x] = ring::centred_mod(last[x], ql, qi);
       ctx_.ntt(i).forward(t);
       const u64 w = ctx_.q_inv_mod_q(l, i), wp = ring::shoup_precompute(w, qi);
-      const u64* src = a.polys[j].data() + (size_t)i * n;
-      for (size_t x = 0; x < n; ++x) t[x] = ring::mul_shoup(ring::sub_mod(src[x], t[x], qi), w, wp, qi);
+      ring::sub_mul_shoup_vec(a.polys[j].data() + (size_t)i * n, t, w, wp, qi, nullptr, t, n);
     }
   }
   return r;
@@ -354,29 +346,33 @@ Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const Galois
   if (a.encoding != Encoding::Slot) fail(ErrorKind::Encoding, "rotations act on slot-encoded ciphertexts only");
   if (g == 1) return a;
   const SwitchKey& key = find_key(keys, g, a);
-  // One rotation: permute (c0, c1) first, so the key switch reads its digits sequentially.
+  // One rotation: permute (c0, c1) first, so the key switch reads its digits sequentially;
+  // the ModDown of the b-part adds the permuted c0 in the same pass.
   const size_t n = ctx_.n();
   const auto& perm = ctx_.galois_permutation(g);
-  Ciphertext c = a;
+  Ciphertext c;
+  c.param_hash = a.param_hash;
+  c.key_id = a.key_id;
+  c.level = a.level;
+  c.scale = a.scale;
+  c.slots = a.slots;
+  c.encoding = a.encoding;
+  c.is_complex = a.is_complex;
   c.seeded = false;
-  Poly c1(a.polys[1].size());
+  c.polys.resize(2);
+  Poly c0(a.polys[0].size()), c1(a.polys[1].size());
 #pragma omp parallel for schedule(static)
   for (int k = 0; k <= a.level; ++k) {
     const size_t o = (size_t)k * n;
-    for (size_t i = 0; i < n; ++i) {
-      c.polys[0][o + i] = a.polys[0][o + perm[i]];
-      c1[o + i] = a.polys[1][o + perm[i]];
-    }
+    ring::permute_vec(a.polys[0].data() + o, perm.data(), c0.data() + o, n);
+    ring::permute_vec(a.polys[1].data() + o, perm.data(), c1.data() + o, n);
   }
-  Poly k0, k1;
-  key_switch(ctx_, c1.data(), a.level, key, k0, k1);
-#pragma omp parallel for schedule(static)
-  for (int k = 0; k <= a.level; ++k) {
-    const u64 q = ctx_.modulus(k).q;
-    const size_t o = (size_t)k * n;
-    for (size_t i = 0; i < n; ++i) c.polys[0][o + i] = ring::add_mod(c.polys[0][o + i], k0[o + i], q);
-  }
-  c.polys[1] = std::move(k1);
+  ModUpDigits d = modup(ctx_, c1.data(), a.level);
+  Poly u0, u1;
+  key_inner_product(ctx_, d, key, nullptr, u0, u1);
+  moddown(ctx_, u0, a.level, c0, c0.data());
+  moddown(ctx_, u1, a.level, c.polys[1]);
+  c.polys[0] = std::move(c0);
   return c;
 }
 
@@ -395,17 +391,15 @@ std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, con
     c.seeded = false;
     if (gs[r] == 1) { out.push_back(std::move(c)); continue; }
     const auto& perm = ctx_.galois_permutation(gs[r]);
-    Poly u0, u1, k0, k1;
+    Poly u0, u1;
     key_inner_product(ctx_, digits, *ks[r], &perm, u0, u1);
-    moddown(ctx_, u0, a.level, k0);
-    moddown(ctx_, u1, a.level, k1);
 #pragma omp parallel for schedule(static)
     for (int k = 0; k <= a.level; ++k) {
-      const u64 q = ctx_.modulus(k).q;
       const size_t o = (size_t)k * n;
-      for (size_t i = 0; i < n; ++i) c.polys[0][o + i] = ring::add_mod(a.polys[0][o + perm[i]], k0[o + i], q);
+      ring::permute_vec(a.polys[0].data() + o, perm.data(), c.polys[0].data() + o, n);
     }
-    c.polys[1] = std::move(k1);
+    moddown(ctx_, u0, a.level, c.polys[0], c.polys[0].data());
+    moddown(ctx_, u1, a.level, c.polys[1]);
     out.push_back(std::move(c));
   }
   return out;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ring/simd.h"
+#include "ring/vecops.h"
 
 namespace hemlp {
 
@@ -42,6 +43,7 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
 
 #if HEMLP_HAVE_AVX512_KERNELS
 namespace {
+constexpr int kMaxDigits = 32;
 // One output limb of the key inner product: o_b = sum_t x_t * kb_t, o_a = sum_t x_t * ka_t (mod q),
 // x_t read through perm when given. 128-bit sums kept as (hi, lo) words; the reduction
 // hi * [2^64]_q + lo mod q uses two Shoup products, so the result equals the scalar Barrett one.
@@ -52,11 +54,20 @@ HEMLP_AVX512_FN void kip_limb_avx512(const u64* const* x, const u64* const* kb, 
   const __m512i q = _mm512_set1_epi64((long long)qv), two_q = _mm512_set1_epi64((long long)(2 * qv));
   const __m512i C = _mm512_set1_epi64((long long)c), Cp = _mm512_set1_epi64((long long)ring::shoup_precompute(c, qv));
   const __m512i one = _mm512_set1_epi64(1), onep = _mm512_set1_epi64((long long)ring::shoup_precompute(1, qv));
+  // with a permutation, the digits are gathered block by block into buf with scalar loads
+  // (AVX-512 gathers measured slower than scalar loads here)
+  constexpr size_t kBlock = 256;
+  u64 buf[kMaxDigits * kBlock];
   for (size_t i = 0; i < n; i += 8) {
+    const size_t bi = i % kBlock;
+    if (perm && bi == 0) {
+      const size_t len = std::min(kBlock, n - i);
+      for (int t = 0; t < beta; ++t)
+        for (size_t c = 0; c < len; ++c) buf[t * kBlock + c] = x[t][perm[i + c]];
+    }
     __m512i lo0 = _mm512_setzero_si512(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
-    const __m256i idx = perm ? _mm256_loadu_si256((const __m256i*)(perm + i)) : _mm256_setzero_si256();
     for (int t = 0; t < beta; ++t) {
-      const __m512i X = perm ? _mm512_i32gather_epi64(idx, (const long long*)x[t], 8) : _mm512_loadu_si512(x[t] + i);
+      const __m512i X = _mm512_loadu_si512(perm ? buf + t * kBlock + bi : x[t] + i);
       const __m512i Xh = _mm512_srli_epi64(X, 32);
       __m512i pl, ph;
       mul_wide(X, Xh, _mm512_loadu_si512(kb[t] + i), pl, ph);
@@ -91,7 +102,7 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
     u64* __restrict o0 = u0.data() + dof;
     u64* __restrict o1 = u1.data() + dof;
 #if HEMLP_HAVE_AVX512_KERNELS
-    if (ring::simd_avx512() && n % 8 == 0) {
+    if (ring::simd_avx512() && n % 8 == 0 && beta <= kMaxDigits) {
       std::vector<const u64*> xs(beta), kbs(beta), kas(beta);
       for (int t = 0; t < beta; ++t) {
         xs[t] = d.digits[t].data() + dof;
@@ -148,7 +159,7 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   }
 }
 
-void moddown(const Context& ctx, const Poly& u, int level, Poly& out) {
+void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64* add_to) {
   const size_t n = ctx.n();
   const int K = ctx.num_p();
   Poly pc(u.begin() + (size_t)(level + 1) * n, u.begin() + (size_t)(level + 1 + K) * n);
@@ -168,9 +179,8 @@ void moddown(const Context& ctx, const Poly& u, int level, Poly& out) {
     u64* c = conv.data() + (size_t)i * n;
     ctx.ntt(i).forward(c);
     const u64 pinv = ctx.p_inv_mod_q(i), pinvp = ring::shoup_precompute(pinv, q.q);
-    const u64* src = u.data() + (size_t)i * n;
-    u64* dst = out.data() + (size_t)i * n;
-    for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(ring::sub_mod(src[x], c[x], q.q), pinv, pinvp, q.q);
+    ring::sub_mul_shoup_vec(u.data() + (size_t)i * n, c, pinv, pinvp, q.q,
+                            add_to ? add_to + (size_t)i * n : nullptr, out.data() + (size_t)i * n, n);
   }
 }
 
