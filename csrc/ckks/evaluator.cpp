@@ -223,36 +223,44 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
   r.encoding = t.encoding;
   r.is_complex = t.is_complex;
   r.polys.assign(2, Poly((size_t)l * n));
+  // v_j = P d_j + u_j over Q_l ∪ P (P d_j vanishes on the P limbs); both j in each parallel loop
+#pragma omp parallel for schedule(static)
+  for (int job = 0; job < 2 * (l + 1); ++job) {
+    const int j = job / (l + 1), i = job % (l + 1);
+    const Modulus& q = ctx_.modulus(i);
+    const u64 pm = ctx_.p_mod_q(i), pmp = ring::shoup_precompute(pm, q.q);
+    u64* vi = u[j].data() + (size_t)i * n;
+    ring::add_mul_shoup_vec(vi, t.polys[j].data() + (size_t)i * n, pm, pmp, q.q, vi, n);
+  }
+  // the dropped limbs {q_l} ∪ P of both v_j in coefficient form
+  Poly low((size_t)2 * (K + 1) * n);
+  for (int j = 0; j < 2; ++j)
+    std::copy(u[j].begin() + (size_t)l * n, u[j].begin() + (size_t)(l + 1 + K) * n,
+              low.begin() + (size_t)j * (K + 1) * n);
+#pragma omp parallel for schedule(static)
+  for (int job = 0; job < 2 * (K + 1); ++job) {
+    const int m = job % (K + 1);
+    ctx_.ntt(m == 0 ? l : ctx_.p_index(m - 1)).inverse(low.data() + (size_t)job * n);
+  }
   for (int j = 0; j < 2; ++j) {
-    // v = P d_j + u_j over Q_l ∪ P (P d_j vanishes on the P limbs)
-    Poly& v = u[j];
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i <= l; ++i) {
-      const Modulus& q = ctx_.modulus(i);
-      const u64 pm = ctx_.p_mod_q(i), pmp = ring::shoup_precompute(pm, q.q);
-      u64* vi = v.data() + (size_t)i * n;
-      ring::add_mul_shoup_vec(vi, t.polys[j].data() + (size_t)i * n, pm, pmp, q.q, vi, n);
-    }
-    // the dropped limbs {q_l} ∪ P in coefficient form
-    Poly low((size_t)(K + 1) * n);
-    std::copy(v.begin() + (size_t)l * n, v.begin() + (size_t)(l + 1 + K) * n, low.begin());
-#pragma omp parallel for schedule(static)
-    for (int m = 0; m <= K; ++m) ctx_.ntt(m == 0 ? l : ctx_.p_index(m - 1)).inverse(low.data() + (size_t)m * n);
     std::vector<const u64*> in(K + 1);
-    for (int m = 0; m <= K; ++m) in[m] = low.data() + (size_t)m * n;
+    for (int m = 0; m <= K; ++m) in[m] = low.data() + (size_t)(j * (K + 1) + m) * n;
     std::vector<u64*> outp(l);
     for (int i = 0; i < l; ++i) outp[i] = r.polys[j].data() + (size_t)i * n;
     conv.convert(in.data(), outp.data(), n, &targets);
+  }
+  std::vector<u64> inv(l), invp(l);  // (P q_l)^-1 mod q_i
+  for (int i = 0; i < l; ++i) {
+    const Modulus& q = ctx_.modulus(i);
+    inv[i] = ring::inv_mod(q.mul(ctx_.p_mod_q(i), ctx_.modulus(l).q % q.q), q.q);
+    invp[i] = ring::shoup_precompute(inv[i], q.q);
+  }
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < l; ++i) {
-      const Modulus& q = ctx_.modulus(i);
-      u64* c = outp[i];
-      ctx_.ntt(i).forward(c);
-      // (P q_l)^-1 mod q_i
-      const u64 inv = ring::inv_mod(q.mul(ctx_.p_mod_q(i), ctx_.modulus(l).q % q.q), q.q);
-      const u64 invp = ring::shoup_precompute(inv, q.q);
-      ring::sub_mul_shoup_vec(v.data() + (size_t)i * n, c, inv, invp, q.q, nullptr, c, n);
-    }
+  for (int job = 0; job < 2 * l; ++job) {
+    const int j = job / l, i = job % l;
+    u64* c = r.polys[j].data() + (size_t)i * n;
+    ctx_.ntt(i).forward(c);
+    ring::sub_mul_shoup_vec(u[j].data() + (size_t)i * n, c, inv[i], invp[i], ctx_.modulus(i).q, nullptr, c, n);
   }
   return r;
 }
@@ -370,8 +378,7 @@ Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const Galois
   ModUpDigits d = modup(ctx_, c1.data(), a.level);
   Poly u0, u1;
   key_inner_product(ctx_, d, key, nullptr, u0, u1);
-  moddown(ctx_, u0, a.level, c0, c0.data());
-  moddown(ctx_, u1, a.level, c.polys[1]);
+  moddown_many(ctx_, a.level, {&u0, &u1}, {&c0, &c.polys[1]}, {c0.data(), nullptr});
   c.polys[0] = std::move(c0);
   return c;
 }
@@ -398,8 +405,7 @@ std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, con
       const size_t o = (size_t)k * n;
       ring::permute_vec(a.polys[0].data() + o, perm.data(), c.polys[0].data() + o, n);
     }
-    moddown(ctx_, u0, a.level, c.polys[0], c.polys[0].data());
-    moddown(ctx_, u1, a.level, c.polys[1]);
+    moddown_many(ctx_, a.level, {&u0, &u1}, {&c.polys[0], &c.polys[1]}, {c.polys[0].data(), nullptr});
     out.push_back(std::move(c));
   }
   return out;

@@ -16,6 +16,7 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
   ModUpDigits out;
   out.level = level;
   out.digits.resize(beta);
+  std::vector<std::pair<int, u64*>> jobs;  // (modulus index, limb) to bring to NTT form
   for (int t = 0; t < beta; ++t) {
     const int lo = t * alpha, cnt = std::min(alpha, level + 1 - lo);
     Poly& D = out.digits[t];
@@ -34,9 +35,11 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
     std::vector<u64*> outp(limbs.size());
     for (size_t i = 0; i < limbs.size(); ++i) outp[i] = D.data() + (size_t)limbs[i] * n;
     ctx.modup_converter(lo, cnt).convert(in.data(), outp.data(), n, &targets);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < (int)limbs.size(); ++i) ctx.ntt(targets[i]).forward(outp[i]);
+    for (size_t i = 0; i < limbs.size(); ++i) jobs.emplace_back(targets[i], outp[i]);
   }
+  // the NTTs of every digit in one parallel loop (7 limbs per digit split badly over 2 threads)
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < (int)jobs.size(); ++i) ctx.ntt(jobs[i].first).forward(jobs[i].second);
   (void)L;
   return out;
 }
@@ -48,7 +51,7 @@ constexpr int kMaxDigits = 32;
 // x_t read through perm when given. 128-bit sums kept as (hi, lo) words; the reduction
 // hi * [2^64]_q + lo mod q uses two Shoup products, so the result equals the scalar Barrett one.
 HEMLP_AVX512_FN void kip_limb_avx512(const u64* const* x, const u64* const* kb, const u64* const* ka, int beta,
-                                     const uint32_t* perm, size_t n, u64 qv, u64* o0, u64* o1) {
+                                     const uint32_t* perm, size_t i0, size_t i1, u64 qv, u64* o0, u64* o1) {
   using namespace ring::avx512;
   const u64 c = (u64)(((u128)1 << 64) % qv);
   const __m512i q = _mm512_set1_epi64((long long)qv), two_q = _mm512_set1_epi64((long long)(2 * qv));
@@ -58,10 +61,10 @@ HEMLP_AVX512_FN void kip_limb_avx512(const u64* const* x, const u64* const* kb, 
   // (AVX-512 gathers measured slower than scalar loads here)
   constexpr size_t kBlock = 256;
   u64 buf[kMaxDigits * kBlock];
-  for (size_t i = 0; i < n; i += 8) {
-    const size_t bi = i % kBlock;
+  for (size_t i = i0; i < i1; i += 8) {
+    const size_t bi = (i - i0) % kBlock;
     if (perm && bi == 0) {
-      const size_t len = std::min(kBlock, n - i);
+      const size_t len = std::min(kBlock, i1 - i);
       for (int t = 0; t < beta; ++t)
         for (size_t c = 0; c < len; ++c) buf[t * kBlock + c] = x[t][perm[i + c]];
     }
@@ -94,8 +97,12 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   u0.resize((size_t)E * n);  // every entry is written below
   u1.resize((size_t)E * n);
   const uint32_t* pm = perm ? perm->data() : nullptr;
+  // jobs = (limb, quarter of the coefficients): E limbs alone split unevenly over 2 threads
+  const int S = n % 32 == 0 ? 4 : 1;
 #pragma omp parallel for schedule(static)
-  for (int k = 0; k < E; ++k) {
+  for (int job = 0; job < E * S; ++job) {
+    const int k = job / S;
+    const size_t i0 = n / S * (job % S), i1 = i0 + n / S;
     const int m = ctx.qp_index(level, k);  // key limbs are indexed by modulus
     const Modulus& q = ctx.modulus(m);
     const size_t ko = (size_t)m * n, dof = (size_t)k * n;
@@ -109,7 +116,7 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
         kbs[t] = key.b[t].data() + ko;
         kas[t] = key.a[t].data() + ko;
       }
-      kip_limb_avx512(xs.data(), kbs.data(), kas.data(), beta, pm, n, q.q, o0, o1);
+      kip_limb_avx512(xs.data(), kbs.data(), kas.data(), beta, pm, i0, i1, q.q, o0, o1);
       continue;
     }
 #endif
@@ -117,8 +124,8 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
     // initialises the accumulators, later digits add; one Barrett reduction per output.
     constexpr size_t kBlock = 512;
     u128 acc0[kBlock], acc1[kBlock];
-    for (size_t c0 = 0; c0 < n; c0 += kBlock) {
-      const size_t len = std::min(kBlock, n - c0);
+    for (size_t c0 = i0; c0 < i1; c0 += kBlock) {
+      const size_t len = std::min(kBlock, i1 - c0);
       for (int t = 0; t < beta; ++t) {
         const u64* __restrict x = d.digits[t].data() + dof;
         const u64* __restrict kb = key.b[t].data() + ko + c0;
@@ -159,37 +166,49 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   }
 }
 
-void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64* add_to) {
+void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>& us, const std::vector<Poly*>& outs,
+                  const std::vector<const u64*>& add_to) {
   const size_t n = ctx.n();
-  const int K = ctx.num_p();
-  Poly pc(u.begin() + (size_t)(level + 1) * n, u.begin() + (size_t)(level + 1 + K) * n);
+  const int K = ctx.num_p(), cnt = (int)us.size();
+  // the P limbs of every input to coefficient form, in one parallel loop
+  Poly pc((size_t)cnt * K * n);
+  for (int m = 0; m < cnt; ++m)
+    std::copy(us[m]->begin() + (size_t)(level + 1) * n, us[m]->begin() + (size_t)(level + 1 + K) * n,
+              pc.begin() + (size_t)m * K * n);
 #pragma omp parallel for schedule(static)
-  for (int j = 0; j < K; ++j) ctx.ntt(ctx.p_index(j)).inverse(pc.data() + (size_t)j * n);
-  Poly conv((size_t)(level + 1) * n);
-  std::vector<const u64*> in(K);
-  for (int j = 0; j < K; ++j) in[j] = pc.data() + (size_t)j * n;
-  std::vector<u64*> outp(level + 1);
+  for (int j = 0; j < cnt * K; ++j) ctx.ntt(ctx.p_index(j % K)).inverse(pc.data() + (size_t)j * n);
+  Poly conv((size_t)cnt * (level + 1) * n);
   std::vector<int> targets(level + 1);
-  for (int i = 0; i <= level; ++i) { outp[i] = conv.data() + (size_t)i * n; targets[i] = i; }
-  ctx.moddown_converter().convert(in.data(), outp.data(), n, &targets);
-  out.resize((size_t)(level + 1) * n);
+  for (int i = 0; i <= level; ++i) targets[i] = i;
+  for (int m = 0; m < cnt; ++m) {
+    std::vector<const u64*> in(K);
+    for (int j = 0; j < K; ++j) in[j] = pc.data() + (size_t)(m * K + j) * n;
+    std::vector<u64*> outp(level + 1);
+    for (int i = 0; i <= level; ++i) outp[i] = conv.data() + (size_t)(m * (level + 1) + i) * n;
+    ctx.moddown_converter().convert(in.data(), outp.data(), n, &targets);
+    outs[m]->resize((size_t)(level + 1) * n);
+  }
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i <= level; ++i) {
+  for (int job = 0; job < cnt * (level + 1); ++job) {
+    const int m = job / (level + 1), i = job % (level + 1);
     const Modulus& q = ctx.modulus(i);
-    u64* c = conv.data() + (size_t)i * n;
+    u64* c = conv.data() + (size_t)job * n;
     ctx.ntt(i).forward(c);
     const u64 pinv = ctx.p_inv_mod_q(i), pinvp = ring::shoup_precompute(pinv, q.q);
-    ring::sub_mul_shoup_vec(u.data() + (size_t)i * n, c, pinv, pinvp, q.q,
-                            add_to ? add_to + (size_t)i * n : nullptr, out.data() + (size_t)i * n, n);
+    ring::sub_mul_shoup_vec(us[m]->data() + (size_t)i * n, c, pinv, pinvp, q.q,
+                            add_to[m] ? add_to[m] + (size_t)i * n : nullptr, outs[m]->data() + (size_t)i * n, n);
   }
+}
+
+void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64* add_to) {
+  moddown_many(ctx, level, {&u}, {&out}, {add_to});
 }
 
 void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1) {
   ModUpDigits d = modup(ctx, d_ntt, level);
   Poly u0, u1;
   key_inner_product(ctx, d, key, nullptr, u0, u1);
-  moddown(ctx, u0, level, k0);
-  moddown(ctx, u1, level, k1);
+  moddown_many(ctx, level, {&u0, &u1}, {&k0, &k1}, {nullptr, nullptr});
 }
 
 }  // namespace hemlp

@@ -23,6 +23,10 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
 // out = round(u / P) over Q_l (u has level+1+K limbs, NTT form); out gets level+1 limbs.
 // With add_to (level+1 limbs), out = add_to + round(u / P); out may be the same vector as add_to.
 void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64* add_to = nullptr);
+// Several ModDowns at once (one parallel loop per phase): outs[m] = add_to[m] + round(us[m] / P),
+// add_to[m] may be null.
+void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>& us, const std::vector<Poly*>& outs,
+                  const std::vector<const u64*>& add_to);
 
 // Full key switch of one polynomial (level+1 limbs, NTT): returns (k0, k1) over Q_level.
 void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1);
