@@ -165,7 +165,7 @@ void NTTTables::forward(uint64_t* a) const {
 #endif
   const uint64_t q = q_, two_q = 2 * q;
   size_t t = n_;
-  for (size_t m = 1; m < n_; m <<= 1) {
+  for (size_t m = 1; m < n_ / 2; m <<= 1) {  // every stage but the last
     t >>= 1;
     for (size_t i = 0; i < m; ++i) {
       const uint64_t W = w_[m + i], Wp = wp_[m + i];
@@ -180,10 +180,17 @@ void NTTTables::forward(uint64_t* a) const {
       }
     }
   }
-  for (size_t j = 0; j < n_; ++j) {
-    uint64_t X = a[j];
+  // last stage (t = 1) with the reduction of the output to [0, q)
+  const size_t m = n_ / 2;
+  for (size_t i = 0; i < m; ++i) {
+    uint64_t X = a[2 * i];
     X = X >= two_q ? X - two_q : X;
-    a[j] = X >= q ? X - q : X;
+    const uint64_t T = mul_shoup_lazy(a[2 * i + 1], w_[m + i], wp_[m + i], q);
+    uint64_t x = X + T, y = X - T + two_q;
+    x = x >= two_q ? x - two_q : x;
+    y = y >= two_q ? y - two_q : y;
+    a[2 * i] = x >= q ? x - q : x;
+    a[2 * i + 1] = y >= q ? y - q : y;
   }
 }
 
@@ -193,7 +200,7 @@ void NTTTables::inverse(uint64_t* a) const {
 #endif
   const uint64_t q = q_, two_q = 2 * q;
   size_t t = 1;
-  for (size_t m = n_; m > 1; m >>= 1) {
+  for (size_t m = n_; m > 2; m >>= 1) {  // every stage but the last
     const size_t h = m >> 1;
     for (size_t i = 0; i < h; ++i) {
       const uint64_t W = iw_[h + i], Wp = iwp_[h + i];
@@ -208,7 +215,14 @@ void NTTTables::inverse(uint64_t* a) const {
     }
     t <<= 1;
   }
-  for (size_t j = 0; j < n_; ++j) a[j] = mul_shoup(a[j], n_inv_, n_inv_p_, q);
+  // last stage (t = N/2) fused with the scaling by N^-1
+  uint64_t* x = a;
+  uint64_t* y = a + t;
+  for (size_t j = 0; j < t; ++j) {
+    const uint64_t X = x[j], Y = y[j];
+    x[j] = mul_shoup(X + Y, n_inv_, n_inv_p_, q);
+    y[j] = mul_shoup(X - Y + two_q, iw1n_, iw1n_p_, q);
+  }
 }
 
 }  // namespace hemlp::ring
