@@ -233,7 +233,7 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
     ring::add_mul_shoup_vec(vi, t.polys[j].data() + (size_t)i * n, pm, pmp, q.q, vi, n);
   }
   // the dropped limbs {q_l} ∪ P of both v_j in coefficient form
-  Poly low((size_t)2 * (K + 1) * n);
+  ScratchPoly low((size_t)2 * (K + 1) * n);
   for (int j = 0; j < 2; ++j)
     std::copy(u[j].begin() + (size_t)l * n, u[j].begin() + (size_t)(l + 1 + K) * n,
               low.begin() + (size_t)j * (K + 1) * n);
@@ -368,7 +368,8 @@ Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const Galois
   c.is_complex = a.is_complex;
   c.seeded = false;
   c.polys.resize(2);
-  Poly c0(a.polys[0].size()), c1(a.polys[1].size());
+  Poly c0(a.polys[0].size());
+  ScratchPoly c1(a.polys[1].size());
 #pragma omp parallel for schedule(static)
   for (int k = 0; k <= a.level; ++k) {
     const size_t o = (size_t)k * n;
@@ -393,12 +394,12 @@ std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, con
   const size_t n = ctx_.n();
   ModUpDigits digits = modup(ctx_, a.polys[1].data(), a.level);  // shared by every rotation
   std::vector<Ciphertext> out;
+  Poly u0, u1;  // reused by every rotation
   for (size_t r = 0; r < gs.size(); ++r) {
     Ciphertext c = a;
     c.seeded = false;
     if (gs[r] == 1) { out.push_back(std::move(c)); continue; }
     const auto& perm = ctx_.galois_permutation(gs[r]);
-    Poly u0, u1;
     key_inner_product(ctx_, digits, *ks[r], &perm, u0, u1);
 #pragma omp parallel for schedule(static)
     for (int k = 0; k <= a.level; ++k) {

@@ -11,7 +11,7 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
   const size_t n = ctx.n();
   const int K = ctx.num_p(), E = level + 1 + K, alpha = ctx.alpha(), L = ctx.max_level();
   const int beta = (level + alpha) / alpha;
-  Poly coeff(d_ntt, d_ntt + (size_t)(level + 1) * n);
+  ScratchPoly coeff(d_ntt, d_ntt + (size_t)(level + 1) * n);
   ctx.intt_limbs(coeff.data(), level, level + 1, false);
   ModUpDigits out;
   out.level = level;
@@ -19,8 +19,8 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
   std::vector<std::pair<int, u64*>> jobs;  // (modulus index, limb) to bring to NTT form
   for (int t = 0; t < beta; ++t) {
     const int lo = t * alpha, cnt = std::min(alpha, level + 1 - lo);
-    Poly& D = out.digits[t];
-    D.assign((size_t)E * n, 0);
+    ScratchPoly& D = out.digits[t];
+    D.resize((size_t)E * n);  // every limb is written: copied (own limbs) or converted
     std::vector<const u64*> in(cnt);
     for (int i = 0; i < cnt; ++i) {
       in[i] = coeff.data() + (size_t)(lo + i) * n;
@@ -171,13 +171,13 @@ void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>&
   const size_t n = ctx.n();
   const int K = ctx.num_p(), cnt = (int)us.size();
   // the P limbs of every input to coefficient form, in one parallel loop
-  Poly pc((size_t)cnt * K * n);
+  ScratchPoly pc((size_t)cnt * K * n);
   for (int m = 0; m < cnt; ++m)
     std::copy(us[m]->begin() + (size_t)(level + 1) * n, us[m]->begin() + (size_t)(level + 1 + K) * n,
               pc.begin() + (size_t)m * K * n);
 #pragma omp parallel for schedule(static)
   for (int j = 0; j < cnt * K; ++j) ctx.ntt(ctx.p_index(j % K)).inverse(pc.data() + (size_t)j * n);
-  Poly conv((size_t)cnt * (level + 1) * n);
+  ScratchPoly conv((size_t)cnt * (level + 1) * n);
   std::vector<int> targets(level + 1);
   for (int i = 0; i <= level; ++i) targets[i] = i;
   for (int m = 0; m < cnt; ++m) {

@@ -3,15 +3,34 @@
 // computed once and reused for many Galois elements (hoisting).
 #pragma once
 #include <cstddef>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "ckks/objects.h"
 
 namespace hemlp {
 
+// std::allocator that leaves new elements uninitialised (resize does not zero-fill): for
+// scratch buffers whose every entry is written before it is read.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind { using other = UninitAllocator<U>; };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) {}
+  template <class U>
+  void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) { ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...); }
+};
+using ScratchPoly = std::vector<u64, UninitAllocator<u64>>;
+
 struct ModUpDigits {
   int level = 0;
-  std::vector<Poly> digits;  // each (level+1+K) limbs, NTT form
+  std::vector<ScratchPoly> digits;  // each (level+1+K) limbs, NTT form
 };
 
 ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level);
