@@ -9,10 +9,12 @@
 #define HEMLP_HAVE_AVX512_KERNELS 1
 // GCC 12 reports its own _mm512_undefined_epi32() (self-initialised on purpose) as
 // maybe-uninitialized when the intrinsics are inlined into target("avx512f") functions of a
-// translation unit built without -mavx512f (GCC bug 105593); silence that one warning in the
-// files that include this header.
+// translation unit built without -mavx512f (GCC bug 105593); the warning is silenced for the
+// intrinsics headers only (diagnostic state is by source location).
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #define HEMLP_AVX512_FN __attribute__((target("avx512f,avx512dq")))
 #else
 #define HEMLP_HAVE_AVX512_KERNELS 0
