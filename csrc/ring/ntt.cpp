@@ -165,23 +165,41 @@ void NTTTables::forward(uint64_t* a) const {
 #endif
   const uint64_t q = q_, two_q = 2 * q;
   size_t t = n_;
-  for (size_t m = 1; m < n_ / 2; m <<= 1) {  // every stage but the last
+  size_t m = 1;
+  for (; m < n_ / 4; m <<= 1) {  // stages with t >= 4: four butterflies per iteration
     t >>= 1;
     for (size_t i = 0; i < m; ++i) {
       const uint64_t W = w_[m + i], Wp = wp_[m + i];
       uint64_t* x = a + 2 * i * t;
       uint64_t* y = x + t;
-      for (size_t j = 0; j < t; ++j) {
-        uint64_t X = x[j];
-        X = X >= two_q ? X - two_q : X;
-        uint64_t T = mul_shoup_lazy(y[j], W, Wp, q);  // [0, 2q)
-        x[j] = X + T;                                  // [0, 4q)
-        y[j] = X - T + two_q;                          // [0, 4q)
+      for (size_t j = 0; j < t; j += 4) {
+#define HEMLP_BF(k)                                                   \
+  {                                                                   \
+    uint64_t X = x[j + k];                                            \
+    X = X >= two_q ? X - two_q : X;                                   \
+    const uint64_t T = mul_shoup_lazy(y[j + k], W, Wp, q);            \
+    x[j + k] = X + T;                                                 \
+    y[j + k] = X - T + two_q;                                         \
+  }
+        HEMLP_BF(0) HEMLP_BF(1) HEMLP_BF(2) HEMLP_BF(3)
+#undef HEMLP_BF
       }
     }
   }
+  // stage t = 2: two butterflies per block
+  for (size_t i = 0; n_ >= 4 && i < m; ++i) {
+    const uint64_t W = w_[m + i], Wp = wp_[m + i];
+    uint64_t* x = a + 4 * i;
+    for (int k = 0; k < 2; ++k) {
+      uint64_t X = x[k];
+      X = X >= two_q ? X - two_q : X;
+      const uint64_t T = mul_shoup_lazy(x[k + 2], W, Wp, q);
+      x[k] = X + T;
+      x[k + 2] = X - T + two_q;
+    }
+  }
   // last stage (t = 1) with the reduction of the output to [0, q)
-  const size_t m = n_ / 2;
+  m = n_ / 2;
   for (size_t i = 0; i < m; ++i) {
     uint64_t X = a[2 * i];
     X = X >= two_q ? X - two_q : X;
@@ -199,22 +217,44 @@ void NTTTables::inverse(uint64_t* a) const {
   if (simd_) return inverse_avx512(a, n_, q_, iw_.data(), iwp_.data(), n_inv_, n_inv_p_, iw1n_, iw1n_p_);
 #endif
   const uint64_t q = q_, two_q = 2 * q;
+#define HEMLP_GS(xp, yp, W, Wp)                    \
+  {                                                \
+    const uint64_t X = (xp), Y = (yp);             \
+    const uint64_t U = X + Y;                      \
+    (xp) = U >= two_q ? U - two_q : U;             \
+    (yp) = mul_shoup_lazy(X - Y + two_q, W, Wp, q); \
+  }
   size_t t = 1;
-  for (size_t m = n_; m > 2; m >>= 1) {  // every stage but the last
+  if (n_ >= 8) {
+    // stage t = 1 (pairs), then t = 2 (blocks of 4)
+    for (size_t i = 0, h = n_ / 2; i < h; ++i) HEMLP_GS(a[2 * i], a[2 * i + 1], iw_[h + i], iwp_[h + i])
+    for (size_t i = 0, h = n_ / 4; i < h; ++i) {
+      uint64_t* x = a + 4 * i;
+      HEMLP_GS(x[0], x[2], iw_[h + i], iwp_[h + i])
+      HEMLP_GS(x[1], x[3], iw_[h + i], iwp_[h + i])
+    }
+    t = 4;
+  }
+  for (size_t m = n_ / t; m > 2; m >>= 1) {  // remaining stages but the last, four butterflies per iteration
     const size_t h = m >> 1;
     for (size_t i = 0; i < h; ++i) {
       const uint64_t W = iw_[h + i], Wp = iwp_[h + i];
       uint64_t* x = a + 2 * i * t;
       uint64_t* y = x + t;
-      for (size_t j = 0; j < t; ++j) {
-        uint64_t X = x[j], Y = y[j];  // both in [0, 2q)
-        uint64_t U = X + Y;
-        x[j] = U >= two_q ? U - two_q : U;
-        y[j] = mul_shoup_lazy(X - Y + two_q, W, Wp, q);
+      if (t >= 4) {
+        for (size_t j = 0; j < t; j += 4) {
+          HEMLP_GS(x[j], y[j], W, Wp)
+          HEMLP_GS(x[j + 1], y[j + 1], W, Wp)
+          HEMLP_GS(x[j + 2], y[j + 2], W, Wp)
+          HEMLP_GS(x[j + 3], y[j + 3], W, Wp)
+        }
+      } else {
+        for (size_t j = 0; j < t; ++j) HEMLP_GS(x[j], y[j], W, Wp)
       }
     }
     t <<= 1;
   }
+#undef HEMLP_GS
   // last stage (t = N/2) fused with the scaling by N^-1
   uint64_t* x = a;
   uint64_t* y = a + t;
