@@ -5,6 +5,7 @@
 
 #include "ckks/errors.h"
 #include "ckks/keyswitch.h"
+#include "ring/vecops.h"
 
 namespace hemlp {
 
@@ -163,14 +164,9 @@ Ciphertext Evaluator::mul(const Ciphertext& a, const Ciphertext& b, const Switch
   r.polys.assign(3, Poly((size_t)limbs * n));
 #pragma omp parallel for schedule(static)
   for (int k = 0; k < limbs; ++k) {
-    const Modulus& q = ctx_.modulus(k);
     const size_t o = (size_t)k * n;
-    for (size_t i = 0; i < n; ++i) {
-      const u64 a0 = a.polys[0][o + i], a1 = a.polys[1][o + i], b0 = b.polys[0][o + i], b1 = b.polys[1][o + i];
-      r.polys[0][o + i] = q.mul(a0, b0);
-      r.polys[1][o + i] = q.reduce128((u128)a0 * b1 + (u128)a1 * b0);
-      r.polys[2][o + i] = q.mul(a1, b1);
-    }
+    ring::tensor_vec(a.polys[0].data() + o, a.polys[1].data() + o, b.polys[0].data() + o, b.polys[1].data() + o,
+                     ctx_.modulus(k), r.polys[0].data() + o, r.polys[1].data() + o, r.polys[2].data() + o, n);
   }
   return rlk ? relinearize(r, *rlk) : r;
 }
@@ -189,13 +185,12 @@ Ciphertext Evaluator::relinearize(const Ciphertext& a, const SwitchKey& rlk) con
   key_switch(ctx_, a.polys[2].data(), a.level, rlk, k0, k1);
   Ciphertext r = a;
   r.polys.resize(2);
+#pragma omp parallel for schedule(static)
   for (int k = 0; k <= a.level; ++k) {
     const u64 q = ctx_.modulus(k).q;
-    for (size_t i = 0; i < n; ++i) {
-      const size_t o = (size_t)k * n + i;
-      r.polys[0][o] = ring::add_mod(r.polys[0][o], k0[o], q);
-      r.polys[1][o] = ring::add_mod(r.polys[1][o], k1[o], q);
-    }
+    const size_t o = (size_t)k * n;
+    ring::add_vec(r.polys[0].data() + o, k0.data() + o, q, r.polys[0].data() + o, n);
+    ring::add_vec(r.polys[1].data() + o, k1.data() + o, q, r.polys[1].data() + o, n);
   }
   return r;
 }
@@ -228,38 +223,44 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
   r.encoding = t.encoding;
   r.is_complex = t.is_complex;
   r.polys.assign(2, Poly((size_t)l * n));
+  // v_j = P d_j + u_j over Q_l ∪ P (P d_j vanishes on the P limbs); both j in each parallel loop
+#pragma omp parallel for schedule(static)
+  for (int job = 0; job < 2 * (l + 1); ++job) {
+    const int j = job / (l + 1), i = job % (l + 1);
+    const Modulus& q = ctx_.modulus(i);
+    const u64 pm = ctx_.p_mod_q(i), pmp = ring::shoup_precompute(pm, q.q);
+    u64* vi = u[j].data() + (size_t)i * n;
+    ring::add_mul_shoup_vec(vi, t.polys[j].data() + (size_t)i * n, pm, pmp, q.q, vi, n);
+  }
+  // the dropped limbs {q_l} ∪ P of both v_j in coefficient form
+  ScratchPoly low((size_t)2 * (K + 1) * n);
+  for (int j = 0; j < 2; ++j)
+    std::copy(u[j].begin() + (size_t)l * n, u[j].begin() + (size_t)(l + 1 + K) * n,
+              low.begin() + (size_t)j * (K + 1) * n);
+#pragma omp parallel for schedule(static)
+  for (int job = 0; job < 2 * (K + 1); ++job) {
+    const int m = job % (K + 1);
+    ctx_.ntt(m == 0 ? l : ctx_.p_index(m - 1)).inverse(low.data() + (size_t)job * n);
+  }
   for (int j = 0; j < 2; ++j) {
-    // v = P d_j + u_j over Q_l ∪ P (P d_j vanishes on the P limbs)
-    Poly& v = u[j];
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i <= l; ++i) {
-      const Modulus& q = ctx_.modulus(i);
-      const u64 pm = ctx_.p_mod_q(i), pmp = ring::shoup_precompute(pm, q.q);
-      const u64* dj = t.polys[j].data() + (size_t)i * n;
-      u64* vi = v.data() + (size_t)i * n;
-      for (size_t x = 0; x < n; ++x) vi[x] = ring::add_mod(vi[x], ring::mul_shoup(dj[x], pm, pmp, q.q), q.q);
-    }
-    // the dropped limbs {q_l} ∪ P in coefficient form
-    Poly low((size_t)(K + 1) * n);
-    std::copy(v.begin() + (size_t)l * n, v.begin() + (size_t)(l + 1 + K) * n, low.begin());
-#pragma omp parallel for schedule(static)
-    for (int m = 0; m <= K; ++m) ctx_.ntt(m == 0 ? l : ctx_.p_index(m - 1)).inverse(low.data() + (size_t)m * n);
     std::vector<const u64*> in(K + 1);
-    for (int m = 0; m <= K; ++m) in[m] = low.data() + (size_t)m * n;
+    for (int m = 0; m <= K; ++m) in[m] = low.data() + (size_t)(j * (K + 1) + m) * n;
     std::vector<u64*> outp(l);
     for (int i = 0; i < l; ++i) outp[i] = r.polys[j].data() + (size_t)i * n;
     conv.convert(in.data(), outp.data(), n, &targets);
+  }
+  std::vector<u64> inv(l), invp(l);  // (P q_l)^-1 mod q_i
+  for (int i = 0; i < l; ++i) {
+    const Modulus& q = ctx_.modulus(i);
+    inv[i] = ring::inv_mod(q.mul(ctx_.p_mod_q(i), ctx_.modulus(l).q % q.q), q.q);
+    invp[i] = ring::shoup_precompute(inv[i], q.q);
+  }
 #pragma omp parallel for schedule(static)
-    for (int i = 0; i < l; ++i) {
-      const Modulus& q = ctx_.modulus(i);
-      u64* c = outp[i];
-      ctx_.ntt(i).forward(c);
-      // (P q_l)^-1 mod q_i
-      const u64 inv = ring::inv_mod(q.mul(ctx_.p_mod_q(i), ctx_.modulus(l).q % q.q), q.q);
-      const u64 invp = ring::shoup_precompute(inv, q.q);
-      const u64* src = v.data() + (size_t)i * n;
-      for (size_t x = 0; x < n; ++x) c[x] = ring::mul_shoup(ring::sub_mod(src[x], c[x], q.q), inv, invp, q.q);
-    }
+  for (int job = 0; job < 2 * l; ++job) {
+    const int j = job / l, i = job % l;
+    u64* c = r.polys[j].data() + (size_t)i * n;
+    ctx_.ntt(i).forward(c);
+    ring::sub_mul_shoup_vec(u[j].data() + (size_t)i * n, c, inv[i], invp[i], ctx_.modulus(i).q, nullptr, c, n);
   }
   return r;
 }
@@ -292,8 +293,7 @@ Ciphertext Evaluator::rescale(const Ciphertext& a) const {
       for (size_t x = 0; x < n; ++x) t[x] = ring::centred_mod(last[x], ql, qi);
       ctx_.ntt(i).forward(t);
       const u64 w = ctx_.q_inv_mod_q(l, i), wp = ring::shoup_precompute(w, qi);
-      const u64* src = a.polys[j].data() + (size_t)i * n;
-      for (size_t x = 0; x < n; ++x) t[x] = ring::mul_shoup(ring::sub_mod(src[x], t[x], qi), w, wp, qi);
+      ring::sub_mul_shoup_vec(a.polys[j].data() + (size_t)i * n, t, w, wp, qi, nullptr, t, n);
     }
   }
   return r;
@@ -354,29 +354,33 @@ Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const Galois
   if (a.encoding != Encoding::Slot) fail(ErrorKind::Encoding, "rotations act on slot-encoded ciphertexts only");
   if (g == 1) return a;
   const SwitchKey& key = find_key(keys, g, a);
-  // One rotation: permute (c0, c1) first, so the key switch reads its digits sequentially.
+  // One rotation: permute (c0, c1) first, so the key switch reads its digits sequentially;
+  // the ModDown of the b-part adds the permuted c0 in the same pass.
   const size_t n = ctx_.n();
   const auto& perm = ctx_.galois_permutation(g);
-  Ciphertext c = a;
+  Ciphertext c;
+  c.param_hash = a.param_hash;
+  c.key_id = a.key_id;
+  c.level = a.level;
+  c.scale = a.scale;
+  c.slots = a.slots;
+  c.encoding = a.encoding;
+  c.is_complex = a.is_complex;
   c.seeded = false;
-  Poly c1(a.polys[1].size());
+  c.polys.resize(2);
+  Poly c0(a.polys[0].size());
+  ScratchPoly c1(a.polys[1].size());
 #pragma omp parallel for schedule(static)
   for (int k = 0; k <= a.level; ++k) {
     const size_t o = (size_t)k * n;
-    for (size_t i = 0; i < n; ++i) {
-      c.polys[0][o + i] = a.polys[0][o + perm[i]];
-      c1[o + i] = a.polys[1][o + perm[i]];
-    }
+    ring::permute_vec(a.polys[0].data() + o, perm.data(), c0.data() + o, n);
+    ring::permute_vec(a.polys[1].data() + o, perm.data(), c1.data() + o, n);
   }
-  Poly k0, k1;
-  key_switch(ctx_, c1.data(), a.level, key, k0, k1);
-#pragma omp parallel for schedule(static)
-  for (int k = 0; k <= a.level; ++k) {
-    const u64 q = ctx_.modulus(k).q;
-    const size_t o = (size_t)k * n;
-    for (size_t i = 0; i < n; ++i) c.polys[0][o + i] = ring::add_mod(c.polys[0][o + i], k0[o + i], q);
-  }
-  c.polys[1] = std::move(k1);
+  ModUpDigits d = modup(ctx_, c1.data(), a.level);
+  Poly u0, u1;
+  key_inner_product(ctx_, d, key, nullptr, u0, u1);
+  moddown_many(ctx_, a.level, {&u0, &u1}, {&c0, &c.polys[1]}, {c0.data(), nullptr});
+  c.polys[0] = std::move(c0);
   return c;
 }
 
@@ -390,22 +394,19 @@ std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, con
   const size_t n = ctx_.n();
   ModUpDigits digits = modup(ctx_, a.polys[1].data(), a.level);  // shared by every rotation
   std::vector<Ciphertext> out;
+  Poly u0, u1;  // reused by every rotation
   for (size_t r = 0; r < gs.size(); ++r) {
     Ciphertext c = a;
     c.seeded = false;
     if (gs[r] == 1) { out.push_back(std::move(c)); continue; }
     const auto& perm = ctx_.galois_permutation(gs[r]);
-    Poly u0, u1, k0, k1;
     key_inner_product(ctx_, digits, *ks[r], &perm, u0, u1);
-    moddown(ctx_, u0, a.level, k0);
-    moddown(ctx_, u1, a.level, k1);
 #pragma omp parallel for schedule(static)
     for (int k = 0; k <= a.level; ++k) {
-      const u64 q = ctx_.modulus(k).q;
       const size_t o = (size_t)k * n;
-      for (size_t i = 0; i < n; ++i) c.polys[0][o + i] = ring::add_mod(a.polys[0][o + perm[i]], k0[o + i], q);
+      ring::permute_vec(a.polys[0].data() + o, perm.data(), c.polys[0].data() + o, n);
     }
-    c.polys[1] = std::move(k1);
+    moddown_many(ctx_, a.level, {&u0, &u1}, {&c.polys[0], &c.polys[1]}, {c.polys[0].data(), nullptr});
     out.push_back(std::move(c));
   }
   return out;

@@ -1,20 +1,26 @@
 #include "ckks/keyswitch.h"
 
+#include <algorithm>
+
+#include "ring/simd.h"
+#include "ring/vecops.h"
+
 namespace hemlp {
 
 ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
   const size_t n = ctx.n();
   const int K = ctx.num_p(), E = level + 1 + K, alpha = ctx.alpha(), L = ctx.max_level();
   const int beta = (level + alpha) / alpha;
-  Poly coeff(d_ntt, d_ntt + (size_t)(level + 1) * n);
+  ScratchPoly coeff(d_ntt, d_ntt + (size_t)(level + 1) * n);
   ctx.intt_limbs(coeff.data(), level, level + 1, false);
   ModUpDigits out;
   out.level = level;
   out.digits.resize(beta);
+  std::vector<std::pair<int, u64*>> jobs;  // (modulus index, limb) to bring to NTT form
   for (int t = 0; t < beta; ++t) {
     const int lo = t * alpha, cnt = std::min(alpha, level + 1 - lo);
-    Poly& D = out.digits[t];
-    D.assign((size_t)E * n, 0);
+    ScratchPoly& D = out.digits[t];
+    D.resize((size_t)E * n);  // every limb is written: copied (own limbs) or converted
     std::vector<const u64*> in(cnt);
     for (int i = 0; i < cnt; ++i) {
       in[i] = coeff.data() + (size_t)(lo + i) * n;
@@ -29,73 +35,180 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
     std::vector<u64*> outp(limbs.size());
     for (size_t i = 0; i < limbs.size(); ++i) outp[i] = D.data() + (size_t)limbs[i] * n;
     ctx.modup_converter(lo, cnt).convert(in.data(), outp.data(), n, &targets);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < (int)limbs.size(); ++i) ctx.ntt(targets[i]).forward(outp[i]);
+    for (size_t i = 0; i < limbs.size(); ++i) jobs.emplace_back(targets[i], outp[i]);
   }
+  // the NTTs of every digit in one parallel loop (7 limbs per digit split badly over 2 threads)
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < (int)jobs.size(); ++i) ctx.ntt(jobs[i].first).forward(jobs[i].second);
   (void)L;
   return out;
 }
+
+#if HEMLP_HAVE_AVX512_KERNELS
+namespace {
+constexpr int kMaxDigits = 32;
+// One output limb of the key inner product: o_b = sum_t x_t * kb_t, o_a = sum_t x_t * ka_t (mod q),
+// x_t read through perm when given. 128-bit sums kept as (hi, lo) words; the reduction
+// hi * [2^64]_q + lo mod q uses two Shoup products, so the result equals the scalar Barrett one.
+HEMLP_AVX512_FN void kip_limb_avx512(const u64* const* x, const u64* const* kb, const u64* const* ka, int beta,
+                                     const uint32_t* perm, size_t i0, size_t i1, u64 qv, u64* o0, u64* o1) {
+  using namespace ring::avx512;
+  const u64 c = (u64)(((u128)1 << 64) % qv);
+  const __m512i q = _mm512_set1_epi64((long long)qv), two_q = _mm512_set1_epi64((long long)(2 * qv));
+  const __m512i C = _mm512_set1_epi64((long long)c), Cp = _mm512_set1_epi64((long long)ring::shoup_precompute(c, qv));
+  const __m512i one = _mm512_set1_epi64(1), onep = _mm512_set1_epi64((long long)ring::shoup_precompute(1, qv));
+  // with a permutation, the digits are gathered block by block into buf with scalar loads
+  // (AVX-512 gathers measured slower than scalar loads here)
+  constexpr size_t kBlock = 256;
+  u64 buf[kMaxDigits * kBlock];
+  for (size_t i = i0; i < i1; i += 8) {
+    const size_t bi = (i - i0) % kBlock;
+    if (perm && bi == 0) {
+      const size_t len = std::min(kBlock, i1 - i);
+      for (int t = 0; t < beta; ++t)
+        for (size_t c = 0; c < len; ++c) buf[t * kBlock + c] = x[t][perm[i + c]];
+    }
+    __m512i lo0 = _mm512_setzero_si512(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+    for (int t = 0; t < beta; ++t) {
+      const __m512i X = _mm512_loadu_si512(perm ? buf + t * kBlock + bi : x[t] + i);
+      const __m512i Xh = _mm512_srli_epi64(X, 32);
+      __m512i pl, ph;
+      mul_wide(X, Xh, _mm512_loadu_si512(kb[t] + i), pl, ph);
+      lo0 = _mm512_add_epi64(lo0, pl);
+      hi0 = _mm512_add_epi64(_mm512_mask_add_epi64(hi0, _mm512_cmplt_epu64_mask(lo0, pl), hi0, one), ph);
+      mul_wide(X, Xh, _mm512_loadu_si512(ka[t] + i), pl, ph);
+      lo1 = _mm512_add_epi64(lo1, pl);
+      hi1 = _mm512_add_epi64(_mm512_mask_add_epi64(hi1, _mm512_cmplt_epu64_mask(lo1, pl), hi1, one), ph);
+    }
+    const __m512i r0 = _mm512_add_epi64(mul_shoup_lazy(hi0, C, Cp, q), mul_shoup_lazy(lo0, one, onep, q));
+    const __m512i r1 = _mm512_add_epi64(mul_shoup_lazy(hi1, C, Cp, q), mul_shoup_lazy(lo1, one, onep, q));
+    _mm512_storeu_si512(o0 + i, reduce_once(reduce_once(r0, two_q), q));
+    _mm512_storeu_si512(o1 + i, reduce_once(reduce_once(r1, two_q), q));
+  }
+}
+}  // namespace
+#endif
 
 void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
                        const std::vector<uint32_t>* perm, Poly& u0, Poly& u1) {
   const size_t n = ctx.n();
   const int level = d.level, K = ctx.num_p(), E = level + 1 + K;
   const int beta = (int)d.digits.size();
-  u0.assign((size_t)E * n, 0);
-  u1.assign((size_t)E * n, 0);
+  u0.resize((size_t)E * n);  // every entry is written below
+  u1.resize((size_t)E * n);
+  const uint32_t* pm = perm ? perm->data() : nullptr;
+  // jobs = (limb, quarter of the coefficients): E limbs alone split unevenly over 2 threads
+  const int S = n % 32 == 0 ? 4 : 1;
 #pragma omp parallel for schedule(static)
-  for (int k = 0; k < E; ++k) {
+  for (int job = 0; job < E * S; ++job) {
+    const int k = job / S;
+    const size_t i0 = n / S * (job % S), i1 = i0 + n / S;
     const int m = ctx.qp_index(level, k);  // key limbs are indexed by modulus
     const Modulus& q = ctx.modulus(m);
     const size_t ko = (size_t)m * n, dof = (size_t)k * n;
-    u64* o0 = u0.data() + dof;
-    u64* o1 = u1.data() + dof;
-    for (size_t i = 0; i < n; ++i) {
-      const size_t src = perm ? (*perm)[i] : i;
-      u128 a0 = 0, a1 = 0;  // beta < 64 products of < 2^122: no overflow
+    u64* __restrict o0 = u0.data() + dof;
+    u64* __restrict o1 = u1.data() + dof;
+#if HEMLP_HAVE_AVX512_KERNELS
+    if (ring::simd_avx512() && n % 8 == 0 && beta <= kMaxDigits) {
+      std::vector<const u64*> xs(beta), kbs(beta), kas(beta);
       for (int t = 0; t < beta; ++t) {
-        const u64 x = d.digits[t][dof + src];
-        a0 += (u128)x * key.b[t][ko + i];
-        a1 += (u128)x * key.a[t][ko + i];
+        xs[t] = d.digits[t].data() + dof;
+        kbs[t] = key.b[t].data() + ko;
+        kas[t] = key.a[t].data() + ko;
       }
-      o0[i] = q.reduce128(a0);
-      o1[i] = q.reduce128(a1);
+      kip_limb_avx512(xs.data(), kbs.data(), kas.data(), beta, pm, i0, i1, q.q, o0, o1);
+      continue;
+    }
+#endif
+    // beta < 64 products of < 2^122 each: the 128-bit sums cannot overflow. The first digit
+    // initialises the accumulators, later digits add; one Barrett reduction per output.
+    constexpr size_t kBlock = 512;
+    u128 acc0[kBlock], acc1[kBlock];
+    for (size_t c0 = i0; c0 < i1; c0 += kBlock) {
+      const size_t len = std::min(kBlock, i1 - c0);
+      for (int t = 0; t < beta; ++t) {
+        const u64* __restrict x = d.digits[t].data() + dof;
+        const u64* __restrict kb = key.b[t].data() + ko + c0;
+        const u64* __restrict ka = key.a[t].data() + ko + c0;
+        if (pm) {
+          const uint32_t* __restrict pp = pm + c0;
+          if (t == 0)
+            for (size_t i = 0; i < len; ++i) {
+              const u64 xv = x[pp[i]];
+              acc0[i] = (u128)xv * kb[i];
+              acc1[i] = (u128)xv * ka[i];
+            }
+          else
+            for (size_t i = 0; i < len; ++i) {
+              const u64 xv = x[pp[i]];
+              acc0[i] += (u128)xv * kb[i];
+              acc1[i] += (u128)xv * ka[i];
+            }
+        } else {
+          const u64* __restrict xs = x + c0;
+          if (t == 0)
+            for (size_t i = 0; i < len; ++i) {
+              acc0[i] = (u128)xs[i] * kb[i];
+              acc1[i] = (u128)xs[i] * ka[i];
+            }
+          else
+            for (size_t i = 0; i < len; ++i) {
+              acc0[i] += (u128)xs[i] * kb[i];
+              acc1[i] += (u128)xs[i] * ka[i];
+            }
+        }
+      }
+      for (size_t i = 0; i < len; ++i) {
+        o0[c0 + i] = q.reduce128(acc0[i]);
+        o1[c0 + i] = q.reduce128(acc1[i]);
+      }
     }
   }
 }
 
-void moddown(const Context& ctx, const Poly& u, int level, Poly& out) {
+void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>& us, const std::vector<Poly*>& outs,
+                  const std::vector<const u64*>& add_to) {
   const size_t n = ctx.n();
-  const int K = ctx.num_p();
-  Poly pc(u.begin() + (size_t)(level + 1) * n, u.begin() + (size_t)(level + 1 + K) * n);
+  const int K = ctx.num_p(), cnt = (int)us.size();
+  // the P limbs of every input to coefficient form, in one parallel loop
+  ScratchPoly pc((size_t)cnt * K * n);
+  for (int m = 0; m < cnt; ++m)
+    std::copy(us[m]->begin() + (size_t)(level + 1) * n, us[m]->begin() + (size_t)(level + 1 + K) * n,
+              pc.begin() + (size_t)m * K * n);
 #pragma omp parallel for schedule(static)
-  for (int j = 0; j < K; ++j) ctx.ntt(ctx.p_index(j)).inverse(pc.data() + (size_t)j * n);
-  Poly conv((size_t)(level + 1) * n);
-  std::vector<const u64*> in(K);
-  for (int j = 0; j < K; ++j) in[j] = pc.data() + (size_t)j * n;
-  std::vector<u64*> outp(level + 1);
+  for (int j = 0; j < cnt * K; ++j) ctx.ntt(ctx.p_index(j % K)).inverse(pc.data() + (size_t)j * n);
+  ScratchPoly conv((size_t)cnt * (level + 1) * n);
   std::vector<int> targets(level + 1);
-  for (int i = 0; i <= level; ++i) { outp[i] = conv.data() + (size_t)i * n; targets[i] = i; }
-  ctx.moddown_converter().convert(in.data(), outp.data(), n, &targets);
-  out.resize((size_t)(level + 1) * n);
+  for (int i = 0; i <= level; ++i) targets[i] = i;
+  for (int m = 0; m < cnt; ++m) {
+    std::vector<const u64*> in(K);
+    for (int j = 0; j < K; ++j) in[j] = pc.data() + (size_t)(m * K + j) * n;
+    std::vector<u64*> outp(level + 1);
+    for (int i = 0; i <= level; ++i) outp[i] = conv.data() + (size_t)(m * (level + 1) + i) * n;
+    ctx.moddown_converter().convert(in.data(), outp.data(), n, &targets);
+    outs[m]->resize((size_t)(level + 1) * n);
+  }
 #pragma omp parallel for schedule(static)
-  for (int i = 0; i <= level; ++i) {
+  for (int job = 0; job < cnt * (level + 1); ++job) {
+    const int m = job / (level + 1), i = job % (level + 1);
     const Modulus& q = ctx.modulus(i);
-    u64* c = conv.data() + (size_t)i * n;
+    u64* c = conv.data() + (size_t)job * n;
     ctx.ntt(i).forward(c);
     const u64 pinv = ctx.p_inv_mod_q(i), pinvp = ring::shoup_precompute(pinv, q.q);
-    const u64* src = u.data() + (size_t)i * n;
-    u64* dst = out.data() + (size_t)i * n;
-    for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(ring::sub_mod(src[x], c[x], q.q), pinv, pinvp, q.q);
+    ring::sub_mul_shoup_vec(us[m]->data() + (size_t)i * n, c, pinv, pinvp, q.q,
+                            add_to[m] ? add_to[m] + (size_t)i * n : nullptr, outs[m]->data() + (size_t)i * n, n);
   }
+}
+
+void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64* add_to) {
+  moddown_many(ctx, level, {&u}, {&out}, {add_to});
 }
 
 void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1) {
   ModUpDigits d = modup(ctx, d_ntt, level);
   Poly u0, u1;
   key_inner_product(ctx, d, key, nullptr, u0, u1);
-  moddown(ctx, u0, level, k0);
-  moddown(ctx, u1, level, k1);
+  moddown_many(ctx, level, {&u0, &u1}, {&k0, &k1}, {nullptr, nullptr});
 }
 
 }  // namespace hemlp

@@ -3,15 +3,34 @@
 // computed once and reused for many Galois elements (hoisting).
 #pragma once
 #include <cstddef>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "ckks/objects.h"
 
 namespace hemlp {
 
+// std::allocator that leaves new elements uninitialised (resize does not zero-fill): for
+// scratch buffers whose every entry is written before it is read.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind { using other = UninitAllocator<U>; };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) {}
+  template <class U>
+  void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) { ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...); }
+};
+using ScratchPoly = std::vector<u64, UninitAllocator<u64>>;
+
 struct ModUpDigits {
   int level = 0;
-  std::vector<Poly> digits;  // each (level+1+K) limbs, NTT form
+  std::vector<ScratchPoly> digits;  // each (level+1+K) limbs, NTT form
 };
 
 ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level);
@@ -21,7 +40,12 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
                        const std::vector<uint32_t>* perm, Poly& u0, Poly& u1);
 
 // out = round(u / P) over Q_l (u has level+1+K limbs, NTT form); out gets level+1 limbs.
-void moddown(const Context& ctx, const Poly& u, int level, Poly& out);
+// With add_to (level+1 limbs), out = add_to + round(u / P); out may be the same vector as add_to.
+void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64* add_to = nullptr);
+// Several ModDowns at once (one parallel loop per phase): outs[m] = add_to[m] + round(us[m] / P),
+// add_to[m] may be null.
+void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>& us, const std::vector<Poly*>& outs,
+                  const std::vector<const u64*>& add_to);
 
 // Full key switch of one polynomial (level+1 limbs, NTT): returns (k0, k1) over Q_level.
 void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1);

@@ -68,8 +68,10 @@ struct Modulus {
     u128 mid = (a >> 64) + (u64)b + (u64)c;
     u64 qhat = x1 * r_hi + (u64)(b >> 64) + (u64)(c >> 64) + (u64)(mid >> 64);
     u64 res = x0 - qhat * q;  // true value in [0, 4q)
-    while (res >= q) res -= q;
-    return res;
+    // branchless (conditional moves): a data-dependent loop here mispredicts on random data
+    const u64 two_q = q << 1;
+    res = res >= two_q ? res - two_q : res;
+    return res >= q ? res - q : res;
   }
   inline u64 mul(u64 a, u64 b) const { return reduce128((u128)a * b); }
   inline u64 reduce(u64 x) const { return x % q; }

@@ -1,6 +1,7 @@
 #include "ring/ntt.h"
 
 #include "ring/primes.h"
+#include "ring/simd.h"
 
 namespace hemlp::ring {
 
@@ -22,52 +23,246 @@ NTTTables::NTTTables(uint64_t q, int log_n) : q_(q), log_n_(log_n), n_(size_t(1)
   }
   n_inv_ = inv_mod(n_ % q, q);
   n_inv_p_ = shoup_precompute(n_inv_, q);
+  // last inverse stage fused with the scaling by N^-1: its twiddle times N^-1
+  iw1n_ = n_ > 1 ? (uint64_t)((u128)iw_[1] * n_inv_ % q) : n_inv_;
+  iw1n_p_ = shoup_precompute(iw1n_, q);
+  simd_ = simd_avx512() && log_n >= 4;
 }
 
+#if HEMLP_HAVE_AVX512_KERNELS
+namespace {
+
+using namespace avx512;
+
+#define HEMLP_IDX(a, b, c, d, e, f, g, h) _mm512_setr_epi64(a, b, c, d, e, f, g, h)
+
+// Harvey CT butterfly: X in [0, 4q) -> [0, 2q); returns X + T, X - T + 2q (both < 4q).
+HEMLP_AVX512_FN inline void ct_bfly(__m512i& X, __m512i& Y, __m512i W, __m512i Wp, __m512i q, __m512i two_q) {
+  X = reduce_once(X, two_q);
+  const __m512i T = mul_shoup_lazy(Y, W, Wp, q);
+  Y = _mm512_sub_epi64(_mm512_add_epi64(X, two_q), T);
+  X = _mm512_add_epi64(X, T);
+}
+
+// GS butterfly: X, Y in [0, 2q) -> X + Y (reduced to [0, 2q)), (X - Y + 2q) W in [0, 2q).
+HEMLP_AVX512_FN inline void gs_bfly(__m512i& X, __m512i& Y, __m512i W, __m512i Wp, __m512i q, __m512i two_q) {
+  const __m512i D = _mm512_sub_epi64(_mm512_add_epi64(X, two_q), Y);
+  X = reduce_once(_mm512_add_epi64(X, Y), two_q);
+  Y = mul_shoup_lazy(D, W, Wp, q);
+}
+
+HEMLP_AVX512_FN void forward_avx512(uint64_t* a, size_t n, uint64_t qv, const uint64_t* w, const uint64_t* wp) {
+  const __m512i q = _mm512_set1_epi64((long long)qv), two_q = _mm512_set1_epi64((long long)(2 * qv));
+  size_t t = n;
+  for (size_t m = 1; m < n / 8; m <<= 1) {  // stages with half-block t >= 8
+    t >>= 1;
+    for (size_t i = 0; i < m; ++i) {
+      const __m512i W = _mm512_set1_epi64((long long)w[m + i]), Wp = _mm512_set1_epi64((long long)wp[m + i]);
+      uint64_t* x = a + 2 * i * t;
+      uint64_t* y = x + t;
+      for (size_t j = 0; j < t; j += 8) {
+        __m512i X = _mm512_loadu_si512(x + j), Y = _mm512_loadu_si512(y + j);
+        ct_bfly(X, Y, W, Wp, q, two_q);
+        _mm512_storeu_si512(x + j, X);
+        _mm512_storeu_si512(y + j, Y);
+      }
+    }
+  }
+  // the last three stages (t = 4, 2, 1) inside each 16-coefficient chunk, in registers,
+  // followed by the reduction of the output to [0, q)
+  const __m512i i4x = HEMLP_IDX(0, 1, 2, 3, 8, 9, 10, 11), i4y = HEMLP_IDX(4, 5, 6, 7, 12, 13, 14, 15);
+  const __m512i i2x = HEMLP_IDX(0, 1, 8, 9, 4, 5, 12, 13), i2y = HEMLP_IDX(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i i1x = HEMLP_IDX(0, 8, 2, 10, 4, 12, 6, 14), i1y = HEMLP_IDX(1, 9, 3, 11, 5, 13, 7, 15);
+  const __m512i o0 = HEMLP_IDX(0, 8, 1, 9, 2, 10, 3, 11), o1 = HEMLP_IDX(4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512i w4 = HEMLP_IDX(0, 0, 0, 0, 1, 1, 1, 1), w2 = HEMLP_IDX(0, 0, 1, 1, 2, 2, 3, 3);
+  const uint64_t *w4p = w + n / 8, *wp4p = wp + n / 8;
+  const uint64_t *w2p = w + n / 4, *wp2p = wp + n / 4;
+  const uint64_t *w1p = w + n / 2, *wp1p = wp + n / 2;
+  for (size_t c = 0; c < n; c += 16) {
+    const __m512i v0 = _mm512_loadu_si512(a + c), v1 = _mm512_loadu_si512(a + c + 8);
+    __m512i X = _mm512_permutex2var_epi64(v0, i4x, v1), Y = _mm512_permutex2var_epi64(v0, i4y, v1);
+    ct_bfly(X, Y, _mm512_permutexvar_epi64(w4, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(w4p + c / 8)))),
+            _mm512_permutexvar_epi64(w4, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(wp4p + c / 8)))),
+            q, two_q);
+    __m512i X2 = _mm512_permutex2var_epi64(X, i2x, Y), Y2 = _mm512_permutex2var_epi64(X, i2y, Y);
+    ct_bfly(X2, Y2,
+            _mm512_permutexvar_epi64(w2, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(w2p + c / 4)))),
+            _mm512_permutexvar_epi64(w2, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(wp2p + c / 4)))),
+            q, two_q);
+    __m512i X1 = _mm512_permutex2var_epi64(X2, i1x, Y2), Y1 = _mm512_permutex2var_epi64(X2, i1y, Y2);
+    ct_bfly(X1, Y1, _mm512_loadu_si512(w1p + c / 2), _mm512_loadu_si512(wp1p + c / 2), q, two_q);
+    X1 = reduce_once(reduce_once(X1, two_q), q);
+    Y1 = reduce_once(reduce_once(Y1, two_q), q);
+    _mm512_storeu_si512(a + c, _mm512_permutex2var_epi64(X1, o0, Y1));
+    _mm512_storeu_si512(a + c + 8, _mm512_permutex2var_epi64(X1, o1, Y1));
+  }
+}
+
+HEMLP_AVX512_FN void inverse_avx512(uint64_t* a, size_t n, uint64_t qv, const uint64_t* iw, const uint64_t* iwp,
+                                    uint64_t ninv, uint64_t ninvp, uint64_t w1n, uint64_t w1np) {
+  const __m512i q = _mm512_set1_epi64((long long)qv), two_q = _mm512_set1_epi64((long long)(2 * qv));
+  // the first three stages (t = 1, 2, 4) inside each 16-coefficient chunk
+  const __m512i i1x = HEMLP_IDX(0, 2, 4, 6, 8, 10, 12, 14), i1y = HEMLP_IDX(1, 3, 5, 7, 9, 11, 13, 15);
+  const __m512i i2x = HEMLP_IDX(0, 8, 2, 10, 4, 12, 6, 14), i2y = HEMLP_IDX(1, 9, 3, 11, 5, 13, 7, 15);
+  const __m512i i4x = HEMLP_IDX(0, 1, 8, 9, 4, 5, 12, 13), i4y = HEMLP_IDX(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i o0 = HEMLP_IDX(0, 1, 2, 3, 8, 9, 10, 11), o1 = HEMLP_IDX(4, 5, 6, 7, 12, 13, 14, 15);
+  const __m512i w4 = HEMLP_IDX(0, 0, 0, 0, 1, 1, 1, 1), w2 = HEMLP_IDX(0, 0, 1, 1, 2, 2, 3, 3);
+  const uint64_t *w1p = iw + n / 2, *wp1p = iwp + n / 2;
+  const uint64_t *w2p = iw + n / 4, *wp2p = iwp + n / 4;
+  const uint64_t *w4p = iw + n / 8, *wp4p = iwp + n / 8;
+  for (size_t c = 0; c < n; c += 16) {
+    const __m512i v0 = _mm512_loadu_si512(a + c), v1 = _mm512_loadu_si512(a + c + 8);
+    __m512i X = _mm512_permutex2var_epi64(v0, i1x, v1), Y = _mm512_permutex2var_epi64(v0, i1y, v1);
+    gs_bfly(X, Y, _mm512_loadu_si512(w1p + c / 2), _mm512_loadu_si512(wp1p + c / 2), q, two_q);
+    __m512i X2 = _mm512_permutex2var_epi64(X, i2x, Y), Y2 = _mm512_permutex2var_epi64(X, i2y, Y);
+    gs_bfly(X2, Y2,
+            _mm512_permutexvar_epi64(w2, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(w2p + c / 4)))),
+            _mm512_permutexvar_epi64(w2, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(wp2p + c / 4)))),
+            q, two_q);
+    __m512i X4 = _mm512_permutex2var_epi64(X2, i4x, Y2), Y4 = _mm512_permutex2var_epi64(X2, i4y, Y2);
+    gs_bfly(X4, Y4, _mm512_permutexvar_epi64(w4, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(w4p + c / 8)))),
+            _mm512_permutexvar_epi64(w4, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i*)(wp4p + c / 8)))),
+            q, two_q);
+    _mm512_storeu_si512(a + c, _mm512_permutex2var_epi64(X4, o0, Y4));
+    _mm512_storeu_si512(a + c + 8, _mm512_permutex2var_epi64(X4, o1, Y4));
+  }
+  size_t t = 8;
+  for (size_t h = n / 16; h > 1; h >>= 1) {  // stages with t >= 8, except the last
+    for (size_t i = 0; i < h; ++i) {
+      const __m512i W = _mm512_set1_epi64((long long)iw[h + i]), Wp = _mm512_set1_epi64((long long)iwp[h + i]);
+      uint64_t* x = a + 2 * i * t;
+      uint64_t* y = x + t;
+      for (size_t j = 0; j < t; j += 8) {
+        __m512i X = _mm512_loadu_si512(x + j), Y = _mm512_loadu_si512(y + j);
+        gs_bfly(X, Y, W, Wp, q, two_q);
+        _mm512_storeu_si512(x + j, X);
+        _mm512_storeu_si512(y + j, Y);
+      }
+    }
+    t <<= 1;
+  }
+  // last stage (t = n/2) fused with the scaling by N^-1; output in [0, q)
+  const __m512i Ni = _mm512_set1_epi64((long long)ninv), Nip = _mm512_set1_epi64((long long)ninvp);
+  const __m512i W = _mm512_set1_epi64((long long)w1n), Wp = _mm512_set1_epi64((long long)w1np);
+  uint64_t* x = a;
+  uint64_t* y = a + t;
+  for (size_t j = 0; j < t; j += 8) {
+    const __m512i X = _mm512_loadu_si512(x + j), Y = _mm512_loadu_si512(y + j);
+    const __m512i S = _mm512_add_epi64(X, Y), D = _mm512_sub_epi64(_mm512_add_epi64(X, two_q), Y);
+    _mm512_storeu_si512(x + j, reduce_once(mul_shoup_lazy(S, Ni, Nip, q), q));
+    _mm512_storeu_si512(y + j, reduce_once(mul_shoup_lazy(D, W, Wp, q), q));
+  }
+}
+
+#undef HEMLP_IDX
+
+}  // namespace
+#endif
+
 void NTTTables::forward(uint64_t* a) const {
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (simd_) return forward_avx512(a, n_, q_, w_.data(), wp_.data());
+#endif
   const uint64_t q = q_, two_q = 2 * q;
   size_t t = n_;
-  for (size_t m = 1; m < n_; m <<= 1) {
+  size_t m = 1;
+  for (; m < n_ / 4; m <<= 1) {  // stages with t >= 4: four butterflies per iteration
     t >>= 1;
     for (size_t i = 0; i < m; ++i) {
       const uint64_t W = w_[m + i], Wp = wp_[m + i];
       uint64_t* x = a + 2 * i * t;
       uint64_t* y = x + t;
-      for (size_t j = 0; j < t; ++j) {
-        uint64_t X = x[j];
-        X = X >= two_q ? X - two_q : X;
-        uint64_t T = mul_shoup_lazy(y[j], W, Wp, q);  // [0, 2q)
-        x[j] = X + T;                                  // [0, 4q)
-        y[j] = X - T + two_q;                          // [0, 4q)
+      for (size_t j = 0; j < t; j += 4) {
+#define HEMLP_BF(k)                                                   \
+  {                                                                   \
+    uint64_t X = x[j + k];                                            \
+    X = X >= two_q ? X - two_q : X;                                   \
+    const uint64_t T = mul_shoup_lazy(y[j + k], W, Wp, q);            \
+    x[j + k] = X + T;                                                 \
+    y[j + k] = X - T + two_q;                                         \
+  }
+        HEMLP_BF(0) HEMLP_BF(1) HEMLP_BF(2) HEMLP_BF(3)
+#undef HEMLP_BF
       }
     }
   }
-  for (size_t j = 0; j < n_; ++j) {
-    uint64_t X = a[j];
+  // stage t = 2: two butterflies per block
+  for (size_t i = 0; n_ >= 4 && i < m; ++i) {
+    const uint64_t W = w_[m + i], Wp = wp_[m + i];
+    uint64_t* x = a + 4 * i;
+    for (int k = 0; k < 2; ++k) {
+      uint64_t X = x[k];
+      X = X >= two_q ? X - two_q : X;
+      const uint64_t T = mul_shoup_lazy(x[k + 2], W, Wp, q);
+      x[k] = X + T;
+      x[k + 2] = X - T + two_q;
+    }
+  }
+  // last stage (t = 1) with the reduction of the output to [0, q)
+  m = n_ / 2;
+  for (size_t i = 0; i < m; ++i) {
+    uint64_t X = a[2 * i];
     X = X >= two_q ? X - two_q : X;
-    a[j] = X >= q ? X - q : X;
+    const uint64_t T = mul_shoup_lazy(a[2 * i + 1], w_[m + i], wp_[m + i], q);
+    uint64_t x = X + T, y = X - T + two_q;
+    x = x >= two_q ? x - two_q : x;
+    y = y >= two_q ? y - two_q : y;
+    a[2 * i] = x >= q ? x - q : x;
+    a[2 * i + 1] = y >= q ? y - q : y;
   }
 }
 
 void NTTTables::inverse(uint64_t* a) const {
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (simd_) return inverse_avx512(a, n_, q_, iw_.data(), iwp_.data(), n_inv_, n_inv_p_, iw1n_, iw1n_p_);
+#endif
   const uint64_t q = q_, two_q = 2 * q;
+#define HEMLP_GS(xp, yp, W, Wp)                    \
+  {                                                \
+    const uint64_t X = (xp), Y = (yp);             \
+    const uint64_t U = X + Y;                      \
+    (xp) = U >= two_q ? U - two_q : U;             \
+    (yp) = mul_shoup_lazy(X - Y + two_q, W, Wp, q); \
+  }
   size_t t = 1;
-  for (size_t m = n_; m > 1; m >>= 1) {
+  if (n_ >= 8) {
+    // stage t = 1 (pairs), then t = 2 (blocks of 4)
+    for (size_t i = 0, h = n_ / 2; i < h; ++i) HEMLP_GS(a[2 * i], a[2 * i + 1], iw_[h + i], iwp_[h + i])
+    for (size_t i = 0, h = n_ / 4; i < h; ++i) {
+      uint64_t* x = a + 4 * i;
+      HEMLP_GS(x[0], x[2], iw_[h + i], iwp_[h + i])
+      HEMLP_GS(x[1], x[3], iw_[h + i], iwp_[h + i])
+    }
+    t = 4;
+  }
+  for (size_t m = n_ / t; m > 2; m >>= 1) {  // remaining stages but the last, four butterflies per iteration
     const size_t h = m >> 1;
     for (size_t i = 0; i < h; ++i) {
       const uint64_t W = iw_[h + i], Wp = iwp_[h + i];
       uint64_t* x = a + 2 * i * t;
       uint64_t* y = x + t;
-      for (size_t j = 0; j < t; ++j) {
-        uint64_t X = x[j], Y = y[j];  // both in [0, 2q)
-        uint64_t U = X + Y;
-        x[j] = U >= two_q ? U - two_q : U;
-        y[j] = mul_shoup_lazy(X - Y + two_q, W, Wp, q);
+      if (t >= 4) {
+        for (size_t j = 0; j < t; j += 4) {
+          HEMLP_GS(x[j], y[j], W, Wp)
+          HEMLP_GS(x[j + 1], y[j + 1], W, Wp)
+          HEMLP_GS(x[j + 2], y[j + 2], W, Wp)
+          HEMLP_GS(x[j + 3], y[j + 3], W, Wp)
+        }
+      } else {
+        for (size_t j = 0; j < t; ++j) HEMLP_GS(x[j], y[j], W, Wp)
       }
     }
     t <<= 1;
   }
-  for (size_t j = 0; j < n_; ++j) a[j] = mul_shoup(a[j], n_inv_, n_inv_p_, q);
+#undef HEMLP_GS
+  // last stage (t = N/2) fused with the scaling by N^-1
+  uint64_t* x = a;
+  uint64_t* y = a + t;
+  for (size_t j = 0; j < t; ++j) {
+    const uint64_t X = x[j], Y = y[j];
+    x[j] = mul_shoup(X + Y, n_inv_, n_inv_p_, q);
+    y[j] = mul_shoup(X - Y + two_q, iw1n_, iw1n_p_, q);
+  }
 }
 
 }  // namespace hemlp::ring

@@ -32,6 +32,8 @@ class NTTTables {
   std::vector<uint64_t> w_, wp_;        // psi^brv(i)
   std::vector<uint64_t> iw_, iwp_;      // psi^-brv(i)
   uint64_t n_inv_, n_inv_p_;
+  uint64_t iw1n_, iw1n_p_;  // psi^-brv(1) * N^-1 (last inverse stage fused with the scaling)
+  bool simd_ = false;       // AVX-512 kernels (ring/simd.h)
 };
 
 }  // namespace hemlp::ring

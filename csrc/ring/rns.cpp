@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ring/simd.h"
+
 namespace hemlp::ring {
 
 BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to, bool centred)
@@ -34,11 +36,84 @@ BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to,
   }
 }
 
+#if HEMLP_HAVE_AVX512_KERNELS
+namespace {
+// One block of `len` (a multiple of 8) coefficients; see BaseConverter::convert for the scalar twin.
+HEMLP_AVX512_FN void convert_block_avx512(const uint64_t* const* in, uint64_t* const* out, size_t c0, size_t len,
+                                          const std::vector<Modulus>& from, const std::vector<Modulus>& to,
+                                          const uint64_t* qhat_inv, const uint64_t* qhat_inv_p,
+                                          const uint64_t* qhat_mod_p, const uint64_t* qhat_mod_p_shoup,
+                                          const uint64_t* qb_mod_p, bool centred, const std::vector<int>* targets,
+                                          size_t nt, uint64_t* y, uint64_t* lifted, size_t stride) {
+  using namespace avx512;
+  const size_t k = from.size();
+  if (centred)
+    for (size_t c = 0; c < len; c += 8) _mm512_storeu_si512(lifted + c, _mm512_setzero_si512());
+  for (size_t i = 0; i < k; ++i) {
+    const __m512i q = _mm512_set1_epi64((long long)from[i].q), half = _mm512_set1_epi64((long long)(from[i].q >> 1));
+    const __m512i w = _mm512_set1_epi64((long long)qhat_inv[i]), wp = _mm512_set1_epi64((long long)qhat_inv_p[i]);
+    const __m512i one = _mm512_set1_epi64(1);
+    const uint64_t* src = in[i] + c0;
+    uint64_t* yi = y + i * stride;
+    for (size_t c = 0; c < len; c += 8) {
+      const __m512i v = reduce_once(mul_shoup_lazy(_mm512_loadu_si512(src + c), w, wp, q), q);
+      _mm512_storeu_si512(yi + c, v);
+      if (centred) {
+        const __mmask8 gt = _mm512_cmpgt_epu64_mask(v, half);
+        const __m512i l = _mm512_loadu_si512(lifted + c);
+        _mm512_storeu_si512(lifted + c, _mm512_mask_add_epi64(l, gt, l, one));
+      }
+    }
+  }
+  constexpr size_t kMaxFrom = 16;
+  __m512i W[kMaxFrom], Wp[kMaxFrom];
+  for (size_t t = 0; t < nt; ++t) {
+    const size_t j = targets ? (size_t)(*targets)[t] : t;
+    const uint64_t pv = to[j].q;
+    const __m512i p = _mm512_set1_epi64((long long)pv), two_p = _mm512_set1_epi64((long long)(2 * pv));
+    for (size_t i = 0; i < k; ++i) {
+      W[i] = _mm512_set1_epi64((long long)qhat_mod_p[j * k + i]);
+      Wp[i] = _mm512_set1_epi64((long long)qhat_mod_p_shoup[j * k + i]);
+    }
+    const long long* tbl = (const long long*)(qb_mod_p + j * (k + 1));
+    uint64_t* dst = out[t] + c0;
+    for (size_t c = 0; c < len; c += 8) {
+      __m512i acc = mul_shoup_lazy(_mm512_loadu_si512(y + c), W[0], Wp[0], p);  // [0, 2p)
+      for (size_t i = 1; i < k; ++i)
+        acc = reduce_once(_mm512_add_epi64(acc, mul_shoup_lazy(_mm512_loadu_si512(y + i * stride + c), W[i], Wp[i], p)),
+                          two_p);
+      __m512i r = reduce_once(acc, p);
+      if (centred) {
+        const __m512i sub = _mm512_i64gather_epi64(_mm512_loadu_si512(lifted + c), tbl, 8);
+        const __m512i d = _mm512_sub_epi64(r, sub);
+        r = _mm512_min_epu64(d, _mm512_add_epi64(d, p));
+      }
+      _mm512_storeu_si512(dst + c, r);
+    }
+  }
+}
+}  // namespace
+#endif
+
 void BaseConverter::convert(const uint64_t* const* in, uint64_t* const* out, size_t n,
                             const std::vector<int>* targets) const {
   const size_t nt = targets ? targets->size() : to_.size();
   const size_t k = from_.size();
   constexpr size_t kBlock = 256;  // keep y (k x block) in L1/L2
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (simd_avx512() && n % 8 == 0 && k <= 16) {
+#pragma omp parallel
+    {
+      std::vector<uint64_t> y(k * kBlock), lifted(kBlock);
+#pragma omp for schedule(static)
+      for (size_t c0 = 0; c0 < n; c0 += kBlock)
+        convert_block_avx512(in, out, c0, std::min(kBlock, n - c0), from_, to_, qhat_inv_.data(),
+                             qhat_inv_p_.data(), qhat_mod_p_.data(), qhat_mod_p_shoup_.data(), qb_mod_p_.data(),
+                             centred_, targets, nt, y.data(), lifted.data(), kBlock);
+    }
+    return;
+  }
+#endif
 #pragma omp parallel
   {
   std::vector<uint64_t> y(k * kBlock);

@@ -1,0 +1,125 @@
+#include "ring/vecops.h"
+
+#include "ring/simd.h"
+
+namespace hemlp::ring {
+
+#if HEMLP_HAVE_AVX512_KERNELS
+namespace {
+using namespace avx512;
+
+// x mod q for the 128-bit value hi 2^64 + lo: hi [2^64]_q + lo with two Shoup products.
+struct Wide {
+  __m512i q, two_q, c, cp, one, onep;
+  HEMLP_AVX512_FN explicit Wide(uint64_t qv) {
+    const uint64_t cv = (uint64_t)(((u128)1 << 64) % qv);
+    q = _mm512_set1_epi64((long long)qv);
+    two_q = _mm512_set1_epi64((long long)(2 * qv));
+    c = _mm512_set1_epi64((long long)cv);
+    cp = _mm512_set1_epi64((long long)shoup_precompute(cv, qv));
+    one = _mm512_set1_epi64(1);
+    onep = _mm512_set1_epi64((long long)shoup_precompute(1, qv));
+  }
+  HEMLP_AVX512_FN __m512i reduce(__m512i hi, __m512i lo) const {
+    const __m512i r = _mm512_add_epi64(mul_shoup_lazy(hi, c, cp, q), mul_shoup_lazy(lo, one, onep, q));
+    return reduce_once(reduce_once(r, two_q), q);
+  }
+};
+
+HEMLP_AVX512_FN void sub_mul_shoup_avx512(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp,
+                                          uint64_t qv, const uint64_t* add_to, uint64_t* dst, size_t n) {
+  const __m512i q = _mm512_set1_epi64((long long)qv), W = _mm512_set1_epi64((long long)w),
+                Wp = _mm512_set1_epi64((long long)wp);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m512i d = _mm512_sub_epi64(_mm512_add_epi64(_mm512_loadu_si512(a + i), q), _mm512_loadu_si512(b + i));
+    __m512i r = reduce_once(mul_shoup_lazy(d, W, Wp, q), q);
+    if (add_to) r = reduce_once(_mm512_add_epi64(r, _mm512_loadu_si512(add_to + i)), q);
+    _mm512_storeu_si512(dst + i, r);
+  }
+}
+
+HEMLP_AVX512_FN void add_avx512(const uint64_t* a, const uint64_t* b, uint64_t qv, uint64_t* dst, size_t n) {
+  const __m512i q = _mm512_set1_epi64((long long)qv);
+  for (size_t i = 0; i < n; i += 8)
+    _mm512_storeu_si512(dst + i,
+                        reduce_once(_mm512_add_epi64(_mm512_loadu_si512(a + i), _mm512_loadu_si512(b + i)), q));
+}
+
+HEMLP_AVX512_FN void add_mul_shoup_avx512(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp,
+                                          uint64_t qv, uint64_t* dst, size_t n) {
+  const __m512i q = _mm512_set1_epi64((long long)qv), W = _mm512_set1_epi64((long long)w),
+                Wp = _mm512_set1_epi64((long long)wp);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m512i t = reduce_once(mul_shoup_lazy(_mm512_loadu_si512(b + i), W, Wp, q), q);
+    _mm512_storeu_si512(dst + i, reduce_once(_mm512_add_epi64(_mm512_loadu_si512(a + i), t), q));
+  }
+}
+
+HEMLP_AVX512_FN void tensor_avx512(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
+                                   uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  const Wide W(qv);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m512i A0 = _mm512_loadu_si512(a0 + i), A1 = _mm512_loadu_si512(a1 + i);
+    const __m512i B0 = _mm512_loadu_si512(b0 + i), B1 = _mm512_loadu_si512(b1 + i);
+    const __m512i A0h = _mm512_srli_epi64(A0, 32), A1h = _mm512_srli_epi64(A1, 32);
+    __m512i l0, h0, l1, h1, l2, h2, l3, h3;
+    mul_wide(A0, A0h, B0, l0, h0);
+    mul_wide(A0, A0h, B1, l1, h1);
+    mul_wide(A1, A1h, B0, l2, h2);
+    mul_wide(A1, A1h, B1, l3, h3);
+    const __m512i lm = _mm512_add_epi64(l1, l2);
+    const __m512i hm = _mm512_add_epi64(_mm512_mask_add_epi64(h1, _mm512_cmplt_epu64_mask(lm, l1), h1, W.one), h2);
+    _mm512_storeu_si512(d0 + i, W.reduce(h0, l0));
+    _mm512_storeu_si512(d1 + i, W.reduce(hm, lm));
+    _mm512_storeu_si512(d2 + i, W.reduce(h3, l3));
+  }
+}
+}  // namespace
+#define HEMLP_SIMD_OK(n) (simd_avx512() && (n) % 8 == 0)
+#endif
+
+void sub_mul_shoup_vec(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t q,
+                       const uint64_t* add_to, uint64_t* dst, size_t n) {
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (HEMLP_SIMD_OK(n)) return sub_mul_shoup_avx512(a, b, w, wp, q, add_to, dst, n);
+#endif
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t r = mul_shoup(sub_mod(a[i], b[i], q), w, wp, q);
+    dst[i] = add_to ? add_mod(r, add_to[i], q) : r;
+  }
+}
+
+void add_vec(const uint64_t* a, const uint64_t* b, uint64_t q, uint64_t* dst, size_t n) {
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (HEMLP_SIMD_OK(n)) return add_avx512(a, b, q, dst, n);
+#endif
+  for (size_t i = 0; i < n; ++i) dst[i] = add_mod(a[i], b[i], q);
+}
+
+void add_mul_shoup_vec(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t q, uint64_t* dst,
+                       size_t n) {
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (HEMLP_SIMD_OK(n)) return add_mul_shoup_avx512(a, b, w, wp, q, dst, n);
+#endif
+  for (size_t i = 0; i < n; ++i) dst[i] = add_mod(a[i], mul_shoup(b[i], w, wp, q), q);
+}
+
+void permute_vec(const uint64_t* src, const uint32_t* perm, uint64_t* dst, size_t n) {
+  // scalar on purpose: AVX-512 gathers measured slower than scalar loads here
+  for (size_t i = 0; i < n; ++i) dst[i] = src[perm[i]];
+}
+
+void tensor_vec(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1, const Modulus& q,
+                uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (HEMLP_SIMD_OK(n)) return tensor_avx512(a0, a1, b0, b1, q.q, d0, d1, d2, n);
+#endif
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t x0 = a0[i], x1 = a1[i], y0 = b0[i], y1 = b1[i];
+    d0[i] = q.mul(x0, y0);
+    d1[i] = q.reduce128((u128)x0 * y1 + (u128)x1 * y0);
+    d2[i] = q.mul(x1, y1);
+  }
+}
+
+}  // namespace hemlp::ring
