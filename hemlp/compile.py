@@ -256,7 +256,7 @@ class CompiledModel:
     @property
     def capacity(self) -> int:
         if self.layout == "packed":
-            return self.packed.b
+            return self.packed.b * self.packed.groups
         if self.layout == "blocked":
             return self.batch_size
         slots = self.params.N // 2
@@ -287,7 +287,9 @@ class CompiledModel:
             return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
         if self.layout == "packed":
             ctx = self.context
-            cts = [ctx.encrypt(v, key, level=self.top_level) for v in self.packed.pack(x)]
+            b = self.packed.b                      # groups of b samples, K ciphertexts each
+            cts = [ctx.encrypt(v, key, level=self.top_level)
+                   for i in range(0, x.shape[0], b) for v in self.packed.pack(x[i: i + b])]
             ctm = linalg.CtMatrix(ctx, cts, (len(cts), ctx.slots), 1)
             return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
         rows = x.reshape(x.shape[0], -1).T
@@ -315,7 +317,11 @@ class CompiledModel:
             return Y[:m, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
         if self.layout == "packed":
             slots = np.stack([self.context.decrypt(c, sk) for c in ct.ctm.cts])
-            return self.packed.unpack(slots, ct.batch).reshape((ct.batch,) + tuple(ct.shape))
+            prog = self.packed
+            K = prog.output.layout.K
+            ys = [prog.unpack(slots[g * K:(g + 1) * K], min(prog.b, ct.batch - g * prog.b))
+                  for g in range(-(-ct.batch // prog.b))]
+            return np.concatenate(ys).reshape((ct.batch,) + tuple(ct.shape))
         rows = linalg.decrypt_matrix(self.context, ct.ctm, sk)
         return rows[:, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
 
@@ -414,10 +420,17 @@ class CompiledModel:
         if self.layout == "packed":
             from hemlp.linalg import CtMatrix
 
-            n_in = self.packed.input.layout.K
-            if len(ct.ctm.cts) != n_in:
-                raise ShapeError(f"layout (P) input needs {n_in} ciphertexts, got {len(ct.ctm.cts)}")
-            outs = self._packed_runner().run(ct.ctm.cts, eval_keys.relin_key, eval_keys.galois_keys, timings)
+            K, groups = self.packed.input.layout.K, -(-ct.batch // self.packed.b)
+            if len(ct.ctm.cts) != K * groups:
+                raise ShapeError(f"layout (P) input of {ct.batch} samples needs {K * groups} ciphertexts "
+                                 f"({groups} group(s) of {K}), got {len(ct.ctm.cts)}")
+            outs = []
+            for g in range(groups):          # groups are independent: the same program on each
+                t = {}
+                outs += self._packed_runner().run(ct.ctm.cts[g * K:(g + 1) * K], eval_keys.relin_key,
+                                                  eval_keys.galois_keys, t)
+                for k, v in t.items():
+                    timings[k] = timings.get(k, 0.0) + v
             ctm = CtMatrix(self.context, outs, (len(outs), self.context.slots), 1)
             result = EncryptedBatch(self.model_id, ctm, ct.batch, self.output_shape, "output")
             result.layer_seconds = timings
@@ -442,8 +455,8 @@ class CompiledModel:
             X, b = x.reshape(x.shape[0], -1), self.batch_size
             y = np.concatenate([self.blocked.simulate(X[i: i + b]) for i in range(0, len(X), b)])
             return y.reshape((x.shape[0],) + self.output_shape)
-        if self.layout == "packed":   # any number of samples, in groups of the planned capacity
-            X, b = x.reshape(x.shape[0], -1), self.capacity
+        if self.layout == "packed":   # any number of samples, in groups of b
+            X, b = x.reshape(x.shape[0], -1), self.packed.b
             y = np.concatenate([self.packed.simulate(X[i: i + b]) for i in range(0, len(X), b)])
             return y.reshape((x.shape[0],) + self.output_shape)
         rows = _sim(self.steps, x.reshape(x.shape[0], -1).T, self.weight_bits)

@@ -136,9 +136,15 @@ class PackedProgram:
 
     def __init__(self, steps, slots: int, batch: int):
         self.slots = int(slots)
-        self.b = pow2(max(1, int(batch)))
-        if self.b > self.slots:
-            raise ShapeError(f"layout (P) packs at most {self.slots} samples per ciphertext, not {batch}")
+        batch = max(1, int(batch))
+        widest = max([pow2(s.rows) for s in steps if s.op in ("input", "pcmm")] + [1])
+        if widest > self.slots:
+            raise UnsupportedError(
+                f"layout (P) keeps a sample's tensor in one ciphertext: a tensor of the model has up to {widest} "
+                f"(padded) features but a ciphertext holds {self.slots} slots; use layout='batch' (layout A)")
+        # b samples share one group of ciphertexts; larger batches run as `groups` such groups
+        self.b = min(pow2(batch), self.slots // widest)
+        self.groups = -(-batch // self.b)
         self.S1 = self.slots // self.b
         self.steps: list[PackedStep] = []
         self._plan(steps)
@@ -267,7 +273,8 @@ class PackedProgram:
         return tot
 
     def describe(self) -> list[str]:
-        lines = [f"layout (P): {self.b} sample(s) interleaved, {self.S1} slots per sample; input "
+        grp = f" x {self.groups} groups" if self.groups > 1 else ""
+        lines = [f"layout (P): {self.b} sample(s) interleaved{grp}, {self.S1} slots per sample; input "
                  f"{self.input.layout.describe()} ({self.input.layout.K} ciphertext(s)), "
                  f"{len(self.rotations())} rotation keys"]
         for s in self.steps:

@@ -109,4 +109,4 @@ def estimate_packed(prog, steps, params) -> float:
             t += s.layout.K * u * (c["pt_mul"] + c["rescale"])
         elif s.op == "mul":
             t += s.layout.K * u * c["ct_mul"]
-    return t
+    return t * prog.groups

@@ -140,8 +140,10 @@ def test_auto_layout_follows_the_cost_model():
     many = hemlp.compile(model, x, batch_size=4096, preset="N14-d6")
     est = one.plan.info["layout_estimates"]
     assert one.layout == "packed" and est["packed"] < est["batch"]
-    assert many.layout == "batch"                           # 4096 x 784 features do not fit one ciphertext
-    assert "not possible" in many.plan.info["layout_estimates"]["packed"] and "not possible" in str(many.plan)
+    est_many = many.plan.info["layout_estimates"]
+    assert many.layout == "batch" and est_many["batch"] < est_many["packed"]   # 512 groups of 8 digits in (P)
+    wide = hemlp.compile(mlp(dims=(3000, 8, 2)), _asym((4, 3000)), batch_size=1, allow_insecure=True)
+    assert wide.layout == "batch" and "not possible" in str(wide.plan)       # 4096 padded features > 2048 slots
     default = hemlp.compile(model, x, preset="N14-d6")      # no batch size given: a full batch, layout (A)
     assert default.layout == "batch"
     assert one.model_id != hemlp.compile(model, x, batch_size=1, preset="N14-d6", layout="batch").model_id
@@ -150,8 +152,8 @@ def test_auto_layout_follows_the_cost_model():
 def test_packed_errors():
     model = mlp(dims=(784, 128, 64, 10))
     x = _asym((8, 784))
-    with pytest.raises(UnsupportedError, match="layout='batch'"):
-        hemlp.compile(model, x, batch_size=16, allow_insecure=True, layout="packed")   # 16 x 1024 > 2048 slots
+    with pytest.raises(UnsupportedError, match="layout='batch'"):        # 4096 padded features > 2048 slots
+        hemlp.compile(mlp(dims=(3000, 8, 2)), _asym((4, 3000)), batch_size=1, allow_insecure=True, layout="packed")
     with pytest.raises(hemlp.errors.ParameterError, match="layout must be one of"):
         hemlp.compile(model, x, batch_size=1, allow_insecure=True, layout="diagonal")
     cm = hemlp.compile(mlp(dims=(20, 16, 4)), x[:, :20], batch_size=2, allow_insecure=True, layout="packed")
@@ -261,3 +263,15 @@ def test_single_digit_at_128_bit():
         y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek), sk)
         ref = torch_out(model, x)
         assert np.max(np.abs(y - ref)) < 1e-4 * max(1.0, np.max(np.abs(ref)))
+
+
+def test_batches_larger_than_one_group():
+    """20 samples at 2048 slots with 128-wide tensors: groups of 16 interleaved samples, 2 groups."""
+    model = mlp(dims=(100, 48, 20, 7))
+    x = _asym((20, 100), seed=11)
+    cm = hemlp.compile(model, x, batch_size=20, allow_insecure=True, layout="packed")
+    assert (cm.packed.b, cm.packed.groups, cm.capacity) == (16, 2, 32)
+    y, ys = encrypted_vs_simulate(cm, x)
+    assert y.shape == (20, 7)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -14 * max(1.0, np.max(np.abs(ys)))
+    assert np.max(np.abs(ys - torch_out(model, x))) < 1e-4
