@@ -607,16 +607,11 @@ class RayProgram:
     def _grid(self, s, d1: int, c: int, d2: int, H_in: float, H_out: float, d_in: int, P: int):
         from hemlp.planner.grid import grid_store
 
+        from hemlp.runtime.ray_runtime import _grid_dims
+
         g = self.grid.get(s.out) if isinstance(self.grid, dict) else self.grid
-        if g is None:
-            return grid_store(d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P).dims
-        dims = tuple(getattr(g, "dims", g))
-        if len(dims) != 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in dims):
-            raise ShapeError(f"grid must be a planner Grid or (p_m, p_n, p_k) of positive ints, got {g!r}")
-        if dims[0] > d1 or dims[1] > c or dims[2] > d2:
-            raise ShapeError(f"grid {dims} splits more than step {s.out!r} has: {d1} output rows, {c} ciphertext "
-                             f"columns, {d2} reduction rows")
-        return tuple(int(x) for x in dims)
+        return _grid_dims(g, d1, c, d2, self.num_workers,
+                          default=lambda: grid_store(d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P).dims)
 
     # ---- groups
     def _pcmm_group(self, ctx, s, X, ops, weight_bits: int, level_out: int):

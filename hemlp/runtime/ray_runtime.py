@@ -306,9 +306,10 @@ def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
     return cts
 
 
-def _grid_dims(grid, d1: int, c: int, d2: int, num_workers: int) -> tuple[int, int, int]:
+def _grid_dims(grid, d1: int, c: int, d2: int, num_workers: int, default=None) -> tuple[int, int, int]:
+    """A validated (p_m, p_n, p_k) from a planner Grid / tuple; grid None: default() or the eq. (5) grid."""
     if grid is None:
-        return pcmm_grid(d1, c, d2, num_workers).dims
+        return default() if default is not None else pcmm_grid(d1, c, d2, num_workers).dims
     dims = tuple(getattr(grid, "dims", grid))
     if len(dims) != 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in dims):
         raise ShapeError(f"grid must be a planner Grid or (p_m, p_n, p_k) of positive ints, got {grid!r}")
