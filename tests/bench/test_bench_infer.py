@@ -16,3 +16,15 @@ def test_infer_bench_smoke(tmp_path):
     single = doc["single_image"]
     assert single["layout"] == "packed" and single["n"] == 3 and single["agreement"] == 1.0
     assert single["input_ciphertexts"] >= 1 and single["run_s_median"] > 0 and single["run_s_layout_a"] > 0
+
+
+def test_weights_bench_smoke(tmp_path):
+    out = tmp_path / "w.json"
+    # two CCMM layers + x^2 = 7 levels: the 128-bit N15-d10 set (no insecure preset is that deep); tiny dims
+    r = subprocess.run([sys.executable, "-W", "ignore", "-m", "hemlp.bench", "weights", "--hidden", "4",
+                        "--batch", "2", "--downsample", "7", "--epochs", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["agreement"] == 1.0 and doc["max_abs_err_vs_plaintext"] < 1e-3
+    assert doc["rotation_keys"] > 0 and doc["run_s"] > 0 and len(doc["blocks"]) == 2
