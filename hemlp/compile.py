@@ -264,18 +264,14 @@ class CompiledModel:
 
     def encrypt(self, x, key):
         """Encrypt a batch (batch, *input_shape) under the secret key (or a public key)."""
-        from hemlp import ckks, linalg
+        from hemlp import linalg
         from hemlp.runtime.artifacts import EncryptedBatch
 
         x = self._check_x(x)
         if x.shape[0] > self.capacity:
             raise ShapeError(f"batch of {x.shape[0]} samples exceeds the planned capacity {self.capacity} "
                              f"(batch_size={self.batch_size}); recompile with a larger batch_size or split the batch")
-        if not isinstance(key, (ckks.SecretKey, ckks.PublicKey)):
-            raise TypeError("encrypt needs the SecretKey from keygen() (or a PublicKey)")
-        if key._phash != self.context.hash:
-            raise KeyMismatchError("the key belongs to another parameter set than this compiled model; use the "
-                                   "keys from this model's keygen()")
+        self._check_key(key)
         if self.layout == "blocked":
             from hemlp.runtime.blocked import _flat, encrypt_blocks
 
