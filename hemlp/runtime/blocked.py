@@ -109,14 +109,9 @@ class BlockedRunner:
         return self._tr[i]
 
     def _acts(self, s, blocks, relin_key):
-        from hemlp.runtime.local import ElementwiseOp, elementwise
+        from hemlp.runtime.local import ElementwiseOp, cached_elementwise
 
-        pe = None
-        if s.op == "poly":
-            from hemlp.polyeval import PolyEvaluator
-
-            pe = self._pe.setdefault(id(relin_key), PolyEvaluator(self.ctx, relin_key))
-        fn = elementwise(self.ctx, ElementwiseOp.from_step(s), relin_key, pe)
+        fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s), relin_key)
         return [[fn(0, c) for c in row] for row in blocks]
 
     def run(self, x_blocks, weights: EncryptedWeights, relin_key, galois_keys, timings: dict | None = None):

@@ -202,6 +202,20 @@ def elementwise(ctx, op: ElementwiseOp, relin_key, pe=None):
     raise AssertionError(op.kind)
 
 
+def cached_elementwise(cache: dict, ctx, op: ElementwiseOp, relin_key):
+    """elementwise() with the polynomial evaluator kept in `cache` per (context, relin key), so its
+    power tables and plaintext constants are built once per run, not once per step."""
+    pe = None
+    if op.kind == "poly":
+        key = (id(ctx), id(relin_key))
+        if key not in cache:
+            from hemlp.polyeval import PolyEvaluator
+
+            cache[key] = PolyEvaluator(ctx, relin_key)
+        pe = cache[key]
+    return elementwise(ctx, op, relin_key, pe)
+
+
 class LocalExecutor:
     """In-process execution of the heavy steps (the default of ``run``). Another executor (e.g.
     hemlp.runtime.ray_models.RayExecutor) provides the same three methods and gives the same bits."""
@@ -222,15 +236,7 @@ class LocalExecutor:
         return linalg.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias)
 
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
-        pe = None
-        if op.kind == "poly":
-            key = (id(ctx), id(relin_key))
-            if key not in self._pe:
-                from hemlp.polyeval import PolyEvaluator
-
-                self._pe[key] = PolyEvaluator(ctx, relin_key)
-            pe = self._pe[key]
-        return _map_cts(C, elementwise(ctx, op, relin_key, pe))
+        return _map_cts(C, cached_elementwise(self._pe, ctx, op, relin_key))
 
 
 def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None):

@@ -83,7 +83,7 @@ class PackedRunner:
         return [z]
 
     def _elementwise(self, s, x: list, relin_key):
-        from hemlp.runtime.local import ElementwiseOp, elementwise
+        from hemlp.runtime.local import ElementwiseOp, cached_elementwise
 
         ctx = self.ctx
         if s.op == "affine":
@@ -92,12 +92,7 @@ class PackedRunner:
                 y = ctx.rescale(ctx.mul(ct, self.prog.spread(a)))
                 out.append(ctx.add(y, self.prog.spread(bt)) if np.any(bt) else y)
             return out
-        pe = None
-        if s.op == "poly":
-            from hemlp.polyeval import PolyEvaluator
-
-            pe = self._pe.setdefault(id(relin_key), PolyEvaluator(ctx, relin_key))
-        fn = elementwise(ctx, ElementwiseOp.from_step(s.src), relin_key, pe)
+        fn = cached_elementwise(self._pe, ctx, ElementwiseOp.from_step(s.src), relin_key)
         return [fn(0, ct) for ct in x]
 
     def run(self, cts: list, relin_key, galois_keys, timings: dict | None = None) -> list:
