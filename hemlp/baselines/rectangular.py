@@ -90,18 +90,19 @@ class Transforms:
     n: int
     slots: int
     bsgs: bool = True
+    n1: int | None = None   # one baby-step size for every transform (fewer distinct rotation keys)
 
     def __post_init__(self):
         m, l, n, s = self.m, self.l, self.n, self.slots
         _check(m, l, n, s)
-        self.sigma = LinearTransform(diagonals(sigma_matrix(m, l), s), s, self.bsgs)
-        self.tau = LinearTransform(diagonals(tau_matrix(l, n), s), s, self.bsgs)
+        self.sigma = LinearTransform(diagonals(sigma_matrix(m, l), s), s, self.bsgs, n1=self.n1)
+        self.tau = LinearTransform(diagonals(tau_matrix(l, n), s), s, self.bsgs, n1=self.n1)
         self.epsilon = self._family([diagonals(epsilon_matrix(m, l, n, k), s) for k in range(l)])
         self.omega = self._family([diagonals(omega_matrix(m, l, n, k), s) for k in range(l)])
 
     def _family(self, diags: list) -> list:
         """Transforms of one ciphertext: a common n1 chosen for the shared hoisted baby steps."""
-        n1 = shared_n1(diags, self.slots) if self.bsgs else 0
+        n1 = (self.n1 or shared_n1(diags, self.slots)) if self.bsgs else 0
         return [LinearTransform(dg, self.slots, bsgs=n1 > 0, n1=n1 or None) for dg in diags]
 
     @property

@@ -63,6 +63,7 @@ def main(args) -> int:
     t0 = time.perf_counter()
     sk, ek = cm.keygen()
     t_keygen = time.perf_counter() - t0
+    key_bytes = len(ek.to_bytes())
     t0 = time.perf_counter()
     w = cm.encrypt_weights(sk)
     t_wenc = time.perf_counter() - t0
@@ -77,12 +78,14 @@ def main(args) -> int:
     err = float(np.max(np.abs(y - plain)))
     weight_bytes = len(w.to_bytes())
     res = dict(preset=cm.preset, batch=args.batch, inputs=side * side, hidden=args.hidden, compile_s=t_compile,
-               keygen_s=t_keygen, rotation_keys=cm.plan.info["rotation_keys"], encrypt_weights_s=t_wenc,
+               keygen_s=t_keygen, rotation_keys=cm.plan.info["rotation_keys"], eval_key_bytes=key_bytes,
+               encrypt_weights_s=t_wenc,
                encrypted_weight_bytes=weight_bytes, run_s=t_run, run_s_per_image=t_run / args.batch,
                layer_seconds=out.layer_seconds, agreement=agree, max_abs_err_vs_plaintext=err,
                blocks=[list(L.layout.blocks) for L in cm.blocked.layers], threads=args.threads, plan=str(cm.plan))
     rows = [["preset", cm.preset], ["blocks [b_m, b_n, b_k] per layer", str(res["blocks"])],
             ["rotation keys / keygen", f"{res['rotation_keys']} / {report.fmt_seconds(t_keygen)}"],
+            ["evaluation keys", f"{key_bytes / 1e6:.0f} MB"],
             ["encrypt weights", f"{report.fmt_seconds(t_wenc)} ({weight_bytes / 1e6:.1f} MB)"],
             ["server run", f"{report.fmt_seconds(t_run)} ({report.fmt_seconds(t_run / args.batch)} per image)"],
             ["agreement with plaintext", f"{100 * agree:.1f} % of {args.batch}"],

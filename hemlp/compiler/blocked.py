@@ -121,13 +121,22 @@ class BlockedProgram:
         B = np.repeat(L.bias[:, None], lay.block_n, axis=1)
         return [row[0] for row in self.split(B, lay.b_m, 1, lay.block_m, lay.block_n)]
 
-    def rotations(self) -> list:
-        from hemlp.baselines.rectangular import required_rotations
+    @property
+    def n1(self) -> int:
+        """One BSGS baby-step size for every transform of the program: the rotation keys are then
+        at most the n1 baby steps and the slots/n1 giant steps (FHE4DMM-style key pruning)."""
+        return 1 << (self.slots.bit_length() - 1) // 2
 
+    def transforms(self, i: int):
+        from hemlp.baselines.rectangular import Transforms
+
+        m, k, n = self.layers[i].dims
+        return Transforms(m, k, n, self.slots, n1=self.n1)
+
+    def rotations(self) -> list:
         r = set()
-        for L in self.layers:
-            m, k, n = L.dims
-            r.update(required_rotations(m, k, n, self.slots))
+        for i in range(len(self.layers)):
+            r.update(self.transforms(i).steps)
         return sorted(r)
 
     def describe(self) -> list[str]:

@@ -102,10 +102,7 @@ class BlockedRunner:
 
     def transforms(self, i: int):
         if i not in self._tr:
-            from hemlp.baselines.rectangular import Transforms
-
-            m, k, n = self.prog.layers[i].dims
-            self._tr[i] = Transforms(m, k, n, self.prog.slots)
+            self._tr[i] = self.prog.transforms(i)
         return self._tr[i]
 
     def _acts(self, s, blocks, relin_key):
