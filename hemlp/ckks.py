@@ -15,7 +15,6 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from numbers import Number
 from pathlib import Path
 
 import numpy as np

@@ -180,7 +180,6 @@ def decrypt_matrix(ctx: Context, C: CtMatrix, sk: SecretKey) -> np.ndarray:
         return _decrypt_msrlwe(ctx, C, sk)
     d2, d3 = C.shape
     out = np.empty((d2, d3))
-    w = C.width
     for i in range(d2):
         row = np.concatenate([ctx.decrypt(c, sk) for c in C.row(i)])
         out[i] = row[:d3]

@@ -230,7 +230,6 @@ def eval_node(n: Node, ins, x, exact=True):
             y = y + a["bias"]
         return y.reshape((B,) + tuple(n.shape))
     if n.op == "conv2d":
-        Ci = X.shape[1]
         w = dense_conv_weight(a["weight"], a.get("groups", 1))
         idx, _ = conv2d_index(X.shape[1:], w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
         rows = X.reshape(B, -1).T

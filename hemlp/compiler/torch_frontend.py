@@ -9,7 +9,6 @@ x + y. Anything else raises UnsupportedError naming the node and the alternative
 """
 from __future__ import annotations
 
-import math
 import operator
 from numbers import Number
 
