@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,13 +238,22 @@ class GaloisKeys(_Wrapped):
         return _switch_keys_bytes(self._engine, "galois_keys", self._phash, self._obj.key_id, keys)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def _atomic_write(path: Path, data: bytes, tmp_prefix: str = "") -> None:
+    """Write via a unique temporary file in the same folder + rename: readers see all or nothing, and a
+    failed write leaves no temporary file behind (tmp_prefix lets callers recognise stale ones)."""
+    tmp = path.with_name(f"{tmp_prefix}{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
 
 
 class Context:

@@ -21,7 +21,6 @@ import json
 import os
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -269,19 +268,9 @@ class Manifest:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{_TMP_TAG}{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    from hemlp.ckks import _atomic_write as write
+
+    write(path, data, tmp_prefix=_TMP_TAG)   # the tag marks stale temporaries of killed runs
 
 
 def _output_error(out_dir: Path, exc: OSError) -> BatchOutputError:
