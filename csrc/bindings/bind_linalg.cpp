@@ -18,6 +18,36 @@ void bind_linalg(py::module_& m) {
         },
         py::arg("engine"), py::arg("plan"), py::arg("inputs"), py::arg("chunks"), py::arg("K"), py::arg("factor"),
         py::arg("rescale") = false, py::arg("bias") = std::vector<double>{});
+  m.def("pcmm_epilogue_part",
+        [](const hemlp::Engine& e, py::array Y, int level, int64_t K, int part, double scale,
+           std::vector<double> bias) {
+          using U64 = py::array_t<uint64_t, py::array::c_style>;
+          const size_t n = e.ctx.n();
+          if (!py::isinstance<U64>(Y) || !(Y.flags() & py::array::c_style) || !Y.writeable())
+            throw py::value_error("pcmm_epilogue_part: Y must be a writable C-contiguous uint64 array "
+                                  "(limbs, polynomials, N)");
+          if (Y.ndim() != 3 || static_cast<size_t>(Y.shape(2)) != n)
+            throw py::value_error("pcmm_epilogue_part: Y must have shape (limbs, polynomials, N=" +
+                                  std::to_string(n) + ")");
+          if (level < 1 || level > e.ctx.max_level() || Y.shape(0) != level + 1)
+            throw py::value_error("pcmm_epilogue_part: Y has " + std::to_string(Y.shape(0)) +
+                                  " limbs, expected level + 1 = " + std::to_string(level + 1) +
+                                  " with 1 <= level <= " + std::to_string(e.ctx.max_level()));
+          const size_t count = static_cast<size_t>(Y.shape(1));
+          U64 out({static_cast<py::ssize_t>(level), static_cast<py::ssize_t>(count), static_cast<py::ssize_t>(n)});
+          auto* in = static_cast<uint64_t*>(Y.mutable_data());
+          uint64_t* o = out.mutable_data();
+          {
+            py::gil_scoped_release r;
+            hemlp::pcmm::pcmm_epilogue_part(e.ctx, in, count, level, K, part, scale, bias, o);
+          }
+          return out;
+        },
+        py::arg("engine"), py::arg("Y"), py::arg("level"), py::arg("K"), py::arg("part"), py::arg("scale"),
+        py::arg("bias") = std::vector<double>{},
+        "x K (in place), rescale and (part 0) a constant bias per polynomial, on one part of many ciphertexts\n"
+        "held limb-major (limbs, polynomials, N); returns (limbs - 1, polynomials, N). Bit-identical to the\n"
+        "epilogue of pcmm_rlwe / Evaluator rescale and add_const on whole ciphertexts.");
 }
 
 #include <cstring>

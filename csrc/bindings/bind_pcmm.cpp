@@ -62,7 +62,15 @@ I64 as_U(py::handle h) {
   return I64::ensure(a);  // dtype already matches: at most a layout copy
 }
 
-U64 as_X(py::handle h, size_t d2, const char* what) {
+// X as row pointers: any uint64 matrix whose rows are contiguous (a row-strided view, e.g. one polynomial part
+// of a block of ciphertexts in Ray's object store, is read in place); other layouts are copied once.
+struct XRows {
+  py::array keep;  // owns or references the data for the call
+  std::vector<const uint64_t*> rows;
+  size_t n = 0;
+};
+
+XRows as_X(py::handle h, size_t d2, const char* what) {
   if (!py::isinstance<py::array>(h)) fail(std::string(what) + " must be a numpy.ndarray of dtype uint64");
   auto a = py::reinterpret_borrow<py::array>(h);
   if (!py::isinstance<py::array_t<uint64_t>>(a))
@@ -71,16 +79,23 @@ U64 as_X(py::handle h, size_t d2, const char* what) {
   if (static_cast<size_t>(a.shape(0)) != d2)
     fail(std::string(what) + " has " + std::to_string(a.shape(0)) + " rows but U has " + std::to_string(d2) +
          " columns (shapes must be U (d1, d2), X (d2, n))");
-  return U64::ensure(a);
+  const bool rows_contiguous = (a.shape(1) <= 1 || a.strides(1) == 8) && a.strides(0) % 8 == 0;
+  XRows x;
+  x.keep = rows_contiguous ? a : py::array(U64::ensure(a));
+  x.n = static_cast<size_t>(a.shape(1));
+  const auto* base = static_cast<const uint64_t*>(x.keep.data());
+  const py::ssize_t ld = rows_contiguous ? a.strides(0) / 8 : static_cast<py::ssize_t>(x.n);
+  x.rows.resize(d2);
+  for (size_t k = 0; k < d2; ++k) x.rows[k] = base + static_cast<py::ssize_t>(k) * ld;
+  return x;
 }
 
-void check_residues(const U64& X, uint64_t q) {
-  const uint64_t* d = X.data();
-  const size_t n = static_cast<size_t>(X.shape(1));
-  for (size_t i = 0, sz = static_cast<size_t>(X.size()); i < sz; ++i)
-    if (d[i] >= q)
-      fail("X[" + std::to_string(i / n) + ", " + std::to_string(i % n) + "] = " + std::to_string(d[i]) +
-           " is not a residue mod q = " + std::to_string(q));
+void check_residues(const XRows& X, uint64_t q) {
+  for (size_t k = 0; k < X.rows.size(); ++k)
+    for (size_t j = 0; j < X.n; ++j)
+      if (X.rows[k][j] >= q)
+        fail("X[" + std::to_string(k) + ", " + std::to_string(j) + "] = " + std::to_string(X.rows[k][j]) +
+             " is not a residue mod q = " + std::to_string(q));
 }
 
 // Smallest b >= 0 with max|U| <= 2^b.
@@ -119,19 +134,38 @@ bool overrides(const ModGemmPlan& plan, uint64_t q, py::handle w, py::handle u, 
   return true;
 }
 
-U64 run(const ModGemmPlan& plan, const U64& X, uint64_t q, const ModGemmConfig* cfg) {
-  const size_t d1 = plan.rows(), d2 = plan.cols(), n = static_cast<size_t>(X.shape(1));
-  U64 C({static_cast<py::ssize_t>(d1), static_cast<py::ssize_t>(n)});
+// C = U X mod q into a new (d1, n) array, or into `out_obj`: a writable uint64 (d1, n) array whose rows are
+// contiguous (e.g. one limb of a limb-major block: the Ray runtime's GEMM writes its output in place).
+py::array run(const ModGemmPlan& plan, const XRows& X, uint64_t q, const ModGemmConfig* cfg,
+              py::handle out_obj = py::none()) {
+  const size_t d1 = plan.rows(), n = X.n;
+  py::array C;
+  size_t ldc = n;
+  if (out_obj.is_none()) {
+    C = U64({static_cast<py::ssize_t>(d1), static_cast<py::ssize_t>(n)});
+  } else {
+    if (!py::isinstance<py::array_t<uint64_t>>(out_obj)) fail("out must be a numpy.ndarray of dtype uint64");
+    C = py::reinterpret_borrow<py::array>(out_obj);
+    if (C.ndim() != 2 || static_cast<size_t>(C.shape(0)) != d1 || static_cast<size_t>(C.shape(1)) != n)
+      fail("out must have shape (" + std::to_string(d1) + ", " + std::to_string(n) + "), got " + shape_str(C));
+    if (!C.writeable()) fail("out must be writable");
+    if ((n > 1 && C.strides(1) != 8) || C.strides(0) % 8 != 0 || (d1 > 1 && size_t(C.strides(0)) < 8 * n))
+      fail("out must have contiguous, non-overlapping rows (a C-contiguous array or a row-strided view)");
+    ldc = d1 > 1 ? static_cast<size_t>(C.strides(0)) / 8 : n;
+    // Output panels are written while later input panels are still read: out must not alias X.
+    const auto* o0 = static_cast<const uint64_t*>(C.data());
+    const uint64_t* o1 = o0 + (d1 - 1) * ldc + n;
+    for (const uint64_t* r : X.rows)
+      if (r < o1 && o0 < r + n) fail("out must not overlap X");
+  }
   if (n == 0) return C;
-  std::vector<const uint64_t*> rows(d2);
-  for (size_t k = 0; k < d2; ++k) rows[k] = X.data() + k * n;
-  uint64_t* out = C.mutable_data();
+  auto* out = static_cast<uint64_t*>(C.mutable_data());
   {
     py::gil_scoped_release nogil;  // pure C++ from here; the arrays are kept alive by the caller
     if (cfg)
-      plan.apply(rows.data(), n, q, out, n, *cfg);
+      plan.apply(X.rows.data(), n, q, out, ldc, *cfg);
     else
-      plan.apply(rows.data(), n, q, out, n);
+      plan.apply(X.rows.data(), n, q, out, ldc);
   }
   return C;
 }
@@ -157,7 +191,7 @@ void bind_pcmm(py::module_& m) {
         const uint64_t q = as_modulus(q_obj);
         I64 U = as_U(U_obj);
         const int bU = get_bU(bU_obj, U);
-        U64 X = as_X(X_obj, static_cast<size_t>(U.shape(1)), "X");
+        XRows X = as_X(X_obj, static_cast<size_t>(U.shape(1)), "X");
         ModGemmPlan plan(U.data(), static_cast<size_t>(U.shape(0)), static_cast<size_t>(U.shape(1)), bU);
         ModGemmConfig cfg;
         const bool explicit_cfg = overrides(plan, q, w, u, kb, cfg);
@@ -174,19 +208,16 @@ void bind_pcmm(py::module_& m) {
       [](py::object U_obj, py::object X_obj, py::object q_obj) {
         const uint64_t q = as_modulus(q_obj);
         I64 U = as_U(U_obj);
-        U64 X = as_X(X_obj, static_cast<size_t>(U.shape(1)), "X");
+        XRows X = as_X(X_obj, static_cast<size_t>(U.shape(1)), "X");
         check_residues(X, q);
-        const size_t d1 = static_cast<size_t>(U.shape(0)), d2 = static_cast<size_t>(U.shape(1)),
-                     n = static_cast<size_t>(X.shape(1));
+        const size_t d1 = static_cast<size_t>(U.shape(0)), d2 = static_cast<size_t>(U.shape(1)), n = X.n;
         U64 C({static_cast<py::ssize_t>(d1), static_cast<py::ssize_t>(n)});
         if (n == 0) return C;
-        std::vector<const uint64_t*> rows(d2);
-        for (size_t k = 0; k < d2; ++k) rows[k] = X.data() + k * n;
         const int64_t* Ud = U.data();
         uint64_t* out = C.mutable_data();
         {
           py::gil_scoped_release nogil;
-          hemlp::pcmm::modgemm_ref(Ud, d1, d2, rows.data(), n, q, out, n);
+          hemlp::pcmm::modgemm_ref(Ud, d1, d2, X.rows.data(), n, q, out, n);
         }
         return C;
       },
@@ -229,15 +260,16 @@ void bind_pcmm(py::module_& m) {
            py::arg("U"), py::arg("bU") = py::none())
       .def(
           "apply",
-          [](const ModGemmPlan& p, py::object X_obj, py::object q_obj, py::object w, py::object u, py::object kb) {
+          [](const ModGemmPlan& p, py::object X_obj, py::object q_obj, py::object w, py::object u, py::object kb,
+             py::object out) {
             const uint64_t q = as_modulus(q_obj);
-            U64 X = as_X(X_obj, p.cols(), "X");
+            XRows X = as_X(X_obj, p.cols(), "X");
             ModGemmConfig cfg;
             const bool explicit_cfg = overrides(p, q, w, u, kb, cfg);
-            return run(p, X, q, explicit_cfg ? &cfg : nullptr);
+            return run(p, X, q, explicit_cfg ? &cfg : nullptr, out);
           },
           py::arg("X"), py::arg("q"), py::kw_only(), py::arg("w") = py::none(), py::arg("u") = py::none(),
-          py::arg("kb") = py::none())
+          py::arg("kb") = py::none(), py::arg("out") = py::none())
       .def("config", [](const ModGemmPlan& p, py::object q) { return config_dict(p.config(as_modulus(q))); })
       .def("limb_bits", [](const ModGemmPlan& p, py::object q) { return p.limb_bits(as_modulus(q)); })
       .def_property_readonly("shape", [](const ModGemmPlan& p) { return py::make_tuple(p.rows(), p.cols()); })

@@ -129,18 +129,21 @@ Ciphertext Evaluator::mul_plain(const Ciphertext& a, const Plaintext& p) const {
   return r;
 }
 
-Ciphertext Evaluator::mul_integer(const Ciphertext& a, int64_t c) const {
+void Evaluator::mul_integer_poly(u64* p, size_t stride, int level, int64_t c) const {
   const size_t n = ctx_.n();
+  for (int k = 0; k <= level; ++k) {
+    const u64 q = ctx_.modulus(k).q;
+    int64_t m = c % (int64_t)q;
+    const u64 w = m < 0 ? (u64)(m + (int64_t)q) : (u64)m, wp = ring::shoup_precompute(w, q);
+    u64* d = p + (size_t)k * stride;
+    for (size_t i = 0; i < n; ++i) d[i] = ring::mul_shoup(d[i], w, wp, q);
+  }
+}
+
+Ciphertext Evaluator::mul_integer(const Ciphertext& a, int64_t c) const {
   Ciphertext r = a;
   r.seeded = false;
-  for (auto& poly : r.polys)
-    for (int k = 0; k <= a.level; ++k) {
-      const u64 q = ctx_.modulus(k).q;
-      int64_t m = c % (int64_t)q;
-      const u64 w = m < 0 ? (u64)(m + (int64_t)q) : (u64)m, wp = ring::shoup_precompute(w, q);
-      u64* d = poly.data() + (size_t)k * n;
-      for (size_t i = 0; i < n; ++i) d[i] = ring::mul_shoup(d[i], w, wp, q);
-    }
+  for (auto& poly : r.polys) mul_integer_poly(poly.data(), ctx_.n(), a.level, c);
   return r;
 }
 
@@ -282,21 +285,26 @@ Ciphertext Evaluator::rescale(const Ciphertext& a) const {
   r.is_complex = a.is_complex;
   r.polys.resize(a.size());
   for (size_t j = 0; j < a.size(); ++j) {
-    Poly last(a.polys[j].begin() + (size_t)l * n, a.polys[j].begin() + (size_t)(l + 1) * n);
-    ctx_.ntt(l).inverse(last.data());
-    Poly& out = r.polys[j];
-    out.resize((size_t)l * n);
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < l; ++i) {
-      const u64 qi = ctx_.modulus(i).q;
-      u64* t = out.data() + (size_t)i * n;  // reuse the output limb as scratch
-      for (size_t x = 0; x < n; ++x) t[x] = ring::centred_mod(last[x], ql, qi);
-      ctx_.ntt(i).forward(t);
-      const u64 w = ctx_.q_inv_mod_q(l, i), wp = ring::shoup_precompute(w, qi);
-      ring::sub_mul_shoup_vec(a.polys[j].data() + (size_t)i * n, t, w, wp, qi, nullptr, t, n);
-    }
+    r.polys[j].resize((size_t)l * n);
+    rescale_poly(a.polys[j].data(), n, l, r.polys[j].data(), n);
   }
   return r;
+}
+
+void Evaluator::rescale_poly(const u64* in, size_t in_stride, int l, u64* out, size_t out_stride) const {
+  const size_t n = ctx_.n();
+  const u64 ql = ctx_.modulus(l).q;
+  Poly last(in + (size_t)l * in_stride, in + (size_t)l * in_stride + n);
+  ctx_.ntt(l).inverse(last.data());
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < l; ++i) {
+    const u64 qi = ctx_.modulus(i).q;
+    u64* t = out + (size_t)i * out_stride;  // reuse the output limb as scratch
+    for (size_t x = 0; x < n; ++x) t[x] = ring::centred_mod(last[x], ql, qi);
+    ctx_.ntt(i).forward(t);
+    const u64 w = ctx_.q_inv_mod_q(l, i), wp = ring::shoup_precompute(w, qi);
+    ring::sub_mul_shoup_vec(in + (size_t)i * in_stride, t, w, wp, qi, nullptr, t, n);
+  }
 }
 
 void Evaluator::rescale_many(std::vector<Ciphertext>& cts) const {
@@ -311,19 +319,23 @@ Ciphertext Evaluator::add_const(const Ciphertext& a, double c) const {
     fail(ErrorKind::Encoding, "add_const: a constant in every slot needs slot encoding; add an encoded "
                               "plaintext to coefficient-encoded data");
   if (!std::isfinite(c)) fail(ErrorKind::Encoding, "cannot add NaN or infinity");
-  const long double v = roundl((long double)c * (long double)a.scale);
-  const size_t n = ctx_.n();
   Ciphertext r = a;
   r.seeded = false;
-  for (int k = 0; k <= a.level; ++k) {
+  add_const_poly(r.polys[0].data(), ctx_.n(), a.level, c, a.scale);
+  return r;
+}
+
+void Evaluator::add_const_poly(u64* p, size_t stride, int level, double c, double scale) const {
+  const long double v = roundl((long double)c * (long double)scale);
+  const size_t n = ctx_.n();
+  for (int k = 0; k <= level; ++k) {
     const u64 q = ctx_.modulus(k).q;
     long double m = fmodl(v, (long double)q);
     if (m < 0) m += (long double)q;
     const u64 w = (u64)m;  // the NTT of a constant polynomial is that constant everywhere
-    u64* d = r.polys[0].data() + (size_t)k * n;
+    u64* d = p + (size_t)k * stride;
     for (size_t i = 0; i < n; ++i) d[i] = ring::add_mod(d[i], w, q);
   }
-  return r;
 }
 
 Ciphertext Evaluator::drop_to_level(const Ciphertext& a, int level) const {

@@ -33,6 +33,16 @@ class Evaluator {
   void rescale_many(std::vector<Ciphertext>& cts) const;
   // a + c in every slot, c real (slot encoding: a constant polynomial; no encoding work).
   Ciphertext add_const(const Ciphertext& a, double c) const;
+
+  // The per-polynomial kernels of mul_integer / rescale / add_const (each acts on every polynomial of a
+  // ciphertext independently; add_const on c0 only), for callers that hold one polynomial part of many
+  // ciphertexts (the Ray runtime splits a PCMM by part). A polynomial at `level` is level + 1 limbs of n
+  // residues, limb k at p + k * stride. No checks: the callers validate levels and shapes.
+  void mul_integer_poly(uint64_t* p, size_t stride, int level, int64_t k) const;
+  // out (level limbs) = rescale of in (level + 1 limbs); in and out must not overlap.
+  void rescale_poly(const uint64_t* in, size_t in_stride, int level, uint64_t* out, size_t out_stride) const;
+  // Adds round(c * scale) to every residue of p (the constant polynomial's NTT form).
+  void add_const_poly(uint64_t* p, size_t stride, int level, double c, double scale) const;
   Ciphertext drop_to_level(const Ciphertext& a, int level) const;
   Ciphertext apply_galois(const Ciphertext& a, uint64_t galois, const GaloisKeys& keys) const;
   std::vector<Ciphertext> apply_galois_hoisted(const Ciphertext& a, const std::vector<uint64_t>& galois,

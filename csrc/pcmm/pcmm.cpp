@@ -1,5 +1,6 @@
 #include "pcmm/pcmm.h"
 
+#include <cmath>
 #include <string>
 
 #include "ckks/errors.h"
@@ -73,6 +74,28 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
       for (long i = 0; i < (long)out.size(); ++i) out[i] = ev.add_const(out[i], bias[i / chunks]);
   }
   return out;
+}
+
+void pcmm_epilogue_part(const Context& ctx, uint64_t* in, size_t count, int level, int64_t K, int part,
+                        double scale, const std::vector<double>& bias, uint64_t* out) {
+  if (level < 1)
+    fail(ErrorKind::Level, "pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale");
+  if (part != 0 && part != 1) fail(ErrorKind::Shape, "pcmm: a ciphertext part is 0 (c0) or 1 (c1)");
+  if (!bias.empty() && bias.size() != count)
+    fail(ErrorKind::Shape, "pcmm: the bias needs one value per polynomial");
+  for (double b : bias)
+    if (!std::isfinite(b)) fail(ErrorKind::Encoding, "cannot add NaN or infinity");
+  const size_t n = ctx.n(), in_stride = count * n, out_stride = count * n;
+  const double scale_out = scale / (double)ctx.modulus(level).q;  // as Evaluator::rescale
+  const Evaluator ev(ctx);
+#pragma omp parallel for schedule(dynamic)
+  for (long i = 0; i < (long)count; ++i) {  // inner loops run serially (nested regions)
+    uint64_t* p = in + (size_t)i * n;
+    uint64_t* o = out + (size_t)i * n;
+    if (K != 1) ev.mul_integer_poly(p, in_stride, level, K);
+    ev.rescale_poly(p, in_stride, level, o, out_stride);
+    if (part == 0 && !bias.empty()) ev.add_const_poly(o, out_stride, level - 1, bias[i], scale_out);
+  }
 }
 
 }  // namespace hemlp::pcmm

@@ -21,4 +21,12 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
                                   double out_scale_factor, bool rescale = false,
                                   const std::vector<double>& bias = {});
 
+// The same epilogue on one polynomial part of `count` ciphertexts stored limb-major: limb k of polynomial i
+// at in + (k * count + i) * n, level + 1 limbs. Multiplies by K in place, rescales into `out` (level limbs,
+// same layout) and, for part 0 with a non-empty `bias` (one value per polynomial), adds bias[i] at the
+// rescaled scale (scale / q_level). Bit-identical to pcmm_rlwe's epilogue, because x K, rescale and the
+// constant add act on each polynomial alone (the constant on c0 only): a PCMM can be split by part.
+void pcmm_epilogue_part(const Context& ctx, uint64_t* in, size_t count, int level, int64_t K, int part,
+                        double scale, const std::vector<double>& bias, uint64_t* out);
+
 }  // namespace hemlp::pcmm

@@ -70,19 +70,27 @@ class Grid:
     objective: str              # "W3D" (eq. 5) or "W4D" (eq. 6)
     W: float                    # objective value in units of H
     local_blocks: tuple[int, int, int] = field(default=(1, 1, 1))  # [b_m/p_m, b_n/p_n, b_k/p_k]
+    # The Ray runtime's fourth axis (grid_store): the two polynomials of every RLWE ciphertext in different
+    # processors (a PCMM is one GEMM per part; its epilogue acts on each polynomial alone).
+    p_s: int = 1
 
     @property
     def dims(self) -> tuple[int, int, int]:
         return (self.p_m, self.p_n, self.p_k)
 
     @property
+    def dims4(self) -> tuple[int, int, int, int]:
+        return (self.p_m, self.p_n, self.p_k, self.p_s)
+
+    @property
     def size(self) -> int:
-        """p_m·p_n·p_k, the processors the grid actually uses."""
-        return self.p_m * self.p_n * self.p_k
+        """p_m·p_n·p_k(·p_s), the processors the grid actually uses."""
+        return self.p_m * self.p_n * self.p_k * self.p_s
 
     def __repr__(self) -> str:
         lm, ln, lk = self.local_blocks
-        return (f"Grid({self.p_m}×{self.p_n}×{self.p_k}, {self.size} of {self.p} processors, "
+        ps = f"×{self.p_s} parts" if self.p_s > 1 else ""
+        return (f"Grid({self.p_m}×{self.p_n}×{self.p_k}{ps}, {self.size} of {self.p} processors, "
                 f"{self.objective}={self.W:g}{' B' if self.objective == 'store bytes' else '·H'}, "
                 f"blocks per processor [{lm}, {ln}, {lk}])")
 
@@ -210,41 +218,53 @@ def partition(layout: Layout, grid: Grid) -> Partition:
 # Eq. (5)'s three terms are the reads' (input, weight, partial-sum) terms with H_in and H_w in place of H.
 
 
-def pcmm_store_bytes(dims: tuple[int, int, int], d1: int, d2: int, c: int, H_in: float, H_out: float,
+def pcmm_store_bytes(dims, d1: int, d2: int, c: int, H_in: float, H_out: float,
                      H_w: float = 8.0, d_in: int | None = None, P: int = 1) -> dict:
-    """Bytes a PCMM on grid dims = (p_m, p_n, p_k) reads from and writes to the object store, term by term."""
-    pm, pn, pk = dims
+    """Bytes a PCMM on grid dims = (p_m, p_n, p_k[, p_s]) reads from and writes to the object store, term by term.
+
+    Blocks are stored one object per ciphertext part, so a task of a p_s = 2 grid reads only its part: the input
+    term does not grow with p_s; each of its tasks reads its weight block (p_s copies). Partial sums (p_k > 1) are
+    written by the partial tasks and read by the reduce tasks at the input's size."""
+    pm, pn, pk = dims[:3]
+    ps = dims[3] if len(dims) > 3 else 1
     d_in = d2 if d_in is None else d_in
     d_out = d1 * P
     gathered = P > 1 or d_in != d2
     inputs = pm * (pk if gathered else 1) * d_in * c * H_in
     partials = pk * d_out * c * H_in if pk > 1 else 0.0
-    reads = dict(inputs=inputs, weights=pn * d1 * d2 * H_w, partials=partials)
+    reads = dict(inputs=inputs, weights=pn * ps * d1 * d2 * H_w, partials=partials)
     writes = dict(partials=partials, outputs=d_out * c * H_out, weights=d1 * d2 * H_w)
     return dict(reads=reads, writes=writes, total=sum(reads.values()) + sum(writes.values()))
 
 
 def grid_store(d1: int, c: int, d2: int, p: int, H_in: float, H_out: float, H_w: float = 8.0,
-               d_in: int | None = None, P: int = 1) -> Grid:
+               d_in: int | None = None, P: int = 1, parts: int = 1, deferred_H: float | None = None) -> Grid:
     """The runtime's grid for one PCMM on p workers: eq. (5)'s search with pcmm_store_bytes as the objective.
 
-    Candidates: p_m <= d1, p_n <= c, p_k <= d2 (blocks need not divide evenly), p_m p_n p_k <= p. As in
-    search_grid the product is maximised first (computation dominates), then the total bytes read + written
-    are minimised, ties to the lexicographically smallest grid. Every byte counts, also on one node where a
-    task maps its arguments zero-copy: a write is a copy into the store, and a task processes every input
-    byte it reads (the exact GEMM splits its input block into floating-point digits: with p_m row blocks the
-    p_m tasks each split the whole input, the compute twin of eq. (5)'s broadcast term); across nodes a read
-    is also a transfer. So a wide layer (d2 >> d1, e.g. 784 -> 128) splits the reduction (each input row split
-    once, partial sums d1 rows wide), a square one splits the output rows (no partial-sum round trip), and
-    several chunk columns split the columns."""
+    Candidates: p_m <= d1, p_n <= c, p_k <= d2 (blocks need not divide evenly), p_s <= parts (1 or 2: the
+    ciphertext parts), p_m p_n p_k p_s <= p. As in search_grid the product is maximised first (computation
+    dominates), then the total bytes read + written are minimised, ties to the lexicographically smallest grid.
+    Every byte counts, also on one node where a task maps its arguments zero-copy: a write is a copy into the
+    store, and a task processes every input byte it reads (the exact GEMM splits its input block into
+    floating-point digits: with p_m row blocks the p_m tasks each split the whole input, the compute twin of eq.
+    (5)'s broadcast term); across nodes a read is also a transfer. So a wide layer (d2 >> d1, e.g. 784 -> 128)
+    splits the parts (each input row split once, no partial sums) rather than the reduction (partial sums d1 rows
+    wide, twice), a square one splits the output rows or the parts, and several chunk columns split the columns.
+    deferred_H: when elementwise steps follow (fused into the PCMM's tasks for p_s = 1), the bytes of one
+    ciphertext after the PCMM's rescale; a p_s = 2, p_k = 1 grid runs those steps as a wave of their own, which
+    writes and reads that intermediate once more (counted here, d1 P c (2 deferred_H))."""
     _check_p(p)
-    cands = [(pm, pn, pk) for pm in range(1, min(d1, p) + 1) for pn in range(1, min(c, p // pm) + 1)
-             for pk in range(1, min(d2, p // (pm * pn)) + 1)]
+    if parts not in (1, 2):
+        raise ParameterError(f"parts={parts!r}: a ciphertext has 1 or 2 splittable parts")
+    cands = [(pm, pn, pk, ps) for pm in range(1, min(d1, p) + 1) for pn in range(1, min(c, p // pm) + 1)
+             for pk in range(1, min(d2, p // (pm * pn)) + 1) for ps in range(1, min(parts, p // (pm * pn * pk)) + 1)]
 
-    def key(g):
-        return (-(g[0] * g[1] * g[2]), pcmm_store_bytes(g, d1, d2, c, H_in, H_out, H_w, d_in, P)["total"], g)
+    def total(g):
+        if g[3] > 1 and g[2] == 1 and deferred_H is not None:  # p_k > 1: the reduce tasks hold both parts
+            return (pcmm_store_bytes(g, d1, d2, c, H_in, deferred_H, H_w, d_in, P)["total"]
+                    + d1 * P * c * (deferred_H + H_out))
+        return pcmm_store_bytes(g, d1, d2, c, H_in, H_out, H_w, d_in, P)["total"]
 
-    best = min(cands, key=key)
-    W = pcmm_store_bytes(best, d1, d2, c, H_in, H_out, H_w, d_in, P)["total"]
-    return Grid(best[0], best[1], best[2], p, "store bytes", W,
-                (-(-d1 // best[0]), -(-c // best[1]), -(-d2 // best[2])))
+    best = min(cands, key=lambda g: (-(g[0] * g[1] * g[2] * g[3]), total(g), g))
+    return Grid(best[0], best[1], best[2], p, "store bytes", total(best),
+                (-(-d1 // best[0]), -(-c // best[1]), -(-d2 // best[2])), best[3])

@@ -27,7 +27,7 @@ import numpy as np
 
 from hemlp.errors import LevelError, ShapeError
 from hemlp.runtime.local import ElementwiseOp, elementwise
-from hemlp.runtime.ray_runtime import TASK_RETRIES, _add_mod, _maybe_die, _ray, ray_pcmm, ray_pcmm_gather
+from hemlp.runtime.ray_runtime import TASK_RETRIES, _maybe_die, _ray, ray_pcmm, ray_pcmm_gather
 
 __all__ = ["RayProgram", "RayExecutor", "run_on_ray", "release_staging", "pack_cts", "unpack_cts"]
 
@@ -216,21 +216,28 @@ class RayExecutor:
 
 # ============================================================================= whole programs, blocks stay in the store
 #
-# A value between layers is a _Dist: blocks of ciphertexts (a row range x a chunk range) whose residues live in
-# the object store as one uint64 array (L, rows, chunks, 2, N) each, limb-major, so that one limb of a block is a
-# contiguous (rows, chunks 2 N) matrix: the exact GEMM reads it in place (zero-copy) and several input blocks are
-# summed mod q (exact, so the sum of the per-block products has the same bits as one product). A layer's tasks
-# return their output blocks and the next layer's tasks take them by ObjectRef; the driver only sees the small
-# per-block metadata (levels, scales, timings, byte counts) and materialises ciphertexts for the final output.
+# A value between layers is a _Dist: blocks of ciphertexts (a row range x a chunk range). A block lives in the object
+# store as two uint64 arrays, one per polynomial part (c0, c1), each (L, rows, chunks, N), limb-major: one limb of a
+# part is a contiguous (rows, chunks N) matrix that the exact GEMM reads in place (zero-copy; a chunk range is a
+# row-strided view), and a task that works on one part takes only that part's object (across nodes only it moves).
+# Several input blocks are summed mod q (exact, so the sum of the per-block products has the same bits as one
+# product). A layer's tasks return their output blocks and the next layer's tasks take them by ObjectRef; the driver
+# only sees small per-block metadata (levels, scales, timings, byte counts) and materialises the final output.
 #
-# A group is one task wave: a PCMM (or an add, or an elementwise step) plus the elementwise steps that follow it
-# on the same rows (square / poly / affine whose input has no other consumer), fused into the producing task:
-# product -> import + rescale + bias -> activation(s) -> one export, no round trip per step.
-# Grid (p_m, p_n, p_k): p_m output-row blocks, p_n chunk blocks, p_k reduction blocks. p_k = 1: one task per
-# (row block, chunk block) does everything. p_k > 1: "partial" tasks (i, j, t) return U~[i, t] X[t, j] mod q
-# in p_k row pieces; "reduce" task (i, j, s) adds piece s of the p_k partials mod q and runs the epilogue
-# (x K, rescale, bias, fused steps), so the rescale and the activations stay spread over p_m p_n p_k tasks.
+# A group is one task wave: a PCMM (or an add, or an elementwise step) plus the elementwise steps that follow it on
+# the same rows (square / poly / affine whose input has no other consumer), fused into the producing task.
+# Grid (p_m, p_n, p_k, p_s): p_m output-row blocks, p_n chunk blocks, p_k reduction blocks, p_s in {1, 2} part
+# blocks (the two polynomials of every ciphertext in different tasks).
+# - p_k = p_s = 1: one task per (row block, chunk block) does everything: product -> x K, rescale, bias -> fused steps.
+# - p_k = 1, p_s = 2: task (i, j, part) computes that part of the product and its epilogue (x K, the rescale and the
+#   bias act on each polynomial alone: pcmm_epilogue_part, bit-identical) and returns that part of the output block.
+#   The work splits exactly in two with no partial sums; the elementwise steps that followed (they need both parts)
+#   run as the next wave over row groups.
+# - p_k > 1: "partial" tasks (i, j, t, g) return their part(s) of U~[i, t] X[t, j] mod q in p_k p_s row pieces;
+#   "reduce" task (i, j, s) adds piece s of the partials mod q and runs the epilogue and the fused steps, so the
+#   rescale and the activations stay spread over p_m p_n p_k p_s tasks.
 
+_PARTS = (0, 1)
 
 _MALLOC_TUNED = []
 
@@ -282,19 +289,19 @@ def _meta_of(o) -> tuple:
 
 
 def _export(objs, nr: int, nc: int, N: int, out: np.ndarray | None = None) -> np.ndarray:
-    """(L, nr, nc, 2, N) uint64 residues of nr x nc (row-major) native ciphertexts of one level."""
+    """(2, L, nr, nc, N) uint64: part p of nr x nc (row-major) native ciphertexts of one level is arr[p]."""
     L = objs[0].level + 1
     if any(o.level + 1 != L or o.size != 2 for o in objs):
         raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
-    arr = np.empty((L, nr, nc, 2, N), dtype=np.uint64) if out is None else out
+    arr = np.empty((2, L, nr, nc, N), dtype=np.uint64) if out is None else out
     for idx, o in enumerate(objs):
         r, j = divmod(idx, nc)
-        arr[:, r, j, 0] = o.poly(0)
-        arr[:, r, j, 1] = o.poly(1)
+        arr[0, :, r, j] = o.poly(0)
+        arr[1, :, r, j] = o.poly(1)
     return arr
 
 
-def _import_block(ctx, cells: dict, arr: np.ndarray, desc, metas, rows, cols) -> None:
+def _import_block(ctx, cells: dict, parts, desc, metas, rows, cols) -> None:
     """Ciphertexts (r, j) of the block (global indices) that fall in rows x cols, into cells[(r, j)]."""
     from hemlp.ckks import Ciphertext
 
@@ -303,97 +310,110 @@ def _import_block(ctx, cells: dict, arr: np.ndarray, desc, metas, rows, cols) ->
     for r in range(max(r0, rows[0]), min(r1, rows[1])):
         for j in range(max(c0, cols[0]), min(c1, cols[1])):
             m = metas[(r - r0) * nc + (j - c0)]
-            obj = ctx._e.import_ciphertext([arr[:, r - r0, j - c0, 0], arr[:, r - r0, j - c0, 1]],
+            obj = ctx._e.import_ciphertext([parts[0][:, r - r0, j - c0], parts[1][:, r - r0, j - c0]],
                                            m[0], m[1], m[2], m[3], m[4], m[5], None)
             cells[r, j] = ctx._w(Ciphertext, obj)
 
 
 def _import_range(ctx, blocks, rows, cols) -> list:
     cells = {}
-    for arr, desc, metas in blocks:
-        _import_block(ctx, cells, arr, desc, metas, rows, cols)
+    for parts, desc, metas in blocks:
+        _import_block(ctx, cells, parts, desc, metas, rows, cols)
     return [cells[r, j] for r in range(*rows) for j in range(*cols)]
 
 
-def _product(ctx, spec, U: np.ndarray, blocks) -> np.ndarray:
-    """Y (|R| P, |J|, 2, L, N) = U~[R, T] X[T, J] mod q_l, ciphertext-major (rows (r, p) -> r P + p), so that
-    each output polynomial is one contiguous (L, N) array for the import and a row range is contiguous. The
-    factor K is applied in the epilogue (native mul_integer: the same Shoup product as the native PCMM's)."""
+def _pairs(arrays, descs) -> list:
+    """(parts, desc, metas) per block from task arguments that hold both parts of each block in turn."""
+    return [((arrays[2 * k], arrays[2 * k + 1]), d, m) for k, (d, m) in enumerate(descs)]
+
+
+def _add_mod_into(dst: np.ndarray, y: np.ndarray, q) -> None:
+    np.add(dst, y, out=dst)  # < 2 q < 2^63: no overflow
+    np.subtract(dst, np.uint64(q), out=dst, where=dst >= np.uint64(q))
+
+
+def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
+    """{part: Y (L, |R| P |J|, N)} for the parts in spec["parts"]: U~[R, T] X[T, J] mod q_l, limb-major with output
+    ciphertext (r, p, j) at index (r P + p) |J| + j (rows (r, p) -> r P + p): the layout of a block's part, so the
+    epilogue writes output blocks directly. The GEMM writes into Y in place. The factor K is applied in the
+    epilogue (the same Shoup product as the native PCMM's)."""
     from hemlp import _core
 
     T0, T1 = spec["T"]
     J0, J1 = spec["J"]
     nR, nJ, N, L = U.shape[0], J1 - J0, ctx.N, spec["level"] + 1
-    bits, index = spec["bits"], spec["index"]
+    bits, index, parts = spec["bits"], spec["index"], spec["parts"]
     P = 1 if index is None else index.shape[1]
-    Y = np.empty((nR, P, nJ, 2, L, N), dtype=np.uint64)
+    Ys = {}
     if index is None:
-        pieces = []  # (plan, block, local rows a:b, local chunks): U~[R, a:b] X[a:b] per input block
-        for arr, (r0, r1, c0, c1), _ in blocks:
+        pieces = []  # (plan, block parts, local rows a:b, local chunks): U~[R, a:b] X[a:b] per input block
+        for arrs, (r0, r1, c0, c1), _ in blocks:
             a, b = max(r0, T0), min(r1, T1)
             if a < b:
                 plan = _core.ModGemmPlan(np.ascontiguousarray(U[:, a - T0: b - T0]), bits)
-                pieces.append((plan, arr, a - r0, b - r0, J0 - c0, J1 - c0, c1 - c0))
-        for l in range(L):
-            q = ctx.modulus(l)
-            acc = None
-            for plan, arr, a, b, j0, j1, nc in pieces:
-                X = arr[l, a:b] if (j0, j1) == (0, nc) else arr[l, a:b, j0:j1]
-                y = plan.apply(X.reshape(b - a, -1), q)  # zero-copy when the block holds exactly the chunks J
-                acc = y if acc is None else _add_mod(acc, y, q)
-            Y[:, 0, :, :, l] = acc.reshape(nR, nJ, 2, N)
+                pieces.append((plan, arrs, a - r0, b - r0, J0 - c0, J1 - c0))
+        for p in parts:
+            Y = np.empty((L, nR, nJ * N), dtype=np.uint64)
+            if not pieces:
+                Y.fill(0)
+            for l in range(L):
+                q = ctx.modulus(l)
+                for k, (plan, arrs, a, b, j0, j1) in enumerate(pieces):
+                    X = arrs[p][l, a:b, j0:j1].reshape(b - a, -1)  # a view: each row's chunks are contiguous
+                    if k == 0:
+                        plan.apply(X, q, out=Y[l])
+                    else:
+                        _add_mod_into(Y[l], plan.apply(X, q), q)
+            Ys[p] = Y.reshape(L, nR * nJ, N)
     else:  # gathered rows (im2col over ciphertext rows); -1 = a zero row
         plan = _core.ModGemmPlan(U, bits)
         where = {}
-        for arr, (r0, r1, c0, c1), _ in blocks:
+        for arrs, (r0, r1, c0, c1), _ in blocks:
             for r in range(r0, r1):
                 if c0 <= J0 and J1 <= c1:
-                    where[r] = (arr, r - r0, J0 - c0, J1 - c0)
-        G = np.empty((T1 - T0, nJ * 2 * N), dtype=np.uint64)
-        for l in range(L):
-            q = ctx.modulus(l)
-            for p in range(P):
-                for i, row in enumerate(index[:, p]):
-                    if row < 0:
-                        G[i] = 0
-                    else:
-                        arr, rr, j0, j1 = where[int(row)]
-                        G[i] = arr[l, rr, j0:j1].reshape(-1)
-                Y[:, p, :, :, l] = plan.apply(G, q).reshape(nR, nJ, 2, N)
-    return Y.reshape(nR * P, nJ, 2, L, N)
+                    where[r] = (arrs, r - r0, J0 - c0, J1 - c0)
+        G = np.empty((T1 - T0, nJ * N), dtype=np.uint64)
+        for p in parts:
+            Y = np.empty((L, nR, P, nJ * N), dtype=np.uint64)
+            for l in range(L):
+                q = ctx.modulus(l)
+                for pp in range(P):
+                    for i, row in enumerate(index[:, pp]):
+                        if row < 0:
+                            G[i] = 0
+                        else:
+                            arrs, rr, j0, j1 = where[int(row)]
+                            G[i] = arrs[p][l, rr, j0:j1].reshape(-1)
+                    plan.apply(G, q, out=Y[l, :, pp])
+            Ys[p] = Y.reshape(L, nR * P * nJ, N)
+    return Ys
 
 
-def _add_mod_limbs(a: np.ndarray, b: np.ndarray, qv: np.ndarray) -> np.ndarray:
-    """(a + b) mod q_l for ciphertext-major arrays (..., L, N); qv: the moduli as a (L, 1) uint64 array."""
-    s = a + b  # < 2 q < 2^63: no overflow
-    np.subtract(s, qv, out=s, where=s >= qv)
-    return s
+def _out_meta(ctx, spec) -> tuple:
+    """Metadata of the PCMM's outputs: one level down, scale / q_level (as the native rescale computes it)."""
+    level, _, slots, enc, is_complex, key_id = spec["in_meta"]
+    return (level - 1, spec["scale_out"] / float(ctx.modulus(level)), slots, enc, is_complex, key_id)
 
 
-def _epilogue(ctx, spec, Y: np.ndarray, secs: dict, head: str) -> list:
-    """Native ciphertexts from the product residues, rescaled and biased as linalg.pcmm does (the native PCMM's
-    rescale, then its fused constant bias add_const in slot encoding; an encoded constant in coefficient
-    encoding, as linalg.pcmm_gather)."""
-    from hemlp.ckks import Ciphertext
+def _epilogue(ctx, spec, Ys: dict, secs: dict, head: str) -> dict:
+    """{part: Z (L - 1, count, N)}: x K, rescale and, in slot encoding, the bias (a constant on c0), per part in one
+    native kernel: the same arithmetic as linalg.pcmm's native epilogue. Y is consumed (x K in place)."""
+    from hemlp import _core
 
     t0 = time.perf_counter()
-    e = ctx._e
-    level, _, slots, enc, is_complex, key_id = spec["in_meta"]
-    scale, bias, P, g0, K = spec["scale_out"], spec["bias"], spec["P"], spec["out_rows"][0], spec["K"]
-    slot_enc = enc == 0
-    out = []
-    for r in range(Y.shape[0]):
-        for j in range(Y.shape[1]):
-            obj = e.import_ciphertext([Y[r, j, 0], Y[r, j, 1]], level, scale, slots, enc, is_complex, key_id, None)
-            obj = e.rescale(e.mul_integer(obj, K) if K != 1 else obj)
-            if bias is not None and slot_enc:
-                obj = e.add_const(obj, float(bias[(g0 + r) // P]))
-            ct = ctx._w(Ciphertext, obj)
-            if bias is not None and not slot_enc:
-                ct = ctx.add(ct, float(bias[(g0 + r) // P]))
-            out.append(ct)
+    level, enc = spec["in_meta"][0], spec["in_meta"][3]
+    bias, P, (g0, g1) = spec["bias"], spec["P"], spec["out_rows"]
+    bvals = []
+    if bias is not None and enc == 0:
+        count = next(iter(Ys.values())).shape[1]
+        bvals = np.repeat(bias[np.arange(g0, g1) // P], count // (g1 - g0)).tolist()
+    Z = {}
+    for p, Y in Ys.items():
+        if not (Y.flags.writeable and Y.flags.c_contiguous):
+            Y = np.ascontiguousarray(Y) if Y.flags.c_contiguous is False else Y.copy()
+        Z[p] = _core.pcmm_epilogue_part(ctx._e, Y, level, spec["K"], p, spec["scale_out"], bvals if p == 0 else [])
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
-    return out
+    return Z
 
 
 def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> list:
@@ -406,9 +426,40 @@ def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> 
     return cts
 
 
+def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
+    """Both parts of a PCMM's output block (after the epilogue), through the coefficient-encoding bias and the
+    fused steps when there are any: (part 0, part 1, block metas)."""
+    from hemlp.ckks import Ciphertext
+
+    head, (r0, r1), (c0, c1) = spec["head"], spec["out_rows"], spec["J"]
+    nr, nc = r1 - r0, c1 - c0
+    meta = _out_meta(ctx, spec)
+    levels[head] = meta[0]
+    coeff_bias = spec["bias"] is not None and meta[3] != 0
+    if not spec["ops"] and not coeff_bias:  # the epilogue's arrays are the block
+        shape = (meta[0] + 1, nr, nc, ctx.N)
+        return Z[0].reshape(shape), Z[1].reshape(shape), [meta] * (nr * nc)
+    t0 = time.perf_counter()
+    cts = []
+    for i in range(nr * nc):
+        obj = ctx._e.import_ciphertext([Z[0][:, i], Z[1][:, i]], *meta, None)
+        ct = ctx._w(Ciphertext, obj)
+        if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
+            ct = ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]]))
+        cts.append(ct)
+    secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
+    cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
+    t0 = time.perf_counter()
+    objs = [ct._obj for ct in cts]
+    out = _export(objs, nr, nc, ctx.N)
+    last = spec["ops"][-1][0] if spec["ops"] else head
+    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
+    return out[0], out[1], [_meta_of(o) for o in objs]
+
+
 def _group_task(spec: dict, *arrays):
     """One task of a group (see above). arrays: the ObjectRef arguments, resolved zero-copy by Ray (weights, then
-    input blocks or partial pieces). Returns the output array(s) and a small meta dict (the last return)."""
+    the parts of the input blocks, or partial pieces). Returns the output array(s) and a small meta dict (last)."""
     import ray
 
     from hemlp import _core
@@ -428,33 +479,52 @@ def _group_task(spec: dict, *arrays):
         key_read = spec["rlk_bytes"] if miss else 0
     secs, levels = {}, {}
     descs = spec["inputs"]
+
+    def finish(outs, metas=None):
+        meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays),
+                    key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
+                    wave=spec["wave"], seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
+        return (*outs, meta)
+
     if kind in ("pcmm", "partial"):
-        U, blocks = arrays[0], [(a, d, m) for a, (d, m) in zip(arrays[1:], descs)]
+        parts = spec["parts"]
+        n = len(parts)
+        U = arrays[0]
+        blocks = [(dict(zip(parts, arrays[1 + n * k: 1 + n * (k + 1)])), d, m) for k, (d, m) in enumerate(descs)]
         t0 = time.perf_counter()
-        Y = _product(ctx, spec, U, blocks)
+        Ys = _product(ctx, spec, U, blocks)
         secs[head] = time.perf_counter() - t0
-        if kind == "partial":  # p_k > 1: K U~ X mod q in row pieces, one per reduce task
-            outs = [Y[a:b] for a, b in spec["pieces"]]  # contiguous row ranges
-            meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays),
-                        key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels={},
-                        seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
-            return (*outs, meta)
-        cts = _epilogue(ctx, spec, Y, secs, head)
-        del Y
-        levels[head] = cts[0].level
-    elif kind == "reduce":
+        if kind == "partial":  # p_k > 1: U~ X mod q in row pieces, one per reduce task, each part in turn
+            nJ = spec["J"][1] - spec["J"][0]
+            outs = [np.ascontiguousarray(Ys[p][:, a * nJ: b * nJ]) for a, b in spec["pieces"] for p in parts]
+            return finish(outs)
+        Z = _epilogue(ctx, spec, Ys, secs, head)
+        del Ys
+        if n == 1:  # p_s = 2: this task's part of the output block, in row pieces (one per following task)
+            meta = _out_meta(ctx, spec)
+            levels[head] = meta[0]
+            g0, nc = spec["out_rows"][0], spec["J"][1] - spec["J"][0]
+            z = Z[parts[0]]
+            outs = [np.ascontiguousarray(z[:, (a - g0) * nc: (b - g0) * nc]).reshape(z.shape[0], b - a, nc, ctx.N)
+                    for a, b in spec["pieces"]]
+            return finish(outs, [meta] * ((spec["out_rows"][1] - g0) * nc))
+        *outs, metas = _block_out(ctx, spec, Z, rlk, secs, levels)
+        return finish(outs, metas)
+    if kind == "reduce":
         t0 = time.perf_counter()
-        qv = np.array([[ctx.modulus(l)] for l in range(arrays[0].shape[-2])], dtype=np.uint64)
-        Y = arrays[0]  # read-only views into the store; the sums are new arrays
-        for piece in arrays[1:]:
-            Y = _add_mod_limbs(Y, piece, qv)
+        L = arrays[0].shape[0]
+        qv = np.array([[[ctx.modulus(l)]] for l in range(L)], dtype=np.uint64)
+        Ys = {}
+        for p, piece in zip(spec["piece_parts"], arrays):
+            Ys[p] = piece if p not in Ys else _add_mod_limbs(Ys[p], piece, qv)  # read-only views; sums are new
         secs[head] = time.perf_counter() - t0
-        cts = _epilogue(ctx, spec, Y, secs, head)
-        del Y
-        levels[head] = cts[0].level
-    elif kind == "ew":
+        Z = _epilogue(ctx, spec, Ys, secs, head)
+        del Ys
+        *outs, metas = _block_out(ctx, spec, Z, rlk, secs, levels)
+        return finish(outs, metas)
+    if kind == "ew":
         t0 = time.perf_counter()
-        cts = _import_range(ctx, [(a, d, m) for a, (d, m) in zip(arrays, descs)], spec["out_rows"], spec["J"])
+        cts = _import_range(ctx, _pairs(arrays, descs), spec["out_rows"], spec["J"])
         secs["_import"] = time.perf_counter() - t0
     elif kind == "add":
         from hemlp.linalg import CtMatrix
@@ -463,8 +533,8 @@ def _group_task(spec: dict, *arrays):
         t0 = time.perf_counter()
         na = spec["n_a"]
         rows, cols = spec["out_rows"], spec["J"]
-        A = _import_range(ctx, [(a, d, m) for a, (d, m) in zip(arrays[:na], descs[:na])], rows, cols)
-        B = _import_range(ctx, [(a, d, m) for a, (d, m) in zip(arrays[na:], descs[na:])], rows, cols)
+        A = _import_range(ctx, _pairs(arrays[:2 * na], descs[:na]), rows, cols)
+        B = _import_range(ctx, _pairs(arrays[2 * na:], descs[na:]), rows, cols)
         shape = (rows[1] - rows[0], cols[1] - cols[0])
         cts = _add(ctx, CtMatrix(ctx, A, shape, shape[1], "rlwe"), CtMatrix(ctx, B, shape, shape[1], "rlwe"),
                    spec["add_level"]).cts
@@ -479,10 +549,14 @@ def _group_task(spec: dict, *arrays):
     out = _export(objs, len(objs) // nc, nc, ctx.N)
     last = spec["ops"][-1][0] if spec["ops"] else head
     secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
-    meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays), key_read=key_read,
-                written=out.nbytes, secs=secs, levels=levels, metas=[_meta_of(o) for o in objs],
-                seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
-    return out, meta
+    return finish([out[0], out[1]], [_meta_of(o) for o in objs])
+
+
+def _add_mod_limbs(a: np.ndarray, b: np.ndarray, qv: np.ndarray) -> np.ndarray:
+    """(a + b) mod q_l for limb-major arrays (L, ..., N); qv: the moduli as a (L, 1, 1) uint64 array."""
+    s = a + b  # < 2 q < 2^63: no overflow
+    np.subtract(s, qv, out=s, where=s >= qv)
+    return s
 
 
 def _group_remote(num_returns: int):
@@ -498,10 +572,10 @@ def _group_remote(num_returns: int):
 
 
 class _Block:
-    __slots__ = ("ref", "r0", "r1", "c0", "c1", "metas", "nbytes")
+    __slots__ = ("refs", "r0", "r1", "c0", "c1", "metas", "nbytes")
 
-    def __init__(self, ref, r0, r1, c0, c1, metas, nbytes):
-        self.ref, self.r0, self.r1, self.c0, self.c1, self.metas, self.nbytes = ref, r0, r1, c0, c1, metas, nbytes
+    def __init__(self, refs, r0, r1, c0, c1, metas, nbytes):
+        self.refs, self.r0, self.r1, self.c0, self.c1, self.metas, self.nbytes = refs, r0, r1, c0, c1, metas, nbytes
 
     @property
     def desc(self):
@@ -530,8 +604,34 @@ class _Dist:
         return [b for b in self.blocks if b.r0 < rows[1] and rows[0] < b.r1 and b.c0 < cols[1] and cols[0] < b.c1]
 
 
+class _Wave:
+    """What a group's submission returns: output blocks (both part refs, the meta ref whose block metas count, out
+    rows, chunks), the other tasks' meta refs, the task count and the group's info (grid, model, shape)."""
+
+    def __init__(self, final, others, tasks: int, info: dict):
+        self.final, self.others, self.tasks, self.info = final, others, tasks, info
+
+
 _ELEMENTWISE = ("square", "poly", "affine")
 _SUPPORTED = ("input", "pcmm", "add", "alias", "output") + _ELEMENTWISE
+
+
+def _store_grid(g, d1: int, c: int, d2: int, num_workers: int, parts_ok: bool, default) -> tuple:
+    """A validated (p_m, p_n, p_k, p_s) from a planner Grid / 3- or 4-tuple (p_s = 1 if absent) or default()."""
+    from hemlp.runtime.ray_runtime import _grid_dims
+
+    if g is None:
+        return default()
+    dims = (g.p_m, g.p_n, g.p_k, g.p_s) if hasattr(g, "p_s") else tuple(g)
+    ps = 1
+    if len(dims) == 4:
+        dims, ps = dims[:3], dims[3]
+        if not isinstance(ps, (int, np.integer)) or ps not in (1, 2):
+            raise ShapeError(f"grid: p_s (the part split) must be 1 or 2 (a ciphertext has two polynomials), got {ps!r}")
+        if ps == 2 and not parts_ok:
+            raise ShapeError("grid: p_s = 2 needs a slot-encoded bias (a coefficient-encoded bias is added to whole "
+                             "ciphertexts); use p_s = 1")
+    return (*_grid_dims(dims, d1, c, d2, num_workers), int(ps))
 
 
 class RayProgram:
@@ -539,11 +639,11 @@ class RayProgram:
     (use inside ``ray_session``; ``run_on_ray`` does both).
 
     num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (the
-    planner's ``grid_store`` for the workers: fewest bytes through the store), (p_m, p_n, p_k) for every PCMM, or {step: grid}.
-    cts_per_task: None (default) fuses every elementwise step into the task that produced its input; a number
-    runs elementwise steps as their own tasks over groups of that many ciphertexts. stats (after run): per step,
-    the grid, tasks, nodes, bytes read / written through the store (measured: every put, argument and return is
-    a numpy array whose size the tasks report) next to the planner's model, seconds and the tasks' own seconds."""
+    planner's ``grid_store`` for the workers: fewest object-store bytes), (p_m, p_n, p_k[, p_s]) for every PCMM, or
+    {step: grid}. cts_per_task: None (default) fuses every elementwise step into the task that produced its input; a
+    number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats (after run): per
+    step, the grid, tasks, nodes, bytes read / written through the store (measured: every put, argument and return
+    is a numpy array whose size the tasks report) next to the planner's model, seconds and the tasks' own seconds."""
 
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
                  threads_per_task: int = 1):
@@ -563,13 +663,13 @@ class RayProgram:
     # ---- helpers
     def _common(self, ctx, kind: str, head: str, needs_relin: bool) -> dict:
         spec = dict(kind=kind, head=head, phash=ctx.hash, params=self._params, threads=self.threads, rlk=None,
-                    rlk_bytes=0, ops=[], index=None, bias=None, P=1)
+                    rlk_bytes=0, ops=[], index=None, bias=None, P=1, wave=0)
         if needs_relin:
             spec["rlk"], spec["rlk_bytes"] = self._rlk[1:], self._rlk_bytes
         return spec
 
     def _put_input(self, ctx, C, row_parts: int, col_parts: int) -> _Dist:
-        """The client's ciphertexts into the store once, in the blocks the first consumer reads."""
+        """The client's ciphertexts into the store once, in the blocks the first consumer reads (one object per part)."""
         from hemlp.runtime.ray_runtime import _splits
 
         t0 = time.perf_counter()
@@ -579,10 +679,10 @@ class RayProgram:
             for cs in _splits(c, min(col_parts, c)):
                 objs = [C.cts[r * c + j]._obj for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
                 L = objs[0].level + 1
-                shape = (L, rs.stop - rs.start, cs.stop - cs.start, 2, ctx.N)
-                arr = _export(objs, shape[1], shape[2], ctx.N, _staging(shape))
-                blocks.append(_Block(ray.put(arr), rs.start, rs.stop, cs.start, cs.stop, [_meta_of(o) for o in objs],
-                                     arr.nbytes))
+                shape = (2, L, rs.stop - rs.start, cs.stop - cs.start, ctx.N)
+                arr = _export(objs, shape[2], shape[3], ctx.N, _staging(shape))
+                blocks.append(_Block((ray.put(arr[0]), ray.put(arr[1])), rs.start, rs.stop, cs.start, cs.stop,
+                                     [_meta_of(o) for o in objs], arr.nbytes))
                 put += arr.nbytes
                 del arr
         self._input_stats = dict(op="input", put_bytes=put, blocks=len(blocks), nodes=[], tasks=0,
@@ -599,22 +699,22 @@ class RayProgram:
 
         cells = {}
         for b in D.blocks:
-            arr = self.ray.get(b.ref)
-            _import_block(ctx, cells, arr, b.desc, b.metas, (b.r0, b.r1), (b.c0, b.c1))
-            del arr
+            parts = self.ray.get(list(b.refs))
+            _import_block(ctx, cells, parts, b.desc, b.metas, (b.r0, b.r1), (b.c0, b.c1))
+            del parts
         return CtMatrix(ctx, [cells[r, j] for r in range(D.rows) for j in range(D.chunks)], D.shape, D.chunks, "rlwe")
 
-    def _grid(self, s, d1: int, c: int, d2: int, H_in: float, H_out: float, d_in: int, P: int):
+    def _grid(self, s, d1: int, c: int, d2: int, H_in: float, H_out: float, d_in: int, P: int, parts_ok: bool,
+              deferred_H: float | None):
         from hemlp.planner.grid import grid_store
 
-        from hemlp.runtime.ray_runtime import _grid_dims
-
         g = self.grid.get(s.out) if isinstance(self.grid, dict) else self.grid
-        return _grid_dims(g, d1, c, d2, self.num_workers,
-                          default=lambda: grid_store(d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P).dims)
+        return _store_grid(g, d1, c, d2, self.num_workers, parts_ok, default=lambda: grid_store(
+            d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P, parts=2 if parts_ok else 1,
+            deferred_H=deferred_H).dims4)
 
     # ---- groups
-    def _pcmm_group(self, ctx, s, X, ops, weight_bits: int, level_out: int):
+    def _pcmm_group(self, ctx, s, X, ops, weight_bits: int, level_out: int) -> _Wave:
         from hemlp import linalg
         from hemlp.planner.grid import pcmm_store_bytes
         from hemlp.runtime.ray_runtime import _splits
@@ -628,10 +728,15 @@ class RayProgram:
         d_in = X.shape[0]
         if index is None and d2 != d_in:
             raise ShapeError(f"step {s.out}: U is {d1}x{d2} but its input has {d_in} rows")
-        level_in = X.level if isinstance(X, _Dist) else X.level
+        level_in = X.level
+        meta = X.meta if isinstance(X, _Dist) else _meta_of(X.cts[0]._obj)
         N = ctx.N
         H_in, H_out = 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8
-        pm, pn, pk = self._grid(s, d1, c, d2, H_in, H_out, d_in, P)
+        # Splitting the parts defers the fused steps to their own wave (they need both parts): the PCMM's output
+        # (H_pcmm per ciphertext) is then written and read once more; grid_store weighs that.
+        H_pcmm = 2 * level_in * N * 8
+        parts_ok = s.bias is None or meta[3] == 0
+        pm, pn, pk, ps = self._grid(s, d1, c, d2, H_in, H_out, d_in, P, parts_ok, H_pcmm if ops else None)
         X = self._as_dist(ctx, X, pk if index is None else 1, pn)
         meta = X.meta
         if meta[0] == 0:
@@ -644,64 +749,94 @@ class RayProgram:
         K = max(1, round(ctx.modulus(meta[0]) / delta))
         bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
         rows, cols, reds = _splits(d1, pm), _splits(c, pn), _splits(d2, pk)
+        groups = [list(_PARTS)] if ps == 1 else [[p] for p in _PARTS]
+        defer = ps > 1 and pk == 1 and bool(ops)  # part tasks alone: the steps need both parts, so the next wave
+        fused = [] if defer else ops
         u_refs, put = {}, 0
         for i, r in enumerate(rows):
             for t, red in enumerate(reds):
                 blk = np.ascontiguousarray(Uq[r, red])
                 u_refs[i, t] = ray.put(blk)
                 put += blk.nbytes
-        needs_relin = any(op.needs_relin for _, op in ops)
+        needs_relin = any(op.needs_relin for _, op in fused)
         base = self._common(ctx, "pcmm" if pk == 1 else "partial", s.out, needs_relin)
         base.update(level=meta[0], bits=int(weight_bits), K=int(K), in_meta=meta, scale_out=meta[1] * float(delta * K),
                     bias=bias, P=P)
-        final, metas_refs, tasks = [], [], 0
+        final, others, tasks = [], [], 0
         for i, r in enumerate(rows):
             for j, cs in enumerate(cols):
                 J = (cs.start, cs.stop)
                 out_rows = (r.start * P, r.stop * P)
+                nrow = out_rows[1] - out_rows[0]
                 pieces_rows = [(out_rows[0] + p.start, out_rows[0] + p.stop)
-                               for p in _splits(out_rows[1] - out_rows[0], pk)] if pk > 1 else [out_rows]
-                partial_refs = []
+                               for p in _splits(nrow, min(nrow, pk * ps))] if pk > 1 else [out_rows]
+                # p_s = 2 with deferred steps: each part task returns its rows in p_s pieces, so that each task of
+                # the next wave reads only its rows (of both parts); local piece bounds
+                out_pieces = [(p.start, p.stop) for p in _splits(nrow, min(nrow, ps if defer else 1))]
+                out_pieces = [(out_rows[0] + a, out_rows[0] + b_) for a, b_ in out_pieces]
+                partial_refs = []  # per (t, group): its piece refs, piece-major then part
+                part_refs = {}
                 for t, red in enumerate(reds):
                     if index is None:
                         inb = X.overlapping((red.start, red.stop), J)
                     else:
                         inb = X.overlapping((0, d_in), J)
-                    spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows,
-                                inputs=[(b.desc, b.metas) for b in inb],
-                                index=None if index is None else index[red], ops=[])
-                    if pk == 1:
-                        spec["ops"] = [(name, op.rows(*out_rows)) for name, op in ops]
-                        out_ref, meta_ref = _group_remote(2).options(scheduling_strategy="SPREAD").remote(
-                            spec, u_refs[i, t], *[b.ref for b in inb])
-                        final.append((out_ref, meta_ref, out_rows, J))
-                    else:
-                        spec["pieces"] = [(a - out_rows[0], b_ - out_rows[0]) for a, b_ in pieces_rows]
-                        refs = _group_remote(pk + 1).options(scheduling_strategy="SPREAD").remote(
-                            spec, u_refs[i, t], *[b.ref for b in inb])
-                        partial_refs.append(refs[:-1])
-                        metas_refs.append(refs[-1])
-                    tasks += 1
+                    for g in groups:
+                        spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows, parts=g,
+                                    inputs=[(b.desc, b.metas) for b in inb],
+                                    index=None if index is None else index[red], ops=[])
+                        args = [b.refs[p] for b in inb for p in g]
+                        if pk == 1:
+                            spec["ops"] = [(name, op.rows(*out_rows)) for name, op in fused]
+                            if len(g) == 2:
+                                r0_ref, r1_ref, meta_ref = _group_remote(3).options(
+                                    scheduling_strategy="SPREAD").remote(spec, u_refs[i, t], *args)
+                                final.append(((r0_ref, r1_ref), meta_ref, out_rows, J, None))
+                            else:
+                                spec["pieces"] = out_pieces
+                                part_refs[g[0]] = _group_remote(len(out_pieces) + 1).options(
+                                    scheduling_strategy="SPREAD").remote(spec, u_refs[i, t], *args)
+                        else:
+                            spec["pieces"] = [(a - out_rows[0], b_ - out_rows[0]) for a, b_ in pieces_rows]
+                            refs = _group_remote(len(pieces_rows) * len(g) + 1).options(
+                                scheduling_strategy="SPREAD").remote(spec, u_refs[i, t], *args)
+                            partial_refs.append((g, refs[:-1]))
+                            others.append(refs[-1])
+                        tasks += 1
+                if part_refs:
+                    nc = J[1] - J[0]
+                    for k, (a, b_) in enumerate(out_pieces):
+                        final.append(((part_refs[0][k], part_refs[1][k]), part_refs[0][-1], (a, b_), J,
+                                      ((a - out_rows[0]) * nc, (b_ - out_rows[0]) * nc)))
+                    others.append(part_refs[1][-1])
                 if pk > 1:
                     for sidx, pr in enumerate(pieces_rows):
-                        spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[],
-                                    ops=[(name, op.rows(*pr)) for name, op in ops])
-                        out_ref, meta_ref = _group_remote(2).options(scheduling_strategy="SPREAD").remote(
-                            spec, *[partial_refs[t][sidx] for t in range(pk)])
-                        final.append((out_ref, meta_ref, pr, J))
+                        args, piece_parts = [], []
+                        for g, refs in partial_refs:
+                            for k, p in enumerate(g):
+                                args.append(refs[sidx * len(g) + k])
+                                piece_parts.append(p)
+                        spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
+                                    ops=[(name, op.rows(*pr)) for name, op in fused])
+                        r0_ref, r1_ref, meta_ref = _group_remote(3).options(scheduling_strategy="SPREAD").remote(
+                            spec, *args)
+                        final.append(((r0_ref, r1_ref), meta_ref, pr, J, None))
                         tasks += 1
-        model = pcmm_store_bytes((pm, pn, pk), d1, d2, c, H_in, H_out, float(Uq.itemsize), d_in, P)
-        return final, metas_refs, tasks, dict(grid=(pm, pn, pk), put_bytes=put, model=model, ct_bytes=(H_in, H_out),
-                                              shape=(d1 * P, X.shape[1]), chunks=c)
+        model = pcmm_store_bytes((pm, pn, pk, ps), d1, d2, c, H_in, H_pcmm if defer else H_out, float(Uq.itemsize),
+                                 d_in, P)
+        return _Wave(final, others, tasks, dict(grid=(pm, pn, pk, ps), put_bytes=put, model=model,
+                                                ct_bytes=(H_in, H_out), shape=(d1 * P, X.shape[1]), chunks=c,
+                                                deferred=defer))
 
-    def _ew_group(self, ctx, s, X, ops, level_out: int):
+    def _ew_group(self, ctx, s, X, ops, level_out: int) -> _Wave:
         from hemlp.runtime.ray_runtime import _splits
 
         X = self._as_dist(ctx, X, self.num_workers, 1)
         needs_relin = any(op.needs_relin for _, op in ops)
         base = self._common(ctx, "ew", s.out, needs_relin)
-        final = []
+        final, reads = [], 0
         parts = max(1, -(-self.num_workers // len(X.blocks)))
+        H_in, H_out = _ct_bytes(ctx, X.level), _ct_bytes(ctx, level_out)
         for b in X.blocks:
             nr, nc = b.r1 - b.r0, b.c1 - b.c0
             if self.cts_per_task:
@@ -712,15 +847,16 @@ class RayProgram:
                 rows = (b.r0 + rs.start, b.r0 + rs.stop)
                 spec = dict(base, J=(b.c0, b.c1), out_rows=rows, inputs=[(b.desc, b.metas)],
                             ops=[(name, op.rows(*rows)) for name, op in ops])
-                out_ref, meta_ref = _group_remote(2).options(scheduling_strategy="SPREAD").remote(spec, b.ref)
-                final.append((out_ref, meta_ref, rows, (b.c0, b.c1)))
-        H_in, H_out = _ct_bytes(ctx, X.level), _ct_bytes(ctx, level_out)
+                r0_ref, r1_ref, meta_ref = _group_remote(3).options(scheduling_strategy="SPREAD").remote(
+                    spec, *b.refs)
+                final.append(((r0_ref, r1_ref), meta_ref, rows, (b.c0, b.c1), None))
+            reads += n_tasks * nr * nc * H_in  # every task of a block takes the whole block (both parts)
         n = X.rows * X.chunks
-        model = dict(reads=dict(inputs=n * H_in), writes=dict(outputs=n * H_out), total=n * (H_in + H_out))
-        return final, [], len(final), dict(shape=X.shape, chunks=X.chunks, cts_per_task=self.cts_per_task,
-                                           model=model)
+        model = dict(reads=dict(inputs=reads), writes=dict(outputs=n * H_out), total=reads + n * H_out)
+        return _Wave(final, [], len(final), dict(shape=X.shape, chunks=X.chunks, cts_per_task=self.cts_per_task,
+                                                 model=model))
 
-    def _add_group(self, ctx, s, A, B, ops, level_out: int):
+    def _add_group(self, ctx, s, A, B, ops, level_out: int) -> _Wave:
         A = self._as_dist(ctx, A, self.num_workers, 1)
         B = self._as_dist(ctx, B, self.num_workers, 1)
         needs_relin = any(op.needs_relin for _, op in ops)
@@ -732,14 +868,72 @@ class RayProgram:
             spec = dict(base, J=J, out_rows=rows, n_a=1, add_level=s.level_out,
                         inputs=[(b.desc, b.metas)] + [(x.desc, x.metas) for x in bb],
                         ops=[(name, op.rows(*rows)) for name, op in ops])
-            out_ref, meta_ref = _group_remote(2).options(scheduling_strategy="SPREAD").remote(
-                spec, b.ref, *[x.ref for x in bb])
-            final.append((out_ref, meta_ref, rows, J))
+            r0_ref, r1_ref, meta_ref = _group_remote(3).options(scheduling_strategy="SPREAD").remote(
+                spec, *b.refs, *[ref for x in bb for ref in x.refs])
+            final.append(((r0_ref, r1_ref), meta_ref, rows, J, None))
+        reads = sum((b.r1 - b.r0) * (b.c1 - b.c0) * _ct_bytes(ctx, A.level) for b in A.blocks)
+        reads += sum((x.r1 - x.r0) * (x.c1 - x.c0) * _ct_bytes(ctx, B.level)
+                     for b in A.blocks for x in B.overlapping((b.r0, b.r1), (b.c0, b.c1)))
         n = A.rows * A.chunks
-        reads = n * (_ct_bytes(ctx, A.level) + _ct_bytes(ctx, B.level))  # aligned blocks: each read once
         model = dict(reads=dict(inputs=reads), writes=dict(outputs=n * _ct_bytes(ctx, level_out)),
                      total=reads + n * _ct_bytes(ctx, level_out))
-        return final, [], len(final), dict(shape=A.shape, chunks=A.chunks, model=model)
+        return _Wave(final, [], len(final), dict(shape=A.shape, chunks=A.chunks, model=model))
+
+    def _finish(self, group: list, wave: _Wave, t0: float, timings: dict | None) -> _Dist:
+        """Waits for a group's tasks, checks the planned levels, records stats per step; the output as a _Dist."""
+        ray = self.ray
+        t_sub = time.perf_counter()
+        # part tasks return several blocks under one meta: fetch each task's meta once
+        refs = list({f[1]: None for f in wave.final}) + list(wave.others)
+        got = dict(zip(refs, ray.get(refs)))
+        metas = [got[f[1]] for f in wave.final]
+        allm = [got[r] for r in refs]
+        wall = time.perf_counter() - t0
+        if self._input_stats is not None and not self._input_counted:
+            wall -= self._input_stats["seconds"]  # the input put is reported on its own (stats[input])
+            t_sub -= self._input_stats["seconds"]
+            self._input_counted = True
+        blocks = []
+        for f, m in zip(wave.final, metas):
+            bm = m["metas"] if f[4] is None else m["metas"][f[4][0]: f[4][1]]
+            blocks.append(_Block(f[0], f[2][0], f[2][1], f[3][0], f[3][1], bm, 0))
+        for e in group:
+            lv = {m["levels"].get(e.out) for m in allm if e.out in m["levels"]}
+            if lv and lv != {e.level_out}:
+                raise AssertionError(f"step {e.out}: level {sorted(lv)}, planned {e.level_out}")
+        task_secs = {e.out: sum(m["secs"].get(e.out, 0.0) for m in allm) for e in group}
+        task_secs[group[0].out] += sum(m["secs"].get("_import", 0.0) for m in allm)
+        total = sum(task_secs.values()) or 1.0
+        read = sum(m["read"] for m in allm)
+        key_read = sum(m["key_read"] for m in allm)
+        written = sum(m["written"] for m in allm) + wave.info.get("put_bytes", 0)
+        for b, f in zip(blocks, wave.final):
+            b.nbytes = (f[2][1] - f[2][0]) * (f[3][1] - f[3][0]) * 2 * (b.metas[0][0] + 1) * self._N * 8
+        nodes = sorted({m["node"] for m in allm})
+        waves = sorted({m["wave"] for m in allm})
+        info = wave.info
+        for k, e in enumerate(group):
+            share = wall * task_secs[e.out] / total
+            if timings is not None:
+                timings[e.out] = share
+            st = dict(op="pcmm_gather" if (e.op == "pcmm" and e.index is not None) else e.op, tasks=wave.tasks,
+                      nodes=nodes, seconds=share, task_seconds=task_secs[e.out])
+            if k == 0:
+                st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub - t0,
+                          bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
+                          model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
+                          group_task_seconds=sum(m["seconds"] for m in allm),
+                          group_task_cpu_seconds=sum(m["cpu"] for m in allm),
+                          # the group's critical path if every task had its own core: the longest task per wave
+                          critical_cpu_seconds=sum(max(m["cpu"] for m in allm if m["wave"] == w) for w in waves))
+                if "grid" in info:
+                    st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
+                if "cts_per_task" in info:
+                    st["cts_per_task"] = info["cts_per_task"]
+            else:
+                st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
+            self.stats[e.out] = st
+        return _Dist(info["shape"], info["chunks"], blocks)
 
     # ---- the program
     def run(self, ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None):
@@ -747,6 +941,7 @@ class RayProgram:
 
         ray = self.ray
         self._params = ctx.params.to_bytes()
+        self._N = ctx.N
         if relin_key is not None and any(s.op in ("square", "poly") for s in steps):
             data = relin_key.to_bytes()
             self._rlk = (relin_key, hashlib.sha256(data).hexdigest(), [ray.put(data)])
@@ -784,67 +979,29 @@ class RayProgram:
             self._layer_start(s.out)
             t0 = time.perf_counter()
             x = vals[s.inputs[0]]
-            info = {}
             if s.op == "pcmm":
-                final, partial_metas, tasks, info = self._pcmm_group(ctx, s, x, ops, weight_bits, group[-1].level_out)
+                wave = self._pcmm_group(ctx, s, x, ops, weight_bits, group[-1].level_out)
             elif s.op in _ELEMENTWISE:
-                final, partial_metas, tasks, info = self._ew_group(ctx, s, x, ops, group[-1].level_out)
+                wave = self._ew_group(ctx, s, x, ops, group[-1].level_out)
             elif s.op == "add":
-                final, partial_metas, tasks, info = self._add_group(ctx, s, x, vals[s.inputs[1]], ops,
-                                                                    group[-1].level_out)
+                wave = self._add_group(ctx, s, x, vals[s.inputs[1]], ops, group[-1].level_out)
             else:
                 raise AssertionError(s.op)
-            t_sub = time.perf_counter()
-            metas = ray.get([f[1] for f in final])
-            pmetas = ray.get(partial_metas)
-            wall = time.perf_counter() - t0
-            if self._input_stats is not None and not self._input_counted:
-                wall -= self._input_stats["seconds"]  # the input put is reported on its own (stats[input])
-                t_sub -= self._input_stats["seconds"]
-                self._input_counted = True
-            blocks = [_Block(f[0], f[2][0], f[2][1], f[3][0], f[3][1], m["metas"], 0) for f, m in zip(final, metas)]
-            for b, m in zip(blocks, metas):
-                b.nbytes = m["written"]
-            allm = metas + pmetas
-            for e in group:
-                lv = {m["levels"].get(e.out) for m in metas if e.out in m["levels"]}
-                if lv and lv != {e.level_out}:
-                    raise AssertionError(f"step {e.out}: level {sorted(lv)}, planned {e.level_out}")
-            task_secs = {e.out: sum(m["secs"].get(e.out, 0.0) for m in allm) for e in group}
-            task_secs[group[0].out] += sum(m["secs"].get("_import", 0.0) for m in allm)
-            total = sum(task_secs.values()) or 1.0
-            read = sum(m["read"] for m in allm)
-            key_read = sum(m["key_read"] for m in allm)
-            written = sum(m["written"] for m in allm) + info.get("put_bytes", 0)
-            nodes = sorted({m["node"] for m in allm})
-            for k, e in enumerate(group):
-                share = wall * task_secs[e.out] / total
-                if timings is not None:
-                    timings[e.out] = share
-                st = dict(op="pcmm_gather" if (e.op == "pcmm" and e.index is not None) else e.op, tasks=tasks,
-                          nodes=nodes, seconds=share, task_seconds=task_secs[e.out])
-                if k == 0:
-                    st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub - t0,
-                              bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
-                              model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
-                              group_task_seconds=sum(m["seconds"] for m in allm),
-                              group_task_cpu_seconds=sum(m["cpu"] for m in allm),
-                              # the wave's critical path if every task had its own core
-                              critical_cpu_seconds=max(m["cpu"] for m in metas)
-                              + (max(m["cpu"] for m in pmetas) if pmetas else 0.0))
-                    if "grid" in info:
-                        st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
-                    if "cts_per_task" in info:
-                        st["cts_per_task"] = info["cts_per_task"]
-                else:
-                    st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
-                self.stats[e.out] = st
+            if wave.info.get("deferred"):  # part-split PCMM: its fused steps run as the next wave
+                vals[s.out] = self._finish([s], wave, t0, timings)
+                t0 = time.perf_counter()
+                wave = self._ew_group(ctx, group[1], vals[s.out], ops, group[-1].level_out)
+                D = self._finish(group[1:], wave, t0, timings)
+                for e in group[1:]:
+                    self.stats[e.out]["after"] = s.out
+                    vals[e.out] = D
+            else:
+                D = self._finish(group, wave, t0, timings)
+                for e in group:
+                    vals[e.out] = D
             if self._input_stats is not None and not any(v.get("op") == "input" for v in self.stats.values()):
                 first_input = next(x.out for x in steps if x.op == "input")
                 self.stats[first_input] = self._input_stats
-            D = _Dist(info["shape"], info["chunks"], blocks)
-            for e in group:
-                vals[e.out] = D
             i += len(group)
         out = vals[out_name]
         t0 = time.perf_counter()

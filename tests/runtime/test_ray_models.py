@@ -90,7 +90,7 @@ def test_mlp_explicit_grid_and_groups(local_ray, mlp_case):
     st = {}
     out = c["cm"].run(c["ct"], c["ek"], runtime="ray", num_workers=2, grid=(1, 1, 2), cts_per_task=5, stats=st)
     assert same(out, c["ref"])
-    assert all(v["grid"] == (1, 1, 2) for v in st.values() if v["op"] == "pcmm")
+    assert all(v["grid"] == (1, 1, 2, 1) for v in st.values() if v["op"] == "pcmm")
     sq = [v for v in st.values() if v["op"] == "square"]
     assert sq and all(v["cts_per_task"] == 5 for v in sq)
 
@@ -102,6 +102,23 @@ def test_cnn_bit_identical_to_local(local_ray, cnn_case):
     out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
     assert same(out, c["ref"])
     assert any(v["op"] == "pcmm_gather" for v in st.values())  # the convolutions: im2col on Ray
+
+
+@pytest.mark.parametrize("grid", [(1, 1, 1, 2), (1, 1, 2, 2)])
+def test_cnn_part_split_bit_identical(local_ray, cnn_case, grid):
+    """The two polynomials of every ciphertext in different tasks (the epilogue per part: x K, rescale, bias on
+    c0), with and without partial sums, through gathered (im2col) PCMMs: the same bits as in process."""
+    c = cnn_case
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", num_workers=2, grid=grid, stats=st)
+    assert same(out, c["ref"])
+    assert {v["grid"] for v in st.values() if v["op"] in ("pcmm", "pcmm_gather")} == {grid}
+
+
+def test_part_split_grid_errors(local_ray, mlp_case):
+    c = mlp_case
+    with pytest.raises(hemlp.errors.ShapeError, match="p_s"):
+        c["cm"].run(c["ct"], c["ek"], runtime="ray", grid=(1, 1, 1, 3))
 
 
 def test_affine_and_polynomial_steps(local_ray):
@@ -129,7 +146,7 @@ def test_affine_and_polynomial_steps(local_ray):
     assert "affine" in {v["op"] for v in st.values()}
 
 
-@pytest.mark.parametrize("grid", [None, (1, 1, 2)])
+@pytest.mark.parametrize("grid", [None, (1, 1, 2), (1, 1, 1, 2)])
 def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch, grid):
     """A worker os._exit()s on the first task of the second PCMM group (the product, the rescale and the fused
     activation; with (1, 1, 2) a partial-sum task with several returns); Ray re-runs the pure task from its
@@ -203,7 +220,7 @@ def test_two_raylets_both_used(mlp_case):
         nodes = {n for v in st.values() for n in v["nodes"]}
         assert len(nodes) == 2, f"tasks ran on {nodes} only"
         sq = [v for v in st.values() if v["op"] == "square"]
-        assert any(len(v["nodes"]) == 2 for v in sq), "the elementwise tasks did not spread over both nodes"
+        assert len({n for v in sq for n in v["nodes"]}) == 2, "the elementwise tasks did not spread over both nodes"
     finally:
         if ray.is_initialized():
             ray.shutdown()
@@ -214,10 +231,11 @@ def _groups(st, steps):
     return {k: v for k, v in st.items() if k in steps and "group" in v}
 
 
-@pytest.mark.parametrize("grid", [None, (1, 1, 2)])
+@pytest.mark.parametrize("grid", [None, (1, 1, 2), (1, 1, 1, 2), (2, 1, 2, 2)])
 def test_blocks_stay_in_store_and_bytes_match_model(local_ray, mlp_case, grid):
     """Activations never come back to the driver between layers; every square runs inside the PCMM task that
-    produced its input; the bytes the tasks read and write through the store equal the planner's model."""
+    produced its input (p_s = 1) or in the wave right after it (p_s = 2: both parts needed); the bytes the tasks
+    read and write through the store equal the planner's model, and the default grid is grid_store's."""
     from hemlp.planner.grid import grid_store, pcmm_store_bytes
 
     c = mlp_case
@@ -226,25 +244,50 @@ def test_blocks_stay_in_store_and_bytes_match_model(local_ray, mlp_case, grid):
     out = c["cm"].run(c["ct"], c["ek"], runtime="ray", num_workers=2, grid=grid, stats=st)
     assert same(out, c["ref"])
     groups = _groups(st, steps)
-    assert [steps[k].op for k in groups] == ["pcmm", "pcmm", "pcmm"]
-    for k, v in st.items():
-        if k in steps and steps[k].op == "square":
-            assert v["fused_into"] in groups and k in st[v["fused_into"]]["group"]
-    ctx, N = c["cm"].context, c["cm"].context.N
-    for name, v in groups.items():
-        s = steps[name]
+    pcmms = [k for k in groups if steps[k].op == "pcmm"]
+    assert len(pcmms) == 3
+    N = c["cm"].context.N
+    H = lambda level: 2 * (level + 1) * N * 8  # noqa: E731
+    for name in pcmms:
+        v, s = groups[name], steps[name]
         level_in = s.level_out + 1
-        level_out = steps[v["group"][-1]].level_out
-        H_in, H_out = 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8
-        assert v["grid"] == (grid or grid_store(*s.U.shape[:1], 1, s.U.shape[1], 2, H_in, H_out).dims)
-        model = pcmm_store_bytes(v["grid"], *s.U.shape, 1, H_in, H_out)
+        after = [k for k, w in st.items() if w.get("after") == name]  # squares deferred to their own wave
+        fused = [k for k in v["group"][1:]]
+        assert not (after and fused)
+        level_out = steps[(fused or [name])[-1]].level_out
+        nxt = [k for k in steps if steps[k].inputs and steps[k].inputs[0] == name and steps[k].op == "square"]
+        default = grid_store(s.U.shape[0], 1, s.U.shape[1], 2, H(level_in),
+                             H(steps[(after or fused or [name])[-1]].level_out), parts=2,
+                             deferred_H=H(s.level_out) if nxt else None).dims4
+        want = default if grid is None else (tuple(grid) + (1,))[:4]
+        assert v["grid"] == want
+        assert bool(after) == (want[3] == 2 and want[2] == 1 and bool(nxt))
+        model = pcmm_store_bytes(v["grid"], *s.U.shape, 1, H(level_in), H(level_out))
         assert v["model_bytes"]["total"] == model["total"]
         assert v["bytes"]["total"] == model["total"], (name, v["bytes"], model)
+        for k in after:  # the deferred wave: each task reads only its rows (of both parts)
+            w = groups[k]
+            assert w["bytes"]["total"] == w["model_bytes"]["total"] == s.U.shape[0] * (H(s.level_out) + H(
+                steps[k].level_out)), (k, w["bytes"], w["model_bytes"])
+            assert w["tasks"] == 2
+    for k, v in st.items():
+        if k in steps and steps[k].op == "square" and "fused_into" in v:
+            assert v["fused_into"] in groups and k in st[v["fused_into"]]["group"]
     # the driver put the input once and got only the final output back
     first = next(s.out for s in c["cm"].steps if s.op == "input")
     assert st[first]["put_bytes"] == len(c["ct"].ctm.cts) * 2 * (steps[first].level_out + 1) * N * 8
     assert st["_output"]["get_bytes"] == len(out.ctm.cts) * 2 * (out.ctm.level + 1) * N * 8
-    assert ctx is c["cm"].context
+
+
+def test_default_grid_splits_parts_for_a_wide_layer():
+    """784 -> 128 on 2 workers: the two parts of every ciphertext in two tasks (no partial sums) beats splitting
+    the reduction (partial sums written and read twice) and the output rows (the input read twice)."""
+    from hemlp.planner.grid import grid_store
+
+    H_in, H_pcmm, H_out = 2 * 6 * 8192 * 8, 2 * 5 * 8192 * 8, 2 * 4 * 8192 * 8
+    assert grid_store(128, 1, 784, 2, H_in, H_out, parts=2, deferred_H=H_pcmm).dims4 == (1, 1, 1, 2)
+    assert grid_store(128, 1, 784, 2, H_in, H_out).dims4 == (1, 1, 2, 1)  # without the part axis: the reduction
+    assert grid_store(128, 1, 784, 4, H_in, H_out, parts=2, deferred_H=H_pcmm).size == 4
 
 
 def test_step_by_step_fallback(local_ray, mlp_case, monkeypatch):
