@@ -207,9 +207,13 @@ class PublicKey(_Wrapped):
 class RelinKey(_Wrapped):
     _type = "relin_key"
     key_id = property(lambda self: self._obj.key_id)
+    #: the highest ciphertext level this key can relinearise
+    level = property(lambda self: self._obj.level)
+    #: bytes of key material: num_digits(level) * (level + 1 + |P|) * N * 8 (the a-halves are seeds)
+    nbytes = property(lambda self: self._obj.nbytes)
 
     def __repr__(self):
-        return f"RelinKey(id={self.key_id:016x}, digits={self._obj.num_digits})"
+        return f"RelinKey(id={self.key_id:016x}, level={self.level}, digits={self._obj.num_digits})"
 
     def to_bytes(self) -> bytes:
         return _switch_keys_bytes(self._engine, "relin_key", self._phash, self._obj.key_id, [self._obj])
@@ -221,9 +225,14 @@ class GaloisKeys(_Wrapped):
     _type = "galois_keys"
     key_id = property(lambda self: self._obj.key_id)
     elements = property(lambda self: list(self._obj.elements))
+    #: the highest ciphertext level every key of the set can switch (None for an empty set)
+    level = property(lambda self: self._obj.level)
+    #: ciphertext level limit of each key, by Galois element
+    levels = property(lambda self: dict(self._obj.levels))
+    nbytes = property(lambda self: self._obj.nbytes)
 
     def __repr__(self):
-        return f"GaloisKeys(id={self.key_id:016x}, elements={self.elements})"
+        return f"GaloisKeys(id={self.key_id:016x}, level={self.level}, elements={self.elements})"
 
     def merge(self, other: "GaloisKeys") -> "GaloisKeys":
         if other._phash != self._phash:
@@ -314,17 +323,33 @@ class Context:
         sk = self._e.secret_key()
         return self._w(SecretKey, sk), self._w(PublicKey, self._e.public_key(sk))
 
-    def relin_key(self, sk: SecretKey) -> RelinKey:
-        return self._w(RelinKey, self._e.relin_key(self._unwrap(sk, SecretKey, "secret key")))
+    def _key_level(self, level) -> int:
+        """None -> the top level; else an int in [0, max_level] (the native default -1 means the top)."""
+        if level is None:
+            return self.max_level
+        if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
+            raise ParameterError(f"key level must be an int or None, got {type(level).__name__}")
+        if not 0 <= int(level) <= self.max_level:
+            raise ParameterError(f"key level {level} is outside this context's modulus chain [0, {self.max_level}]; "
+                                 "pass the highest level the key will be used at (None: the top level)")
+        return int(level)
 
-    def rotation_keys(self, sk: SecretKey, steps) -> GaloisKeys:
-        """Keys for left rotations by each step (negative = right)."""
+    def relin_key(self, sk: SecretKey, level: int | None = None) -> RelinKey:
+        """Relinearisation key for ciphertexts at levels <= `level` (None: every level). A lower level
+        gives a smaller key: it holds (level + 1 + |P|) limbs per digit instead of (L + 1 + |P|)."""
+        return self._w(RelinKey, self._e.relin_key(self._unwrap(sk, SecretKey, "secret key"), self._key_level(level)))
+
+    def rotation_keys(self, sk: SecretKey, steps, level: int | None = None) -> GaloisKeys:
+        """Keys for left rotations by each step (negative = right), usable at levels <= `level`
+        (None: every level)."""
+        lv = self._key_level(level)
         els = sorted({self._e.galois_element(int(s)) for s in steps})
-        return self._w(GaloisKeys, self._e.galois_keys(self._unwrap(sk, SecretKey, "secret key"), els))
+        return self._w(GaloisKeys, self._e.galois_keys(self._unwrap(sk, SecretKey, "secret key"), els, lv))
 
-    def conjugation_key(self, sk: SecretKey) -> GaloisKeys:
+    def conjugation_key(self, sk: SecretKey, level: int | None = None) -> GaloisKeys:
+        lv = self._key_level(level)
         return self._w(GaloisKeys, self._e.galois_keys(self._unwrap(sk, SecretKey, "secret key"),
-                                                       [self._e.conjugation_element()]))
+                                                       [self._e.conjugation_element()], lv))
 
     # ---- encoding
     def encode(self, x, level: int | None = None, scale: float | None = None, slots: int | None = None,
@@ -518,16 +543,29 @@ def from_bytes(data: bytes, ctx: Context | None = None):
         if obj_type in ("relin_key", "galois_keys"):
             seeds = ser.field(h, "seeds", list)
             gals = ser.field(h, "galois", list)
-            digits = ctx.params._p.num_digits(ctx.max_level)
-            if len(gals) * digits != len(arrays) or len(seeds) != len(arrays):
-                raise SerializationError(f"{obj_type}: array count does not match the header")
-            keys = []
-            for i, g in enumerate(gals):
+            if ser.peek_version(data) < 2:     # version 1 keys predate key levels: all at the top level
+                levels = [ctx.max_level] * len(gals)
+            else:
+                levels = ser.field(h, "levels", list)
+            if len(levels) != len(gals):
+                raise SerializationError(f"{obj_type}: {len(levels)} key levels for {len(gals)} keys; the data is "
+                                         "corrupted")
+            for lv in levels:
+                if isinstance(lv, bool) or not isinstance(lv, int) or not 0 <= lv <= ctx.max_level:
+                    raise SerializationError(f"{obj_type}: invalid key level {lv!r} (this context has levels 0.."
+                                             f"{ctx.max_level}); the data is corrupted")
+            digits = [ctx.params._p.num_digits(lv) for lv in levels]
+            if sum(digits) != len(arrays) or len(seeds) != len(arrays):
+                raise SerializationError(f"{obj_type}: array count does not match the header (key levels "
+                                         f"{levels}); the data is corrupted")
+            keys, off = [], 0
+            for g, lv, dg in zip(gals, levels, digits):
                 if not isinstance(g, int) or g < 0 or g >= 2 * ctx.N or (g % 2 == 0 and g != 0):
                     raise SerializationError(f"{obj_type}: invalid Galois element")
-                sl = slice(i * digits, (i + 1) * digits)
+                sl = slice(off, off + dg)
+                off += dg
                 keys.append(e.import_switch_key(list(arrays[sl]), [bytes.fromhex(s) for s in seeds[sl]],
-                                                _key_id(h), g))
+                                                _key_id(h), g, lv))
             if obj_type == "relin_key":
                 if gals != [0]:
                     raise SerializationError("relinearisation key with a Galois element")
@@ -541,13 +579,14 @@ def from_bytes(data: bytes, ctx: Context | None = None):
 
 
 def _switch_keys_bytes(engine, obj_type: str, phash: str, key_id: int, keys) -> bytes:
-    arrays, seeds, gals = [], [], []
+    arrays, seeds, gals, levels = [], [], [], []
     for k in keys:
         bs, ss = engine.export_switch_key(k)
         arrays.extend(bs)
         seeds.extend(s.hex() for s in ss)
         gals.append(int(k.galois))
-    return ser.pack(obj_type, phash, dict(key_id=f"{key_id:016x}", seeds=seeds, galois=gals), arrays)
+        levels.append(int(k.level))
+    return ser.pack(obj_type, phash, dict(key_id=f"{key_id:016x}", seeds=seeds, galois=gals, levels=levels), arrays)
 
 
 def load(path, ctx: Context | None = None):

@@ -217,19 +217,48 @@ class CompiledModel:
             self._runner = PackedRunner(self.context, self.packed)
         return self._runner
 
+    @property
+    def key_levels(self) -> dict:
+        """{"relin": l, "rotation": l}: the highest ciphertext level at which the plan relinearises /
+        rotates (None: never). keygen() generates each key for exactly that level, so it holds only
+        q_0..q_l and P instead of the whole chain."""
+        relin = rot = None
+        if self.layout == "blocked":
+            prog = self.blocked
+            relin, rot = prog.relin_level(), prog.rotation_level()
+        else:
+            lv = [s.level_in for s in self.steps if s.op in ("square", "poly", "mul", "matmul")]
+            relin = max(lv) if lv else None
+            if self.layout == "packed":
+                rot = self.packed.rotation_level()
+        return dict(relin=relin if self.needs_relin else None, rotation=rot)
+
     def keygen(self):
-        """(secret_key, eval_keys): the secret key stays on the client; eval_keys go to the server."""
+        """(secret_key, eval_keys): the secret key stays on the client; eval_keys go to the server.
+        Each key is generated for the highest level the plan uses it at (key_levels)."""
         from hemlp.runtime.artifacts import EvalKeys
 
         ctx = self.context
         sk, _ = ctx.keygen()
-        rlk = ctx.relin_key(sk) if self.needs_relin else None
+        lv = self.key_levels
+        rlk = ctx.relin_key(sk, level=lv["relin"]) if self.needs_relin else None
         gk = None
         if self.layout == "packed" and self.packed.rotations():
-            gk = ctx.rotation_keys(sk, self.packed.rotations())
+            gk = ctx.rotation_keys(sk, self.packed.rotations(), level=lv["rotation"])
         if self.layout == "blocked":
-            gk = ctx.rotation_keys(sk, self.blocked.rotations())
+            gk = ctx.rotation_keys(sk, self.blocked.rotations(), level=lv["rotation"])
         return sk, EvalKeys(self.model_id, rlk, gk)
+
+    def _check_key_levels(self, eval_keys):
+        """Keys built for lower levels than the plan uses them at fail here, before any work."""
+        from hemlp.errors import LevelError
+
+        lv = self.key_levels
+        for what, key, need, fix in (("relinearisation key", eval_keys.relin_key, lv["relin"], "relin_key"),
+                                     ("rotation keys", eval_keys.galois_keys, lv["rotation"], "rotation_keys")):
+            if key is not None and need is not None and key.level is not None and key.level < need:
+                raise LevelError(f"{what}: generated for levels <= {key.level}, but this model uses them at level "
+                                 f"{need}; use keygen()'s eval_keys (or ctx.{fix}(sk, ..., level={need}))")
 
     # ---- client side
     def _check_x(self, x) -> np.ndarray:
@@ -361,6 +390,7 @@ class CompiledModel:
                 raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
             if eval_keys.relin_key.key_id != ct.key_id:
                 raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
+        self._check_key_levels(eval_keys)
         if self.layout == "blocked":
             from hemlp.runtime.blocked import EncryptedWeights
 

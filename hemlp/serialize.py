@@ -7,6 +7,10 @@ The SHA-256 covers everything before it. Loading checks magic, version, type, ch
 parameter hash, header fields and payload sizes before any data reaches the native core
 (which validates every residue again), so truncated, corrupted or foreign bytes raise
 SerializationError / ContextMismatchError and never crash or decode to garbage.
+
+Versions: 1 = the first format; 2 = switching keys (relin_key, galois_keys) carry a "levels" header
+field (one per key: the highest level it switches; its arrays hold level + 1 + |P| limbs). Version 1
+files still load (their keys are top-level keys); files of newer versions are refused by name.
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ import numpy as np
 from hemlp.errors import ContextMismatchError, SerializationError
 
 MAGIC = b"HEMLP\x00"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # versions this code loads
 TYPES = {
     "params": 1,
     "ciphertext": 2,
@@ -34,14 +39,17 @@ _PREFIX = struct.Struct("<6sHB32sI")
 _MAX_HEADER = 1 << 24
 
 
-def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list[np.ndarray]) -> bytes:
-    """Serialise `header` plus raw `arrays` (their dtype/shape are recorded in the header)."""
+def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list[np.ndarray], version: int = VERSION) -> bytes:
+    """Serialise `header` plus raw `arrays` (their dtype/shape are recorded in the header). `version`
+    other than the current one is for writing test files of older formats."""
+    if version not in READS:
+        raise ValueError(f"cannot write format version {version}; this hemlp writes {READS}")
     header = dict(header)
     header["arrays"] = [[a.dtype.str, list(a.shape)] for a in arrays]
     hbytes = json.dumps(header, sort_keys=True).encode()
     payload = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
     body = (
-        _PREFIX.pack(MAGIC, VERSION, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes))
+        _PREFIX.pack(MAGIC, version, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes))
         + hbytes
         + struct.pack("<Q", len(payload))
         + payload
@@ -54,6 +62,11 @@ def peek_type(data: bytes) -> str:
     return unpack(data, None)[0]
 
 
+def peek_version(data: bytes) -> int:
+    """The format version of a blob that unpack() accepted."""
+    return _PREFIX.unpack_from(bytes(data[: _PREFIX.size]), 0)[1]
+
+
 def unpack(data: bytes, expected_hash_hex: str | None, expected_type: str | None = None):
     """Returns (type, param_hash_hex, header, arrays); raises SerializationError on any defect."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -64,10 +77,10 @@ def unpack(data: bytes, expected_hash_hex: str | None, expected_type: str | None
     magic, version, tcode, phash, hlen = _PREFIX.unpack_from(data, 0)
     if magic != MAGIC:
         raise SerializationError("not a hemlp object (bad magic bytes); check the file you are loading")
-    if version != VERSION:
+    if version not in READS:
         raise SerializationError(
-            f"format version {version} is not supported by this hemlp (reads version {VERSION}); "
-            "re-export the object with a matching hemlp version"
+            f"format version {version} is not supported by this hemlp (reads versions "
+            f"{', '.join(map(str, READS))}); re-export the object with a matching hemlp version"
         )
     if hashlib.sha256(data[:-32]).digest() != data[-32:]:
         raise SerializationError("checksum mismatch: the data is corrupted or truncated; re-transfer the file")

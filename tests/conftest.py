@@ -10,6 +10,13 @@ def bits(err) -> float:
     return float("inf") if e == 0 else -np.log2(e)
 
 
+def switch_key_bytes(ctx, level: int) -> int:
+    """Bytes of one switching key for `level`: num_digits(level) digits of (level + 1 + |P|) limbs of
+    N 64-bit words (the a-halves travel as seeds)."""
+    digits = -(-(level + 1) // ctx.params.alpha)
+    return digits * (level + 1 + len(ctx.params.p)) * ctx.N * 8
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261122)

@@ -3,8 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "ckks/encoder.h"
 #include "ckks/encryptor.h"
@@ -99,7 +102,13 @@ void bind_ckks(py::module_& m) {
       .def_readonly("param_hash", &SwitchKey::param_hash)
       .def_readonly("key_id", &SwitchKey::key_id)
       .def_readonly("galois", &SwitchKey::galois)
-      .def_property_readonly("num_digits", [](const SwitchKey& k) { return k.b.size(); });
+      .def_readonly("level", &SwitchKey::level)
+      .def_property_readonly("num_digits", [](const SwitchKey& k) { return k.b.size(); })
+      .def_property_readonly("nbytes", [](const SwitchKey& k) {  // the b polynomials (a is a seed)
+        size_t s = 0;
+        for (auto& b : k.b) s += b.size() * sizeof(uint64_t);
+        return s;
+      });
   py::class_<GaloisKeys>(m, "GaloisKeys")
       .def(py::init<>())
       .def_readonly("param_hash", &GaloisKeys::param_hash)
@@ -108,6 +117,24 @@ void bind_ckks(py::module_& m) {
         std::vector<uint64_t> v;
         for (auto& kv : g.keys) v.push_back(kv.first);
         return v;
+      })
+      // the highest ciphertext level every key of the set can switch (None when empty)
+      .def_property_readonly("level", [](const GaloisKeys& g) -> py::object {
+        if (g.keys.empty()) return py::none();
+        int lv = g.keys.begin()->second.level;
+        for (auto& kv : g.keys) lv = std::min(lv, kv.second.level);
+        return py::int_(lv);
+      })
+      .def_property_readonly("levels", [](const GaloisKeys& g) {
+        std::map<uint64_t, int> v;
+        for (auto& kv : g.keys) v[kv.first] = kv.second.level;
+        return v;
+      })
+      .def_property_readonly("nbytes", [](const GaloisKeys& g) {
+        size_t s = 0;
+        for (auto& kv : g.keys)
+          for (auto& b : kv.second.b) s += b.size() * sizeof(uint64_t);
+        return s;
       })
       .def("get", [](const GaloisKeys& g, uint64_t e) { return g.keys.at(e); })
       .def("merge", [](GaloisKeys& g, const GaloisKeys& o) {
@@ -164,16 +191,17 @@ void bind_ckks(py::module_& m) {
       .def("secret_key", [](const Engine& e) { return e.keygen.secret_key(); }, py::call_guard<py::gil_scoped_release>())
       .def("public_key", [](const Engine& e, const SecretKey& sk) { return e.keygen.public_key(sk); },
            py::call_guard<py::gil_scoped_release>())
-      .def("relin_key", [](const Engine& e, const SecretKey& sk) { return e.keygen.relin_key(sk); },
-           py::call_guard<py::gil_scoped_release>())
-      .def("galois_keys", [](const Engine& e, const SecretKey& sk, std::vector<uint64_t> elements) {
+      .def("relin_key", [](const Engine& e, const SecretKey& sk, int level) { return e.keygen.relin_key(sk, level); },
+           py::arg("sk"), py::arg("level") = -1, py::call_guard<py::gil_scoped_release>())
+      .def("galois_keys", [](const Engine& e, const SecretKey& sk, std::vector<uint64_t> elements, int level) {
         GaloisKeys g;
         g.param_hash = e.ctx.hash64();
         g.key_id = sk.key_id;
+        e.keygen.key_level(level);  // a bad level fails even when there is no element
         for (auto el : elements)
-          if (!g.keys.count(el)) g.keys.emplace(el, e.keygen.galois_key(sk, el));
+          if (!g.keys.count(el)) g.keys.emplace(el, e.keygen.galois_key(sk, el, level));
         return g;
-      }, py::call_guard<py::gil_scoped_release>())
+      }, py::arg("sk"), py::arg("elements"), py::arg("level") = -1, py::call_guard<py::gil_scoped_release>())
       .def("galois_element", [](const Engine& e, int64_t steps) { return ring::galois_element_rotation(steps, e.ctx.log_n()); })
       .def("conjugation_element", [](const Engine& e) { return ring::galois_element_conjugation(e.ctx.log_n()); })
       // encryption
@@ -247,25 +275,38 @@ void bind_ckks(py::module_& m) {
       })
       .def("export_switch_key", [](const Engine& e, const SwitchKey& k) {
         py::list bs, seeds;
-        const size_t limbs = e.ctx.max_level() + 1 + e.ctx.num_p();
+        const size_t limbs = (size_t)k.level + 1 + e.ctx.num_p();
         for (auto& b : k.b) bs.append(poly_to_array(b, limbs, e.ctx.n()));
         for (auto& s : k.a_seeds) seeds.append(from_seed(s));
         return py::make_tuple(bs, seeds);
       })
-      .def("import_switch_key", [](const Engine& e, py::list bs, py::list seeds, uint64_t key_id, uint64_t galois) {
-        const int digits = e.ctx.params().num_digits(e.ctx.max_level());
+      .def("import_switch_key", [](const Engine& e, py::list bs, py::list seeds, uint64_t key_id, uint64_t galois,
+                                   int level) {
+        if (level < 0 || level > e.ctx.max_level())
+          fail(ErrorKind::Serialization, "switching key: level " + std::to_string(level) + " outside this context's "
+                                         "modulus chain [0, " + std::to_string(e.ctx.max_level()) + "]; the data is "
+                                         "corrupted or belongs to other parameters");
+        const int digits = e.ctx.params().num_digits(level);
         if ((int)bs.size() != digits || (int)seeds.size() != digits)
-          fail(ErrorKind::Serialization, "switching key: wrong number of digits for these parameters");
+          fail(ErrorKind::Serialization, "switching key: " + std::to_string(bs.size()) + " digits, but a key for level " +
+                                         std::to_string(level) + " has " + std::to_string(digits) +
+                                         "; the data is corrupted");
         SwitchKey k;
         k.param_hash = e.ctx.hash64();
         k.key_id = key_id;
         k.galois = galois;
-        const int total = e.ctx.max_level() + 1 + e.ctx.num_p();
+        k.level = level;
+        const int total = level + 1 + e.ctx.num_p();
         for (int t = 0; t < digits; ++t) {
-          k.b.push_back(array_to_poly(e.ctx, bs[t].cast<U64Arr>(), e.ctx.max_level(), true, "switching key"));
+          U64Arr arr = bs[t].cast<U64Arr>();
+          if (arr.ndim() == 2 && arr.shape(0) != total)
+            fail(ErrorKind::Serialization, "switching key: the header says level " + std::to_string(level) + " (" +
+                                           std::to_string(total) + " limbs) but the data has " +
+                                           std::to_string(arr.shape(0)) + " limbs; the data is corrupted");
+          k.b.push_back(array_to_poly(e.ctx, arr, level, true, "switching key"));
           Seed s = to_seed(seeds[t].cast<py::bytes>());
           k.a_seeds.push_back(s);
-          k.a.push_back(uniform_from_seed(e.ctx, s, total, true, e.ctx.max_level()));
+          k.a.push_back(uniform_from_seed(e.ctx, s, total, true, level));
         }
         return k;
       })

@@ -183,6 +183,7 @@ Ciphertext Evaluator::relinearize(const Ciphertext& a, const SwitchKey& rlk) con
   if (a.key_id && rlk.key_id != a.key_id)
     fail(ErrorKind::KeyMismatch, "relinearize: the relinearisation key was generated from another secret key "
                                  "than this ciphertext's");
+  check_key_level(rlk, a.level, "relinearize");
   const size_t n = ctx_.n();
   Poly k0, k1;
   key_switch(ctx_, a.polys[2].data(), a.level, rlk, k0, k1);
@@ -209,6 +210,7 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
   if (t.key_id && rlk.key_id != t.key_id)
     fail(ErrorKind::KeyMismatch, "relinearize: the relinearisation key was generated from another secret key "
                                  "than this ciphertext's");
+  check_key_level(rlk, t.level, "mul (relinearisation)");
   const size_t n = ctx_.n();
   const int l = t.level, K = ctx_.num_p();
   ModUpDigits d = modup(ctx_, t.polys[2].data(), l);
@@ -358,6 +360,7 @@ const SwitchKey& Evaluator::find_key(const GaloisKeys& keys, uint64_t g, const C
   if (it == keys.keys.end())
     fail(ErrorKind::MissingKey, "no key for Galois element " + std::to_string(g) +
                                     "; generate it with ctx.rotation_keys(sk, steps) (or ctx.conjugation_key(sk))");
+  check_key_level(it->second, a.level, "rotate");
   return it->second;
 }
 

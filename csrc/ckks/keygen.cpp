@@ -1,5 +1,8 @@
 #include "ckks/keygen.h"
 
+#include <algorithm>
+#include <string>
+
 #include "ckks/errors.h"
 
 namespace hemlp {
@@ -17,18 +20,23 @@ Poly small_to_ntt_q(const Context& ctx, const std::vector<int8_t>& coeffs, int l
   return out;
 }
 
-Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs) {
+Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs, int level) {
   const size_t n = ctx.n();
-  const int L = ctx.max_level(), total = L + 1 + ctx.num_p();
+  const int total = level + 1 + ctx.num_p();
   Poly out((size_t)total * n);
 #pragma omp parallel for schedule(static)
   for (int k = 0; k < total; ++k) {
-    const u64 q = ctx.modulus(k).q;  // Q then P: limb k of Q_L ∪ P is modulus k
+    const int m = ctx.qp_index(level, k);
+    const u64 q = ctx.modulus(m).q;
     u64* d = out.data() + (size_t)k * n;
     for (size_t i = 0; i < n; ++i) d[i] = coeffs[i] >= 0 ? (u64)coeffs[i] : q - (u64)(-coeffs[i]);
-    ctx.ntt(k).forward(d);
+    ctx.ntt(m).forward(d);
   }
   return out;
+}
+
+Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs) {
+  return small_to_ntt_qp(ctx, coeffs, ctx.max_level());  // at level L, limb k is modulus k
 }
 
 Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level) {
@@ -74,30 +82,41 @@ PublicKey KeyGenerator::public_key(const SecretKey& sk) const {
   return pk;
 }
 
-SwitchKey KeyGenerator::switch_key(const SecretKey& sk, const Poly& sp) const {
+int KeyGenerator::key_level(int level) const {
+  const int L = ctx_.max_level();
+  if (level == -1) return L;
+  if (level < 0 || level > L)
+    fail(ErrorKind::Parameter, "key level " + std::to_string(level) + " is outside this context's modulus chain "
+                               "[0, " + std::to_string(L) + "]; pass a level in that range (or None for the top level)");
+  return level;
+}
+
+SwitchKey KeyGenerator::switch_key(const SecretKey& sk, const Poly& sp, int level) const {
   const size_t n = ctx_.n();
-  const int L = ctx_.max_level(), total = L + 1 + ctx_.num_p(), alpha = ctx_.alpha();
-  const int digits = ctx_.params().num_digits(L);
+  const int lv = key_level(level), total = lv + 1 + ctx_.num_p(), alpha = ctx_.alpha();
+  const int digits = ctx_.params().num_digits(lv);
   Prng prng(os_seed());
   SwitchKey key;
   key.param_hash = ctx_.hash64();
   key.key_id = sk.key_id;
+  key.level = lv;
   for (int t = 0; t < digits; ++t) {
     Seed seed = os_seed();
-    Poly a = uniform_from_seed(ctx_, seed, total, true, L);
-    Poly e = small_to_ntt_qp(ctx_, sample_gaussian(prng, n));
+    Poly a = uniform_from_seed(ctx_, seed, total, true, lv);
+    Poly e = small_to_ntt_qp(ctx_, sample_gaussian(prng, n), lv);
     Poly b(a.size());
-    const int lo = t * alpha, hi = std::min(L + 1, lo + alpha);
+    const int lo = t * alpha, hi = std::min(lv + 1, lo + alpha);
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < total; ++k) {
-      const Modulus& q = ctx_.modulus(k);
-      const size_t o = (size_t)k * n;
-      // P * Qtilde_t is P mod q_k on the digit's primes and 0 on every other prime (and mod P).
-      const bool in_digit = k >= lo && k < hi;
-      const u64 pf = in_digit ? ctx_.p_mod_q(k) : 0;
+      const int m = ctx_.qp_index(lv, k);  // key limb k -> modulus m; sk and s' are indexed by modulus
+      const Modulus& q = ctx_.modulus(m);
+      const size_t o = (size_t)k * n, so = (size_t)m * n;
+      // P * Qtilde_t is P mod q_m on the digit's primes and 0 on every other prime (and mod P).
+      const bool in_digit = m >= lo && m < hi;
+      const u64 pf = in_digit ? ctx_.p_mod_q(m) : 0;
       for (size_t i = 0; i < n; ++i) {
-        u64 v = ring::sub_mod(e[o + i], q.mul(a[o + i], sk.ntt_qp[o + i]), q.q);
-        if (in_digit) v = ring::add_mod(v, q.mul(pf, sp[o + i]), q.q);
+        u64 v = ring::sub_mod(e[o + i], q.mul(a[o + i], sk.ntt_qp[so + i]), q.q);
+        if (in_digit) v = ring::add_mod(v, q.mul(pf, sp[so + i]), q.q);
         b[o + i] = v;
       }
     }
@@ -108,7 +127,7 @@ SwitchKey KeyGenerator::switch_key(const SecretKey& sk, const Poly& sp) const {
   return key;
 }
 
-SwitchKey KeyGenerator::relin_key(const SecretKey& sk) const {
+SwitchKey KeyGenerator::relin_key(const SecretKey& sk, int level) const {
   const size_t n = ctx_.n();
   Poly s2(sk.ntt_qp.size());
   const int total = ctx_.max_level() + 1 + ctx_.num_p();
@@ -116,12 +135,12 @@ SwitchKey KeyGenerator::relin_key(const SecretKey& sk) const {
     const Modulus& q = ctx_.modulus(k);
     for (size_t i = 0; i < n; ++i) s2[(size_t)k * n + i] = q.mul(sk.ntt_qp[(size_t)k * n + i], sk.ntt_qp[(size_t)k * n + i]);
   }
-  SwitchKey key = switch_key(sk, s2);
+  SwitchKey key = switch_key(sk, s2, level);
   key.galois = 0;
   return key;
 }
 
-SwitchKey KeyGenerator::galois_key(const SecretKey& sk, uint64_t galois) const {
+SwitchKey KeyGenerator::galois_key(const SecretKey& sk, uint64_t galois, int level) const {
   const size_t n = ctx_.n();
   if (galois % 2 == 0 || galois >= 2 * n) fail(ErrorKind::Parameter, "Galois element must be odd and < 2N");
   const auto& perm = ctx_.galois_permutation(galois);
@@ -129,7 +148,7 @@ SwitchKey KeyGenerator::galois_key(const SecretKey& sk, uint64_t galois) const {
   Poly sg(sk.ntt_qp.size());
   for (int k = 0; k < total; ++k)
     for (size_t i = 0; i < n; ++i) sg[(size_t)k * n + i] = sk.ntt_qp[(size_t)k * n + perm[i]];
-  SwitchKey key = switch_key(sk, sg);
+  SwitchKey key = switch_key(sk, sg, level);
   key.galois = galois;
   return key;
 }

@@ -12,10 +12,14 @@ class KeyGenerator {
   explicit KeyGenerator(const Context& ctx) : ctx_(ctx) {}
   SecretKey secret_key() const;
   PublicKey public_key(const SecretKey& sk) const;
-  SwitchKey relin_key(const SecretKey& sk) const;
-  SwitchKey galois_key(const SecretKey& sk, uint64_t galois) const;
+  // `level`: the highest ciphertext level the key will switch (-1: the top level L); the key
+  // then holds only Q_level ∪ P and num_digits(level) digits.
+  SwitchKey relin_key(const SecretKey& sk, int level = -1) const;
+  SwitchKey galois_key(const SecretKey& sk, uint64_t galois, int level = -1) const;
   // Key switching from an arbitrary secret s' (given over Q_L ∪ P in NTT form) to sk.
-  SwitchKey switch_key(const SecretKey& sk, const Poly& s_prime_qp) const;
+  SwitchKey switch_key(const SecretKey& sk, const Poly& s_prime_qp, int level = -1) const;
+  // -1 -> L; otherwise must be in [0, L] (ErrorKind::Parameter).
+  int key_level(int level) const;
 
  private:
   const Context& ctx_;
@@ -23,6 +27,8 @@ class KeyGenerator {
 
 // The secret as an NTT polynomial over Q_L ∪ P from small signed coefficients.
 Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs);
+// Same over Q_level ∪ P (limb k has modulus qp_index(level, k)).
+Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs, int level);
 // Same over the first `limbs` q-primes only.
 Poly small_to_ntt_q(const Context& ctx, const std::vector<int8_t>& coeffs, int limbs);
 // Uniform polynomial over Q_L ∪ P in NTT form, expanded from a seed.

@@ -1,7 +1,9 @@
 #include "ckks/keyswitch.h"
 
 #include <algorithm>
+#include <string>
 
+#include "ckks/errors.h"
 #include "ring/simd.h"
 #include "ring/vecops.h"
 
@@ -89,11 +91,30 @@ HEMLP_AVX512_FN void kip_limb_avx512(const u64* const* x, const u64* const* kb, 
 }  // namespace
 #endif
 
+void check_key_level(const SwitchKey& key, int level, const char* op) {
+  if (level <= key.level) return;
+  const std::string what = key.galois == 0 ? "relinearisation key" : "rotation key (Galois element " +
+                                                                         std::to_string(key.galois) + ")";
+  const std::string fix = key.galois == 0 ? "ctx.relin_key(sk, level=" : "ctx.rotation_keys(sk, steps, level=";
+  fail(ErrorKind::Level, std::string(op) + ": the ciphertext is at level " + std::to_string(level) + " but the " +
+                             what + " was generated for levels <= " + std::to_string(key.level) +
+                             "; generate the keys with level >= " + std::to_string(level) + " (" + fix +
+                             std::to_string(level) + ")), or drop the ciphertext to level " +
+                             std::to_string(key.level) + " first");
+}
+
 void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
                        const std::vector<uint32_t>* perm, Poly& u0, Poly& u1) {
   const size_t n = ctx.n();
   const int level = d.level, K = ctx.num_p(), E = level + 1 + K;
   const int beta = (int)d.digits.size();
+  check_key_level(key, level, "key switch");
+  const size_t key_limbs = (size_t)key.level + 1 + K;
+  if ((int)key.b.size() < beta || (int)key.a.size() < beta)
+    fail(ErrorKind::Parameter, "key switch: the key has fewer digits than its level needs; it is corrupted");
+  for (int t = 0; t < beta; ++t)
+    if (key.b[t].size() != key_limbs * n || key.a[t].size() != key_limbs * n)
+      fail(ErrorKind::Parameter, "key switch: the key's size does not match its level; it is corrupted");
   u0.resize((size_t)E * n);  // every entry is written below
   u1.resize((size_t)E * n);
   const uint32_t* pm = perm ? perm->data() : nullptr;
@@ -103,9 +124,11 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   for (int job = 0; job < E * S; ++job) {
     const int k = job / S;
     const size_t i0 = n / S * (job % S), i1 = i0 + n / S;
-    const int m = ctx.qp_index(level, k);  // key limbs are indexed by modulus
+    const int m = ctx.qp_index(level, k);
     const Modulus& q = ctx.modulus(m);
-    const size_t ko = (size_t)m * n, dof = (size_t)k * n;
+    // The key holds Q_{key.level} ∪ P: its q-limbs line up with ours, its P limbs start at key.level + 1.
+    const size_t kk = k <= level ? (size_t)k : (size_t)(k - level + key.level);
+    const size_t ko = kk * n, dof = (size_t)k * n;
     u64* __restrict o0 = u0.data() + dof;
     u64* __restrict o1 = u1.data() + dof;
 #if HEMLP_HAVE_AVX512_KERNELS

@@ -35,7 +35,12 @@ struct ModUpDigits {
 
 ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level);
 
-// (u0, u1) = sum_t perm(digit_t) * (b_t, a_t) over Q_l ∪ P; perm may be null.
+// Throws ErrorKind::Level unless `key` can switch a ciphertext at `level` (level <= key.level);
+// `op` names the operation in the message.
+void check_key_level(const SwitchKey& key, int level, const char* op);
+
+// (u0, u1) = sum_t perm(digit_t) * (b_t, a_t) over Q_l ∪ P; perm may be null. Needs
+// d.level <= key.level (checked).
 void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
                        const std::vector<uint32_t>* perm, Poly& u0, Poly& u1);
 

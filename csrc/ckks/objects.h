@@ -52,11 +52,15 @@ struct PublicKey {
 };
 
 // Hybrid (dnum) key-switching key from s' to s: for digit t,
-//   b_t = -a_t s + e_t + P * Qtilde_t * s'  (mod Q_L P),  a_t uniform (from seed_t).
+//   b_t = -a_t s + e_t + P * Qtilde_t * s'  (mod Q_level P),  a_t uniform (from seed_t).
+// A key for `level` switches ciphertexts at levels <= level only: it holds the limbs
+// q_0..q_level then P (limb k has modulus qp_index(level, k)) and num_digits(level) digits,
+// so a key used only low in the chain is smaller than a top-level one.
 struct SwitchKey {
   uint64_t param_hash = 0;
   uint64_t key_id = 0;
   uint64_t galois = 0;  // 0 for relinearisation, else the Galois element
+  int level = 0;        // set by key generation / import (top level L unless asked otherwise)
   std::vector<Poly> b, a;
   std::vector<Seed> a_seeds;
 };

@@ -139,6 +139,18 @@ class BlockedProgram:
             r.update(self.transforms(i).steps)
         return sorted(r)
 
+    def rotation_level(self) -> int:
+        """The highest level a rotation happens at: the first transforms (sigma, tau) of a layer's CCMM
+        rotate its inputs at level_in."""
+        return max(L.step.level_in for L in self.layers)
+
+    def relin_level(self) -> int:
+        """The highest level a relinearisation happens at: a CCMM relinearises its products after two
+        rescales (level_in - 2); activations at their own input level."""
+        lv = [L.step.level_in - (CGEMM_LEVELS - 1) for L in self.layers]
+        lv += [s.level_in for L in self.layers for s in L.acts]
+        return max(lv)
+
     def describe(self) -> list[str]:
         lines = [f"layout (C): encrypted weights, FHE4DMM chain plan (column blocks c={self.chain.c}), blocks on "
                  f"{self.slots} slots, rectangular CCMM ({CGEMM_LEVELS} levels per layer)"]

@@ -112,6 +112,14 @@ class PackedStep:
         r = [g for g in self.baby if g] + [self.g1 * h for h in self.giant if h] + list(self.reduce)
         return sorted(set(r))
 
+    def rotation_level(self):
+        """The highest ciphertext level this step rotates at (None: no rotation). The baby steps rotate
+        the input (level_in); giant steps and the rotate-and-sum follow the products' rescale."""
+        if self.op != "matvec" or not self.rotations():
+            return None
+        lv = self.src.level_in
+        return lv if any(g for g in self.baby) else lv - 1
+
     def count(self) -> dict:
         """Operation counts of this step (for the cost model and the plan printout)."""
         if self.op != "matvec":
@@ -263,6 +271,12 @@ class PackedProgram:
         for s in self.steps:
             r.update(x * self.b for x in s.rotations())
         return sorted(r)
+
+    def rotation_level(self):
+        """The highest level any rotation of the program happens at (None: no rotations): one level for
+        the whole rotation-key set (keys for lower levels would be smaller still, but one set is simpler)."""
+        lv = [x for x in (s.rotation_level() for s in self.steps) if x is not None]
+        return max(lv) if lv else None
 
     def counts(self) -> dict:
         tot = dict(pt_mul=0, rot_hoisted=0, rot=0)

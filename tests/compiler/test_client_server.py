@@ -4,6 +4,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import hemlp
 
@@ -44,3 +45,30 @@ def test_two_processes(tmp_path):
     y = client.decrypt(client.load_encrypted(tmp_path / "y.ct"), sk2)
     assert np.max(np.abs(y - cm.simulate(x))) < 1e-5
     assert np.max(np.abs(y - torch_out(model, x))) < 1e-4
+
+
+def test_batch_layout_relin_key_at_its_level(tmp_path):
+    """Layout (A): the relinearisation key is made for the highest level an activation squares at; it
+    keeps that level through the eval-keys file, the run agrees with simulate, one level lower fails."""
+    from hemlp.errors import LevelError
+    from hemlp.runtime.artifacts import EvalKeys
+    from tests.conftest import switch_key_bytes
+
+    model = mlp(dims=(20, 16, 8, 4))
+    x = np.random.default_rng(1).normal(size=(10, 20))
+    cm = hemlp.compile(model, x, batch_size=10, allow_insecure=True, layout="batch")
+    ctx, lv = cm.context, cm.key_levels["relin"]
+    assert lv == max(s.level_in for s in cm.steps if s.op == "square") < ctx.max_level
+    assert cm.key_levels["rotation"] is None
+    sk, ek = cm.keygen()
+    assert ek.galois_keys is None and ek.relin_key.level == lv
+    assert ek.relin_key.nbytes == switch_key_bytes(ctx, lv) < switch_key_bytes(ctx, ctx.max_level)
+    ek.save(tmp_path / "eval.keys")
+    back = cm.load_eval_keys(tmp_path / "eval.keys")
+    assert back.relin_key.level == lv
+    ct = cm.encrypt(x, sk)
+    y, ys = cm.decrypt(cm.run(ct, back), sk), cm.simulate(x)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -14 * max(1.0, np.max(np.abs(ys)))
+    low = EvalKeys(cm.model_id, ctx.relin_key(sk, level=lv - 1))
+    with pytest.raises(LevelError, match="relinearisation key: generated for levels <= "):
+        cm.run(ct, low)

@@ -6,7 +6,9 @@ import torch
 
 import hemlp
 from hemlp.compiler.blocked import BlockedProgram
-from hemlp.errors import KeyMismatchError, SerializationError, UnsupportedError
+from hemlp.errors import KeyMismatchError, LevelError, SerializationError, UnsupportedError
+from hemlp.runtime.artifacts import EvalKeys
+from tests.conftest import switch_key_bytes
 
 from .conftest import Square, mlp, torch_out
 
@@ -53,6 +55,41 @@ def test_client_server_files_encrypted_weights(tmp_path):
     (tmp_path / "bad.enc").write_bytes(bytes(blob))
     with pytest.raises(SerializationError):
         EncryptedWeights.load(tmp_path / "bad.enc", server)
+
+
+def test_blocked_keys_reach_only_the_levels_they_are_used_at():
+    """Layout (C): rotation keys for the first CCMM's input level, the relinearisation key for the
+    level of the CCMM products (level_in - 2) or of the activations; both tight (one lower fails)."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 6), Square()).eval()
+    x = _x((4, 10), seed=3)
+    cm = hemlp.compile(model, x, batch_size=4, allow_insecure=True, encrypted_weights=True)
+    ctx, lv = cm.context, cm.key_levels
+    assert cm.preset == "test-N12-d6" and cm.top_level < ctx.max_level
+    first = cm.blocked.layers[0].step
+    assert lv["rotation"] == first.level_in == cm.top_level
+    assert lv["relin"] == max(first.level_in - 2, cm.blocked.layers[0].acts[0].level_in)
+    sk, ek = cm.keygen()
+    n = len(cm.blocked.rotations())
+    assert ek.galois_keys.level == lv["rotation"] and ek.relin_key.level == lv["relin"]
+    assert ek.galois_keys.nbytes == n * switch_key_bytes(ctx, lv["rotation"])
+    assert ek.relin_key.nbytes == switch_key_bytes(ctx, lv["relin"])
+    assert ek.galois_keys.nbytes < n * switch_key_bytes(ctx, ctx.max_level)
+    ct, w = cm.encrypt(x, sk), cm.encrypt_weights(sk)
+    y, ys = cm.decrypt(cm.run(ct, ek, weights=w), sk), cm.simulate(x)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -16 * max(1.0, np.max(np.abs(ys)))
+    low_gk = ctx.rotation_keys(sk, cm.blocked.rotations(), level=lv["rotation"] - 1)
+    low_rlk = ctx.relin_key(sk, level=lv["relin"] - 1)
+    for bad, what in ((EvalKeys(cm.model_id, ek.relin_key, low_gk), "rotation keys"),
+                      (EvalKeys(cm.model_id, low_rlk, ek.galois_keys), "relinearisation key")):
+        with pytest.raises(LevelError, match=f"{what}: generated for levels <= "):
+            cm.run(ct, bad, weights=w)
+        cm._check_key_levels = lambda ek: None
+        try:
+            with pytest.raises(LevelError, match="generate the keys with level >="):
+                cm.run(ct, bad, weights=w)
+        finally:
+            del cm._check_key_levels
 
 
 def _save(ct, tmp_path):

@@ -15,8 +15,10 @@ import torch
 
 import hemlp
 from hemlp.compiler.packed import PackedProgram, pow2
-from hemlp.errors import KeyMismatchError, MissingKeyError, UnsupportedError
+from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, UnsupportedError
+from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.local import simulate as simulate_rows
+from tests.conftest import switch_key_bytes
 
 from .conftest import SmallCNN, encrypted_vs_simulate, mlp, to_onnx, torch_out
 
@@ -95,6 +97,40 @@ def test_mlp_single_image_encrypted(frontend, tmp_path):
     err = np.max(np.abs(y - ys))
     assert err < 2.0 ** -14 * max(1.0, np.max(np.abs(ys))), err
     assert np.max(np.abs(ys - torch_out(model, x[:1]))) < 1e-4
+
+
+@pytest.mark.parametrize("dims", [(784, 128, 64, 10), (40, 32, 6)])
+def test_packed_keys_reach_only_the_levels_they_are_used_at(dims):
+    """keygen() makes the rotation and relinearisation keys for the highest level the plan rotates /
+    relinearises at: smaller keys (exact byte formula), the same run, and keys one level lower fail."""
+    x = _asym((4, dims[0]))
+    cm = hemlp.compile(mlp(dims=dims), x, batch_size=1, allow_insecure=True)
+    ctx, lv = cm.context, cm.key_levels
+    assert cm.layout == "packed" and lv["rotation"] < ctx.max_level and lv["relin"] < ctx.max_level
+    assert lv["rotation"] <= cm.top_level and lv["relin"] == max(s.level_in for s in cm.steps if s.op == "square")
+    sk, ek = cm.keygen()
+    rots = cm.packed.rotations()
+    assert ek.galois_keys.level == lv["rotation"] and ek.relin_key.level == lv["relin"]
+    assert ek.galois_keys.nbytes == len(rots) * switch_key_bytes(ctx, lv["rotation"])
+    assert ek.galois_keys.nbytes < len(rots) * switch_key_bytes(ctx, ctx.max_level)
+    assert ek.relin_key.nbytes == switch_key_bytes(ctx, lv["relin"])
+    ct = cm.encrypt(x[:1], sk)
+    y, ys = cm.decrypt(cm.run(ct, ek), sk), cm.simulate(x[:1])
+    assert np.max(np.abs(y - ys)) < 2.0 ** -14 * max(1.0, np.max(np.abs(ys)))
+    # keys one level too low: run() refuses them up front, and the levels are tight (the native key
+    # switch itself fails when the up-front check is skipped)
+    low_gk = ctx.rotation_keys(sk, rots, level=lv["rotation"] - 1)
+    low_rlk = ctx.relin_key(sk, level=lv["relin"] - 1)
+    for bad, what in ((EvalKeys(cm.model_id, ek.relin_key, low_gk), "rotation keys"),
+                      (EvalKeys(cm.model_id, low_rlk, ek.galois_keys), "relinearisation key")):
+        with pytest.raises(LevelError, match=f"{what}: generated for levels <= "):
+            cm.run(ct, bad)
+        cm._check_key_levels = lambda ek: None
+        try:
+            with pytest.raises(LevelError, match="generate the keys with level >="):
+                cm.run(ct, bad)
+        finally:
+            del cm._check_key_levels
 
 
 def test_cnn_small_batch_encrypted():
