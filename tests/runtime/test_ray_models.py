@@ -214,13 +214,17 @@ def test_two_raylets_both_used(mlp_case):
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         st = {}
-        out = c["cm"].run(c["ct"], c["ek"], runtime="ray", address=cluster.address, num_workers=2, stats=st)
+        out = c["cm"].run(c["ct"], c["ek"], runtime="ray", address=cluster.address, num_workers=2, stats=st,
+                          grid=(2, 1, 1))  # row blocks: the squares run fused in the two PCMM tasks
         assert not ray.is_initialized(), "run() must disconnect from a cluster it joined"
         assert same(out, c["ref"])
         nodes = {n for v in st.values() for n in v["nodes"]}
         assert len(nodes) == 2, f"tasks ran on {nodes} only"
         sq = [v for v in st.values() if v["op"] == "square"]
         assert len({n for v in sq for n in v["nodes"]}) == 2, "the elementwise tasks did not spread over both nodes"
+        # the part split across raylets: each part object moves on its own, the next wave reads both
+        out = c["cm"].run(c["ct"], c["ek"], runtime="ray", address=cluster.address, num_workers=2, grid=(1, 1, 1, 2))
+        assert same(out, c["ref"])
     finally:
         if ray.is_initialized():
             ray.shutdown()
