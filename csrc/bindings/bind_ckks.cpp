@@ -32,6 +32,39 @@ std::vector<cplx> to_cplx(py::array_t<std::complex<double>, py::array::c_style |
 }  // namespace
 
 void bind_ckks(py::module_& m) {
+  // One part of many ciphertexts into a limb-major (limbs, count, N) array (or a view with contiguous rows):
+  // the Ray runtime's block layout, in one native copy.
+  m.def(
+      "export_part",
+      [](std::vector<const Ciphertext*> cts, int part, py::array out) {
+        if (part != 0 && part != 1) throw py::value_error("export_part: part is 0 (c0) or 1 (c1)");
+        if (!py::isinstance<py::array_t<uint64_t>>(out) || !out.writeable() || out.ndim() != 3)
+          throw py::value_error("export_part: out must be a writable uint64 array (limbs, ciphertexts, N)");
+        const size_t count = cts.size();
+        if (static_cast<size_t>(out.shape(1)) != count)
+          throw py::value_error("export_part: out holds " + std::to_string(out.shape(1)) + " ciphertexts, got " +
+                                std::to_string(count));
+        if (count == 0) return;
+        const int limbs = static_cast<int>(out.shape(0));
+        const size_t n = static_cast<size_t>(out.shape(2));
+        for (const Ciphertext* c : cts) {
+          if (c == nullptr) throw py::value_error("export_part: a ciphertext is None");
+          if (c->size() != 2 || c->level + 1 != limbs || c->polys[part].size() != (size_t)limbs * n)
+            throw py::value_error("export_part: every ciphertext must be relinearised (size 2) at level " +
+                                  std::to_string(limbs - 1) + " with N = " + std::to_string(n));
+        }
+        if ((n > 1 && out.strides(2) != 8) || out.strides(1) % 8 != 0 || out.strides(0) % 8 != 0)
+          throw py::value_error("export_part: out must have contiguous rows of N residues");
+        const py::ssize_t s0 = out.strides(0) / 8, s1 = out.strides(1) / 8;
+        auto* base = static_cast<uint64_t*>(out.mutable_data());
+        py::gil_scoped_release nogil;
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < (long)count; ++i)
+          for (int k = 0; k < limbs; ++k)
+            std::memcpy(base + k * s0 + i * s1, cts[i]->polys[part].data() + (size_t)k * n, n * sizeof(uint64_t));
+      },
+      py::arg("cts"), py::arg("part"), py::arg("out"));
+
   py::class_<ParamsSpec>(m, "ParamsSpec")
       .def(py::init<>())
       .def_readwrite("name", &ParamsSpec::name)

@@ -293,11 +293,13 @@ def _export(objs, nr: int, nc: int, N: int, out: np.ndarray | None = None) -> np
     L = objs[0].level + 1
     if any(o.level + 1 != L or o.size != 2 for o in objs):
         raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
+    from hemlp import _core
+
     arr = np.empty((2, L, nr, nc, N), dtype=np.uint64) if out is None else out
-    for idx, o in enumerate(objs):
-        r, j = divmod(idx, nc)
-        arr[0, :, r, j] = o.poly(0)
-        arr[1, :, r, j] = o.poly(1)
+    if not arr.flags.c_contiguous:
+        raise ValueError("_export: out must be C-contiguous (the native copy writes through a reshaped view)")
+    for p in _PARTS:
+        _core.export_part(objs, p, arr[p].reshape(L, nr * nc, N))  # one native copy per polynomial
     return arr
 
 

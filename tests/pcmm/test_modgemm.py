@@ -366,3 +366,44 @@ def test_bad_inputs_raise_value_error(rng):
     for pattern, fn in cases:
         with pytest.raises(ValueError, match=pattern):
             fn()
+
+
+def test_row_strided_views_are_read_in_place_and_out_is_written(rng):
+    """The Ray runtime's block parts: X as a row-strided view (one part, one limb of a (rows, chunks, 2, N) array,
+    reversed rows, read-only store memory) and the output written into a row-strided view of a larger array."""
+    q = PRIMES[50]
+    U = rand_U(rng, 5, 7, 12)
+    A = rng.integers(0, q, size=(7, 3, 2, 40), dtype=np.uint64)
+    plan = core.ModGemmPlan(U, 12)
+    views = [A[:, 1, 0], A[::-1, 2, 1], A[:, 0:2, 1].reshape(7, 2, 40)[:, 1]]
+    ro = A.copy()
+    ro.setflags(write=False)
+    views.append(ro[:, 2, 0])
+    for X in views:
+        want = bigint_modmul(U, X, q)
+        np.testing.assert_array_equal(plan.apply(X, q), want)
+        np.testing.assert_array_equal(core.modgemm(U, X, q), want)
+        np.testing.assert_array_equal(core.modgemm_ref(U, X, q), want)
+        O = np.full((2, 5, 3, 40), 7, dtype=np.uint64)
+        assert plan.apply(X, q, out=O[1, :, 2]) is not None
+        np.testing.assert_array_equal(O[1, :, 2], want)
+        assert (O[0] == 7).all() and (O[1, :, :2] == 7).all()  # nothing else touched
+
+
+def test_bad_out_arrays_raise_value_error(rng):
+    q = PRIMES[40]
+    U = rand_U(rng, 5, 7, 12)
+    X = rand_X(rng, 7, 40, q)
+    plan = core.ModGemmPlan(U, 12)
+    bad = {"shape": np.zeros((5, 41), np.uint64), "dtype": np.zeros((5, 40), np.int64),
+           "contiguous": np.zeros((5, 80), np.uint64)[:, ::2]}
+    ro = np.zeros((5, 40), np.uint64)
+    ro.setflags(write=False)
+    bad["writable"] = ro
+    for what, out in bad.items():
+        with pytest.raises(ValueError, match=what.strip()):
+            plan.apply(X, q, out=out)
+    buf = np.zeros((7, 40), np.uint64)
+    buf[:] = X
+    with pytest.raises(ValueError, match="overlap"):
+        plan.apply(buf, q, out=buf[1:6])

@@ -146,3 +146,54 @@ def test_gathered_product_is_a_convolution(env, rng):
                     if 0 <= src < L:
                         want[co * L + p] += W[co, ci, t] * X[ci * L + src]
     assert bits(linalg.decrypt_matrix(ctx, Y, sk) - want) > 14
+
+
+def test_epilogue_per_part_is_bit_identical_to_the_whole_ciphertext_path(env, rng):
+    """x K, rescale and a slot-encoded bias act on each polynomial alone (the bias on c0): the Ray runtime's
+    part split (pcmm_epilogue_part on limb-major parts) gives the native PCMM's exact bits."""
+    ctx, sk, pk = env
+    C = linalg.encrypt_matrix(ctx, asym(6, ctx.slots, rng), pk)
+    U, b = rng.normal(size=(4, 6)), rng.normal(size=4)
+    want = linalg.pcmm(U, C, weight_bits=14, bias=b)  # native: GEMM, x K, rescale_many, add_const
+    Uq, delta = linalg.quantize(U, 14)
+    level, scale = C.level, C.cts[0].scale
+    K = max(1, round(ctx.modulus(level) / delta))
+    for part in (0, 1):
+        Y = np.empty((level + 1, 4, ctx.N), dtype=np.uint64)
+        for k in range(level + 1):
+            X = np.stack([ct._obj.poly(part)[k] for ct in C.cts])
+            _core.ModGemmPlan(Uq, 14).apply(X, ctx.modulus(k), out=Y[k])
+        Z = _core.pcmm_epilogue_part(ctx._e, Y, level, K, part, scale * float(delta * K), list(b) if part == 0 else [])
+        assert Z.shape == (level, 4, ctx.N)
+        for r in range(4):
+            assert np.array_equal(Z[:, r], want.cts[r]._obj.poly(part)), (part, r)
+    out = np.empty((2, level, 4, ctx.N), dtype=np.uint64)
+    for part in (0, 1):
+        _core.export_part([ct._obj for ct in want.cts], part, out[part])
+        assert all(np.array_equal(out[part][:, r], want.cts[r]._obj.poly(part)) for r in range(4))
+
+
+def test_epilogue_and_export_reject_bad_arrays(env, rng):
+    ctx, sk, pk = env
+    L, N = ctx.max_level + 1, ctx.N
+    Y = np.zeros((L, 3, N), dtype=np.uint64)
+    with pytest.raises(ValueError, match="limbs"):
+        _core.pcmm_epilogue_part(ctx._e, Y[:2], L - 1, 1, 0, 2.0 ** 40)
+    with pytest.raises(ValueError, match="shape"):
+        _core.pcmm_epilogue_part(ctx._e, np.zeros((L, 3, N // 2), dtype=np.uint64), L - 1, 1, 0, 2.0 ** 40)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.pcmm_epilogue_part(ctx._e, np.zeros((L, 6, N), dtype=np.uint64)[:, ::2], L - 1, 1, 0, 2.0 ** 40)
+    with pytest.raises(ShapeError, match="one value per polynomial"):
+        _core.pcmm_epilogue_part(ctx._e, Y, L - 1, 1, 0, 2.0 ** 40, [1.0])
+    with pytest.raises(EncodingError, match="NaN"):
+        _core.pcmm_epilogue_part(ctx._e, Y, L - 1, 1, 0, 2.0 ** 40, [1.0, float("nan"), 0.0])
+    with pytest.raises(ShapeError, match="part"):
+        _core.pcmm_epilogue_part(ctx._e, Y, L - 1, 1, 2, 2.0 ** 40)
+    ct = ctx.encrypt(np.ones(ctx.slots), pk)
+    out = np.zeros((ct.level + 1, 1, N), dtype=np.uint64)
+    with pytest.raises(ValueError, match="part"):
+        _core.export_part([ct._obj], 2, out)
+    with pytest.raises(ValueError, match="level"):
+        _core.export_part([ct._obj], 0, out[:1])
+    with pytest.raises(ValueError, match="holds"):
+        _core.export_part([ct._obj, ct._obj], 0, out)
