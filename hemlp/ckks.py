@@ -29,6 +29,7 @@ from hemlp.errors import (
     MissingKeyError,
     ParameterError,
     SerializationError,
+    ShapeError,
 )
 
 __all__ = [
@@ -441,6 +442,17 @@ class Context:
     def mul_integer(self, a: Ciphertext, k: int) -> Ciphertext:
         """a * k for an integer k: exact, no scale change, no level used."""
         return self._w(Ciphertext, self._e.mul_integer(self._ct(a), int(k)))
+
+    def mul_rescale_many(self, a: list, b: list, relin_key: RelinKey) -> list:
+        """[rescale(relinearize(a[i] * b[i]))] for ciphertext pairs, in parallel over the pairs (native threads):
+        the same bits as mul(a[i], b[i], relin_key, rescale=True) one by one."""
+        if relin_key is None:
+            raise MissingKeyError("mul_rescale_many needs a relinearisation key: ctx.relin_key(sk)")
+        rlk = self._unwrap(relin_key, RelinKey, "relinearisation key")
+        if len(a) != len(b):
+            raise ShapeError(f"mul_rescale_many: {len(a)} left and {len(b)} right operands")
+        out = self._e.mul_relin_rescale_many([self._ct(x) for x in a], [self._ct(x) for x in b], rlk)
+        return [self._w(Ciphertext, o) for o in out]
 
     def square(self, a: Ciphertext, relin_key: RelinKey | None = None) -> Ciphertext:
         return self.mul(a, a, relin_key)

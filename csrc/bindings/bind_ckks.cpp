@@ -257,6 +257,10 @@ void bind_ckks(py::module_& m) {
       .def("mul_relin_rescale", [](const Engine& e, const Ciphertext& a, const Ciphertext& b, const SwitchKey& k) {
         return e.eval.mul_relin_rescale(a, b, k);
       }, py::call_guard<py::gil_scoped_release>())
+      .def("mul_relin_rescale_many", [](const Engine& e, const std::vector<const Ciphertext*>& a,
+                                        const std::vector<const Ciphertext*>& b, const SwitchKey& k) {
+        return e.eval.mul_relin_rescale_many(a, b, k);
+      }, py::call_guard<py::gil_scoped_release>())
       .def("relinearize", [](const Engine& e, const Ciphertext& a, const SwitchKey& k) { return e.eval.relinearize(a, k); }, py::call_guard<py::gil_scoped_release>())
       .def("rescale", [](const Engine& e, const Ciphertext& a) { return e.eval.rescale(a); }, py::call_guard<py::gil_scoped_release>())
       .def("drop_to_level", [](const Engine& e, const Ciphertext& a, int l) { return e.eval.drop_to_level(a, l); }, py::call_guard<py::gil_scoped_release>())

@@ -1,6 +1,7 @@
 #include "ckks/evaluator.h"
 
 #include <cmath>
+#include <exception>
 #include <string>
 
 #include "ckks/errors.h"
@@ -197,6 +198,29 @@ Ciphertext Evaluator::relinearize(const Ciphertext& a, const SwitchKey& rlk) con
     ring::add_vec(r.polys[1].data() + o, k1.data() + o, q, r.polys[1].data() + o, n);
   }
   return r;
+}
+
+std::vector<Ciphertext> Evaluator::mul_relin_rescale_many(const std::vector<const Ciphertext*>& a,
+                                                          const std::vector<const Ciphertext*>& b,
+                                                          const SwitchKey& rlk) const {
+  if (a.size() != b.size())
+    fail(ErrorKind::Shape, "mul_relin_rescale_many: " + std::to_string(a.size()) + " left and " +
+                               std::to_string(b.size()) + " right operands");
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!a[i] || !b[i]) fail(ErrorKind::Shape, "mul_relin_rescale_many: an operand is None");
+  std::vector<Ciphertext> out(a.size());
+  std::exception_ptr err;
+#pragma omp parallel for schedule(dynamic)
+  for (long i = 0; i < (long)a.size(); ++i) {  // inner loops run serially (nested regions)
+    try {
+      out[i] = mul_relin_rescale(*a[i], *b[i], rlk);
+    } catch (...) {  // exceptions must not leave an OpenMP region; the first one is rethrown
+#pragma omp critical(hemlp_eval_many_error)
+      if (!err) err = std::current_exception();
+    }
+  }
+  if (err) std::rethrow_exception(err);
+  return out;
 }
 
 Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b, const SwitchKey& rlk) const {

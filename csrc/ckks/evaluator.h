@@ -27,6 +27,10 @@ class Evaluator {
   // rescale(relinearize(a * b)) with the key switch's ModDown and the rescale fused into one
   // division by P q_level (saves level + 1 NTTs per polynomial).
   Ciphertext mul_relin_rescale(const Ciphertext& a, const Ciphertext& b, const SwitchKey& rlk) const;
+  // The same for pairs (a[i], b[i]), in parallel over the pairs (a layer's activations: one product per
+  // ciphertext; at N = 2^14 the limb-level threads inside one product leave cores idle).
+  std::vector<Ciphertext> mul_relin_rescale_many(const std::vector<const Ciphertext*>& a,
+                                                 const std::vector<const Ciphertext*>& b, const SwitchKey& rlk) const;
   Ciphertext rescale(const Ciphertext& a) const;
   // Rescale many ciphertexts, in parallel over ciphertexts (at low levels there are too few
   // limbs to keep the threads busy inside one rescale).

@@ -1,10 +1,19 @@
 #include "pcmm/pcmm.h"
 
 #include <cmath>
+#include <exception>
 #include <string>
+
+#ifdef _OPENMP
+#include <omp.h>
+#else
+inline int omp_get_max_threads() { return 1; }
+#endif
 
 #include "ckks/errors.h"
 #include "ckks/evaluator.h"
+
+extern "C" void openblas_set_num_threads(int);
 
 namespace hemlp::pcmm {
 
@@ -45,26 +54,53 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
     o.polys.assign(2, Poly((size_t)limbs * n));
   }
   const std::vector<u64> zeros(n, 0);
-  std::vector<u64> C(d1 * n);
-  std::vector<const uint64_t*> rows(d2);
-  for (int k = 0; k < limbs; ++k) {
+  // Work units (limb, chunk, part). With several threads and at least as many units, each thread runs whole
+  // single-threaded GEMMs: two 1-thread GEMMs side by side scale ~1.9x on 2 cores where one 2-thread GEMM gets
+  // ~1.4x (its split / reduce passes and DGEMM's panel synchronisation leave cores idle; bench/ray_mlp_N14.json).
+  const size_t units = (size_t)limbs * chunks * 2;
+  const int threads = omp_get_max_threads();
+  const bool by_unit = threads > 1 && units >= (size_t)threads;
+  auto run_unit = [&](size_t u, std::vector<const uint64_t*>& rows, std::vector<u64>& C) {
+    const int k = (int)(u / (chunks * 2)), part = (int)(u % 2);
+    const size_t j = (u / 2) % chunks;
     const u64 q = ctx.modulus(k).q;
     int64_t km = K % (int64_t)q;
     const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km, wp = ring::shoup_precompute(w, q);
-    for (size_t j = 0; j < chunks; ++j)
-      for (int part = 0; part < 2; ++part) {
-        for (size_t i = 0; i < d2; ++i) {
-          const Ciphertext* c = inputs[i * chunks + j];
-          rows[i] = c ? c->polys[part].data() + (size_t)k * n : zeros.data();
-        }
-        plan.apply(rows.data(), n, q, C.data(), n);
-#pragma omp parallel for schedule(static)
-        for (long r = 0; r < (long)d1; ++r) {
-          u64* dst = out[r * chunks + j].polys[part].data() + (size_t)k * n;
-          const u64* src = C.data() + (size_t)r * n;
-          for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(src[x], w, wp, q);
+    for (size_t i = 0; i < d2; ++i) {
+      const Ciphertext* c = inputs[i * chunks + j];
+      rows[i] = c ? c->polys[part].data() + (size_t)k * n : zeros.data();
+    }
+    plan.apply(rows.data(), n, q, C.data(), n);
+#pragma omp parallel for schedule(static) if (!by_unit)
+    for (long r = 0; r < (long)d1; ++r) {
+      u64* dst = out[r * chunks + j].polys[part].data() + (size_t)k * n;
+      const u64* src = C.data() + (size_t)r * n;
+      for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(src[x], w, wp, q);
+    }
+  };
+  if (by_unit) {
+    openblas_set_num_threads(1);  // DGEMM in the calling thread; restored below
+    std::exception_ptr err;
+#pragma omp parallel
+    {
+      std::vector<const uint64_t*> rows(d2);
+      std::vector<u64> C(d1 * n);
+#pragma omp for schedule(dynamic, 1)
+      for (long u = 0; u < (long)units; ++u) {
+        try {
+          run_unit((size_t)u, rows, C);
+        } catch (...) {  // exceptions must not leave an OpenMP region
+#pragma omp critical(hemlp_pcmm_error)
+          if (!err) err = std::current_exception();
         }
       }
+    }
+    openblas_set_num_threads(threads);
+    if (err) std::rethrow_exception(err);
+  } else {
+    std::vector<const uint64_t*> rows(d2);
+    std::vector<u64> C(d1 * n);
+    for (size_t u = 0; u < units; ++u) run_unit(u, rows, C);
   }
   if (rescale) {
     Evaluator ev(ctx);

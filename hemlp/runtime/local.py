@@ -236,7 +236,22 @@ class LocalExecutor:
         return linalg.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias)
 
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
+        if op.kind == "square" and relin_key is not None and len(C.cts) > 1:
+            return _square_many(ctx, C, op, relin_key)
         return _map_cts(C, cached_elementwise(self._pe, ctx, op, relin_key))
+
+
+def _square_many(ctx, C, op: ElementwiseOp, relin_key):
+    """elementwise()'s square on every ciphertext, the products in parallel over ciphertexts (native threads); the
+    same operations in the same order, so the same bits as the per-ciphertext path (the Ray workers use that)."""
+    from hemlp.linalg import CtMatrix
+
+    ys = ctx.mul_rescale_many(C.cts, C.cts, relin_key)
+    if op.sign < 0:
+        ys = [ctx.negate(y) for y in ys]
+    if op.const:
+        ys = [ctx.add(y, op.const) for y in ys]
+    return CtMatrix(C.ctx, ys, C.shape, C.chunks, C.format)
 
 
 def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None):

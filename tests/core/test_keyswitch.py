@@ -126,3 +126,32 @@ def test_fused_relin_rescale_matches_the_separate_steps(t12, rng, level):
     low = ctx.encrypt(x, t12.pk, level=0)
     with pytest.raises(Exception, match="level 0"):
         ctx.mul(low, low, relin_key=t12.rlk, rescale=True)
+
+
+def test_mul_rescale_many_is_the_one_by_one_product_in_parallel():
+    """ctx.mul_rescale_many: the native parallel loop over pairs gives the bits of mul(..., rescale=True) per pair,
+    decrypts to the slot-wise products, and an error in one pair (a level-0 operand) is raised, not lost."""
+    import numpy as np
+
+    from hemlp.errors import LevelError, MissingKeyError, ShapeError
+    from tests.conftest import make_ctx
+
+    ctx = make_ctx("test-N12")
+    sk, pk = ctx.keygen()
+    rlk = ctx.relin_key(sk)
+    rng = np.random.default_rng(11)
+    xs = [rng.uniform(-1, 1, ctx.slots) + i for i in range(5)]  # asymmetric: the pair index is in the values
+    ys = [rng.uniform(-1, 1, ctx.slots) for _ in range(5)]
+    A = [ctx.encrypt(x, pk) for x in xs]
+    B = [ctx.encrypt(y, pk) for y in ys]
+    got = ctx.mul_rescale_many(A, B, rlk)
+    for a, b, g, x, y in zip(A, B, got, xs, ys):
+        assert g.to_bytes() == ctx.mul(a, b, relin_key=rlk, rescale=True).to_bytes()
+        assert np.max(np.abs(ctx.decrypt(g, sk).real - x * y)) < 2.0 ** -14
+    low = ctx.drop_level(A[2], 0)
+    with pytest.raises(LevelError):
+        ctx.mul_rescale_many(A[:2] + [low], B[:2] + [ctx.drop_level(B[2], 0)], rlk)
+    with pytest.raises(ShapeError):
+        ctx.mul_rescale_many(A, B[:3], rlk)
+    with pytest.raises(MissingKeyError):
+        ctx.mul_rescale_many(A, B, None)
