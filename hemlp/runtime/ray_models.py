@@ -305,12 +305,24 @@ def _export(objs, nr: int, nc: int, N: int, out: np.ndarray | None = None) -> np
 
 def _import_block(ctx, cells: dict, parts, desc, metas, rows, cols) -> None:
     """Ciphertexts (r, j) of the block (global indices) that fall in rows x cols, into cells[(r, j)]."""
+    from hemlp import _core
     from hemlp.ckks import Ciphertext
 
     r0, r1, c0, c1 = desc
     nc = c1 - c0
-    for r in range(max(r0, rows[0]), min(r1, rows[1])):
-        for j in range(max(c0, cols[0]), min(c1, cols[1])):
+    ra, rb, ca, cb = max(r0, rows[0]), min(r1, rows[1]), max(c0, cols[0]), min(c1, cols[1])
+    if ra >= rb or ca >= cb:
+        return
+    sel = [metas[(r - r0) * nc + (j - c0)] for r in range(ra, rb) for j in range(ca, cb)]
+    if all(m == sel[0] for m in sel):  # one native call for the range: one copy per polynomial, range-checked
+        objs = _core.cts_from_parts(ctx._e, parts[0][:, ra - r0: rb - r0, ca - c0: cb - c0],
+                                    parts[1][:, ra - r0: rb - r0, ca - c0: cb - c0], *sel[0])
+        w = cb - ca
+        for k, obj in enumerate(objs):
+            cells[ra + k // w, ca + k % w] = ctx._w(Ciphertext, obj)
+        return
+    for r in range(ra, rb):
+        for j in range(ca, cb):
             m = metas[(r - r0) * nc + (j - c0)]
             obj = ctx._e.import_ciphertext([parts[0][:, r - r0, j - c0], parts[1][:, r - r0, j - c0]],
                                            m[0], m[1], m[2], m[3], m[4], m[5], None)
@@ -431,6 +443,7 @@ def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> 
 def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     """Both parts of a PCMM's output block (after the epilogue), through the coefficient-encoding bias and the
     fused steps when there are any: (part 0, part 1, block metas)."""
+    from hemlp import _core
     from hemlp.ckks import Ciphertext
 
     head, (r0, r1), (c0, c1) = spec["head"], spec["out_rows"], spec["J"]
@@ -442,13 +455,10 @@ def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
         shape = (meta[0] + 1, nr, nc, ctx.N)
         return Z[0].reshape(shape), Z[1].reshape(shape), [meta] * (nr * nc)
     t0 = time.perf_counter()
-    cts = []
-    for i in range(nr * nc):
-        obj = ctx._e.import_ciphertext([Z[0][:, i], Z[1][:, i]], *meta, None)
-        ct = ctx._w(Ciphertext, obj)
-        if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
-            ct = ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]]))
-        cts.append(ct)
+    shape = (meta[0] + 1, nr, nc, ctx.N)
+    cts = [ctx._w(Ciphertext, o) for o in _core.cts_from_parts(ctx._e, Z[0].reshape(shape), Z[1].reshape(shape), *meta)]
+    if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
+        cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
     cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
     t0 = time.perf_counter()

@@ -197,3 +197,31 @@ def test_epilogue_and_export_reject_bad_arrays(env, rng):
         _core.export_part([ct._obj], 0, out[:1])
     with pytest.raises(ValueError, match="holds"):
         _core.export_part([ct._obj, ct._obj], 0, out)
+
+
+def test_block_import_round_trip_and_corruption(env, rng):
+    """cts_from_parts (Ray blocks -> native ciphertexts, read in place): the exact ciphertexts back from
+    export_part, also from a sub-range view; a residue >= q or a wrong shape is a SerializationError."""
+    from hemlp.errors import SerializationError
+
+    ctx, sk, pk = env
+    cts = [ctx.encrypt(rng.uniform(-1, 1, ctx.slots) + i, pk) for i in range(6)]  # 3 rows x 2 chunks
+    L, N = cts[0].level + 1, ctx.N
+    parts = np.empty((2, L, 3, 2, N), dtype=np.uint64)
+    for p in (0, 1):
+        _core.export_part([c._obj for c in cts], p, parts[p].reshape(L, 6, N))
+    m = cts[0]._obj
+    meta = (m.level, m.scale, m.slots, m.encoding, m.is_complex, m.key_id)
+    back = _core.cts_from_parts(ctx._e, parts[0], parts[1], *meta)
+    assert [b.poly(0).tobytes() + b.poly(1).tobytes() for b in back] == [
+        c._obj.poly(0).tobytes() + c._obj.poly(1).tobytes() for c in cts]
+    sub = _core.cts_from_parts(ctx._e, parts[0][:, 1:3, 1:2], parts[1][:, 1:3, 1:2], *meta)  # cts 3 and 5
+    assert [s.poly(1).tobytes() for s in sub] == [cts[3]._obj.poly(1).tobytes(), cts[5]._obj.poly(1).tobytes()]
+    bad = parts.copy()
+    bad[1, 0, 2, 1, 7] = ctx.modulus(0)
+    with pytest.raises(SerializationError, match="corrupted"):
+        _core.cts_from_parts(ctx._e, bad[0], bad[1], *meta)
+    with pytest.raises(SerializationError, match="same shape"):
+        _core.cts_from_parts(ctx._e, parts[0], parts[1][:, :2], *meta)
+    with pytest.raises(SerializationError, match="level"):
+        _core.cts_from_parts(ctx._e, parts[0], parts[1], ctx.max_level + 1, *meta[1:])
