@@ -46,7 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--d", type=int, default=256, help="d1 = d2 (weight rows and encrypted rows)")
     p.add_argument("--chunks", type=int, default=1, help="ciphertexts per encrypted row")
     p.add_argument("--workers", default="1,2")
-    p.add_argument("--grids", default="", help="extra grids for the largest worker count, e.g. 2x1x1,1x1x2")
+    p.add_argument("--grids", default="", help="extra grids for the largest worker count, e.g. 2x1x1,1x1x2; "
+                   "--model mlp: one grid (3 or 4 numbers) for every PCMM instead of the planner's")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=2, help="--model mlp: untimed rounds first (the object store's "
                    "memory and the workers' heaps are touched once)")
@@ -196,6 +197,7 @@ def main_mlp(args) -> int:
     kinds = {s.out: s.op for s in steps}
     input_name = next(s.out for s in cm.steps if s.op == "input")
     workers = [int(v) for v in args.workers.split(",")]
+    mlp_grid = tuple(int(v) for v in args.grids.split("x")) if args.grids else None
     if ray.is_initialized():
         ray.shutdown()
     ray.init(address="local", num_cpus=max(workers), include_dashboard=False, log_to_driver=False)
@@ -213,7 +215,7 @@ def main_mlp(args) -> int:
                 out = cm.run(ct, ek, threads=n)
             else:
                 hemlp.set_num_threads(1)  # the driver's own work (input export, output import) on one thread
-                out = cm.run(ct, ek, runtime="ray", num_workers=n, stats=st)
+                out = cm.run(ct, ek, runtime="ray", num_workers=n, stats=st, grid=mlp_grid if n > 1 else None)
             sec, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: this process (driver) only
             if ref is None:
                 ref = out
