@@ -101,12 +101,7 @@ void bind_ckks(py::module_& m) {
           for (long idx = 0; idx < (long)(R * C); ++idx) {
             const py::ssize_t r = idx / (long)C, c = idx % (long)C;
             Ciphertext& ct = out[idx];
-            ct.param_hash = e.ctx.hash64();
-            ct.key_id = key_id;
-            ct.level = level;
-            ct.scale = scale;
-            ct.slots = slots;
-            ct.encoding = (Encoding)encoding;
+            set_imported_metadata(ct, e.ctx, key_id, level, scale, slots, encoding);
             ct.is_complex = is_complex;
             ct.polys.assign(2, Poly((size_t)limbs * n));
             for (int j = 0; j < 2; ++j) {
@@ -423,12 +418,7 @@ void bind_ckks(py::module_& m) {
                                    bool is_complex, uint64_t key_id, py::object seed) {
         check_imported_metadata(e.ctx, level, scale, slots, encoding, "ciphertext");
         Ciphertext c;
-        c.param_hash = e.ctx.hash64();
-        c.key_id = key_id;
-        c.level = level;
-        c.scale = scale;
-        c.slots = slots;
-        c.encoding = (Encoding)encoding;
+        set_imported_metadata(c, e.ctx, key_id, level, scale, slots, encoding);
         c.is_complex = is_complex;
         for (auto p : polys) c.polys.push_back(array_to_poly(e.ctx, p.cast<U64Arr>(), level, false, "ciphertext"));
         if (!seed.is_none()) {

@@ -125,12 +125,7 @@ void bind_msrlwe(py::module_& m) {
     check_imported_metadata(e.ctx, level, scale, slots, encoding, "MSRLWE row");
     if (bs.empty()) fail(ErrorKind::Serialization, "MSRLWE row: no chunks");
     MsCiphertext c;
-    c.param_hash = e.ctx.hash64();
-    c.key_id = key_id;
-    c.level = level;
-    c.scale = scale;
-    c.slots = slots;
-    c.encoding = (Encoding)encoding;
+    set_imported_metadata(c, e.ctx, key_id, level, scale, slots, encoding);
     if (!seed.is_none()) {
       c.seed = to_seed(seed.cast<py::bytes>());
       c.seeded = true;

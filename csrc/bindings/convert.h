@@ -54,6 +54,18 @@ inline void check_imported_metadata(const Context& ctx, int level, double scale,
   if (encoding == 1 && (size_t)slots != n) fail(ErrorKind::Serialization, w + ": invalid slot count");
 }
 
+// The metadata fields of an imported ciphertext-like object (validated by check_imported_metadata first).
+template <class Ct>
+void set_imported_metadata(Ct& c, const Context& ctx, uint64_t key_id, int level, double scale, int slots,
+                           int encoding) {
+  c.param_hash = ctx.hash64();
+  c.key_id = key_id;
+  c.level = level;
+  c.scale = scale;
+  c.slots = slots;
+  c.encoding = (Encoding)encoding;
+}
+
 inline Seed to_seed(const py::bytes& b) {
   std::string s = b;
   if (s.size() != 32) fail(ErrorKind::Serialization, "seed must be 32 bytes");
