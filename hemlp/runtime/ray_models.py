@@ -423,8 +423,8 @@ def _epilogue(ctx, spec, Ys: dict, secs: dict, head: str) -> dict:
         bvals = np.repeat(bias[np.arange(g0, g1) // P], count // (g1 - g0)).tolist()
     Z = {}
     for p, Y in Ys.items():
-        if not (Y.flags.writeable and Y.flags.c_contiguous):
-            Y = np.ascontiguousarray(Y) if Y.flags.c_contiguous is False else Y.copy()
+        if not (Y.flags.writeable and Y.flags.c_contiguous):  # a read-only store view (x K works in place)
+            Y = Y.copy(order="C")
         Z[p] = _core.pcmm_epilogue_part(ctx._e, Y, level, spec["K"], p, spec["scale_out"], bvals if p == 0 else [])
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
     return Z
@@ -451,11 +451,10 @@ def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     meta = _out_meta(ctx, spec)
     levels[head] = meta[0]
     coeff_bias = spec["bias"] is not None and meta[3] != 0
+    shape = (meta[0] + 1, nr, nc, ctx.N)
     if not spec["ops"] and not coeff_bias:  # the epilogue's arrays are the block
-        shape = (meta[0] + 1, nr, nc, ctx.N)
         return Z[0].reshape(shape), Z[1].reshape(shape), [meta] * (nr * nc)
     t0 = time.perf_counter()
-    shape = (meta[0] + 1, nr, nc, ctx.N)
     cts = [ctx._w(Ciphertext, o) for o in _core.cts_from_parts(ctx._e, Z[0].reshape(shape), Z[1].reshape(shape), *meta)]
     if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
         cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
@@ -584,10 +583,12 @@ def _group_remote(num_returns: int):
 
 
 class _Block:
-    __slots__ = ("refs", "r0", "r1", "c0", "c1", "metas", "nbytes")
+    """A block in the store: refs (one per part); pending: the client's native ciphertexts of a part not put yet."""
+    __slots__ = ("refs", "r0", "r1", "c0", "c1", "metas", "nbytes", "pending")
 
-    def __init__(self, refs, r0, r1, c0, c1, metas, nbytes):
+    def __init__(self, refs, r0, r1, c0, c1, metas, nbytes, pending=None):
         self.refs, self.r0, self.r1, self.c0, self.c1, self.metas, self.nbytes = refs, r0, r1, c0, c1, metas, nbytes
+        self.pending = pending
 
     @property
     def desc(self):
@@ -695,8 +696,7 @@ class RayProgram:
                     raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
                 nbytes = 2 * (objs[0].level + 1) * len(objs) * ctx.N * 8
                 blocks.append(_Block([None, None], rs.start, rs.stop, cs.start, cs.stop, [_meta_of(o) for o in objs],
-                                     nbytes))
-                self._unput[id(blocks[-1])] = objs
+                                     nbytes, pending=objs))
         # seconds: all of the put; before_first_task: the part the driver did before any task could start (the
         # rest overlaps the first tasks and is inside the first group's time)
         self._input_stats = dict(op="input", put_bytes=0, blocks=len(blocks), nodes=[], tasks=0, seconds=0.0,
@@ -710,19 +710,23 @@ class RayProgram:
 
     def _refs(self, b: _Block, parts=_PARTS) -> list:
         """ObjectRefs of the given parts of a block; a part of the client's input is put now if it is not yet."""
+        from hemlp import _core
+
         if any(b.refs[p] is None for p in parts):
             t0 = time.perf_counter()
             for p in parts:
                 if b.refs[p] is None:  # this part of every input block, at once
                     for blk in self._input_blocks:
-                        objs = self._unput[id(blk)]
+                        if blk.refs[p] is not None:
+                            continue
+                        objs = blk.pending
                         L = objs[0].level + 1
                         arr = _staging((L, len(objs), self._N))
-                        from hemlp import _core
-
                         _core.export_part(objs, p, arr)
                         blk.refs[p] = self.ray.put(arr.reshape(L, blk.r1 - blk.r0, blk.c1 - blk.c0, self._N))
                         self._input_stats["put_bytes"] += arr.nbytes
+                        if all(r is not None for r in blk.refs):
+                            blk.pending = None
             dt = time.perf_counter() - t0
             self._input_stats["seconds"] += dt
             if not self._any_submitted:
@@ -812,8 +816,8 @@ class RayProgram:
                 nrow = out_rows[1] - out_rows[0]
                 pieces_rows = [(out_rows[0] + p.start, out_rows[0] + p.stop)
                                for p in _splits(nrow, min(nrow, pk * ps))] if pk > 1 else [out_rows]
-                # p_s = 2 with deferred steps: each part task returns its rows in p_s pieces, so that each task of
-                # the next wave reads only its rows (of both parts); local piece bounds
+                # p_s = 2 with deferred steps: each part task returns its rows in p_s pieces (global row ranges), so
+                # that each task of the next wave reads only its rows (of both parts)
                 out_pieces = [(p.start, p.stop) for p in _splits(nrow, min(nrow, ps if defer else 1))]
                 out_pieces = [(out_rows[0] + a, out_rows[0] + b_) for a, b_ in out_pieces]
                 partial_refs = []  # per (t, group): its piece refs, piece-major then part
@@ -989,7 +993,7 @@ class RayProgram:
                 users[name] = users.get(name, 0) + 1
         vals, i, out_name = {}, 0, None
         self._input_stats, self._input_counted, self._any_submitted = None, False, False
-        self._unput, self._input_blocks = {}, []
+        self._input_blocks = []
         while i < len(steps):
             s = steps[i]
             if s.op == "input":
