@@ -359,8 +359,9 @@ class CompiledModel:
         elementwise step as Ray tasks (hemlp.runtime.ray_models), bit-identical to "local"; address=None
         uses the connected Ray or starts a local one with num_workers CPUs for the call, an address
         ("host:port", "ray://host:10001", "auto") joins that cluster (RuntimeUnavailableError if it
-        cannot be reached). Ray options: grid ((p_m, p_n, p_k) or {step: grid}; default the planner's
-        grid for num_workers), cts_per_task, stats (a dict filled per step). The result's
+        cannot be reached). Ray options: grid ((p_m, p_n, p_k[, p_s]) or {step: grid}; p_s = 2 puts the two
+        polynomials of every ciphertext in different tasks; default the planner's grid_store for num_workers),
+        cts_per_task, stats (a dict filled per step). The result's
         layer_seconds holds every step's wall-clock seconds."""
         from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
         from hemlp.runtime.local import run as _run

@@ -132,7 +132,8 @@ class RayExecutor:
     """The executor of ``local.run`` on a connected Ray (use inside ``ray_session``).
 
     num_workers: the worker count the planner's grids and the group count are made for (default: the
-    cluster's CPUs). grid: None (planner), (p_m, p_n, p_k) for every PCMM, or {step name: grid}.
+    cluster's CPUs). grid: None (planner), (p_m, p_n, p_k) for every PCMM (ray_pcmm: no part axis), or
+    {step name: grid}.
     cts_per_task: ciphertexts per elementwise task (default: the step's ciphertexts spread over
     2 x num_workers tasks). stats: filled per step (PCMM: ray_pcmm's stats; elementwise: tasks, bytes,
     nodes, phases)."""
