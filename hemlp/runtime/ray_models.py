@@ -584,12 +584,11 @@ def _group_remote(num_returns: int):
 
 
 class _Block:
-    """A block in the store: refs (one per part); pending: the client's native ciphertexts of a part not put yet."""
-    __slots__ = ("refs", "r0", "r1", "c0", "c1", "metas", "nbytes", "pending")
+    """A block in the store: refs, one ObjectRef per polynomial part."""
+    __slots__ = ("refs", "r0", "r1", "c0", "c1", "metas", "nbytes")
 
-    def __init__(self, refs, r0, r1, c0, c1, metas, nbytes, pending=None):
+    def __init__(self, refs, r0, r1, c0, c1, metas, nbytes):
         self.refs, self.r0, self.r1, self.c0, self.c1, self.metas, self.nbytes = refs, r0, r1, c0, c1, metas, nbytes
-        self.pending = pending
 
     @property
     def desc(self):
@@ -683,70 +682,43 @@ class RayProgram:
         return spec
 
     def _put_input(self, ctx, C, row_parts: int, col_parts: int) -> _Dist:
-        """The client's ciphertexts as blocks in the store, in the blocks the first consumer reads (one object per
-        part). Each part is put on first use (_refs), so with a part split the first task starts on part 0 while
-        the driver still puts part 1."""
+        """The client's ciphertexts into the store once, in the blocks the first consumer reads (one object per
+        part). All of it before the first task: a part split's second task needs the second part anyway, so
+        putting the parts one by one under the first task only shifts the wait (measured)."""
         from hemlp.runtime.ray_runtime import _splits
 
-        d, c = C.shape[0], C.chunks
-        blocks = []
+        t0 = time.perf_counter()
+        ray, d, c = self.ray, C.shape[0], C.chunks
+        blocks, put = [], 0
         for rs in _splits(d, min(row_parts, d)):
             for cs in _splits(c, min(col_parts, c)):
                 objs = [C.cts[r * c + j]._obj for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
-                if any(o.level != objs[0].level or o.size != 2 for o in objs):
-                    raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
-                nbytes = 2 * (objs[0].level + 1) * len(objs) * ctx.N * 8
-                blocks.append(_Block([None, None], rs.start, rs.stop, cs.start, cs.stop, [_meta_of(o) for o in objs],
-                                     nbytes, pending=objs))
-        # seconds: all of the put; before_first_task: the part the driver did before any task could start (the
-        # rest overlaps the first tasks and is inside the first group's time)
-        self._input_stats = dict(op="input", put_bytes=0, blocks=len(blocks), nodes=[], tasks=0, seconds=0.0,
-                                 before_first_task=0.0)
+                L = objs[0].level + 1
+                shape = (2, L, rs.stop - rs.start, cs.stop - cs.start, ctx.N)
+                arr = _export(objs, shape[2], shape[3], ctx.N, _staging(shape))
+                blocks.append(_Block((ray.put(arr[0]), ray.put(arr[1])), rs.start, rs.stop, cs.start, cs.stop,
+                                     [_meta_of(o) for o in objs], arr.nbytes))
+                put += arr.nbytes
+                del arr
+        self._input_stats = dict(op="input", put_bytes=put, blocks=len(blocks), nodes=[], tasks=0,
+                                 seconds=time.perf_counter() - t0)
         return _Dist((d, C.shape[1]), c, blocks)
 
     def _submit(self, num_returns: int, *args):
-        """One group task (spread over the nodes); the first one ends the input put the driver waited for."""
-        self._any_submitted = True
+        """One group task, spread over the nodes."""
         return _group_remote(num_returns).options(scheduling_strategy="SPREAD").remote(*args)
-
-    def _refs(self, b: _Block, parts=_PARTS) -> list:
-        """ObjectRefs of the given parts of a block; a part of the client's input is put now if it is not yet."""
-        from hemlp import _core
-
-        if any(b.refs[p] is None for p in parts):
-            t0 = time.perf_counter()
-            for p in parts:
-                if b.refs[p] is None:  # this part of every input block, at once
-                    for blk in self._input_blocks:
-                        if blk.refs[p] is not None:
-                            continue
-                        objs = blk.pending
-                        L = objs[0].level + 1
-                        arr = _staging((L, len(objs), self._N))
-                        _core.export_part(objs, p, arr)
-                        blk.refs[p] = self.ray.put(arr.reshape(L, blk.r1 - blk.r0, blk.c1 - blk.c0, self._N))
-                        self._input_stats["put_bytes"] += arr.nbytes
-                        if all(r is not None for r in blk.refs):
-                            blk.pending = None
-            dt = time.perf_counter() - t0
-            self._input_stats["seconds"] += dt
-            if not self._any_submitted:
-                self._input_stats["before_first_task"] += dt
-        return [b.refs[p] for p in parts]
 
     def _as_dist(self, ctx, v, row_parts: int, col_parts: int) -> _Dist:
         if isinstance(v, _Dist):
             return v
-        D = self._put_input(ctx, v, row_parts, col_parts)
-        self._input_blocks = D.blocks
-        return D
+        return self._put_input(ctx, v, row_parts, col_parts)
 
     def _materialise(self, ctx, D: _Dist):
         from hemlp.linalg import CtMatrix
 
         cells = {}
         for b in D.blocks:
-            parts = self.ray.get(self._refs(b))
+            parts = self.ray.get(list(b.refs))
             _import_block(ctx, cells, parts, b.desc, b.metas, (b.r0, b.r1), (b.c0, b.c1))
             del parts
         return CtMatrix(ctx, [cells[r, j] for r in range(D.rows) for j in range(D.chunks)], D.shape, D.chunks, "rlwe")
@@ -832,7 +804,7 @@ class RayProgram:
                         spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows, parts=g,
                                     inputs=[(b.desc, b.metas) for b in inb],
                                     index=None if index is None else index[red], ops=[])
-                        args = [ref for b in inb for ref in self._refs(b, g)]
+                        args = [b.refs[p] for b in inb for p in g]
                         if pk == 1:
                             spec["ops"] = [(name, op.rows(*out_rows)) for name, op in fused]
                             if len(g) == 2:
@@ -890,7 +862,7 @@ class RayProgram:
                 rows = (b.r0 + rs.start, b.r0 + rs.stop)
                 spec = dict(base, J=(b.c0, b.c1), out_rows=rows, inputs=[(b.desc, b.metas)],
                             ops=[(name, op.rows(*rows)) for name, op in ops])
-                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *self._refs(b))
+                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs)
                 final.append(((r0_ref, r1_ref), meta_ref, rows, (b.c0, b.c1), None))
             reads += n_tasks * nr * nc * H_in  # every task of a block takes the whole block (both parts)
         n = X.rows * X.chunks
@@ -910,7 +882,7 @@ class RayProgram:
             spec = dict(base, J=J, out_rows=rows, n_a=1, add_level=s.level_out,
                         inputs=[(b.desc, b.metas)] + [(x.desc, x.metas) for x in bb],
                         ops=[(name, op.rows(*rows)) for name, op in ops])
-            r0_ref, r1_ref, meta_ref = self._submit(3, spec, *self._refs(b), *[ref for x in bb for ref in self._refs(x)])
+            r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, *[ref for x in bb for ref in x.refs])
             final.append(((r0_ref, r1_ref), meta_ref, rows, J, None))
         reads = sum((b.r1 - b.r0) * (b.c1 - b.c0) * _ct_bytes(ctx, A.level) for b in A.blocks)
         reads += sum((x.r1 - x.r0) * (x.c1 - x.c0) * _ct_bytes(ctx, B.level)
@@ -931,8 +903,8 @@ class RayProgram:
         allm = [got[r] for r in refs]
         wall = time.perf_counter() - t0
         if self._input_stats is not None and not self._input_counted:
-            wall -= self._input_stats["before_first_task"]  # reported on its own (stats[input])
-            t_sub -= self._input_stats["before_first_task"]
+            wall -= self._input_stats["seconds"]  # the input put is reported on its own (stats[input])
+            t_sub -= self._input_stats["seconds"]
             self._input_counted = True
         blocks = []
         for f, m in zip(wave.final, metas):
@@ -993,8 +965,7 @@ class RayProgram:
             for name in s.inputs:
                 users[name] = users.get(name, 0) + 1
         vals, i, out_name = {}, 0, None
-        self._input_stats, self._input_counted, self._any_submitted = None, False, False
-        self._input_blocks = []
+        self._input_stats, self._input_counted = None, False
         while i < len(steps):
             s = steps[i]
             if s.op == "input":
