@@ -361,32 +361,40 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
     P = 1 if index is None else index.shape[1]
     Ys = {}
     if index is None:
-        pieces = []  # (plan, block parts, local rows a:b, local chunks): U~[R, a:b] X[a:b] per input block
+        # (plan, block parts, local rows a:b, global chunks ja:jb, block's first chunk): U~[R, a:b] X[a:b, ja:jb] per
+        # input block. Blocks tile (rows x chunks) uniformly, so a chunk range is written by its first row block and
+        # the other row blocks (reduction pieces) add to it; a block may hold fewer chunks than J (the previous
+        # layer split the columns): its product fills only its columns of Y.
+        pieces = []
         for arrs, (r0, r1, c0, c1), _ in blocks:
             a, b = max(r0, T0), min(r1, T1)
-            if a < b:
+            ja, jb = max(c0, J0), min(c1, J1)
+            if a < b and ja < jb:
                 plan = _core.ModGemmPlan(np.ascontiguousarray(U[:, a - T0: b - T0]), bits)
-                pieces.append((plan, arrs, a - r0, b - r0, J0 - c0, J1 - c0))
+                pieces.append((plan, arrs, a - r0, b - r0, ja, jb, c0))
         for p in parts:
             Y = np.empty((L, nR, nJ * N), dtype=np.uint64)
-            if not pieces:
-                Y.fill(0)
             for l in range(L):
                 q = ctx.modulus(l)
-                for k, (plan, arrs, a, b, j0, j1) in enumerate(pieces):
-                    X = arrs[p][l, a:b, j0:j1].reshape(b - a, -1)  # a view: each row's chunks are contiguous
-                    if k == 0:
-                        plan.apply(X, q, out=Y[l])
+                done = np.zeros(nJ, dtype=bool)
+                for plan, arrs, a, b, ja, jb, c0 in pieces:
+                    X = arrs[p][l, a:b, ja - c0: jb - c0].reshape(b - a, -1)  # a view: a row's chunks are contiguous
+                    dst = Y[l][:, (ja - J0) * N: (jb - J0) * N]
+                    if done[ja - J0]:
+                        _add_mod_into(dst, plan.apply(X, q), q)
                     else:
-                        _add_mod_into(Y[l], plan.apply(X, q), q)
+                        plan.apply(X, q, out=dst)
+                        done[ja - J0: jb - J0] = True
+                for j in np.flatnonzero(~done):  # no input block holds these chunks (not produced by a plan)
+                    Y[l][:, j * N: (j + 1) * N] = 0
             Ys[p] = Y.reshape(L, nR * nJ, N)
     else:  # gathered rows (im2col over ciphertext rows); -1 = a zero row
         plan = _core.ModGemmPlan(U, bits)
-        where = {}
+        where = {}  # (row, chunk) -> (block parts, local row, local chunk)
         for arrs, (r0, r1, c0, c1), _ in blocks:
             for r in range(r0, r1):
-                if c0 <= J0 and J1 <= c1:
-                    where[r] = (arrs, r - r0, J0 - c0, J1 - c0)
+                for jj in range(max(c0, J0), min(c1, J1)):
+                    where[r, jj] = (arrs, r - r0, jj - c0)
         G = np.empty((T1 - T0, nJ * N), dtype=np.uint64)
         for p in parts:
             Y = np.empty((L, nR, P, nJ * N), dtype=np.uint64)
@@ -396,9 +404,10 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
                     for i, row in enumerate(index[:, pp]):
                         if row < 0:
                             G[i] = 0
-                        else:
-                            arrs, rr, j0, j1 = where[int(row)]
-                            G[i] = arrs[p][l, rr, j0:j1].reshape(-1)
+                            continue
+                        for jj in range(J0, J1):
+                            arrs, rr, lj = where[int(row), jj]
+                            G[i, (jj - J0) * N: (jj - J0 + 1) * N] = arrs[p][l, rr, lj]
                     plan.apply(G, q, out=Y[l, :, pp])
             Ys[p] = Y.reshape(L, nR * P * nJ, N)
     return Ys

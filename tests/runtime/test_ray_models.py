@@ -115,6 +115,31 @@ def test_cnn_part_split_bit_identical(local_ray, cnn_case, grid):
     assert {v["grid"] for v in st.values() if v["op"] in ("pcmm", "pcmm_gather")} == {grid}
 
 
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_two_chunks_with_grids_that_change_between_layers(local_ray, model):
+    """A batch of two ciphertext chunks: a layer split by chunks (p_n = 2) feeds one that is not (its tasks read
+    several chunk blocks, also through the im2col gather), with and without the part split; the planner's
+    default mixes them. Same bits as in process, and the bytes equal the model."""
+    from tests.compiler.conftest import SmallCNN
+
+    rng = np.random.default_rng(5)
+    if model == "mlp":
+        x = rng.uniform(0, 1, size=(2100, 64))
+        c = _compiled(mlp(dims=(64, 32, 16, 10)), x)
+    else:
+        x = rng.normal(size=(2100, 1, 8, 8))
+        c = _compiled(SmallCNN(), x)
+    assert c["ct"].ctm.chunks == 2
+    names = [s.out for s in c["cm"].steps if s.op == "pcmm"]
+    for grid in (None, {names[0]: (1, 2, 1, 1), names[1]: (1, 1, 1, 2)}, {names[0]: (1, 2, 1, 2), names[1]: (1, 1, 2, 1)}):
+        st = {}
+        out = c["cm"].run(c["ct"], c["ek"], runtime="ray", num_workers=2, grid=grid, stats=st)
+        assert same(out, c["ref"]), grid
+        for k, v in st.items():
+            if "model_bytes" in v and v.get("op") == "pcmm":
+                assert v["bytes"]["total"] == v["model_bytes"]["total"], (grid, k)
+
+
 def test_part_split_grid_errors(local_ray, mlp_case):
     c = mlp_case
     with pytest.raises(hemlp.errors.ShapeError, match="p_s"):
