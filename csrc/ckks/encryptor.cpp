@@ -15,12 +15,8 @@ void check_hash(const Context& ctx, uint64_t h, const char* what) {
 // An empty ciphertext carrying the plaintext's metadata, encrypted under key pair `key_id`.
 Ciphertext shell_for(const Plaintext& pt, uint64_t key_id) {
   Ciphertext ct;
-  ct.param_hash = pt.param_hash;
+  copy_metadata(ct, pt);
   ct.key_id = key_id;
-  ct.level = pt.level;
-  ct.scale = pt.scale;
-  ct.slots = pt.slots;
-  ct.encoding = pt.encoding;
   ct.is_complex = pt.is_complex;
   return ct;
 }
@@ -88,11 +84,7 @@ Plaintext Encryptor::decrypt(const Ciphertext& ct, const SecretKey& sk) const {
   const size_t n = ctx_.n();
   const int limbs = ct.level + 1;
   Plaintext pt;
-  pt.param_hash = ct.param_hash;
-  pt.level = ct.level;
-  pt.scale = ct.scale;
-  pt.slots = ct.slots;
-  pt.encoding = ct.encoding;
+  copy_metadata(pt, ct);
   pt.is_complex = ct.is_complex;
   pt.data.resize((size_t)limbs * n);
 #pragma omp parallel for schedule(static)

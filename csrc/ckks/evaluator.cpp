@@ -158,12 +158,9 @@ Ciphertext Evaluator::mul(const Ciphertext& a, const Ciphertext& b, const Switch
   const size_t n = ctx_.n();
   const int limbs = a.level + 1;
   Ciphertext r;
-  r.param_hash = a.param_hash;
+  copy_metadata(r, a);
   r.key_id = a.key_id ? a.key_id : b.key_id;
-  r.level = a.level;
   r.scale = a.scale * b.scale;
-  r.slots = a.slots;
-  r.encoding = a.encoding;
   r.is_complex = a.is_complex || b.is_complex;
   r.polys.assign(3, Poly((size_t)limbs * n));
 #pragma omp parallel for schedule(static)
@@ -244,12 +241,10 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
   std::vector<int> targets(l);
   for (int i = 0; i < l; ++i) targets[i] = i;
   Ciphertext r;
-  r.param_hash = t.param_hash;
+  copy_metadata(r, t);
   r.key_id = t.key_id;
   r.level = l - 1;
   r.scale = t.scale / (double)ctx_.modulus(l).q;
-  r.slots = t.slots;
-  r.encoding = t.encoding;
   r.is_complex = t.is_complex;
   r.polys.assign(2, Poly((size_t)l * n));
   // v_j = P d_j + u_j over Q_l ∪ P (P d_j vanishes on the P limbs); both j in each parallel loop
@@ -302,12 +297,10 @@ Ciphertext Evaluator::rescale(const Ciphertext& a) const {
   const int l = a.level;
   const u64 ql = ctx_.modulus(l).q;
   Ciphertext r;
-  r.param_hash = a.param_hash;
+  copy_metadata(r, a);
   r.key_id = a.key_id;
   r.level = l - 1;
   r.scale = a.scale / (double)ql;
-  r.slots = a.slots;
-  r.encoding = a.encoding;
   r.is_complex = a.is_complex;
   r.polys.resize(a.size());
   for (size_t j = 0; j < a.size(); ++j) {
@@ -398,12 +391,8 @@ Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const Galois
   const size_t n = ctx_.n();
   const auto& perm = ctx_.galois_permutation(g);
   Ciphertext c;
-  c.param_hash = a.param_hash;
+  copy_metadata(c, a);
   c.key_id = a.key_id;
-  c.level = a.level;
-  c.scale = a.scale;
-  c.slots = a.slots;
-  c.encoding = a.encoding;
   c.is_complex = a.is_complex;
   c.seeded = false;
   c.polys.resize(2);

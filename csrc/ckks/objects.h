@@ -14,6 +14,17 @@ namespace hemlp {
 
 enum class Encoding : int { Slot = 0, Coeff = 1 };
 
+// Copies what every ciphertext-like object shares (parameter set, level, scale, slots, encoding); callers set
+// what differs between types or operations (key pair id, is_complex, a new level or scale).
+template <class To, class From>
+void copy_metadata(To& to, const From& from) {
+  to.param_hash = from.param_hash;
+  to.level = from.level;
+  to.scale = from.scale;
+  to.slots = from.slots;
+  to.encoding = from.encoding;
+}
+
 struct Plaintext {
   uint64_t param_hash = 0;
   int level = 0;

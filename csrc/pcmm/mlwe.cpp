@@ -126,11 +126,10 @@ std::vector<Ciphertext> pcmm_mlwe(const Context& ctx, const ModGemmPlan& plan,
     moddown(ctx, acc1, level, k1);
     ctx.ntt_limbs(bt[g].data(), level, limbs, false);
     Ciphertext& o = out[g];
-    o.param_hash = ref.param_hash;
+    copy_metadata(o, ref);
     o.key_id = ref.key_id;
     o.level = level;
     o.scale = ref.scale * factor;
-    o.slots = ref.slots;
     o.encoding = Encoding::Coeff;
     o.polys.assign(2, Poly());
     o.polys[0] = std::move(bt[g]);

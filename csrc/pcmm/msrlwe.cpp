@@ -97,11 +97,7 @@ std::vector<Plaintext> ms_decrypt(const Context& ctx, const MsCiphertext& ct, co
   std::vector<Plaintext> out;
   for (size_t j = 0; j < ct.b.size(); ++j) {
     Plaintext p;
-    p.param_hash = ct.param_hash;
-    p.level = ct.level;
-    p.scale = ct.scale;
-    p.slots = ct.slots;
-    p.encoding = ct.encoding;
+    copy_metadata(p, ct);
     p.data.resize((size_t)limbs * n);
     for (int k = 0; k < limbs; ++k) {
       const Modulus& q = ctx.modulus(k);
@@ -174,12 +170,9 @@ std::vector<MsCiphertext> pcmm_msrlwe(const Context& ctx, const ModGemmPlan& pla
   const size_t k = ref->b.size(), sz = (size_t)(level + 1) * n;
   std::vector<MsCiphertext> out(d1);
   for (auto& o : out) {
-    o.param_hash = ref->param_hash;
+    copy_metadata(o, *ref);
     o.key_id = ref->key_id;
-    o.level = level;
     o.scale = ref->scale * factor;
-    o.slots = ref->slots;
-    o.encoding = ref->encoding;
     o.a.resize(sz);
     o.b.assign(k, Poly(sz));
   }
@@ -232,12 +225,8 @@ std::vector<Ciphertext> ms_to_rlwe(const Context& ctx, const MsCiphertext& ct, c
     moddown(ctx, u0, ct.level, k0);
     moddown(ctx, u1, ct.level, k1);
     Ciphertext c;
-    c.param_hash = ct.param_hash;
+    copy_metadata(c, ct);
     c.key_id = keys[j].key_id;
-    c.level = ct.level;
-    c.scale = ct.scale;
-    c.slots = ct.slots;
-    c.encoding = ct.encoding;
     c.polys.assign(2, Poly());
     c.polys[0].resize(k0.size());
     for (int l = 0; l <= ct.level; ++l) {
@@ -257,11 +246,7 @@ namespace hemlp::pcmm {
 MsCiphertext ms_rescale(const Context& ctx, const MsCiphertext& ct) {
   Evaluator ev(ctx);
   Ciphertext tmp;
-  tmp.param_hash = ct.param_hash;
-  tmp.level = ct.level;
-  tmp.scale = ct.scale;
-  tmp.slots = ct.slots;
-  tmp.encoding = ct.encoding;
+  copy_metadata(tmp, ct);
   tmp.polys = ct.b;
   tmp.polys.push_back(ct.a);
   Ciphertext r = ev.rescale(tmp);
@@ -372,12 +357,9 @@ MsCiphertext rlwe_to_ms(const Context& ctx, const std::vector<const Ciphertext*>
     }
   }
   MsCiphertext out;
-  out.param_hash = ref.param_hash;
+  copy_metadata(out, ref);
   out.key_id = key.ms_key_id;
   out.level = level;
-  out.scale = ref.scale;
-  out.slots = ref.slots;
-  out.encoding = ref.encoding;
   moddown(ctx, acc_a, level, out.a);
   for (int j = 0; j < k; ++j) {
     Poly bj;

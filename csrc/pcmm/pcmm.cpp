@@ -44,12 +44,9 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
     fail(ErrorKind::Shape, "pcmm: the fused bias needs one value per output row and slot encoding");
   std::vector<Ciphertext> out(d1 * chunks);
   for (auto& o : out) {
-    o.param_hash = ref->param_hash;
+    copy_metadata(o, *ref);
     o.key_id = ref->key_id;
-    o.level = level;
     o.scale = ref->scale * out_scale_factor;
-    o.slots = ref->slots;
-    o.encoding = ref->encoding;
     o.is_complex = ref->is_complex;
     o.polys.assign(2, Poly((size_t)limbs * n));
   }
