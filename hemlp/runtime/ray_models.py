@@ -128,6 +128,19 @@ def _remote():
 
 # ----------------------------------------------------------------------------- driver side
 
+def _ray_driver_init(self, num_workers, grid, cts_per_task, threads_per_task) -> None:
+    """The state RayExecutor and RayProgram share; they need a connected Ray (ray_session)."""
+    ray = _ray()
+    if not ray.is_initialized():
+        raise RuntimeError(f"{type(self).__name__} needs a connected Ray: use it inside "
+                           "hemlp.runtime.ray_runtime.ray_session")
+    self.ray = ray
+    self.num_workers = int(num_workers or max(1, int(ray.cluster_resources().get("CPU", 1))))
+    self.grid, self.cts_per_task, self.threads = grid, cts_per_task, int(threads_per_task)
+    self.stats: dict = {}
+    self._rlk = None      # (relin key object, digest, [ref]) of this run
+
+
 class RayExecutor:
     """The executor of ``local.run`` on a connected Ray (use inside ``ray_session``).
 
@@ -142,14 +155,7 @@ class RayExecutor:
 
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
                  threads_per_task: int = 1):
-        ray = _ray()
-        if not ray.is_initialized():
-            raise RuntimeError("RayExecutor needs a connected Ray: use it inside hemlp.runtime.ray_runtime.ray_session")
-        self.ray = ray
-        self.num_workers = int(num_workers or max(1, int(ray.cluster_resources().get("CPU", 1))))
-        self.grid, self.cts_per_task, self.threads = grid, cts_per_task, int(threads_per_task)
-        self.stats: dict = {}
-        self._rlk = None      # (relin key object, digest, [ref]) of this run
+        _ray_driver_init(self, num_workers, grid, cts_per_task, threads_per_task)
         self._params = {}     # phash -> Params bytes
 
     def _grid_for(self, step):
@@ -669,14 +675,7 @@ class RayProgram:
 
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
                  threads_per_task: int = 1):
-        ray = _ray()
-        if not ray.is_initialized():
-            raise RuntimeError("RayProgram needs a connected Ray: use it inside hemlp.runtime.ray_runtime.ray_session")
-        self.ray = ray
-        self.num_workers = int(num_workers or max(1, int(ray.cluster_resources().get("CPU", 1))))
-        self.grid, self.cts_per_task, self.threads = grid, cts_per_task, int(threads_per_task)
-        self.stats: dict = {}
-        self._rlk = None
+        _ray_driver_init(self, num_workers, grid, cts_per_task, threads_per_task)
 
     # hooks (tests inject faults here)
     def _layer_start(self, name: str) -> None:
