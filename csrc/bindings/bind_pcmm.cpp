@@ -63,30 +63,47 @@ I64 as_U(py::handle h) {
 }
 
 // X as row pointers: any uint64 matrix whose rows are contiguous (a row-strided view, e.g. one polynomial part
-// of a block of ciphertexts in Ray's object store, is read in place); other layouts are copied once.
+// of a block of ciphertexts in Ray's object store, is read in place); other layouts are copied once. X may also be
+// a list or tuple of such matrices with the same column count, stacked along the rows: one GEMM reduces over rows
+// held in several blocks (the row blocks of a previous layer's output) without gathering them into one array.
 struct XRows {
-  py::array keep;  // owns or references the data for the call
+  std::vector<py::array> keep;  // own or reference the data for the call
   std::vector<const uint64_t*> rows;
   size_t n = 0;
 };
 
-XRows as_X(py::handle h, size_t d2, const char* what) {
-  if (!py::isinstance<py::array>(h)) fail(std::string(what) + " must be a numpy.ndarray of dtype uint64");
+void add_rows(XRows& x, py::handle h, const std::string& what, bool first) {
+  if (!py::isinstance<py::array>(h)) fail(what + " must be a numpy.ndarray of dtype uint64");
   auto a = py::reinterpret_borrow<py::array>(h);
   if (!py::isinstance<py::array_t<uint64_t>>(a))
-    fail(std::string(what) + " must have dtype uint64 (residues in [0, q)), got " + dtype_str(a));
-  if (a.ndim() != 2) fail(std::string(what) + " must be 2-D (d2, n), got shape " + shape_str(a));
-  if (static_cast<size_t>(a.shape(0)) != d2)
-    fail(std::string(what) + " has " + std::to_string(a.shape(0)) + " rows but U has " + std::to_string(d2) +
-         " columns (shapes must be U (d1, d2), X (d2, n))");
+    fail(what + " must have dtype uint64 (residues in [0, q)), got " + dtype_str(a));
+  if (a.ndim() != 2) fail(what + " must be 2-D (rows, n), got shape " + shape_str(a));
+  const size_t n = static_cast<size_t>(a.shape(1));
+  if (first) x.n = n;
+  else if (n != x.n)
+    fail(what + " has " + std::to_string(n) + " columns but the first block has " + std::to_string(x.n) +
+         " (row blocks of X must share their column count)");
   const bool rows_contiguous = (a.shape(1) <= 1 || a.strides(1) == 8) && a.strides(0) % 8 == 0;
+  py::array kept = rows_contiguous ? a : py::array(U64::ensure(a));
+  const auto* base = static_cast<const uint64_t*>(kept.data());
+  const py::ssize_t ld = rows_contiguous ? a.strides(0) / 8 : static_cast<py::ssize_t>(n);
+  for (py::ssize_t k = 0; k < a.shape(0); ++k) x.rows.push_back(base + k * ld);
+  x.keep.push_back(std::move(kept));
+}
+
+XRows as_X(py::handle h, size_t d2, const char* what) {
   XRows x;
-  x.keep = rows_contiguous ? a : py::array(U64::ensure(a));
-  x.n = static_cast<size_t>(a.shape(1));
-  const auto* base = static_cast<const uint64_t*>(x.keep.data());
-  const py::ssize_t ld = rows_contiguous ? a.strides(0) / 8 : static_cast<py::ssize_t>(x.n);
-  x.rows.resize(d2);
-  for (size_t k = 0; k < d2; ++k) x.rows[k] = base + static_cast<py::ssize_t>(k) * ld;
+  if (py::isinstance<py::list>(h) || py::isinstance<py::tuple>(h)) {
+    auto seq = py::reinterpret_borrow<py::sequence>(h);
+    if (seq.size() == 0) fail(std::string(what) + " is an empty list of row blocks");
+    for (size_t i = 0; i < seq.size(); ++i)
+      add_rows(x, seq[i], std::string(what) + "[" + std::to_string(i) + "]", i == 0);
+  } else {
+    add_rows(x, h, what, true);
+  }
+  if (x.rows.size() != d2)
+    fail(std::string(what) + " has " + std::to_string(x.rows.size()) + " rows but U has " + std::to_string(d2) +
+         " columns (shapes must be U (d1, d2), X (d2, n))");
   return x;
 }
 
@@ -269,7 +286,10 @@ void bind_pcmm(py::module_& m) {
             return run(p, X, q, explicit_cfg ? &cfg : nullptr, out);
           },
           py::arg("X"), py::arg("q"), py::kw_only(), py::arg("w") = py::none(), py::arg("u") = py::none(),
-          py::arg("kb") = py::none(), py::arg("out") = py::none())
+          py::arg("kb") = py::none(), py::arg("out") = py::none(),
+          "U @ X mod q, exactly. X: uint64 (d2, n) with contiguous rows (row-strided views are read in place), or a\n"
+          "list of such row blocks stacked along the rows (one GEMM over all of them, no gather). out: an optional\n"
+          "writable (d1, n) uint64 array with contiguous rows that does not overlap X.")
       .def("config", [](const ModGemmPlan& p, py::object q) { return config_dict(p.config(as_modulus(q))); })
       .def("limb_bits", [](const ModGemmPlan& p, py::object q) { return p.limb_bits(as_modulus(q)); })
       .def_property_readonly("shape", [](const ModGemmPlan& p) { return py::make_tuple(p.rows(), p.cols()); })

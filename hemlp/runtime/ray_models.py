@@ -348,11 +348,6 @@ def _pairs(arrays, descs) -> list:
     return [((arrays[2 * k], arrays[2 * k + 1]), d, m) for k, (d, m) in enumerate(descs)]
 
 
-def _add_mod_into(dst: np.ndarray, y: np.ndarray, q) -> None:
-    np.add(dst, y, out=dst)  # < 2 q < 2^63: no overflow
-    np.subtract(dst, np.uint64(q), out=dst, where=dst >= np.uint64(q))
-
-
 def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
     """{part: Y (L, |R| P |J|, N)} for the parts in spec["parts"]: U~[R, T] X[T, J] mod q_l, limb-major with output
     ciphertext (r, p, j) at index (r P + p) |J| + j (rows (r, p) -> r P + p): the layout of a block's part, so the
@@ -367,32 +362,30 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
     P = 1 if index is None else index.shape[1]
     Ys = {}
     if index is None:
-        # (plan, block parts, local rows a:b, global chunks ja:jb, block's first chunk): U~[R, a:b] X[a:b, ja:jb] per
-        # input block. Blocks tile (rows x chunks) uniformly, so a chunk range is written by its first row block and
-        # the other row blocks (reduction pieces) add to it; a block may hold fewer chunks than J (the previous
-        # layer split the columns): its product fills only its columns of Y.
-        pieces = []
+        # Blocks tile (rows x chunks) uniformly: per chunk range, the row blocks that cover T are the row blocks of
+        # X, passed to one GEMM as a list (no gather, one reduction: splitting K over several GEMMs would repeat
+        # the output's digit recombination per block). A block may hold fewer chunks than J (the previous layer
+        # split the columns): its range fills only its columns of Y.
+        ranges: dict = {}  # (ja, jb) -> [(local rows a:b, block parts, block's first chunk, global row a)]
         for arrs, (r0, r1, c0, c1), _ in blocks:
             a, b = max(r0, T0), min(r1, T1)
             ja, jb = max(c0, J0), min(c1, J1)
             if a < b and ja < jb:
-                plan = _core.ModGemmPlan(np.ascontiguousarray(U[:, a - T0: b - T0]), bits)
-                pieces.append((plan, arrs, a - r0, b - r0, ja, jb, c0))
+                ranges.setdefault((ja, jb), []).append((a - r0, b - r0, arrs, c0, a))
+        for (ja, jb), pcs in ranges.items():
+            pcs.sort(key=lambda t: t[4])
+            covered = sum(b - a for a, b, *_ in pcs)
+            if pcs[0][4] != T0 or covered != T1 - T0 or any(x[4] + x[1] - x[0] != y[4] for x, y in zip(pcs, pcs[1:])):
+                raise ShapeError(f"input blocks cover rows {[(x[4], x[4] + x[1] - x[0]) for x in pcs]} of chunks "
+                                 f"{ja}:{jb}, expected exactly {T0}:{T1}")
+        plan = _core.ModGemmPlan(np.ascontiguousarray(U), bits) if ranges else None
         for p in parts:
-            Y = np.empty((L, nR, nJ * N), dtype=np.uint64)
+            Y = np.zeros((L, nR, nJ * N), dtype=np.uint64) if len(ranges) < nJ else np.empty((L, nR, nJ * N), np.uint64)
             for l in range(L):
                 q = ctx.modulus(l)
-                done = np.zeros(nJ, dtype=bool)
-                for plan, arrs, a, b, ja, jb, c0 in pieces:
-                    X = arrs[p][l, a:b, ja - c0: jb - c0].reshape(b - a, -1)  # a view: a row's chunks are contiguous
-                    dst = Y[l][:, (ja - J0) * N: (jb - J0) * N]
-                    if done[ja - J0]:
-                        _add_mod_into(dst, plan.apply(X, q), q)
-                    else:
-                        plan.apply(X, q, out=dst)
-                        done[ja - J0: jb - J0] = True
-                for j in np.flatnonzero(~done):  # no input block holds these chunks (not produced by a plan)
-                    Y[l][:, j * N: (j + 1) * N] = 0
+                for (ja, jb), pcs in ranges.items():
+                    X = [arrs[p][l, a:b, ja - c0: jb - c0].reshape(b - a, -1) for a, b, arrs, c0, _ in pcs]  # views
+                    plan.apply(X, q, out=Y[l][:, (ja - J0) * N: (jb - J0) * N])
             Ys[p] = Y.reshape(L, nR * nJ, N)
     else:  # gathered rows (im2col over ciphertext rows); -1 = a zero row
         plan = _core.ModGemmPlan(U, bits)
@@ -401,20 +394,27 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
             for r in range(r0, r1):
                 for jj in range(max(c0, J0), min(c1, J1)):
                     where[r, jj] = (arrs, r - r0, jj - c0)
-        G = np.empty((T1 - T0, nJ * N), dtype=np.uint64)
+        missing = sorted({int(r) for r in index.ravel() if r >= 0 and any((int(r), jj) not in where
+                                                                           for jj in range(J0, J1))})
+        if missing:
+            raise ShapeError(f"gathered rows {missing[:8]} are not in the input blocks (chunks {J0}:{J1})")
+        zero = np.zeros((1, nJ * N), dtype=np.uint64)
         for p in parts:
             Y = np.empty((L, nR, P, nJ * N), dtype=np.uint64)
             for l in range(L):
                 q = ctx.modulus(l)
+                rows: dict = {-1: zero}  # a gathered row as a (1, nJ N) view into its block, or joined once
+                for row in map(int, np.unique(index)):
+                    if row < 0:
+                        continue
+                    arrs, rr, lj = where[row, J0]
+                    if all(where[row, jj][0] is arrs and where[row, jj][2] == lj + jj - J0 for jj in range(J0, J1)):
+                        rows[row] = arrs[p][l, rr, lj: lj + nJ].reshape(1, -1)
+                    else:  # the previous layer split the columns: this row's chunks are in several blocks
+                        rows[row] = np.concatenate([where[row, jj][0][p][l, where[row, jj][1], where[row, jj][2]]
+                                                    for jj in range(J0, J1)]).reshape(1, -1)
                 for pp in range(P):
-                    for i, row in enumerate(index[:, pp]):
-                        if row < 0:
-                            G[i] = 0
-                            continue
-                        for jj in range(J0, J1):
-                            arrs, rr, lj = where[int(row), jj]
-                            G[i, (jj - J0) * N: (jj - J0 + 1) * N] = arrs[p][l, rr, lj]
-                    plan.apply(G, q, out=Y[l, :, pp])
+                    plan.apply([rows[int(row)] for row in index[:, pp]], q, out=Y[l, :, pp])
             Ys[p] = Y.reshape(L, nR * P * nJ, N)
     return Ys
 
@@ -662,6 +662,35 @@ def _store_grid(g, d1: int, c: int, d2: int, num_workers: int, parts_ok: bool, d
     return (*_grid_dims(dims, d1, c, d2, num_workers), int(ps))
 
 
+def _usable_cores() -> int:
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _driver_threads:
+    """Runs a block of the driver's native work (exporting the input, importing the output) on n threads, then
+    restores the caller's setting."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __enter__(self):
+        from hemlp import _core
+
+        self.prev = _core.get_num_threads()
+        _core.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        from hemlp import _core
+
+        _core.set_num_threads(self.prev)
+        return False
+
+
 class RayProgram:
     """Runs a lowered program on a connected Ray with the activations in the object store between layers
     (use inside ``ray_session``; ``run_on_ray`` does both).
@@ -692,7 +721,12 @@ class RayProgram:
     def _put_input(self, ctx, C, row_parts: int, col_parts: int) -> _Dist:
         """The client's ciphertexts into the store once, in the blocks the first consumer reads (one object per
         part). All of it before the first task: a part split's second task needs the second part anyway, so
-        putting the parts one by one under the first task only shifts the wait (measured)."""
+        putting the parts one by one under the first task only shifts the wait (measured). No task runs yet, so
+        the export uses every core of the driver's machine."""
+        with _driver_threads(_usable_cores()):
+            return self._put_input_blocks(ctx, C, row_parts, col_parts)
+
+    def _put_input_blocks(self, ctx, C, row_parts: int, col_parts: int) -> _Dist:
         from hemlp.runtime.ray_runtime import _splits
 
         t0 = time.perf_counter()
@@ -1026,7 +1060,8 @@ class RayProgram:
             i += len(group)
         out = vals[out_name]
         t0 = time.perf_counter()
-        res = self._materialise(ctx, out) if isinstance(out, _Dist) else out
+        with _driver_threads(_usable_cores()):  # the last wave is done: the driver has the machine
+            res = self._materialise(ctx, out) if isinstance(out, _Dist) else out
         self.stats["_output"] = dict(op="output", seconds=time.perf_counter() - t0, nodes=[], tasks=0,
                                      get_bytes=sum(b.nbytes for b in out.blocks) if isinstance(out, _Dist) else 0)
         return res

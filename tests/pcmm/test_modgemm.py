@@ -407,3 +407,46 @@ def test_bad_out_arrays_raise_value_error(rng):
     buf[:] = X
     with pytest.raises(ValueError, match="overlap"):
         plan.apply(buf, q, out=buf[1:6])
+
+
+def test_row_blocks_as_a_list_are_one_gemm(rng):
+    """X given as a list of row blocks (the Ray runtime's input blocks, views into different arrays, some
+    row-strided, single rows repeated as in an im2col gather) equals the GEMM on the stacked matrix, bit for bit,
+    with K-blocking across block boundaries (d2 larger than one exact K-block)."""
+    q = PRIMES[60]
+    U = rand_U(rng, 6, 300, 20)
+    X = rand_X(rng, 300, 48, q)
+    plan = core.ModGemmPlan(U, 20)
+    want = bigint_modmul(U, X, q)
+    A = np.zeros((2, 120, 48), np.uint64)
+    A[1] = X[:120]
+    B = X[120:].copy()
+    for blocks in ([A[1], B], [X[:1], X[1:299], X[299:]], [A[1][:60], A[1][60:], B[:1], B[1:]],
+                   [X[k: k + 1] for k in range(300)], (X,)):
+        np.testing.assert_array_equal(plan.apply(list(blocks), q), want)
+        np.testing.assert_array_equal(core.modgemm(U, list(blocks), q), want)
+    Xs = np.repeat(X[:3], 100, axis=0)  # repeated rows: the same view several times
+    np.testing.assert_array_equal(plan.apply([X[k // 100: k // 100 + 1] for k in range(300)], q),
+                                  bigint_modmul(U, Xs, q))
+    O = np.zeros((6, 2, 48), np.uint64)
+    plan.apply([A[1], B], q, out=O[:, 1])
+    np.testing.assert_array_equal(O[:, 1], want)
+    assert (O[:, 0] == 0).all()
+
+
+def test_bad_row_block_lists_raise_value_error(rng):
+    q = PRIMES[40]
+    U = rand_U(rng, 5, 7, 12)
+    X = rand_X(rng, 7, 40, q)
+    plan = core.ModGemmPlan(U, 12)
+    cases = {"empty": [], "columns": [X[:3], X[3:, :39]], r"rows but U has 7": [X[:3], X[3:6]],
+             "dtype": [X[:3], X[3:].astype(np.int64)], "2-D": [X[:3], X[3:].ravel()], "ndarray": [X[:3], [1, 2]]}
+    for what, blocks in cases.items():
+        with pytest.raises(ValueError, match=what):
+            plan.apply(blocks, q)
+    with pytest.raises(ValueError, match="overlap"):
+        plan.apply([X[:3], X[3:]], q, out=X[:5])
+    bad = X.copy()
+    bad[5, 3] = q
+    with pytest.raises(ValueError, match="residue"):
+        plan.apply([X[:3], bad[3:]], q)
