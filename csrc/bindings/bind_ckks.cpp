@@ -178,6 +178,16 @@ void bind_ckks(py::module_& m) {
         if (j >= c.size()) throw py::index_error("polynomial index out of range");
         const size_t n = c.polys[j].size() / (c.level + 1);
         return poly_to_array(c.polys[j], c.level + 1, n);
+      })
+      // A read-only (limbs, N) view of polynomial j, no copy: it keeps the ciphertext alive. Ray's put copies
+      // such views straight into its object store (the driver's input export without a staging copy).
+      .def("poly_view", [](py::object self, size_t j) {
+        const Ciphertext& c = self.cast<const Ciphertext&>();
+        if (j >= c.size()) throw py::index_error("polynomial index out of range");
+        const py::ssize_t limbs = c.level + 1, n = static_cast<py::ssize_t>(c.polys[j].size()) / limbs;
+        py::array_t<uint64_t> a({limbs, n}, {n * 8, py::ssize_t(8)}, c.polys[j].data(), self);
+        a.attr("setflags")(py::arg("write") = false);
+        return a;
       });
 
   py::class_<SecretKey>(m, "SecretKey")

@@ -348,6 +348,15 @@ def _pairs(arrays, descs) -> list:
     return [((arrays[2 * k], arrays[2 * k + 1]), d, m) for k, (d, m) in enumerate(descs)]
 
 
+def _limb_rows(part, l: int, a: int, b: int, j: int, nc: int) -> list:
+    """Limb l of the ciphertexts in local rows a:b, local chunk j of a block's part, as (1, N) row views: from a
+    limb-major array (limbs, rows, chunks, N) or a ct-major input part (a list of (limbs, N) arrays, row-major
+    over the block's rows x nc chunks)."""
+    if isinstance(part, list):
+        return [part[r * nc + j][l: l + 1] for r in range(a, b)]
+    return [part[l, r, j][None] for r in range(a, b)]
+
+
 def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
     """{part: Y (L, |R| P |J|, N)} for the parts in spec["parts"]: U~[R, T] X[T, J] mod q_l, limb-major with output
     ciphertext (r, p, j) at index (r P + p) |J| + j (rows (r, p) -> r P + p): the layout of a block's part, so the
@@ -371,7 +380,7 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
             a, b = max(r0, T0), min(r1, T1)
             ja, jb = max(c0, J0), min(c1, J1)
             if a < b and ja < jb:
-                ranges.setdefault((ja, jb), []).append((a - r0, b - r0, arrs, c0, a))
+                ranges.setdefault((ja, jb), []).append((a - r0, b - r0, arrs, c0, a, c1 - c0))
         for (ja, jb), pcs in ranges.items():
             pcs.sort(key=lambda t: t[4])
             covered = sum(b - a for a, b, *_ in pcs)
@@ -384,16 +393,22 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
             for l in range(L):
                 q = ctx.modulus(l)
                 for (ja, jb), pcs in ranges.items():
-                    X = [arrs[p][l, a:b, ja - c0: jb - c0].reshape(b - a, -1) for a, b, arrs, c0, _ in pcs]  # views
-                    plan.apply(X, q, out=Y[l][:, (ja - J0) * N: (jb - J0) * N])
+                    if not any(isinstance(x[2][p], list) for x in pcs):  # limb-major blocks: rows span the chunks
+                        X = [arrs[p][l, a:b, ja - c0: jb - c0].reshape(b - a, -1) for a, b, arrs, c0, *_ in pcs]
+                        plan.apply(X, q, out=Y[l][:, (ja - J0) * N: (jb - J0) * N])
+                        continue
+                    for j in range(ja, jb):  # a ct-major input: one GEMM per chunk over the ciphertexts' limb rows
+                        plan.apply([row for a, b, arrs, c0, _, ncb in pcs for row in
+                                    _limb_rows(arrs[p], l, a, b, j - c0, ncb)], q,
+                                   out=Y[l][:, (j - J0) * N: (j - J0 + 1) * N])
             Ys[p] = Y.reshape(L, nR * nJ, N)
     else:  # gathered rows (im2col over ciphertext rows); -1 = a zero row
         plan = _core.ModGemmPlan(U, bits)
-        where = {}  # (row, chunk) -> (block parts, local row, local chunk)
+        where = {}  # (row, chunk) -> (block parts, local row, local chunk, block's chunks)
         for arrs, (r0, r1, c0, c1), _ in blocks:
             for r in range(r0, r1):
                 for jj in range(max(c0, J0), min(c1, J1)):
-                    where[r, jj] = (arrs, r - r0, jj - c0)
+                    where[r, jj] = (arrs, r - r0, jj - c0, c1 - c0)
         missing = sorted({int(r) for r in index.ravel() if r >= 0 and any((int(r), jj) not in where
                                                                            for jj in range(J0, J1))})
         if missing:
@@ -407,12 +422,15 @@ def _product(ctx, spec, U: np.ndarray, blocks) -> dict:
                 for row in map(int, np.unique(index)):
                     if row < 0:
                         continue
-                    arrs, rr, lj = where[row, J0]
-                    if all(where[row, jj][0] is arrs and where[row, jj][2] == lj + jj - J0 for jj in range(J0, J1)):
+                    arrs, rr, lj, _ = where[row, J0]
+                    if (not isinstance(arrs[p], list) and all(where[row, jj][0] is arrs and where[row, jj][2] ==
+                                                              lj + jj - J0 for jj in range(J0, J1))):
                         rows[row] = arrs[p][l, rr, lj: lj + nJ].reshape(1, -1)
-                    else:  # the previous layer split the columns: this row's chunks are in several blocks
-                        rows[row] = np.concatenate([where[row, jj][0][p][l, where[row, jj][1], where[row, jj][2]]
-                                                    for jj in range(J0, J1)]).reshape(1, -1)
+                    elif nJ == 1:  # one chunk of a ct-major input: the ciphertext's limb, in place
+                        rows[row] = _limb_rows(arrs[p], l, rr, rr + 1, lj, where[row, J0][3])[0]
+                    else:  # the chunks are in several blocks or ciphertexts: this row is joined once per limb
+                        rows[row] = np.concatenate([_limb_rows(w[0][p], l, w[1], w[1] + 1, w[2], w[3])[0]
+                                                    for w in (where[row, jj] for jj in range(J0, J1))], axis=1)
                 for pp in range(P):
                     plan.apply([rows[int(row)] for row in index[:, pp]], q, out=Y[l, :, pp])
             Ys[p] = Y.reshape(L, nR * P * nJ, N)
@@ -484,6 +502,11 @@ def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     return out[0], out[1], [_meta_of(o) for o in objs]
 
 
+def _nbytes(a) -> int:
+    """Bytes of a task argument: an array, or a ct-major input part (a list of (limbs, N) arrays)."""
+    return sum(x.nbytes for x in a) if isinstance(a, list) else a.nbytes
+
+
 def _group_task(spec: dict, *arrays):
     """One task of a group (see above). arrays: the ObjectRef arguments, resolved zero-copy by Ray (weights, then
     the parts of the input blocks, or partial pieces). Returns the output array(s) and a small meta dict (last)."""
@@ -508,7 +531,7 @@ def _group_task(spec: dict, *arrays):
     descs = spec["inputs"]
 
     def finish(outs, metas=None):
-        meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(a.nbytes for a in arrays),
+        meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(map(_nbytes, arrays)),
                     key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
                     wave=spec["wave"], seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
         return (*outs, meta)
@@ -718,30 +741,39 @@ class RayProgram:
             spec["rlk"], spec["rlk_bytes"] = self._rlk[1:], self._rlk_bytes
         return spec
 
-    def _put_input(self, ctx, C, row_parts: int, col_parts: int) -> _Dist:
+    def _put_input(self, ctx, C, row_parts: int, col_parts: int, ctmajor: bool = False) -> _Dist:
         """The client's ciphertexts into the store once, in the blocks the first consumer reads (one object per
         part). All of it before the first task: a part split's second task needs the second part anyway, so
-        putting the parts one by one under the first task only shifts the wait (measured). No task runs yet, so
-        the export uses every core of the driver's machine."""
-        with _driver_threads(_usable_cores()):
-            return self._put_input_blocks(ctx, C, row_parts, col_parts)
+        putting the parts one by one under the first task only shifts the wait (measured).
 
-    def _put_input_blocks(self, ctx, C, row_parts: int, col_parts: int) -> _Dist:
+        ctmajor (a PCMM reads the input): each part object is the list of the block's ciphertexts' polynomials,
+        (limbs, N) views of the native memory that the put copies straight into the store — one copy instead of an
+        export into a staging array and then the put's copy; the GEMM reads the rows from that list in place.
+        Otherwise (elementwise steps and additions import whole ciphertexts) one limb-major array per part,
+        exported on every core: no task runs yet."""
         from hemlp.runtime.ray_runtime import _splits
 
         t0 = time.perf_counter()
         ray, d, c = self.ray, C.shape[0], C.chunks
         blocks, put = [], 0
-        for rs in _splits(d, min(row_parts, d)):
-            for cs in _splits(c, min(col_parts, c)):
-                objs = [C.cts[r * c + j]._obj for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
-                L = objs[0].level + 1
-                shape = (2, L, rs.stop - rs.start, cs.stop - cs.start, ctx.N)
-                arr = _export(objs, shape[2], shape[3], ctx.N, _staging(shape))
-                blocks.append(_Block((ray.put(arr[0]), ray.put(arr[1])), rs.start, rs.stop, cs.start, cs.stop,
-                                     [_meta_of(o) for o in objs], arr.nbytes))
-                put += arr.nbytes
-                del arr
+        with _driver_threads(_usable_cores()):
+            for rs in _splits(d, min(row_parts, d)):
+                for cs in _splits(c, min(col_parts, c)):
+                    objs = [C.cts[r * c + j]._obj for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
+                    L = objs[0].level + 1
+                    if any(o.level + 1 != L or o.size != 2 for o in objs):
+                        raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
+                    nbytes = 2 * L * len(objs) * ctx.N * 8
+                    if ctmajor:
+                        refs = tuple(ray.put([o.poly_view(p) for o in objs]) for p in _PARTS)
+                    else:
+                        shape = (2, L, rs.stop - rs.start, cs.stop - cs.start, ctx.N)
+                        arr = _export(objs, shape[2], shape[3], ctx.N, _staging(shape))
+                        refs = (ray.put(arr[0]), ray.put(arr[1]))
+                        del arr
+                    blocks.append(_Block(refs, rs.start, rs.stop, cs.start, cs.stop, [_meta_of(o) for o in objs],
+                                         nbytes))
+                    put += nbytes
         self._input_stats = dict(op="input", put_bytes=put, blocks=len(blocks), nodes=[], tasks=0,
                                  seconds=time.perf_counter() - t0)
         return _Dist((d, C.shape[1]), c, blocks)
@@ -750,10 +782,10 @@ class RayProgram:
         """One group task, spread over the nodes."""
         return _group_remote(num_returns).options(scheduling_strategy="SPREAD").remote(*args)
 
-    def _as_dist(self, ctx, v, row_parts: int, col_parts: int) -> _Dist:
+    def _as_dist(self, ctx, v, row_parts: int, col_parts: int, ctmajor: bool = False) -> _Dist:
         if isinstance(v, _Dist):
             return v
-        return self._put_input(ctx, v, row_parts, col_parts)
+        return self._put_input(ctx, v, row_parts, col_parts, ctmajor)
 
     def _materialise(self, ctx, D: _Dist):
         from hemlp.linalg import CtMatrix
@@ -798,7 +830,7 @@ class RayProgram:
         H_pcmm = 2 * level_in * N * 8
         parts_ok = s.bias is None or meta[3] == 0
         pm, pn, pk, ps = self._grid(s, d1, c, d2, H_in, H_out, d_in, P, parts_ok, H_pcmm if ops else None)
-        X = self._as_dist(ctx, X, pk if index is None else 1, pn)
+        X = self._as_dist(ctx, X, pk if index is None else 1, pn, ctmajor=True)
         meta = X.meta
         if meta[0] == 0:
             raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")

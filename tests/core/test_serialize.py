@@ -103,3 +103,28 @@ def test_structural_corruptions_are_named(t10, objs):
     blob = objs["ct"].to_bytes()
     with pytest.raises(SerializationError, match="checksum|truncated"):
         ckks.from_bytes(blob[:-100], ctx)
+
+
+def test_poly_view_is_a_read_only_view_that_keeps_the_ciphertext_alive(t10):
+    """Ciphertext.poly_view (what the Ray driver puts without a staging copy): the same residues as poly(),
+    no copy, read-only, valid after the last Python reference to the ciphertext is gone."""
+    import gc
+
+    ctx = t10.ctx
+    x = np.linspace(-1, 0.5, ctx.slots)
+    ct = ctx.mul(ctx.encrypt(x, t10.pk), ctx.encrypt(x[::-1].copy(), t10.pk), t10.rlk)  # a computed ciphertext
+    views = [ct._obj.poly_view(j) for j in range(ct._obj.size)]
+    for j, v in enumerate(views):
+        np.testing.assert_array_equal(v, ct._obj.poly(j))
+        assert v.shape == (ct.level + 1, ctx.N) and v.dtype == np.uint64 and not v.flags.owndata
+        assert not v.flags.writeable
+        with pytest.raises(ValueError):
+            v[0, 0] = 1
+    want = [np.array(v) for v in views]
+    with pytest.raises(IndexError):
+        ct._obj.poly_view(ct._obj.size)
+    del ct
+    gc.collect()
+    [ctx.encrypt(x, t10.pk) for _ in range(4)]  # would reuse the memory if the views did not hold it
+    for v, w in zip(views, want):
+        np.testing.assert_array_equal(v, w)
