@@ -102,7 +102,8 @@ def main(args) -> int:
         if not ray.is_initialized() or int(ray.cluster_resources().get("CPU", 0)) != w:
             if ray.is_initialized():
                 ray.shutdown()
-            ray.init(address="local", num_cpus=w, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=w, include_dashboard=False, log_to_driver=False,
+                     _system_config=rr.LOCAL_SYSTEM_CONFIG)
         st = {}
         out = rr.ray_pcmm(U, C, num_workers=w, grid=grid, stats=st, **kw)  # also warms the workers up
         identical = all(a.to_bytes() == b.to_bytes() for a, b in zip(out.cts, ref.cts))
@@ -200,7 +201,10 @@ def main_mlp(args) -> int:
     mlp_grid = tuple(int(v) for v in args.grids.split("x")) if args.grids else None
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(address="local", num_cpus=max(workers), include_dashboard=False, log_to_driver=False)
+    from hemlp.runtime.ray_runtime import LOCAL_SYSTEM_CONFIG
+
+    ray.init(address="local", num_cpus=max(workers), include_dashboard=False, log_to_driver=False,
+             _system_config=LOCAL_SYSTEM_CONFIG)
 
     modes = [("local", th) for th in (1, 2)] + [("ray", w) for w in workers]
     runs = {m: [] for m in modes}  # (seconds, layer_seconds, stats)

@@ -1052,6 +1052,7 @@ class RayProgram:
                 continue
             if s.op in ("alias", "output"):
                 vals[s.out] = vals[s.inputs[0]]
+                _release(vals, users, s.inputs[0])
                 out_name = s.out if s.op == "output" else out_name
                 i += 1
                 continue
@@ -1089,6 +1090,14 @@ class RayProgram:
             if self._input_stats is not None and not any(v.get("op") == "input" for v in self.stats.values()):
                 first_input = next(x.out for x in steps if x.op == "input")
                 self.stats[first_input] = self._input_stats
+            # values no later step reads leave the store now, so the next waves' outputs reuse their memory
+            del x, D, wave
+            for e in group[:-1]:  # fused into the group: read only by its next member
+                vals.pop(e.out, None)
+            for e in group:
+                for name in e.inputs:
+                    if name not in {g.out for g in group}:
+                        _release(vals, users, name)
             i += len(group)
         out = vals[out_name]
         t0 = time.perf_counter()
@@ -1097,6 +1106,14 @@ class RayProgram:
         self.stats["_output"] = dict(op="output", seconds=time.perf_counter() - t0, nodes=[], tasks=0,
                                      get_bytes=sum(b.nbytes for b in out.blocks) if isinstance(out, _Dist) else 0)
         return res
+
+
+def _release(vals: dict, users: dict, name: str) -> None:
+    """One read of value `name` is done; after its last read the program drops it (its blocks' objects are freed
+    once no task argument holds them)."""
+    users[name] -= 1
+    if users[name] == 0:
+        vals.pop(name, None)
 
 
 def _supported(steps, C) -> bool:
