@@ -148,6 +148,11 @@ def main(args) -> int:
 
 # ----------------------------------------------------------------------------- --model mlp
 
+def _between_waves(st: dict) -> float:
+    spans = sorted(v["task_span"] for v in st.values() if "task_span" in v)
+    return sum(max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:]))
+
+
 def _groups(st: dict, names) -> dict:
     return {k: v for k, v in st.items() if k in names and "group" in v}
 
@@ -251,6 +256,9 @@ def main_mlp(args) -> int:
             rec["input_put_s"] = med(r[2][input_name]["seconds"] for r in rs)
             rec["input_put_bytes"] = rs[-1][2][input_name]["put_bytes"]
             rec["output_get_s"] = med(r[2]["_output"]["seconds"] for r in rs)
+            # idle time between consecutive waves (last task end -> first task start of the next; the driver's
+            # wait for results and its submission of the next wave), from the tasks' own wall-clock spans
+            rec["between_waves_s"] = med(_between_waves(r[2]) for r in rs)
             rec["groups"] = {}
             for k, v in g_last.items():
                 s = next(x for x in steps if x.out == k)
@@ -309,6 +317,8 @@ def main_mlp(args) -> int:
     cols = results
     rows = [[f"{n} ({kinds[n]})"] + [report.fmt_seconds(r["layer_seconds"][n]) for r in cols] for n in names]
     rows.append(["input put (driver)"] + ["" if r["mode"] == "local" else report.fmt_seconds(r["input_put_s"])
+                                          for r in cols])
+    rows.append(["idle between waves"] + ["" if r["mode"] == "local" else report.fmt_seconds(r["between_waves_s"])
                                           for r in cols])
     rows.append(["end to end"] + [report.fmt_seconds(r["seconds"]) for r in cols])
     rows.append(["vs local, same threads"] + [

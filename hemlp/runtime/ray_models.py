@@ -515,7 +515,7 @@ def _group_task(spec: dict, *arrays):
     from hemlp import _core
 
     _maybe_die()
-    t_start, cpu_start = time.perf_counter(), time.process_time()
+    t_start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
     _tune_malloc()
     _core.set_num_threads(spec["threads"])
     ctx = _worker_context(spec["phash"], spec["params"])
@@ -533,7 +533,8 @@ def _group_task(spec: dict, *arrays):
     def finish(outs, metas=None):
         meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(map(_nbytes, arrays)),
                     key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
-                    wave=spec["wave"], seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
+                    wave=spec["wave"], seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                    span=(wall_start, time.time()))
         return (*outs, meta)
 
     if kind in ("pcmm", "partial"):
@@ -1012,7 +1013,9 @@ class RayProgram:
                           group_task_seconds=sum(m["seconds"] for m in allm),
                           group_task_cpu_seconds=sum(m["cpu"] for m in allm),
                           # the group's critical path if every task had its own core: the longest task per wave
-                          critical_cpu_seconds=sum(max(m["cpu"] for m in allm if m["wave"] == w) for w in waves))
+                          critical_cpu_seconds=sum(max(m["cpu"] for m in allm if m["wave"] == w) for w in waves),
+                          # wall-clock span of the tasks (first start, last end; time.time() on their nodes)
+                          task_span=(min(m["span"][0] for m in allm), max(m["span"][1] for m in allm)))
                 if "grid" in info:
                     st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
                 if "cts_per_task" in info:
