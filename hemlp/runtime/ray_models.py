@@ -502,6 +502,29 @@ def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     return out[0], out[1], [_meta_of(o) for o in objs]
 
 
+def _resolve_metas(m, meta_dicts) -> list:
+    """A block's per-ciphertext metas: a list, or ("arg", k, a, b) = the metas a:b of the k-th meta dict argument
+    (a block produced by an earlier wave, whose metas the driver has not fetched)."""
+    if isinstance(m, tuple) and m and m[0] == "arg":
+        _, k, a, b = m
+        got = meta_dicts[k]["metas"]
+        return got if a is None else got[a:b]
+    return m
+
+
+def _pcmm_in_meta(ctx, spec, metas_per_block) -> dict:
+    """The PCMM's input metadata from its input blocks (all rows must share level, scale, encoding and key) and
+    what follows from it: in_meta and the output scale (scale x delta K; the rescale divides by q_level)."""
+    allm = [m for ms in metas_per_block for m in ms]
+    meta = allm[0]
+    for m in allm:
+        if m[0] != meta[0] or m[2:] != meta[2:] or abs(m[1] / meta[1] - 1) > 2.0 ** -32:
+            raise LevelError("pcmm: all rows of the encrypted matrix must share level, scale, encoding and key")
+    if meta[0] != spec["level"]:
+        raise LevelError(f"pcmm: the encrypted matrix is at level {meta[0]}, the plan expects {spec['level']}")
+    return dict(in_meta=tuple(meta), scale_out=meta[1] * spec["factor"])
+
+
 def _nbytes(a) -> int:
     """Bytes of a task argument: an array, or a ct-major input part (a list of (limbs, N) arrays)."""
     return sum(x.nbytes for x in a) if isinstance(a, list) else a.nbytes
@@ -528,7 +551,14 @@ def _group_task(spec: dict, *arrays):
         rlk = _worker_relin_key(ray, ctx, digest, holder)
         key_read = spec["rlk_bytes"] if miss else 0
     secs, levels = {}, {}
-    descs = spec["inputs"]
+    n_meta = spec.get("n_meta", 0)
+    if n_meta:  # the previous waves' meta dicts (their block metas), resolved by Ray like the arrays
+        arrays, meta_dicts = arrays[:-n_meta], arrays[-n_meta:]
+    else:
+        meta_dicts = ()
+    descs = [(d, _resolve_metas(m, meta_dicts)) for d, m in spec["inputs"]]
+    if spec.get("factor") is not None:  # a PCMM: its input's metadata is known here, not at submission
+        spec = dict(spec, **_pcmm_in_meta(ctx, spec, [_resolve_metas(m, meta_dicts) for m in spec["meta_inputs"]]))
 
     def finish(outs, metas=None):
         meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(map(_nbytes, arrays)),
@@ -624,10 +654,11 @@ def _group_remote(num_returns: int):
 
 class _Block:
     """A block in the store: refs, one ObjectRef per polynomial part."""
-    __slots__ = ("refs", "r0", "r1", "c0", "c1", "metas", "nbytes")
+    __slots__ = ("refs", "r0", "r1", "c0", "c1", "metas", "nbytes", "meta_src")
 
-    def __init__(self, refs, r0, r1, c0, c1, metas, nbytes):
+    def __init__(self, refs, r0, r1, c0, c1, metas, nbytes, meta_src=None):
         self.refs, self.r0, self.r1, self.c0, self.c1, self.metas, self.nbytes = refs, r0, r1, c0, c1, metas, nbytes
+        self.meta_src = meta_src  # (meta ref, a, b) while metas is None: the producing task's metas a:b
 
     @property
     def desc(self):
@@ -637,8 +668,11 @@ class _Block:
 class _Dist:
     """A ciphertext matrix (rows x chunks) as blocks in the object store."""
 
-    def __init__(self, shape, chunks: int, blocks: list):
+    def __init__(self, shape, chunks: int, blocks: list, planned: tuple | None = None):
         self.shape, self.chunks, self.blocks = shape, chunks, blocks
+        # (level, None, slots, encoding, is_complex, key_id) of blocks still being computed: the plan's level and
+        # the input's labels; the scale is only known to the tasks (they get the producers' metas as arguments)
+        self.planned = planned
 
     @property
     def rows(self) -> int:
@@ -646,11 +680,12 @@ class _Dist:
 
     @property
     def level(self) -> int:
-        return self.blocks[0].metas[0][0]
+        return self.meta[0]
 
     @property
     def meta(self) -> tuple:
-        return self.blocks[0].metas[0]
+        m = self.blocks[0].metas
+        return m[0] if m is not None else self.planned
 
     def overlapping(self, rows, cols) -> list:
         return [b for b in self.blocks if b.r0 < rows[1] and rows[0] < b.r1 and b.c0 < cols[1] and cols[0] < b.c1]
@@ -777,11 +812,28 @@ class RayProgram:
                     put += nbytes
         self._input_stats = dict(op="input", put_bytes=put, blocks=len(blocks), nodes=[], tasks=0,
                                  seconds=time.perf_counter() - t0)
+        self._t_ready = time.time()  # the first wave's time starts after the put
         return _Dist((d, C.shape[1]), c, blocks)
 
-    def _submit(self, num_returns: int, *args):
-        """One group task, spread over the nodes."""
-        return _group_remote(num_returns).options(scheduling_strategy="SPREAD").remote(*args)
+    def _submit(self, num_returns: int, spec: dict, *args, metas: list = ()):
+        """One group task, spread over the nodes. metas: the meta refs its spec names ("arg", k, ..): passed after
+        the arrays, so the task waits for them as for its arrays and the driver never waits between waves."""
+        if metas:
+            spec = dict(spec, n_meta=len(metas))
+        return _group_remote(num_returns).options(scheduling_strategy="SPREAD").remote(spec, *args, *metas)
+
+    @staticmethod
+    def _meta_spec(b: "_Block", metas: list):
+        """A block's metas for a task spec: the list when known, else ("arg", k, a, b) naming the producing task's
+        meta ref, appended to `metas` (the task's meta arguments) once."""
+        if b.metas is not None:
+            return b.metas
+        ref, a, bb = b.meta_src
+        for k, r in enumerate(metas):
+            if r == ref:
+                return ("arg", k, a, bb)
+        metas.append(ref)
+        return ("arg", len(metas) - 1, a, bb)
 
     def _as_dist(self, ctx, v, row_parts: int, col_parts: int, ctmajor: bool = False) -> _Dist:
         if isinstance(v, _Dist):
@@ -823,7 +875,7 @@ class RayProgram:
         if index is None and d2 != d_in:
             raise ShapeError(f"step {s.out}: U is {d1}x{d2} but its input has {d_in} rows")
         level_in = X.level
-        meta = X.meta if isinstance(X, _Dist) else _meta_of(X.cts[0]._obj)
+        meta = X.meta if isinstance(X, _Dist) else _meta_of(X.cts[0]._obj)  # planned (scale None) while pending
         N = ctx.N
         H_in, H_out = 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8
         # Splitting the parts defers the fused steps to their own wave (they need both parts): the PCMM's output
@@ -835,10 +887,8 @@ class RayProgram:
         meta = X.meta
         if meta[0] == 0:
             raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
-        for b in X.blocks:
-            for m in b.metas:
-                if m[0] != meta[0] or m[2:] != meta[2:] or abs(m[1] / meta[1] - 1) > 2.0 ** -32:
-                    raise LevelError("pcmm: all rows of the encrypted matrix must share level, scale, encoding and key")
+        if all(b.metas is not None for b in X.blocks):  # the client's input: checked before any task (tasks check
+            _pcmm_in_meta(ctx, dict(level=meta[0], factor=1.0), [b.metas for b in X.blocks])  # computed blocks)
         Uq, delta = linalg.quantize(U, weight_bits)
         K = max(1, round(ctx.modulus(meta[0]) / delta))
         bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
@@ -854,8 +904,8 @@ class RayProgram:
                 put += blk.nbytes
         needs_relin = any(op.needs_relin for _, op in fused)
         base = self._common(ctx, "pcmm" if pk == 1 else "partial", s.out, needs_relin)
-        base.update(level=meta[0], bits=int(weight_bits), K=int(K), in_meta=meta, scale_out=meta[1] * float(delta * K),
-                    bias=bias, P=P)
+        base.update(level=meta[0], bits=int(weight_bits), K=int(K), factor=float(delta * K), in_meta=None,
+                    scale_out=None, bias=bias, P=P)
         final, others, tasks = [], [], 0
         for i, r in enumerate(rows):
             for j, cs in enumerate(cols):
@@ -876,21 +926,25 @@ class RayProgram:
                     else:
                         inb = X.overlapping((0, d_in), J)
                     for g in groups:
-                        spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows, parts=g,
-                                    inputs=[(b.desc, b.metas) for b in inb],
+                        margs: list = []
+                        inputs = [(b.desc, self._meta_spec(b, margs)) for b in inb]
+                        spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows, parts=g, inputs=inputs,
+                                    meta_inputs=[m for _, m in inputs],
                                     index=None if index is None else index[red], ops=[])
                         args = [b.refs[p] for b in inb for p in g]
                         if pk == 1:
                             spec["ops"] = [(name, op.rows(*out_rows)) for name, op in fused]
                             if len(g) == 2:
-                                r0_ref, r1_ref, meta_ref = self._submit(3, spec, u_refs[i, t], *args)
+                                r0_ref, r1_ref, meta_ref = self._submit(3, spec, u_refs[i, t], *args, metas=margs)
                                 final.append(((r0_ref, r1_ref), meta_ref, out_rows, J, None))
                             else:
                                 spec["pieces"] = out_pieces
-                                part_refs[g[0]] = self._submit(len(out_pieces) + 1, spec, u_refs[i, t], *args)
+                                part_refs[g[0]] = self._submit(len(out_pieces) + 1, spec, u_refs[i, t], *args,
+                                                               metas=margs)
                         else:
                             spec["pieces"] = [(a - out_rows[0], b_ - out_rows[0]) for a, b_ in pieces_rows]
-                            refs = self._submit(len(pieces_rows) * len(g) + 1, spec, u_refs[i, t], *args)
+                            refs = self._submit(len(pieces_rows) * len(g) + 1, spec, u_refs[i, t], *args,
+                                                metas=margs)
                             partial_refs.append((g, refs[:-1]))
                             others.append(refs[-1])
                         tasks += 1
@@ -907,9 +961,11 @@ class RayProgram:
                             for k, p in enumerate(g):
                                 args.append(refs[sidx * len(g) + k])
                                 piece_parts.append(p)
+                        margs = []
                         spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
+                                    meta_inputs=[self._meta_spec(X.blocks[0], margs)],
                                     ops=[(name, op.rows(*pr)) for name, op in fused])
-                        r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args)
+                        r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args, metas=margs)
                         final.append(((r0_ref, r1_ref), meta_ref, pr, J, None))
                         tasks += 1
         model = pcmm_store_bytes((pm, pn, pk, ps), d1, d2, c, H_in, H_pcmm if defer else H_out, float(Uq.itemsize),
@@ -935,9 +991,10 @@ class RayProgram:
                 n_tasks = min(nr, parts)
             for rs in _splits(nr, n_tasks):
                 rows = (b.r0 + rs.start, b.r0 + rs.stop)
-                spec = dict(base, J=(b.c0, b.c1), out_rows=rows, inputs=[(b.desc, b.metas)],
+                margs: list = []
+                spec = dict(base, J=(b.c0, b.c1), out_rows=rows, inputs=[(b.desc, self._meta_spec(b, margs))],
                             ops=[(name, op.rows(*rows)) for name, op in ops])
-                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs)
+                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, metas=margs)
                 final.append(((r0_ref, r1_ref), meta_ref, rows, (b.c0, b.c1), None))
             reads += n_tasks * nr * nc * H_in  # every task of a block takes the whole block (both parts)
         n = X.rows * X.chunks
@@ -954,10 +1011,12 @@ class RayProgram:
         for b in A.blocks:
             rows, J = (b.r0, b.r1), (b.c0, b.c1)
             bb = B.overlapping(rows, J)
+            margs: list = []
             spec = dict(base, J=J, out_rows=rows, n_a=1, add_level=s.level_out,
-                        inputs=[(b.desc, b.metas)] + [(x.desc, x.metas) for x in bb],
+                        inputs=[(b.desc, self._meta_spec(b, margs))] + [(x.desc, self._meta_spec(x, margs)) for x in bb],
                         ops=[(name, op.rows(*rows)) for name, op in ops])
-            r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, *[ref for x in bb for ref in x.refs])
+            r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, *[ref for x in bb for ref in x.refs],
+                                                    metas=margs)
             final.append(((r0_ref, r1_ref), meta_ref, rows, J, None))
         reads = sum((b.r1 - b.r0) * (b.c1 - b.c0) * _ct_bytes(ctx, A.level) for b in A.blocks)
         reads += sum((x.r1 - x.r0) * (x.c1 - x.c0) * _ct_bytes(ctx, B.level)
@@ -967,63 +1026,73 @@ class RayProgram:
                      total=reads + n * _ct_bytes(ctx, level_out))
         return _Wave(final, [], len(final), dict(shape=A.shape, chunks=A.chunks, model=model))
 
-    def _finish(self, group: list, wave: _Wave, t0: float, timings: dict | None) -> _Dist:
-        """Waits for a group's tasks, checks the planned levels, records stats per step; the output as a _Dist."""
-        ray = self.ray
-        t_sub = time.perf_counter()
-        # part tasks return several blocks under one meta: fetch each task's meta once
-        refs = list({f[1]: None for f in wave.final}) + list(wave.others)
-        got = dict(zip(refs, ray.get(refs)))
-        metas = [got[f[1]] for f in wave.final]
-        allm = [got[r] for r in refs]
-        wall = time.perf_counter() - t0
-        if self._input_stats is not None and not self._input_counted:
-            wall -= self._input_stats["seconds"]  # the input put is reported on its own (stats[input])
-            t_sub -= self._input_stats["seconds"]
-            self._input_counted = True
+    def _finish(self, group: list, wave: _Wave, t0: float, planned: tuple) -> _Dist:
+        """A group's output as a _Dist right after its submission: the blocks name their producing tasks' meta refs
+        (the next waves take them as task arguments), so the driver submits the whole program without waiting
+        between waves; _collect fetches the metas and the statistics at the end."""
         blocks = []
-        for f, m in zip(wave.final, metas):
-            bm = m["metas"] if f[4] is None else m["metas"][f[4][0]: f[4][1]]
-            blocks.append(_Block(f[0], f[2][0], f[2][1], f[3][0], f[3][1], bm, 0))
-        for e in group:
-            lv = {m["levels"].get(e.out) for m in allm if e.out in m["levels"]}
-            if lv and lv != {e.level_out}:
-                raise AssertionError(f"step {e.out}: level {sorted(lv)}, planned {e.level_out}")
-        task_secs = {e.out: sum(m["secs"].get(e.out, 0.0) for m in allm) for e in group}
-        task_secs[group[0].out] += sum(m["secs"].get("_import", 0.0) for m in allm)
-        total = sum(task_secs.values()) or 1.0
-        read = sum(m["read"] for m in allm)
-        key_read = sum(m["key_read"] for m in allm)
-        written = sum(m["written"] for m in allm) + wave.info.get("put_bytes", 0)
-        for b, f in zip(blocks, wave.final):
-            b.nbytes = (f[2][1] - f[2][0]) * (f[3][1] - f[3][0]) * 2 * (b.metas[0][0] + 1) * self._N * 8
-        nodes = sorted({m["node"] for m in allm})
-        waves = sorted({m["wave"] for m in allm})
-        info = wave.info
-        for k, e in enumerate(group):
-            share = wall * task_secs[e.out] / total
-            if timings is not None:
-                timings[e.out] = share
-            st = dict(op="pcmm_gather" if (e.op == "pcmm" and e.index is not None) else e.op, tasks=wave.tasks,
-                      nodes=nodes, seconds=share, task_seconds=task_secs[e.out])
-            if k == 0:
-                st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub - t0,
-                          bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
-                          model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
-                          group_task_seconds=sum(m["seconds"] for m in allm),
-                          group_task_cpu_seconds=sum(m["cpu"] for m in allm),
-                          # the group's critical path if every task had its own core: the longest task per wave
-                          critical_cpu_seconds=sum(max(m["cpu"] for m in allm if m["wave"] == w) for w in waves),
-                          # wall-clock span of the tasks (first start, last end; time.time() on their nodes)
-                          task_span=(min(m["span"][0] for m in allm), max(m["span"][1] for m in allm)))
-                if "grid" in info:
-                    st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
-                if "cts_per_task" in info:
-                    st["cts_per_task"] = info["cts_per_task"]
-            else:
-                st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
-            self.stats[e.out] = st
-        return _Dist(info["shape"], info["chunks"], blocks)
+        for f in wave.final:
+            nb = (f[2][1] - f[2][0]) * (f[3][1] - f[3][0]) * 2 * (planned[0] + 1) * self._N * 8
+            a, b = f[4] if f[4] is not None else (None, None)
+            blocks.append(_Block(f[0], f[2][0], f[2][1], f[3][0], f[3][1], None, nb, meta_src=(f[1], a, b)))
+        self._pending.append((group, wave, blocks, time.perf_counter() - t0))
+        return _Dist(wave.info["shape"], wave.info["chunks"], blocks, planned=planned)
+
+    def _collect(self, timings: dict | None) -> None:
+        """Waits for every wave (a task's error is raised here, typed as its cause), fills the blocks' metas,
+        checks the planned levels and records the statistics per step. A wave's time runs from the end of the
+        previous wave's last task (the run's first wave: from the submission after the input put) to the end of
+        its own last task (the tasks' wall clocks: time.time() on their nodes)."""
+        ray = self.ray
+        prev_end = self._t_ready
+        for group, wave, blocks, t_sub in self._pending:
+            # part tasks return several blocks under one meta: fetch each task's meta once
+            refs = list({f[1]: None for f in wave.final}) + list(wave.others)
+            got = dict(zip(refs, ray.get(refs)))
+            allm = [got[r] for r in refs]
+            for b, f in zip(blocks, wave.final):
+                m = got[f[1]]["metas"]
+                b.metas, b.meta_src = (m if f[4] is None else m[f[4][0]: f[4][1]]), None
+            for e in group:
+                lv = {m["levels"].get(e.out) for m in allm if e.out in m["levels"]}
+                if lv and lv != {e.level_out}:
+                    raise AssertionError(f"step {e.out}: level {sorted(lv)}, planned {e.level_out}")
+            end = max(m["span"][1] for m in allm)
+            wall = max(0.0, end - prev_end)
+            prev_end = max(prev_end, end)
+            task_secs = {e.out: sum(m["secs"].get(e.out, 0.0) for m in allm) for e in group}
+            task_secs[group[0].out] += sum(m["secs"].get("_import", 0.0) for m in allm)
+            total = sum(task_secs.values()) or 1.0
+            read = sum(m["read"] for m in allm)
+            key_read = sum(m["key_read"] for m in allm)
+            written = sum(m["written"] for m in allm) + wave.info.get("put_bytes", 0)
+            nodes = sorted({m["node"] for m in allm})
+            waves = sorted({m["wave"] for m in allm})
+            info = wave.info
+            for k, e in enumerate(group):
+                share = wall * task_secs[e.out] / total
+                if timings is not None:
+                    timings[e.out] = share
+                st = dict(op="pcmm_gather" if (e.op == "pcmm" and e.index is not None) else e.op, tasks=wave.tasks,
+                          nodes=nodes, seconds=share, task_seconds=task_secs[e.out])
+                if k == 0:
+                    st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub,
+                              bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
+                              model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
+                              group_task_seconds=sum(m["seconds"] for m in allm),
+                              group_task_cpu_seconds=sum(m["cpu"] for m in allm),
+                              # the group's critical path if every task had its own core: the longest task per wave
+                              critical_cpu_seconds=sum(max(m["cpu"] for m in allm if m["wave"] == w) for w in waves),
+                              # wall-clock span of the tasks (first start, last end; time.time() on their nodes)
+                              task_span=(min(m["span"][0] for m in allm), end))
+                    if "grid" in info:
+                        st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
+                    if "cts_per_task" in info:
+                        st["cts_per_task"] = info["cts_per_task"]
+                else:
+                    st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
+                self.stats[e.out] = st
+        self._pending = []
 
     # ---- the program
     def run(self, ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None):
@@ -1042,7 +1111,7 @@ class RayProgram:
             for name in s.inputs:
                 users[name] = users.get(name, 0) + 1
         vals, i, out_name = {}, 0, None
-        self._input_stats, self._input_counted = None, False
+        self._input_stats, self._pending, self._after, self._t_ready = None, [], {}, time.time()
         while i < len(steps):
             s = steps[i]
             if s.op == "input":
@@ -1078,16 +1147,17 @@ class RayProgram:
                 wave = self._add_group(ctx, s, x, vals[s.inputs[1]], ops, group[-1].level_out)
             else:
                 raise AssertionError(s.op)
+            labels = (x.meta if isinstance(x, _Dist) else _meta_of(x.cts[0]._obj))[2:]  # slots, encoding, .., key
             if wave.info.get("deferred"):  # part-split PCMM: its fused steps run as the next wave
-                vals[s.out] = self._finish([s], wave, t0, timings)
+                vals[s.out] = self._finish([s], wave, t0, (s.level_out, None, *labels))
                 t0 = time.perf_counter()
                 wave = self._ew_group(ctx, group[1], vals[s.out], ops, group[-1].level_out)
-                D = self._finish(group[1:], wave, t0, timings)
+                D = self._finish(group[1:], wave, t0, (group[-1].level_out, None, *labels))
                 for e in group[1:]:
-                    self.stats[e.out]["after"] = s.out
+                    self._after[e.out] = s.out
                     vals[e.out] = D
             else:
-                D = self._finish(group, wave, t0, timings)
+                D = self._finish(group, wave, t0, (group[-1].level_out, None, *labels))
                 for e in group:
                     vals[e.out] = D
             if self._input_stats is not None and not any(v.get("op") == "input" for v in self.stats.values()):
@@ -1103,6 +1173,9 @@ class RayProgram:
                         _release(vals, users, name)
             i += len(group)
         out = vals[out_name]
+        self._collect(timings)
+        for name, head in self._after.items():
+            self.stats[name]["after"] = head
         t0 = time.perf_counter()
         with _driver_threads(_usable_cores()):  # the last wave is done: the driver has the machine
             res = self._materialise(ctx, out) if isinstance(out, _Dist) else out
