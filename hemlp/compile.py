@@ -753,7 +753,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
 
     matmuls = []
     for s in steps:
-        if s.op != "pcmm":
+        if s.op != "pcmm" or layout == "mlwe":   # FHE4DMM grids serve layout (A)'s distributed runtime
             continue
         P = 1 if s.index is None else s.index.shape[1]
         m, k, n_ = s.U.shape[0], s.U.shape[1], P * chunks * slots
