@@ -212,3 +212,37 @@ def test_save_load_two_processes(tmp_path):
     y = client.decrypt(client.load_encrypted(tmp_path / "y.ct"), client.load_secret_key(tmp_path / "client.sk"))
     assert _rel(y, cm.simulate(x)) < 2.0 ** -20
     assert np.mean(y.argmax(1) == torch_out(model, x).argmax(1)) == 1.0
+
+
+def test_activation_first_and_last():
+    """The input goes straight into CoeffToSlot (encrypted at q_act / 2) and the output leaves SlotToCoeff."""
+    from .conftest import Square
+
+    torch.manual_seed(6)
+    model = torch.nn.Sequential(Square(), torch.nn.Linear(16, 8), Square()).eval()
+    x = _x(80, 16, seed=6)
+    cm = hemlp.compile(model, x, batch_size=80, allow_insecure=True, preset=PRESET, layout="mlwe")
+    kinds = [m.kind for m in cm.mlwe.steps]
+    assert kinds == ["input", "cts", "act", "stc", "pcmm", "cts", "act", "stc", "output"]
+    sk, ek = cm.keygen()
+    y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek), sk)
+    assert _rel(y, cm.simulate(x)) < 2.0 ** -20
+    assert _rel(y, torch_out(model, x)) < 2.0 ** -16
+
+
+def test_key_levels_and_missing_keys():
+    from hemlp import linalg
+    from hemlp.errors import MissingKeyError
+    from hemlp.runtime.artifacts import EvalKeys
+
+    cm = hemlp.compile(mlp(dims=(64, 10)), _x(200, 64), batch_size=200, allow_insecure=True, preset=PRESET,
+                       layout="mlwe")
+    sk, ek = cm.keygen()
+    lv = cm.key_levels["modpack"]
+    assert ek.modpack_keys.level == lv == cm.top_level < cm.context.max_level
+    ct = cm.encrypt(_x(200, 64), sk)
+    low = EvalKeys(cm.model_id, None, None, linalg.modpack_keys(cm.context, sk, cm.mlwe.k, level=lv - 1))
+    with pytest.raises(LevelError, match="ModPack keys: generated for levels <= "):
+        cm.run(ct, low)
+    with pytest.raises(MissingKeyError, match="ModPack keys"):
+        cm.run(ct, EvalKeys(cm.model_id))
