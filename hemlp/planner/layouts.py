@@ -19,6 +19,14 @@ Calibration: ``unit_costs()`` reads the benchmark JSON of the core (``bench/core
 8 hoisted rotations, ct x ct + relin + rescale at one thread) and of the PCMM (``bench/pcmm_N14.json``:
 RLWE PCMM seconds per multiply-accumulate) when they are present in the checkout; otherwise the
 defaults below, which are those files' figures on the 2-core reference machine.
+``mlwe_mac`` (the MLWE PCMM's GEMM multiply-accumulate) runs the same ModGemmPlan kernel as the RLWE
+PCMM, so it takes ``pcmm_mac``'s calibrated value; ModPack key switches are costed as rotations.
+Check of estimate_mlwe against a run (test-N12-d18, N = 2^12, 64-32-16-10 MLP with x², batch 300,
+B' = 512, k = 8, one thread, warm, shared machine): estimate 1.14 s, measured 1.59 s (the first
+CoeffToSlot dominates: 0.69 s); 32-16-10 with GELU (degree 7), batch 100: estimate 0.23 s, measured
+0.34 s, so (A′) is underestimated by ~1.4x. `bench infer --layout-batches 128` at N = 2^12 (784-128-64-10,
+2 threads, busy machine, first runs): (A) 1.44 s estimated / 1.06 s measured, (P) 4.27 / 5.36 s, (A′) 2.63 /
+4.52 s: the ranking (A) < (A′) < (P) is kept; recalibrate on the quiet machine with that command.
 """
 from __future__ import annotations
 
@@ -57,6 +65,7 @@ def unit_costs() -> dict:
             c["pcmm_mac"] = sorted(per_mac)[len(per_mac) // 2]
     except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
         pass
+    c["mlwe_mac"] = c["pcmm_mac"]   # the same exact modular GEMM kernel (ModGemmPlan)
     return c
 
 
