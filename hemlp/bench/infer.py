@@ -15,7 +15,8 @@ runs instead, for every batch size, the same trained MLP in layout (A) "batch", 
 CoeffToSlot / SlotToCoeff levels) and reports per layout: the planner's estimate, seconds per batch
 (median of --run-repeats), ms per image, key generation, evaluation-key bytes, ciphertext counts and the
 top-1 agreement with the plaintext model, plus the layout "auto" picks. A layout whose evaluation keys
-would exceed --max-key-gb (computed from the key levels before keygen) is reported as skipped.
+would exceed --max-key-gb (computed from the key levels before keygen), or whose planner estimate exceeds
+--max-estimate-s, is reported as skipped (with its estimate).
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def add_arguments(p) -> None:
                    help="comma-separated batch sizes: compare layouts (A) / (P) / (A') per batch instead")
     p.add_argument("--mlwe-preset", default=None, help="preset of layout (A') (default: the planner's choice)")
     p.add_argument("--max-key-gb", type=float, default=8.0, help="skip a layout whose eval keys exceed this")
+    p.add_argument("--max-estimate-s", type=float, default=600.0,
+                   help="skip a layout whose planner estimate per batch exceeds this (seconds)")
 
 
 def argparse_bool():
@@ -236,8 +239,10 @@ def _layout_sweep(args, hemlp, model, tr, xall, plain_all, t_train) -> int:
                      eval_key_bytes_estimate=kb_est, plan=str(cm.plan))
             if layout == "mlwe":
                 r.update(k=cm.mlwe.k, columns=cm.mlwe.d3, dft_depth=cm.mlwe.dft_depth)
-            if kb_est > args.max_key_gb * 1e9:
-                r["skipped"] = f"evaluation keys ~{kb_est / 1e9:.1f} GB > --max-key-gb {args.max_key_gb}"
+            if kb_est > args.max_key_gb * 1e9 or est > args.max_estimate_s:
+                r["skipped"] = (f"evaluation keys ~{kb_est / 1e9:.1f} GB > --max-key-gb {args.max_key_gb}"
+                                if kb_est > args.max_key_gb * 1e9 else
+                                f"estimate {est:.0f} s > --max-estimate-s {args.max_estimate_s:.0f}")
                 results.append(r)
                 rows.append([B, layout, cm.preset, f"{est:.3g}", "-", f"{kb_est / 1e6:.0f}*", r["skipped"]])
                 continue
