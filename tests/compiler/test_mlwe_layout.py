@@ -246,3 +246,22 @@ def test_key_levels_and_missing_keys():
         cm.run(ct, low)
     with pytest.raises(MissingKeyError, match="ModPack keys"):
         cm.run(ct, EvalKeys(cm.model_id))
+
+
+@pytest.mark.slow
+def test_mnist_mlp_at_128_bit():
+    """Real MNIST digits at a 128-bit preset. The issue's 784-128-64-10 MLP needs 21 levels in (A') (N16-boot,
+    k = N/B' ModPack keys: >= 3 GB of keys, minutes per run), so this runs 784-32-10 with one x² block: the
+    planner picks N15-d10 (3 + 2 x 3 DFT levels), B' = 1024, k = 32."""
+    from hemlp.datasets.mnist_sample import load_mnist_sample
+
+    te = load_mnist_sample(train=False)
+    x = te.x[:1000].reshape(1000, -1).astype(np.float64)
+    model = mlp(dims=(784, 32, 10))
+    cm = hemlp.compile(model, x, batch_size=1000, layout="mlwe")
+    assert cm.params.is_128_bit_secure and cm.preset == "N15-d10"
+    assert (cm.mlwe.d3, cm.mlwe.k, cm.mlwe.dft_depth) == (1024, 32, 3)
+    sk, ek = cm.keygen()
+    y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek), sk)
+    assert _rel(y, cm.simulate(x)) < 2.0 ** -18
+    assert np.mean(y.argmax(1) == torch_out(model, x).argmax(1)) >= 0.999
