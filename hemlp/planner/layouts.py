@@ -21,12 +21,12 @@ RLWE PCMM seconds per multiply-accumulate) when they are present in the checkout
 defaults below, which are those files' figures on the 2-core reference machine.
 ``mlwe_mac`` (the MLWE PCMM's GEMM multiply-accumulate) runs the same ModGemmPlan kernel as the RLWE
 PCMM, so it takes ``pcmm_mac``'s calibrated value; ModPack key switches are costed as rotations.
-Check of estimate_mlwe against a run (test-N12-d18, N = 2^12, 64-32-16-10 MLP with x², batch 300,
-B' = 512, k = 8, one thread, warm, shared machine): estimate 1.14 s, measured 1.59 s (the first
-CoeffToSlot dominates: 0.69 s); 32-16-10 with GELU (degree 7), batch 100: estimate 0.23 s, measured
-0.34 s, so (A′) is underestimated by ~1.4x. `bench infer --layout-batches 128` at N = 2^12 (784-128-64-10,
-2 threads, busy machine, first runs): (A) 1.44 s estimated / 1.06 s measured, (P) 4.27 / 5.36 s, (A′) 2.63 /
-4.52 s: the ranking (A) < (A′) < (P) is kept; recalibrate on the quiet machine with that command.
+Check of estimate_mlwe against runs (one thread, warm, CPU time since the machine was shared):
+784-32-10 x² on 1 000 MNIST digits at N15-d10 (B' = 1024, k = 32): estimate 2.96 s, measured 3.36 s
+(MLWE PCMM 2.3 s, CoeffToSlot 0.65 s); 64-32-16-10 x² at test-N12-d18 (B' = 512, k = 8): 1.14 s vs
+1.59 s; 32-16-10 GELU: 0.23 s vs 0.34 s, i.e. (A′) is underestimated by 1.1-1.5x. For that digit model
+"auto" estimates (A) 2.22 s at N14-d6 and (A′) 2.96 s at N15-d10 (its DFT levels need the larger ring)
+and takes (A). Recalibrate on the quiet machine with `python -m hemlp.bench infer --layout-batches`.
 """
 from __future__ import annotations
 
