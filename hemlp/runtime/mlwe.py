@@ -47,14 +47,17 @@ class MlweRunner:
         return p
 
     def prepare(self) -> float:
-        """Quantise and prepare every layer's weights now (seconds spent); run() does it on first use otherwise."""
+        """Quantise and prepare every layer's weights and encode every CoeffToSlot / SlotToCoeff diagonal at
+        the levels the plan uses it (seconds spent); run() does it on first use otherwise."""
         t0 = time.perf_counter()
-        if self.prog.has_acts:      # the DFT plans (special-FFT factorisation, BSGS search) are built once
-            self.prog.cts_plan, self.prog.stc_plan
         prev = self.prog.input
         for m in self.prog.steps:
             if m.kind == "pcmm":
                 self._gemm_plan(m, prev.cts)
+            elif m.kind in ("cts", "stc"):   # DFT level i runs at level_in - i (cached per level)
+                plan = self.prog.cts_plan if m.kind == "cts" else self.prog.stc_plan
+                for i, lt in enumerate(plan.levels):
+                    lt.encode(self.ctx, m.level_in - i)
             if m.kind != "output":
                 prev = m
         return time.perf_counter() - t0
