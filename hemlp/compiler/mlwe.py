@@ -24,8 +24,11 @@ a tensor of F features takes ceil(F/k) ciphertexts instead of F.
 The program is derived deterministically from the lowered steps and (N, batch, dft_depth); a saved model
 stores only the steps and the options. Plaintext oracle: the arithmetic is that of layout (A) (the same
 quantised weights, polynomials and affine maps per feature), so ``CompiledModel.simulate`` reuses
-hemlp.runtime.local.simulate. Supported: chains of Linear layers with square / polynomial / affine
-activations; anything else raises UnsupportedError naming the layouts that run it.
+hemlp.runtime.local.simulate. Supported: chains of Linear layers, convolutions and average pooling (as their
+dense matrices: MLWE rows are interleaved inside ciphertexts, so the im2col row gather of layout (A) is not free;
+the dense matrix has the same entries, so the same quantisation) with square / polynomial / affine
+activations; residual adds, ciphertext products and transposes raise UnsupportedError naming the layouts that
+run them.
 """
 from __future__ import annotations
 
@@ -79,6 +82,22 @@ class MStep:
     level_out: Optional[int] = None
     feeds_act: bool = False      # pcmm / input: the next op is a CoeffToSlot (scale target q_act / 2)
     act_level: Optional[int] = None
+    rows_in: int = 0             # pcmm: features of its input
+
+    def matrix(self) -> np.ndarray:
+        """pcmm: the (rows, rows_in) weight matrix; a convolution / pooling (im2col gather) as its dense matrix,
+        since MLWE rows are interleaved inside ciphertexts and cannot be gathered for free."""
+        from hemlp.compiler.packed import dense_matrix
+
+        return dense_matrix(self.src, self.rows_in)
+
+    def bias(self):
+        """pcmm: the per-row bias (a convolution's per-channel bias repeated over its output positions)."""
+        b = self.src.bias
+        if b is None:
+            return None
+        b = np.asarray(b, dtype=np.float64)
+        return b if self.src.index is None else np.repeat(b, self.src.index.shape[1])
 
 
 class MlweProgram:
@@ -124,16 +143,16 @@ class MlweProgram:
                 self.aliases[s.out] = s
                 continue
             if s.op == "pcmm":
-                if s.index is not None:
-                    raise UnsupportedError(f"layout (A') runs Linear layers only: {s.out} is a convolution / pooling "
-                                           "(im2col gather over rows); use layout='batch' or layout='packed'")
                 if domain == "slot":
                     self.steps.append(MStep("stc", s.out + ".stc", None, self.steps[-1].rows, self.steps[-1].cts))
                     domain = "coeff"
-                if s.U.shape[1] != self.steps[-1].rows:
-                    raise ShapeError(f"layer {s.out}: the weight takes {s.U.shape[1]} features, its input has "
-                                     f"{self.steps[-1].rows}")
-                self.steps.append(MStep("pcmm", s.out, s, s.rows, self._cts(s.rows)))
+                rows_in = self.steps[-1].rows
+                cols = s.U.shape[1] if s.index is None else rows_in
+                if s.index is not None and (s.index.max() >= rows_in or s.U.shape[0] * s.index.shape[1] != s.rows):
+                    raise ShapeError(f"layer {s.out}: its im2col index does not fit an input of {rows_in} features")
+                if cols != rows_in:
+                    raise ShapeError(f"layer {s.out}: the weight takes {cols} features, its input has {rows_in}")
+                self.steps.append(MStep("pcmm", s.out, s, s.rows, self._cts(s.rows), rows_in=rows_in))
             elif s.op in _ELEMENTWISE:
                 if domain == "coeff":
                     self.steps.append(MStep("cts", s.out + ".cts", None, self.steps[-1].rows, self.steps[-1].cts))

@@ -37,7 +37,7 @@ class MlweRunner:
 
         p = self._plans.get(m.out)
         if p is None:
-            U = np.asarray(m.src.U, dtype=np.float64)
+            U = m.matrix()
             k = self.prog.k
             Up = np.zeros((m.cts * k, cts_in * k))   # zero rows / columns pad to whole ciphertexts
             Up[: U.shape[0], : U.shape[1]] = U
@@ -77,8 +77,9 @@ class MlweRunner:
         K = max(1, round(target * q / (s_in * delta)))
         raw = _core.pcmm_mlwe(ctx._e, plan, [c._obj for c in x], prog.k, int(K), float(delta * K), mp_keys._keys)
         out = [ctx.rescale(ctx._w(Ciphertext, o)) for o in raw]
-        if m.src.bias is not None:
-            out = [ctx.add(c, prog.coeff_vector(m.src.bias, g, prog.batch)) for g, c in enumerate(out)]
+        bias = m.bias()
+        if bias is not None:
+            out = [ctx.add(c, prog.coeff_vector(bias, g, prog.batch)) for g, c in enumerate(out)]
         return out
 
     # ---- activations

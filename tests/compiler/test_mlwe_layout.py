@@ -128,13 +128,41 @@ def test_depth_that_cannot_fit_is_a_typed_error():
         hemlp.compile(model, x, batch_size=100, allow_insecure=True, preset=PRESET, layout="mlwe")
 
 
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.a, self.c, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(self.c(h * h) + h)
+
+
 def test_unsupported_models_and_batches():
-    with pytest.raises(UnsupportedError, match="convolution"):
-        hemlp.compile(SmallCNN(), np.random.default_rng(0).normal(size=(64, 1, 8, 8)), batch_size=64,
-                      allow_insecure=True, preset=PRESET, layout="mlwe")
+    with pytest.raises(UnsupportedError, match="residual add.*layout='batch'"):
+        hemlp.compile(Residual().eval(), _x(64, 16), batch_size=64, allow_insecure=True, preset=PRESET,
+                      layout="mlwe")
     with pytest.raises(UnsupportedError, match="layout='batch'"):
         hemlp.compile(mlp(dims=(16, 8, 4)), _x(3000, 16), batch_size=3000, allow_insecure=True, preset=PRESET,
                       layout="mlwe")
+
+
+def test_cnn_as_dense_mlwe_products():
+    """Convolutions and average pooling run as their dense matrices (the same entries, so the same quantisation:
+    simulate stays the oracle); BatchNorm is folded into the first convolution's weights and bias."""
+    model = SmallCNN()
+    x = np.random.default_rng(8).normal(size=(100, 1, 8, 8)) + 0.2
+    cm = hemlp.compile(model, x, batch_size=100, allow_insecure=True, preset=PRESET, layout="mlwe")
+    prog = cm.mlwe
+    assert [m.kind for m in prog.steps if m.kind in ("pcmm", "act")] == ["pcmm", "act", "pcmm", "pcmm", "act",
+                                                                       "pcmm"]
+    assert (prog.k, prog.steps[1].cts) == (32, 6)                   # conv1: 3 x 8 x 8 = 192 rows
+    sk, ek = cm.keygen()
+    y, ys = cm.decrypt(cm.run(cm.encrypt(x, sk), ek), sk), cm.simulate(x)
+    assert y.shape == (100, 10)
+    assert _rel(y, ys) < 2.0 ** -20
+    assert _rel(y, torch_out(model, x)) < 2.0 ** -14
 
 
 def test_auto_considers_mlwe_and_prints_the_estimates():
@@ -150,10 +178,9 @@ def test_auto_considers_mlwe_and_prints_the_estimates():
     assert ek.galois_keys is None and ek.relin_key is None and ek.modpack_keys.k == 8
     y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek), sk)
     assert _rel(y, cm.simulate(x)) < 2.0 ** -20
-    # a conv net cannot run in (A'): auto says why and takes another layout
-    cnn = hemlp.compile(SmallCNN(), np.random.default_rng(0).normal(size=(64, 1, 8, 8)), batch_size=64,
-                        allow_insecure=True, preset=PRESET)
-    assert cnn.layout != "mlwe" and str(cnn.plan.info["layout_estimates"]["mlwe"]).startswith("not possible")
+    # a residual block cannot run in (A'): auto says why and takes another layout
+    res = hemlp.compile(Residual().eval(), _x(64, 16), batch_size=64, allow_insecure=True, preset=PRESET)
+    assert res.layout != "mlwe" and str(res.plan.info["layout_estimates"]["mlwe"]).startswith("not possible")
 
 
 def test_input_shape_and_foreign_keys():
