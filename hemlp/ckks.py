@@ -65,6 +65,8 @@ _PRESETS = {
                         "N=2^16 chain for bootstrapping (BRIEF set B, Lattigo N16QP1767); 13 application levels"),
     "test-N12": _Preset(12, (50, 40, 40, 40), (51, 51), 2, 40, "INSECURE test set T: fast tests, beta = 2 digits"),
     "test-N12-d6": _Preset(12, (60,) + (40,) * 6, (60, 60), 2, 40, "INSECURE N14-d6 chain at N=2^12: fast model tests"),
+    "test-N12-d18": _Preset(12, (60,) + (40,) * 18, (60, 60), 2, 40,
+                            "INSECURE deep chain at N=2^12: layout (A') tests (CoeffToSlot / SlotToCoeff levels)"),
     "test-N10": _Preset(10, (50, 40, 40, 40), (51, 51), 2, 40, "INSECURE tiny ring for brute-force oracle tests"),
 }
 

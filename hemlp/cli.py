@@ -423,9 +423,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--example", help=".npy with representative inputs (activation ranges)")
     p.add_argument("--batch-size", type=int, default=1, help="samples per encrypted batch")
     p.add_argument("--preset", help="CKKS preset (default: the compiler's 128-bit choice)")
-    p.add_argument("--layout", choices=("auto", "batch", "packed"),
+    p.add_argument("--layout", choices=("auto", "batch", "packed", "mlwe"),
                    help="batch: one feature per ciphertext (large batches); packed: samples in the slots (one or a "
-                        "few samples); default auto (the planner's cost estimate)")
+                        "few samples); mlwe: the batch along the coefficients, k features per ciphertext (small "
+                        "batches, activations between CoeffToSlot / SlotToCoeff); default auto (the planner's cost "
+                        "estimate)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="extra hemlp.compile option (JSON value)")
     p.add_argument("--insecure", action="store_true", help="allow INSECURE test presets (testing only)")
     common(p, out_help="compiled model directory")

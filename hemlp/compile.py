@@ -13,13 +13,17 @@ Options: activation_degree (int, or dict by activation kind / node name; default
 activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
 activation_method ("chebyshev" | "lsq" | "minimax"), weight_bits (20), allow_insecure (False),
 preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids),
-layout ("auto" | "batch" | "packed"; default "auto"), encrypted_weights (False).
+layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
+the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff).
 
 Layouts: "batch" = (A), one feature per ciphertext and the batch along the slots (every linear layer
 a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of a few samples
 packed in the slots of one ciphertext (linear layers as BSGS diagonal products with rotations: best
-for one or a few samples, hemlp.compiler.packed). "auto" compares the planner's cost estimates of
-both for the given batch_size (hemlp.planner.layouts) and takes the cheaper one.
+for one or a few samples, hemlp.compiler.packed); "mlwe" = (A′), the batch along the coefficients with
+k = N/B' features interleaved per ciphertext, every linear layer an MLWE PCMM and every activation between
+CoeffToSlot and SlotToCoeff (small batches, √N <= B' < N; hemlp.compiler.mlwe). "auto" compares the
+planner's cost estimates of the possible layouts for the given batch_size (hemlp.planner.layouts) and
+takes the cheapest one.
 encrypted_weights=True hides the model from the server too: layout (C), every linear layer a
 ciphertext x ciphertext block matmul planned by FHE4DMM's chain DP (hemlp.compiler.blocked); the
 client sends ``compiled.encrypt_weights(sk)`` once and the server calls run(ct, eval_keys, weights=...).
@@ -40,8 +44,8 @@ __all__ = ["compile", "load", "CompiledModel", "Plan"]
 
 _OPTIONS = dict(activation_degree=7, activation_range=None, activation_margin=0.2, activation_method="chebyshev",
                 weight_bits=20, allow_insecure=False, preset=None, workers=4, layout="auto",
-                encrypted_weights=False)
-LAYOUTS = ("auto", "batch", "packed")
+                encrypted_weights=False, dft_depth=None)
+LAYOUTS = ("auto", "batch", "packed", "mlwe")
 
 
 class Plan:
@@ -83,6 +87,10 @@ class Plan:
             head += i["blocked"]
             head.append(f"eval keys: relinearisation key + {i['rotation_keys']} rotation keys; the weights are "
                         "encrypted by the client (encrypt_weights)")
+        elif i.get("layout") == "mlwe":
+            head += i["mlwe"]
+            head.append("eval keys: " + ("relinearisation key + " if i["needs_relin"] else "")
+                        + f"{i['rotation_keys']} rotation keys + conjugation key + {i['modpack_keys']} ModPack keys")
         elif i.get("layout", "batch") == "packed":
             head += i["packed"]
             head.append("eval keys: " + ("relinearisation key + " if i["needs_relin"] else "")
@@ -100,6 +108,8 @@ class Plan:
         text = format_graph(self.graph, "\n".join(head))
         if i.get("layout") == "blocked":
             text = text.replace(" = pcmm_gather(", " = ccmm_blocks(").replace(" = pcmm(", " = ccmm_blocks(")
+        if i.get("layout") == "mlwe":
+            text = text.replace(" = pcmm(", " = pcmm_mlwe(")
         if i.get("layout", "batch") == "packed":   # the same layers, executed as slot diagonal products
             text = text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
         if self.matmuls and i.get("layout", "batch") == "batch":
@@ -116,8 +126,8 @@ class Plan:
 class CompiledModel:
     def __init__(self, plan: Plan, steps, preset: str, params, input_shape, output_shape, batch_size: int,
                  top_level: int, options: dict, allow_insecure: bool, graph=None, layout: str = "batch"):
-        if layout not in ("batch", "packed", "blocked"):
-            raise ParameterError(f"layout must be 'batch', 'packed' or 'blocked', got {layout!r}")
+        if layout not in ("batch", "packed", "blocked", "mlwe"):
+            raise ParameterError(f"layout must be 'batch', 'packed', 'blocked' or 'mlwe', got {layout!r}")
         self.layout = layout
         self.plan, self.steps, self.preset, self.params = plan, steps, preset, params
         self.input_shape, self.output_shape = tuple(input_shape), tuple(output_shape)
@@ -127,6 +137,7 @@ class CompiledModel:
         self._ctx = None
         self._packed = None
         self._blocked = None
+        self._mlwe = None
         self._runner = None
         self.model_id = self._digest()
 
@@ -193,6 +204,25 @@ class CompiledModel:
                                    "keys from this model's keygen()")
 
     @property
+    def mlwe(self):
+        """The layout (A′) program (hemlp.compiler.mlwe.MlweProgram); None otherwise."""
+        if self.layout != "mlwe":
+            return None
+        if self._mlwe is None:
+            from hemlp.compiler.mlwe import MlweProgram
+
+            self._mlwe = MlweProgram(self.steps, self.params.N, self.batch_size, int(self.options["dft_depth"]),
+                                     top=self.top_level)
+        return self._mlwe
+
+    def _mlwe_runner(self):
+        if self._runner is None:
+            from hemlp.runtime.mlwe import MlweRunner
+
+            self._runner = MlweRunner(self.context, self.mlwe, self.weight_bits)
+        return self._runner
+
+    @property
     def packed(self):
         """The layout (P) slot program (hemlp.compiler.packed.PackedProgram); None in layout (A)."""
         if self.layout != "packed":
@@ -206,6 +236,8 @@ class CompiledModel:
     def prepare(self) -> float:
         """Server side, once after loading: encode the layout (P) weight diagonals (seconds spent).
         Layout (A) has nothing to prepare. run() prepares on first use otherwise."""
+        if self.layout == "mlwe":
+            return self._mlwe_runner().prepare()
         if self.layout != "packed":
             return 0.0
         return self._packed_runner().prepare()
@@ -221,7 +253,7 @@ class CompiledModel:
     def key_levels(self) -> dict:
         """{"relin": l, "rotation": l}: the highest ciphertext level at which the plan relinearises /
         rotates (None: never). keygen() generates each key for exactly that level, so it holds only
-        q_0..q_l and P instead of the whole chain."""
+        q_0..q_l and P instead of the whole chain. Layout (A′) adds "conjugation" and "modpack"."""
         relin = rot = None
         if self.layout == "blocked":
             prog = self.blocked
@@ -231,6 +263,10 @@ class CompiledModel:
             relin = max(lv) if lv else None
             if self.layout == "packed":
                 rot = self.packed.rotation_level()
+            if self.layout == "mlwe":
+                prog = self.mlwe
+                return dict(relin=relin if self.needs_relin else None, rotation=prog.rotation_level(),
+                            conjugation=prog.conjugation_level(), modpack=prog.modpack_level())
         return dict(relin=relin if self.needs_relin else None, rotation=rot)
 
     def keygen(self):
@@ -247,15 +283,38 @@ class CompiledModel:
             gk = ctx.rotation_keys(sk, self.packed.rotations(), level=lv["rotation"])
         if self.layout == "blocked":
             gk = ctx.rotation_keys(sk, self.blocked.rotations(), level=lv["rotation"])
-        return sk, EvalKeys(self.model_id, rlk, gk)
+        mp = None
+        if self.layout == "mlwe":
+            from hemlp import linalg
+
+            prog = self.mlwe
+            if prog.has_acts:   # the DFT rotations, plus the conjugation of the real / imaginary split
+                gk = ctx.rotation_keys(sk, prog.rotations(), level=lv["rotation"]).merge(
+                    ctx.conjugation_key(sk, level=lv["conjugation"]))
+            if prog.has_pcmm():
+                mp = linalg.modpack_keys(ctx, sk, prog.k, level=lv["modpack"])
+        return sk, EvalKeys(self.model_id, rlk, gk, mp)
 
     def _check_key_levels(self, eval_keys):
         """Keys built for lower levels than the plan uses them at fail here, before any work."""
         from hemlp.errors import LevelError
 
         lv = self.key_levels
-        for what, key, need, fix in (("relinearisation key", eval_keys.relin_key, lv["relin"], "relin_key"),
-                                     ("rotation keys", eval_keys.galois_keys, lv["rotation"], "rotation_keys")):
+        gk = eval_keys.galois_keys
+        checks = [("relinearisation key", eval_keys.relin_key, lv["relin"], "relin_key"),
+                  ("rotation keys", gk, lv["rotation"], "rotation_keys"),
+                  ("ModPack keys", getattr(eval_keys, "modpack_keys", None), lv.get("modpack"), "linalg.modpack_keys")]
+        if self.layout == "mlwe" and gk is not None:   # rotations and the conjugation are used at different levels
+            from types import SimpleNamespace
+
+            conj = self.context._e.conjugation_element()
+            lvs = gk.levels
+            rot = [v for g, v in lvs.items() if g != conj]
+            checks[1] = ("rotation keys", SimpleNamespace(level=min(rot) if rot else None), lv["rotation"],
+                         "rotation_keys")
+            checks.append(("conjugation key", SimpleNamespace(level=lvs.get(conj)), lv["conjugation"],
+                           "conjugation_key"))
+        for what, key, need, fix in checks:
             if key is not None and need is not None and key.level is not None and key.level < need:
                 raise LevelError(f"{what}: generated for levels <= {key.level}, but this model uses them at level "
                                  f"{need}; use keygen()'s eval_keys (or ctx.{fix}(sk, ..., level={need}))")
@@ -288,6 +347,8 @@ class CompiledModel:
             return self.packed.b * self.packed.groups
         if self.layout == "blocked":
             return self.batch_size
+        if self.layout == "mlwe":
+            return self.mlwe.d3
         slots = self.params.N // 2
         return -(-self.batch_size // slots) * slots
 
@@ -309,6 +370,13 @@ class CompiledModel:
             blocks = prog.split(x.reshape(x.shape[0], -1).T, bk, bn, rk, cn)
             cts = _flat(encrypt_blocks(ctx, blocks, key, prog.slots, self.top_level))
             ctm = linalg.CtMatrix(ctx, cts, (len(cts), ctx.slots), 1)
+            return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
+        if self.layout == "mlwe":   # rows (features) interleaved k per coefficient-encoded ciphertext
+            from hemlp.runtime.mlwe import input_scale
+
+            prog = self.mlwe
+            ctm = linalg.encrypt_matrix(self.context, prog.pack(x), key, format="mlwe", encoding="coeff",
+                                        level=self.top_level, scale=input_scale(self.context, prog))
             return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
         if self.layout == "packed":
             ctx = self.context
@@ -340,6 +408,9 @@ class CompiledModel:
                            for j in range(bn)] for a in range(bm)])
             m = prog.layers[-1].W.shape[0]
             return Y[:m, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
+        if self.layout == "mlwe":
+            rows = linalg.decrypt_matrix(self.context, ct.ctm, sk)     # (features, B') from the coefficients
+            return rows[:, : ct.batch].T.reshape((ct.batch,) + tuple(ct.shape))
         if self.layout == "packed":
             slots = np.stack([self.context.decrypt(c, sk) for c in ct.ctm.cts])
             prog = self.packed
@@ -408,6 +479,15 @@ class CompiledModel:
                 raise UnsupportedError("layout (C) (encrypted weights) runs in-process: use runtime='local'")
         elif weights is not None:
             raise TypeError("weights= is only for models compiled with encrypted_weights=True")
+        if self.layout == "mlwe":
+            for what, key in (("rotation keys", eval_keys.galois_keys), ("ModPack keys", eval_keys.modpack_keys)):
+                if key is not None and key.key_id != ct.key_id:
+                    raise KeyMismatchError(f"the {what} and the ciphertext come from different key pairs")
+            if runtime == "ray":
+                from hemlp.errors import UnsupportedError
+
+                raise UnsupportedError("layout (A') (MLWE, small batches) runs in-process: use runtime='local', or "
+                                       "compile with layout='batch' for a sharded large batch")
         if self.layout == "packed":
             if eval_keys.galois_keys is None and self.packed.rotations():
                 from hemlp.errors import MissingKeyError
@@ -426,6 +506,19 @@ class CompiledModel:
 
             hemlp.set_num_threads(threads)
         timings: dict = {}
+        if self.layout == "mlwe":
+            from hemlp.linalg import CtMatrix
+
+            prog = self.mlwe
+            if ct.ctm.format != "mlwe" or ct.ctm.shape[1] != prog.d3:
+                raise ShapeError(f"layout (A') input must be an MLWE matrix with {prog.d3} columns; encrypt it with "
+                                 "this model's encrypt()")
+            out = self._mlwe_runner().run(ct.ctm.cts, eval_keys.relin_key, eval_keys.galois_keys,
+                                          eval_keys.modpack_keys, timings)
+            ctm = CtMatrix(self.context, out, (prog.output.rows, prog.d3), 1, "mlwe")
+            result = EncryptedBatch(self.model_id, ctm, ct.batch, self.output_shape, "output")
+            result.layer_seconds = timings
+            return result
         if self.layout == "blocked":
             from hemlp.linalg import CtMatrix
             from hemlp.runtime.blocked import BlockedRunner, _flat
@@ -615,6 +708,35 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         params = Params.preset(info["name"])
     top = depth + reserve
     plan_levels(steps, top, pcmm_levels)
+    slots = params.N // 2
+    bs = int(batch_size) if batch_size is not None else slots
+    if bs < 1:
+        raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
+    if enc_w:
+        if opts["layout"] not in ("auto", "blocked"):
+            raise ParameterError("encrypted_weights=True uses layout (C); drop the layout option")
+        from hemlp.compiler.blocked import BlockedProgram
+
+        layout, estimates, prog = "blocked", {}, BlockedProgram(steps, slots, bs)
+    else:
+        mlwe_plan = None
+        if opts["layout"] == "mlwe" or (opts["layout"] == "auto" and batch_size is not None):
+            from hemlp.errors import LevelError, UnsupportedError
+
+            try:
+                mlwe_plan = _plan_mlwe(steps, bs, opts, max_out)
+            except (UnsupportedError, ShapeError, LevelError) as exc:
+                if opts["layout"] == "mlwe":
+                    raise
+                mlwe_plan = f"not possible: {exc}"
+        layout, estimates, prog = _choose_layout(opts["layout"], steps, params, bs, batch_size is not None, mlwe_plan)
+        if layout == "mlwe":   # its own preset and levels (CoeffToSlot / SlotToCoeff cost levels)
+            info, params, prog, reserve = mlwe_plan
+            depth, top = prog.depth, prog.top
+            prog.apply_levels()
+            opts["dft_depth"] = prog.dft_depth
+            slots = params.N // 2
+    chunks = -(-bs // slots)
     by_node = {}
     for s in steps:
         by_node.setdefault(s.node, []).append(s)
@@ -627,24 +749,11 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                 n.notes.append(f"(input map of {s.info['folded_affine']} folded in)")
             if s.op == "affine" and s.info.get("note"):
                 n.notes.append(s.info["note"])
-    slots = params.N // 2
-    bs = int(batch_size) if batch_size is not None else slots
-    if bs < 1:
-        raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
-    chunks = -(-bs // slots)
-    if enc_w:
-        if opts["layout"] not in ("auto", "blocked"):
-            raise ParameterError("encrypted_weights=True uses layout (C); drop the layout option")
-        from hemlp.compiler.blocked import BlockedProgram
-
-        layout, estimates, prog = "blocked", {}, BlockedProgram(steps, slots, bs)
-    else:
-        layout, estimates, prog = _choose_layout(opts["layout"], steps, params, bs, batch_size is not None)
     from hemlp.planner import grid_4d, obl, obl_bruteforce
 
     matmuls = []
     for s in steps:
-        if s.op != "pcmm":
+        if s.op != "pcmm" or layout == "mlwe":   # FHE4DMM grids serve layout (A)'s distributed runtime
             continue
         P = 1 if s.index is None else s.index.shape[1]
         m, k, n_ = s.U.shape[0], s.U.shape[1], P * chunks * slots
@@ -662,20 +771,25 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         plan_info.update(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
     if layout == "blocked":
         plan_info.update(blocked=prog.describe(), rotation_keys=len(prog.rotations()))
+    if layout == "mlwe":
+        plan_info.update(mlwe=prog.describe(), rotation_keys=len(prog.rotations()), modpack_keys=prog.k,
+                         counts=prog.counts(), dft_depth=prog.dft_depth)
     plan = Plan(g, steps, plan_info)
     inp, out = g.input, g.output
     store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items()
-                  if k in ("weight_bits", "activation_method", "activation_margin", "workers")}
+                  if k in ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")}
     cm = CompiledModel(plan, steps, info["name"], params, inp.shape, out.shape, bs, top, store_opts,
                        bool(opts["allow_insecure"]), layout=layout)
     cm._packed = prog if layout == "packed" else None
     cm._blocked = prog if layout == "blocked" else None
+    cm._mlwe = prog if layout == "mlwe" else None
     cm.reference = lambda xx: g.reference(np.asarray(xx, dtype=np.float64))[g.output.name]
     return cm
 
 
-def _choose_layout(layout: str, steps, params, batch: int, batch_given: bool):
-    """(layout, cost estimates, PackedProgram or None) for the layout option (see the module docstring)."""
+def _choose_layout(layout: str, steps, params, batch: int, batch_given: bool, mlwe=None):
+    """(layout, cost estimates, PackedProgram or None) for the layout option (see the module docstring).
+    mlwe: _plan_mlwe's result (or why layout (A′) is not possible) when "auto" should consider it."""
     from hemlp.compiler.packed import PackedProgram
     from hemlp.errors import UnsupportedError
 
@@ -683,19 +797,68 @@ def _choose_layout(layout: str, steps, params, batch: int, batch_given: bool):
         raise ParameterError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if layout == "batch" or (layout == "auto" and not batch_given):
         return "batch", {}, None
+    if layout == "mlwe":
+        return "mlwe", {}, None
+    from hemlp.planner.layouts import estimate_batch, estimate_mlwe, estimate_packed
+
+    est: dict = {"batch": estimate_batch(steps, params, batch)}
+    prog = None
     try:
         prog = PackedProgram(steps, params.N // 2, batch)
     except (UnsupportedError, ShapeError) as exc:
         if layout == "packed":
             raise
-        return "batch", {"packed": f"not possible: {exc}"}, None
+        est["packed"] = f"not possible: {exc}"
     if layout == "packed":
         return "packed", {}, prog
-    from hemlp.planner.layouts import estimate_batch, estimate_packed
-
-    est = {"batch": estimate_batch(steps, params, batch), "packed": estimate_packed(prog, steps, params)}
-    best = min(est, key=est.get)
+    if prog is not None:
+        est["packed"] = estimate_packed(prog, steps, params)
+    if isinstance(mlwe, tuple):
+        est["mlwe"] = estimate_mlwe(mlwe[2], mlwe[1])
+    elif mlwe is not None:
+        est["mlwe"] = mlwe
+    best = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
     return best, est, prog if best == "packed" else None
+
+
+def _plan_mlwe(steps, batch: int, opts: dict, max_out: float):
+    """Layout (A′): (preset info, Params, MlweProgram with levels set, output reserve) for the smallest preset
+    (compiler.params.candidates order, or the given preset) whose depth holds the program with its
+    CoeffToSlot / SlotToCoeff levels; LevelError naming the missing levels when none does."""
+    from hemlp.ckks import Params
+    from hemlp.compiler.mlwe import MlweProgram, dft_depth_candidates
+    from hemlp.compiler.params import candidates, choose_preset, output_reserve
+    from hemlp.errors import LevelError, UnsupportedError
+
+    allow = bool(opts["allow_insecure"])
+    if opts["preset"] is not None:
+        cands = [choose_preset(0, allow, opts["preset"])]      # validates the name and the security opt-in
+    else:
+        cands = candidates(allow)
+    last, unsupported = None, None
+    for p in cands:
+        params = Params.preset(p["name"])
+        ds = [int(opts["dft_depth"])] if opts["dft_depth"] is not None else dft_depth_candidates(params.N)
+        reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
+        for d in ds:
+            try:
+                prog = MlweProgram(steps, params.N, batch, d)
+            except UnsupportedError as exc:     # e.g. the batch does not fit this ring: try a larger one
+                unsupported = exc
+                break
+            if prog.depth + reserve <= p["depth"]:
+                prog.set_top(prog.depth + reserve)
+                return p, params, prog, reserve
+            if last is None or prog.depth + reserve - p["depth"] < last[0]:
+                last = (prog.depth + reserve - p["depth"], prog.depth, reserve, d, p)
+    if last is None:
+        raise unsupported
+    miss, depth, reserve, d, p = last
+    raise LevelError(f"layout (A') needs {depth + reserve} levels ({depth} for its layers, including 2 x {d} per "
+                     "activation block for CoeffToSlot / SlotToCoeff" + (f", + {reserve} kept for the output's "
+                     "magnitude" if reserve else "") + f") but preset {p['name']!r} has {p['depth']}: {miss} level(s) "
+                     "missing. Use layout='batch' or 'packed' (no DFT levels), square activations or lower "
+                     "activation degrees, fewer activation layers" + (", or a deeper preset" if opts["preset"] else ""))
 
 
 def load(path) -> CompiledModel:

@@ -472,19 +472,63 @@ def _pcmm_msrlwe(U: np.ndarray, C: CtMatrix, weight_bits: int, bias, rescale: bo
 class ModPackKeys:
     """Keys s_v(X^k) -> s (v < k) that re-interleave MLWE product rows into RLWE ciphertexts."""
 
-    __slots__ = ("_keys", "k", "key_id")
+    __slots__ = ("_keys", "k", "key_id", "_ctx")
 
-    def __init__(self, keys, k: int):
-        self._keys, self.k = keys, k
+    def __init__(self, keys, k: int, ctx: Context | None = None):
+        self._keys, self.k, self._ctx = keys, k, ctx
         self.key_id = keys[0].key_id
 
+    level = property(lambda self: min(key.level for key in self._keys))
+    nbytes = property(lambda self: sum(key.nbytes for key in self._keys))
+
     def __repr__(self):
-        return f"ModPackKeys(k={self.k})"
+        return f"ModPackKeys(k={self.k}, level={self.level})"
+
+    def to_bytes(self) -> bytes:
+        """The k switching keys (b-halves; the a-halves as seeds) in one serialised container."""
+        if self._ctx is None:
+            raise SerializationError("these ModPack keys were made without a context; use linalg.modpack_keys")
+        arrays, seeds, levels = [], [], []
+        for key in self._keys:
+            bs, ss = self._ctx._e.export_switch_key(key)
+            arrays.extend(bs)
+            seeds.extend(x.hex() for x in ss)
+            levels.append(int(key.level))
+        return ser.pack("galois_keys", self._ctx.hash, dict(key_id=f"{self.key_id:016x}", seeds=seeds,
+                                                             galois=[0] * self.k, levels=levels, modpack=self.k),
+                        arrays)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, ctx: Context) -> "ModPackKeys":
+        _, _, h, arrays = ser.unpack(data, ctx.hash, "galois_keys")
+        k, levels, seeds = h.get("modpack"), h.get("levels"), h.get("seeds")
+        if not (isinstance(k, int) and k >= 2 and isinstance(levels, list) and len(levels) == k
+                and isinstance(seeds, list) and len(seeds) == len(arrays)):
+            raise SerializationError("ModPack keys: the header does not match the data; the file is corrupted")
+        try:
+            kid = int(ser.field(h, "key_id", str), 16)
+        except ValueError:
+            raise SerializationError("ModPack keys: malformed key id") from None
+        keys, off = [], 0
+        for lv in levels:
+            if isinstance(lv, bool) or not isinstance(lv, int) or not 0 <= lv <= ctx.max_level:
+                raise SerializationError(f"ModPack keys: invalid key level {lv!r}; the file is corrupted")
+            dg = ctx.params._p.num_digits(lv)
+            if off + dg > len(arrays):
+                raise SerializationError("ModPack keys: fewer arrays than the key levels need; the file is corrupted")
+            keys.append(ctx._e.import_switch_key(list(arrays[off:off + dg]), [bytes.fromhex(x) for x in
+                                                                                seeds[off:off + dg]], kid, 0, lv))
+            off += dg
+        if off != len(arrays):
+            raise SerializationError("ModPack keys: more arrays than the key levels need; the file is corrupted")
+        return cls(keys, k, ctx)
 
 
-def modpack_keys(ctx: Context, sk: SecretKey, k: int) -> ModPackKeys:
-    """Evaluation keys for MLWE(k) products (client makes them from the secret key)."""
-    return ModPackKeys(_core.modpack_keys(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), int(k)), int(k))
+def modpack_keys(ctx: Context, sk: SecretKey, k: int, level: int | None = None) -> ModPackKeys:
+    """Evaluation keys for MLWE(k) products (client makes them from the secret key), usable for
+    products of ciphertexts at levels <= `level` (None: every level; a lower level gives smaller keys)."""
+    lv = ctx._key_level(level)
+    return ModPackKeys(_core.modpack_keys(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), int(k), lv), int(k), ctx)
 
 
 def _mlwe_k(ctx: Context, d3: int) -> int:

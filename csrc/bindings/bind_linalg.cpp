@@ -185,9 +185,11 @@ void bind_msrlwe(py::module_& m) {
 #include "pcmm/mlwe.h"
 
 void bind_mlwe(py::module_& m) {
-  m.def("modpack_keys", [](const hemlp::Engine& e, const hemlp::SecretKey& sk, int k) {
-    return hemlp::pcmm::modpack_keys(e.ctx, sk, k);
-  }, py::call_guard<py::gil_scoped_release>());
+  m.def("modpack_keys", [](const hemlp::Engine& e, const hemlp::SecretKey& sk, int k, int level) {
+    if (level < -1 || level > e.ctx.max_level())
+      hemlp::fail(hemlp::ErrorKind::Parameter, "ModPack keys: level outside the modulus chain");
+    return hemlp::pcmm::modpack_keys(e.ctx, sk, k, level);
+  }, py::arg("engine"), py::arg("sk"), py::arg("k"), py::arg("level") = -1, py::call_guard<py::gil_scoped_release>());
   m.def("pcmm_mlwe", [](const hemlp::Engine& e, const hemlp::pcmm::ModGemmPlan& plan,
                         std::vector<const hemlp::Ciphertext*> inputs, int k, int64_t K, double factor,
                         const std::vector<hemlp::SwitchKey>& keys) {

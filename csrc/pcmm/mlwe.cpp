@@ -9,7 +9,7 @@
 
 namespace hemlp::pcmm {
 
-std::vector<SwitchKey> modpack_keys(const Context& ctx, const SecretKey& sk, int k) {
+std::vector<SwitchKey> modpack_keys(const Context& ctx, const SecretKey& sk, int k, int level) {
   const size_t n = ctx.n();
   if (k < 2 || (size_t)k > n || n % (size_t)k) fail(ErrorKind::Parameter, "ModPack keys: k must divide N and be >= 2");
   if (sk.param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "secret key of another parameter set");
@@ -19,7 +19,7 @@ std::vector<SwitchKey> modpack_keys(const Context& ctx, const SecretKey& sk, int
   for (int v = 0; v < k; ++v) {
     std::vector<int8_t> sv(n, 0);  // s_v(X^k): coefficient t*k holds s[t*k + v]
     for (size_t t = 0; t < d3; ++t) sv[t * k] = sk.coeffs[t * k + v];
-    SwitchKey key = kg.switch_key(sk, small_to_ntt_qp(ctx, sv));
+    SwitchKey key = kg.switch_key(sk, small_to_ntt_qp(ctx, sv), level);
     key.galois = 0;
     out.push_back(std::move(key));
   }

