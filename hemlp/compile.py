@@ -814,11 +814,30 @@ def _choose_layout(layout: str, steps, params, batch: int, batch_given: bool, ml
     if prog is not None:
         est["packed"] = estimate_packed(prog, steps, params)
     if isinstance(mlwe, tuple):
-        est["mlwe"] = estimate_mlwe(mlwe[2], mlwe[1])
+        kb = _modpack_key_bytes(mlwe[1], mlwe[2])
+        if layout == "auto" and kb > MLWE_AUTO_MAX_KEY_BYTES:   # a time estimate alone would ignore the keys
+            est["mlwe"] = (f"not chosen: its {mlwe[2].k} ModPack keys alone take ~{kb / 1e9:.1f} GB (auto stays "
+                           f"under {MLWE_AUTO_MAX_KEY_BYTES / 1e9:.0f} GB; layout='mlwe' forces it)")
+        else:
+            est["mlwe"] = estimate_mlwe(mlwe[2], mlwe[1])
     elif mlwe is not None:
         est["mlwe"] = mlwe
     best = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
     return best, est, prog if best == "packed" else None
+
+
+#: layout="auto" does not pick layout (A′) when its ModPack keys alone would exceed this (k = N/B' full
+#: key-switching keys: a small batch in a large ring costs gigabytes of keys, which the time estimate ignores)
+MLWE_AUTO_MAX_KEY_BYTES = 4e9
+
+
+def _modpack_key_bytes(params, prog) -> int:
+    """Upper bound of layout (A′)'s ModPack key bytes: k keys at the program's top level (b-halves; the a-halves
+    are seeds)."""
+    if not prog.has_pcmm():
+        return 0
+    top = prog.top if prog.top is not None else params.max_level
+    return prog.k * params._p.num_digits(top) * (top + 1 + len(params.p)) * params.N * 8
 
 
 def _plan_mlwe(steps, batch: int, opts: dict, max_out: float):

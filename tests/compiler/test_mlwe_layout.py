@@ -183,6 +183,25 @@ def test_auto_considers_mlwe_and_prints_the_estimates():
     assert res.layout != "mlwe" and str(res.plan.info["layout_estimates"]["mlwe"]).startswith("not possible")
 
 
+def test_auto_skips_mlwe_whose_modpack_keys_exceed_the_budget(monkeypatch):
+    """The time estimate ignores key size: auto leaves (A') to layout='mlwe' when its k ModPack keys would exceed
+    hemlp.compile.MLWE_AUTO_MAX_KEY_BYTES (here lowered below the 8 keys of this model), and says so."""
+    import hemlp.compile as hc
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 10)).eval()
+    x = _x(512, 64)
+    monkeypatch.setattr(hc, "MLWE_AUTO_MAX_KEY_BYTES", 1e5)
+    cm = hemlp.compile(model, x, batch_size=512, allow_insecure=True, preset=PRESET)
+    note = cm.plan.info["layout_estimates"]["mlwe"]
+    assert cm.layout != "mlwe" and isinstance(note, str) and "8 ModPack keys" in note and "layout='mlwe'" in note
+    forced = hemlp.compile(model, x, batch_size=512, allow_insecure=True, preset=PRESET, layout="mlwe")
+    assert forced.layout == "mlwe"
+    sk, ek = forced.keygen()
+    want = hc._modpack_key_bytes(forced.params, forced.mlwe)
+    got = ek.modpack_keys.nbytes
+    assert 0 < got <= want                                          # the bound holds for the keys made
+
+
 def test_input_shape_and_foreign_keys():
     lin = lambda seed: mlp(dims=(64, 10), seed=seed)    # noqa: E731
     x = _x(200, 64)
