@@ -327,3 +327,22 @@ def test_step_by_step_fallback(local_ray, mlp_case, monkeypatch):
     out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
     assert same(out, c["ref"])
     assert "group" not in next(iter(st.values())) and {v["op"] for v in st.values()} == {"pcmm", "square"}
+
+
+def test_task_side_metadata_of_pipelined_waves():
+    """Blocks of a wave still running name their producer's meta ref: a task resolves ("arg", k, a, b) to the
+    metas a:b of its k-th meta argument, and a PCMM task derives its input metadata and output scale from them,
+    refusing rows that disagree or a level other than the plan's (typed, as the driver's check on the input)."""
+    from hemlp.errors import LevelError
+
+    metas = [(3, 2.0 ** 40, 8192, 0, False, 7)] * 4 + [(3, 2.0 ** 40 * (1 + 2 ** -20), 8192, 0, False, 7)]
+    dicts = ({"metas": metas[:2]}, {"metas": metas})
+    assert ray_models._resolve_metas(("arg", 1, 1, 3), dicts) == metas[1:3]
+    assert ray_models._resolve_metas(("arg", 0, None, None), dicts) == metas[:2]
+    assert ray_models._resolve_metas(metas[:1], dicts) == metas[:1]      # known metas pass through
+    got = ray_models._pcmm_in_meta(None, dict(level=3, factor=3.0), [metas[:2], metas[2:4]])
+    assert got == dict(in_meta=metas[0], scale_out=3.0 * 2.0 ** 40)
+    with pytest.raises(LevelError, match="share level, scale"):
+        ray_models._pcmm_in_meta(None, dict(level=3, factor=3.0), [metas[:2], metas[3:]])   # a scale differs
+    with pytest.raises(LevelError, match="level 3, the plan expects 4"):
+        ray_models._pcmm_in_meta(None, dict(level=4, factor=3.0), [metas[:2]])
