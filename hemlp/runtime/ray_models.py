@@ -512,7 +512,7 @@ def _resolve_metas(m, meta_dicts) -> list:
     return m
 
 
-def _pcmm_in_meta(ctx, spec, metas_per_block) -> dict:
+def _pcmm_in_meta(spec, metas_per_block) -> dict:
     """The PCMM's input metadata from its input blocks (all rows must share level, scale, encoding and key) and
     what follows from it: in_meta and the output scale (scale x delta K; the rescale divides by q_level)."""
     allm = [m for ms in metas_per_block for m in ms]
@@ -558,7 +558,9 @@ def _group_task(spec: dict, *arrays):
         meta_dicts = ()
     descs = [(d, _resolve_metas(m, meta_dicts)) for d, m in spec["inputs"]]
     if spec.get("factor") is not None:  # a PCMM: its input's metadata is known here, not at submission
-        spec = dict(spec, **_pcmm_in_meta(ctx, spec, [_resolve_metas(m, meta_dicts) for m in spec["meta_inputs"]]))
+        src = ([_resolve_metas(m, meta_dicts) for m in spec["meta_inputs"]] if "meta_inputs" in spec  # reduce tasks
+               else [m for _, m in descs])
+        spec = dict(spec, **_pcmm_in_meta(spec, src))
 
     def finish(outs, metas=None):
         meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(map(_nbytes, arrays)),
@@ -888,7 +890,7 @@ class RayProgram:
         if meta[0] == 0:
             raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
         if all(b.metas is not None for b in X.blocks):  # the client's input: checked before any task (tasks check
-            _pcmm_in_meta(ctx, dict(level=meta[0], factor=1.0), [b.metas for b in X.blocks])  # computed blocks)
+            _pcmm_in_meta(dict(level=meta[0], factor=1.0), [b.metas for b in X.blocks])  # computed blocks)
         Uq, delta = linalg.quantize(U, weight_bits)
         K = max(1, round(ctx.modulus(meta[0]) / delta))
         bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
@@ -929,7 +931,6 @@ class RayProgram:
                         margs: list = []
                         inputs = [(b.desc, self._meta_spec(b, margs)) for b in inb]
                         spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows, parts=g, inputs=inputs,
-                                    meta_inputs=[m for _, m in inputs],
                                     index=None if index is None else index[red], ops=[])
                         args = [b.refs[p] for b in inb for p in g]
                         if pk == 1:
@@ -961,7 +962,7 @@ class RayProgram:
                             for k, p in enumerate(g):
                                 args.append(refs[sidx * len(g) + k])
                                 piece_parts.append(p)
-                        margs = []
+                        margs = []  # no input blocks: the input's metadata from one of its blocks
                         spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
                                     meta_inputs=[self._meta_spec(X.blocks[0], margs)],
                                     ops=[(name, op.rows(*pr)) for name, op in fused])

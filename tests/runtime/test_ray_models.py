@@ -340,9 +340,9 @@ def test_task_side_metadata_of_pipelined_waves():
     assert ray_models._resolve_metas(("arg", 1, 1, 3), dicts) == metas[1:3]
     assert ray_models._resolve_metas(("arg", 0, None, None), dicts) == metas[:2]
     assert ray_models._resolve_metas(metas[:1], dicts) == metas[:1]      # known metas pass through
-    got = ray_models._pcmm_in_meta(None, dict(level=3, factor=3.0), [metas[:2], metas[2:4]])
+    got = ray_models._pcmm_in_meta(dict(level=3, factor=3.0), [metas[:2], metas[2:4]])
     assert got == dict(in_meta=metas[0], scale_out=3.0 * 2.0 ** 40)
     with pytest.raises(LevelError, match="share level, scale"):
-        ray_models._pcmm_in_meta(None, dict(level=3, factor=3.0), [metas[:2], metas[3:]])   # a scale differs
+        ray_models._pcmm_in_meta(dict(level=3, factor=3.0), [metas[:2], metas[3:]])   # a scale differs
     with pytest.raises(LevelError, match="level 3, the plan expects 4"):
-        ray_models._pcmm_in_meta(None, dict(level=4, factor=3.0), [metas[:2]])
+        ray_models._pcmm_in_meta(dict(level=4, factor=3.0), [metas[:2]])
