@@ -56,6 +56,10 @@ def add_arguments(p) -> None:
                    help="pcmm: one PCMM (default); mlp: a compiled MLP end to end, per layer")
     p.add_argument("--dims", default="784,128,64,10", help="--model mlp: layer widths")
     p.add_argument("--batch", type=int, default=None, help="--model mlp: batch size (default: the slot count)")
+    p.add_argument("--back-to-back", type=int, default=3, help="--model mlp: then this many Ray runs with the most "
+                   "workers one right after the other (a batch job's case), timed on their own")
+    p.add_argument("--ray-default-frees", action="store_true", help="start Ray with its default one-second batching "
+                   "of object frees instead of hemlp's LOCAL_SYSTEM_CONFIG (to measure what that setting does)")
     p.add_argument("--json", default=None)
 
 
@@ -209,7 +213,7 @@ def main_mlp(args) -> int:
     from hemlp.runtime.ray_runtime import LOCAL_SYSTEM_CONFIG
 
     ray.init(address="local", num_cpus=max(workers), include_dashboard=False, log_to_driver=False,
-             _system_config=LOCAL_SYSTEM_CONFIG)
+             _system_config=None if args.ray_default_frees else LOCAL_SYSTEM_CONFIG)
 
     modes = [("local", th) for th in (1, 2)] + [("ray", w) for w in workers]
     runs = {m: [] for m in modes}  # (seconds, layer_seconds, stats)
@@ -237,6 +241,14 @@ def main_mlp(args) -> int:
         loads.append(report.load_average())
         print(f"  round {rep + 1}/{warmup + args.repeats}" + (" (warm-up)" if rep < warmup else "")
               + f", load average {loads[-1]}", flush=True)
+    back = []  # (seconds, input put seconds) of Ray runs one right after the other
+    for _ in range(max(0, args.back_to_back)):
+        st = {}
+        hemlp.set_num_threads(1)
+        t0 = time.perf_counter()
+        out = cm.run(ct, ek, runtime="ray", num_workers=max(workers), stats=st, grid=mlp_grid)
+        back.append((time.perf_counter() - t0, st[input_name]["seconds"]))
+        del out
     ray.shutdown()
     med = statistics.median
     results = []
@@ -355,11 +367,19 @@ def main_mlp(args) -> int:
                           _mb(g["eq5_literal_bytes"]) if "eq5_literal_bytes" in g else ""])
     report.table(["group", "grid", "read", "written", "measured", "model", "measured/model", "eq. (5) literal"],
                  brows, title="object-store bytes per layer (tasks' arguments and returns, driver puts)")
+    if back:
+        summary["back_to_back_s"] = med(b[0] for b in back)
+        summary["back_to_back_input_put_s"] = med(b[1] for b in back)
+        print(f"{len(back)} Ray runs ({max(workers)} workers) one right after the other"
+              f"{' (Ray default frees)' if args.ray_default_frees else ''}: "
+              + ", ".join(f"{b[0]:.2f} s (input put {b[1]:.2f} s)" for b in back))
     for k, v in summary.items():
         print(f"{k}: {v if isinstance(v, dict) else round(v, 4)}")
     if args.json:
         report.write_json(args.json, "ray", {"model": "mlp", "dims": dims, "batch": batch, "preset": cm.preset,
                                              "weight_bits": cm.weight_bits, "layers": kinds, "results": results,
                                              "summary": summary, "warmup": warmup, "repeats": args.repeats,
-                                             "load_average_before": la0, "load_average_rounds": loads})
+                                             "load_average_before": la0, "load_average_rounds": loads,
+                                             "back_to_back": [dict(seconds=b[0], input_put_s=b[1]) for b in back],
+                                             "ray_default_frees": bool(args.ray_default_frees)})
     return 0 if all(r["bit_identical"] for r in results) else 1

@@ -121,3 +121,22 @@ def test_bench_peers_core(tmp_path):
         for peer in ("openfhe", "tenseal"):
             if "error" not in run["peers"][peer]:
                 assert run["ratios_hemlp_over_peer"][peer]["mul"] > 0
+
+
+def test_ray_mlp_smoke(tmp_path):
+    """bench ray --model mlp end to end on a tiny insecure chain: every mode bit-identical, the object-store bytes
+    equal to the model, and the back-to-back Ray runs recorded."""
+    pytest.importorskip("ray")
+    out = tmp_path / "ray.json"
+    r = _run(["-m", "hemlp.bench", "ray", "--model", "mlp", "--preset", "test-N12", "--allow-insecure",
+              "--dims", "16,8,4", "--batch", "64", "--repeats", "1", "--warmup", "0", "--back-to-back", "2",
+              "--json", str(out)])
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert {x["label"] for x in doc["results"]} >= {"local, 1 thread(s)", "Ray, 2 worker(s)"}
+    assert all(x["bit_identical"] for x in doc["results"])
+    for x in doc["results"]:
+        for g in x.get("groups", {}).values():
+            assert g["bytes_vs_model"] == pytest.approx(1.0)
+    assert len(doc["back_to_back"]) == 2 and all(b["seconds"] > b["input_put_s"] > 0 for b in doc["back_to_back"])
+    assert doc["summary"]["back_to_back_s"] > 0 and "one right after the other" in r.stdout
