@@ -112,6 +112,11 @@ class Params:
     hash = property(lambda self: self._p.hash_hex)
     log_scale = property(lambda self: self._p.spec.log_scale)
 
+    def switch_key_bytes(self, level: int) -> int:
+        """Bytes of one key-switching key generated for `level` (a relinearisation, rotation or ModPack key):
+        num_digits(level) digits of (level + 1 + |P|) limbs of N words; the a-halves travel as seeds."""
+        return self._p.num_digits(level) * (level + 1 + len(self.p)) * self.N * 8
+
     def __repr__(self):
         sec = "128-bit" if self.is_128_bit_secure else "INSECURE"
         return (f"Params({self.name}: N=2^{self.log_n}, depth={self.max_level}, log QP={self.log_qp:.1f} "

@@ -837,7 +837,7 @@ def _modpack_key_bytes(params, prog) -> int:
     if not prog.has_pcmm():
         return 0
     top = prog.top if prog.top is not None else params.max_level
-    return prog.k * params._p.num_digits(top) * (top + 1 + len(params.p)) * params.N * 8
+    return prog.k * params.switch_key_bytes(top)
 
 
 def _plan_mlwe(steps, batch: int, opts: dict, max_out: float):

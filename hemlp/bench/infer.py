@@ -184,11 +184,10 @@ def _single_image(hemlp, model, tr, xb, plain, opts, n_images: int) -> dict:
 
 def eval_key_bytes_estimate(compiled) -> int:
     """Bytes of the evaluation keys keygen() would make (b-halves; a-halves are seeds), from the key levels."""
-    p, N = compiled.params, compiled.params.N
-    P = len(p.p)
+    p = compiled.params
 
     def one(level):
-        return 0 if level is None else p._p.num_digits(level) * (level + 1 + P) * N * 8
+        return 0 if level is None else p.switch_key_bytes(level)
 
     lv = compiled.key_levels
     total = one(lv["relin"]) if compiled.needs_relin else 0

@@ -161,7 +161,7 @@ def test_key_sizes_follow_the_formula(name, t12, d6):
     for level in range(ctx.max_level + 1):
         rlk = ctx.relin_key(k.sk, level=level)
         gk = ctx.rotation_keys(k.sk, steps, level=level)
-        assert rlk.nbytes == key_bytes(ctx, level)
+        assert rlk.nbytes == key_bytes(ctx, level) == ctx.params.switch_key_bytes(level)
         assert gk.nbytes == len(steps) * key_bytes(ctx, level)
         for obj, payload in ((rlk, key_bytes(ctx, level)), (gk, len(steps) * key_bytes(ctx, level))):
             blob = obj.to_bytes()
