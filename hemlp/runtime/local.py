@@ -15,7 +15,7 @@ import numpy as np
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, matmul_index
 
-__all__ = ["simulate", "run", "LocalExecutor", "ElementwiseOp", "elementwise"]
+__all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise"]
 
 
 def _range_check(step, u):
@@ -254,6 +254,34 @@ def _square_many(ctx, C, op: ElementwiseOp, relin_key):
     return CtMatrix(C.ctx, ys, C.shape, C.chunks, C.format)
 
 
+def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int):
+    """One step of a lowered program on ciphertexts: its output CtMatrix from the values it reads (vals, by
+    name). The one definition of each step's arithmetic in process; Ray's node-local tasks run it too."""
+    x = vals[s.inputs[0]]
+    if s.op == "pcmm":
+        if s.index is None:
+            y = ex.pcmm(s.U, x, bias=s.bias, weight_bits=weight_bits, step=s.out)
+        else:
+            y = ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=weight_bits, step=s.out)
+    elif s.op in ("square", "poly", "affine"):
+        y = ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
+    elif s.op == "add":
+        y = _add(ctx, x, vals[s.inputs[1]], s.level_out)
+    elif s.op in ("mul", "matmul"):
+        y = ct_products(ctx, s, x, vals[s.inputs[1]], relin_key)
+    elif s.op == "perm":
+        from hemlp.linalg import CtMatrix
+
+        ch = x.chunks
+        y = CtMatrix(ctx, [x.cts[r * ch + c] for r in s.index for c in range(ch)], (len(s.index), x.shape[1]),
+                     ch, x.format)
+    elif s.op in ("alias", "output"):
+        y = x
+    else:
+        raise AssertionError(s.op)
+    return y
+
+
 def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None):
     """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix.
     timings (optional): filled with the wall-clock seconds of every step, by step name.
@@ -273,29 +301,8 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
                 C = _map_cts(C, lambda r, ct: ctx.drop_level(ct, s.level_out))
             vals[s.out] = C
             continue
-        x = vals[s.inputs[0]]
         t0 = time.perf_counter()
-        if s.op == "pcmm":
-            if s.index is None:
-                y = ex.pcmm(s.U, x, bias=s.bias, weight_bits=weight_bits, step=s.out)
-            else:
-                y = ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=weight_bits, step=s.out)
-        elif s.op in ("square", "poly", "affine"):
-            y = ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
-        elif s.op == "add":
-            y = _add(ctx, x, vals[s.inputs[1]], s.level_out)
-        elif s.op in ("mul", "matmul"):
-            y = ct_products(ctx, s, x, vals[s.inputs[1]], relin_key)
-        elif s.op == "perm":
-            from hemlp.linalg import CtMatrix
-
-            ch = x.chunks
-            y = CtMatrix(ctx, [x.cts[r * ch + c] for r in s.index for c in range(ch)], (len(s.index), x.shape[1]),
-                         ch, x.format)
-        elif s.op in ("alias", "output"):
-            y = x
-        else:
-            raise AssertionError(s.op)
+        y = run_step(ctx, s, vals, ex, relin_key, weight_bits)
         if s.op not in ("alias", "output", "add", "perm") and y.level != s.level_out:
             raise AssertionError(f"step {s.out}: level {y.level}, planned {s.level_out}")
         if timings is not None and s.op not in ("alias", "output"):

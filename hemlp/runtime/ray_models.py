@@ -21,6 +21,7 @@ referenced by the driver, so a worker killed mid-layer is re-run and the result 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 
 import numpy as np
@@ -320,6 +321,14 @@ def _import_block(ctx, cells: dict, parts, desc, metas, rows, cols) -> None:
     ra, rb, ca, cb = max(r0, rows[0]), min(r1, rows[1]), max(c0, cols[0]), min(c1, cols[1])
     if ra >= rb or ca >= cb:
         return
+    if isinstance(parts[0], list):  # a ct-major input part: (limbs, N) arrays, row-major over rows x chunks
+        for r in range(ra, rb):
+            for j in range(ca, cb):
+                k = (r - r0) * nc + (j - c0)
+                m = metas[k]
+                obj = ctx._e.import_ciphertext([parts[0][k], parts[1][k]], m[0], m[1], m[2], m[3], m[4], m[5], None)
+                cells[r, j] = ctx._w(Ciphertext, obj)
+        return
     sel = [metas[(r - r0) * nc + (j - c0)] for r in range(ra, rb) for j in range(ca, cb)]
     if all(m == sel[0] for m in sel):  # one native call for the range: one copy per polynomial, range-checked
         objs = _core.cts_from_parts(ctx._e, parts[0][:, ra - r0: rb - r0, ca - c0: cb - c0],
@@ -565,10 +574,12 @@ def _group_task(spec: dict, *arrays):
     def finish(outs, metas=None):
         meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(map(_nbytes, arrays)),
                     key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
-                    wave=spec["wave"], seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                    wave=spec["wave"], pid=os.getpid(), seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
                     span=(wall_start, time.time()))
         return (*outs, meta)
 
+    if kind == "segment":
+        return finish(*_segment_run(ctx, spec, arrays, descs, rlk, secs, levels))
     if kind in ("pcmm", "partial"):
         parts = spec["parts"]
         n = len(parts)
@@ -633,6 +644,55 @@ def _group_task(spec: dict, *arrays):
     last = spec["ops"][-1][0] if spec["ops"] else head
     secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
     return finish([out[0], out[1]], [_meta_of(o) for o in objs])
+
+
+def _pieces(rows: int, n: int) -> list:
+    """rows split into min(rows, n) contiguous (a, b) ranges, as the grids split them."""
+    from hemlp.runtime.ray_runtime import _splits
+
+    return [(r.start, r.stop) for r in _splits(rows, max(1, min(rows, n)))]
+
+
+def _segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
+    """A node-local task's steps (RayProgram._segment_wave): its input values imported from their blocks (its
+    rows only for a split elementwise chain), the steps run by local.run_step on spec["threads"] native threads
+    (the in-process arithmetic, so the same bits), then the output values exported part by part."""
+    from hemlp.linalg import CtMatrix
+    from hemlp.runtime.local import LocalExecutor, run_step
+
+    t0 = time.perf_counter()
+    rows, vals, k = spec["out_rows"], {}, 0
+    for name, nb, shape, chunks in spec["values"]:
+        blocks = [((arrays[2 * i], arrays[2 * i + 1]), *descs[i]) for i in range(k, k + nb)]
+        k += nb
+        rr = rows if rows is not None else (0, shape[0])
+        vals[name] = CtMatrix(ctx, _import_range(ctx, blocks, rr, (0, chunks)), (rr[1] - rr[0], shape[1]), chunks,
+                              "rlwe")
+    secs["_import"] = time.perf_counter() - t0
+    ex = LocalExecutor()
+    for s in spec["steps"]:
+        t0 = time.perf_counter()
+        if s.op in _ELEMENTWISE and rows is not None:  # rows r0:r1 of the chain: per-row constants of those rows
+            y = ex.map_cts(ctx, vals[s.inputs[0]], ElementwiseOp.from_step(s).rows(*rows), rlk, step=s.out)
+        else:
+            y = run_step(ctx, s, vals, ex, rlk, spec["bits"])
+        vals[s.out] = y
+        secs[s.out] = secs.get(s.out, 0.0) + time.perf_counter() - t0
+        if s.op not in ("alias", "add"):
+            levels[s.out] = y.level
+    t0 = time.perf_counter()
+    outs, metas = [], []
+    for name in spec["outputs"]:  # in row pieces, so that a next task reads only the rows it needs
+        C = vals[name]
+        objs = [ct._obj for ct in C.cts]
+        nc = C.chunks
+        for a, b in _pieces(len(objs) // nc, spec["n_pieces"]):
+            out = _export(objs[a * nc: b * nc], b - a, nc, ctx.N)
+            outs += [out[0], out[1]]
+        metas += [_meta_of(o) for o in objs]
+    last = spec["steps"][-1].out
+    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
+    return outs, metas
 
 
 def _add_mod_limbs(a: np.ndarray, b: np.ndarray, qv: np.ndarray) -> np.ndarray:
@@ -704,6 +764,21 @@ class _Wave:
 _ELEMENTWISE = ("square", "poly", "affine")
 _SUPPORTED = ("input", "pcmm", "add", "alias", "output") + _ELEMENTWISE
 
+#: RayProgram's choice between sharding a PCMM on its grid and running it in a node-local task (see _sharded).
+#: Measured on the 2-core reference VM (bench ray --model mlp): one more wave of dependent tasks costs about 5 ms
+#: of Ray's dispatch, and a task copies its returns into the store at about 6 GB/s.
+RAY_WAVE_SECONDS = 0.005
+RAY_STORE_COPY_BYTES_PER_S = 6e9
+#: a PCMM is sharded when one more wave costs at most this share of its work per worker
+RAY_SHARD_MAX_OVERHEAD = 0.1
+
+
+def _node_threads(ray, num_workers: int) -> int:
+    """Threads (and CPUs) of a node-local task: the fewest CPUs of an alive node that has any, so that the task
+    fits on every node, and at most num_workers."""
+    cpus = [int(n["Resources"]["CPU"]) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) >= 1]
+    return max(1, min([int(num_workers)] + cpus))
+
 
 def _store_grid(g, d1: int, c: int, d2: int, num_workers: int, parts_ok: bool, default) -> tuple:
     """A validated (p_m, p_n, p_k, p_s) from a planner Grid / 3- or 4-tuple (p_s = 1 if absent) or default()."""
@@ -766,6 +841,7 @@ class RayProgram:
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
                  threads_per_task: int = 1):
         _ray_driver_init(self, num_workers, grid, cts_per_task, threads_per_task)
+        self.node_threads = _node_threads(self.ray, self.num_workers)
 
     # hooks (tests inject faults here)
     def _layer_start(self, name: str) -> None:
@@ -817,12 +893,16 @@ class RayProgram:
         self._t_ready = time.time()  # the first wave's time starts after the put
         return _Dist((d, C.shape[1]), c, blocks)
 
-    def _submit(self, num_returns: int, spec: dict, *args, metas: list = ()):
+    def _submit(self, num_returns: int, spec: dict, *args, metas: list = (), cpus: int = 1):
         """One group task, spread over the nodes. metas: the meta refs its spec names ("arg", k, ..): passed after
-        the arrays, so the task waits for them as for its arrays and the driver never waits between waves."""
+        the arrays, so the task waits for them as for its arrays and the driver never waits between waves.
+        cpus: the CPUs it holds (= its native threads, spec["threads"])."""
         if metas:
             spec = dict(spec, n_meta=len(metas))
-        return _group_remote(num_returns).options(scheduling_strategy="SPREAD").remote(spec, *args, *metas)
+        opts = dict(scheduling_strategy="SPREAD")
+        if cpus != 1:
+            opts["num_cpus"] = cpus
+        return _group_remote(num_returns).options(**opts).remote(spec, *args, *metas)
 
     @staticmethod
     def _meta_spec(b: "_Block", metas: list):
@@ -860,6 +940,92 @@ class RayProgram:
         return _store_grid(g, d1, c, d2, self.num_workers, parts_ok, default=lambda: grid_store(
             d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P, parts=2 if parts_ok else 1,
             deferred_H=deferred_H).dims4)
+
+    def _sharded(self, ctx, s, chunks: int) -> bool:
+        """Whether PCMM step s runs on its grid (tasks of one thread each over the workers) or in a node-local task
+        with the steps around it. Sharded when a grid is given for it; otherwise when one more wave (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store) costs at most
+        RAY_SHARD_MAX_OVERHEAD of its work per worker, or when the workers outnumber a node-local task's threads
+        and the grid saves more time than that wave costs. The work: the planner's PCMM cost (multiply-accumulates
+        of the exact GEMM x planner.layouts.unit_costs()["pcmm_mac"]). A small layer thus joins the elementwise
+        steps around it in one task instead of paying a wave for little work (measured: bench ray --model mlp)."""
+        if self.grid is not None and (not isinstance(self.grid, dict) or s.out in self.grid):
+            return True
+        p, t = self.num_workers, self.node_threads
+        from hemlp.planner.layouts import unit_costs
+
+        d1, d2 = np.shape(s.U)
+        P = 1 if s.index is None else np.shape(s.index)[1]
+        work = d1 * d2 * P * chunks * 2 * ctx.N * (s.level_out + 2) * unit_costs()["pcmm_mac"]  # input: l_out + 2 limbs
+        wave = RAY_WAVE_SECONDS + d1 * P * chunks * _ct_bytes(ctx, s.level_out) / (p * RAY_STORE_COPY_BYTES_PER_S)
+        return wave <= RAY_SHARD_MAX_OVERHEAD * work / p or work / t - work / p > wave
+
+    def _segment_wave(self, ctx, seg: list, vals: dict, outputs: list) -> dict:
+        """Steps `seg` (no sharded PCMM among them) in node-local tasks of node_threads threads: a task imports its
+        input blocks (both parts), runs the steps with the in-process code (local.run_step) and returns the values
+        that later steps read (`outputs`). A chain of elementwise steps splits its rows over
+        num_workers // node_threads tasks; anything else is one task. Returns {name: _Dist}."""
+        from hemlp.runtime.ray_runtime import _splits
+
+        t0 = time.perf_counter()
+        produced = {e.out for e in seg}
+        ins = list(dict.fromkeys(n for e in seg for n in e.inputs if n not in produced))
+        X = {n: self._as_dist(ctx, vals[n], 1, 1, ctmajor=True) for n in ins}
+        shapes = {n: X[n].shape for n in ins}
+        levels = {n: X[n].level for n in ins}
+        for e in seg:
+            rows, cols = shapes[e.inputs[0]]
+            if e.op == "pcmm":
+                rows = np.shape(e.U)[0] * (1 if e.index is None else np.shape(e.index)[1])
+            shapes[e.out] = (rows, cols)
+            levels[e.out] = levels[e.inputs[0]] if e.op == "alias" else e.level_out
+        x0 = X[ins[0]]
+        chunks, t = x0.chunks, self.node_threads
+        chain = (len(ins) == 1 and all(e.op in _ELEMENTWISE for e in seg)
+                 and all(e.inputs[0] == a.out for a, e in zip(seg, seg[1:])))
+        R = shapes[ins[0]][0]
+        ranges = [(r.start, r.stop) for r in _splits(R, min(R, max(1, self.num_workers // t)))] if chain else [None]
+        needs_relin = any(e.op in ("square", "poly", "mul", "matmul") for e in seg)
+        base = self._common(ctx, "segment", seg[0].out, needs_relin)
+        base.update(threads=t, bits=int(self._weight_bits), steps=seg, outputs=outputs)
+        final, reads = [], 0
+        for rr in ranges:
+            margs: list = []
+            inputs, args, values = [], [], []
+            for n in ins:
+                blks = X[n].blocks if rr is None else X[n].overlapping(rr, (0, chunks))
+                values.append((n, len(blks), shapes[n], X[n].chunks))
+                for b in blks:
+                    inputs.append((b.desc, self._meta_spec(b, margs)))
+                    args += list(b.refs)
+                    reads += b.nbytes
+            # each output in row pieces (num_workers in all): the next wave's tasks read only their rows
+            n_pieces = max(1, self.num_workers // len(ranges))
+            out_rows = {o: rr if rr is not None else (0, shapes[o][0]) for o in outputs}
+            pieces = {o: _pieces(out_rows[o][1] - out_rows[o][0], n_pieces) for o in outputs}
+            spec = dict(base, inputs=inputs, values=values, out_rows=rr, n_pieces=n_pieces)
+            refs = self._submit(2 * sum(map(len, pieces.values())) + 1, spec, *args, metas=margs, cpus=t)
+            k, off = 0, 0
+            for o in outputs:
+                r0 = out_rows[o][0]
+                for a, b in pieces[o]:
+                    count = (b - a) * chunks
+                    final.append(((refs[k], refs[k + 1]), refs[-1], (r0 + a, r0 + b), (0, chunks),
+                                  (off, off + count), o))
+                    k, off = k + 2, off + count
+        writes = sum(shapes[o][0] * chunks * _ct_bytes(ctx, levels[o]) for o in outputs)
+        model = dict(reads=dict(inputs=reads), writes=dict(outputs=writes), total=reads + writes)
+        wave = _Wave([f[:5] for f in final], [], len(ranges), dict(model=model, threads=t))
+        labels = x0.meta[2:]
+        blocks, dists = [], {}
+        for f in final:
+            nb = (f[2][1] - f[2][0]) * chunks * _ct_bytes(ctx, levels[f[5]])
+            b = _Block(f[0], f[2][0], f[2][1], 0, chunks, None, nb, meta_src=(f[1], *f[4]))
+            blocks.append(b)
+            d = dists.setdefault(f[5], _Dist(shapes[f[5]], chunks, [], planned=(levels[f[5]], None, *labels)))
+            d.blocks.append(b)
+        group = [e for e in seg if e.op != "alias"] or seg[:1]
+        self._pending.append((group, wave, blocks, time.perf_counter() - t0))
+        return dists
 
     # ---- groups
     def _pcmm_group(self, ctx, s, X, ops, weight_bits: int, level_out: int) -> _Wave:
@@ -916,9 +1082,11 @@ class RayProgram:
                 nrow = out_rows[1] - out_rows[0]
                 pieces_rows = [(out_rows[0] + p.start, out_rows[0] + p.stop)
                                for p in _splits(nrow, min(nrow, pk * ps))] if pk > 1 else [out_rows]
-                # p_s = 2 with deferred steps: each part task returns its rows in p_s pieces (global row ranges), so
-                # that each task of the next wave reads only its rows (of both parts)
-                out_pieces = [(p.start, p.stop) for p in _splits(nrow, min(nrow, ps if defer else 1))]
+                # p_s = 2 with deferred steps: each part task returns its rows in one piece per task of the next
+                # (node-local) wave, so that each of those reads only its rows (of both parts); one piece is the
+                # epilogue's array itself, no copy
+                next_tasks = max(1, self.num_workers // self.node_threads) if defer else 1
+                out_pieces = [(p.start, p.stop) for p in _splits(nrow, min(nrow, next_tasks))]
                 out_pieces = [(out_rows[0] + a, out_rows[0] + b_) for a, b_ in out_pieces]
                 partial_refs = []  # per (t, group): its piece refs, piece-major then part
                 part_refs = {}
@@ -1090,10 +1258,36 @@ class RayProgram:
                         st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
                     if "cts_per_task" in info:
                         st["cts_per_task"] = info["cts_per_task"]
+                    if "threads" in info:  # node-local tasks: their threads
+                        st["threads"] = info["threads"]
                 else:
                     st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
                 self.stats[e.out] = st
         self._pending = []
+
+    def _run_segment(self, ctx, steps, i: int, vals: dict, users: dict) -> int:
+        """Steps i, i + 1, .. up to the next sharded PCMM (or the output) as one wave of node-local tasks; returns
+        the index of the step after them."""
+        j = i
+        while (j < len(steps) and steps[j].op not in ("input", "output")
+               and not (steps[j].op == "pcmm" and self._sharded(ctx, steps[j], self._chunks))
+               and not (self.cts_per_task is not None and steps[j].op in _ELEMENTWISE)):
+            j += 1
+        seg = steps[i:j]
+        produced = {e.out for e in seg}
+        outputs = list(dict.fromkeys(n for e in steps[j:] for n in e.inputs if n in produced))
+        for e in seg:
+            self._layer_start(e.out)
+        vals.update(self._segment_wave(ctx, seg, vals, outputs))
+        self._record_input(steps)
+        for e in seg:
+            for name in e.inputs:
+                _release(vals, users, name)
+        return j
+
+    def _record_input(self, steps) -> None:
+        if self._input_stats is not None and not any(v.get("op") == "input" for v in self.stats.values()):
+            self.stats[next(x.out for x in steps if x.op == "input")] = self._input_stats
 
     # ---- the program
     def run(self, ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None):
@@ -1101,7 +1295,7 @@ class RayProgram:
 
         ray = self.ray
         self._params = ctx.params.to_bytes()
-        self._N = ctx.N
+        self._N, self._chunks, self._weight_bits = ctx.N, C.chunks, weight_bits
         if relin_key is not None and any(s.op in ("square", "poly") for s in steps):
             data = relin_key.to_bytes()
             self._rlk = (relin_key, hashlib.sha256(data).hexdigest(), [ray.put(data)])
@@ -1129,6 +1323,10 @@ class RayProgram:
                 out_name = s.out if s.op == "output" else out_name
                 i += 1
                 continue
+            sharded = s.op == "pcmm" and self._sharded(ctx, s, C.chunks)
+            if not sharded and not (self.cts_per_task is not None and s.op in _ELEMENTWISE):
+                i = self._run_segment(ctx, steps, i, vals, users)
+                continue
             # the group: s plus the elementwise steps that only consume the previous one
             group = [s]
             if self.cts_per_task is None or s.op not in _ELEMENTWISE:
@@ -1142,28 +1340,17 @@ class RayProgram:
             x = vals[s.inputs[0]]
             if s.op == "pcmm":
                 wave = self._pcmm_group(ctx, s, x, ops, weight_bits, group[-1].level_out)
-            elif s.op in _ELEMENTWISE:
-                wave = self._ew_group(ctx, s, x, ops, group[-1].level_out)
-            elif s.op == "add":
-                wave = self._add_group(ctx, s, x, vals[s.inputs[1]], ops, group[-1].level_out)
             else:
-                raise AssertionError(s.op)
+                wave = self._ew_group(ctx, s, x, ops, group[-1].level_out)
             labels = (x.meta if isinstance(x, _Dist) else _meta_of(x.cts[0]._obj))[2:]  # slots, encoding, .., key
-            if wave.info.get("deferred"):  # part-split PCMM: its fused steps run as the next wave
-                vals[s.out] = self._finish([s], wave, t0, (s.level_out, None, *labels))
-                t0 = time.perf_counter()
-                wave = self._ew_group(ctx, group[1], vals[s.out], ops, group[-1].level_out)
-                D = self._finish(group[1:], wave, t0, (group[-1].level_out, None, *labels))
+            if wave.info.get("deferred"):  # part-split PCMM: its steps need both parts, so they start the next wave
                 for e in group[1:]:
                     self._after[e.out] = s.out
-                    vals[e.out] = D
-            else:
-                D = self._finish(group, wave, t0, (group[-1].level_out, None, *labels))
-                for e in group:
-                    vals[e.out] = D
-            if self._input_stats is not None and not any(v.get("op") == "input" for v in self.stats.values()):
-                first_input = next(x.out for x in steps if x.op == "input")
-                self.stats[first_input] = self._input_stats
+                group = [s]
+            D = self._finish(group, wave, t0, (group[-1].level_out, None, *labels))
+            for e in group:
+                vals[e.out] = D
+            self._record_input(steps)
             # values no later step reads leave the store now, so the next waves' outputs reuse their memory
             del x, D, wave
             for e in group[:-1]:  # fused into the group: read only by its next member

@@ -89,9 +89,12 @@ def _probe(address: str, timeout: float) -> None:
 #: Ray settings for the local instances hemlp starts. Freed objects leave the store at once instead of in a batch
 #: every second: a run's input blocks (1.2 GB at batch 8 192) then land in memory the store has already mapped,
 #: instead of fresh pages that fault in at ~1 GB/s when runs follow each other (measured: 0.07 s against 0.5-2.4 s
-#: for a 1.2 GB put right after the previous run). For a cluster you start yourself:
-#: RAY_free_objects_period_milliseconds=0 ray start ...
-LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 0}
+#: for a 1.2 GB put right after the previous run). Idle workers live on: while a node-local task holds every CPU of
+#: the node, Ray otherwise kills the other (idle) workers after 1 s, and the next wave waits ~1 s for a new worker
+#: process to start and rebuild its context (measured: one of two first-layer tasks started 0.8-1.0 s late). For a
+#: cluster you start yourself:
+#: RAY_free_objects_period_milliseconds=0 RAY_idle_worker_killing_time_threshold_ms=600000 ray start ...
+LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 0, "idle_worker_killing_time_threshold_ms": 600000}
 
 
 @contextlib.contextmanager
