@@ -157,6 +157,25 @@ def _between_waves(st: dict) -> float:
     return sum(max(0.0, b[0] - a[1]) for a, b in zip(spans, spans[1:]))
 
 
+def _units(groups: list, names: list) -> list:
+    """The finest partition of the steps `names` (in program order) in which every group (a list of steps) lies
+    within one part: steps that share a group in any run are joined."""
+    root = {n: n for n in names}
+
+    def find(n):
+        while root[n] != n:
+            n = root[n]
+        return n
+
+    for g in groups:
+        for a in g[1:]:
+            root[find(a)] = find(g[0])
+    parts: dict = {}
+    for n in names:
+        parts.setdefault(find(n), []).append(n)
+    return sorted(parts.values(), key=lambda u: names.index(u[0]))
+
+
 def _groups(st: dict, names) -> dict:
     return {k: v for k, v in st.items() if k in names and "group" in v}
 
@@ -299,19 +318,26 @@ def main_mlp(args) -> int:
     summary = {}
     r1 = by.get(("ray", 1))
     r2 = by.get(("ray", 2))
-    if r1:
-        summary["overhead_ray1_vs_local1"] = r1["seconds"] / local1["seconds"] - 1
-    if r2:
-        summary["overhead_ray2_vs_local2"] = r2["seconds"] / local2["seconds"] - 1
-    for r in rays:  # a part-split PCMM's deferred steps (their own wave) count with their PCMM, as the 1-worker group
-        merged = {k: dict(g) for k, g in r["groups"].items() if not g.get("after")}
-        for k, g in r["groups"].items():
-            if g.get("after"):
-                m = merged[g["after"]]
-                m["steps"] = m["steps"] + g["steps"]
-                for f in ("seconds", "task_seconds", "task_cpu_seconds", "critical_cpu_seconds", "tasks"):
-                    m[f] += g[f]
-                m["cores_used"] = m["task_cpu_seconds"] / m["seconds"]
+    # overhead: the ratio of the medians, and the median of the rounds' own ratios (a round runs every mode one
+    # after the other, so a slow phase of a shared machine falls on both runs of a pair)
+    for w, r in ((1, r1), (2, r2)):
+        if r:
+            loc = by["local", w]
+            summary[f"overhead_ray{w}_vs_local{w}"] = r["seconds"] / loc["seconds"] - 1
+            summary[f"overhead_ray{w}_vs_local{w}_paired"] = med(
+                a / b - 1 for a, b in zip(r["samples"], loc["samples"], strict=True))
+    # groups compared across worker counts: the smallest runs of steps that are whole groups in every Ray run (a
+    # part-split PCMM's steps run in the next wave, with 2 workers the light layers join a node-local task, ...)
+    units = _units([g["steps"] for r in rays for g in r["groups"].values()], names)
+    for r in rays:
+        merged = {}
+        for unit in units:
+            gs = [g for g in r["groups"].values() if g["steps"][0] in unit]
+            m = dict(steps=unit, grid=[g["grid"] for g in gs])
+            for f in ("seconds", "task_seconds", "task_cpu_seconds", "critical_cpu_seconds", "tasks"):
+                m[f] = sum(g[f] for g in gs)
+            m["cores_used"] = m["task_cpu_seconds"] / m["seconds"]
+            merged[unit[0]] = m
         r["groups_merged"] = merged
     if r1 and r2:
         g1s, g2s = r1["groups_merged"], r2["groups_merged"]
@@ -336,6 +362,10 @@ def main_mlp(args) -> int:
     rows.append(["vs local, same threads"] + [
         "" if r["mode"] == "local" else f"{r['seconds'] / by['local', min(2, r['workers'])]['seconds'] - 1:+.1%}"
         for r in cols])
+    paired = {w: summary.get(f"overhead_ray{w}_vs_local{w}_paired") for w in (1, 2)}
+    rows.append(["  median of the rounds' ratios"] + [
+        "" if r["mode"] == "local" or paired.get(r["workers"]) is None else f"{paired[r['workers']]:+.1%}"
+        for r in cols])
     rows.append(["cores used (CPU s / wall s)"] + [f"{r['cores_used']:.2f}" for r in cols])
     rows.append(["bit-identical"] + ["yes" if r["bit_identical"] else "NO" for r in cols])
     report.table(["layer"] + [r["label"] for r in cols], rows,
@@ -355,8 +385,8 @@ def main_mlp(args) -> int:
                           f"{g1['seconds'] / loc1 - 1:+.1%}"])
         report.table(["group (one task wave)", "local 1 thr", "local 2 thr", "Ray 1 wkr", "Ray 2 wkr",
                       "Ray 1->2", "cores got (2 wkr)", "CPU 1->2", "Ray 1 vs local 1"], grows,
-                     title="per group (PCMM + its activation: fused, or the next wave when the PCMM splits the "
-                           "ciphertext parts); cores got = tasks' CPU s / wall s; CPU 1->2 = CPU s of the 1-worker "
+                     title="per group (steps that run in one task wave with 1 worker and with 2: a PCMM with its "
+                           "activation, fused or in the next wave, light layers in node-local tasks); cores got = tasks' CPU s / wall s; CPU 1->2 = CPU s of the 1-worker "
                            "task / longest 2-worker task per wave (speed-up with 2 free cores)")
     brows = []
     for r in rays:

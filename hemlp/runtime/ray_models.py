@@ -1,11 +1,18 @@
 """Compiled models on Ray (``CompiledModel.run(..., runtime="ray")`` -> ``run_on_ray``).
 
 ``RayProgram`` (the default): the activations stay in the object store between layers. The driver puts
-the input once, in the blocks the first layer reads, then only orchestrates waves of tasks; each PCMM
-task reads its input blocks by ObjectRef zero-copy, runs the exact GEMM per limb, then x K, the rescale
-and the bias natively and the elementwise steps that follow on its rows (square, polynomial, affine),
-and returns its output block for the next layer's tasks. Grids: ``planner.grid.grid_store`` (fewest
-object-store bytes, ``pcmm_store_bytes``), or ``grid=``. Per step, ``stats`` gets the bytes the tasks
+the input once, in the blocks the first layer reads, then only orchestrates waves of tasks. Two kinds of
+wave:
+
+* a sharded PCMM (a layer with enough work, see ``RayProgram._sharded``): tasks of one thread on a grid;
+  each reads its input blocks by ObjectRef zero-copy, runs the exact GEMM per limb, then x K, the rescale
+  and the bias natively and the elementwise steps that follow on its rows (square, polynomial, affine),
+  and returns its output block for the next layer's tasks. Grids: ``planner.grid.grid_store`` (fewest
+  object-store bytes, ``pcmm_store_bytes``), or ``grid=``;
+* node-local tasks (everything else: small layers, residual adds, the activations after a part-split PCMM):
+  a run of steps in one task with all of a node's CPUs (its native threads), through the in-process code
+  (``local.run_step``), so small layers cost no wave of their own; a chain of elementwise steps splits its
+  rows over the nodes. Per step, ``stats`` gets the bytes the tasks
 read and wrote through the store (every argument, return and driver put is a numpy array of known size)
 next to the model, the grid, the task count, nodes, and the tasks' own wall and CPU seconds. See the
 block comment above ``_group_task`` for the data layout and the waves.
@@ -620,20 +627,6 @@ def _group_task(spec: dict, *arrays):
         t0 = time.perf_counter()
         cts = _import_range(ctx, _pairs(arrays, descs), spec["out_rows"], spec["J"])
         secs["_import"] = time.perf_counter() - t0
-    elif kind == "add":
-        from hemlp.linalg import CtMatrix
-        from hemlp.runtime.local import _add
-
-        t0 = time.perf_counter()
-        na = spec["n_a"]
-        rows, cols = spec["out_rows"], spec["J"]
-        A = _import_range(ctx, _pairs(arrays[:2 * na], descs[:na]), rows, cols)
-        B = _import_range(ctx, _pairs(arrays[2 * na:], descs[na:]), rows, cols)
-        shape = (rows[1] - rows[0], cols[1] - cols[0])
-        cts = _add(ctx, CtMatrix(ctx, A, shape, shape[1], "rlwe"), CtMatrix(ctx, B, shape, shape[1], "rlwe"),
-                   spec["add_level"]).cts
-        secs[head] = time.perf_counter() - t0
-        levels[head] = cts[0].level
     else:
         raise AssertionError(kind)
     nc = spec["J"][1] - spec["J"][0]
@@ -1170,30 +1163,6 @@ class RayProgram:
         model = dict(reads=dict(inputs=reads), writes=dict(outputs=n * H_out), total=reads + n * H_out)
         return _Wave(final, [], len(final), dict(shape=X.shape, chunks=X.chunks, cts_per_task=self.cts_per_task,
                                                  model=model))
-
-    def _add_group(self, ctx, s, A, B, ops, level_out: int) -> _Wave:
-        A = self._as_dist(ctx, A, self.num_workers, 1)
-        B = self._as_dist(ctx, B, self.num_workers, 1)
-        needs_relin = any(op.needs_relin for _, op in ops)
-        base = self._common(ctx, "add", s.out, needs_relin)
-        final = []
-        for b in A.blocks:
-            rows, J = (b.r0, b.r1), (b.c0, b.c1)
-            bb = B.overlapping(rows, J)
-            margs: list = []
-            spec = dict(base, J=J, out_rows=rows, n_a=1, add_level=s.level_out,
-                        inputs=[(b.desc, self._meta_spec(b, margs))] + [(x.desc, self._meta_spec(x, margs)) for x in bb],
-                        ops=[(name, op.rows(*rows)) for name, op in ops])
-            r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, *[ref for x in bb for ref in x.refs],
-                                                    metas=margs)
-            final.append(((r0_ref, r1_ref), meta_ref, rows, J, None))
-        reads = sum((b.r1 - b.r0) * (b.c1 - b.c0) * _ct_bytes(ctx, A.level) for b in A.blocks)
-        reads += sum((x.r1 - x.r0) * (x.c1 - x.c0) * _ct_bytes(ctx, B.level)
-                     for b in A.blocks for x in B.overlapping((b.r0, b.r1), (b.c0, b.c1)))
-        n = A.rows * A.chunks
-        model = dict(reads=dict(inputs=reads), writes=dict(outputs=n * _ct_bytes(ctx, level_out)),
-                     total=reads + n * _ct_bytes(ctx, level_out))
-        return _Wave(final, [], len(final), dict(shape=A.shape, chunks=A.chunks, model=model))
 
     def _finish(self, group: list, wave: _Wave, t0: float, planned: tuple) -> _Dist:
         """A group's output as a _Dist right after its submission: the blocks name their producing tasks' meta refs
