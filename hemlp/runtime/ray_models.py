@@ -546,6 +546,14 @@ def _nbytes(a) -> int:
     return sum(x.nbytes for x in a) if isinstance(a, list) else a.nbytes
 
 
+def _minor_faults() -> int:
+    """This process's minor page faults so far (first touches of fresh memory: a task's page faults say whether
+    its arrays landed on memory the process had already mapped)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def _group_task(spec: dict, *arrays):
     """One task of a group (see above). arrays: the ObjectRef arguments, resolved zero-copy by Ray (weights, then
     the parts of the input blocks, or partial pieces). Returns the output array(s) and a small meta dict (last)."""
@@ -555,6 +563,7 @@ def _group_task(spec: dict, *arrays):
 
     _maybe_die()
     t_start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
+    faults_start = _minor_faults()
     _tune_malloc()
     _core.set_num_threads(spec["threads"])
     ctx = _worker_context(spec["phash"], spec["params"])
@@ -581,7 +590,8 @@ def _group_task(spec: dict, *arrays):
     def finish(outs, metas=None):
         meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(map(_nbytes, arrays)),
                     key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
-                    wave=spec["wave"], pid=os.getpid(), seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                    wave=spec["wave"], pid=os.getpid(), threads=spec["threads"],
+                    page_faults=_minor_faults() - faults_start, seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
                     span=(wall_start, time.time()))
         return (*outs, meta)
 
@@ -1219,8 +1229,10 @@ class RayProgram:
                               model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
                               group_task_seconds=sum(m["seconds"] for m in allm),
                               group_task_cpu_seconds=sum(m["cpu"] for m in allm),
-                              # the group's critical path if every task had its own core: the longest task per wave
-                              critical_cpu_seconds=sum(max(m["cpu"] for m in allm if m["wave"] == w) for w in waves),
+                              # the group's critical path if every task had its own cores: the longest task per
+                              # wave (CPU seconds per thread of a node-local task)
+                              critical_cpu_seconds=sum(max(m["cpu"] / m["threads"] for m in allm if m["wave"] == w)
+                                                       for w in waves),
                               # wall-clock span of the tasks (first start, last end; time.time() on their nodes)
                               task_span=(min(m["span"][0] for m in allm), end))
                     if "grid" in info:

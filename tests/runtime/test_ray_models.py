@@ -170,9 +170,18 @@ def test_affine_and_polynomial_steps(local_ray):
         sk, ek = cm.keygen()
         ct = cm.encrypt(x, sk)
     assert {"affine", "add"} <= {s.op for s in cm.steps} and ({"poly", "square"} & {s.op for s in cm.steps})
+    ref = cm.run(ct, ek)
     st = {}
-    assert same(cm.run(ct, ek, runtime="ray", stats=st), cm.run(ct, ek))
+    assert same(cm.run(ct, ek, runtime="ray", stats=st), ref)
     assert "affine" in {v["op"] for v in st.values()}
+    # fc2 forced onto a grid: the node-local wave before it returns two values (fc2's input and the residual that
+    # the add after it reads), the one after it takes two (the residual and fc2's output)
+    pcmms = [s.out for s in cm.steps if s.op == "pcmm"]
+    for g in ((2, 1, 1), (1, 1, 1, 2)):
+        st = {}
+        assert same(cm.run(ct, ek, runtime="ray", num_workers=2, grid={pcmms[1]: g}, stats=st), ref), g
+        heads = [k for k, v in st.items() if "group" in v]
+        assert len(heads) == 3 and st[pcmms[1]]["grid"] == (g + (1,))[:4], (g, heads)
 
 
 @pytest.mark.parametrize("grid", [None, (1, 1, 2), (1, 1, 1, 2)])
@@ -251,9 +260,14 @@ def test_two_raylets_both_used(mlp_case):
         assert len(nodes) == 2, f"tasks ran on {nodes} only"
         sq = [v for v in st.values() if v["op"] == "square"]
         assert len({n for v in sq for n in v["nodes"]}) == 2, "the elementwise tasks did not spread over both nodes"
-        # the part split across raylets: each part object moves on its own, the next wave reads both
-        out = c["cm"].run(c["ct"], c["ek"], runtime="ray", address=cluster.address, num_workers=2, grid=(1, 1, 1, 2))
+        # the part split across raylets: each part object moves on its own; the squares' node-local wave (one
+        # CPU per node here) splits its rows over both nodes, each task reading its rows of both parts
+        st = {}
+        out = c["cm"].run(c["ct"], c["ek"], runtime="ray", address=cluster.address, num_workers=2, grid=(1, 1, 1, 2),
+                          stats=st)
         assert same(out, c["ref"])
+        sq = [v for v in st.values() if v["op"] == "square" and "group" in v]
+        assert sq and all(v["tasks"] == 2 and v["threads"] == 1 and len(v["nodes"]) == 2 for v in sq)
     finally:
         if ray.is_initialized():
             ray.shutdown()
