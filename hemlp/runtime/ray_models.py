@@ -591,7 +591,8 @@ def _group_task(spec: dict, *arrays):
         meta = dict(node=ray.get_runtime_context().get_node_id(), read=sum(map(_nbytes, arrays)),
                     key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
                     wave=spec["wave"], pid=os.getpid(), threads=spec["threads"],
-                    page_faults=_minor_faults() - faults_start, seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                    page_faults=_minor_faults() - faults_start, seconds=time.perf_counter() - t_start,
+                    cpu=time.process_time() - cpu_start,
                     span=(wall_start, time.time()))
         return (*outs, meta)
 
@@ -834,12 +835,14 @@ class RayProgram:
     """Runs a lowered program on a connected Ray with the activations in the object store between layers
     (use inside ``ray_session``; ``run_on_ray`` does both).
 
-    num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (the
-    planner's ``grid_store`` for the workers: fewest object-store bytes), (p_m, p_n, p_k[, p_s]) for every PCMM, or
-    {step: grid}. cts_per_task: None (default) fuses every elementwise step into the task that produced its input; a
-    number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats (after run): per
-    step, the grid, tasks, nodes, bytes read / written through the store (measured: every put, argument and return
-    is a numpy array whose size the tasks report) next to the planner's model, seconds and the tasks' own seconds."""
+    num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (PCMMs with
+    enough work on the planner's ``grid_store`` for the workers, fewest object-store bytes; the rest node-local, see
+    ``_sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those steps on their grids).
+    cts_per_task: None (default) fuses every elementwise step into the task that produced its input or the next
+    node-local task; a number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats
+    (after run): per step, the grid (sharded) or threads (node-local), tasks, nodes, bytes read / written through
+    the store (measured: every put, argument and return is a numpy array whose size the tasks report) next to the
+    model, seconds and the tasks' own seconds."""
 
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
                  threads_per_task: int = 1):
@@ -946,9 +949,10 @@ class RayProgram:
 
     def _sharded(self, ctx, s, chunks: int) -> bool:
         """Whether PCMM step s runs on its grid (tasks of one thread each over the workers) or in a node-local task
-        with the steps around it. Sharded when a grid is given for it; otherwise when one more wave (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store) costs at most
-        RAY_SHARD_MAX_OVERHEAD of its work per worker, or when the workers outnumber a node-local task's threads
-        and the grid saves more time than that wave costs. The work: the planner's PCMM cost (multiply-accumulates
+        with the steps around it. Sharded when a grid is given for it; otherwise when one more wave
+        (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store) costs at most RAY_SHARD_MAX_OVERHEAD of
+        its work per worker, or when the workers outnumber a node-local task's threads and the grid saves more time
+        than that wave costs. The work: the planner's PCMM cost (multiply-accumulates
         of the exact GEMM x planner.layouts.unit_costs()["pcmm_mac"]). A small layer thus joins the elementwise
         steps around it in one task instead of paying a wave for little work (measured: bench ray --model mlp)."""
         if self.grid is not None and (not isinstance(self.grid, dict) or s.out in self.grid):
