@@ -181,12 +181,17 @@ class Ciphertext(_Wrapped):
                 f"encoding={self.encoding}, size={self.size})")
 
     def to_bytes(self) -> bytes:
+        return b"".join(self.to_parts())
+
+    def to_parts(self) -> list:
+        """to_bytes() as a list of buffers (see serialize.pack_parts): containers join them once."""
         o = self._obj
         seeded = o.seeded and o.size == 2
-        polys = [o.poly(0)] if seeded else [o.poly(j) for j in range(o.size)]
+        # read-only views of the native polynomials (they keep the ciphertext alive): no copy until the join
+        polys = [o.poly_view(0)] if seeded else [o.poly_view(j) for j in range(o.size)]
         header = dict(level=o.level, scale=o.scale.hex(), slots=o.slots, encoding=o.encoding,
                       is_complex=o.is_complex, key_id=f"{o.key_id:016x}", seed=o.seed.hex() if seeded else None)
-        return ser.pack("ciphertext", self._phash, header, polys)
+        return ser.pack_parts("ciphertext", self._phash, header, polys)
 
 
 class SecretKey(_Wrapped):
@@ -255,13 +260,15 @@ class GaloisKeys(_Wrapped):
         return _switch_keys_bytes(self._engine, "galois_keys", self._phash, self._obj.key_id, keys)
 
 
-def _atomic_write(path: Path, data: bytes, tmp_prefix: str = "") -> None:
+def _atomic_write(path: Path, data, tmp_prefix: str = "") -> None:
     """Write via a unique temporary file in the same folder + rename: readers see all or nothing, and a
-    failed write leaves no temporary file behind (tmp_prefix lets callers recognise stale ones)."""
+    failed write leaves no temporary file behind (tmp_prefix lets callers recognise stale ones). data: bytes, or
+    a list of buffers written one after the other (an object's parts, never joined in memory)."""
     tmp = path.with_name(f"{tmp_prefix}{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            for part in data if isinstance(data, list) else [data]:
+                f.write(part)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -528,12 +535,13 @@ def _key_id(h: dict) -> int:
 
 def from_bytes(data: bytes, ctx: Context | None = None):
     """Load any serialised hemlp object; everything but Params needs the context to load into."""
-    obj_type, phash, h, arrays = ser.unpack(data, None)
+    # one integrity check; the arrays are views into data (the native import copies them)
+    obj_type, phash, h, arrays = ser.unpack(data, None, copy=False)
     if obj_type == "params":
         return Params.from_bytes(data)
     if ctx is None:
         raise ParameterError(f"loading a {obj_type} needs the Context it belongs to: from_bytes(data, ctx)")
-    obj_type, phash, h, arrays = ser.unpack(data, ctx.hash)
+    ser.check_context(obj_type, phash, ctx.hash)
     e = ctx._e
     try:
         if obj_type == "ciphertext":

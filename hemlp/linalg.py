@@ -67,23 +67,27 @@ class CtMatrix:
                 f"{len(self.cts)} ciphertexts, level={self.level}, scale=2^{math.log2(self.scale):.2f})")
 
     def to_bytes(self) -> bytes:
-        blobs = [c.to_bytes() for c in self.cts]
+        return b"".join(self.to_parts())
+
+    def to_parts(self) -> list:
+        """to_bytes() as a list of buffers (its ciphertexts' blobs are not copied into one payload first: a
+        container that nests this matrix, like an encrypted batch file, joins everything once)."""
+        parts = [c.to_parts() if hasattr(c, "to_parts") else [c.to_bytes()] for c in self.cts]
         header = dict(shape=list(self.shape), chunks=self.chunks, format=self.format,
-                      sizes=[len(b) for b in blobs])
-        payload = np.frombuffer(b"".join(blobs), dtype=np.uint8)
-        return ser.pack("ct_matrix", self.ctx.hash, header, [payload])
+                      sizes=[sum(memoryview(b).nbytes for b in ps) for ps in parts])
+        return ser.pack_parts("ct_matrix", self.ctx.hash, header, [[b for ps in parts for b in ps]])
 
     def save(self, path) -> None:
         from hemlp.ckks import _atomic_write
         from pathlib import Path
 
-        _atomic_write(Path(path), self.to_bytes())
+        _atomic_write(Path(path), self.to_parts())
 
     @classmethod
     def from_bytes(cls, data: bytes, ctx: Context) -> "CtMatrix":
         from hemlp.ckks import from_bytes
 
-        _, _, h, arrays = ser.unpack(data, ctx.hash, "ct_matrix")
+        _, _, h, arrays = ser.unpack(data, ctx.hash, "ct_matrix", copy=False)  # read in place
         shape, chunks = ser.field(h, "shape", list), ser.field(h, "chunks", int)
         sizes, fmt = ser.field(h, "sizes", list), ser.field(h, "format", str)
         if (len(arrays) != 1 or len(shape) != 2 or fmt not in FORMATS or chunks < 1
@@ -91,7 +95,7 @@ class CtMatrix:
                 or (fmt == "mlwe" and (shape[1] >= ctx.N or ctx.N % shape[1]))
                 or len(sizes) != _count(fmt, shape, chunks, ctx) or sum(sizes) != arrays[0].size):
             raise SerializationError("ct_matrix: header does not match the data; the file is corrupted")
-        raw, cts, off = arrays[0].tobytes(), [], 0
+        raw, cts, off = memoryview(arrays[0]), [], 0  # each ciphertext's blob is a view, checked on its own
         for s in sizes:
             blob = raw[off : off + s]
             cts.append(MsRow.from_bytes(blob, ctx) if fmt == "msrlwe" else from_bytes(blob, ctx))

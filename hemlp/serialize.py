@@ -39,22 +39,37 @@ _PREFIX = struct.Struct("<6sHB32sI")
 _MAX_HEADER = 1 << 24
 
 
-def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list[np.ndarray], version: int = VERSION) -> bytes:
+def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list, version: int = VERSION) -> bytes:
     """Serialise `header` plus raw `arrays` (their dtype/shape are recorded in the header). `version`
     other than the current one is for writing test files of older formats."""
+    return b"".join(pack_parts(obj_type, param_hash_hex, header, arrays, version))
+
+
+def pack_parts(obj_type: str, param_hash_hex: str, header: dict, arrays: list, version: int = VERSION) -> list:
+    """pack() as a list of buffers whose concatenation is the serialised object: the arrays' memory is not
+    copied (the caller joins once, or nests the parts in another container). An element of `arrays` may also be
+    a list of bytes-like chunks: one uint8 array, their concatenation (a matrix of serialised ciphertexts)."""
     if version not in READS:
         raise ValueError(f"cannot write format version {version}; this hemlp writes {READS}")
+    bufs, specs = [], []
+    for a in arrays:
+        if isinstance(a, list):
+            chunks = [memoryview(c).cast("B") for c in a]
+            specs.append(["|u1", [sum(c.nbytes for c in chunks)]])
+            bufs += chunks
+        else:
+            a = np.ascontiguousarray(a)
+            specs.append([a.dtype.str, list(a.shape)])
+            bufs.append(memoryview(a.reshape(-1)).cast("B"))
     header = dict(header)
-    header["arrays"] = [[a.dtype.str, list(a.shape)] for a in arrays]
+    header["arrays"] = specs
     hbytes = json.dumps(header, sort_keys=True).encode()
-    payload = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
-    body = (
-        _PREFIX.pack(MAGIC, version, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes))
-        + hbytes
-        + struct.pack("<Q", len(payload))
-        + payload
-    )
-    return body + hashlib.sha256(body).digest()
+    head = (_PREFIX.pack(MAGIC, version, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes)) + hbytes
+            + struct.pack("<Q", sum(b.nbytes for b in bufs)))
+    digest = hashlib.sha256(head)
+    for b in bufs:
+        digest.update(b)
+    return [head, *bufs, digest.digest()]
 
 
 def peek_type(data: bytes) -> str:
@@ -67,11 +82,25 @@ def peek_version(data: bytes) -> int:
     return _PREFIX.unpack_from(bytes(data[: _PREFIX.size]), 0)[1]
 
 
-def unpack(data: bytes, expected_hash_hex: str | None, expected_type: str | None = None):
-    """Returns (type, param_hash_hex, header, arrays); raises SerializationError on any defect."""
+def check_context(obj_type: str, phash_hex: str, expected_hash_hex: str) -> None:
+    """ContextMismatchError unless a loaded object's parameter hash is the context's."""
+    if phash_hex != expected_hash_hex:
+        raise ContextMismatchError(
+            f"this {obj_type} was made under other encryption parameters (hash {phash_hex[:16]}…) than the "
+            f"context it is loaded into ({expected_hash_hex[:16]}…); load it with the matching parameters"
+        )
+
+
+def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None, copy: bool = True):
+    """Returns (type, param_hash_hex, header, arrays); raises SerializationError on any defect. data: bytes or
+    any contiguous buffer, read in place (no copy of the whole). copy=False: the arrays are read-only views into
+    data (for callers that copy them anyway, e.g. into native ciphertexts)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise SerializationError(f"expected bytes, got {type(data).__name__}")
-    data = bytes(data)
+    try:
+        data = memoryview(data).cast("B")
+    except TypeError:  # a non-contiguous view
+        data = memoryview(bytes(data))
     if len(data) < _PREFIX.size + 8 + 32:
         raise SerializationError("data too short to be a hemlp object: it is truncated or not a hemlp file")
     magic, version, tcode, phash, hlen = _PREFIX.unpack_from(data, 0)
@@ -82,7 +111,7 @@ def unpack(data: bytes, expected_hash_hex: str | None, expected_type: str | None
             f"format version {version} is not supported by this hemlp (reads versions "
             f"{', '.join(map(str, READS))}); re-export the object with a matching hemlp version"
         )
-    if hashlib.sha256(data[:-32]).digest() != data[-32:]:
+    if hashlib.sha256(data[:-32]).digest() != bytes(data[-32:]):
         raise SerializationError("checksum mismatch: the data is corrupted or truncated; re-transfer the file")
     if tcode not in TYPE_NAMES:
         raise SerializationError(f"unknown object type code {tcode}")
@@ -90,16 +119,13 @@ def unpack(data: bytes, expected_hash_hex: str | None, expected_type: str | None
     if expected_type is not None and obj_type != expected_type:
         raise SerializationError(f"expected a serialised {expected_type}, got a {obj_type}")
     phash_hex = phash.hex()
-    if expected_hash_hex is not None and phash_hex != expected_hash_hex:
-        raise ContextMismatchError(
-            f"this {obj_type} was made under other encryption parameters (hash {phash_hex[:16]}…) than the "
-            f"context it is loaded into ({expected_hash_hex[:16]}…); load it with the matching parameters"
-        )
+    if expected_hash_hex is not None:
+        check_context(obj_type, phash_hex, expected_hash_hex)
     off = _PREFIX.size
     if hlen > _MAX_HEADER or off + hlen + 8 > len(data) - 32:
         raise SerializationError("header length out of range: the data is corrupted")
     try:
-        header = json.loads(data[off : off + hlen].decode())
+        header = json.loads(bytes(data[off : off + hlen]).decode())
     except (UnicodeDecodeError, ValueError) as exc:
         raise SerializationError(f"unreadable header: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("arrays"), list):
@@ -122,7 +148,8 @@ def unpack(data: bytes, expected_hash_hex: str | None, expected_type: str | None
         nbytes = count * dt.itemsize
         if nbytes < 0 or off + nbytes > len(data) - 32:
             raise SerializationError("array data runs past the payload: the data is truncated or corrupted")
-        arrays.append(np.frombuffer(data, dtype=dt, count=count, offset=off).reshape(shape).copy())
+        a = np.frombuffer(data, dtype=dt, count=count, offset=off).reshape(shape)
+        arrays.append(a.copy() if copy else a)
         off += nbytes
     if off != len(data) - 32:
         raise SerializationError("trailing bytes after the arrays: the data is corrupted")

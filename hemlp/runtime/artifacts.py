@@ -27,29 +27,41 @@ MAGIC = b"HEMLPC\x00\x01"
 FORMAT_VERSION = 1
 
 
-def pack(kind: str, header: dict, payload: bytes) -> bytes:
+def pack(kind: str, header: dict, payload) -> bytes:
+    """payload: bytes-like, or a list of bytes-like parts (joined once, with the container)."""
+    return b"".join(pack_parts(kind, header, payload))
+
+
+def pack_parts(kind: str, header: dict, payload) -> list:
+    """pack() as a list of buffers (written to a file one by one, never joined in memory)."""
+    parts = [memoryview(p).cast("B") for p in (payload if isinstance(payload, list) else [payload])]
     h = json.dumps(dict(header, kind=kind, version=FORMAT_VERSION), sort_keys=True).encode()
-    body = MAGIC + struct.pack("<I", len(h)) + h + struct.pack("<Q", len(payload)) + payload
-    return body + hashlib.sha256(body).digest()
+    head = MAGIC + struct.pack("<I", len(h)) + h + struct.pack("<Q", sum(p.nbytes for p in parts))
+    digest = hashlib.sha256(head)
+    for p in parts:
+        digest.update(p)
+    return [head, *parts, digest.digest()]
 
 
-def unpack(data: bytes, kind: str):
+def unpack(data, kind: str):
+    """(header, payload): the payload is a read-only view into data (no copy)."""
     try:
-        if data[: len(MAGIC)] != MAGIC:
+        data = memoryview(data).cast("B")
+        if bytes(data[: len(MAGIC)]) != MAGIC:
             raise SerializationError(f"not a hemlp {kind} file (bad magic)")
-        if len(data) < len(MAGIC) + 4 + 8 + 32 or hashlib.sha256(data[:-32]).digest() != data[-32:]:
+        if len(data) < len(MAGIC) + 4 + 8 + 32 or hashlib.sha256(data[:-32]).digest() != bytes(data[-32:]):
             raise SerializationError(f"the {kind} file is truncated or corrupted (checksum mismatch)")
         off = len(MAGIC)
         (hl,) = struct.unpack_from("<I", data, off)
         off += 4
-        header = json.loads(data[off: off + hl].decode())
+        header = json.loads(bytes(data[off: off + hl]).decode())
         off += hl
         (pl,) = struct.unpack_from("<Q", data, off)
         off += 8
         payload = data[off: off + pl]
         if off + pl + 32 != len(data):
             raise SerializationError(f"the {kind} file has inconsistent lengths")
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError):
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, TypeError):
         raise SerializationError(f"the {kind} file is corrupted") from None
     if header.get("kind") != kind:
         raise SerializationError(f"expected a {kind} file, got a {header.get('kind')!r} file")
@@ -74,7 +86,7 @@ def _read(path, kind):
         raise SerializationError(f"cannot read the {kind} file {path}: {exc.strerror}") from None
 
 
-def _write(path, data: bytes):
+def _write(path, data):
     from hemlp.ckks import _atomic_write
 
     _atomic_write(Path(path), data)
@@ -162,11 +174,14 @@ class EncryptedBatch:
                 f"at level {self.level}, model {self.model_id})")
 
     def to_bytes(self) -> bytes:
-        return pack("encrypted_batch", dict(model_id=self.model_id, batch=self.batch, shape=list(self.shape),
-                                            stage=self.stage), self.ctm.to_bytes())
+        return b"".join(self.to_parts())
+
+    def to_parts(self) -> list:
+        return pack_parts("encrypted_batch", dict(model_id=self.model_id, batch=self.batch, shape=list(self.shape),
+                                                  stage=self.stage), self.ctm.to_parts())
 
     def save(self, path) -> None:
-        _write(path, self.to_bytes())
+        _write(path, self.to_parts())  # the ciphertexts' memory straight to the file, never one big buffer
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EncryptedBatch":

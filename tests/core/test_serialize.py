@@ -128,3 +128,52 @@ def test_poly_view_is_a_read_only_view_that_keeps_the_ciphertext_alive(t10):
     [ctx.encrypt(x, t10.pk) for _ in range(4)]  # would reuse the memory if the views did not hold it
     for v, w in zip(views, want):
         np.testing.assert_array_equal(v, w)
+
+
+def _layout(obj_type: str, phash: str, header: dict, arrays: list, version: int = serialize.VERSION) -> bytes:
+    """The container exactly as the module docstring lays it out, written the plain way (the reference that
+    pack / pack_parts, which hash and join buffers without copying them, must reproduce byte for byte)."""
+    import json
+
+    header = dict(header, arrays=[[a.dtype.str, list(a.shape)] for a in arrays])
+    h = json.dumps(header, sort_keys=True).encode()
+    payload = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
+    body = (serialize.MAGIC + struct.pack("<HB", version, serialize.TYPES[obj_type]) + bytes.fromhex(phash)
+            + struct.pack("<I", len(h)) + h + struct.pack("<Q", len(payload)) + payload)
+    return body + hashlib.sha256(body).digest()
+
+
+def test_zero_copy_packing_writes_the_documented_layout(t10, objs, tmp_path):
+    """pack_parts / to_parts (buffers hashed and written without an intermediate copy) give exactly the bytes of
+    the documented layout, for plain arrays, ciphertexts (seeded and not) and a matrix of ciphertexts; unpack
+    reads any buffer in place, with copy=False as read-only views; a matrix saved part by part loads back."""
+    from hemlp.linalg import CtMatrix
+
+    ctx = t10.ctx
+    phash = ctx.hash
+    a = np.arange(12, dtype=np.uint64).reshape(3, 4)
+    b = np.array([1.5, -2.0])
+    assert serialize.pack("ciphertext", phash, {"k": 1}, [a, b]) == _layout("ciphertext", phash, {"k": 1}, [a, b])
+    for name in ("ct", "seeded"):
+        o = objs[name]._obj
+        seeded = o.seeded and o.size == 2
+        polys = [o.poly(0)] if seeded else [o.poly(j) for j in range(o.size)]
+        header = dict(level=o.level, scale=o.scale.hex(), slots=o.slots, encoding=o.encoding, is_complex=o.is_complex,
+                      key_id=f"{o.key_id:016x}", seed=o.seed.hex() if seeded else None)
+        assert objs[name].to_bytes() == _layout("ciphertext", phash, header, polys), name
+    m = CtMatrix(ctx, [objs["ct"], objs["seeded"]], (2, 1), 1, "rlwe")
+    blobs = [c.to_bytes() for c in m.cts]
+    want = _layout("ct_matrix", phash, dict(shape=[2, 1], chunks=1, format="rlwe", sizes=[len(x) for x in blobs]),
+                   [np.frombuffer(b"".join(blobs), dtype=np.uint8)])
+    assert m.to_bytes() == want == b"".join(m.to_parts())
+    # unpack in place: from a bytearray and a memoryview too; views when asked
+    for data in (want, bytearray(want), memoryview(want)):
+        _, _, h, arrays = serialize.unpack(data, phash, "ct_matrix", copy=False)
+        assert h["sizes"] == [len(x) for x in blobs] and arrays[0].tobytes() == b"".join(blobs)
+    _, _, _, views = serialize.unpack(want, phash, "ct_matrix", copy=False)
+    assert not views[0].flags.writeable
+    _, _, _, copies = serialize.unpack(want, phash, "ct_matrix")
+    assert copies[0].flags.writeable and copies[0].flags.owndata
+    m.save(tmp_path / "m.ctm")
+    back = CtMatrix.load(tmp_path / "m.ctm", ctx)
+    assert [c.to_bytes() for c in back.cts] == blobs
