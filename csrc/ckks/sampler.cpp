@@ -71,7 +71,28 @@ uint64_t Prng::uniform_mod(uint64_t q) {
 }
 
 void Prng::uniform_mod(uint64_t q, uint64_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = uniform_mod(q);
+  // The same stream as n calls of uniform_mod(q) (each candidate = the next 8 keystream bytes), read straight
+  // from the buffer; a candidate that straddles a refill goes through u64() as before.
+  const int bits = 64 - __builtin_clzll(q);
+  const uint64_t mask = bits == 64 ? ~0ULL : ((1ULL << bits) - 1);
+  size_t i = 0;
+  while (i < n) {
+    if (buf_.size() - pos_ < 8) {
+      const uint64_t v = u64() & mask;
+      if (v < q) out[i++] = v;
+      continue;
+    }
+    const uint8_t* p = buf_.data() + pos_;
+    const size_t avail = (buf_.size() - pos_) / 8;
+    size_t k = 0;
+    for (; k < avail && i < n; ++k) {
+      uint64_t v;
+      std::memcpy(&v, p + 8 * k, 8);
+      v &= mask;
+      if (v < q) out[i++] = v;
+    }
+    pos_ += 8 * k;
+  }
 }
 
 int Prng::ternary() {

@@ -177,3 +177,21 @@ def test_zero_copy_packing_writes_the_documented_layout(t10, objs, tmp_path):
     m.save(tmp_path / "m.ctm")
     back = CtMatrix.load(tmp_path / "m.ctm", ctx)
     assert [c.to_bytes() for c in back.cts] == blobs
+
+
+def test_seed_expansion_known_answer():
+    """A seeded ciphertext's second polynomial is expanded from its seed (AES-256-CTR, rejection mod each q):
+    a file written by any hemlp version must decode to the same polynomial, so the expansion is pinned by a known
+    answer (recorded with the per-value sampler; the bulk sampler reads the same keystream)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
+        ctx = ckks.Context(ckks.Params.preset("test-N10"), allow_insecure=True)
+    c0 = np.zeros((2, ctx.N), dtype=np.uint64)
+    header = dict(level=1, scale=(2.0 ** 30).hex(), slots=ctx.N // 2, encoding=0, is_complex=False,
+                  key_id=f"{12345:016x}", seed="00112233445566778899aabbccddeeff" * 2)
+    a = ckks.from_bytes(serialize.pack("ciphertext", ctx.hash, header, [c0]), ctx)._obj.poly(1)
+    assert a[0, :3].tolist() == [1043845045192113, 65553900113939, 694512736089249]
+    assert hashlib.sha256(a.tobytes()).hexdigest() == (
+        "3f154479a633e3b5b3705a528b114a699b211afb60e788b7a1b351edef828a62")
