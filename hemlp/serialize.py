@@ -66,6 +66,11 @@ def pack_parts(obj_type: str, param_hash_hex: str, header: dict, arrays: list, v
     hbytes = json.dumps(header, sort_keys=True).encode()
     head = (_PREFIX.pack(MAGIC, version, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes)) + hbytes
             + struct.pack("<Q", sum(b.nbytes for b in bufs)))
+    return sealed(head, bufs)
+
+
+def sealed(head: bytes, bufs: list) -> list:
+    """[head, *bufs, SHA-256 of their concatenation]: a container's parts, hashed in place (no join)."""
     digest = hashlib.sha256(head)
     for b in bufs:
         digest.update(b)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from hemlp.errors import KeyMismatchError, SerializationError
+from hemlp.serialize import sealed
 
 MAGIC = b"HEMLPC\x00\x01"
 FORMAT_VERSION = 1
@@ -37,10 +38,7 @@ def pack_parts(kind: str, header: dict, payload) -> list:
     parts = [memoryview(p).cast("B") for p in (payload if isinstance(payload, list) else [payload])]
     h = json.dumps(dict(header, kind=kind, version=FORMAT_VERSION), sort_keys=True).encode()
     head = MAGIC + struct.pack("<I", len(h)) + h + struct.pack("<Q", sum(p.nbytes for p in parts))
-    digest = hashlib.sha256(head)
-    for p in parts:
-        digest.update(p)
-    return [head, *parts, digest.digest()]
+    return sealed(head, parts)
 
 
 def unpack(data, kind: str):

@@ -1255,7 +1255,7 @@ class RayProgram:
         the index of the step after them."""
         j = i
         while (j < len(steps) and steps[j].op not in ("input", "output")
-               and not (steps[j].op == "pcmm" and self._sharded(ctx, steps[j], self._chunks))
+               and steps[j].out not in self._on_grid
                and not (self.cts_per_task is not None and steps[j].op in _ELEMENTWISE)):
             j += 1
         seg = steps[i:j]
@@ -1280,7 +1280,8 @@ class RayProgram:
 
         ray = self.ray
         self._params = ctx.params.to_bytes()
-        self._N, self._chunks, self._weight_bits = ctx.N, C.chunks, weight_bits
+        self._N, self._weight_bits = ctx.N, weight_bits
+        self._on_grid = {s.out for s in steps if s.op == "pcmm" and self._sharded(ctx, s, C.chunks)}
         if relin_key is not None and any(s.op in ("square", "poly") for s in steps):
             data = relin_key.to_bytes()
             self._rlk = (relin_key, hashlib.sha256(data).hexdigest(), [ray.put(data)])
@@ -1308,8 +1309,7 @@ class RayProgram:
                 out_name = s.out if s.op == "output" else out_name
                 i += 1
                 continue
-            sharded = s.op == "pcmm" and self._sharded(ctx, s, C.chunks)
-            if not sharded and not (self.cts_per_task is not None and s.op in _ELEMENTWISE):
+            if s.out not in self._on_grid and not (self.cts_per_task is not None and s.op in _ELEMENTWISE):
                 i = self._run_segment(ctx, steps, i, vals, users)
                 continue
             # the group: s plus the elementwise steps that only consume the previous one
