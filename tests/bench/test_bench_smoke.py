@@ -140,3 +140,15 @@ def test_ray_mlp_smoke(tmp_path):
             assert g["bytes_vs_model"] == pytest.approx(1.0)
     assert len(doc["back_to_back"]) == 2 and all(b["seconds"] > b["input_put_s"] > 0 for b in doc["back_to_back"])
     assert doc["summary"]["back_to_back_s"] > 0 and "one right after the other" in r.stdout
+
+
+def test_files_smoke(tmp_path):
+    """bench files on a tiny insecure batch: every operation timed and the loaded batch equal to the saved one."""
+    out = tmp_path / "files.json"
+    r = _run(["-m", "hemlp.bench", "files", "--preset", "test-N12", "--allow-insecure", "--dims", "16,8,4",
+              "--batch", "64", "--repeats", "1", "--json", str(out)])
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert doc["round_trip_equal"] and doc["ciphertexts"] == 16 and doc["bytes"] > 16 * 2 ** 12
+    assert set(doc["ops"]) == {"to_bytes", "save", "from_bytes", "load"}
+    assert all(v["median_s"] > 0 for v in doc["ops"].values())
