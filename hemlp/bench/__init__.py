@@ -66,3 +66,18 @@ def subcommands() -> dict[str, str]:
                 helptext = doc.strip().splitlines()[0] if doc.strip() else ""
         found[mod.name] = helptext
     return dict(sorted(found.items()))
+
+
+def square_mlp(dims):
+    """The benchmarks' MLP: Linear layers of widths `dims` with x² between them (seeded weights), in eval mode."""
+    import torch
+
+    from hemlp.models.layers import activation
+
+    torch.manual_seed(0)
+    layers = []
+    for i in range(len(dims) - 1):
+        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
+        if i < len(dims) - 2:
+            layers.append(activation("square"))
+    return torch.nn.Sequential(*layers).eval()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hemlp.bench import measure, report
+from hemlp.bench import measure, report, square_mlp
 
 HELP = "encrypted batch files: serialise / save / load / deserialise times of a client's batch"
 
@@ -31,28 +31,19 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     import warnings
 
-    import torch
-
     import hemlp
     from hemlp import ckks
-    from hemlp.models.layers import activation
     from hemlp.runtime.artifacts import EncryptedBatch
 
     warn = report.busy_warning()
     if warn:
         print("warning:", warn)
     dims = [int(v) for v in args.dims.split(",")]
-    torch.manual_seed(0)
-    layers = []
-    for i in range(len(dims) - 1):
-        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
-        if i < len(dims) - 2:
-            layers.append(activation("square"))
     x = np.random.default_rng(0).uniform(0, 1, (args.batch, dims[0]))
     with warnings.catch_warnings():
         if args.allow_insecure:
             warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-        cm = hemlp.compile(torch.nn.Sequential(*layers).eval(), x, batch_size=args.batch, preset=args.preset,
+        cm = hemlp.compile(square_mlp(dims), x, batch_size=args.batch, preset=args.preset,
                            allow_insecure=args.allow_insecure, layout="batch")
         sk, _ = cm.keygen()
         ct = cm.encrypt(x, sk)

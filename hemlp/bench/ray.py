@@ -34,7 +34,7 @@ import os
 
 import numpy as np
 
-from hemlp.bench import measure, report
+from hemlp.bench import measure, report, square_mlp
 
 HELP = "PCMM or a compiled MLP (--model mlp) in-process vs Ray (1/2 workers), object-store bytes vs eq. (5)"
 
@@ -189,11 +189,8 @@ def main_mlp(args) -> int:
     import time
     import warnings
 
-    import torch
-
     import hemlp
     from hemlp import ckks
-    from hemlp.models.layers import activation
     from hemlp.planner.grid import w3d
     from hemlp.planner.obl import Layout
 
@@ -206,13 +203,7 @@ def main_mlp(args) -> int:
     dims = [int(v) for v in args.dims.split(",")]
     slots = ckks.Params.preset(args.preset).N // 2
     batch = args.batch or slots
-    torch.manual_seed(0)
-    layers = []
-    for i in range(len(dims) - 1):
-        layers.append(torch.nn.Linear(dims[i], dims[i + 1]))
-        if i < len(dims) - 2:
-            layers.append(activation("square"))
-    net = torch.nn.Sequential(*layers).eval()
+    net = square_mlp(dims)
     x = np.random.default_rng(0).uniform(0, 1, (batch, dims[0]))
     with warnings.catch_warnings():
         if args.allow_insecure:
