@@ -77,6 +77,11 @@ def sealed(head: bytes, bufs: list) -> list:
     return [head, *bufs, digest.digest()]
 
 
+def seal_intact(data: memoryview) -> bool:
+    """Whether a sealed container's last 32 bytes are the SHA-256 of everything before them (read in place)."""
+    return hashlib.sha256(data[:-32]).digest() == bytes(data[-32:])
+
+
 def peek_type(data: bytes) -> str:
     """Object type of a serialised blob (after full integrity checks)."""
     return unpack(data, None)[0]
@@ -116,7 +121,7 @@ def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None
             f"format version {version} is not supported by this hemlp (reads versions "
             f"{', '.join(map(str, READS))}); re-export the object with a matching hemlp version"
         )
-    if hashlib.sha256(data[:-32]).digest() != bytes(data[-32:]):
+    if not seal_intact(data):
         raise SerializationError("checksum mismatch: the data is corrupted or truncated; re-transfer the file")
     if tcode not in TYPE_NAMES:
         raise SerializationError(f"unknown object type code {tcode}")

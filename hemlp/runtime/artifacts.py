@@ -14,7 +14,6 @@ these files.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from hemlp.errors import KeyMismatchError, SerializationError
-from hemlp.serialize import sealed
+from hemlp.serialize import seal_intact, sealed
 
 MAGIC = b"HEMLPC\x00\x01"
 FORMAT_VERSION = 1
@@ -47,7 +46,7 @@ def unpack(data, kind: str):
         data = memoryview(data).cast("B")
         if bytes(data[: len(MAGIC)]) != MAGIC:
             raise SerializationError(f"not a hemlp {kind} file (bad magic)")
-        if len(data) < len(MAGIC) + 4 + 8 + 32 or hashlib.sha256(data[:-32]).digest() != bytes(data[-32:]):
+        if len(data) < len(MAGIC) + 4 + 8 + 32 or not seal_intact(data):
             raise SerializationError(f"the {kind} file is truncated or corrupted (checksum mismatch)")
         off = len(MAGIC)
         (hl,) = struct.unpack_from("<I", data, off)
