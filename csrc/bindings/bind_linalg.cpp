@@ -4,7 +4,10 @@
 #include <pybind11/stl.h>
 
 #include "bindings/engine.h"
+#include "ckks/errors.h"
 #include "pcmm/pcmm.h"
+// after the ckks headers: its templates name hemlp::Encoding
+#include "bindings/convert.h"
 
 namespace py = pybind11;
 
@@ -18,6 +21,45 @@ void bind_linalg(py::module_& m) {
         },
         py::arg("engine"), py::arg("plan"), py::arg("inputs"), py::arg("chunks"), py::arg("K"), py::arg("factor"),
         py::arg("rescale") = false, py::arg("bias") = std::vector<double>{});
+  m.def(
+      "pcmm_rlwe_rows",
+      [](const hemlp::Engine& e, const hemlp::pcmm::ModGemmPlan& plan, std::vector<py::object> part0,
+         std::vector<py::object> part1, size_t chunks, int64_t K, double factor, bool rescale, std::vector<double> bias,
+         int level, double scale, int slots, int encoding, bool is_complex, uint64_t key_id) {
+        using hemlp::ErrorKind;
+        using hemlp::fail;
+        hemlp::bind::check_imported_metadata(e.ctx, level, scale, slots, encoding, "pcmm input rows");
+        if (part0.size() != part1.size())
+          fail(ErrorKind::Shape, "pcmm input rows: part 0 and part 1 lists differ in length");
+        const size_t n = e.ctx.n();
+        std::vector<hemlp::pcmm::InputRow> rows(part0.size());
+        for (size_t i = 0; i < rows.size(); ++i) {
+          for (int p = 0; p < 2; ++p) {
+            const py::object& o = p == 0 ? part0[i] : part1[i];
+            if (o.is_none()) continue;
+            if (!py::isinstance<py::array_t<uint64_t>>(o))
+              fail(ErrorKind::Shape, "pcmm input rows: each row part must be a uint64 array (limbs, N) or None");
+            auto a = py::reinterpret_borrow<py::array>(o);
+            if (a.ndim() != 2 || a.shape(0) != level + 1 || static_cast<size_t>(a.shape(1)) != n ||
+                (n > 1 && a.strides(1) != 8) || a.strides(0) % 8)
+              fail(ErrorKind::Shape, "pcmm input rows: row " + std::to_string(i) + " must be (" +
+                                         std::to_string(level + 1) + ", " + std::to_string(n) +
+                                         ") uint64 with contiguous rows of N residues");
+            rows[i].part[p] = static_cast<const uint64_t*>(a.data());
+            rows[i].limb_stride[p] = static_cast<size_t>(a.strides(0) / 8);
+          }
+        }
+        hemlp::Ciphertext meta;
+        hemlp::bind::set_imported_metadata(meta, e.ctx, key_id, level, scale, slots, encoding);
+        meta.is_complex = is_complex;
+        py::gil_scoped_release r;
+        return hemlp::pcmm::pcmm_rlwe_rows(e.ctx, plan, rows, meta, chunks, K, factor, rescale, bias);
+      },
+      py::arg("engine"), py::arg("plan"), py::arg("part0"), py::arg("part1"), py::arg("chunks"), py::arg("K"),
+      py::arg("factor"), py::arg("rescale"), py::arg("bias"), py::arg("level"), py::arg("scale"), py::arg("slots"),
+      py::arg("encoding"), py::arg("is_complex"), py::arg("key_id"),
+      "pcmm_rlwe over rows given as (limbs, N) uint64 views of each part (None = a zero row), e.g. read-only\n"
+      "object-store arrays: the same arithmetic and threads as pcmm_rlwe, no copy of the input.");
   m.def("pcmm_epilogue_part",
         [](const hemlp::Engine& e, py::array Y, int level, int64_t K, int part, double scale,
            std::vector<double> bias) {

@@ -20,7 +20,7 @@ namespace hemlp::pcmm {
 std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
                                   const std::vector<const Ciphertext*>& inputs, size_t chunks, int64_t K,
                                   double out_scale_factor, bool rescale, const std::vector<double>& bias) {
-  const size_t d1 = plan.rows(), d2 = plan.cols(), n = ctx.n();
+  const size_t d2 = plan.cols(), n = ctx.n();
   if (chunks == 0 || inputs.size() != d2 * chunks)
     fail(ErrorKind::Shape, "pcmm: the weight matrix has " + std::to_string(d2) + " columns but the encrypted "
                            "matrix has " + std::to_string(chunks ? inputs.size() / chunks : 0) + " rows");
@@ -37,6 +37,29 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
         c->encoding != ref->encoding || (c->key_id && ref->key_id && c->key_id != ref->key_id))
       fail(ErrorKind::Level, "pcmm: all rows of the encrypted matrix must share level, scale, encoding and key");
   }
+  std::vector<InputRow> rows(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i]) rows[i] = InputRow{{inputs[i]->polys[0].data(), inputs[i]->polys[1].data()}, {n, n}};
+  return pcmm_rlwe_rows(ctx, plan, rows, *ref, chunks, K, out_scale_factor, rescale, bias);
+}
+
+std::vector<Ciphertext> pcmm_rlwe_rows(const Context& ctx, const ModGemmPlan& plan,
+                                       const std::vector<InputRow>& inputs, const Ciphertext& meta, size_t chunks,
+                                       int64_t K, double out_scale_factor, bool rescale,
+                                       const std::vector<double>& bias) {
+  const size_t d1 = plan.rows(), d2 = plan.cols(), n = ctx.n();
+  if (chunks == 0 || inputs.size() != d2 * chunks)
+    fail(ErrorKind::Shape, "pcmm: the weight matrix has " + std::to_string(d2) + " columns but the encrypted "
+                           "matrix has " + std::to_string(chunks ? inputs.size() / chunks : 0) + " rows");
+  if (meta.param_hash != ctx.hash64())
+    fail(ErrorKind::ContextMismatch, "pcmm: the encrypted matrix belongs to another parameter set");
+  bool any = false;
+  for (const auto& r : inputs) {
+    if (!r.part[0] != !r.part[1]) fail(ErrorKind::Shape, "pcmm: an input row has one part only");
+    any = any || r.part[0];
+  }
+  if (!any) fail(ErrorKind::Shape, "pcmm: the encrypted matrix has no ciphertexts (all rows are padding)");
+  const Ciphertext* ref = &meta;
   const int level = ref->level, limbs = level + 1;
   if (rescale && level == 0)
     fail(ErrorKind::Level, "pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale");
@@ -64,8 +87,8 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
     int64_t km = K % (int64_t)q;
     const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km, wp = ring::shoup_precompute(w, q);
     for (size_t i = 0; i < d2; ++i) {
-      const Ciphertext* c = inputs[i * chunks + j];
-      rows[i] = c ? c->polys[part].data() + (size_t)k * n : zeros.data();
+      const InputRow& c = inputs[i * chunks + j];
+      rows[i] = c.part[part] ? c.part[part] + (size_t)k * c.limb_stride[part] : zeros.data();
     }
     plan.apply(rows.data(), n, q, C.data(), n);
 #pragma omp parallel for schedule(static) if (!by_unit)

@@ -21,6 +21,22 @@ std::vector<Ciphertext> pcmm_rlwe(const Context& ctx, const ModGemmPlan& plan,
                                   double out_scale_factor, bool rescale = false,
                                   const std::vector<double>& bias = {});
 
+// One input row of pcmm_rlwe_rows: its two polynomials' memory, limb k of part p at part[p] + k * limb_stride[p]
+// (n contiguous residues each; e.g. read-only views of an object store). Both null: a zero row (padding).
+struct InputRow {
+  const uint64_t* part[2] = {nullptr, nullptr};
+  size_t limb_stride[2] = {0, 0};
+};
+
+// pcmm_rlwe over rows given by their memory instead of Ciphertext objects: the same arithmetic and threading,
+// hence the same bits. `meta` holds the rows' shared metadata (level, scale, slots, encoding, key, parameter
+// set; its polynomials are not read); every row must hold meta.level + 1 limbs per part, each residue < q
+// (a larger one is refused by the GEMM, ModGemmPlan::apply).
+std::vector<Ciphertext> pcmm_rlwe_rows(const Context& ctx, const ModGemmPlan& plan,
+                                       const std::vector<InputRow>& inputs, const Ciphertext& meta, size_t chunks,
+                                       int64_t K, double out_scale_factor, bool rescale = false,
+                                       const std::vector<double>& bias = {});
+
 // The same epilogue on one polynomial part of `count` ciphertexts stored limb-major: limb k of polynomial i
 // at in + (k * count + i) * n, level + 1 limbs. Multiplies by K in place, rescales into `out` (level limbs,
 // same layout) and, for part 0 with a non-empty `bias` (one value per polynomial), adds bias[i] at the

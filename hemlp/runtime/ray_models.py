@@ -262,7 +262,9 @@ def _tune_malloc() -> None:
     M_TRIM_THRESHOLD = 2 GiB). Otherwise every array above 32 MB (a limb of a layer's product, a block) is a fresh
     mmap whose pages fault in one by one on first touch, every task (measured here: 1.1 GB in 3.7 s fresh vs
     0.09 s reused, on a VM under load). The in-process runtime never allocates such arrays (its ciphertexts are
-    0.8 MB each)."""
+    0.8 MB each). One arena (M_ARENA_MAX = 1): a thread's own arena (_pcmm_in_place's part threads) gives its
+    freed heap back to the kernel whatever the trim threshold, so its GEMM scratch (64 MB) faulted in afresh at
+    every run (measured: 16 k faults and 0.2 s per run)."""
     if _MALLOC_TUNED:
         return
     _MALLOC_TUNED.append(True)
@@ -270,6 +272,7 @@ def _tune_malloc() -> None:
         import ctypes
 
         libc = ctypes.CDLL(None)
+        libc.mallopt(-8, 1)            # M_ARENA_MAX
         libc.mallopt(-4, 0)            # M_MMAP_MAX
         libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD
     except (OSError, AttributeError):  # not glibc: nothing to tune
@@ -490,24 +493,34 @@ def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> 
     return cts
 
 
-def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
-    """Both parts of a PCMM's output block (after the epilogue), through the coefficient-encoding bias and the
-    fused steps when there are any: (part 0, part 1, block metas)."""
+def _cts_of(ctx, spec, Z: dict) -> list:
+    """The output block's ciphertexts from both parts' epilogue arrays, plus a coefficient-encoding bias (an
+    encoded constant, as linalg.pcmm_gather adds it)."""
     from hemlp import _core
     from hemlp.ckks import Ciphertext
 
+    (r0, r1), (c0, c1) = spec["out_rows"], spec["J"]
+    nc = c1 - c0
+    meta = _out_meta(ctx, spec)
+    shape = (meta[0] + 1, r1 - r0, nc, ctx.N)
+    cts = [ctx._w(Ciphertext, o) for o in _core.cts_from_parts(ctx._e, Z[0].reshape(shape), Z[1].reshape(shape), *meta)]
+    if spec["bias"] is not None and meta[3] != 0:
+        cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
+    return cts
+
+
+def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
+    """Both parts of a PCMM's output block (after the epilogue), through the coefficient-encoding bias and the
+    fused steps when there are any: (part 0, part 1, block metas)."""
     head, (r0, r1), (c0, c1) = spec["head"], spec["out_rows"], spec["J"]
     nr, nc = r1 - r0, c1 - c0
     meta = _out_meta(ctx, spec)
     levels[head] = meta[0]
-    coeff_bias = spec["bias"] is not None and meta[3] != 0
-    shape = (meta[0] + 1, nr, nc, ctx.N)
-    if not spec["ops"] and not coeff_bias:  # the epilogue's arrays are the block
+    if not spec["ops"] and not (spec["bias"] is not None and meta[3] != 0):  # the epilogue's arrays are the block
+        shape = (meta[0] + 1, nr, nc, ctx.N)
         return Z[0].reshape(shape), Z[1].reshape(shape), [meta] * (nr * nc)
     t0 = time.perf_counter()
-    cts = [ctx._w(Ciphertext, o) for o in _core.cts_from_parts(ctx._e, Z[0].reshape(shape), Z[1].reshape(shape), *meta)]
-    if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
-        cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
+    cts = _cts_of(ctx, spec, Z)
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
     cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
     t0 = time.perf_counter()
@@ -657,18 +670,59 @@ def _pieces(rows: int, n: int) -> list:
     return [(r.start, r.stop) for r in _splits(rows, max(1, min(rows, n)))]
 
 
+def _pcmm_in_place(ctx, s, blocks: list, shape: tuple, chunks: int, bits: int):
+    """PCMM step s read straight from its input's store blocks, no import: the in-process native PCMM
+    (pcmm_rlwe_rows: pcmm_rlwe over row memory, the same arithmetic and threads as linalg.pcmm_gather, so the same
+    bits) on (limbs, N) views of each block's rows, ct-major lists or limb-major arrays alike."""
+    from hemlp import _core, linalg
+    from hemlp.ckks import Ciphertext
+    from hemlp.linalg import CtMatrix
+
+    U = np.asarray(s.U, dtype=np.float64)
+    d1, d2 = U.shape
+    index = np.arange(d2)[:, None] if s.index is None else np.asarray(s.index)
+    P = index.shape[1]
+    if s.index is None and d2 != shape[0]:
+        raise ShapeError(f"step {s.out}: U is {d1}x{d2} but its input has {shape[0]} rows")
+    level = s.level_out + 1
+    Uq, delta = linalg.quantize(U, bits)
+    K = max(1, round(ctx.modulus(level) / delta))
+    meta = _pcmm_in_meta(dict(level=level, factor=1.0), [m for _, _, m in blocks])["in_meta"]
+    where = {}  # (row, chunk) -> (part 0 view, part 1 view), each (limbs, N)
+    for parts, (r0, r1, c0, c1), _ in blocks:
+        for r in range(r0, r1):
+            for j in range(c0, c1):
+                where[r, j] = tuple(a[(r - r0) * (c1 - c0) + j - c0] if isinstance(a, list) else a[:, r - r0, j - c0]
+                                    for a in parts)
+    rows = [None if index[i, p] < 0 else where[int(index[i, p]), j]
+            for i in range(d2) for p in range(P) for j in range(chunks)]
+    bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
+    fused = bias is not None and meta[3] == 0  # slot encoding: the constant bias is added natively
+    raw = _core.pcmm_rlwe_rows(ctx._e, _core.ModGemmPlan(Uq, int(bits)), [r and r[0] for r in rows],
+                               [r and r[1] for r in rows], P * chunks, int(K), float(delta * K), True,
+                               bias.tolist() if fused else [], *meta)
+    cts = [ctx._w(Ciphertext, o) for o in raw]
+    if bias is not None and not fused:
+        cts = [ctx.add(ct, float(bias[i // (P * chunks)])) for i, ct in enumerate(cts)]
+    return CtMatrix(ctx, cts, (d1 * P, shape[1]), chunks, "rlwe")
+
+
 def _segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
     """A node-local task's steps (RayProgram._segment_wave): its input values imported from their blocks (its
     rows only for a split elementwise chain), the steps run by local.run_step on spec["threads"] native threads
-    (the in-process arithmetic, so the same bits), then the output values exported part by part."""
+    (the in-process arithmetic, so the same bits), then the output values exported part by part. An input that
+    only PCMMs read (spec["in_place"]) is not imported: they read its blocks in the store (_pcmm_in_place)."""
     from hemlp.linalg import CtMatrix
     from hemlp.runtime.local import LocalExecutor, run_step
 
     t0 = time.perf_counter()
-    rows, vals, k = spec["out_rows"], {}, 0
+    rows, vals, stored, k = spec["out_rows"], {}, {}, 0
     for name, nb, shape, chunks in spec["values"]:
         blocks = [((arrays[2 * i], arrays[2 * i + 1]), *descs[i]) for i in range(k, k + nb)]
         k += nb
+        if name in spec.get("in_place", ()):
+            stored[name] = (blocks, shape, chunks)
+            continue
         rr = rows if rows is not None else (0, shape[0])
         vals[name] = CtMatrix(ctx, _import_range(ctx, blocks, rr, (0, chunks)), (rr[1] - rr[0], shape[1]), chunks,
                               "rlwe")
@@ -676,7 +730,9 @@ def _segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
     ex = LocalExecutor()
     for s in spec["steps"]:
         t0 = time.perf_counter()
-        if s.op in _ELEMENTWISE and rows is not None:  # rows r0:r1 of the chain: per-row constants of those rows
+        if s.op == "pcmm" and s.inputs[0] in stored:
+            y = _pcmm_in_place(ctx, s, *stored[s.inputs[0]], spec["bits"])
+        elif s.op in _ELEMENTWISE and rows is not None:  # rows r0:r1 of the chain: per-row constants of those rows
             y = ex.map_cts(ctx, vals[s.inputs[0]], ElementwiseOp.from_step(s).rows(*rows), rlk, step=s.out)
         else:
             y = run_step(ctx, s, vals, ex, rlk, spec["bits"])
@@ -768,13 +824,11 @@ class _Wave:
 _ELEMENTWISE = ("square", "poly", "affine")
 _SUPPORTED = ("input", "pcmm", "add", "alias", "output") + _ELEMENTWISE
 
-#: RayProgram's choice between sharding a PCMM on its grid and running it in a node-local task (see _sharded).
-#: Measured on the 2-core reference VM (bench ray --model mlp): one more wave of dependent tasks costs about 5 ms
-#: of Ray's dispatch, and a task copies its returns into the store at about 6 GB/s.
+#: RayProgram's choice between sharding a PCMM on its grid over several nodes and running it in a node-local task
+#: (see _sharded). Measured on the 2-core reference VM (bench ray --model mlp): one more wave of dependent tasks
+#: costs about 5 ms of Ray's dispatch, and a task copies its returns into the store at about 6 GB/s.
 RAY_WAVE_SECONDS = 0.005
 RAY_STORE_COPY_BYTES_PER_S = 6e9
-#: a PCMM is sharded when one more wave costs at most this share of its work per worker
-RAY_SHARD_MAX_OVERHEAD = 0.1
 
 
 def _node_threads(ray, num_workers: int) -> int:
@@ -949,22 +1003,24 @@ class RayProgram:
 
     def _sharded(self, ctx, s, chunks: int) -> bool:
         """Whether PCMM step s runs on its grid (tasks of one thread each over the workers) or in a node-local task
-        with the steps around it. Sharded when a grid is given for it; otherwise when one more wave
-        (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store) costs at most RAY_SHARD_MAX_OVERHEAD of
-        its work per worker, or when the workers outnumber a node-local task's threads and the grid saves more time
-        than that wave costs. The work: the planner's PCMM cost (multiply-accumulates
-        of the exact GEMM x planner.layouts.unit_costs()["pcmm_mac"]). A small layer thus joins the elementwise
-        steps around it in one task instead of paying a wave for little work (measured: bench ray --model mlp)."""
+        with the steps around it. Sharded when a grid is given for it; otherwise only when the workers outnumber a
+        node-local task's threads (several nodes) and the grid saves more time than one more wave costs
+        (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store). The work: the planner's PCMM cost
+        (multiply-accumulates of the exact GEMM x planner.layouts.unit_costs()["pcmm_mac"]). Within a node a task
+        with all its CPUs runs the same cells as threads, reading its input in place: no wave, no copy of the
+        output between processes (measured: bench ray --model mlp)."""
         if self.grid is not None and (not isinstance(self.grid, dict) or s.out in self.grid):
             return True
         p, t = self.num_workers, self.node_threads
+        if p <= t:
+            return False
         from hemlp.planner.layouts import unit_costs
 
         d1, d2 = np.shape(s.U)
         P = 1 if s.index is None else np.shape(s.index)[1]
         work = d1 * d2 * P * chunks * 2 * ctx.N * (s.level_out + 2) * unit_costs()["pcmm_mac"]  # input: l_out + 2 limbs
         wave = RAY_WAVE_SECONDS + d1 * P * chunks * _ct_bytes(ctx, s.level_out) / (p * RAY_STORE_COPY_BYTES_PER_S)
-        return wave <= RAY_SHARD_MAX_OVERHEAD * work / p or work / t - work / p > wave
+        return work / t - work / p > wave
 
     def _segment_wave(self, ctx, seg: list, vals: dict, outputs: list) -> dict:
         """Steps `seg` (no sharded PCMM among them) in node-local tasks of node_threads threads: a task imports its
@@ -993,7 +1049,9 @@ class RayProgram:
         ranges = [(r.start, r.stop) for r in _splits(R, min(R, max(1, self.num_workers // t)))] if chain else [None]
         needs_relin = any(e.op in ("square", "poly", "mul", "matmul") for e in seg)
         base = self._common(ctx, "segment", seg[0].out, needs_relin)
-        base.update(threads=t, bits=int(self._weight_bits), steps=seg, outputs=outputs)
+        # inputs that only PCMMs of the segment read stay in the store: the PCMM reads their blocks in place
+        in_place = [n for n in ins if all(e.op == "pcmm" and e.inputs == [n] for e in seg if n in e.inputs)]
+        base.update(threads=t, bits=int(self._weight_bits), steps=seg, outputs=outputs, in_place=in_place)
         final, reads = [], 0
         for rr in ranges:
             margs: list = []
@@ -1021,7 +1079,7 @@ class RayProgram:
                     k, off = k + 2, off + count
         writes = sum(shapes[o][0] * chunks * _ct_bytes(ctx, levels[o]) for o in outputs)
         model = dict(reads=dict(inputs=reads), writes=dict(outputs=writes), total=reads + writes)
-        wave = _Wave([f[:5] for f in final], [], len(ranges), dict(model=model, threads=t))
+        wave = _Wave([f[:5] for f in final], [], len(ranges), dict(model=model, threads=t, in_place=in_place))
         labels = x0.meta[2:]
         blocks, dists = [], {}
         for f in final:
@@ -1233,6 +1291,8 @@ class RayProgram:
                               model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
                               group_task_seconds=sum(m["seconds"] for m in allm),
                               group_task_cpu_seconds=sum(m["cpu"] for m in allm),
+                              # first touches of fresh memory in the tasks (~0.3 GB/s on a loaded VM: worth watching)
+                              page_faults=sum(m["page_faults"] for m in allm),
                               # the group's critical path if every task had its own cores: the longest task per
                               # wave (CPU seconds per thread of a node-local task)
                               critical_cpu_seconds=sum(max(m["cpu"] / m["threads"] for m in allm if m["wave"] == w)
@@ -1243,8 +1303,8 @@ class RayProgram:
                         st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
                     if "cts_per_task" in info:
                         st["cts_per_task"] = info["cts_per_task"]
-                    if "threads" in info:  # node-local tasks: their threads
-                        st["threads"] = info["threads"]
+                    if "threads" in info:  # node-local tasks: their threads, the inputs their PCMMs read in place
+                        st.update(threads=info["threads"], in_place=info["in_place"])
                 else:
                     st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
                 self.stats[e.out] = st

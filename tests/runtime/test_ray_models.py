@@ -80,8 +80,7 @@ def test_mlp_bit_identical_to_local(local_ray, mlp_case):
     steps = {s.out: s.op for s in c["cm"].steps}
     ran = {k: v for k, v in st.items() if k in steps and steps[k] != "input"}
     assert {steps[k] for k in ran} == {"pcmm", "square"}  # every PCMM and elementwise step went through Ray
-    # no layer of a model this small is worth a wave of its own (RayProgram._sharded): one node-local task on
-    # both CPUs runs the program
+    # one node (RayProgram._sharded): one node-local task on both CPUs runs the program
     heads = [v for v in ran.values() if "group" in v]
     assert len(heads) == 1 and heads[0]["tasks"] == 1 and heads[0]["threads"] == 2
     assert set(heads[0]["group"]) == set(ran)
@@ -296,7 +295,7 @@ def test_blocks_stay_in_store_and_bytes_match_model(local_ray, mlp_case, grid):
     first = next(s.out for s in c["cm"].steps if s.op == "input")
     assert st[first]["put_bytes"] == len(c["ct"].ctm.cts) * 2 * (steps[first].level_out + 1) * N * 8
     assert st["_output"]["get_bytes"] == len(out.ctm.cts) * 2 * (out.ctm.level + 1) * N * 8
-    if grid is None:  # no layer worth a wave of its own: one node-local task reads the input and writes the output
+    if grid is None:  # one node: one node-local task reads the input and writes the output
         (v,) = groups.values()
         assert v["tasks"] == 1 and v["threads"] == 2
         assert v["bytes"]["total"] == v["model_bytes"]["total"] == st[first]["put_bytes"] + st["_output"]["get_bytes"]
@@ -371,10 +370,9 @@ def test_task_side_metadata_of_pipelined_waves():
 
 
 def test_sharding_rule_weighs_a_wave_against_the_work():
-    """RayProgram._sharded: a wide first layer (784 -> 128 at N = 2^14, 6 limbs) goes on its grid; a 128 -> 64
-    layer does not on one node of 2 CPUs (one more wave would cost more than a tenth of its work per worker), but
-    does when the workers outnumber a node-local task's threads enough to pay for that wave; explicit grids decide
-    alone."""
+    """RayProgram._sharded: on one node (workers <= a node-local task's threads) nothing is sharded, the task runs
+    the grid's cells as threads; across nodes a wide first layer (784 -> 128 at N = 2^14, 6 limbs) goes on its
+    grid, and a 128 -> 64 layer only when the grid saves more than its wave costs; explicit grids decide alone."""
     from types import SimpleNamespace
 
     from hemlp.compiler.lower import Step
@@ -382,14 +380,48 @@ def test_sharding_rule_weighs_a_wave_against_the_work():
     ctx = SimpleNamespace(N=2 ** 14)
     wide = Step("pcmm", "l0", ["x"], 128, U=np.zeros((128, 784)), level_out=4)
     small = Step("pcmm", "l2", ["h"], 64, U=np.zeros((64, 128)), level_out=2)
+    tiny = Step("pcmm", "l4", ["h"], 10, U=np.zeros((10, 64)), level_out=0)
     rule = ray_models.RayProgram._sharded
 
     def prog(p, t, grid=None):
         return SimpleNamespace(grid=grid, num_workers=p, node_threads=t)
 
-    assert rule(prog(2, 2), ctx, wide, 1) and not rule(prog(2, 2), ctx, small, 1)
+    for p in (1, 2, 8):  # one node
+        assert not rule(prog(p, p), ctx, wide, 1) and not rule(prog(p, p), ctx, small, 1)
+    assert rule(prog(2, 1), ctx, wide, 1)  # two nodes of one CPU
     assert rule(prog(8, 2), ctx, small, 1)  # 4 nodes of 2 CPUs: the grid saves more than the wave costs
-    # one worker: the wide layer is still worth its wave (its task reads the input blocks in place, no import)
-    assert rule(prog(1, 1), ctx, wide, 1) and not rule(prog(1, 1), ctx, small, 1)
+    assert not rule(prog(2, 1), ctx, tiny, 1)  # ~1 ms of work: not worth a wave
     assert rule(prog(2, 2, grid=(1, 1, 2)), ctx, small, 1) and rule(prog(2, 2, grid={"l2": (2, 1, 1)}), ctx, small, 1)
     assert not rule(prog(2, 2, grid={"l0": (2, 1, 1)}), ctx, small, 1)
+
+
+@pytest.mark.parametrize("case", ["mlp_case", "cnn_case"])
+def test_node_local_pcmm_reads_its_input_in_place(local_ray, case, request):
+    """On one node the program is one task; its first PCMM reads the input from the store (_pcmm_in_place: the
+    native PCMM over row views) instead of importing it, with the same bits as in process (dense and gathered
+    PCMMs; the driver's ct-major input, limb-major blocks of earlier waves, several blocks; 1 and 2 threads)."""
+    from hemlp.runtime.local import LocalExecutor, run_step
+
+    c = request.getfixturevalue(case)
+    ctx, C, bits = c["cm"].context, c["ct"].ctm, c["cm"].weight_bits
+    first = next(s for s in c["cm"].steps if s.op == "pcmm")
+    want = run_step(ctx, first, {first.inputs[0]: C}, LocalExecutor(), None, bits)
+    parts = tuple([ct._obj.poly_view(p) for ct in C.cts] for p in (0, 1))  # the driver's ct-major input put
+    metas = [ray_models._meta_of(ct._obj) for ct in C.cts]
+    limb_major = tuple(np.stack([np.stack(ps[r * C.chunks: (r + 1) * C.chunks], axis=1) for r in range(C.shape[0])],
+                                axis=1) for ps in parts)  # (limbs, rows, chunks, N): a block of an earlier wave
+    for blocks in ([(parts, (0, C.shape[0], 0, C.chunks), metas)],
+                   [(limb_major, (0, C.shape[0], 0, C.chunks), metas)],
+                   [(tuple(p[:3 * C.chunks] for p in parts), (0, 3, 0, C.chunks), metas[:3 * C.chunks]),  # two blocks
+                    (tuple(a[:, 3:] for a in limb_major), (3, C.shape[0], 0, C.chunks), metas[3 * C.chunks:])]):
+        for threads in (1, 2):
+            hemlp.set_num_threads(threads)
+            y = ray_models._pcmm_in_place(ctx, first, blocks, C.shape, C.chunks, bits)
+            assert y.shape == want.shape and all(a.to_bytes() == b.to_bytes()
+                                                 for a, b in zip(y.cts, want.cts, strict=True))
+    hemlp.set_num_threads(1)
+    st = {}
+    out = c["cm"].run(c["ct"], c["ek"], runtime="ray", num_workers=2, stats=st)
+    assert same(out, c["ref"])
+    (v,) = [v for v in st.values() if "group" in v]
+    assert v["tasks"] == 1 and v["threads"] == 2 and v["in_place"] == [first.inputs[0]]
