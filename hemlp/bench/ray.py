@@ -60,6 +60,9 @@ def add_arguments(p) -> None:
                    "workers one right after the other (a batch job's case), timed on their own")
     p.add_argument("--ray-default-frees", action="store_true", help="start Ray with its default one-second batching "
                    "of object frees instead of hemlp's LOCAL_SYSTEM_CONFIG (to measure what that setting does)")
+    p.add_argument("--nodes", type=int, default=1, help="--model mlp: run Ray as this many raylets on this machine "
+                   "(ray.cluster_utils.Cluster, max(--workers) / NODES CPUs each), so that PCMMs shard on their grids "
+                   "across nodes and blocks move between object stores; default 1 (one node: one node-local task)")
     p.add_argument("--json", default=None)
 
 
@@ -222,8 +225,23 @@ def main_mlp(args) -> int:
         ray.shutdown()
     from hemlp.runtime.ray_runtime import LOCAL_SYSTEM_CONFIG
 
-    ray.init(address="local", num_cpus=max(workers), include_dashboard=False, log_to_driver=False,
-             _system_config=None if args.ray_default_frees else LOCAL_SYSTEM_CONFIG)
+    config = None if args.ray_default_frees else LOCAL_SYSTEM_CONFIG
+    cluster = None
+    if args.nodes > 1:
+        from ray.cluster_utils import Cluster
+
+        per_node = max(workers) // args.nodes
+        if per_node < 1 or per_node * args.nodes != max(workers):
+            raise SystemExit(f"--nodes {args.nodes}: max(--workers) = {max(workers)} must be a multiple of it")
+        cluster = Cluster(initialize_head=True, head_node_args=dict(num_cpus=per_node, include_dashboard=False,
+                                                                     _system_config=config))
+        for _ in range(args.nodes - 1):
+            cluster.add_node(num_cpus=per_node)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+    else:
+        ray.init(address="local", num_cpus=max(workers), include_dashboard=False, log_to_driver=False,
+                 _system_config=config)
 
     modes = [("local", th) for th in (1, 2)] + [("ray", w) for w in workers]
     runs = {m: [] for m in modes}  # (seconds, layer_seconds, stats)
@@ -260,6 +278,8 @@ def main_mlp(args) -> int:
         back.append((time.perf_counter() - t0, st[input_name]["seconds"]))
         del out
     ray.shutdown()
+    if cluster is not None:
+        cluster.shutdown()
     med = statistics.median
     results = []
     for (mode, n), rs in runs.items():
@@ -361,7 +381,9 @@ def main_mlp(args) -> int:
     rows.append(["bit-identical"] + ["yes" if r["bit_identical"] else "NO" for r in cols])
     report.table(["layer"] + [r["label"] for r in cols], rows,
                  title=f"MLP {'-'.join(map(str, dims))}, batch {batch} ({cm.preset}, {cm.capacity // slots} chunk(s) "
-                       f"of {slots} slots, {os.cpu_count()} cores, median of {args.repeats} interleaved rounds after "
+                       f"of {slots} slots, {os.cpu_count()} cores"
+                       + (f", Ray as {args.nodes} raylets" if args.nodes > 1 else "")
+                       + f", median of {args.repeats} interleaved rounds after "
                        f"{warmup} warm-up; load average {la0[0] if la0 else '?'} before)")
     if r1 and r2:
         grows = []
@@ -402,5 +424,6 @@ def main_mlp(args) -> int:
                                              "summary": summary, "warmup": warmup, "repeats": args.repeats,
                                              "load_average_before": la0, "load_average_rounds": loads,
                                              "back_to_back": [dict(seconds=b[0], input_put_s=b[1]) for b in back],
-                                             "ray_default_frees": bool(args.ray_default_frees)})
+                                             "ray_default_frees": bool(args.ray_default_frees),
+                                             "nodes": args.nodes})
     return 0 if all(r["bit_identical"] for r in results) else 1

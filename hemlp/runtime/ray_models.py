@@ -4,18 +4,21 @@
 the input once, in the blocks the first layer reads, then only orchestrates waves of tasks. Two kinds of
 wave:
 
-* a sharded PCMM (a layer with enough work, see ``RayProgram._sharded``): tasks of one thread on a grid;
-  each reads its input blocks by ObjectRef zero-copy, runs the exact GEMM per limb, then x K, the rescale
-  and the bias natively and the elementwise steps that follow on its rows (square, polynomial, affine),
-  and returns its output block for the next layer's tasks. Grids: ``planner.grid.grid_store`` (fewest
-  object-store bytes, ``pcmm_store_bytes``), or ``grid=``;
-* node-local tasks (everything else: small layers, residual adds, the activations after a part-split PCMM):
-  a run of steps in one task with all of a node's CPUs (its native threads), through the in-process code
-  (``local.run_step``), so small layers cost no wave of their own; a chain of elementwise steps splits its
-  rows over the nodes. Per step, ``stats`` gets the bytes the tasks
-read and wrote through the store (every argument, return and driver put is a numpy array of known size)
-next to the model, the grid, the task count, nodes, and the tasks' own wall and CPU seconds. See the
-block comment above ``_group_task`` for the data layout and the waves.
+* node-local tasks: a run of steps in one task with all of a node's CPUs (its native threads), through the
+  in-process code (``local.run_step``), so the bits are the in-process bits. A PCMM whose input the task takes
+  from the store reads it there in place (``_pcmm_in_place``: the native PCMM over views of the rows), so the
+  task imports nothing it only multiplies. On one node (workers <= a node's CPUs) the whole program is one
+  such task: within a node, threads of one process do what tasks of one thread would, without copies between
+  processes. A chain of elementwise steps splits its rows over the nodes;
+* a sharded PCMM (across nodes, when the grid saves more than a wave costs: ``RayProgram._sharded``; or
+  ``grid=``): tasks of one thread on a grid; each reads its input blocks by ObjectRef zero-copy, runs the
+  exact GEMM per limb, then x K, the rescale and the bias natively and the elementwise steps that follow on its
+  rows (square, polynomial, affine), and returns its output block for the next layer's tasks. Grids:
+  ``planner.grid.grid_store`` (fewest object-store bytes, ``pcmm_store_bytes``), or ``grid=``.
+
+Per step, ``stats`` gets the bytes the tasks read and wrote through the store (every argument, return and
+driver put is a numpy array of known size) next to the model, the grid, the task count, nodes, and the tasks'
+own wall and CPU seconds. See the block comment above ``_group_task`` for the data layout and the waves.
 
 ``RayExecutor`` (fallback for programs with steps RayProgram does not know): the per-step executor that
 ``local.run`` calls; PCMMs through ``ray_pcmm`` / ``ray_pcmm_gather``, elementwise steps as tasks over
@@ -136,6 +139,18 @@ def _remote():
 
 # ----------------------------------------------------------------------------- driver side
 
+_LAST_RLK: list = []  # [(relin key, its bytes, their SHA-256)]: the driver's last key sent
+
+
+def _relin_bytes(relin_key) -> tuple:
+    """The relinearisation key's bytes and digest (the workers cache the decoded key by it), kept for the last key:
+    a batch job's runs send the same key, and serialising and hashing it cost ~20 ms a run here."""
+    if not _LAST_RLK or _LAST_RLK[0][0] is not relin_key:
+        data = relin_key.to_bytes()
+        _LAST_RLK[:] = [(relin_key, data, hashlib.sha256(data).hexdigest())]
+    return _LAST_RLK[0][1:]
+
+
 def _ray_driver_init(self, num_workers, grid, cts_per_task, threads_per_task) -> None:
     """The state RayExecutor and RayProgram share; they need a connected Ray (ray_session)."""
     ray = _ray()
@@ -188,8 +203,8 @@ class RayExecutor:
 
     def _relin(self, relin_key):
         if self._rlk is None or self._rlk[0] is not relin_key:
-            data = relin_key.to_bytes()
-            self._rlk = (relin_key, hashlib.sha256(data).hexdigest(), [self.ray.put(data)])
+            data, digest = _relin_bytes(relin_key)
+            self._rlk = (relin_key, digest, [self.ray.put(data)])
         return self._rlk[1], self._rlk[2]
 
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
@@ -889,9 +904,10 @@ class RayProgram:
     """Runs a lowered program on a connected Ray with the activations in the object store between layers
     (use inside ``ray_session``; ``run_on_ray`` does both).
 
-    num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (PCMMs with
-    enough work on the planner's ``grid_store`` for the workers, fewest object-store bytes; the rest node-local, see
-    ``_sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those steps on their grids).
+    num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (on one node
+    the program runs node-local; across nodes, PCMMs worth a wave on the planner's ``grid_store`` for the workers,
+    fewest object-store bytes, see ``_sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those
+    steps on their grids).
     cts_per_task: None (default) fuses every elementwise step into the task that produced its input or the next
     node-local task; a number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats
     (after run): per step, the grid (sharded) or threads (node-local), tasks, nodes, bytes read / written through
@@ -1024,8 +1040,8 @@ class RayProgram:
 
     def _segment_wave(self, ctx, seg: list, vals: dict, outputs: list) -> dict:
         """Steps `seg` (no sharded PCMM among them) in node-local tasks of node_threads threads: a task imports its
-        input blocks (both parts), runs the steps with the in-process code (local.run_step) and returns the values
-        that later steps read (`outputs`). A chain of elementwise steps splits its rows over
+        input blocks (both parts; an input that only PCMMs read is read in place instead), runs the steps with the
+        in-process code (local.run_step) and returns the values that later steps read (`outputs`). A chain of elementwise steps splits its rows over
         num_workers // node_threads tasks; anything else is one task. Returns {name: _Dist}."""
         from hemlp.runtime.ray_runtime import _splits
 
@@ -1343,8 +1359,8 @@ class RayProgram:
         self._N, self._weight_bits = ctx.N, weight_bits
         self._on_grid = {s.out for s in steps if s.op == "pcmm" and self._sharded(ctx, s, C.chunks)}
         if relin_key is not None and any(s.op in ("square", "poly") for s in steps):
-            data = relin_key.to_bytes()
-            self._rlk = (relin_key, hashlib.sha256(data).hexdigest(), [ray.put(data)])
+            data, digest = _relin_bytes(relin_key)
+            self._rlk = (relin_key, digest, [ray.put(data)])
             self._rlk_bytes = len(data)
             self.stats["_keys"] = dict(op="keys", put_bytes=len(data), nodes=[], tasks=0)
         users: dict = {}

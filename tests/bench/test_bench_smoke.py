@@ -123,14 +123,16 @@ def test_bench_peers_core(tmp_path):
                 assert run["ratios_hemlp_over_peer"][peer]["mul"] > 0
 
 
-def test_ray_mlp_smoke(tmp_path):
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_ray_mlp_smoke(tmp_path, nodes):
     """bench ray --model mlp end to end on a tiny insecure chain: every mode bit-identical, the object-store bytes
-    equal to the model, and the back-to-back Ray runs recorded."""
+    equal to the model, and the back-to-back Ray runs recorded; --nodes 2: Ray as two raylets, PCMMs on a grid
+    across them."""
     pytest.importorskip("ray")
     out = tmp_path / "ray.json"
     r = _run(["-m", "hemlp.bench", "ray", "--model", "mlp", "--preset", "test-N12", "--allow-insecure",
               "--dims", "16,8,4", "--batch", "64", "--repeats", "1", "--warmup", "0", "--back-to-back", "2",
-              "--json", str(out)])
+              "--json", str(out)] + (["--nodes", "2", "--grids", "1x1x1x2"] if nodes == 2 else []))
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     doc = json.loads(out.read_text())
     assert {x["label"] for x in doc["results"]} >= {"local, 1 thread(s)", "Ray, 2 worker(s)"}
@@ -140,6 +142,10 @@ def test_ray_mlp_smoke(tmp_path):
             assert g["bytes_vs_model"] == pytest.approx(1.0)
     assert len(doc["back_to_back"]) == 2 and all(b["seconds"] > b["input_put_s"] > 0 for b in doc["back_to_back"])
     assert doc["summary"]["back_to_back_s"] > 0 and "one right after the other" in r.stdout
+    assert doc["nodes"] == nodes
+    if nodes == 2:  # the part split over the two raylets: each PCMM a wave of 2 tasks
+        two = next(x for x in doc["results"] if x["label"] == "Ray, 2 worker(s)")
+        assert any(g["grid"] == [1, 1, 1, 2] and g["tasks"] == 2 for g in two["groups"].values())
 
 
 def test_files_smoke(tmp_path):

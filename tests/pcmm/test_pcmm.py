@@ -173,6 +173,47 @@ def test_epilogue_per_part_is_bit_identical_to_the_whole_ciphertext_path(env, rn
         assert all(np.array_equal(out[part][:, r], want.cts[r]._obj.poly(part)) for r in range(4))
 
 
+def test_product_over_row_views_is_the_native_pcmm(env, rng):
+    """pcmm_rlwe_rows (the Ray runtime's in-place PCMM) on (limbs, N) views of each part: the same bits as
+    pcmm_rlwe on the ciphertexts, with zero rows (padding) and strided limb-major views; bad rows are refused."""
+    ctx, sk, pk = env
+    C = linalg.encrypt_matrix(ctx, asym(5, ctx.slots, rng), pk)
+    U, b = rng.normal(size=(3, 6)), rng.normal(size=3)
+    Uq, delta = linalg.quantize(U, 16)
+    level = C.level
+    K = max(1, round(ctx.modulus(level) / delta))
+    plan = _core.ModGemmPlan(Uq, 16)
+    objs = [ct._obj for ct in C.cts] + [None]  # row 5: a zero row
+    want = _core.pcmm_rlwe(ctx._e, plan, objs, 1, K, float(delta * K), True, list(b))
+    o = objs[0]
+    meta = (o.level, o.scale, o.slots, o.encoding, o.is_complex, o.key_id)
+    views = [[None if x is None else x.poly_view(p) for x in objs] for p in (0, 1)]
+    block = [np.stack([x.poly(p) for x in objs[:5]], axis=1) for p in (0, 1)]  # (limbs, rows, N): strided rows
+    strided = [[block[p][:, r] for r in range(5)] + [None] for p in (0, 1)]
+    for p0, p1 in (views, strided):
+        got = _core.pcmm_rlwe_rows(ctx._e, plan, p0, p1, 1, K, float(delta * K), True, list(b), *meta)
+        assert len(got) == len(want) and all(
+            g.level == w.level and g.scale == w.scale and g.key_id == w.key_id and all(
+                np.array_equal(g.poly(p), w.poly(p)) for p in (0, 1)) for g, w in zip(got, want))
+    args = (1, K, float(delta * K), True, [], *meta)
+    with pytest.raises(ShapeError, match="one part only"):
+        _core.pcmm_rlwe_rows(ctx._e, plan, views[0], [None] + views[1][1:], *args)
+    with pytest.raises(ShapeError, match="differ in length"):
+        _core.pcmm_rlwe_rows(ctx._e, plan, views[0], views[1][:5], *args)
+    with pytest.raises(ShapeError, match="columns"):
+        _core.pcmm_rlwe_rows(ctx._e, plan, views[0][:5], views[1][:5], *args)
+    with pytest.raises(ShapeError, match=r"must be \(%d, %d\)" % (level + 1, ctx.N)):
+        _core.pcmm_rlwe_rows(ctx._e, plan, [v if v is None else v[:-1] for v in views[0]], views[1], *args)
+    with pytest.raises(ShapeError, match="uint64"):
+        _core.pcmm_rlwe_rows(ctx._e, plan, [v if v is None else v.astype(np.int64) for v in views[0]], views[1], *args)
+    with pytest.raises(ShapeError, match="padding"):
+        _core.pcmm_rlwe_rows(ctx._e, plan, [None] * 6, [None] * 6, *args)
+    bad = [None if v is None else v.copy() for v in views[1]]
+    bad[2][0, 7] = ctx.modulus(0)  # a residue >= q: corrupted data is refused, not multiplied
+    with pytest.raises(ValueError, match="residue"):
+        _core.pcmm_rlwe_rows(ctx._e, plan, views[0], bad, *args)
+
+
 def test_epilogue_and_export_reject_bad_arrays(env, rng):
     ctx, sk, pk = env
     L, N = ctx.max_level + 1, ctx.N
