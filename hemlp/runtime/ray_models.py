@@ -844,6 +844,9 @@ _SUPPORTED = ("input", "pcmm", "add", "alias", "output") + _ELEMENTWISE
 #: costs about 5 ms of Ray's dispatch, and a task copies its returns into the store at about 6 GB/s.
 RAY_WAVE_SECONDS = 0.005
 RAY_STORE_COPY_BYTES_PER_S = 6e9
+#: blocks pulled from another node's store: 1.4 GB/s between two raylets on this VM (a 600 MB object; 10 GbE
+#: would give about 1.2 GB/s)
+RAY_NODE_TRANSFER_BYTES_PER_S = 1.4e9
 
 
 def _node_threads(ray, num_workers: int) -> int:
@@ -969,13 +972,14 @@ class RayProgram:
         self._t_ready = time.time()  # the first wave's time starts after the put
         return _Dist((d, C.shape[1]), c, blocks)
 
-    def _submit(self, num_returns: int, spec: dict, *args, metas: list = (), cpus: int = 1):
-        """One group task, spread over the nodes. metas: the meta refs its spec names ("arg", k, ..): passed after
-        the arrays, so the task waits for them as for its arrays and the driver never waits between waves.
-        cpus: the CPUs it holds (= its native threads, spec["threads"])."""
+    def _submit(self, num_returns: int, spec: dict, *args, metas: list = (), cpus: int = 1, spread: bool = True):
+        """One group task, spread over the nodes (spread=False: Ray's default, locality-aware placement, for a
+        wave of one task: it goes where its arguments' bytes are). metas: the meta refs its spec names ("arg", k,
+        ..): passed after the arrays, so the task waits for them as for its arrays and the driver never waits
+        between waves. cpus: the CPUs it holds (= its native threads, spec["threads"])."""
         if metas:
             spec = dict(spec, n_meta=len(metas))
-        opts = dict(scheduling_strategy="SPREAD")
+        opts = dict(scheduling_strategy="SPREAD" if spread else "DEFAULT")
         if cpus != 1:
             opts["num_cpus"] = cpus
         return _group_remote(num_returns).options(**opts).remote(spec, *args, *metas)
@@ -1021,7 +1025,10 @@ class RayProgram:
         """Whether PCMM step s runs on its grid (tasks of one thread each over the workers) or in a node-local task
         with the steps around it. Sharded when a grid is given for it; otherwise only when the workers outnumber a
         node-local task's threads (several nodes) and the grid saves more time than one more wave costs
-        (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store). The work: the planner's PCMM cost
+        (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store) plus the transfer between nodes of the
+        share of its input and output that the other nodes' tasks read and write (RAY_NODE_TRANSFER_BYTES_PER_S;
+        measured on two raylets: a 128 x 64 layer sharded took 0.21 s against 0.16 s in one task). The work: the
+        planner's PCMM cost
         (multiply-accumulates of the exact GEMM x planner.layouts.unit_costs()["pcmm_mac"]). Within a node a task
         with all its CPUs runs the same cells as threads, reading its input in place: no wave, no copy of the
         output between processes (measured: bench ray --model mlp)."""
@@ -1035,8 +1042,10 @@ class RayProgram:
         d1, d2 = np.shape(s.U)
         P = 1 if s.index is None else np.shape(s.index)[1]
         work = d1 * d2 * P * chunks * 2 * ctx.N * (s.level_out + 2) * unit_costs()["pcmm_mac"]  # input: l_out + 2 limbs
-        wave = RAY_WAVE_SECONDS + d1 * P * chunks * _ct_bytes(ctx, s.level_out) / (p * RAY_STORE_COPY_BYTES_PER_S)
-        return work / t - work / p > wave
+        out_bytes = d1 * P * chunks * _ct_bytes(ctx, s.level_out)
+        wave = RAY_WAVE_SECONDS + out_bytes / (p * RAY_STORE_COPY_BYTES_PER_S)
+        moved = (1 - t / p) * (d2 * chunks * _ct_bytes(ctx, s.level_out + 1) + out_bytes)  # the other nodes' share
+        return work / t - work / p > wave + moved / RAY_NODE_TRANSFER_BYTES_PER_S
 
     def _segment_wave(self, ctx, seg: list, vals: dict, outputs: list) -> dict:
         """Steps `seg` (no sharded PCMM among them) in node-local tasks of node_threads threads: a task imports its
@@ -1084,7 +1093,10 @@ class RayProgram:
             out_rows = {o: rr if rr is not None else (0, shapes[o][0]) for o in outputs}
             pieces = {o: _pieces(out_rows[o][1] - out_rows[o][0], n_pieces) for o in outputs}
             spec = dict(base, inputs=inputs, values=values, out_rows=rr, n_pieces=n_pieces)
-            refs = self._submit(2 * sum(map(len, pieces.values())) + 1, spec, *args, metas=margs, cpus=t)
+            # one task: where its inputs are (on two raylets, SPREAD sent a one-task program's 1.2 GB input to the
+            # other node: +50 % end to end, bench ray --nodes 2); several: over the nodes
+            refs = self._submit(2 * sum(map(len, pieces.values())) + 1, spec, *args, metas=margs, cpus=t,
+                                spread=len(ranges) > 1)
             k, off = 0, 0
             for o in outputs:
                 r0 = out_rows[o][0]

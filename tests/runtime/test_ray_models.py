@@ -369,10 +369,11 @@ def test_task_side_metadata_of_pipelined_waves():
         ray_models._pcmm_in_meta(dict(level=4, factor=3.0), [metas[:2]])
 
 
-def test_sharding_rule_weighs_a_wave_against_the_work():
+def test_sharding_rule_weighs_a_wave_against_the_work(monkeypatch):
     """RayProgram._sharded: on one node (workers <= a node-local task's threads) nothing is sharded, the task runs
     the grid's cells as threads; across nodes a wide first layer (784 -> 128 at N = 2^14, 6 limbs) goes on its
-    grid, and a 128 -> 64 layer only when the grid saves more than its wave costs; explicit grids decide alone."""
+    grid, but not a 128 -> 64 layer (moving its blocks between nodes costs more than the grid saves), nor the wide
+    one over a slow network; explicit grids decide alone."""
     from types import SimpleNamespace
 
     from hemlp.compiler.lower import Step
@@ -380,7 +381,6 @@ def test_sharding_rule_weighs_a_wave_against_the_work():
     ctx = SimpleNamespace(N=2 ** 14)
     wide = Step("pcmm", "l0", ["x"], 128, U=np.zeros((128, 784)), level_out=4)
     small = Step("pcmm", "l2", ["h"], 64, U=np.zeros((64, 128)), level_out=2)
-    tiny = Step("pcmm", "l4", ["h"], 10, U=np.zeros((10, 64)), level_out=0)
     rule = ray_models.RayProgram._sharded
 
     def prog(p, t, grid=None):
@@ -388,9 +388,10 @@ def test_sharding_rule_weighs_a_wave_against_the_work():
 
     for p in (1, 2, 8):  # one node
         assert not rule(prog(p, p), ctx, wide, 1) and not rule(prog(p, p), ctx, small, 1)
-    assert rule(prog(2, 1), ctx, wide, 1)  # two nodes of one CPU
-    assert rule(prog(8, 2), ctx, small, 1)  # 4 nodes of 2 CPUs: the grid saves more than the wave costs
-    assert not rule(prog(2, 1), ctx, tiny, 1)  # ~1 ms of work: not worth a wave
+    for p, t in ((2, 1), (8, 2)):  # two nodes of one CPU, four of two
+        assert rule(prog(p, t), ctx, wide, 1) and not rule(prog(p, t), ctx, small, 1)
+    monkeypatch.setattr(ray_models, "RAY_NODE_TRANSFER_BYTES_PER_S", 1e8)  # ~1 Gb/s between nodes
+    assert not rule(prog(2, 1), ctx, wide, 1)
     assert rule(prog(2, 2, grid=(1, 1, 2)), ctx, small, 1) and rule(prog(2, 2, grid={"l2": (2, 1, 1)}), ctx, small, 1)
     assert not rule(prog(2, 2, grid={"l0": (2, 1, 1)}), ctx, small, 1)
 
