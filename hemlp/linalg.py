@@ -255,26 +255,37 @@ def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale
         from hemlp.errors import LevelError
 
         raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
+    c = C.chunks
+    cts = gathered_product(ctx, U, index, lambda r, j: C.cts[r * c + j]._obj, c, level, C.encoding == "slot",
+                           weight_bits, bias, rescale,
+                           lambda plan, inputs, *args: _core.pcmm_rlwe(ctx._e, plan, inputs, *args))
+    return CtMatrix(ctx, cts, (U.shape[0] * index.shape[1], C.shape[1]), c, C.format)
+
+
+def gathered_product(ctx, U, index, row, chunks: int, level: int, slot_encoded: bool, weight_bits: int, bias,
+                     rescale: bool, native) -> list:
+    """pcmm_gather's body over any row source (the Ray runtime's in-place PCMM reads object-store views): U
+    quantised, K chosen, the inputs laid out (i, p, j) as row(r, j) (None for index -1: a zero row), then
+    native(plan, inputs, P * chunks, K, factor, rescale, fused bias) -> native ciphertexts, and a bias that is not
+    fused (coefficient encoding) added as an encoded constant. Returns the d1 * P * chunks output Ciphertexts."""
     Uq, delta = quantize(U, weight_bits)
     K = max(1, round(ctx.modulus(level) / delta)) if rescale else 1
     plan = _core.ModGemmPlan(Uq, int(weight_bits))
     d2, P = index.shape
-    c = C.chunks
     # inputs laid out (i, p, j): the P output blocks become extra column panels of one product
-    inputs = [None if index[i, p] < 0 else C.cts[index[i, p] * c + j]._obj
-              for i in range(d2) for p in range(P) for j in range(c)]
+    inputs = [None if index[i, p] < 0 else row(int(index[i, p]), j)
+              for i in range(d2) for p in range(P) for j in range(chunks)]
     b = None
     if bias is not None:
         b = np.asarray(bias, dtype=np.float64).reshape(-1)
         if b.shape[0] != U.shape[0]:
             raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
-    fused = b is not None and rescale and C.encoding == "slot"  # constant bias added natively
-    raw = _core.pcmm_rlwe(ctx._e, plan, inputs, P * c, int(K), float(delta * K), bool(rescale),
-                          b.tolist() if fused else [])
+    fused = b is not None and rescale and slot_encoded  # constant bias added natively
+    raw = native(plan, inputs, P * chunks, int(K), float(delta * K), bool(rescale), b.tolist() if fused else [])
     cts = [ctx._w(Ciphertext, o) for o in raw]
     if b is not None and not fused:
-        cts = [ctx.add(ct, float(b[idx // (P * c)])) for idx, ct in enumerate(cts)]
-    return CtMatrix(ctx, cts, (U.shape[0] * P, C.shape[1]), c, C.format)
+        cts = [ctx.add(ct, float(b[idx // (P * chunks)])) for idx, ct in enumerate(cts)]
+    return cts
 
 
 # ---------------------------------------------------------------- MSRLWE (shared a-part)

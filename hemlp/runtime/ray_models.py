@@ -277,9 +277,7 @@ def _tune_malloc() -> None:
     M_TRIM_THRESHOLD = 2 GiB). Otherwise every array above 32 MB (a limb of a layer's product, a block) is a fresh
     mmap whose pages fault in one by one on first touch, every task (measured here: 1.1 GB in 3.7 s fresh vs
     0.09 s reused, on a VM under load). The in-process runtime never allocates such arrays (its ciphertexts are
-    0.8 MB each). One arena (M_ARENA_MAX = 1): a thread's own arena (_pcmm_in_place's part threads) gives its
-    freed heap back to the kernel whatever the trim threshold, so its GEMM scratch (64 MB) faulted in afresh at
-    every run (measured: 16 k faults and 0.2 s per run)."""
+    0.8 MB each)."""
     if _MALLOC_TUNED:
         return
     _MALLOC_TUNED.append(True)
@@ -287,7 +285,6 @@ def _tune_malloc() -> None:
         import ctypes
 
         libc = ctypes.CDLL(None)
-        libc.mallopt(-8, 1)            # M_ARENA_MAX
         libc.mallopt(-4, 0)            # M_MMAP_MAX
         libc.mallopt(-1, 2**31 - 1)    # M_TRIM_THRESHOLD
     except (OSError, AttributeError):  # not glibc: nothing to tune
@@ -508,34 +505,24 @@ def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> 
     return cts
 
 
-def _cts_of(ctx, spec, Z: dict) -> list:
-    """The output block's ciphertexts from both parts' epilogue arrays, plus a coefficient-encoding bias (an
-    encoded constant, as linalg.pcmm_gather adds it)."""
-    from hemlp import _core
-    from hemlp.ckks import Ciphertext
-
-    (r0, r1), (c0, c1) = spec["out_rows"], spec["J"]
-    nc = c1 - c0
-    meta = _out_meta(ctx, spec)
-    shape = (meta[0] + 1, r1 - r0, nc, ctx.N)
-    cts = [ctx._w(Ciphertext, o) for o in _core.cts_from_parts(ctx._e, Z[0].reshape(shape), Z[1].reshape(shape), *meta)]
-    if spec["bias"] is not None and meta[3] != 0:
-        cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
-    return cts
-
-
 def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     """Both parts of a PCMM's output block (after the epilogue), through the coefficient-encoding bias and the
     fused steps when there are any: (part 0, part 1, block metas)."""
+    from hemlp import _core
+    from hemlp.ckks import Ciphertext
+
     head, (r0, r1), (c0, c1) = spec["head"], spec["out_rows"], spec["J"]
     nr, nc = r1 - r0, c1 - c0
     meta = _out_meta(ctx, spec)
     levels[head] = meta[0]
-    if not spec["ops"] and not (spec["bias"] is not None and meta[3] != 0):  # the epilogue's arrays are the block
-        shape = (meta[0] + 1, nr, nc, ctx.N)
+    coeff_bias = spec["bias"] is not None and meta[3] != 0
+    shape = (meta[0] + 1, nr, nc, ctx.N)
+    if not spec["ops"] and not coeff_bias:  # the epilogue's arrays are the block
         return Z[0].reshape(shape), Z[1].reshape(shape), [meta] * (nr * nc)
     t0 = time.perf_counter()
-    cts = _cts_of(ctx, spec, Z)
+    cts = [ctx._w(Ciphertext, o) for o in _core.cts_from_parts(ctx._e, Z[0].reshape(shape), Z[1].reshape(shape), *meta)]
+    if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
+        cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
     cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
     t0 = time.perf_counter()
@@ -686,22 +673,18 @@ def _pieces(rows: int, n: int) -> list:
 
 
 def _pcmm_in_place(ctx, s, blocks: list, shape: tuple, chunks: int, bits: int):
-    """PCMM step s read straight from its input's store blocks, no import: the in-process native PCMM
-    (pcmm_rlwe_rows: pcmm_rlwe over row memory, the same arithmetic and threads as linalg.pcmm_gather, so the same
-    bits) on (limbs, N) views of each block's rows, ct-major lists or limb-major arrays alike."""
+    """PCMM step s read straight from its input's store blocks, no import: linalg.pcmm_gather's product over
+    (limbs, N) views of each block's rows, ct-major lists or limb-major arrays alike (pcmm_rlwe_rows: pcmm_rlwe over
+    row memory, the same arithmetic and threads, so the same bits)."""
     from hemlp import _core, linalg
-    from hemlp.ckks import Ciphertext
     from hemlp.linalg import CtMatrix
 
     U = np.asarray(s.U, dtype=np.float64)
     d1, d2 = U.shape
     index = np.arange(d2)[:, None] if s.index is None else np.asarray(s.index)
-    P = index.shape[1]
     if s.index is None and d2 != shape[0]:
         raise ShapeError(f"step {s.out}: U is {d1}x{d2} but its input has {shape[0]} rows")
     level = s.level_out + 1
-    Uq, delta = linalg.quantize(U, bits)
-    K = max(1, round(ctx.modulus(level) / delta))
     meta = _pcmm_in_meta(dict(level=level, factor=1.0), [m for _, _, m in blocks])["in_meta"]
     where = {}  # (row, chunk) -> (part 0 view, part 1 view), each (limbs, N)
     for parts, (r0, r1, c0, c1), _ in blocks:
@@ -709,17 +692,14 @@ def _pcmm_in_place(ctx, s, blocks: list, shape: tuple, chunks: int, bits: int):
             for j in range(c0, c1):
                 where[r, j] = tuple(a[(r - r0) * (c1 - c0) + j - c0] if isinstance(a, list) else a[:, r - r0, j - c0]
                                     for a in parts)
-    rows = [None if index[i, p] < 0 else where[int(index[i, p]), j]
-            for i in range(d2) for p in range(P) for j in range(chunks)]
-    bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
-    fused = bias is not None and meta[3] == 0  # slot encoding: the constant bias is added natively
-    raw = _core.pcmm_rlwe_rows(ctx._e, _core.ModGemmPlan(Uq, int(bits)), [r and r[0] for r in rows],
-                               [r and r[1] for r in rows], P * chunks, int(K), float(delta * K), True,
-                               bias.tolist() if fused else [], *meta)
-    cts = [ctx._w(Ciphertext, o) for o in raw]
-    if bias is not None and not fused:
-        cts = [ctx.add(ct, float(bias[i // (P * chunks)])) for i, ct in enumerate(cts)]
-    return CtMatrix(ctx, cts, (d1 * P, shape[1]), chunks, "rlwe")
+
+    def native(plan, rows, *args):
+        return _core.pcmm_rlwe_rows(ctx._e, plan, [r and r[0] for r in rows], [r and r[1] for r in rows], *args,
+                                    *meta)
+
+    cts = linalg.gathered_product(ctx, U, index, lambda r, j: where[r, j], chunks, level, meta[3] == 0, bits, s.bias,
+                                  True, native)
+    return CtMatrix(ctx, cts, (d1 * index.shape[1], shape[1]), chunks, "rlwe")
 
 
 def _segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
@@ -1028,8 +1008,8 @@ class RayProgram:
         (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store) plus the transfer between nodes of the
         share of its input and output that the other nodes' tasks read and write (RAY_NODE_TRANSFER_BYTES_PER_S;
         measured on two raylets: a 128 x 64 layer sharded took 0.21 s against 0.16 s in one task). The work: the
-        planner's PCMM cost
-        (multiply-accumulates of the exact GEMM x planner.layouts.unit_costs()["pcmm_mac"]). Within a node a task
+        planner's PCMM cost (multiply-accumulates of the exact GEMM x planner.layouts.unit_costs()["pcmm_mac"]).
+        Within a node a task
         with all its CPUs runs the same cells as threads, reading its input in place: no wave, no copy of the
         output between processes (measured: bench ray --model mlp)."""
         if self.grid is not None and (not isinstance(self.grid, dict) or s.out in self.grid):
@@ -1050,8 +1030,9 @@ class RayProgram:
     def _segment_wave(self, ctx, seg: list, vals: dict, outputs: list) -> dict:
         """Steps `seg` (no sharded PCMM among them) in node-local tasks of node_threads threads: a task imports its
         input blocks (both parts; an input that only PCMMs read is read in place instead), runs the steps with the
-        in-process code (local.run_step) and returns the values that later steps read (`outputs`). A chain of elementwise steps splits its rows over
-        num_workers // node_threads tasks; anything else is one task. Returns {name: _Dist}."""
+        in-process code (local.run_step) and returns the values that later steps read (`outputs`). A chain of
+        elementwise steps splits its rows over num_workers // node_threads tasks; anything else is one task.
+        Returns {name: _Dist}."""
         from hemlp.runtime.ray_runtime import _splits
 
         t0 = time.perf_counter()
