@@ -154,6 +154,12 @@ class _Wrapped:
     def __init__(self, obj, engine, phash: str):
         self._obj, self._engine, self._phash = obj, engine, phash
 
+    #: the ``hemlp._core`` object behind this wrapper (for native building blocks such as PCMM and
+    #: bootstrapping; its methods do no Python-side checks, so callers validate first)
+    native = property(lambda self: self._obj)
+    #: SHA-256 (hex) of the parameter set the object was made under
+    param_hash = property(lambda self: self._phash)
+
     def save(self, path) -> None:
         _atomic_write(Path(path), self.to_bytes())
 
@@ -318,7 +324,19 @@ class Context:
     def __repr__(self):
         return f"Context({self.params!r})"
 
+    #: the ``hemlp._core.Engine`` of this context: the native entry points that building blocks outside this
+    #: module (PCMM, bootstrapping, runtimes) call directly
+    native = property(lambda self: self._e)
+
     # ---- wrapping helpers
+    def wrap(self, cls, obj):
+        """Wrap a native object (``hemlp._core``) made under this context as `cls` (Ciphertext, Plaintext, ...)."""
+        return cls(obj, self._e, self._hash)
+
+    def unwrap(self, x, cls, what: str):
+        """The native object behind `x` after checking its type and parameter set (typed errors name `what`)."""
+        return self._unwrap(x, cls, what)
+
     def _w(self, cls, obj):
         return cls(obj, self._e, self._hash)
 
