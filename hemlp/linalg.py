@@ -256,9 +256,9 @@ def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale
 
         raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
     c = C.chunks
-    cts = gathered_product(ctx, U, index, lambda r, j: C.cts[r * c + j]._obj, c, level, C.encoding == "slot",
+    cts = gathered_product(ctx, U, index, lambda r, j: C.cts[r * c + j].native, c, level, C.encoding == "slot",
                            weight_bits, bias, rescale,
-                           lambda plan, inputs, *args: _core.pcmm_rlwe(ctx._e, plan, inputs, *args))
+                           lambda plan, inputs, *args: _core.pcmm_rlwe(ctx.native, plan, inputs, *args))
     return CtMatrix(ctx, cts, (U.shape[0] * index.shape[1], C.shape[1]), c, C.format)
 
 
@@ -282,7 +282,7 @@ def gathered_product(ctx, U, index, row, chunks: int, level: int, slot_encoded: 
             raise ShapeError(f"pcmm: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
     fused = b is not None and rescale and slot_encoded  # constant bias added natively
     raw = native(plan, inputs, P * chunks, int(K), float(delta * K), bool(rescale), b.tolist() if fused else [])
-    cts = [ctx._w(Ciphertext, o) for o in raw]
+    cts = [ctx.wrap(Ciphertext, o) for o in raw]
     if b is not None and not fused:
         cts = [ctx.add(ct, float(b[idx // (P * chunks)])) for idx, ct in enumerate(cts)]
     return cts
@@ -318,7 +318,7 @@ class MultiSecretKey:
             kid = int(ser.field(h, "key_id", str), 16)
         except ValueError:
             raise SerializationError("malformed key id") from None
-        return cls(_core.ms_import_key(ctx._e, arrays[0], kid), ctx)
+        return cls(_core.ms_import_key(ctx.native, arrays[0], kid), ctx)
 
 
 class ConversionKeys:
@@ -368,19 +368,19 @@ class MsRow:
             raise SerializationError("MSRLWE row: malformed header") from None
         a = arrays[0] if seed is None else np.zeros((1, 1), np.uint64)
         bs = arrays[1:] if seed is None else arrays
-        obj = _core.ms_import(ctx._e, a, list(bs), ser.field(h, "level", int), scale, ser.field(h, "slots", int),
+        obj = _core.ms_import(ctx.native, a, list(bs), ser.field(h, "level", int), scale, ser.field(h, "slots", int),
                               ser.field(h, "encoding", int), kid, sb)
         return cls(obj, ctx)
 
 
 def multi_secret_key(ctx: Context, k: int) -> MultiSecretKey:
     """A fresh multi-secret key with k secrets (client side)."""
-    return MultiSecretKey(_core.ms_secret_key(ctx._e, int(k)), ctx)
+    return MultiSecretKey(_core.ms_secret_key(ctx.native, int(k)), ctx)
 
 
 def conversion_keys(ctx: Context, sk: SecretKey, msk: MultiSecretKey) -> ConversionKeys:
     """Evaluation keys for to_rlwe (client makes them; the server uses them)."""
-    keys = _core.ms_conversion_keys(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), msk._obj)
+    keys = _core.ms_conversion_keys(ctx.native, ctx.unwrap(sk, SecretKey, "secret key"), msk._obj)
     return ConversionKeys(keys, ctx, msk.key_id)
 
 
@@ -403,8 +403,8 @@ def _encrypt_msrlwe(ctx: Context, M: np.ndarray, msk: MultiSecretKey, encoding: 
         for j in range(k):
             part = M[i, j * width : (j + 1) * width]
             pts.append(ctx.encode(part if part.size else np.zeros(1), level=level, scale=scale,
-                                  encoding=encoding)._obj)
-        rows.append(MsRow(_core.ms_encrypt(ctx._e, pts, msk._obj, _core.ms_row_seed(session, i)), ctx))
+                                  encoding=encoding).native)
+        rows.append(MsRow(_core.ms_encrypt(ctx.native, pts, msk._obj, _core.ms_row_seed(session, i)), ctx))
     C = CtMatrix(ctx, rows, (d2, d3), k, "msrlwe")
     C.session = session
     return C
@@ -420,7 +420,7 @@ class PcmmPrecomputed:
         self.weight_bits, self.level, self.shape = weight_bits, level, U.shape
         self.K = max(1, round(ctx.modulus(level) / self.delta))
         self.plan = _core.ModGemmPlan(self.Uq, int(weight_bits))
-        self._obj = _core.ms_precompute_a(ctx._e, self.plan, bytes(session), U.shape[1], int(level), int(self.K))
+        self._obj = _core.ms_precompute_a(ctx.native, self.plan, bytes(session), U.shape[1], int(level), int(self.K))
         self._U = U
 
 
@@ -436,7 +436,7 @@ def to_rlwe(C: CtMatrix, keys: ConversionKeys) -> CtMatrix:
     ctx = C.ctx
     cts = []
     for row in C.cts:
-        cts.extend(ctx._w(Ciphertext, o) for o in _core.ms_to_rlwe(ctx._e, row._obj, keys._keys))
+        cts.extend(ctx.wrap(Ciphertext, o) for o in _core.ms_to_rlwe(ctx.native, row._obj, keys._keys))
     return CtMatrix(ctx, cts, C.shape, C.chunks, "rlwe")
 
 
@@ -444,10 +444,10 @@ def _decrypt_msrlwe(ctx: Context, C: CtMatrix, msk: MultiSecretKey) -> np.ndarra
     d2, d3 = C.shape
     out = np.empty((d2, d3))
     for i, row in enumerate(C.cts):
-        pts = _core.ms_decrypt(ctx._e, row._obj, msk._obj)
+        pts = _core.ms_decrypt(ctx.native, row._obj, msk._obj)
         vals = []
         for p in pts:
-            v = ctx._e.decode_coeff(p) if p.encoding == 1 else ctx._e.decode(p).real
+            v = ctx.native.decode_coeff(p) if p.encoding == 1 else ctx.native.decode(p).real
             vals.append(np.asarray(v))
         out[i] = np.concatenate(vals)[:d3]
     return out
@@ -465,10 +465,10 @@ def _pcmm_msrlwe(U: np.ndarray, C: CtMatrix, weight_bits: int, bias, rescale: bo
         Uq, delta = quantize(U, weight_bits)
         K = max(1, round(ctx.modulus(C.level) / delta)) if rescale else 1
         plan = _core.ModGemmPlan(Uq, int(weight_bits))
-    raw = _core.pcmm_msrlwe(ctx._e, plan, [r._obj for r in C.cts], int(K), float(delta * K),
+    raw = _core.pcmm_msrlwe(ctx.native, plan, [r._obj for r in C.cts], int(K), float(delta * K),
                             None if precomputed is None else precomputed._obj)
     if rescale:
-        raw = [_core.ms_rescale(ctx._e, o) for o in raw]
+        raw = [_core.ms_rescale(ctx.native, o) for o in raw]
     if bias is not None:
         b = np.asarray(bias, dtype=np.float64).reshape(-1)
         if b.shape[0] != U.shape[0]:
@@ -476,9 +476,9 @@ def _pcmm_msrlwe(U: np.ndarray, C: CtMatrix, weight_bits: int, bias, rescale: bo
         enc = "slot" if raw[0].encoding == 0 else "coeff"
         width = ctx.slots if enc == "slot" else ctx.N
         for r in range(len(raw)):
-            pt = ctx.encode(np.full(width, b[r]), level=raw[r].level, scale=raw[r].scale, encoding=enc)._obj
+            pt = ctx.encode(np.full(width, b[r]), level=raw[r].level, scale=raw[r].scale, encoding=enc).native
             for j in range(raw[r].k):
-                raw[r] = _core.ms_add_plain(ctx._e, raw[r], j, pt)
+                raw[r] = _core.ms_add_plain(ctx.native, raw[r], j, pt)
     return CtMatrix(ctx, [MsRow(o, ctx) for o in raw], (U.shape[0], C.shape[1]), C.chunks, "msrlwe")
 
 
@@ -505,7 +505,7 @@ class ModPackKeys:
             raise SerializationError("these ModPack keys were made without a context; use linalg.modpack_keys")
         arrays, seeds, levels = [], [], []
         for key in self._keys:
-            bs, ss = self._ctx._e.export_switch_key(key)
+            bs, ss = self._ctx.native.export_switch_key(key)
             arrays.extend(bs)
             seeds.extend(x.hex() for x in ss)
             levels.append(int(key.level))
@@ -531,7 +531,7 @@ class ModPackKeys:
             dg = ctx.params._p.num_digits(lv)
             if off + dg > len(arrays):
                 raise SerializationError("ModPack keys: fewer arrays than the key levels need; the file is corrupted")
-            keys.append(ctx._e.import_switch_key(list(arrays[off:off + dg]), [bytes.fromhex(x) for x in
+            keys.append(ctx.native.import_switch_key(list(arrays[off:off + dg]), [bytes.fromhex(x) for x in
                                                                                 seeds[off:off + dg]], kid, 0, lv))
             off += dg
         if off != len(arrays):
@@ -543,7 +543,7 @@ def modpack_keys(ctx: Context, sk: SecretKey, k: int, level: int | None = None) 
     """Evaluation keys for MLWE(k) products (client makes them from the secret key), usable for
     products of ciphertexts at levels <= `level` (None: every level; a lower level gives smaller keys)."""
     lv = ctx._key_level(level)
-    return ModPackKeys(_core.modpack_keys(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), int(k), lv), int(k), ctx)
+    return ModPackKeys(_core.modpack_keys(ctx.native, ctx.unwrap(sk, SecretKey, "secret key"), int(k), lv), int(k), ctx)
 
 
 def _mlwe_k(ctx: Context, d3: int) -> int:
@@ -593,8 +593,8 @@ def _pcmm_mlwe(U: np.ndarray, C: CtMatrix, keys, weight_bits: int, bias, rescale
     Uq, delta = quantize(Up, weight_bits)
     K = max(1, round(ctx.modulus(C.level) / delta)) if rescale else 1
     plan = _core.ModGemmPlan(Uq, int(weight_bits))
-    raw = _core.pcmm_mlwe(ctx._e, plan, [c._obj for c in C.cts], k, int(K), float(delta * K), keys._keys)
-    cts = [ctx._w(Ciphertext, o) for o in raw]
+    raw = _core.pcmm_mlwe(ctx.native, plan, [c.native for c in C.cts], k, int(K), float(delta * K), keys._keys)
+    cts = [ctx.wrap(Ciphertext, o) for o in raw]
     if rescale:
         cts = [ctx.rescale(c) for c in cts]
     if bias is not None:
@@ -624,8 +624,8 @@ def extract_lwe(ctx: Context, ct: Ciphertext, index: int):
     bs, As = [], []
     for limb in range(ct.level + 1):
         q = ctx.modulus(limb)
-        c0 = ctx.intt(ct._obj.poly(0)[limb], limb=limb)
-        c1 = ctx.intt(ct._obj.poly(1)[limb], limb=limb).astype(object)
+        c0 = ctx.intt(ct.native.poly(0)[limb], limb=limb)
+        c1 = ctx.intt(ct.native.poly(1)[limb], limb=limb).astype(object)
         j = np.arange(N)
         src = index - j
         a = np.where(src >= 0, c1[src % N], (q - c1[src % N]) % q)
@@ -649,7 +649,7 @@ class MsrlweConversionKeys:
 
 def msrlwe_conversion_keys(ctx: Context, sk: SecretKey, msk: MultiSecretKey) -> MsrlweConversionKeys:
     """Evaluation keys for to_msrlwe (client makes them from sk and the multi-secret key)."""
-    return MsrlweConversionKeys(_core.rlwe_to_ms_key(ctx._e, ctx._unwrap(sk, SecretKey, "secret key"), msk._obj))
+    return MsrlweConversionKeys(_core.rlwe_to_ms_key(ctx.native, ctx.unwrap(sk, SecretKey, "secret key"), msk._obj))
 
 
 def to_msrlwe(C: CtMatrix, keys: MsrlweConversionKeys) -> CtMatrix:
@@ -664,5 +664,5 @@ def to_msrlwe(C: CtMatrix, keys: MsrlweConversionKeys) -> CtMatrix:
         raise ShapeError(f"the matrix has {C.chunks} chunks per row but the keys convert k = {keys.k}; use a "
                          f"multi-secret key with k = {C.chunks}")
     ctx = C.ctx
-    rows = [MsRow(_core.rlwe_to_ms(ctx._e, [c._obj for c in C.row(i)], keys._obj), ctx) for i in range(C.shape[0])]
+    rows = [MsRow(_core.rlwe_to_ms(ctx.native, [c.native for c in C.row(i)], keys._obj), ctx) for i in range(C.shape[0])]
     return CtMatrix(ctx, rows, C.shape, C.chunks, "msrlwe")

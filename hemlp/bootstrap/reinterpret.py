@@ -24,22 +24,22 @@ _ENC = {"slot": 0, "coeff": 1}
 def retag(ctx: Context, ct: Ciphertext, *, slots: int | None = None, encoding: str | None = None,
           scale: float | None = None, is_complex: bool | None = None, polys=None) -> Ciphertext:
     """ct's polynomials (or `polys`, arrays (level+1, N) in the NTT domain) with new metadata."""
-    o = ctx._unwrap(ct, Ciphertext, "ciphertext")
+    o = ctx.unwrap(ct, Ciphertext, "ciphertext")
     encoding = ct.encoding if encoding is None else encoding
     if slots is None:
         slots = ctx.N if encoding == "coeff" else ct.slots
     polys = [o.poly(j) for j in range(o.size)] if polys is None else list(polys)
-    obj = ctx._e.import_ciphertext(polys, o.level, float(ct.scale if scale is None else scale), int(slots),
+    obj = ctx.native.import_ciphertext(polys, o.level, float(ct.scale if scale is None else scale), int(slots),
                                    _ENC[encoding], bool(o.is_complex if is_complex is None else is_complex),
                                    o.key_id, None)
-    return ctx._w(Ciphertext, obj)
+    return ctx.wrap(Ciphertext, obj)
 
 
 def mul_monomial(ctx: Context, ct: Ciphertext, k: int, **meta) -> Ciphertext:
     """ct · X^k (k any integer, taken mod 2N); `meta` is passed to retag (e.g. scale, is_complex)."""
     N = ctx.N
     k %= 2 * N
-    o = ctx._unwrap(ct, Ciphertext, "ciphertext")
+    o = ctx.unwrap(ct, Ciphertext, "ciphertext")
     dst = (np.arange(N) + k) % (2 * N)
     neg = dst >= N           # X^(i+k) = -X^(i+k-N)
     dst %= N
