@@ -34,7 +34,8 @@ from hemlp.errors import (
 
 __all__ = [
     "Params", "Context", "Plaintext", "Ciphertext", "SecretKey", "PublicKey", "RelinKey", "GaloisKeys",
-    "from_bytes", "load", "InsecureParametersWarning",
+    "from_bytes", "load", "InsecureParametersWarning", "UnsafeDecryptionWarning", "FloodSpec",
+    "DECRYPT_NOISE_MODES", "set_default_decrypt_noise",
 ]
 
 
@@ -43,6 +44,57 @@ class InsecureParametersWarning(UserWarning):
 
 
 warnings.filterwarnings("always", category=InsecureParametersWarning)  # loud: never deduplicated
+
+
+class UnsafeDecryptionWarning(UserWarning):
+    """Emitted when decryption adds no noise (noise="none"): the output then reveals the secret key to anyone who
+    also holds the ciphertext (Li–Micciancio). For tests and precision measurements only."""
+
+
+#: decryption noise modes (docs/security.md): "standard" (default) adds an exact integer Gaussian of
+#: sigma = a trusted bound t on the ciphertext's error (heuristic, OpenFHE-like budget of (sigma/3.2)^2 related
+#: decryptions); "flood" adds sigma = sqrt(12 tau) 2^(s/2) t (Li–Micciancio–Schultz–Sorrell, provable when t is a
+#: true bound); "none" decrypts exactly (tests only).
+DECRYPT_NOISE_MODES = ("standard", "flood", "none")
+_NOISE_CODE = {"none": 0, "standard": 1, "flood": 2}
+_default_decrypt_noise = "standard"
+
+
+def set_default_decrypt_noise(mode: str) -> None:
+    """The decryption noise of contexts created without an explicit `decrypt_noise` (default "standard").
+
+    Test suites that measure the precision of homomorphic operations set "none" (and say so); production code
+    never should: exact decryptions leak the secret key to whoever holds the ciphertexts."""
+    global _default_decrypt_noise
+    if mode not in DECRYPT_NOISE_MODES:
+        raise ParameterError(f"decryption noise must be one of {DECRYPT_NOISE_MODES}, got {mode!r}")
+    if mode == "none":
+        warnings.warn("contexts now decrypt without noise by default: for tests and precision measurements only",
+                      UnsafeDecryptionWarning, stacklevel=2)
+    _default_decrypt_noise = mode
+
+
+@dataclass(frozen=True)
+class FloodSpec:
+    """Noise flooding (Li–Micciancio–Schultz–Sorrell, CRYPTO'22): sigma = sqrt(12·queries)·2^(stat_security/2)·t.
+
+    bound_log2: log2 of a *trusted worst-case* bound t on ||e||_inf (coefficient units) of the ciphertexts
+    decrypted, derived by the client from its own copy of the circuit — never from the decrypted values or a
+    header the server sent. queries: decryptions of related ciphertexts released per key. conservative: the
+    extra sqrt(2N) factor of LMSS Cor. 2. min_precision_bits: refuse (ParameterError) when the flooded output
+    would keep fewer bits than this."""
+
+    bound_log2: float
+    stat_security: int = 30
+    queries: int = 1
+    conservative: bool = False
+    min_precision_bits: float | None = None
+
+    def log2_sigma(self, n: int) -> float:
+        if self.queries < 1 or self.stat_security < 1:
+            raise ParameterError("FloodSpec: queries and stat_security must be >= 1")
+        extra = 0.5 * math.log2(2 * n) if self.conservative else 0.0
+        return 0.5 * math.log2(12 * self.queries) + self.stat_security / 2 + float(self.bound_log2) + extra
 
 
 @dataclass(frozen=True)
@@ -99,6 +151,8 @@ class Params:
                             security="128-bit" if p.is_128_bit_secure else "INSECURE", note=_PRESETS[name].note))
         return out
 
+    #: the ``hemlp._core.Params`` behind this object (what ``hemlp._core.Engine`` takes)
+    native = property(lambda self: self._p)
     N = property(lambda self: self._p.n)
     log_n = property(lambda self: self._p.log_n)
     max_level = property(lambda self: self._p.max_level)
@@ -207,6 +261,10 @@ class SecretKey(_Wrapped):
     def __repr__(self):
         return f"SecretKey(id={self.key_id:016x})"
 
+    def save(self, path) -> None:
+        """Write the secret key readable by its owner only (0600, set when the file is created)."""
+        _atomic_write(Path(path), self.to_bytes(), mode=0o600)
+
     def to_bytes(self) -> bytes:
         return ser.pack("secret_key", self._phash, dict(key_id=f"{self._obj.key_id:016x}"), [self._obj.coeffs])
 
@@ -266,13 +324,14 @@ class GaloisKeys(_Wrapped):
         return _switch_keys_bytes(self._engine, "galois_keys", self._phash, self._obj.key_id, keys)
 
 
-def _atomic_write(path: Path, data, tmp_prefix: str = "") -> None:
+def _atomic_write(path: Path, data, tmp_prefix: str = "", mode: int = 0o666) -> None:
     """Write via a unique temporary file in the same folder + rename: readers see all or nothing, and a
     failed write leaves no temporary file behind (tmp_prefix lets callers recognise stale ones). data: bytes, or
-    a list of buffers written one after the other (an object's parts, never joined in memory)."""
+    a list of buffers written one after the other (an object's parts, never joined in memory). mode: the file's
+    permissions from its creation on (0o600 for secrets: never readable by others, not even for a moment)."""
     tmp = path.with_name(f"{tmp_prefix}{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
             for part in data if isinstance(data, list) else [data]:
                 f.write(part)
             f.flush()
@@ -293,7 +352,8 @@ class Context:
     warns every time; use such sets only for tests.
     """
 
-    def __init__(self, params: Params | str, allow_insecure: bool = False):
+    def __init__(self, params: Params | str, allow_insecure: bool = False, decrypt_noise: str | None = None,
+                 flood: FloodSpec | None = None):
         if isinstance(params, str):
             params = Params.preset(params)
         if not params.is_128_bit_secure:
@@ -306,8 +366,21 @@ class Context:
                     "'N15-d10', or pass allow_insecure=True for tests only")
             msg = f"INSECURE parameters {params.name!r} ({why}): for tests only, never for real data"
             warnings.warn(msg, InsecureParametersWarning, stacklevel=2)
+        mode = _default_decrypt_noise if decrypt_noise is None else decrypt_noise
+        if mode not in DECRYPT_NOISE_MODES:
+            raise ParameterError(f"decrypt_noise must be one of {DECRYPT_NOISE_MODES}, got {mode!r}")
+        if mode == "flood" and flood is None:
+            raise ParameterError("decrypt_noise='flood' needs flood=FloodSpec(bound_log2=...): a bound the client "
+                                 "derives from its own plan (see docs/security.md)")
+        if decrypt_noise == "none":
+            warnings.warn("this context decrypts without noise: its outputs reveal the secret key to whoever holds "
+                          "the ciphertexts (tests only)", UnsafeDecryptionWarning, stacklevel=2)
         self.params = params
-        self._e = _core.Engine(params._p)
+        #: default decryption noise of this context ("standard", "flood" or "none"); see DECRYPT_NOISE_MODES
+        self.decrypt_noise = mode
+        self.flood = flood
+        # the 128-bit policy is enforced again natively: no wrapper can build an engine below it by accident
+        self._e = _core.Engine(params.native, min_security_bits=0 if allow_insecure else 128)
         self._hash = params.hash
 
     # ---- properties
@@ -423,9 +496,57 @@ class Context:
             return self._w(Ciphertext, self._e.encrypt_sk(p, self._unwrap(key, SecretKey, "secret key")))
         raise TypeError(f"key must be a PublicKey or SecretKey, got {type(key).__name__}")
 
-    def decrypt(self, ct: Ciphertext, sk: SecretKey) -> np.ndarray:
-        pt = self._e.decrypt(self._unwrap(ct, Ciphertext, "ciphertext"), self._unwrap(sk, SecretKey, "secret key"))
-        return self.decode(self._w(Plaintext, pt))
+    def decrypt_noise_args(self, scale: float, n_values: int, noise: str | None = None,
+                           bound_log2: float | None = None, flood: FloodSpec | None = None) -> tuple:
+        """(mode code, sigma, info) for a native decryption at this scale over n_values slots or coefficients.
+
+        noise / flood default to the context's; bound_log2 (standard mode): log2 of the trusted error bound t
+        (default: the fresh-encryption bound of these parameters). info: log2_sigma, bound_log2, est_bits (the
+        precision the noise leaves per value, in bits), budget (related decryptions before sigma/sqrt(tau) < 3.2)."""
+        mode = self.decrypt_noise if noise is None else noise
+        if mode not in DECRYPT_NOISE_MODES:
+            raise ParameterError(f"noise must be one of {DECRYPT_NOISE_MODES}, got {mode!r}")
+        if mode == "none":
+            if noise == "none":  # a context made with "none" warned once, when it was made
+                warnings.warn("decrypting without noise: the output reveals the secret key to whoever holds the "
+                              "ciphertext (tests only)", UnsafeDecryptionWarning, stacklevel=3)
+            return 0, 0, dict(mode=mode, log2_sigma=None, bound_log2=None, est_bits=None, budget=None)
+        fresh = float(self._e.fresh_noise_bound)
+        if mode == "standard":
+            t_log2 = math.log2(fresh) if bound_log2 is None else float(bound_log2)
+            log2_sigma = t_log2
+        else:
+            spec = flood if flood is not None else self.flood
+            if spec is None:
+                raise ParameterError("noise='flood' needs a FloodSpec (flood=FloodSpec(bound_log2=...)) from the "
+                                     "client's own plan")
+            t_log2, log2_sigma = float(spec.bound_log2), spec.log2_sigma(self.N)
+        if not 0 <= log2_sigma <= 60:
+            raise ParameterError(f"decryption noise sigma = 2^{log2_sigma:.1f} is outside [1, 2^60]: check the bound")
+        sigma = int(fresh) if mode == "standard" and bound_log2 is None else int(math.ceil(2.0 ** log2_sigma))
+        est_bits = math.log2(scale) - math.log2(sigma) - 0.5 * math.log2(max(1, n_values))
+        if mode == "flood":
+            spec = flood if flood is not None else self.flood
+            if spec.min_precision_bits is not None and est_bits < spec.min_precision_bits:
+                raise ParameterError(
+                    f"flooded decryption would keep about {est_bits:.1f} bits per value (< min_precision_bits = "
+                    f"{spec.min_precision_bits}): raise the scale (e.g. 55-bit scaling primes or a *-flood preset), "
+                    "lower queries, or accept fewer bits")
+        info = dict(mode=mode, log2_sigma=math.log2(sigma), bound_log2=t_log2, est_bits=est_bits,
+                    budget=(sigma / 3.2) ** 2)
+        return _NOISE_CODE[mode], sigma, info
+
+    def decrypt(self, ct: Ciphertext, sk: SecretKey, noise: str | None = None, bound_log2: float | None = None,
+                flood: FloodSpec | None = None, info: bool = False):
+        """Decrypt and decode; IND-CPA-D noise is added inside the native decrypt (see decrypt_noise_args).
+
+        Returns the values, or (values, info) with info=True."""
+        o = self._unwrap(ct, Ciphertext, "ciphertext")
+        n_values = o.slots if o.encoding == 0 else self.N
+        code, sigma, meta = self.decrypt_noise_args(o.scale, n_values, noise, bound_log2, flood)
+        pt = self._e.decrypt(o, self._unwrap(sk, SecretKey, "secret key"), code, sigma)
+        out = self.decode(self._w(Plaintext, pt))
+        return (out, meta) if info else out
 
     # ---- arithmetic
     def _ct(self, a, what="ciphertext"):

@@ -176,7 +176,14 @@ def cmd_compile(args, ui: UI):
     elif model.suffix in (".pt", ".pth"):
         import torch
 
-        src = torch.load(str(model), weights_only=False)
+        # A whole pickled nn.Module runs the file's code when loaded: only with the user's explicit trust.
+        try:
+            src = torch.load(str(model), weights_only=not args.trust_pickle)
+        except Exception as exc:  # torch raises UnpicklingError (or RuntimeError in older versions) here
+            if args.trust_pickle:
+                raise
+            raise CLIError(f"{model} is a pickled model: loading it would run code from the file ({exc.__class__.__name__})."
+                           " Export ONNX instead, or pass --trust-pickle if you trust where the file comes from")
         if not isinstance(src, torch.nn.Module):
             raise CLIError(f"{model} holds a {type(src).__name__}, not a whole torch.nn.Module "
                            "(save with torch.save(model, path), or export ONNX)")
@@ -430,6 +437,8 @@ def parser() -> argparse.ArgumentParser:
                         "estimate)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="extra hemlp.compile option (JSON value)")
     p.add_argument("--insecure", action="store_true", help="allow INSECURE test presets (testing only)")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="load a torch.save'd nn.Module (.pt) although unpickling runs code from the file")
     common(p, out_help="compiled model directory")
     p.set_defaults(fn=cmd_compile)
 

@@ -13,14 +13,17 @@ of the input scale).
 """
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 
 import numpy as np
 
 from hemlp import _core
 from hemlp import serialize as ser
 from hemlp.ckks import Ciphertext, Context, PublicKey, SecretKey
-from hemlp.errors import ContextMismatchError, EncodingError, KeyMismatchError, SerializationError, ShapeError
+from hemlp.errors import (ContextMismatchError, EncodingError, KeyMismatchError, ParameterError, SerializationError,
+                          ShapeError)
 
 __all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format", "quantize",
            "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey", "modpack_keys",
@@ -294,16 +297,29 @@ class MultiSecretKey:
     """k independent ternary secrets s_0..s_{k-1} (client side): chunk j of an MSRLWE row is
     encrypted under s_j, all chunks of a row sharing one a-part."""
 
-    __slots__ = ("_obj", "_ctx")
+    __slots__ = ("_obj", "_ctx", "_sessions")
 
     def __init__(self, obj, ctx: Context):
         self._obj, self._ctx = obj, ctx
+        self._sessions: set = set()  # SHA-256 of every session seed this key object has encrypted under
 
     k = property(lambda self: self._obj.k)
     key_id = property(lambda self: self._obj.key_id)
 
     def __repr__(self):
         return f"MultiSecretKey(k={self.k}, id={self.key_id:016x})"
+
+    def claim_session(self, session: bytes) -> None:
+        """Record that `session` encrypts under this key, refusing a second use: two encryptions under one
+        session share their a-parts, so b - b' reveals the difference of the two plaintexts (plus noise).
+        Tracked per key object (the client's, in its process); a key loaded again starts a new record, so
+        cross-process callers must draw fresh seeds (the default, session_seed=None)."""
+        digest = hashlib.sha256(bytes(session)).digest()
+        if digest in self._sessions:
+            raise ParameterError("this MSRLWE session seed was already used with this multi-secret key: reusing it "
+                                 "shares the a-parts and leaks the difference of the plaintexts. Pass "
+                                 "session_seed=None (fresh randomness) or a new seed per encryption")
+        self._sessions.add(digest)
 
     def to_bytes(self) -> bytes:
         return ser.pack("secret_key", self._ctx.hash, dict(key_id=f"{self.key_id:016x}", multi=True),
@@ -392,11 +408,10 @@ def _encrypt_msrlwe(ctx: Context, M: np.ndarray, msk: MultiSecretKey, encoding: 
     if d3 > k * width:
         raise ShapeError(f"encrypt_matrix: {d3} columns need {-(-d3 // width)} chunks but the multi-secret key "
                          f"has k = {k}; use multi_secret_key(ctx, k >= {-(-d3 // width)})")
-    import os
-
     session = os.urandom(32) if session_seed is None else bytes(session_seed)
     if len(session) != 32:
         raise EncodingError("session_seed must be 32 bytes")
+    msk.claim_session(session)
     rows = []
     for i in range(d2):
         pts = []
@@ -444,7 +459,8 @@ def _decrypt_msrlwe(ctx: Context, C: CtMatrix, msk: MultiSecretKey) -> np.ndarra
     d2, d3 = C.shape
     out = np.empty((d2, d3))
     for i, row in enumerate(C.cts):
-        pts = _core.ms_decrypt(ctx.native, row._obj, msk._obj)
+        code, sigma, _ = ctx.decrypt_noise_args(row.scale, row.slots if row.encoding == "slot" else ctx.N)
+        pts = _core.ms_decrypt(ctx.native, row._obj, msk._obj, code, sigma)
         vals = []
         for p in pts:
             v = ctx.native.decode_coeff(p) if p.encoding == 1 else ctx.native.decode(p).real

@@ -17,6 +17,20 @@ def switch_key_bytes(ctx, level: int) -> int:
     return digits * (level + 1 + len(ctx.params.p)) * ctx.N * 8
 
 
+@pytest.fixture(scope="session", autouse=True)
+def exact_decryption_for_precision_tests():
+    """The suite measures the precision of homomorphic operations, so in-process contexts decrypt exactly by
+    default (noise="none"). Production contexts add IND-CPA-D noise ("standard"): tests/core/test_decrypt_noise.py
+    checks that default in a fresh interpreter, and every subprocess test (CLI, benchmarks) runs with it."""
+    from hemlp import ckks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ckks.UnsafeDecryptionWarning)
+        ckks.set_default_decrypt_noise("none")
+    yield
+    ckks.set_default_decrypt_noise("standard")
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261122)

@@ -249,7 +249,11 @@ void bind_ckks(py::module_& m) {
       });
 
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
-      .def(py::init<const Params&>(), py::call_guard<py::gil_scoped_release>())
+      .def(py::init([](const Params& p, int min_security_bits) {
+             return std::make_shared<Engine>(p, SecurityPolicy{min_security_bits});
+           }), py::arg("params"), py::arg("min_security_bits") = 128, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("min_security_bits", [](const Engine& e) { return e.ctx.policy().min_bits; })
+      .def_property_readonly("fresh_noise_bound", [](const Engine& e) { return fresh_noise_bound(e.ctx.params()); })
       .def_property_readonly("n", [](const Engine& e) { return e.ctx.n(); })
       .def_property_readonly("max_level", [](const Engine& e) { return e.ctx.max_level(); })
       .def("modulus", [](const Engine& e, int i) { return e.ctx.modulus(i).q; })
@@ -312,8 +316,10 @@ void bind_ckks(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("encrypt_sk", [](const Engine& e, const Plaintext& p, const SecretKey& k) { return e.encryptor.encrypt(p, k); },
            py::call_guard<py::gil_scoped_release>())
-      .def("decrypt", [](const Engine& e, const Ciphertext& c, const SecretKey& k) { return e.encryptor.decrypt(c, k); },
-           py::call_guard<py::gil_scoped_release>())
+      // mode: 0 none (tests only), 1 standard, 2 flood; sigma = 0 with standard: the fresh-encryption bound.
+      .def("decrypt", [](const Engine& e, const Ciphertext& c, const SecretKey& k, int mode, uint64_t sigma) {
+        return e.encryptor.decrypt(c, k, decrypt_noise(e, mode, sigma));
+      }, py::arg("ct"), py::arg("sk"), py::arg("mode") = 1, py::arg("sigma") = 0, py::call_guard<py::gil_scoped_release>())
       // evaluation
       .def("add", [](const Engine& e, const Ciphertext& a, const Ciphertext& b) { return e.eval.add(a, b); }, py::call_guard<py::gil_scoped_release>())
       .def("sub", [](const Engine& e, const Ciphertext& a, const Ciphertext& b) { return e.eval.sub(a, b); }, py::call_guard<py::gil_scoped_release>())

@@ -160,7 +160,9 @@ void bind_msrlwe(py::module_& m) {
     py::gil_scoped_release r;
     return ms_encrypt(e.ctx, pts, k, s);
   });
-  m.def("ms_decrypt", [](const Engine& e, const MsCiphertext& c, const MultiSecretKey& k) { return ms_decrypt(e.ctx, c, k); },
+  m.def("ms_decrypt", [](const Engine& e, const MsCiphertext& c, const MultiSecretKey& k, int mode, uint64_t sigma) {
+    return ms_decrypt(e.ctx, c, k, decrypt_noise(e, mode, sigma));
+  }, py::arg("engine"), py::arg("ct"), py::arg("key"), py::arg("mode") = 1, py::arg("sigma") = 0,
         py::call_guard<py::gil_scoped_release>());
   m.def("ms_import", [](const Engine& e, U64Arr a, std::vector<U64Arr> bs, int level, double scale, int slots, int encoding,
                         uint64_t key_id, py::object seed) {

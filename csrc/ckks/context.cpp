@@ -1,10 +1,34 @@
 #include "ckks/context.h"
 
+#include <cmath>
+#include <string>
+
+#include "ckks/errors.h"
 #include "ring/galois.h"
 
 namespace hemlp {
 
-Context::Context(const Params& params) : params_(params), n_(params.n()) {
+namespace {
+void enforce(const Params& params, const SecurityPolicy& policy) {
+  if (policy.min_bits != 0 && policy.min_bits != 128)
+    fail(ErrorKind::Parameter, "security policy: min_bits must be 128 (the HE standard's certified level) or 0 "
+                               "(insecure test sets), got " + std::to_string(policy.min_bits));
+  if (policy.min_bits == 0 || params.is_128_bit_secure()) return;
+  std::string why;
+  if (params.max_log_qp_128() < 0) why = "N = 2^" + std::to_string(params.log_n()) + " is not covered by the HE-standard table";
+  else if (params.spec().secret_hw != 0) why = "the secret is sparse (the table assumes uniform ternary)";
+  else if (params.spec().sigma < 3.2) why = "the error's sigma is below 3.2";
+  else
+    why = "log QP = " + std::to_string((int)std::ceil(params.log_qp())) + " bits exceeds the bound " +
+          std::to_string(params.max_log_qp_128()) + " for N = 2^" + std::to_string(params.log_n());
+  fail(ErrorKind::Insecure, "parameter set '" + params.spec().name + "' is below the 128-bit security this client "
+                            "requires: " + why + ". Use a 128-bit preset (ckks.Params.presets()); only tests may "
+                            "lower the policy");
+}
+}  // namespace
+
+Context::Context(const Params& params, SecurityPolicy policy) : params_(params), policy_(policy), n_(params.n()) {
+  enforce(params_, policy_);
   for (auto q : params_.q()) moduli_.emplace_back(q);
   for (auto p : params_.p()) moduli_.emplace_back(p);
   ntt_.resize(moduli_.size());

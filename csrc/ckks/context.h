@@ -23,11 +23,21 @@ using u64 = uint64_t;
 // given by the caller's "limb map" (see Context::qp_index).
 using Poly = std::vector<u64>;
 
+// The security level the party that builds a context accepts: decided by the client, enforced here so that no
+// wrapper or server-published parameter set can skip it. min_bits = 128 (default) refuses any parameter set
+// outside the 128-bit HE-standard bound (uniform ternary secret, sigma >= 3.2, log QP including P);
+// min_bits = 0 accepts anything (insecure test sets only). The standard's tables certify 128 bits only.
+struct SecurityPolicy {
+  int min_bits = 128;
+};
+
 class Context {
  public:
-  explicit Context(const Params& params);
+  // Throws ErrorKind::Insecure when `params` do not meet `policy`.
+  explicit Context(const Params& params, SecurityPolicy policy = SecurityPolicy{});
 
   const Params& params() const { return params_; }
+  const SecurityPolicy& policy() const { return policy_; }
   size_t n() const { return n_; }
   int log_n() const { return params_.log_n(); }
   int max_level() const { return params_.max_level(); }
@@ -60,6 +70,7 @@ class Context {
 
  private:
   Params params_;
+  SecurityPolicy policy_;
   size_t n_;
   std::vector<Modulus> moduli_;
   std::vector<std::unique_ptr<ring::NTTTables>> ntt_;

@@ -1,6 +1,10 @@
 #include "ckks/encryptor.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "ckks/errors.h"
+#include "ckks/gaussian.h"
 #include "ckks/keygen.h"
 
 namespace hemlp {
@@ -74,7 +78,34 @@ Ciphertext Encryptor::encrypt(const Plaintext& pt, const SecretKey& sk) const {
   return ct;
 }
 
-Plaintext Encryptor::decrypt(const Ciphertext& ct, const SecretKey& sk) const {
+uint64_t fresh_noise_bound(const Params& params) {
+  const double n = (double)params.n(), sigma = params.spec().sigma;
+  return (uint64_t)std::ceil(6.0 * sigma * std::sqrt(4.0 * n / 3.0 + 1.0));
+}
+
+void add_decrypt_noise(const Context& ctx, Poly& data, int limbs, const DecryptNoise& noise) {
+  if (noise.mode == DecryptNoise::Mode::None) return;
+  if (noise.sigma < 1) fail(ErrorKind::Parameter, "decryption noise: sigma must be >= 1 (or mode None)");
+  const size_t n = ctx.n();
+  std::vector<int64_t> z(n);
+  sample_exact_gaussian(noise.sigma, z.data(), n);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < limbs; ++k) {
+    const u64 q = ctx.modulus(k).q;
+    std::vector<u64> limb(n);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t v = z[i];
+      const u64 r = (u64)(v < 0 ? -v : v) % q;
+      limb[i] = v < 0 && r ? q - r : r;
+    }
+    ctx.ntt(k).forward(limb.data());
+    u64* d = data.data() + (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) d[i] = ring::add_mod(d[i], limb[i], q);
+  }
+  std::fill(z.begin(), z.end(), 0);  // the noise is as sensitive as the message it hides
+}
+
+Plaintext Encryptor::decrypt(const Ciphertext& ct, const SecretKey& sk, const DecryptNoise& noise) const {
   check_hash(ctx_, ct.param_hash, "the ciphertext");
   check_hash(ctx_, sk.param_hash, "the secret key");
   if (ct.key_id && ct.key_id != sk.key_id)
@@ -98,6 +129,7 @@ Plaintext Encryptor::decrypt(const Ciphertext& ct, const SecretKey& sk) const {
       pt.data[o + i] = acc;
     }
   }
+  add_decrypt_noise(ctx_, pt.data, limbs, noise);
   return pt;
 }
 

@@ -53,7 +53,7 @@ SecretKey KeyGenerator::secret_key() const {
   Prng prng(os_seed());
   SecretKey sk;
   sk.param_hash = ctx_.hash64();
-  sk.key_id = prng.u64() | 1;  // public tag, never 0
+  sk.key_id = Prng(os_seed()).u64() | 1;  // public tag, never 0: from its own seed, never from the secret's stream
   if (ctx_.params().spec().secret_hw > 0)
     sk.coeffs = sample_ternary_hw(prng, ctx_.n(), (size_t)ctx_.params().spec().secret_hw);
   else
@@ -136,6 +136,7 @@ SwitchKey KeyGenerator::relin_key(const SecretKey& sk, int level) const {
     for (size_t i = 0; i < n; ++i) s2[(size_t)k * n + i] = q.mul(sk.ntt_qp[(size_t)k * n + i], sk.ntt_qp[(size_t)k * n + i]);
   }
   SwitchKey key = switch_key(sk, s2, level);
+  wipe(s2);
   key.galois = 0;
   return key;
 }
@@ -149,6 +150,7 @@ SwitchKey KeyGenerator::galois_key(const SecretKey& sk, uint64_t galois, int lev
   for (int k = 0; k < total; ++k)
     for (size_t i = 0; i < n; ++i) sg[(size_t)k * n + i] = sk.ntt_qp[(size_t)k * n + perm[i]];
   SwitchKey key = switch_key(sk, sg, level);
+  wipe(sg);
   key.galois = galois;
   return key;
 }

@@ -9,6 +9,7 @@
 
 #include "ckks/context.h"
 #include "ckks/sampler.h"
+#include "ckks/wipe.h"
 
 namespace hemlp {
 
@@ -54,6 +55,13 @@ struct SecretKey {
   uint64_t key_id = 0;
   std::vector<int8_t> coeffs;  // ternary coefficients
   Poly ntt_qp;                 // NTT form over Q_L ∪ P (L+1+K limbs)
+
+  SecretKey() = default;
+  SecretKey(const SecretKey&) = default;
+  SecretKey(SecretKey&&) = default;
+  SecretKey& operator=(const SecretKey& o) { if (this != &o) { wipe(coeffs); wipe(ntt_qp); coeffs = o.coeffs; ntt_qp = o.ntt_qp; param_hash = o.param_hash; key_id = o.key_id; } return *this; }
+  SecretKey& operator=(SecretKey&& o) noexcept { if (this != &o) { wipe(coeffs); wipe(ntt_qp); coeffs = std::move(o.coeffs); ntt_qp = std::move(o.ntt_qp); param_hash = o.param_hash; key_id = o.key_id; } return *this; }
+  ~SecretKey() { wipe(coeffs); wipe(ntt_qp); }  // the secret never returns to the allocator readable
 };
 
 struct PublicKey {

@@ -21,6 +21,9 @@ Params::Params(const ParamsSpec& spec) : spec_(spec) {
     fail(ErrorKind::Parameter, "alpha (primes per key-switching digit) must be in [1, len(q_bits)]");
   if (spec.sigma < 3.2)
     fail(ErrorKind::Insecure, "error standard deviation below 3.2 is not covered by the HE standard; use sigma = 3.2");
+  if (spec.sigma != 3.2)  // the error sampler's CDT is built for 3.2: any other value would be hashed but ignored
+    fail(ErrorKind::Parameter, "only sigma = 3.2 is implemented (the error sampler's table); got " +
+                                   std::to_string(spec.sigma));
   for (int b : spec.q_bits)
     if (b < spec.log_n + 2 || b > 61) fail(ErrorKind::Parameter, "q prime sizes must be in [log_n + 2, 61] bits");
   for (int b : spec.p_bits)

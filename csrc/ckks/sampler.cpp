@@ -35,7 +35,10 @@ Prng::Prng(const Seed& seed) {
   ctx_ = c;
 }
 
-Prng::~Prng() { EVP_CIPHER_CTX_free(static_cast<EVP_CIPHER_CTX*>(ctx_)); }
+Prng::~Prng() {
+  EVP_CIPHER_CTX_free(static_cast<EVP_CIPHER_CTX*>(ctx_));  // frees (and cleanses) the expanded AES key
+  explicit_bzero(buf_.data(), buf_.size());                   // keystream bytes that drew secrets
+}
 
 void Prng::refill() {
   static const uint8_t zeros[4096] = {0};

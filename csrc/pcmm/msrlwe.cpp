@@ -86,7 +86,8 @@ MsCiphertext ms_encrypt(const Context& ctx, const std::vector<Plaintext>& pts, c
   return ct;
 }
 
-std::vector<Plaintext> ms_decrypt(const Context& ctx, const MsCiphertext& ct, const MultiSecretKey& key) {
+std::vector<Plaintext> ms_decrypt(const Context& ctx, const MsCiphertext& ct, const MultiSecretKey& key,
+                                  const DecryptNoise& noise) {
   if (ct.param_hash != ctx.hash64() || key.param_hash != ctx.hash64())
     fail(ErrorKind::ContextMismatch, "MSRLWE ciphertext or key of another parameter set");
   if (ct.key_id != key.key_id)
@@ -104,6 +105,7 @@ std::vector<Plaintext> ms_decrypt(const Context& ctx, const MsCiphertext& ct, co
       const size_t o = (size_t)k * n;
       for (size_t i = 0; i < n; ++i) p.data[o + i] = ring::add_mod(ct.b[j][o + i], q.mul(ct.a[o + i], key.ntt_qp[j][o + i]), q.q);
     }
+    add_decrypt_noise(ctx, p.data, limbs, noise);
     out.push_back(std::move(p));
   }
   return out;

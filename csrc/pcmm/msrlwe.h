@@ -6,6 +6,7 @@
 #pragma once
 #include <vector>
 
+#include "ckks/encryptor.h"
 #include "ckks/objects.h"
 #include "pcmm/modgemm.h"
 
@@ -16,6 +17,13 @@ struct MultiSecretKey {
   uint64_t key_id = 0;
   std::vector<std::vector<int8_t>> coeffs;  // k ternary secrets
   std::vector<Poly> ntt_qp;                 // each over Q_L ∪ P, NTT form
+
+  MultiSecretKey() = default;
+  MultiSecretKey(const MultiSecretKey&) = default;
+  MultiSecretKey(MultiSecretKey&&) = default;
+  MultiSecretKey& operator=(const MultiSecretKey&) = delete;  // nothing assigns keys; a copy would skip the wipe
+  MultiSecretKey& operator=(MultiSecretKey&&) = delete;
+  ~MultiSecretKey() { wipe(coeffs); wipe(ntt_qp); }
 };
 
 struct MsCiphertext {
@@ -37,7 +45,8 @@ MultiSecretKey multi_secret_key(const Context& ctx, int k);
 Seed row_seed(const Seed& session_seed, uint64_t row);
 MsCiphertext ms_encrypt(const Context& ctx, const std::vector<Plaintext>& pts, const MultiSecretKey& key,
                         const Seed& a_seed);
-std::vector<Plaintext> ms_decrypt(const Context& ctx, const MsCiphertext& ct, const MultiSecretKey& key);
+std::vector<Plaintext> ms_decrypt(const Context& ctx, const MsCiphertext& ct, const MultiSecretKey& key,
+                                  const DecryptNoise& noise);
 // The a-part a row seed expands to (what the server precomputes from).
 Poly ms_a_from_seed(const Context& ctx, const Seed& seed, int level);
 

@@ -43,7 +43,7 @@ def test_fresh_error_is_gaussian_sigma_3_2(t12):
     errs = []
     for _ in range(4):
         ct = ctx.encrypt(np.zeros(1), t12.sk, level=0, scale=1.0)
-        pt = ctx._e.decrypt(ct._obj, t12.sk._obj)
+        pt = ctx.native.decrypt(ct.native, t12.sk.native, 0, 0)
         errs.append(ctx._e.plaintext_coeffs(pt))
     e = np.concatenate(errs)
     assert np.all(e == np.round(e))
@@ -62,7 +62,7 @@ def test_secret_key_is_uniform_ternary(t12):
 def test_public_key_encryption_noise_is_small(t12, rng):
     ctx = t12.ctx
     ct = ctx.encrypt(np.zeros(ctx.slots), t12.pk, level=0, scale=1.0)
-    e = ctx._e.plaintext_coeffs(ctx._e.decrypt(ct._obj, t12.sk._obj))
+    e = ctx._e.plaintext_coeffs(ctx.native.decrypt(ct.native, t12.sk.native, 0, 0))
     # v*e + e0 + e1*s: std about sigma*sqrt(2N/3 * 2 + 1) ~ 3.2 * 74
     assert np.std(e) < 3.2 * 100
     assert np.max(np.abs(e)) < 2**14

@@ -108,7 +108,7 @@ def test_keyswitch_noise_is_centred_and_small(t12):
     ctx = t12.ctx
     gk = ctx.rotation_keys(t12.sk, [1])
     ct = ctx.encrypt(np.zeros(4), t12.sk, scale=1.0)
-    e = ctx._e.plaintext_coeffs(ctx._e.decrypt(ctx.rotate(ct, 1, gk)._obj, t12.sk._obj))
+    e = ctx._e.plaintext_coeffs(ctx.native.decrypt(ctx.rotate(ct, 1, gk).native, t12.sk.native, 0, 0))
     assert np.std(e) < 0.6 * np.sqrt(ctx.N)
     assert abs(np.mean(e)) < 2
 
