@@ -56,11 +56,10 @@ HEMLP_AVX512_FN inline __m512i mulhi64(__m512i a, __m512i b) {
   const __m512i lh = _mm512_mul_epu32(a, b_hi);
   const __m512i hl = _mm512_mul_epu32(a_hi, b);
   const __m512i hh = _mm512_mul_epu32(a_hi, b_hi);
-  __m512i mid = _mm512_add_epi64(_mm512_srli_epi64(ll, 32), _mm512_and_si512(lh, lo32));
-  mid = _mm512_add_epi64(mid, _mm512_and_si512(hl, lo32));  // < 3 * 2^32
-  __m512i hi = _mm512_add_epi64(hh, _mm512_srli_epi64(lh, 32));
-  hi = _mm512_add_epi64(hi, _mm512_srli_epi64(hl, 32));
-  return _mm512_add_epi64(hi, _mm512_srli_epi64(mid, 32));
+  // carry-free partial sums (each < 2^64): t = lh + ll_hi, u = hl + t_lo
+  const __m512i t = _mm512_add_epi64(lh, _mm512_srli_epi64(ll, 32));
+  const __m512i u = _mm512_add_epi64(hl, _mm512_and_si512(t, lo32));
+  return _mm512_add_epi64(_mm512_add_epi64(hh, _mm512_srli_epi64(t, 32)), _mm512_srli_epi64(u, 32));
 }
 
 // Full 64x64 -> 128-bit products, lane-wise: lo and hi words; a_hi = a >> 32 (shared by callers).
@@ -71,11 +70,10 @@ HEMLP_AVX512_FN inline void mul_wide(__m512i a, __m512i a_hi, __m512i b, __m512i
   const __m512i lh = _mm512_mul_epu32(a, b_hi);
   const __m512i hl = _mm512_mul_epu32(a_hi, b);
   const __m512i hh = _mm512_mul_epu32(a_hi, b_hi);
-  __m512i mid = _mm512_add_epi64(_mm512_srli_epi64(ll, 32), _mm512_and_si512(lh, lo32));
-  mid = _mm512_add_epi64(mid, _mm512_and_si512(hl, lo32));
-  hi = _mm512_add_epi64(_mm512_add_epi64(hh, _mm512_srli_epi64(lh, 32)),
-                        _mm512_add_epi64(_mm512_srli_epi64(hl, 32), _mm512_srli_epi64(mid, 32)));
-  lo = _mm512_or_si512(_mm512_and_si512(ll, lo32), _mm512_slli_epi64(mid, 32));
+  const __m512i t = _mm512_add_epi64(lh, _mm512_srli_epi64(ll, 32));  // as in mulhi64
+  const __m512i u = _mm512_add_epi64(hl, _mm512_and_si512(t, lo32));
+  hi = _mm512_add_epi64(_mm512_add_epi64(hh, _mm512_srli_epi64(t, 32)), _mm512_srli_epi64(u, 32));
+  lo = _mm512_or_si512(_mm512_and_si512(ll, lo32), _mm512_slli_epi64(u, 32));
 }
 
 // x * w mod q in [0, 2q) for any 64-bit x (Shoup; wp = floor(w 2^64 / q)).
@@ -109,11 +107,10 @@ HEMLP_AVX2_FN inline __m256i mulhi64(__m256i a, __m256i b) {
   const __m256i lh = _mm256_mul_epu32(a, b_hi);
   const __m256i hl = _mm256_mul_epu32(a_hi, b);
   const __m256i hh = _mm256_mul_epu32(a_hi, b_hi);
-  __m256i mid = _mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, lo32));
-  mid = _mm256_add_epi64(mid, _mm256_and_si256(hl, lo32));  // < 3 * 2^32
-  __m256i hi = _mm256_add_epi64(hh, _mm256_srli_epi64(lh, 32));
-  hi = _mm256_add_epi64(hi, _mm256_srli_epi64(hl, 32));
-  return _mm256_add_epi64(hi, _mm256_srli_epi64(mid, 32));
+  // carry-free partial sums (each < 2^64): t = lh + ll_hi, u = hl + t_lo
+  const __m256i t = _mm256_add_epi64(lh, _mm256_srli_epi64(ll, 32));
+  const __m256i u = _mm256_add_epi64(hl, _mm256_and_si256(t, lo32));
+  return _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(t, 32)), _mm256_srli_epi64(u, 32));
 }
 
 // Low 64 bits of the 64x64 products (what vpmullq gives on AVX-512): three 32x32 products.
@@ -131,11 +128,10 @@ HEMLP_AVX2_FN inline void mul_wide(__m256i a, __m256i a_hi, __m256i b, __m256i& 
   const __m256i lh = _mm256_mul_epu32(a, b_hi);
   const __m256i hl = _mm256_mul_epu32(a_hi, b);
   const __m256i hh = _mm256_mul_epu32(a_hi, b_hi);
-  __m256i mid = _mm256_add_epi64(_mm256_srli_epi64(ll, 32), _mm256_and_si256(lh, lo32));
-  mid = _mm256_add_epi64(mid, _mm256_and_si256(hl, lo32));
-  hi = _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(lh, 32)),
-                        _mm256_add_epi64(_mm256_srli_epi64(hl, 32), _mm256_srli_epi64(mid, 32)));
-  lo = _mm256_or_si256(_mm256_and_si256(ll, lo32), _mm256_slli_epi64(mid, 32));
+  const __m256i t = _mm256_add_epi64(lh, _mm256_srli_epi64(ll, 32));  // as in mulhi64
+  const __m256i u = _mm256_add_epi64(hl, _mm256_and_si256(t, lo32));
+  hi = _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(t, 32)), _mm256_srli_epi64(u, 32));
+  lo = _mm256_or_si256(_mm256_and_si256(ll, lo32), _mm256_slli_epi64(u, 32));
 }
 
 // x * w mod q in [0, 2q) for any 64-bit x (Shoup; wp = floor(w 2^64 / q)); same value as the scalar code.
