@@ -111,9 +111,9 @@ struct Lease {
 // Hot loops have a portable body (HEMLP_LOOP, always inlined) instantiated three times: for
 // x86-64-v4 (AVX-512: the compiler vectorises the int64 <-> double conversions with vcvttpd2qq and
 // the 64-bit products with vpmullq), for x86-64-v3 (AVX2) and for the baseline. AVX2 has neither
-// instruction, so the loops that need them have hand-written AVX2 kernels (namespace avx2k below),
-// also used on the AVX-512 path where the compiler cannot vectorise the loop (128-bit Shoup
-// products). The path follows ring::simd_path() (HEMLP_SIMD), so every path can be tested here.
+// instruction, so the loops that need them have hand-written AVX2 kernels (namespace avx2k below);
+// the loops with Shoup products (128-bit in the portable body, which the compiler cannot vectorise)
+// have hand-written kernels on both paths (avx2k, avx512k). The path follows ring::simd_path() (HEMLP_SIMD), so every path can be tested here.
 #if HEMLP_HAVE_AVX2_KERNELS
 #define HEMLP_LOOP inline __attribute__((always_inline))
 #define HEMLP_V4_FN __attribute__((target("arch=x86-64-v4")))
@@ -129,7 +129,7 @@ Kern kernel_path() {
     __builtin_cpu_init();
     if (ring::simd_avx512() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
       return Kern::Avx512;
-    if (ring::simd_avx512() || ring::simd_avx2()) return Kern::Avx2;
+    if (ring::simd_avx2() || ring::simd_avx512()) return Kern::Avx2;  // AVX-512 without VL/BW: its AVX2 kernels
 #endif
     return Kern::Base;
   }();
@@ -295,6 +295,35 @@ HEMLP_AVX2_FN void fold_row(int64_t* a, size_t m, Shoup one, uint64_t qv, uint64
 }
 }  // namespace avx2k
 
+// AVX-512 twins of avx2k::reduce_term_acc / fold_row (vcvttpd2qq and vpmullq exist here).
+namespace avx512k {
+using ring::avx512::mul_shoup_lazy;
+using ring::avx512::reduce_once;
+HEMLP_AVX512_FN inline __m512i to_unsigned_mod(__m512i v, __m512i r64) {
+  return _mm512_sub_epi64(v, _mm512_and_si512(r64, _mm512_srai_epi64(v, 63)));
+}
+HEMLP_AVX512_FN void reduce_term_acc(const double* c, const int64_t* a, size_t m, Shoup ps, uint64_t qv,
+                                     uint64_t r64, uint64_t* sum) {
+  const __m512i W = _mm512_set1_epi64((long long)ps.p), Wp = _mm512_set1_epi64((long long)ps.pq);
+  const __m512i q = _mm512_set1_epi64((long long)qv), R = _mm512_set1_epi64((long long)r64);
+  size_t j = 0;
+  for (; j + 8 <= m; j += 8) {
+    const __m512i v = _mm512_add_epi64(_mm512_loadu_si512(a + j), _mm512_cvttpd_epi64(_mm512_loadu_pd(c + j)));
+    const __m512i x = reduce_once(mul_shoup_lazy(to_unsigned_mod(v, R), W, Wp, q), q);
+    _mm512_storeu_si512(sum + j, reduce_once(_mm512_add_epi64(_mm512_loadu_si512(sum + j), x), q));
+  }
+  reduce_term_acc_body(c + j, a + j, m - j, ps, qv, r64, sum + j);
+}
+HEMLP_AVX512_FN void fold_row(int64_t* a, size_t m, Shoup one, uint64_t qv, uint64_t r64) {
+  const __m512i W = _mm512_set1_epi64((long long)one.p), Wp = _mm512_set1_epi64((long long)one.pq);
+  const __m512i q = _mm512_set1_epi64((long long)qv), R = _mm512_set1_epi64((long long)r64);
+  size_t j = 0;
+  for (; j + 8 <= m; j += 8)
+    _mm512_storeu_si512(a + j, reduce_once(mul_shoup_lazy(to_unsigned_mod(_mm512_loadu_si512(a + j), R), W, Wp, q), q));
+  fold_row_body(a + j, m - j, one, qv, r64);
+}
+}  // namespace avx512k
+
 HEMLP_V4_FN bool split_chunk_v4(const uint64_t* xr, size_t m, double* out, const SplitParams& sp) {
   return split_chunk_body(xr, m, out, sp);
 }
@@ -334,13 +363,15 @@ void reduce_term_fast(const double* c, size_t m, uint64_t p, double pr, uint64_t
 void reduce_term_acc(const double* c, const int64_t* a, size_t m, Shoup ps, uint64_t q, uint64_t r64,
                      uint64_t* sum) {
 #if HEMLP_HAVE_AVX2_KERNELS
-  if (kernel_path() != Kern::Base) return avx2k::reduce_term_acc(c, a, m, ps, q, r64, sum);
+  if (kernel_path() == Kern::Avx512) return avx512k::reduce_term_acc(c, a, m, ps, q, r64, sum);
+  if (kernel_path() == Kern::Avx2) return avx2k::reduce_term_acc(c, a, m, ps, q, r64, sum);
 #endif
   reduce_term_acc_body(c, a, m, ps, q, r64, sum);
 }
 void fold_row(int64_t* a, size_t m, Shoup one, uint64_t q, uint64_t r64) {
 #if HEMLP_HAVE_AVX2_KERNELS
-  if (kernel_path() != Kern::Base) return avx2k::fold_row(a, m, one, q, r64);
+  if (kernel_path() == Kern::Avx512) return avx512k::fold_row(a, m, one, q, r64);
+  if (kernel_path() == Kern::Avx2) return avx2k::fold_row(a, m, one, q, r64);
 #endif
   fold_row_body(a, m, one, q, r64);
 }
