@@ -51,8 +51,10 @@ HEMLP_AVX512_FN void kip_limb_avx512(const uint64_t* const* x, const uint64_t* c
 #endif
 
 #if HEMLP_HAVE_AVX2_KERNELS
-// AVX2 twin of kip_limb_avx512 (4 lanes): the carry of each low-word sum comes from an unsigned
-// compare built on the signed one.
+// AVX2 version of kip_limb_avx512 (4 lanes). Without unsigned compares a carry costs four ops, so
+// the 128-bit sums are kept carry-free in three accumulators instead: with the 32x32 products
+// ll, lh, hl, hh of each term, A = sum(ll_hi + lh_lo + hl_lo) < 96 * 2^32, B = sum(ll_lo) < 32 * 2^32
+// and H = sum(hh + lh_hi + hl_hi); the sum is H 2^64 + A 2^32 + B (its high word < 2^64).
 HEMLP_AVX2_FN void kip_limb_avx2(const uint64_t* const* x, const uint64_t* const* kb, const uint64_t* const* ka,
                                  int beta, const uint32_t* perm, size_t i0, size_t i1, uint64_t qv, uint64_t* o0,
                                  uint64_t* o1) {
@@ -61,7 +63,27 @@ HEMLP_AVX2_FN void kip_limb_avx2(const uint64_t* const* x, const uint64_t* const
   const __m256i q = set1(qv), two_q = set1(2 * qv);
   const __m256i C = set1(c), Cp = set1(shoup_precompute(c, qv));
   const __m256i one = set1(1), onep = set1(shoup_precompute(1, qv));
+  const __m256i m32 = set1(0xffffffffULL);
   uint64_t buf[kKeyIpMaxDigits * kBlock];
+  struct Acc {
+    __m256i A, B, H;
+  };
+  const auto add_term = [&](Acc& s, __m256i X, __m256i Xh, __m256i K) HEMLP_AVX2_FN {
+    const __m256i Kh = _mm256_srli_epi64(K, 32);
+    const __m256i ll = _mm256_mul_epu32(X, K), lh = _mm256_mul_epu32(X, Kh);
+    const __m256i hl = _mm256_mul_epu32(Xh, K), hh = _mm256_mul_epu32(Xh, Kh);
+    s.A = _mm256_add_epi64(s.A, _mm256_add_epi64(_mm256_srli_epi64(ll, 32),
+                                                 _mm256_add_epi64(_mm256_and_si256(lh, m32), _mm256_and_si256(hl, m32))));
+    s.B = _mm256_add_epi64(s.B, _mm256_and_si256(ll, m32));
+    s.H = _mm256_add_epi64(s.H, _mm256_add_epi64(hh, _mm256_add_epi64(_mm256_srli_epi64(lh, 32), _mm256_srli_epi64(hl, 32))));
+  };
+  const auto finish = [&](const Acc& s) HEMLP_AVX2_FN {
+    const __m256i A2 = _mm256_add_epi64(s.A, _mm256_srli_epi64(s.B, 32));
+    const __m256i lo = _mm256_or_si256(_mm256_slli_epi64(A2, 32), _mm256_and_si256(s.B, m32));
+    const __m256i hi = _mm256_add_epi64(s.H, _mm256_srli_epi64(A2, 32));
+    const __m256i r = _mm256_add_epi64(avx2::mul_shoup_lazy(hi, C, Cp, q), avx2::mul_shoup_lazy(lo, one, onep, q));
+    return avx2::reduce_once(avx2::reduce_once(r, two_q), q);
+  };
   for (size_t i = i0; i < i1; i += 4) {
     const size_t bi = (i - i0) % kBlock;
     if (perm && bi == 0) {
@@ -69,22 +91,16 @@ HEMLP_AVX2_FN void kip_limb_avx2(const uint64_t* const* x, const uint64_t* const
       for (int t = 0; t < beta; ++t)
         for (size_t c = 0; c < len; ++c) buf[t * kBlock + c] = x[t][perm[i + c]];
     }
-    __m256i lo0 = _mm256_setzero_si256(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+    const __m256i z = _mm256_setzero_si256();
+    Acc s0{z, z, z}, s1{z, z, z};
     for (int t = 0; t < beta; ++t) {
       const __m256i X = load(perm ? buf + t * kBlock + bi : x[t] + i);
       const __m256i Xh = _mm256_srli_epi64(X, 32);
-      __m256i pl, ph;
-      avx2::mul_wide(X, Xh, load(kb[t] + i), pl, ph);
-      lo0 = _mm256_add_epi64(lo0, pl);
-      hi0 = _mm256_add_epi64(_mm256_sub_epi64(hi0, cmplt_epu64(lo0, pl)), ph);  // mask -1 = carry 1
-      avx2::mul_wide(X, Xh, load(ka[t] + i), pl, ph);
-      lo1 = _mm256_add_epi64(lo1, pl);
-      hi1 = _mm256_add_epi64(_mm256_sub_epi64(hi1, cmplt_epu64(lo1, pl)), ph);
+      add_term(s0, X, Xh, load(kb[t] + i));
+      add_term(s1, X, Xh, load(ka[t] + i));
     }
-    const __m256i r0 = _mm256_add_epi64(avx2::mul_shoup_lazy(hi0, C, Cp, q), avx2::mul_shoup_lazy(lo0, one, onep, q));
-    const __m256i r1 = _mm256_add_epi64(avx2::mul_shoup_lazy(hi1, C, Cp, q), avx2::mul_shoup_lazy(lo1, one, onep, q));
-    store(o0 + i, avx2::reduce_once(avx2::reduce_once(r0, two_q), q));
-    store(o1 + i, avx2::reduce_once(avx2::reduce_once(r1, two_q), q));
+    store(o0 + i, finish(s0));
+    store(o1 + i, finish(s1));
   }
 }
 #endif

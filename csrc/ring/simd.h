@@ -113,11 +113,15 @@ HEMLP_AVX2_FN inline __m256i mulhi64(__m256i a, __m256i b) {
   return _mm256_add_epi64(_mm256_add_epi64(hh, _mm256_srli_epi64(t, 32)), _mm256_srli_epi64(u, 32));
 }
 
-// Low 64 bits of the 64x64 products (what vpmullq gives on AVX-512): three 32x32 products.
+// The two 32-bit halves of each 64-bit lane swapped.
+HEMLP_AVX2_FN inline __m256i swap32(__m256i a) { return _mm256_shuffle_epi32(a, 0xB1); }
+
+// Low 64 bits of the 64x64 products (what vpmullq gives on AVX-512): a_lo b_lo from vpmuludq plus
+// the cross terms a_lo b_hi + a_hi b_lo, needed mod 2^32 only, from one vpmulld on swapped halves.
 HEMLP_AVX2_FN inline __m256i mullo64(__m256i a, __m256i b) {
-  const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(a, _mm256_srli_epi64(b, 32)),
-                                         _mm256_mul_epu32(_mm256_srli_epi64(a, 32), b));
-  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(cross, 32));
+  const __m256i cross = _mm256_mullo_epi32(a, swap32(b));  // per lane: (a_lo b_hi, a_hi b_lo) mod 2^32
+  const __m256i sum = _mm256_add_epi32(cross, _mm256_srli_epi64(cross, 32));
+  return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(sum, 32));
 }
 
 // Full 64x64 -> 128-bit products: lo and hi words; a_hi = a >> 32 (shared by callers).
@@ -135,9 +139,13 @@ HEMLP_AVX2_FN inline void mul_wide(__m256i a, __m256i a_hi, __m256i b, __m256i& 
 }
 
 // x * w mod q in [0, 2q) for any 64-bit x (Shoup; wp = floor(w 2^64 / q)); same value as the scalar code.
+// x w - h q mod 2^64 is assembled as one mullo64 pair sharing the cross-term fix-up.
 HEMLP_AVX2_FN inline __m256i mul_shoup_lazy(__m256i x, __m256i w, __m256i wp, __m256i q) {
   const __m256i h = mulhi64(x, wp);
-  return _mm256_sub_epi64(mullo64(x, w), mullo64(h, q));
+  const __m256i lo = _mm256_sub_epi64(_mm256_mul_epu32(x, w), _mm256_mul_epu32(h, q));
+  const __m256i cross = _mm256_sub_epi32(_mm256_mullo_epi32(x, swap32(w)), _mm256_mullo_epi32(h, swap32(q)));
+  const __m256i sum = _mm256_add_epi32(cross, _mm256_srli_epi64(cross, 32));  // low half: cross terms mod 2^32
+  return _mm256_add_epi64(lo, _mm256_slli_epi64(sum, 32));
 }
 
 // x in [0, 2m) -> x mod m, for m <= 2^63: x - m is negative (sign bit set) exactly when x < m.
