@@ -67,9 +67,9 @@ const char* simd_path_name(SimdPath p) {
 }
 
 const char* simd_available() {
-  if (cpu_has(SimdPath::Avx512)) return "avx512, avx2, scalar";
-  if (cpu_has(SimdPath::Avx2)) return "avx2, scalar";
-  return "scalar";
+  static const std::string s = std::string(cpu_has(SimdPath::Avx512) ? "avx512, " : "") +
+                               (cpu_has(SimdPath::Avx2) ? "avx2, " : "") + "scalar";
+  return s.c_str();
 }
 
 }  // namespace hemlp::ring
