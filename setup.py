@@ -43,7 +43,7 @@ setup(
     python_requires=">=3.10",
     install_requires=["numpy>=1.24"],
     extras_require={
-        "dev": ["pytest>=7", "pytest-timeout", "pybind11>=2.11"],
+        "dev": ["pytest>=7", "pytest-timeout", "pybind11>=2.11", "threadpoolctl>=3"],
         "ray": ["ray[default]>=2.9"],
         "ml": ["torch==2.14.1", "torchvision==0.29.2", "onnx", "mlxtend", "wandb", "tqdm", "rich", "matplotlib"],
     },

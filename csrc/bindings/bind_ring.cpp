@@ -6,6 +6,7 @@
 #include "ring/ntt.h"
 #include "ring/primes.h"
 #include "ring/rns.h"
+#include "ring/simd.h"
 
 namespace py = pybind11;
 using namespace hemlp::ring;
@@ -60,5 +61,8 @@ void bind_ring(py::module_& m) {
     galois_coeff(a.data(), out.mutable_data(), g, log_n, q);
     return out;
   });
+  // The SIMD kernels in use ("avx512", "avx2" or "scalar"; see ring/simd.h for HEMLP_SIMD).
+  m.def("simd_path", [] { return std::string(simd_path_name(simd_path())); });
+  m.def("simd_available", [] { return std::string(simd_available()); });
   m.def("mul_mod_barrett", [](uint64_t a, uint64_t b, uint64_t q) { return Modulus(q).mul(a, b); });
 }

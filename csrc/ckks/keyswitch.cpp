@@ -4,7 +4,7 @@
 #include <string>
 
 #include "ckks/errors.h"
-#include "ring/simd.h"
+#include "ring/keyip.h"
 #include "ring/vecops.h"
 
 namespace hemlp {
@@ -46,51 +46,6 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
   return out;
 }
 
-#if HEMLP_HAVE_AVX512_KERNELS
-namespace {
-constexpr int kMaxDigits = 32;
-// One output limb of the key inner product: o_b = sum_t x_t * kb_t, o_a = sum_t x_t * ka_t (mod q),
-// x_t read through perm when given. 128-bit sums kept as (hi, lo) words; the reduction
-// hi * [2^64]_q + lo mod q uses two Shoup products, so the result equals the scalar Barrett one.
-HEMLP_AVX512_FN void kip_limb_avx512(const u64* const* x, const u64* const* kb, const u64* const* ka, int beta,
-                                     const uint32_t* perm, size_t i0, size_t i1, u64 qv, u64* o0, u64* o1) {
-  using namespace ring::avx512;
-  const u64 c = (u64)(((u128)1 << 64) % qv);
-  const __m512i q = _mm512_set1_epi64((long long)qv), two_q = _mm512_set1_epi64((long long)(2 * qv));
-  const __m512i C = _mm512_set1_epi64((long long)c), Cp = _mm512_set1_epi64((long long)ring::shoup_precompute(c, qv));
-  const __m512i one = _mm512_set1_epi64(1), onep = _mm512_set1_epi64((long long)ring::shoup_precompute(1, qv));
-  // with a permutation, the digits are gathered block by block into buf with scalar loads
-  // (AVX-512 gathers measured slower than scalar loads here)
-  constexpr size_t kBlock = 256;
-  u64 buf[kMaxDigits * kBlock];
-  for (size_t i = i0; i < i1; i += 8) {
-    const size_t bi = (i - i0) % kBlock;
-    if (perm && bi == 0) {
-      const size_t len = std::min(kBlock, i1 - i);
-      for (int t = 0; t < beta; ++t)
-        for (size_t c = 0; c < len; ++c) buf[t * kBlock + c] = x[t][perm[i + c]];
-    }
-    __m512i lo0 = _mm512_setzero_si512(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
-    for (int t = 0; t < beta; ++t) {
-      const __m512i X = _mm512_loadu_si512(perm ? buf + t * kBlock + bi : x[t] + i);
-      const __m512i Xh = _mm512_srli_epi64(X, 32);
-      __m512i pl, ph;
-      mul_wide(X, Xh, _mm512_loadu_si512(kb[t] + i), pl, ph);
-      lo0 = _mm512_add_epi64(lo0, pl);
-      hi0 = _mm512_add_epi64(_mm512_mask_add_epi64(hi0, _mm512_cmplt_epu64_mask(lo0, pl), hi0, one), ph);
-      mul_wide(X, Xh, _mm512_loadu_si512(ka[t] + i), pl, ph);
-      lo1 = _mm512_add_epi64(lo1, pl);
-      hi1 = _mm512_add_epi64(_mm512_mask_add_epi64(hi1, _mm512_cmplt_epu64_mask(lo1, pl), hi1, one), ph);
-    }
-    const __m512i r0 = _mm512_add_epi64(mul_shoup_lazy(hi0, C, Cp, q), mul_shoup_lazy(lo0, one, onep, q));
-    const __m512i r1 = _mm512_add_epi64(mul_shoup_lazy(hi1, C, Cp, q), mul_shoup_lazy(lo1, one, onep, q));
-    _mm512_storeu_si512(o0 + i, reduce_once(reduce_once(r0, two_q), q));
-    _mm512_storeu_si512(o1 + i, reduce_once(reduce_once(r1, two_q), q));
-  }
-}
-}  // namespace
-#endif
-
 void check_key_level(const SwitchKey& key, int level, const char* op) {
   if (level <= key.level) return;
   const std::string what = key.galois == 0 ? "relinearisation key" : "rotation key (Galois element " +
@@ -131,18 +86,16 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
     const size_t ko = kk * n, dof = (size_t)k * n;
     u64* __restrict o0 = u0.data() + dof;
     u64* __restrict o1 = u1.data() + dof;
-#if HEMLP_HAVE_AVX512_KERNELS
-    if (ring::simd_avx512() && n % 8 == 0 && beta <= kMaxDigits) {
+    {  // AVX-512 / AVX2 kernel when the active SIMD path has one (ring/keyip.h)
       std::vector<const u64*> xs(beta), kbs(beta), kas(beta);
       for (int t = 0; t < beta; ++t) {
         xs[t] = d.digits[t].data() + dof;
         kbs[t] = key.b[t].data() + ko;
         kas[t] = key.a[t].data() + ko;
       }
-      kip_limb_avx512(xs.data(), kbs.data(), kas.data(), beta, pm, i0, i1, q.q, o0, o1);
-      continue;
+      if (ring::key_inner_product_limb_simd(xs.data(), kbs.data(), kas.data(), beta, pm, i0, i1, q.q, o0, o1))
+        continue;
     }
-#endif
     // beta < 64 products of < 2^122 each: the 128-bit sums cannot overflow. The first digit
     // initialises the accumulators, later digits add; one Barrett reduction per output.
     constexpr size_t kBlock = 512;

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ring/simd.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -106,13 +108,33 @@ struct Lease {
   ~Lease() { pool().release(std::move(s)); }
 };
 
-// Hot loops are compiled for AVX-512 (x86-64-v4), AVX2 and baseline and picked at load time, so the
-// default portable build still vectorises the 64-bit integer/double conversions on capable CPUs.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__ELF__)
-#define HEMLP_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// Hot loops have a portable body (HEMLP_LOOP, always inlined) instantiated three times: for
+// x86-64-v4 (AVX-512: the compiler vectorises the int64 <-> double conversions with vcvttpd2qq and
+// the 64-bit products with vpmullq), for x86-64-v3 (AVX2) and for the baseline. AVX2 has neither
+// instruction, so the loops that need them have hand-written AVX2 kernels (namespace avx2k below);
+// the loops with Shoup products (128-bit in the portable body, which the compiler cannot vectorise)
+// have hand-written kernels on both paths (avx2k, avx512k). The path follows ring::simd_path() (HEMLP_SIMD), so every path can be tested here.
+#if HEMLP_HAVE_AVX2_KERNELS
+#define HEMLP_LOOP inline __attribute__((always_inline))
+#define HEMLP_V4_FN __attribute__((target("arch=x86-64-v4")))
+#define HEMLP_V3_FN __attribute__((target("arch=x86-64-v3")))
 #else
-#define HEMLP_MULTIVERSION
+#define HEMLP_LOOP inline
 #endif
+
+enum class Kern { Base, Avx2, Avx512 };
+Kern kernel_path() {
+  static const Kern k = [] {
+#if HEMLP_HAVE_AVX2_KERNELS
+    __builtin_cpu_init();
+    if (ring::simd_avx512() && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw"))
+      return Kern::Avx512;
+    if (ring::simd_avx2() || ring::simd_avx512()) return Kern::Avx2;  // AVX-512 without VL/BW: its AVX2 kernels
+#endif
+    return Kern::Base;
+  }();
+  return k;
+}
 
 constexpr size_t kChunk = 256;  // columns per inner step: the digit temporaries stay in L1
 
@@ -127,8 +149,7 @@ struct SplitParams {
 };
 
 // Splits m <= kChunk residues into T digit planes; returns true if some residue is >= q.
-HEMLP_MULTIVERSION
-bool split_chunk(const uint64_t* xr, size_t m, double* out, const SplitParams& sp) {
+HEMLP_LOOP bool split_chunk_body(const uint64_t* xr, size_t m, double* out, const SplitParams& sp) {
   uint64_t y[kChunk];
   uint64_t over = 0;
   const uint64_t q = sp.q, halfq = sp.halfq, off = sp.off;
@@ -154,8 +175,7 @@ bool split_chunk(const uint64_t* xr, size_t m, double* out, const SplitParams& s
 }
 
 // int64 accumulation of one K-block's exact DGEMM output (|c| < 2^53).
-HEMLP_MULTIVERSION
-void accumulate_row(const double* c, int64_t* a, size_t m, bool first) {
+HEMLP_LOOP void accumulate_row_body(const double* c, int64_t* a, size_t m, bool first) {
   if (first) {
     for (size_t j = 0; j < m; ++j) a[j] = static_cast<int64_t>(c[j]);
   } else {
@@ -168,8 +188,7 @@ void accumulate_row(const double* c, int64_t* a, size_t m, bool first) {
 // |c*p/q - trunc(c*pr)| < 2^53 * 2^-52.9 + 1 < 3.01, and r = c*p - qt*q (exact mod 2^64, computed with
 // wrapping uint64 arithmetic) satisfies |r| < 3.01q < 2^63; r + 4q lies in (0, 7.01q) < 2^64.
 // Vectorises (vpmullq, vcvttpd2qq) where a 64x64->128 Shoup product cannot.
-HEMLP_MULTIVERSION
-void reduce_term_fast(const double* c, size_t m, uint64_t p, double pr, uint64_t q, uint64_t* sum) {
+HEMLP_LOOP void reduce_term_fast_body(const double* c, size_t m, uint64_t p, double pr, uint64_t q, uint64_t* sum) {
   const uint64_t q2 = 2 * q, q4 = 4 * q;
   for (size_t j = 0; j < m; ++j) {
     const double v = c[j];
@@ -185,8 +204,8 @@ void reduce_term_fast(const double* c, size_t m, uint64_t p, double pr, uint64_t
 }
 
 // Same for K-blocked sums v = a[j] + c[j] (|v| < 2^63), with a Shoup product (any 64-bit operand).
-void reduce_term_acc(const double* c, const int64_t* a, size_t m, Shoup ps, uint64_t q, uint64_t r64,
-                     uint64_t* sum) {
+HEMLP_LOOP void reduce_term_acc_body(const double* c, const int64_t* a, size_t m, Shoup ps, uint64_t q,
+                                     uint64_t r64, uint64_t* sum) {
   for (size_t j = 0; j < m; ++j) {
     const int64_t v = a[j] + static_cast<int64_t>(c[j]);
     uint64_t x = mul_shoup_lazy(signed_to_unsigned_mod(v, r64), ps, q);
@@ -194,6 +213,167 @@ void reduce_term_acc(const double* c, const int64_t* a, size_t m, Shoup ps, uint
     const uint64_t s = sum[j] + x;
     sum[j] = s >= q ? s - q : s;
   }
+}
+
+// Folds a lazily accumulated int64 row into [0, q): a[j] = a[j] mod q (as a non-negative int64).
+HEMLP_LOOP void fold_row_body(int64_t* a, size_t m, Shoup one, uint64_t q, uint64_t r64) {
+  for (size_t j = 0; j < m; ++j) {
+    const uint64_t v = mul_shoup_lazy(signed_to_unsigned_mod(a[j], r64), one, q);
+    a[j] = static_cast<int64_t>(v >= q ? v - q : v);
+  }
+}
+
+#if HEMLP_HAVE_AVX2_KERNELS
+namespace avx2k {
+using namespace ring::avx2;
+using ring::avx2::mul_shoup_lazy;  // not the scalar one of this file
+using ring::avx2::reduce_once;
+
+// Exact conversion of integer-valued doubles |v| < 2^53 to int64 (AVX2 has no vcvttpd2qq):
+// v = hi 2^32 + lo with hi = floor(v 2^-32), |hi| <= 2^21, lo in [0, 2^32), both exact; each is
+// then converted by the magic-constant trick (exact below 2^51).
+HEMLP_AVX2_FN inline __m256i exact_to_i64(__m256d v) {
+  const __m256d M = _mm256_set1_pd(kMagic);
+  const __m256i Mi = _mm256_castpd_si256(M);
+  const __m256d hi = _mm256_floor_pd(_mm256_mul_pd(v, _mm256_set1_pd(0x1p-32)));
+  const __m256d lo = _mm256_fnmadd_pd(hi, _mm256_set1_pd(0x1p32), v);
+  const __m256i hi_i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(hi, M)), Mi);
+  const __m256i lo_i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(lo, M)), Mi);
+  return _mm256_add_epi64(_mm256_slli_epi64(hi_i, 32), lo_i);
+}
+
+// signed_to_unsigned_mod, 4 lanes (v >> 63 as a compare: AVX2 has no 64-bit arithmetic shift).
+HEMLP_AVX2_FN inline __m256i to_unsigned_mod(__m256i v, __m256i r64) {
+  return _mm256_sub_epi64(v, _mm256_and_si256(r64, _mm256_cmpgt_epi64(_mm256_setzero_si256(), v)));
+}
+
+HEMLP_AVX2_FN void accumulate_row(const double* c, int64_t* a, size_t m, bool first) {
+  size_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    __m256i v = exact_to_i64(_mm256_loadu_pd(c + j));
+    if (!first) v = _mm256_add_epi64(v, load(reinterpret_cast<const uint64_t*>(a + j)));
+    store(reinterpret_cast<uint64_t*>(a + j), v);
+  }
+  accumulate_row_body(c + j, a + j, m - j, first);
+}
+
+HEMLP_AVX2_FN void reduce_term_fast(const double* c, size_t m, uint64_t p, double pr, uint64_t qv, uint64_t* sum) {
+  const __m256i P = set1(p), q = set1(qv), q2 = set1(2 * qv), q4 = set1(4 * qv);
+  const __m256d Pr = _mm256_set1_pd(pr);
+  size_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    const __m256d v = _mm256_loadu_pd(c + j);
+    // trunc(v pr) as the scalar static_cast does; |v pr| < 2^53 so the conversion is exact
+    const __m256i qt = exact_to_i64(_mm256_round_pd(_mm256_mul_pd(v, Pr), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+    __m256i x = _mm256_add_epi64(_mm256_sub_epi64(mullo64(exact_to_i64(v), P), mullo64(qt, q)), q4);  // (0, 7.01q)
+    x = reduce_once(reduce_once(reduce_once(x, q4), q2), q);
+    store(sum + j, reduce_once(_mm256_add_epi64(load(sum + j), x), q));
+  }
+  reduce_term_fast_body(c + j, m - j, p, pr, qv, sum + j);
+}
+
+HEMLP_AVX2_FN void reduce_term_acc(const double* c, const int64_t* a, size_t m, Shoup ps, uint64_t qv, uint64_t r64,
+                                   uint64_t* sum) {
+  const __m256i W = set1(ps.p), Wp = set1(ps.pq), q = set1(qv), R = set1(r64);
+  size_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    const __m256i v = _mm256_add_epi64(load(reinterpret_cast<const uint64_t*>(a + j)), exact_to_i64(_mm256_loadu_pd(c + j)));
+    const __m256i x = reduce_once(mul_shoup_lazy(to_unsigned_mod(v, R), W, Wp, q), q);
+    store(sum + j, reduce_once(_mm256_add_epi64(load(sum + j), x), q));
+  }
+  reduce_term_acc_body(c + j, a + j, m - j, ps, qv, r64, sum + j);
+}
+
+HEMLP_AVX2_FN void fold_row(int64_t* a, size_t m, Shoup one, uint64_t qv, uint64_t r64) {
+  const __m256i W = set1(one.p), Wp = set1(one.pq), q = set1(qv), R = set1(r64);
+  size_t j = 0;
+  for (; j + 4 <= m; j += 4) {
+    uint64_t* aj = reinterpret_cast<uint64_t*>(a + j);
+    store(aj, reduce_once(mul_shoup_lazy(to_unsigned_mod(load(aj), R), W, Wp, q), q));
+  }
+  fold_row_body(a + j, m - j, one, qv, r64);
+}
+}  // namespace avx2k
+
+// AVX-512 twins of avx2k::reduce_term_acc / fold_row (vcvttpd2qq and vpmullq exist here).
+namespace avx512k {
+using ring::avx512::mul_shoup_lazy;
+using ring::avx512::reduce_once;
+HEMLP_AVX512_FN inline __m512i to_unsigned_mod(__m512i v, __m512i r64) {
+  return _mm512_sub_epi64(v, _mm512_and_si512(r64, _mm512_srai_epi64(v, 63)));
+}
+HEMLP_AVX512_FN void reduce_term_acc(const double* c, const int64_t* a, size_t m, Shoup ps, uint64_t qv,
+                                     uint64_t r64, uint64_t* sum) {
+  const __m512i W = _mm512_set1_epi64((long long)ps.p), Wp = _mm512_set1_epi64((long long)ps.pq);
+  const __m512i q = _mm512_set1_epi64((long long)qv), R = _mm512_set1_epi64((long long)r64);
+  size_t j = 0;
+  for (; j + 8 <= m; j += 8) {
+    const __m512i v = _mm512_add_epi64(_mm512_loadu_si512(a + j), _mm512_cvttpd_epi64(_mm512_loadu_pd(c + j)));
+    const __m512i x = reduce_once(mul_shoup_lazy(to_unsigned_mod(v, R), W, Wp, q), q);
+    _mm512_storeu_si512(sum + j, reduce_once(_mm512_add_epi64(_mm512_loadu_si512(sum + j), x), q));
+  }
+  reduce_term_acc_body(c + j, a + j, m - j, ps, qv, r64, sum + j);
+}
+HEMLP_AVX512_FN void fold_row(int64_t* a, size_t m, Shoup one, uint64_t qv, uint64_t r64) {
+  const __m512i W = _mm512_set1_epi64((long long)one.p), Wp = _mm512_set1_epi64((long long)one.pq);
+  const __m512i q = _mm512_set1_epi64((long long)qv), R = _mm512_set1_epi64((long long)r64);
+  size_t j = 0;
+  for (; j + 8 <= m; j += 8)
+    _mm512_storeu_si512(a + j, reduce_once(mul_shoup_lazy(to_unsigned_mod(_mm512_loadu_si512(a + j), R), W, Wp, q), q));
+  fold_row_body(a + j, m - j, one, qv, r64);
+}
+}  // namespace avx512k
+
+HEMLP_V4_FN bool split_chunk_v4(const uint64_t* xr, size_t m, double* out, const SplitParams& sp) {
+  return split_chunk_body(xr, m, out, sp);
+}
+HEMLP_V3_FN bool split_chunk_v3(const uint64_t* xr, size_t m, double* out, const SplitParams& sp) {
+  return split_chunk_body(xr, m, out, sp);
+}
+HEMLP_V4_FN void accumulate_row_v4(const double* c, int64_t* a, size_t m, bool first) {
+  accumulate_row_body(c, a, m, first);
+}
+HEMLP_V4_FN void reduce_term_fast_v4(const double* c, size_t m, uint64_t p, double pr, uint64_t q, uint64_t* sum) {
+  reduce_term_fast_body(c, m, p, pr, q, sum);
+}
+#endif
+
+// Dispatchers: the kernels of the active SIMD path (see kernel_path()).
+bool split_chunk(const uint64_t* xr, size_t m, double* out, const SplitParams& sp) {
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (kernel_path() == Kern::Avx512) return split_chunk_v4(xr, m, out, sp);
+  if (kernel_path() == Kern::Avx2) return split_chunk_v3(xr, m, out, sp);
+#endif
+  return split_chunk_body(xr, m, out, sp);
+}
+void accumulate_row(const double* c, int64_t* a, size_t m, bool first) {
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (kernel_path() == Kern::Avx512) return accumulate_row_v4(c, a, m, first);
+  if (kernel_path() == Kern::Avx2) return avx2k::accumulate_row(c, a, m, first);
+#endif
+  accumulate_row_body(c, a, m, first);
+}
+void reduce_term_fast(const double* c, size_t m, uint64_t p, double pr, uint64_t q, uint64_t* sum) {
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (kernel_path() == Kern::Avx512) return reduce_term_fast_v4(c, m, p, pr, q, sum);
+  if (kernel_path() == Kern::Avx2) return avx2k::reduce_term_fast(c, m, p, pr, q, sum);
+#endif
+  reduce_term_fast_body(c, m, p, pr, q, sum);
+}
+void reduce_term_acc(const double* c, const int64_t* a, size_t m, Shoup ps, uint64_t q, uint64_t r64,
+                     uint64_t* sum) {
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (kernel_path() == Kern::Avx512) return avx512k::reduce_term_acc(c, a, m, ps, q, r64, sum);
+  if (kernel_path() == Kern::Avx2) return avx2k::reduce_term_acc(c, a, m, ps, q, r64, sum);
+#endif
+  reduce_term_acc_body(c, a, m, ps, q, r64, sum);
+}
+void fold_row(int64_t* a, size_t m, Shoup one, uint64_t q, uint64_t r64) {
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (kernel_path() == Kern::Avx512) return avx512k::fold_row(a, m, one, q, r64);
+  if (kernel_path() == Kern::Avx2) return avx2k::fold_row(a, m, one, q, r64);
+#endif
+  fold_row_body(a, m, one, q, r64);
 }
 
 void check_bU(int bU) {
@@ -470,11 +650,7 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
       for (long long rr = 0; rr < static_cast<long long>(M); ++rr) {
         int64_t* a = acc + static_cast<size_t>(rr) * ldx;
         accumulate_row(cd + static_cast<size_t>(rr) * ldx, a, ldx, first);
-        if (fold)
-          for (size_t j = 0; j < ldx; ++j) {
-            const uint64_t v = mul_shoup_lazy(signed_to_unsigned_mod(a[j], r64), one, q);
-            a[j] = static_cast<int64_t>(v >= q ? v - q : v);
-          }
+        if (fold) fold_row(a, ldx, one, q, r64);
       }
     }
 

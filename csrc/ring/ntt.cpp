@@ -26,7 +26,7 @@ NTTTables::NTTTables(uint64_t q, int log_n) : q_(q), log_n_(log_n), n_(size_t(1)
   // last inverse stage fused with the scaling by N^-1: its twiddle times N^-1
   iw1n_ = n_ > 1 ? (uint64_t)((u128)iw_[1] * n_inv_ % q) : n_inv_;
   iw1n_p_ = shoup_precompute(iw1n_, q);
-  simd_ = simd_avx512() && log_n >= 4;
+  simd_ = log_n >= 4 ? (int)simd_path() : 0;
 }
 
 #if HEMLP_HAVE_AVX512_KERNELS
@@ -159,9 +159,125 @@ HEMLP_AVX512_FN void inverse_avx512(uint64_t* a, size_t n, uint64_t qv, const ui
 }  // namespace
 #endif
 
+#if HEMLP_HAVE_AVX2_KERNELS
+namespace {
+
+using namespace avx2;
+
+// Harvey CT butterfly, 4 lanes: X in [0, 4q) -> [0, 2q); returns X + T, X - T + 2q (both < 4q).
+HEMLP_AVX2_FN inline void ct_bfly2(__m256i& X, __m256i& Y, __m256i W, __m256i Wp, __m256i q, __m256i two_q) {
+  X = avx2::reduce_once(X, two_q);
+  const __m256i T = avx2::mul_shoup_lazy(Y, W, Wp, q);
+  Y = _mm256_sub_epi64(_mm256_add_epi64(X, two_q), T);
+  X = _mm256_add_epi64(X, T);
+}
+
+// GS butterfly: X, Y in [0, 2q) -> X + Y (reduced to [0, 2q)), (X - Y + 2q) W in [0, 2q).
+HEMLP_AVX2_FN inline void gs_bfly2(__m256i& X, __m256i& Y, __m256i W, __m256i Wp, __m256i q, __m256i two_q) {
+  const __m256i D = _mm256_sub_epi64(_mm256_add_epi64(X, two_q), Y);
+  X = avx2::reduce_once(_mm256_add_epi64(X, Y), two_q);
+  Y = avx2::mul_shoup_lazy(D, W, Wp, q);
+}
+
+// (w[i], w[i], w[i+1], w[i+1])
+HEMLP_AVX2_FN inline __m256i pairs(const uint64_t* w) {
+  return _mm256_permute4x64_epi64(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i*)w)), 0x50);
+}
+
+HEMLP_AVX2_FN void forward_avx2(uint64_t* a, size_t n, uint64_t qv, const uint64_t* w, const uint64_t* wp) {
+  const __m256i q = set1(qv), two_q = set1(2 * qv);
+  size_t t = n;
+  for (size_t m = 1; m < n / 8; m <<= 1) {  // stages with half-block t >= 8
+    t >>= 1;
+    for (size_t i = 0; i < m; ++i) {
+      const __m256i W = set1(w[m + i]), Wp = set1(wp[m + i]);
+      uint64_t* x = a + 2 * i * t;
+      uint64_t* y = x + t;
+      for (size_t j = 0; j < t; j += 4) {
+        __m256i X = load(x + j), Y = load(y + j);
+        ct_bfly2(X, Y, W, Wp, q, two_q);
+        store(x + j, X);
+        store(y + j, Y);
+      }
+    }
+  }
+  // the last three stages (t = 4, 2, 1) inside each 8-coefficient chunk, in registers,
+  // followed by the reduction of the output to [0, q)
+  const uint64_t *w4p = w + n / 8, *wp4p = wp + n / 8;
+  const uint64_t *w2p = w + n / 4, *wp2p = wp + n / 4;
+  const uint64_t *w1p = w + n / 2, *wp1p = wp + n / 2;
+  for (size_t c = 0; c < n; c += 8) {
+    __m256i X = load(a + c), Y = load(a + c + 4);  // t = 4: (a0..a3), (a4..a7)
+    ct_bfly2(X, Y, set1(w4p[c / 8]), set1(wp4p[c / 8]), q, two_q);
+    // t = 2: (a0 a1 a4 a5), (a2 a3 a6 a7)
+    __m256i X2 = _mm256_permute2x128_si256(X, Y, 0x20), Y2 = _mm256_permute2x128_si256(X, Y, 0x31);
+    ct_bfly2(X2, Y2, pairs(w2p + c / 4), pairs(wp2p + c / 4), q, two_q);
+    // t = 1: (a0 a2 a4 a6), (a1 a3 a5 a7)
+    __m256i X1 = _mm256_unpacklo_epi64(X2, Y2), Y1 = _mm256_unpackhi_epi64(X2, Y2);
+    ct_bfly2(X1, Y1, load(w1p + c / 2), load(wp1p + c / 2), q, two_q);
+    X1 = avx2::reduce_once(avx2::reduce_once(X1, two_q), q);
+    Y1 = avx2::reduce_once(avx2::reduce_once(Y1, two_q), q);
+    const __m256i lo = _mm256_unpacklo_epi64(X1, Y1), hi = _mm256_unpackhi_epi64(X1, Y1);  // (a0 a1 a4 a5), (a2 a3 a6 a7)
+    store(a + c, _mm256_permute2x128_si256(lo, hi, 0x20));
+    store(a + c + 4, _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+}
+
+HEMLP_AVX2_FN void inverse_avx2(uint64_t* a, size_t n, uint64_t qv, const uint64_t* iw, const uint64_t* iwp,
+                                uint64_t ninv, uint64_t ninvp, uint64_t w1n, uint64_t w1np) {
+  const __m256i q = set1(qv), two_q = set1(2 * qv);
+  // the first three stages (t = 1, 2, 4) inside each 8-coefficient chunk
+  const uint64_t *w1p = iw + n / 2, *wp1p = iwp + n / 2;
+  const uint64_t *w2p = iw + n / 4, *wp2p = iwp + n / 4;
+  const uint64_t *w4p = iw + n / 8, *wp4p = iwp + n / 8;
+  for (size_t c = 0; c < n; c += 8) {
+    const __m256i v0 = load(a + c), v1 = load(a + c + 4);
+    const __m256i lo = _mm256_permute2x128_si256(v0, v1, 0x20), hi = _mm256_permute2x128_si256(v0, v1, 0x31);
+    __m256i X = _mm256_unpacklo_epi64(lo, hi), Y = _mm256_unpackhi_epi64(lo, hi);  // (a0 a2 a4 a6), (a1 a3 a5 a7)
+    gs_bfly2(X, Y, load(w1p + c / 2), load(wp1p + c / 2), q, two_q);
+    __m256i X2 = _mm256_unpacklo_epi64(X, Y), Y2 = _mm256_unpackhi_epi64(X, Y);  // (a0 a1 a4 a5), (a2 a3 a6 a7)
+    gs_bfly2(X2, Y2, pairs(w2p + c / 4), pairs(wp2p + c / 4), q, two_q);
+    __m256i X4 = _mm256_permute2x128_si256(X2, Y2, 0x20), Y4 = _mm256_permute2x128_si256(X2, Y2, 0x31);
+    gs_bfly2(X4, Y4, set1(w4p[c / 8]), set1(wp4p[c / 8]), q, two_q);
+    store(a + c, X4);
+    store(a + c + 4, Y4);
+  }
+  size_t t = 8;
+  for (size_t h = n / 16; h > 1; h >>= 1) {  // stages with t >= 8, except the last
+    for (size_t i = 0; i < h; ++i) {
+      const __m256i W = set1(iw[h + i]), Wp = set1(iwp[h + i]);
+      uint64_t* x = a + 2 * i * t;
+      uint64_t* y = x + t;
+      for (size_t j = 0; j < t; j += 4) {
+        __m256i X = load(x + j), Y = load(y + j);
+        gs_bfly2(X, Y, W, Wp, q, two_q);
+        store(x + j, X);
+        store(y + j, Y);
+      }
+    }
+    t <<= 1;
+  }
+  // last stage (t = n/2) fused with the scaling by N^-1; output in [0, q)
+  const __m256i Ni = set1(ninv), Nip = set1(ninvp), W = set1(w1n), Wp = set1(w1np);
+  uint64_t* x = a;
+  uint64_t* y = a + t;
+  for (size_t j = 0; j < t; j += 4) {
+    const __m256i X = load(x + j), Y = load(y + j);
+    const __m256i S = _mm256_add_epi64(X, Y), D = _mm256_sub_epi64(_mm256_add_epi64(X, two_q), Y);
+    store(x + j, avx2::reduce_once(avx2::mul_shoup_lazy(S, Ni, Nip, q), q));
+    store(y + j, avx2::reduce_once(avx2::mul_shoup_lazy(D, W, Wp, q), q));
+  }
+}
+
+}  // namespace
+#endif
+
 void NTTTables::forward(uint64_t* a) const {
 #if HEMLP_HAVE_AVX512_KERNELS
-  if (simd_) return forward_avx512(a, n_, q_, w_.data(), wp_.data());
+  if (simd_ == (int)SimdPath::Avx512) return forward_avx512(a, n_, q_, w_.data(), wp_.data());
+#endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (simd_ == (int)SimdPath::Avx2) return forward_avx2(a, n_, q_, w_.data(), wp_.data());
 #endif
   const uint64_t q = q_, two_q = 2 * q;
   size_t t = n_;
@@ -214,7 +330,12 @@ void NTTTables::forward(uint64_t* a) const {
 
 void NTTTables::inverse(uint64_t* a) const {
 #if HEMLP_HAVE_AVX512_KERNELS
-  if (simd_) return inverse_avx512(a, n_, q_, iw_.data(), iwp_.data(), n_inv_, n_inv_p_, iw1n_, iw1n_p_);
+  if (simd_ == (int)SimdPath::Avx512)
+    return inverse_avx512(a, n_, q_, iw_.data(), iwp_.data(), n_inv_, n_inv_p_, iw1n_, iw1n_p_);
+#endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (simd_ == (int)SimdPath::Avx2)
+    return inverse_avx2(a, n_, q_, iw_.data(), iwp_.data(), n_inv_, n_inv_p_, iw1n_, iw1n_p_);
 #endif
   const uint64_t q = q_, two_q = 2 * q;
 #define HEMLP_GS(xp, yp, W, Wp)                    \

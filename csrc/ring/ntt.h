@@ -33,7 +33,7 @@ class NTTTables {
   std::vector<uint64_t> iw_, iwp_;      // psi^-brv(i)
   uint64_t n_inv_, n_inv_p_;
   uint64_t iw1n_, iw1n_p_;  // psi^-brv(1) * N^-1 (last inverse stage fused with the scaling)
-  bool simd_ = false;       // AVX-512 kernels (ring/simd.h)
+  int simd_ = 0;            // kernels: 0 scalar, 1 AVX2, 2 AVX-512 (ring::SimdPath, ring/simd.h)
 };
 
 }  // namespace hemlp::ring

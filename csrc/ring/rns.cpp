@@ -95,6 +95,61 @@ HEMLP_AVX512_FN void convert_block_avx512(const uint64_t* const* in, uint64_t* c
 }  // namespace
 #endif
 
+#if HEMLP_HAVE_AVX2_KERNELS
+namespace {
+// AVX2 twin of convert_block_avx512 (4 lanes; `len` a multiple of 4).
+HEMLP_AVX2_FN void convert_block_avx2(const uint64_t* const* in, uint64_t* const* out, size_t c0, size_t len,
+                                      const std::vector<Modulus>& from, const std::vector<Modulus>& to,
+                                      const uint64_t* qhat_inv, const uint64_t* qhat_inv_p,
+                                      const uint64_t* qhat_mod_p, const uint64_t* qhat_mod_p_shoup,
+                                      const uint64_t* qb_mod_p, bool centred, const std::vector<int>* targets,
+                                      size_t nt, uint64_t* y, uint64_t* lifted, size_t stride) {
+  using namespace avx2;
+  const size_t k = from.size();
+  if (centred)
+    for (size_t c = 0; c < len; c += 4) store(lifted + c, _mm256_setzero_si256());
+  for (size_t i = 0; i < k; ++i) {
+    const __m256i q = set1(from[i].q), half = set1(from[i].q >> 1);
+    const __m256i w = set1(qhat_inv[i]), wp = set1(qhat_inv_p[i]);
+    const uint64_t* src = in[i] + c0;
+    uint64_t* yi = y + i * stride;
+    for (size_t c = 0; c < len; c += 4) {
+      const __m256i v = avx2::reduce_once(avx2::mul_shoup_lazy(load(src + c), w, wp, q), q);
+      store(yi + c, v);
+      if (centred)  // values < 2^61: the signed compare is exact; its all-ones mask is -1
+        store(lifted + c, _mm256_sub_epi64(load(lifted + c), _mm256_cmpgt_epi64(v, half)));
+    }
+  }
+  constexpr size_t kMaxFrom = 16;
+  __m256i W[kMaxFrom], Wp[kMaxFrom];
+  for (size_t t = 0; t < nt; ++t) {
+    const size_t j = targets ? (size_t)(*targets)[t] : t;
+    const uint64_t pv = to[j].q;
+    const __m256i p = set1(pv), two_p = set1(2 * pv);
+    for (size_t i = 0; i < k; ++i) {
+      W[i] = set1(qhat_mod_p[j * k + i]);
+      Wp[i] = set1(qhat_mod_p_shoup[j * k + i]);
+    }
+    const long long* tbl = (const long long*)(qb_mod_p + j * (k + 1));
+    uint64_t* dst = out[t] + c0;
+    for (size_t c = 0; c < len; c += 4) {
+      __m256i acc = avx2::mul_shoup_lazy(load(y + c), W[0], Wp[0], p);  // [0, 2p)
+      for (size_t i = 1; i < k; ++i)
+        acc = avx2::reduce_once(_mm256_add_epi64(acc, avx2::mul_shoup_lazy(load(y + i * stride + c), W[i], Wp[i], p)),
+                                two_p);
+      __m256i r = avx2::reduce_once(acc, p);
+      if (centred) {
+        const __m256i sub = _mm256_i64gather_epi64(tbl, load(lifted + c), 8);
+        // r - sub mod p; both < 2^61, so the signed compare is exact
+        r = _mm256_add_epi64(_mm256_sub_epi64(r, sub), _mm256_and_si256(p, _mm256_cmpgt_epi64(sub, r)));
+      }
+      store(dst + c, r);
+    }
+  }
+}
+}  // namespace
+#endif
+
 void BaseConverter::convert(const uint64_t* const* in, uint64_t* const* out, size_t n,
                             const std::vector<int>* targets) const {
   const size_t nt = targets ? targets->size() : to_.size();
@@ -110,6 +165,20 @@ void BaseConverter::convert(const uint64_t* const* in, uint64_t* const* out, siz
         convert_block_avx512(in, out, c0, std::min(kBlock, n - c0), from_, to_, qhat_inv_.data(),
                              qhat_inv_p_.data(), qhat_mod_p_.data(), qhat_mod_p_shoup_.data(), qb_mod_p_.data(),
                              centred_, targets, nt, y.data(), lifted.data(), kBlock);
+    }
+    return;
+  }
+#endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (simd_avx2() && n % 4 == 0 && k <= 16) {
+#pragma omp parallel
+    {
+      std::vector<uint64_t> y(k * kBlock), lifted(kBlock);
+#pragma omp for schedule(static)
+      for (size_t c0 = 0; c0 < n; c0 += kBlock)
+        convert_block_avx2(in, out, c0, std::min(kBlock, n - c0), from_, to_, qhat_inv_.data(), qhat_inv_p_.data(),
+                           qhat_mod_p_.data(), qhat_mod_p_shoup_.data(), qb_mod_p_.data(), centred_, targets, nt,
+                           y.data(), lifted.data(), kBlock);
     }
     return;
   }

@@ -78,10 +78,83 @@ HEMLP_AVX512_FN void tensor_avx512(const uint64_t* a0, const uint64_t* a1, const
 #define HEMLP_SIMD_OK(n) (simd_avx512() && (n) % 8 == 0)
 #endif
 
+#if HEMLP_HAVE_AVX2_KERNELS
+namespace {
+using namespace avx2;
+
+// x mod q for the 128-bit value hi 2^64 + lo: hi [2^64]_q + lo with two Shoup products (as Wide above).
+struct Wide2 {
+  __m256i q, two_q, c, cp, one, onep;
+  HEMLP_AVX2_FN explicit Wide2(uint64_t qv) {
+    const uint64_t cv = (uint64_t)(((u128)1 << 64) % qv);
+    q = set1(qv);
+    two_q = set1(2 * qv);
+    c = set1(cv);
+    cp = set1(shoup_precompute(cv, qv));
+    one = set1(1);
+    onep = set1(shoup_precompute(1, qv));
+  }
+  HEMLP_AVX2_FN __m256i reduce(__m256i hi, __m256i lo) const {
+    const __m256i r = _mm256_add_epi64(avx2::mul_shoup_lazy(hi, c, cp, q), avx2::mul_shoup_lazy(lo, one, onep, q));
+    return avx2::reduce_once(avx2::reduce_once(r, two_q), q);
+  }
+};
+
+HEMLP_AVX2_FN void sub_mul_shoup_avx2(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t qv,
+                                      const uint64_t* add_to, uint64_t* dst, size_t n) {
+  const __m256i q = set1(qv), W = set1(w), Wp = set1(wp);
+  for (size_t i = 0; i < n; i += 4) {
+    const __m256i d = _mm256_sub_epi64(_mm256_add_epi64(load(a + i), q), load(b + i));
+    __m256i r = avx2::reduce_once(avx2::mul_shoup_lazy(d, W, Wp, q), q);
+    if (add_to) r = avx2::reduce_once(_mm256_add_epi64(r, load(add_to + i)), q);
+    store(dst + i, r);
+  }
+}
+
+HEMLP_AVX2_FN void add_avx2(const uint64_t* a, const uint64_t* b, uint64_t qv, uint64_t* dst, size_t n) {
+  const __m256i q = set1(qv);
+  for (size_t i = 0; i < n; i += 4) store(dst + i, avx2::reduce_once(_mm256_add_epi64(load(a + i), load(b + i)), q));
+}
+
+HEMLP_AVX2_FN void add_mul_shoup_avx2(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t qv,
+                                      uint64_t* dst, size_t n) {
+  const __m256i q = set1(qv), W = set1(w), Wp = set1(wp);
+  for (size_t i = 0; i < n; i += 4) {
+    const __m256i t = avx2::reduce_once(avx2::mul_shoup_lazy(load(b + i), W, Wp, q), q);
+    store(dst + i, avx2::reduce_once(_mm256_add_epi64(load(a + i), t), q));
+  }
+}
+
+HEMLP_AVX2_FN void tensor_avx2(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
+                               uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  const Wide2 W(qv);
+  for (size_t i = 0; i < n; i += 4) {
+    const __m256i A0 = load(a0 + i), A1 = load(a1 + i), B0 = load(b0 + i), B1 = load(b1 + i);
+    const __m256i A0h = _mm256_srli_epi64(A0, 32), A1h = _mm256_srli_epi64(A1, 32);
+    __m256i l0, h0, l1, h1, l2, h2, l3, h3;
+    avx2::mul_wide(A0, A0h, B0, l0, h0);
+    avx2::mul_wide(A0, A0h, B1, l1, h1);
+    avx2::mul_wide(A1, A1h, B0, l2, h2);
+    avx2::mul_wide(A1, A1h, B1, l3, h3);
+    const __m256i lm = _mm256_add_epi64(l1, l2);
+    // carry of the low-word sum: the all-ones compare mask is -1, so subtracting it adds 1
+    const __m256i hm = _mm256_add_epi64(_mm256_sub_epi64(h1, cmplt_epu64(lm, l1)), h2);
+    store(d0 + i, W.reduce(h0, l0));
+    store(d1 + i, W.reduce(hm, lm));
+    store(d2 + i, W.reduce(h3, l3));
+  }
+}
+}  // namespace
+#define HEMLP_AVX2_OK(n) (simd_avx2() && (n) % 4 == 0)
+#endif
+
 void sub_mul_shoup_vec(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t q,
                        const uint64_t* add_to, uint64_t* dst, size_t n) {
 #if HEMLP_HAVE_AVX512_KERNELS
   if (HEMLP_SIMD_OK(n)) return sub_mul_shoup_avx512(a, b, w, wp, q, add_to, dst, n);
+#endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (HEMLP_AVX2_OK(n)) return sub_mul_shoup_avx2(a, b, w, wp, q, add_to, dst, n);
 #endif
   for (size_t i = 0; i < n; ++i) {
     const uint64_t r = mul_shoup(sub_mod(a[i], b[i], q), w, wp, q);
@@ -93,6 +166,9 @@ void add_vec(const uint64_t* a, const uint64_t* b, uint64_t q, uint64_t* dst, si
 #if HEMLP_HAVE_AVX512_KERNELS
   if (HEMLP_SIMD_OK(n)) return add_avx512(a, b, q, dst, n);
 #endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (HEMLP_AVX2_OK(n)) return add_avx2(a, b, q, dst, n);
+#endif
   for (size_t i = 0; i < n; ++i) dst[i] = add_mod(a[i], b[i], q);
 }
 
@@ -100,6 +176,9 @@ void add_mul_shoup_vec(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_
                        size_t n) {
 #if HEMLP_HAVE_AVX512_KERNELS
   if (HEMLP_SIMD_OK(n)) return add_mul_shoup_avx512(a, b, w, wp, q, dst, n);
+#endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (HEMLP_AVX2_OK(n)) return add_mul_shoup_avx2(a, b, w, wp, q, dst, n);
 #endif
   for (size_t i = 0; i < n; ++i) dst[i] = add_mod(a[i], mul_shoup(b[i], w, wp, q), q);
 }
@@ -113,6 +192,9 @@ void tensor_vec(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, cons
                 uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
 #if HEMLP_HAVE_AVX512_KERNELS
   if (HEMLP_SIMD_OK(n)) return tensor_avx512(a0, a1, b0, b1, q.q, d0, d1, d2, n);
+#endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (HEMLP_AVX2_OK(n)) return tensor_avx2(a0, a1, b0, b1, q.q, d0, d1, d2, n);
 #endif
   for (size_t i = 0; i < n; ++i) {
     const uint64_t x0 = a0[i], x1 = a1[i], y0 = b0[i], y1 = b1[i];

@@ -1,6 +1,6 @@
 // Element-wise kernels on one limb (n coefficients, modulus q < 2^62, inputs in [0, q)), used by
-// the evaluator and key switching. Each has a portable scalar body and an AVX-512 one chosen at
-// run time (ring/simd.h); both give identical results. Output pointers may alias inputs.
+// the evaluator and key switching. Each has a portable scalar body and AVX2 / AVX-512 ones chosen at
+// run time (ring/simd.h); all give identical results. Output pointers may alias inputs.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,15 +1,24 @@
 """RNS-CKKS core micro-benchmarks: NTT, encode, encrypt, decrypt, ct×ct, rotations, precision.
 
-    python -m hemlp.bench core --preset N14-d6 [--threads 1,2] [--repeats R] --json PATH
+    python -m hemlp.bench core --preset N14-d6 [--threads 1,2] [--repeats R] [--simd scalar,avx2,avx512] --json PATH
 
 Times are medians over R repeats after one warm-up, per thread count (``hemlp.set_num_threads``).
 Precision bits = -log2(max abs error) over all slots for uniform [-1, 1] inputs.  The op keys
 (``ntt``, ``encode``, ...) are the ones ``scripts/bench_peers.py`` uses for the peers too.
+
+The SIMD kernels are fixed per process (``HEMLP_SIMD``), so ``--simd`` runs the benchmark once per
+listed path in a child process and prints them side by side with the speed-up over the first one;
+the JSON then holds every run under ``simd_runs`` and the run of the CPU's best path under
+``results`` (what a plain run reports).
 """
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
 import sys
+import tempfile
 
 from hemlp.bench import measure, report
 
@@ -202,8 +211,10 @@ def run_core(preset: str, threads: list[int], repeats: int, seed: int = 1,
 
     if q0 is None:
         h.notes.append("q_0 not exposed: NTT input drawn below 2^28")
+    from hemlp._core import ring
     return {
         "peer": "hemlp",
+        "simd_path": ring.simd_path(),
         "preset": h.describe(preset),
         "repeats": repeats, "warmup": 1, "seed": seed,
         "results": results,
@@ -222,6 +233,58 @@ def print_core_table(payload: dict) -> None:
     report.table(headers, rows, title=title)
     for note in payload.get("notes", []):
         print(f"note: {note}")
+
+
+def run_simd_paths(args, paths: list[str], log=print) -> dict:
+    """One child ``python -m hemlp.bench core`` per SIMD path (HEMLP_SIMD=path); returns the merged
+    payload (see the module docstring)."""
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in paths:
+            out = os.path.join(tmp, f"{path}.json")
+            cmd = [sys.executable, "-m", "hemlp.bench", "core", "--preset", args.preset, "--threads",
+                   args.threads, "--repeats", str(args.repeats), "--seed", str(args.seed), "--json", out]
+            if args.allow_insecure:
+                cmd.append("--allow-insecure")
+            env = dict(os.environ, HEMLP_SIMD=path)
+            env.pop("HEMLP_DISABLE_AVX512", None)
+            log(f"[core] SIMD path {path} (child process) ...")
+            r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"core benchmark on SIMD path {path} failed:\n{r.stderr[-2000:]}")
+            with open(out) as f:
+                runs[path] = json.load(f)
+    best = [p for p in ("avx512", "avx2", "scalar") if p in runs][0]
+    merged = {k: v for k, v in runs[best].items() if k not in ("schema", "subcommand", "machine")}
+    merged["simd_runs"] = {p: {"simd_path": d.get("simd_path"), "results": d["results"],
+                               "load_average_before": d["machine"].get("load_average")}
+                           for p, d in runs.items()}
+    merged["simd_paths"] = paths
+    base = runs[paths[0]]["results"]
+    merged["speedup_vs_" + paths[0]] = {
+        p: [{"threads": r["threads"],
+             "ops": {k: b["ops"][k]["median_s"] / r["ops"][k]["median_s"] for k, _ in OPS}}
+            for r, b in zip(d["results"], base)]
+        for p, d in runs.items()}
+    return merged
+
+
+def print_simd_table(payload: dict) -> None:
+    paths = payload["simd_paths"]
+    runs = payload["simd_runs"]
+    threads = [r["threads"] for r in runs[paths[0]]["results"]]
+    headers, rows = ["op"], []
+    for ti, t in enumerate(threads):
+        headers += [f"{p} {t}thr (ms)" for p in paths] + [f"{p}/{paths[0]}" for p in paths[1:]]
+    for key, label in OPS:
+        row = [label]
+        for ti in range(len(threads)):
+            ts = [runs[p]["results"][ti]["ops"][key]["median_s"] for p in paths]
+            row += [report.fmt_ms(v) for v in ts] + [report.fmt_ratio(ts[0] / v) for v in ts[1:]]
+        rows.append(row)
+    p = payload["preset"]
+    report.table(headers, rows, title=f"hemlp core per SIMD path — preset {p.get('name')} (N={p.get('N')}), "
+                                      f"median of {payload['repeats']}; ratio = speed-up over {paths[0]}")
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -245,6 +308,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--allow-insecure", action="store_true",
                         help="allow presets below 128-bit security (test-N12, test-N10)")
     parser.add_argument("--list-presets", action="store_true", help="list presets and exit")
+    parser.add_argument("--simd", metavar="PATHS",
+                        help="comma-separated SIMD paths (scalar, avx2, avx512, or 'all' the CPU has): one "
+                             "child run per path, compared side by side")
 
 
 def main(args) -> int:
@@ -265,6 +331,23 @@ def main(args) -> int:
     threads = _int_list(args.threads)
     machine = report.machine_info()  # before the run: records the load the run started under
     busy = report.busy_warning()
+    if args.simd:
+        from hemlp._core import ring
+        have = [p.strip() for p in ring.simd_available().split(",")]
+        paths = have[::-1] if args.simd == "all" else [p.strip() for p in args.simd.split(",") if p.strip()]
+        bad = [p for p in paths if p not in have]
+        if bad or not paths:
+            print(f"hemlp.bench core: --simd {args.simd}: this CPU has {', '.join(have)}", file=sys.stderr)
+            return 2
+        payload = run_simd_paths(args, paths, log=lambda m: print(m, file=sys.stderr, flush=True))
+        if busy:
+            payload["notes"].append(busy)
+        print_simd_table(payload)
+        if args.json:
+            report.write_json(args.json, "core", payload, machine=machine)
+            if args.json != "-":
+                print(f"wrote {args.json}")
+        return 0
     try:
         payload = run_core(args.preset, threads, args.repeats, seed=args.seed,
                            allow_insecure=args.allow_insecure,

@@ -8,7 +8,10 @@ For d1 = d2 = d and d3 in {N/2 (slots), N, 4N}, times one PCMM per format at the
   mlwe       k = 2 rows per ciphertext for d3 = N/2 (coefficient encoding, ModPack included)
   msrlwe     shared a-part for d3 = 4N (k' = 4), online (a- and b-part GEMMs)
   msrlwe+pre the same with U*A precomputed (b-part GEMM only)
-next to numpy's float64 GEMM of the same shape (d x d @ d x d3) and the ratio. Rows of the
+next to numpy's float64 GEMM of the same shape (d x d @ d x d3) and the ratio. The GEMM runs with
+the same thread count as the PCMM: ``hemlp.set_num_threads`` does not reach numpy's own (bundled)
+OpenBLAS, so the baseline is capped with ``threadpoolctl.threadpool_limits`` and the BLAS thread
+counts seen inside the cap are recorded (``gemm_blas_threads``). Rows of the
 encrypted matrix repeat a few distinct encryptions (the timing does not depend on the data);
 each product is checked against numpy on its first rows. `--baseline` adds the Halevi–Shoup
 diagonal method (hemlp.baselines) for the d3 = N/2 shape when that module is present.
@@ -43,6 +46,24 @@ def _bits(err) -> float:
     return math.inf if e == 0 else -math.log2(e)
 
 
+def _blas_threads() -> list:
+    """(library, threads) of every BLAS loaded in the process, as threadpoolctl sees them now."""
+    from threadpoolctl import threadpool_info
+
+    return [{"lib": d.get("filepath", "").rsplit("/", 1)[-1], "internal_api": d.get("internal_api"),
+             "num_threads": d.get("num_threads")} for d in threadpool_info() if d.get("user_api") == "blas"]
+
+
+def fp64_gemm_seconds(U, A, threads: int, repeats: int) -> tuple[float, list]:
+    """Median time of numpy's U @ A with every BLAS capped at `threads`, and the caps as seen."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=threads, user_api="blas"):
+        seen = _blas_threads()
+        t = measure(lambda: U @ A, repeats)["median_s"]
+    return t, seen
+
+
 def _tile_rows(cts_by_row, d2):
     return [cts_by_row[i % len(cts_by_row)] for i in range(d2)]
 
@@ -51,6 +72,12 @@ def main(args) -> int:
     import hemlp
     from hemlp import ckks, linalg
 
+    try:
+        import threadpoolctl  # noqa: F401
+    except ImportError:
+        print("hemlp.bench pcmm needs threadpoolctl to run the fp64 baseline on the same thread count "
+              "(pip install threadpoolctl, or the hemlp[dev] extra)")
+        return 2
     warn = report.busy_warning()
     if warn:
         print("warning:", warn)
@@ -92,7 +119,7 @@ def main(args) -> int:
             A = rng.uniform(-1, 1, (d, d3))
             for th in threads:
                 hemlp.set_num_threads(th)
-                t_gemm = measure(lambda: U @ A, args.repeats)["median_s"]
+                t_gemm, gemm_blas = fp64_gemm_seconds(U, A, th, args.repeats)
                 for fmt, C in setups.items():
                     kw = dict(weight_bits=args.weight_bits)
                     if fmt == "mlwe":
@@ -114,7 +141,8 @@ def main(args) -> int:
                             Mt = np.stack([M[i % distinct] for i in range(d)])
                         want = U[:4] @ Mt
                     rec = dict(d=d, d3=d3, d3_label=label, format=fmt, threads=th, pcmm_s=m["median_s"],
-                               gemm_s=t_gemm, ratio=m["median_s"] / t_gemm, bits=_bits(got - want),
+                               gemm_s=t_gemm, gemm_blas_threads=gemm_blas, ratio=m["median_s"] / t_gemm,
+                               bits=_bits(got - want),
                                level=level, weight_bits=args.weight_bits)
                     if fmt == "msrlwe+pre":
                         rec["precompute_s"] = t_pre

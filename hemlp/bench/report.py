@@ -4,7 +4,8 @@ Every JSON file a benchmark writes has the same envelope::
 
     {"schema": "hemlp-bench/1", "subcommand": "core", "machine": {...}, ...payload...}
 
-``machine`` records what is needed to compare two files: CPU model and cores, Python/numpy, BLAS
+``machine`` records what is needed to compare two files: CPU model and cores, the SIMD path of
+hemlp's kernels (``machine.simd.path``: avx512 / avx2 / scalar), Python/numpy, BLAS
 (threadpoolctl when installed, else numpy's build config), date, git commit, and the environment
 variables that change the speed (OPENBLAS_*, OMP_*, MKL_*, HEMLP_*).
 """
@@ -116,11 +117,25 @@ def busy_warning() -> str | None:
     return None
 
 
+def simd_info() -> dict:
+    """The SIMD kernels hemlp's native code runs in this process ("avx512", "avx2" or "scalar",
+    chosen once per process; HEMLP_SIMD forces one) and the paths this CPU has."""
+    try:
+        from hemlp._core import ring
+    except ImportError as e:
+        return {"path": None, "error": f"hemlp._core not importable: {e}"}
+    try:
+        return {"path": ring.simd_path(), "available": [p.strip() for p in ring.simd_available().split(",")]}
+    except Exception as e:  # noqa: BLE001 - a bad HEMLP_SIMD is reported by the benchmark itself
+        return {"path": None, "error": f"{type(e).__name__}: {e}"}
+
+
 def machine_info() -> dict:
     """Everything needed to tell two benchmark files apart."""
     return {
         "load_average": load_average(),
         "cpu": _cpuinfo(),
+        "simd": simd_info(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "blas": _blas(),

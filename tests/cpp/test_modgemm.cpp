@@ -1,6 +1,7 @@
 // Standalone development test for csrc/pcmm/modgemm.cpp (the pytest suite is the CI gate). Build:
 //   g++ -std=c++17 -O3 -fopenmp -Wall -Wextra -I csrc -I /usr/include/x86_64-linux-gnu/openblas-pthread
-//       tests/cpp/test_modgemm.cpp csrc/pcmm/modgemm.cpp -lopenblas -o /tmp/t && /tmp/t
+//       tests/cpp/test_modgemm.cpp csrc/pcmm/modgemm.cpp csrc/ring/simd.cpp -lopenblas -o /tmp/t && /tmp/t
+//   (HEMLP_SIMD=scalar|avx2|avx512 /tmp/t runs one SIMD path)
 // Prints one line per check and "N passed, N failed"; exits non-zero on any failure.
 #include <chrono>
 #include <cstdio>
