@@ -106,13 +106,13 @@ def human(n: int) -> str:
 # ----------------------------------------------------------------------------------------------
 # hemlp API access (the compiler and the runtime artefacts)
 def compile_fn():
-    from hemlp.compile import compile
+    from hemlp.model import compile
 
     return compile
 
 
 def load_compiled(path):
-    from hemlp.compile import load
+    from hemlp.model import load
 
     path = Path(path)
     if not path.is_dir():

@@ -69,7 +69,7 @@ def unit_costs() -> dict:
     return c
 
 
-def _act_muls(step) -> int:
+def act_muls(step) -> int:
     if step.op == "square":
         return 1
     if step.op == "poly":
@@ -93,7 +93,7 @@ def estimate_batch(steps, params, batch: int) -> float:
             P = 1 if s.index is None else s.index.shape[1]
             t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
         elif s.op in ("square", "poly"):
-            t += s.rows * chunks * _act_muls(s) * N * (lv + 1) * c["ct_mul"]
+            t += s.rows * chunks * act_muls(s) * N * (lv + 1) * c["ct_mul"]
         elif s.op == "affine":
             t += s.rows * chunks * N * (lv + 1) * (c["pt_mul"] + c["rescale"])
         elif s.op == "mul":
@@ -119,7 +119,7 @@ def estimate_packed(prog, steps, params) -> float:
             t += u * (k["pt_mul"] * c["pt_mul"] + k["rot_hoisted"] * c["rotate_hoisted"] + groups * c["rescale"])
             t += N * lv * k["rot"] * c["rotate"]
         elif s.op in ("square", "poly"):
-            t += s.layout.K * _act_muls(s.src) * u * c["ct_mul"]
+            t += s.layout.K * act_muls(s.src) * u * c["ct_mul"]
         elif s.op == "affine":
             t += s.layout.K * u * (c["pt_mul"] + c["rescale"])
         elif s.op == "mul":
@@ -151,7 +151,7 @@ def estimate_mlwe(prog, params) -> float:
         elif m.kind == "act":
             u = N * (lv + 1)
             if m.src.op in ("square", "poly"):
-                t += 2 * m.cts * _act_muls(m.src) * u * c["ct_mul"]
+                t += 2 * m.cts * act_muls(m.src) * u * c["ct_mul"]
             elif m.src.op == "affine":
                 t += 2 * m.cts * u * (c["pt_mul"] + c["rescale"])
         if m.kind != "output":
