@@ -493,6 +493,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    # OpenMP threads that spin at barriers collapse when other processes share the cores (2-thread ops 8x
+    # slower on a loaded machine); sleeping waiters cost microseconds per region. An application's choice, so
+    # made here, before the native core loads, not by `import hemlp`; users may override it.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # pass everything (including --help) through to python -m hemlp.bench
         return subprocess.call([sys.executable, "-m", "hemlp.bench"] + argv[1:])

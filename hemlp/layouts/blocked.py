@@ -217,15 +217,17 @@ class EncryptedWeights:
         for W, b in self.layers:
             shape.append([len(W), len(W[0]), len(b)])
             blobs += [c.to_bytes() for c in flat(W) + list(b)]
-        return artifacts.pack("encrypted_weights", dict(model_id=self.model_id, shape=shape, sizes=[len(x) for x in blobs]),
-                    b"".join(blobs))
+        return artifacts.pack("encrypted_weights",
+                              dict(model_id=self.model_id, shape=shape, sizes=[len(x) for x in blobs]),
+                              b"".join(blobs))
 
     def save(self, path) -> None:
         write_atomic(path, self.to_bytes())
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EncryptedWeights":
-        h, payload = artifacts.unpack_for(data, "encrypted_weights", compiled, "encrypt them with this model's encrypt_weights")
+        h, payload = artifacts.unpack_for(data, "encrypted_weights", compiled,
+                                          "encrypt them with this model's encrypt_weights")
         sizes, shape = h.get("sizes"), h.get("shape")
         try:
             total = sum(a * b + c for a, b, c in shape)

@@ -15,7 +15,7 @@ a tensor of F features takes ceil(F/k) ciphertexts instead of F.
       ciphertexts -> join_real_imag -> SlotToCoeff (bit-reversed, `dft_depth` levels)
   (hemlp.bootstrap.dft). CtS puts coefficient j + i·coefficient N/2 + j into slot rev(j), StC reads slot
   rev(j) back into coefficients j and N/2 + j, and an elementwise map commutes with the permutation, so
-  every coefficient comes back in place (tests/compiler/test_mlwe_layout.py checks it on ciphertexts).
+  every coefficient comes back in place (tests/layouts/test_mlwe.py checks it on ciphertexts).
   Levels: 2·dft_depth + the activations' own levels.
 * Scales: split_real_imag doubles the scale tag; the PCMM before it absorbs that factor in its integer
   multiplier K (scale after the split = q of the activation's level, the best scale for x² there), so no

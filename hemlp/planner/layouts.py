@@ -8,7 +8,7 @@ Unit costs are per (ring degree x limbs) so they scale to any preset and level:
   activations = one ct x ct product per ciphertext and multiplication;
 * layout (P): every diagonal a plaintext product, every rotation / hoisted rotation a key switch at
   its level, activations on the K input / 1 hidden ciphertext(s).
-* layout (A′) (hemlp.compiler.mlwe): per MLWE PCMM rows_out * rows_in * (N + B') * (l+1) GEMM
+* layout (A′) (hemlp.layouts.mlwe): per MLWE PCMM rows_out * rows_in * (N + B') * (l+1) GEMM
   multiply-accumulates (a-parts N columns, b-parts B' columns) at ``mlwe_mac`` each, k key switches per
   output ciphertext (ModPack, costed as rotations: ModUp + inner product + ModDown at level l); per
   CoeffToSlot / SlotToCoeff and ciphertext the DFT plans' plaintext products, hoisted baby-step and
