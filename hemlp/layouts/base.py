@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hemlp.errors import MissingKeyError, ParameterError, UnsupportedError
+from hemlp.errors import ParameterError, UnsupportedError
 
 __all__ = ["Layout", "Planned", "CT_PRODUCT_OPS"]
 
@@ -195,9 +195,3 @@ class Layout:
     def key_level_view(level):
         """A key-like object with only a level (for level_checks of keys split by use)."""
         return SimpleNamespace(level=level)
-
-    @staticmethod
-    def require_galois(eval_keys, ct, needed: bool, what: str) -> None:
-        gk = eval_keys.galois_keys
-        if gk is None and needed:
-            raise MissingKeyError(f"layout {what} needs this model's rotation keys; use keygen()'s eval_keys")

@@ -29,8 +29,8 @@ import numpy as np
 from hemlp.baselines import rectangular
 from hemlp.ckks import Ciphertext, from_bytes
 from hemlp.compiler.lower import dense_matrix
-from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ParameterError, SerializationError,
-                          ShapeError, UnsupportedError)
+from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, SerializationError, ShapeError,
+                          UnsupportedError)
 from hemlp.files import read_file, write_atomic
 from hemlp.layouts.base import Layout
 from hemlp.linalg import CtMatrix
