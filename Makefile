@@ -48,7 +48,7 @@ demo: build
 	$(VENV)/bin/hemlp demo --model mlp
 
 bench: build
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(PY) -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json
 
 clean:
 	rm -rf build hemlp/_core*.so
