@@ -5,15 +5,18 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hemlp-installed
 
-.PHONY: all sysdeps venv build test test-slow demo bench clean
+.PHONY: all sysdeps venv build test test-cpp test-slow demo bench clean
 
 all: build
 
-# Debian build dependencies (BLAS, OpenSSL); only attempted as root and only when missing.
+# Debian build dependencies (compiler, pkg-config, BLAS, OpenSSL); only attempted as root and only when missing.
+# setup.py and tests/cpp find BLAS and libcrypto with pkg-config (HEMLP_BLAS=<name> picks another BLAS).
+SYSDEPS := g++ pkg-config libopenblas-dev libssl-dev python3 python3-venv
 sysdeps:
-	@if [ ! -e /usr/include/openssl/evp.h ] || [ ! -e /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ]; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas-dev libssl-dev g++ >/dev/null; \
-	  else echo "hemlp needs libopenblas-dev and libssl-dev: sudo apt-get install libopenblas-dev libssl-dev"; exit 1; fi; fi
+	@if ! command -v g++ >/dev/null || ! command -v pkg-config >/dev/null || ! pkg-config --exists libcrypto \
+	    || ! pkg-config --exists $${HEMLP_BLAS:-openblas} || ! $(PYTHON_BOOT) -c "import venv, ensurepip" 2>/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSDEPS) >/dev/null; \
+	  else echo "hemlp needs: sudo apt-get install $(SYSDEPS)"; exit 1; fi; fi
 
 $(STAMP): setup.py pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
@@ -31,8 +34,12 @@ build: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace 2>&1 | grep -v -E '^(running|copying)' || true
 	@$(PY) -c "import hemlp._core" || (echo "hemlp._core failed to build"; exit 1)
 
+# The whole suite, the C++ tests of tests/cpp included (tests/cpp/test_cpp.py builds and runs them).
 test: build
 	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-cpp: build
+	$(PY) -m pytest -q -p no:cacheprovider tests/cpp
 
 test-slow: build
 	$(PY) -m pytest -q -p no:cacheprovider -m slow tests
@@ -41,7 +48,7 @@ demo: build
 	$(VENV)/bin/hemlp demo --model mlp
 
 bench: build
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(PY) -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json
 
 clean:
 	rm -rf build hemlp/_core*.so

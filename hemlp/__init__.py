@@ -1,46 +1,35 @@
 """hemlp: privacy-preserving ML inference on RNS-CKKS encrypted matrices.
 
-Layers (data flows one way): compiler -> planner -> runtime -> linalg / ckks -> hemlp._core (C++).
-Submodules are imported lazily so that pure-Python layers (the planner) work even
-before the native core is built.
+Public API: ``hemlp.compile`` (a torch module or an ONNX file -> CompiledModel), ``hemlp.load`` (a saved compiled
+model), ``hemlp.set_num_threads`` and the typed errors of hemlp.errors. Layers (data flows one way):
+model -> compiler -> layouts -> runtime -> linalg / polyeval / bootstrap -> ckks -> hemlp._core (C++).
+
+Importing hemlp changes no environment variable and no import path. compile / load (and the native core behind
+them) are loaded on first use, so the pure-Python planner works before the native core is built.
 """
-import os as _os
-
-# OpenMP threads that spin at barriers collapse when other processes share the cores (seen
-# here: 2-thread ops 8x slower on a loaded machine). Sleeping waiters cost microseconds per
-# region instead. Set before the native core (and its OpenMP runtime) loads; users may override.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-from hemlp.errors import *  # noqa: E402,F401,F403  (typed exceptions are part of the public API)
+from hemlp.errors import *  # noqa: F401,F403  (typed exceptions are part of the public API)
+from hemlp.threads import get_num_threads, set_num_threads  # noqa: F401
 
 __version__ = "0.1.0"
 
-# In a source checkout, hemlp.models and hemlp.datasets live in the top-level models/ and
-# datasets/ folders (setup.py maps them the same way for installed copies).
 
-_repo = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if _os.path.isdir(_os.path.join(_repo, "csrc")) and _os.path.isdir(_os.path.join(_repo, "models")):
-    __path__.append(_repo)
+def compile(model_or_onnx_path, example_input, batch_size=None, **options):
+    """Compile a model for encrypted inference: hemlp.model.compile (its docstring lists the options)."""
+    from hemlp import model
 
-
-def set_num_threads(n: int) -> None:
-    """Threads used by the native core (OpenMP over RNS limbs / ciphertexts) and by BLAS."""
-    from hemlp import _core
-
-    _core.set_num_threads(int(n))
+    return model.compile(model_or_onnx_path, example_input, batch_size, **options)
 
 
-def get_num_threads() -> int:
-    from hemlp import _core
+def load(path):
+    """Load a compiled-model directory written by CompiledModel.save: hemlp.model.load."""
+    from hemlp import model
 
-    return _core.get_num_threads()
+    return model.load(path)
 
 
-def __getattr__(name):  # lazy submodules: hemlp.ckks, hemlp.linalg, ...
+def __getattr__(name):  # lazy submodules: hemlp.ckks, hemlp.linalg, ... (they load the native core)
     import importlib
 
-    if name in {"ckks", "linalg", "planner", "bench", "baselines"}:
+    if name in {"ckks", "linalg", "planner", "bench", "baselines", "model", "layouts"}:
         return importlib.import_module(f"hemlp.{name}")
-    if name in {"compile", "load"}:  # from hemlp.compile import compile, load
-        return getattr(importlib.import_module("hemlp.compile"), name)
     raise AttributeError(f"module 'hemlp' has no attribute {name!r}")

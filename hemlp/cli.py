@@ -106,13 +106,13 @@ def human(n: int) -> str:
 # ----------------------------------------------------------------------------------------------
 # hemlp API access (the compiler and the runtime artefacts)
 def compile_fn():
-    from hemlp.compile import compile
+    from hemlp.model import compile
 
     return compile
 
 
 def load_compiled(path):
-    from hemlp.compile import load
+    from hemlp.model import load
 
     path = Path(path)
     if not path.is_dir():
@@ -398,7 +398,7 @@ def cmd_demo(args, ui: UI):
         med = float(np.median(lat))
         ui.result.update(single_image=dict(layout=one.layout, n=len(lat), agreement=hits / len(lat),
                                            run_seconds_median=med))
-        single = [f"one digit at a time (layout {'P' if one.layout == 'packed' else 'A'}, {one.preset}): "
+        single = [f"one digit at a time (layout {one.layout_impl.label.strip('()')}, {one.preset}): "
                   f"{med * 1e3:.0f} ms per digit on the server (median of {len(lat)}), "
                   f"{hits} / {len(lat)} equal to plaintext"]
     ui.finish([f"labels:     {te.y[:20].tolist()}{' ...' if n > 20 else ''}",
@@ -430,11 +430,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--example", help=".npy with representative inputs (activation ranges)")
     p.add_argument("--batch-size", type=int, default=1, help="samples per encrypted batch")
     p.add_argument("--preset", help="CKKS preset (default: the compiler's 128-bit choice)")
-    p.add_argument("--layout", choices=("auto", "batch", "packed", "mlwe"),
-                   help="batch: one feature per ciphertext (large batches); packed: samples in the slots (one or a "
-                        "few samples); mlwe: the batch along the coefficients, k features per ciphertext (small "
-                        "batches, activations between CoeffToSlot / SlotToCoeff); default auto (the planner's cost "
-                        "estimate)")
+    p.add_argument("--layout", default=None,
+                   help="auto (default: the planner's cost estimate for --batch-size) or a layout of hemlp.layouts: "
+                        "batch (one feature per ciphertext, large batches), packed (samples in the slots, one or a "
+                        "few samples), mlwe (the batch along the coefficients); see docs/layouts.md")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="extra hemlp.compile option (JSON value)")
     p.add_argument("--insecure", action="store_true", help="allow INSECURE test presets (testing only)")
     p.add_argument("--trust-pickle", action="store_true",
@@ -502,6 +501,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    # OpenMP threads that spin at barriers collapse when other processes share the cores (2-thread ops 8x
+    # slower on a loaded machine); sleeping waiters cost microseconds per region. An application's choice, so
+    # made here, before the native core loads, not by `import hemlp`; users may override it.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # pass everything (including --help) through to python -m hemlp.bench
         return subprocess.call([sys.executable, "-m", "hemlp.bench"] + argv[1:])

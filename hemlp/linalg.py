@@ -511,6 +511,8 @@ class ModPackKeys:
 
     level = property(lambda self: min(key.level for key in self._keys))
     nbytes = property(lambda self: sum(key.nbytes for key in self._keys))
+    #: the k native switching keys (``hemlp._core``), for the native MLWE PCMM
+    native = property(lambda self: self._keys)
 
     def __repr__(self):
         return f"ModPackKeys(k={self.k}, level={self.level})"

@@ -1,7 +1,12 @@
+import os
 import warnings
 
 import numpy as np
 import pytest
+
+# The test processes share the cores with each other and with other jobs: sleeping OpenMP waiters (see
+# hemlp.cli.main). Set before any test loads the native core.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def bits(err) -> float:

@@ -1,8 +1,8 @@
 """hemlp.compiler: frontends (torch.fx, ONNX) -> IR -> folding -> activations -> lowering -> levels.
 
-The user entry point is ``hemlp.compile`` (hemlp/compile.py). ``Polynomial`` is a torch module for
-user-defined polynomial activations (power basis): ``Polynomial([c0, c1, c2])`` computes
-c0 + c1 x + c2 x^2 and is compiled exactly.
+The user entry point is ``hemlp.compile`` (hemlp/model.py); the layouts that run the lowered steps are in
+hemlp/layouts/. ``Polynomial`` is a torch module for user-defined polynomial activations (power basis):
+``Polynomial([c0, c1, c2])`` computes c0 + c1 x + c2 x^2 and is compiled exactly.
 """
 from __future__ import annotations
 

@@ -150,3 +150,18 @@ def _fold_input_affine(steps: list[Step], g: Graph, n, ap: ActPoly) -> str:
     aff.info["note"] = "activation input scaling not foldable (1 level)"
     steps.append(aff)
     return aff.out
+
+
+def dense_matrix(step, rows_in: int) -> np.ndarray:
+    """The (rows_out, rows_in) matrix of a lowered pcmm step (im2col gathers expanded)."""
+    U = np.asarray(step.U, dtype=np.float64)
+    if step.index is None:
+        return U
+    idx = np.asarray(step.index)
+    P = idx.shape[1]
+    M = np.zeros((U.shape[0] * P, int(rows_in)))
+    for p in range(P):
+        # output row r*P + p gathers input rows idx[i, p] with weights U[r, i] (-1: zero padding)
+        for i in np.nonzero(idx[:, p] >= 0)[0]:
+            M[p::P, idx[i, p]] += U[:, i]
+    return M

@@ -8,7 +8,7 @@ Unit costs are per (ring degree x limbs) so they scale to any preset and level:
   activations = one ct x ct product per ciphertext and multiplication;
 * layout (P): every diagonal a plaintext product, every rotation / hoisted rotation a key switch at
   its level, activations on the K input / 1 hidden ciphertext(s).
-* layout (A′) (hemlp.compiler.mlwe): per MLWE PCMM rows_out * rows_in * (N + B') * (l+1) GEMM
+* layout (A′) (hemlp.layouts.mlwe): per MLWE PCMM rows_out * rows_in * (N + B') * (l+1) GEMM
   multiply-accumulates (a-parts N columns, b-parts B' columns) at ``mlwe_mac`` each, k key switches per
   output ciphertext (ModPack, costed as rotations: ModUp + inner product + ModDown at level l); per
   CoeffToSlot / SlotToCoeff and ciphertext the DFT plans' plaintext products, hoisted baby-step and
@@ -69,7 +69,7 @@ def unit_costs() -> dict:
     return c
 
 
-def _act_muls(step) -> int:
+def act_muls(step) -> int:
     if step.op == "square":
         return 1
     if step.op == "poly":
@@ -93,7 +93,7 @@ def estimate_batch(steps, params, batch: int) -> float:
             P = 1 if s.index is None else s.index.shape[1]
             t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
         elif s.op in ("square", "poly"):
-            t += s.rows * chunks * _act_muls(s) * N * (lv + 1) * c["ct_mul"]
+            t += s.rows * chunks * act_muls(s) * N * (lv + 1) * c["ct_mul"]
         elif s.op == "affine":
             t += s.rows * chunks * N * (lv + 1) * (c["pt_mul"] + c["rescale"])
         elif s.op == "mul":
@@ -119,7 +119,7 @@ def estimate_packed(prog, steps, params) -> float:
             t += u * (k["pt_mul"] * c["pt_mul"] + k["rot_hoisted"] * c["rotate_hoisted"] + groups * c["rescale"])
             t += N * lv * k["rot"] * c["rotate"]
         elif s.op in ("square", "poly"):
-            t += s.layout.K * _act_muls(s.src) * u * c["ct_mul"]
+            t += s.layout.K * act_muls(s.src) * u * c["ct_mul"]
         elif s.op == "affine":
             t += s.layout.K * u * (c["pt_mul"] + c["rescale"])
         elif s.op == "mul":
@@ -151,7 +151,7 @@ def estimate_mlwe(prog, params) -> float:
         elif m.kind == "act":
             u = N * (lv + 1)
             if m.src.op in ("square", "poly"):
-                t += 2 * m.cts * _act_muls(m.src) * u * c["ct_mul"]
+                t += 2 * m.cts * act_muls(m.src) * u * c["ct_mul"]
             elif m.src.op == "affine":
                 t += 2 * m.cts * u * (c["pt_mul"] + c["rescale"])
         if m.kind != "output":

@@ -1,10 +1,4 @@
-"""Client/server artefacts: the compiled-model directory, evaluation keys and encrypted batches.
-
-Compiled model directory (everything the server needs, nothing secret):
-    plan.json     format version, model id, preset, options, input/output shapes, batch size,
-                  the printable plan, and every step's metadata (ops, levels, activations)
-    weights.npz   the step arrays (weights, im2col indices, biases, affine maps)
-    params.bin    the CKKS parameters (hemlp.ckks.Params.to_bytes)
+"""Client/server artefacts: evaluation keys and encrypted batches (the compiled-model directory: hemlp.model).
 
 Evaluation keys (EvalKeys.save) and encrypted batches (EncryptedBatch.save) are single files in a
 checksummed container: magic | header length | JSON header | payload length | payload | SHA-256.
@@ -194,76 +188,3 @@ class EncryptedBatch:
     @classmethod
     def load(cls, path, compiled) -> "EncryptedBatch":
         return cls.from_bytes(_read(path, "encrypted_batch"), compiled)
-
-
-# ---------------------------------------------------------------------------------------
-# Compiled model directory
-# ---------------------------------------------------------------------------------------
-
-def save_model(compiled, path) -> None:
-    d = Path(path)
-    d.mkdir(parents=True, exist_ok=True)
-    arrays = {}
-    metas = []
-    for i, s in enumerate(compiled.steps):
-        metas.append(s.meta())
-        for k, v in s.arrays().items():
-            arrays[f"s{i}_{k}"] = v
-    meta = dict(format="hemlp-compiled-model", version=FORMAT_VERSION, model_id=compiled.model_id,
-                preset=compiled.preset, allow_insecure=compiled.allow_insecure, options=compiled.options,
-                input_shape=list(compiled.input_shape), output_shape=list(compiled.output_shape),
-                batch_size=compiled.batch_size, top_level=compiled.top_level, layout=compiled.layout,
-                plan_text=str(compiled.plan),
-                plan_info=compiled.plan.info, steps=metas)
-    tmp = d / "weights.npz.tmp.npz"
-    np.savez(tmp, **arrays)
-    tmp.replace(d / "weights.npz")
-    _write(d / "params.bin", compiled.context.params.to_bytes())
-    _write(d / "plan.json", json.dumps(meta, indent=1, default=_json_default).encode())
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, tuple):
-        return list(o)
-    raise TypeError(type(o).__name__)
-
-
-def load_model(path):
-    from hemlp.compile import CompiledModel, Plan
-    from hemlp.compiler.lower import Step
-
-    d = Path(path)
-    try:
-        meta = json.loads((d / "plan.json").read_text())
-    except OSError as exc:
-        raise SerializationError(f"{d} is not a compiled hemlp model directory: {exc.strerror}") from None
-    except json.JSONDecodeError:
-        raise SerializationError(f"{d / 'plan.json'} is corrupted") from None
-    if meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
-        raise SerializationError(f"{d} holds an unsupported compiled-model format")
-    try:
-        with np.load(d / "weights.npz", allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise SerializationError(f"cannot read {d / 'weights.npz'}: {exc}") from None
-    from hemlp.ckks import Params
-
-    params = Params.from_bytes(_read(d / "params.bin", "params"))
-    steps = []
-    for i, m in enumerate(meta["steps"]):
-        pre = f"s{i}_"
-        steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
-    plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
-    cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]), tuple(meta["output_shape"]),
-                       meta["batch_size"], meta["top_level"], meta["options"], meta["allow_insecure"],
-                       layout=meta.get("layout", "batch"))
-    if cm.model_id != meta["model_id"]:
-        raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "
-                                 "corrupted or mixed from two models")
-    return cm

@@ -190,11 +190,11 @@ class CallableJob:
 
 def _compiler():
     try:
-        import hemlp.compile as hc
+        import hemlp.model as hc
 
         hc.load  # noqa: B018
     except (ImportError, AttributeError):
-        raise NotImplementedError(f"--model needs hemlp.compile / hemlp.load, which are not available in this "
+        raise NotImplementedError(f"--model needs hemlp.model.compile / load, which are not available in this "
                                   f"checkout yet ({COMPILER_ISSUE}); use --weights meanwhile") from None
     return hc
 

@@ -8,17 +8,24 @@
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
 
+from hemlp import linalg
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, matmul_index
+from hemlp.errors import LevelError, MissingKeyError
+from hemlp.linalg import CtMatrix, quantize
+from hemlp.polyeval import PolyEvaluator
 
-__all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise"]
+__all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
+           "range_check", "add_aligned", "ct_products"]
 
 
-def _range_check(step, u):
+def range_check(step, u):
+    """Warn (RangeWarning) when an approximated activation sees inputs outside its calibrated range."""
     ap = step.act
     if ap is None or ap.lo is None:
         return
@@ -36,8 +43,6 @@ def _range_check(step, u):
 
 def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
     """X: rows matrix (features, batch) -> output rows matrix."""
-    from hemlp.linalg import quantize
-
     vals = {}
     for s in steps:
         if s.op == "input":
@@ -54,7 +59,7 @@ def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
             else:
                 y = gather_apply(U, s.index, x, s.bias)
         elif s.op in ("poly", "square"):
-            _range_check(s, x)
+            range_check(s, x)
             y = s.act.eval_u(x)
         elif s.op == "affine":
             y = x * s.alpha[:, None] + s.beta[:, None]
@@ -80,14 +85,12 @@ def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 
 def _map_cts(C, fn):
-    from hemlp.linalg import CtMatrix
-
     return CtMatrix(C.ctx, [fn(i // C.chunks, ct) for i, ct in enumerate(C.cts)], C.shape, C.chunks, C.format)
 
 
-def _add(ctx, A, B, level_out):
-    from hemlp.linalg import CtMatrix
-
+def add_aligned(ctx, A, B, level_out):
+    """A + B (CtMatrix) for a residual add: the higher operand is brought to the other's level and exact scale
+    first (no level spent), and the sum is dropped to the planned output level."""
     a0, b0 = A.cts[0], B.cts[0]
     out = []
     for ca, cb in zip(A.cts, B.cts):
@@ -110,9 +113,6 @@ def ct_products(ctx, s, A, B, relin_key):
     """Step mul / matmul on two CtMatrix operands (layout A): ciphertext x ciphertext products, SIMD over
     the batch in the slots. Both operands go to the lower level first; a matmul output row sums its k
     tensor products before one relinearisation and one rescale (lazy relinearisation)."""
-    from hemlp.errors import MissingKeyError
-    from hemlp.linalg import CtMatrix
-
     if relin_key is None:
         raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
     lv = min(A.level, B.level)
@@ -189,8 +189,6 @@ def elementwise(ctx, op: ElementwiseOp, relin_key, pe=None):
         return sq
     if op.kind == "poly":
         if pe is None:
-            from hemlp.polyeval import PolyEvaluator
-
             pe = PolyEvaluator(ctx, relin_key)
         return lambda r, ct: pe.evaluate(ct, op.coeffs, basis=op.basis)
     if op.kind == "affine":
@@ -209,8 +207,6 @@ def cached_elementwise(cache: dict, ctx, op: ElementwiseOp, relin_key):
     if op.kind == "poly":
         key = (id(ctx), id(relin_key))
         if key not in cache:
-            from hemlp.polyeval import PolyEvaluator
-
             cache[key] = PolyEvaluator(ctx, relin_key)
         pe = cache[key]
     return elementwise(ctx, op, relin_key, pe)
@@ -226,13 +222,9 @@ class LocalExecutor:
         self._pe = {}
 
     def pcmm(self, U, C, *, bias=None, weight_bits: int = 20, step=None):
-        from hemlp import linalg
-
         return linalg.pcmm(U, C, bias=bias, weight_bits=weight_bits)
 
     def pcmm_gather(self, U, C, index, *, bias=None, weight_bits: int = 20, step=None):
-        from hemlp import linalg
-
         return linalg.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias)
 
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
@@ -244,8 +236,6 @@ class LocalExecutor:
 def _square_many(ctx, C, op: ElementwiseOp, relin_key):
     """elementwise()'s square on every ciphertext, the products in parallel over ciphertexts (native threads); the
     same operations in the same order, so the same bits as the per-ciphertext path (the Ray workers use that)."""
-    from hemlp.linalg import CtMatrix
-
     ys = ctx.mul_rescale_many(C.cts, C.cts, relin_key)
     if op.sign < 0:
         ys = [ctx.negate(y) for y in ys]
@@ -266,12 +256,10 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int):
     elif s.op in ("square", "poly", "affine"):
         y = ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
     elif s.op == "add":
-        y = _add(ctx, x, vals[s.inputs[1]], s.level_out)
+        y = add_aligned(ctx, x, vals[s.inputs[1]], s.level_out)
     elif s.op in ("mul", "matmul"):
         y = ct_products(ctx, s, x, vals[s.inputs[1]], relin_key)
     elif s.op == "perm":
-        from hemlp.linalg import CtMatrix
-
         ch = x.chunks
         y = CtMatrix(ctx, [x.cts[r * ch + c] for r in s.index for c in range(ch)], (len(s.index), x.shape[1]),
                      ch, x.format)
@@ -287,10 +275,6 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
     timings (optional): filled with the wall-clock seconds of every step, by step name.
     executor (optional): runs the PCMMs and elementwise steps (``pcmm``, ``pcmm_gather``, ``map_cts``);
     default LocalExecutor(), in this process. Residual adds and level drops stay here."""
-    import time
-
-    from hemlp.errors import LevelError
-
     ex = LocalExecutor() if executor is None else executor
     vals = {}
     for s in steps:

@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib", reason="the report figures need matplotlib: pi
 from hemlp.datasets import synthetic  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_deploy.py"
-HAVE_COMPILE = importlib.util.find_spec("hemlp.compile") is not None
+HAVE_COMPILE = importlib.util.find_spec("hemlp.model") is not None
 NO_COMPILE_REASON = "hemlp.compile does not exist yet: the compile / simulate / encrypted part was not exercised"
 
 

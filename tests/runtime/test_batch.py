@@ -204,6 +204,6 @@ def test_model_mode_on_ray(tmp_path, monkeypatch, ray_local):
         for i, p in enumerate(outs):
             y = cm.decrypt(cm.load_encrypted(p), sk)
             assert np.max(np.abs(y - cm.simulate(x + i))) < 1e-5
-    monkeypatch.setitem(sys.modules, "hemlp.compile", None)  # a checkout without the compiler
+    monkeypatch.setitem(sys.modules, "hemlp.model", None)  # a checkout without the compiler
     with pytest.raises(NotImplementedError, match="compiler issue"):
         batch.ModelJob.from_paths(tmp_path / "model", tmp_path / "eval.keys")

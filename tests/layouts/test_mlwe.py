@@ -185,8 +185,8 @@ def test_auto_considers_mlwe_and_prints_the_estimates():
 
 def test_auto_skips_mlwe_whose_modpack_keys_exceed_the_budget(monkeypatch):
     """The time estimate ignores key size: auto leaves (A') to layout='mlwe' when its k ModPack keys would exceed
-    hemlp.compile.MLWE_AUTO_MAX_KEY_BYTES (here lowered below the 8 keys of this model), and says so."""
-    import hemlp.compile as hc
+    hemlp.layouts.mlwe.MLWE_AUTO_MAX_KEY_BYTES (here lowered below the 8 keys of this model), and says so."""
+    import hemlp.layouts.mlwe as hc
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 10)).eval()
     x = _x(512, 64)
@@ -197,7 +197,7 @@ def test_auto_skips_mlwe_whose_modpack_keys_exceed_the_budget(monkeypatch):
     forced = hemlp.compile(model, x, batch_size=512, allow_insecure=True, preset=PRESET, layout="mlwe")
     assert forced.layout == "mlwe"
     sk, ek = forced.keygen()
-    want = hc._modpack_key_bytes(forced.params, forced.mlwe)
+    want = hc.modpack_key_bytes(forced.params, forced.mlwe)
     got = ek.modpack_keys.nbytes
     assert 0 < got <= want                                          # the bound holds for the keys made
 

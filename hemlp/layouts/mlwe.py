@@ -15,7 +15,7 @@ a tensor of F features takes ceil(F/k) ciphertexts instead of F.
       ciphertexts -> join_real_imag -> SlotToCoeff (bit-reversed, `dft_depth` levels)
   (hemlp.bootstrap.dft). CtS puts coefficient j + i·coefficient N/2 + j into slot rev(j), StC reads slot
   rev(j) back into coefficients j and N/2 + j, and an elementwise map commutes with the permutation, so
-  every coefficient comes back in place (tests/compiler/test_mlwe_layout.py checks it on ciphertexts).
+  every coefficient comes back in place (tests/layouts/test_mlwe.py checks it on ciphertexts).
   Levels: 2·dft_depth + the activations' own levels.
 * Scales: split_real_imag doubles the scale tag; the PCMM before it absorbs that factor in its integer
   multiplier K (scale after the split = q of the activation's level, the best scale for x² there), so no
@@ -33,15 +33,30 @@ run them.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Optional
 
 import numpy as np
 
-from hemlp.errors import ShapeError, UnsupportedError
+from hemlp import _core, linalg
+from hemlp.bootstrap.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
+                                 plan_slot_to_coeff, slot_to_coeff, split_real_imag)
+from hemlp.bootstrap.special_fft import bit_reverse
+from hemlp.ckks import Ciphertext, Params
+from hemlp.compiler.lower import dense_matrix
+from hemlp.compiler.params import candidates, choose_preset, output_reserve, step_cost
+from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError,
+                          UnsupportedError)
+from hemlp.layouts.base import Layout, Planned
+from hemlp.linalg import CtMatrix, quantize
+from hemlp.planner.layouts import act_muls, estimate_mlwe
+from hemlp.runtime.local import ElementwiseOp, cached_elementwise
+from hemlp.runtime.local import simulate as simulate_rows
 
-__all__ = ["MlweProgram", "MStep", "mlwe_columns", "dft_depth_candidates", "pow2"]
+__all__ = ["Mlwe", "MlweProgram", "MlweRunner", "MStep", "mlwe_columns", "dft_depth_candidates", "input_scale",
+           "pow2", "MLWE_AUTO_MAX_KEY_BYTES"]
 
 _ELEMENTWISE = ("square", "poly", "affine")
 
@@ -87,8 +102,6 @@ class MStep:
     def matrix(self) -> np.ndarray:
         """pcmm: the (rows, rows_in) weight matrix; a convolution / pooling (im2col gather) as its dense matrix,
         since MLWE rows are interleaved inside ciphertexts and cannot be gathered for free."""
-        from hemlp.compiler.packed import dense_matrix
-
         return dense_matrix(self.src, self.rows_in)
 
     def bias(self):
@@ -184,7 +197,7 @@ class MlweProgram:
             elif m.kind in ("cts", "stc"):
                 lv -= self.dft_depth
             elif m.kind == "act":
-                lv -= _act_levels(m.src)
+                lv -= step_cost(m.src)
             m.level_out = lv
         for i, m in enumerate(self.steps):
             if m.feeds_act:
@@ -213,22 +226,16 @@ class MlweProgram:
 
     @cached_property
     def cts_plan(self):
-        from hemlp.bootstrap.dft import plan_coeff_to_slot
-
         return plan_coeff_to_slot(self.n, self.dft_depth, bit_reversed=True)
 
     @cached_property
     def stc_plan(self):
-        from hemlp.bootstrap.dft import plan_slot_to_coeff
-
         return plan_slot_to_coeff(self.n, self.dft_depth, bit_reversed=True)
 
     def rotations(self) -> list:
         """Slot rotation steps of the CoeffToSlot and SlotToCoeff plans (empty without activations)."""
         if not self.has_acts:
             return []
-        from hemlp.bootstrap.dft import dft_rotation_steps
-
         return dft_rotation_steps(self.cts_plan, self.stc_plan)
 
     def rotation_level(self):
@@ -275,7 +282,7 @@ class MlweProgram:
                 tot["dft_rotations"] += m.cts * (c["rot_hoisted"] + c["rot"])
                 tot["conjugations"] += m.cts if m.kind == "cts" else 0
             elif m.kind == "act" and m.src.op in ("square", "poly"):
-                tot["act_ct_mul"] += 2 * m.cts * _act_muls(m.src)
+                tot["act_ct_mul"] += 2 * m.cts * act_muls(m.src)
             if m.kind != "output":
                 prev = m
         return tot
@@ -321,8 +328,6 @@ class MlweProgram:
         """Slot vector, after the bit-reversed CoeffToSlot and the split, of a per-feature value for ciphertext g:
         slot j holds coefficient rev(j) (real part) or N/2 + rev(j) (imaginary part), whose row is rev(j) mod k
         in both (k divides N/2)."""
-        from hemlp.bootstrap.special_fft import bit_reverse
-
         k = self.k
         r = np.zeros(k)
         vals = np.asarray(per_row, dtype=np.float64)[g * k: (g + 1) * k]
@@ -330,13 +335,295 @@ class MlweProgram:
         return r[bit_reverse(self.n) % k]
 
 
-def _act_levels(step) -> int:
-    from hemlp.compiler.params import step_cost
+def input_scale(ctx, prog) -> float:
+    """The scale the client encrypts at: q_a / 2 when the input goes straight into an activation."""
+    if prog.input.feeds_act:
+        return float(ctx.modulus(prog.input.act_level)) / 2.0
+    return float(ctx.default_scale)
 
-    return step_cost(step)
+
+class MlweRunner:
+    def __init__(self, ctx, prog, weight_bits: int = 20):
+        self.ctx, self.prog, self.weight_bits = ctx, prog, int(weight_bits)
+        self._plans: dict = {}
+        self._pe: dict = {}
+
+    # ---- linear layers
+    def _gemm_plan(self, m, cts_in: int):
+        p = self._plans.get(m.out)
+        if p is None:
+            U = m.matrix()
+            k = self.prog.k
+            Up = np.zeros((m.cts * k, cts_in * k))   # zero rows / columns pad to whole ciphertexts
+            Up[: U.shape[0], : U.shape[1]] = U
+            Uq, delta = quantize(Up, self.weight_bits)   # the same quantisation as simulate (same max |U|)
+            p = (_core.ModGemmPlan(Uq, self.weight_bits), delta)
+            self._plans[m.out] = p
+        return p
+
+    def prepare(self) -> float:
+        """Quantise and prepare every layer's weights and encode every CoeffToSlot / SlotToCoeff diagonal at
+        the levels the plan uses it (seconds spent); run() does it on first use otherwise."""
+        t0 = time.perf_counter()
+        prev = self.prog.input
+        for m in self.prog.steps:
+            if m.kind == "pcmm":
+                self._gemm_plan(m, prev.cts)
+            elif m.kind in ("cts", "stc"):   # DFT level i runs at level_in - i (cached per level)
+                plan = self.prog.cts_plan if m.kind == "cts" else self.prog.stc_plan
+                for i, lt in enumerate(plan.levels):
+                    lt.encode(self.ctx, m.level_in - i)
+            if m.kind != "output":
+                prev = m
+        return time.perf_counter() - t0
+
+    def _pcmm(self, m, x: list, mp_keys) -> list:
+        ctx, prog = self.ctx, self.prog
+        if mp_keys is None:
+            raise MissingKeyError("layout (A') linear layers need the ModPack keys of this model; use keygen()'s "
+                                  "eval_keys")
+        plan, delta = self._gemm_plan(m, len(x))
+        lv, s_in = x[0].level, x[0].scale
+        q = float(ctx.modulus(lv))
+        target = float(ctx.modulus(m.act_level)) / 2.0 if m.feeds_act else float(ctx.default_scale)
+        K = max(1, round(target * q / (s_in * delta)))
+        raw = _core.pcmm_mlwe(ctx.native, plan, [c.native for c in x], prog.k, int(K), float(delta * K),
+                              mp_keys.native)
+        out = [ctx.rescale(ctx.wrap(Ciphertext, o)) for o in raw]
+        bias = m.bias()
+        if bias is not None:
+            out = [ctx.add(c, prog.coeff_vector(bias, g, prog.batch)) for g, c in enumerate(out)]
+        return out
+
+    # ---- activations
+    def _cts(self, x: list, gk) -> list:
+        parts = []
+        for ct in x:
+            re, im = split_real_imag(self.ctx, coeff_to_slot(self.ctx, ct, gk, self.prog.cts_plan), gk)
+            parts.append((re, im))
+        return parts
+
+    def _stc(self, parts: list, gk) -> list:
+        return [slot_to_coeff(self.ctx, join_real_imag(self.ctx, re, im), gk, self.prog.stc_plan) for re, im in parts]
+
+    def _act(self, m, parts: list, relin_key) -> list:
+        ctx, prog, s = self.ctx, self.prog, m.src
+        flat = [c for pair in parts for c in pair]
+        if s.op == "affine":
+            out = []
+            for i, ct in enumerate(flat):
+                g = i // 2
+                y = ctx.rescale(ctx.mul(ct, prog.slot_vector(s.alpha, g)))
+                beta = prog.slot_vector(s.beta, g)
+                out.append(ctx.add(y, beta) if np.any(beta) else y)
+        else:
+            if relin_key is None:
+                raise MissingKeyError(f"step {s.out} multiplies ciphertexts: it needs the relinearisation key")
+            op = ElementwiseOp.from_step(s)
+            if op.kind == "square":   # all parts in parallel (native threads), then the sign / constant
+                out = ctx.mul_rescale_many(flat, flat, relin_key)
+                if op.sign < 0:
+                    out = [ctx.negate(y) for y in out]
+                if op.const:
+                    out = [ctx.add(y, op.const) for y in out]
+            else:
+                fn = cached_elementwise(self._pe, ctx, op, relin_key)
+                out = [fn(0, ct) for ct in flat]
+        return [(out[2 * i], out[2 * i + 1]) for i in range(len(parts))]
+
+    # ---- the program
+    def run(self, cts: list, relin_key, galois_keys, modpack_keys, timings: dict | None = None) -> list:
+        """Input ciphertexts (the MLWE input matrix) -> the output's coefficient-encoded ciphertexts."""
+        ctx, prog = self.ctx, self.prog
+        if prog.has_acts and galois_keys is None:
+            raise MissingKeyError("layout (A') activations need the CoeffToSlot / SlotToCoeff rotation keys and the "
+                                  "conjugation key of this model; use keygen()'s eval_keys")
+        if len(cts) != prog.input.cts:
+            raise ShapeError(f"layout (A') input needs {prog.input.cts} ciphertexts, got {len(cts)}")
+        val = None
+        for m in prog.steps:
+            t0 = time.perf_counter()
+            if m.kind == "input":
+                if cts[0].level < m.level_out:
+                    raise LevelError(f"the input is at level {cts[0].level} but the plan starts at level {m.level_out}")
+                want = input_scale(ctx, prog)
+                if abs(cts[0].scale / want - 1.0) > 2.0 ** -30:
+                    raise ScaleMismatchError(f"the input is at scale 2^{np.log2(cts[0].scale):.2f}, the plan expects "
+                                             f"2^{np.log2(want):.2f}; encrypt with compiled.encrypt")
+                val = [ctx.drop_level(c, m.level_out) if c.level != m.level_out else c for c in cts]
+                continue
+            if m.kind == "pcmm":
+                val = self._pcmm(m, val, modpack_keys)
+            elif m.kind == "cts":
+                val = self._cts(val, galois_keys)
+            elif m.kind == "act":
+                val = self._act(m, val, relin_key)
+            elif m.kind == "stc":
+                val = self._stc(val, galois_keys)
+            elif m.kind == "output":
+                continue
+            lv = (val[0][0] if isinstance(val[0], tuple) else val[0]).level
+            if lv != m.level_out:
+                raise AssertionError(f"step {m.out}: level {lv}, planned {m.level_out}")
+            if timings is not None:
+                timings[m.out] = time.perf_counter() - t0
+        return val
 
 
-def _act_muls(step) -> int:
-    from hemlp.planner.layouts import _act_muls as f
+#: layout="auto" does not pick layout (A′) when its ModPack keys alone would exceed this (k = N/B' full
+#: key-switching keys: a small batch in a large ring costs gigabytes of keys, which the time estimate ignores)
+MLWE_AUTO_MAX_KEY_BYTES = 4e9
 
-    return f(step)
+
+def modpack_key_bytes(params, prog) -> int:
+    """Upper bound of layout (A′)'s ModPack key bytes: k keys at the program's top level (b-halves; the a-halves
+    are seeds)."""
+    if not prog.has_pcmm():
+        return 0
+    top = prog.top if prog.top is not None else params.max_level
+    return prog.k * params.switch_key_bytes(top)
+
+
+class Mlwe(Layout):
+    """Layout (A′): the batch along the coefficients, MLWE PCMMs, activations between CoeffToSlot / SlotToCoeff.
+    It plans its own preset and levels (the DFTs cost levels the other layouts do not spend)."""
+
+    name, label = "mlwe", "(A')"
+    fhe4dmm_grids = False
+
+    def build_program(self) -> MlweProgram:
+        return MlweProgram(self.steps, self.params.N, self.batch_size, int(self.options["dft_depth"]),
+                           top=self.top_level)
+
+    @classmethod
+    def plan(cls, p: Planned) -> "Mlwe":
+        """The smallest preset (compiler.params.candidates order, or the given preset) whose depth holds the
+        program with its CoeffToSlot / SlotToCoeff levels; LevelError naming the missing levels when none does."""
+        opts = p.options
+        allow = bool(opts["allow_insecure"])
+        if opts["preset"] is not None:
+            cands = [choose_preset(0, allow, opts["preset"])]      # validates the name and the security opt-in
+        else:
+            cands = candidates(allow)
+        last, unsupported = None, None
+        for c in cands:
+            params = Params.preset(c["name"])
+            ds = [int(opts["dft_depth"])] if opts["dft_depth"] is not None else dft_depth_candidates(params.N)
+            reserve = output_reserve(p.max_out, params.log_scale, int(math.log2(params.q[0])))
+            for d in ds:
+                try:
+                    prog = MlweProgram(p.steps, params.N, p.batch, d)
+                except UnsupportedError as exc:     # e.g. the batch does not fit this ring: try a larger one
+                    unsupported = exc
+                    break
+                if prog.depth + reserve <= c["depth"]:
+                    prog.set_top(prog.depth + reserve)
+                    lay = cls(p.steps, params, p.batch, prog.top, dict(opts, dft_depth=prog.dft_depth), program=prog)
+                    lay.preset_info, lay.depth, lay.reserve = c, prog.depth, reserve
+                    return lay
+                if last is None or prog.depth + reserve - c["depth"] < last[0]:
+                    last = (prog.depth + reserve - c["depth"], prog.depth, reserve, d, c)
+        if last is None:
+            raise unsupported
+        miss, depth, reserve, d, c = last
+        raise LevelError(f"layout (A') needs {depth + reserve} levels ({depth} for its layers, including 2 x {d} per "
+                         "activation block for CoeffToSlot / SlotToCoeff" + (f", + {reserve} kept for the output's "
+                         "magnitude" if reserve else "") + f") but preset {c['name']!r} has {c['depth']}: {miss} "
+                         "level(s) missing. Use layout='batch' or 'packed' (no DFT levels), square activations or "
+                         "lower activation degrees, fewer activation layers"
+                         + (", or a deeper preset" if opts["preset"] else ""))
+
+    def estimate(self):
+        prog = self.program
+        kb = modpack_key_bytes(self.params, prog)
+        if kb > MLWE_AUTO_MAX_KEY_BYTES:   # a time estimate alone would ignore the keys
+            return (f"not chosen: its {prog.k} ModPack keys alone take ~{kb / 1e9:.1f} GB (auto stays under "
+                    f"{MLWE_AUTO_MAX_KEY_BYTES / 1e9:.0f} GB; layout='mlwe' forces it)")
+        return estimate_mlwe(prog, self.params)
+
+    def commit(self) -> None:
+        self.program.apply_levels()
+
+    def plan_info(self) -> dict:
+        prog = self.program
+        return dict(mlwe=prog.describe(), rotation_keys=len(prog.rotations()), modpack_keys=prog.k,
+                    counts=prog.counts(), dft_depth=prog.dft_depth)
+
+    @staticmethod
+    def plan_header(info: dict) -> list[str]:
+        return list(info["mlwe"]) + ["eval keys: " + ("relinearisation key + " if info["needs_relin"] else "")
+                                     + f"{info['rotation_keys']} rotation keys + conjugation key + "
+                                     f"{info['modpack_keys']} ModPack keys"]
+
+    @staticmethod
+    def finish_plan_text(text: str, info: dict) -> str:
+        return text.replace(" = pcmm(", " = pcmm_mlwe(")
+
+    def key_levels(self) -> dict:
+        prog = self.program
+        return dict(relin=self.relin_level(), rotation=prog.rotation_level(), conjugation=prog.conjugation_level(),
+                    modpack=prog.modpack_level())
+
+    def keygen(self, ctx, sk) -> tuple:
+        rlk, _, _ = super().keygen(ctx, sk)
+        prog, lv, gk, mp = self.program, self.key_levels(), None, None
+        if prog.has_acts:   # the DFT rotations, plus the conjugation of the real / imaginary split
+            gk = ctx.rotation_keys(sk, prog.rotations(), level=lv["rotation"]).merge(
+                ctx.conjugation_key(sk, level=lv["conjugation"]))
+        if prog.has_pcmm():
+            mp = linalg.modpack_keys(ctx, sk, prog.k, level=lv["modpack"])
+        return rlk, gk, mp
+
+    def level_checks(self, ctx, eval_keys) -> list:
+        checks = super().level_checks(ctx, eval_keys)
+        gk = eval_keys.galois_keys
+        if gk is not None:   # rotations and the conjugation are used at different levels
+            lv, conj, lvs = self.key_levels(), ctx.native.conjugation_element(), gk.levels
+            rot = [v for g, v in lvs.items() if g != conj]
+            checks[1] = ("rotation keys", self.key_level_view(min(rot) if rot else None), lv["rotation"],
+                         "rotation_keys")
+            checks.append(("conjugation key", self.key_level_view(lvs.get(conj)), lv["conjugation"],
+                           "conjugation_key"))
+        return checks
+
+    def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
+        if weights is not None:
+            raise TypeError("weights= is only for models compiled with encrypted_weights=True")
+        for what, key in (("rotation keys", eval_keys.galois_keys), ("ModPack keys", eval_keys.modpack_keys)):
+            if key is not None and key.key_id != ct.key_id:
+                raise KeyMismatchError(f"the {what} and the ciphertext come from different key pairs")
+        if runtime == "ray":
+            raise UnsupportedError("layout (A') (MLWE, small batches) runs in-process: use runtime='local', or "
+                                   "compile with layout='batch' for a sharded large batch")
+
+    @property
+    def capacity(self) -> int:
+        return self.program.d3
+
+    def encrypt(self, ctx, x, key, level: int):   # rows (features) interleaved k per coefficient-encoded ciphertext
+        prog = self.program
+        return linalg.encrypt_matrix(ctx, prog.pack(x), key, format="mlwe", encoding="coeff", level=level,
+                                     scale=input_scale(ctx, prog))
+
+    def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
+        rows = linalg.decrypt_matrix(ctx, ctm, sk)     # (features, B') from the coefficients
+        return rows[:, :batch].T
+
+    def prepare(self, ctx) -> float:
+        return self.runner(ctx, self._make_runner).prepare()
+
+    def _make_runner(self, ctx) -> MlweRunner:
+        return MlweRunner(ctx, self.program, self.weight_bits)
+
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+        prog = self.program
+        if ct.ctm.format != "mlwe" or ct.ctm.shape[1] != prog.d3:
+            raise ShapeError(f"layout (A') input must be an MLWE matrix with {prog.d3} columns; encrypt it with "
+                             "this model's encrypt()")
+        out = self.runner(ctx, self._make_runner).run(ct.ctm.cts, eval_keys.relin_key, eval_keys.galois_keys,
+                                                      eval_keys.modpack_keys, timings)
+        return CtMatrix(ctx, out, (prog.output.rows, prog.d3), 1, "mlwe")
+
+    def simulate(self, X: np.ndarray) -> np.ndarray:
+        # the arithmetic of layout (A): the same quantised weights, polynomials and affine maps per feature
+        return simulate_rows(self.steps, X.T, self.weight_bits).T

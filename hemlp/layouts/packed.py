@@ -24,37 +24,33 @@ products plus rotations (Halevi–Shoup diagonals with baby-step/giant-step, BRI
 The program is derived deterministically from the lowered steps (hemlp.compiler.lower) and the
 (slots, batch) pair, so a saved model only stores the steps. ``PackedProgram.simulate`` runs the
 same slot program on numpy vectors (np.roll for rotations): it is the oracle of the encrypted run.
+
+Execution (``PackedRunner``): in process, multi-threaded inside the native ops. The plaintext diagonals are
+encoded once per (program, context) at the level where they are used, with scale q_level, so each product's
+rescale restores the input's scale exactly; they are cached (``prepare``), which is what a server does once
+after loading a model.
 """
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from hemlp.errors import ShapeError, UnsupportedError
+from hemlp.compiler.lower import dense_matrix
+from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
+from hemlp.layouts.base import Layout
+from hemlp.linalg import CtMatrix
+from hemlp.planner.layouts import estimate_packed
+from hemlp.runtime.local import ElementwiseOp, add_aligned, cached_elementwise, range_check
 
-__all__ = ["PackedLayout", "PackedStep", "PackedProgram", "plan_packed", "pow2", "dense_matrix"]
+__all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2"]
 
 
 def pow2(n: int) -> int:
     return 1 << max(0, int(n - 1).bit_length())
-
-
-def dense_matrix(step, rows_in: int) -> np.ndarray:
-    """The (rows_out, rows_in) matrix of a lowered pcmm step (im2col gathers expanded)."""
-    U = np.asarray(step.U, dtype=np.float64)
-    if step.index is None:
-        return U
-    idx = np.asarray(step.index)
-    P = idx.shape[1]
-    M = np.zeros((U.shape[0] * P, int(rows_in)))
-    for p in range(P):
-        # output row r*P + p gathers input rows idx[i, p] with weights U[r, i] (-1: zero padding)
-        for i in np.nonzero(idx[:, p] >= 0)[0]:
-            M[p::P, idx[i, p]] += U[:, i]
-    return M
 
 
 @dataclass(frozen=True)
@@ -342,12 +338,10 @@ class PackedProgram:
             if s.op == "matvec":
                 y = [self._matvec_plain(s, x)]
             elif s.op in ("square", "poly"):
-                from hemlp.runtime.local import _range_check
-
                 idx = s.layout.index(self.S1)
                 for v, ix in zip(x, idx):
                     used = np.repeat(ix >= 0, self.b).reshape(-1, self.b)[:, : X.shape[0]]
-                    _range_check(s.src, v.reshape(-1, self.b)[:, : X.shape[0]][used])
+                    range_check(s.src, v.reshape(-1, self.b)[:, : X.shape[0]][used])
                 y = [s.src.act.eval_u(v) for v in x]
             elif s.op == "affine":
                 y = [v * self.spread(a) + self.spread(bt) for v, a, bt in zip(x, s.alpha, s.beta)]
@@ -379,3 +373,208 @@ class PackedProgram:
 
 def plan_packed(steps, slots: int, batch: int) -> PackedProgram:
     return PackedProgram(steps, slots, batch)
+
+
+class PackedRunner:
+    def __init__(self, ctx, prog):
+        self.ctx, self.prog = ctx, prog
+        self._pts: dict = {}
+        self._pe = {}
+
+    # ---- plaintexts
+    def _pt(self, step, key, vec, level: int):
+        k = (step.out, key, level)
+        pt = self._pts.get(k)
+        if pt is None:
+            ctx = self.ctx
+            pt = ctx.encode(self.prog.spread(vec), level=level, scale=float(ctx.modulus(level)))
+            self._pts[k] = pt
+        return pt
+
+    def prepare(self) -> float:
+        """Encode every diagonal now (seconds spent); run() would otherwise do it on first use."""
+        t0 = time.perf_counter()
+        for s in self.prog.steps:
+            if s.op == "matvec":
+                for key, d in s.diags.items():
+                    self._pt(s, key, d, s.src.level_in)
+        return time.perf_counter() - t0
+
+    @property
+    def cached_bytes(self) -> int:
+        return sum(self.ctx.N * 8 * (lv + 1) for (_, _, lv) in self._pts)
+
+    # ---- steps
+    def _matvec(self, s, x: list, gk):
+        ctx, b = self.ctx, self.prog.b
+        lv = s.src.level_in
+        if x[0].level != lv:
+            raise LevelError(f"step {s.out}: input at level {x[0].level}, planned {lv}")
+        if s.method == "rep":
+            z = None
+            for k, d in s.diags.items():
+                t = ctx.mul(x[k], self._pt(s, k, d, lv))
+                z = t if z is None else ctx.add(z, t)
+            z = ctx.rescale(z)
+        else:
+            v = x[0]
+            baby = [g for g in s.baby if g]
+            rots = {0: v}
+            if baby:
+                rots.update(zip(baby, ctx.rotate_hoisted(v, [g * b for g in baby], gk)))
+            z = None
+            for h in s.giant:
+                inner = None
+                for g in s.baby:
+                    d = s.diags.get((h, g))
+                    if d is None:
+                        continue
+                    t = ctx.mul(rots[g], self._pt(s, (h, g), d, lv))
+                    inner = t if inner is None else ctx.add(inner, t)
+                inner = ctx.rescale(inner)
+                if h:
+                    inner = ctx.rotate(inner, s.g1 * h * b, gk)
+                z = inner if z is None else ctx.add(z, inner)
+        for r in s.reduce:
+            z = ctx.add(z, ctx.rotate(z, r * b, gk))
+        if s.bias is not None:
+            z = ctx.add(z, self.prog.spread(s.bias))
+        return [z]
+
+    def _elementwise(self, s, x: list, relin_key):
+        ctx = self.ctx
+        if s.op == "affine":
+            out = []
+            for ct, a, bt in zip(x, s.alpha, s.beta):
+                y = ctx.rescale(ctx.mul(ct, self.prog.spread(a)))
+                out.append(ctx.add(y, self.prog.spread(bt)) if np.any(bt) else y)
+            return out
+        fn = cached_elementwise(self._pe, ctx, ElementwiseOp.from_step(s.src), relin_key)
+        return [fn(0, ct) for ct in x]
+
+    def run(self, cts: list, relin_key, galois_keys, timings: dict | None = None) -> list:
+        """Input ciphertexts (the input layout's K) -> output ciphertext list."""
+        ctx = self.ctx
+        if self.prog.rotations() and galois_keys is None:
+            raise MissingKeyError("layout (P) needs the rotation keys of this model: use keygen()'s eval_keys")
+        vals = {}
+        for s in self.prog.steps:
+            if s.op == "input":
+                lv = s.src.level_out
+                if cts[0].level < lv:
+                    raise LevelError(f"the input is at level {cts[0].level} but the plan starts at level {lv}")
+                vals[s.out] = [ctx.drop_level(c, lv) if c.level != lv else c for c in cts]
+                continue
+            x = vals[s.inputs[0]]
+            t0 = time.perf_counter()
+            if s.op == "matvec":
+                y = self._matvec(s, x, galois_keys)
+            elif s.op in ("square", "poly", "affine"):
+                y = self._elementwise(s, x, relin_key)
+            elif s.op == "add":
+                A = CtMatrix(ctx, x, (len(x), ctx.slots), 1)
+                B = CtMatrix(ctx, vals[s.inputs[1]], (len(x), ctx.slots), 1)
+                y = add_aligned(ctx, A, B, s.src.level_out).cts
+            elif s.op == "mul":
+                if relin_key is None:
+                    raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
+                B = vals[s.inputs[1]]
+                lv = min(x[0].level, B[0].level)
+                y = [ctx.mul(ctx.drop_level(a, lv) if a.level != lv else a, ctx.drop_level(c, lv) if c.level != lv
+                             else c, relin_key=relin_key, rescale=True) for a, c in zip(x, B)]
+            else:
+                y = x
+            if s.op not in ("alias", "output", "add") and y[0].level != s.src.level_out:
+                raise AssertionError(f"step {s.out}: level {y[0].level}, planned {s.src.level_out}")
+            if timings is not None and s.op not in ("alias", "output"):
+                timings[s.out] = time.perf_counter() - t0
+            vals[s.out] = y
+        return vals[self.prog.output.out]
+
+
+class Packed(Layout):
+    """Layout (P): the features of b samples in the slots of one ciphertext (BSGS diagonal products)."""
+
+    name, label = "packed", "(P)"
+
+    def build_program(self) -> PackedProgram:
+        return PackedProgram(self.steps, self.params.N // 2, self.batch_size)
+
+    def estimate(self) -> float:
+        return estimate_packed(self.program, self.steps, self.params)
+
+    def plan_info(self) -> dict:
+        prog = self.program
+        return dict(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
+
+    @staticmethod
+    def plan_header(info: dict) -> list[str]:
+        return list(info["packed"]) + ["eval keys: " + ("relinearisation key + " if info["needs_relin"] else "")
+                                       + f"{info['rotation_keys']} rotation keys"]
+
+    @staticmethod
+    def finish_plan_text(text: str, info: dict) -> str:   # the same layers, executed as slot diagonal products
+        return text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
+
+    def key_levels(self) -> dict:
+        return dict(relin=self.relin_level(), rotation=self.program.rotation_level())
+
+    def keygen(self, ctx, sk) -> tuple:
+        rlk, _, _ = super().keygen(ctx, sk)
+        rots = self.program.rotations()
+        gk = ctx.rotation_keys(sk, rots, level=self.key_levels()["rotation"]) if rots else None
+        return rlk, gk, None
+
+    def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
+        if weights is not None:
+            raise TypeError("weights= is only for models compiled with encrypted_weights=True")
+        gk = eval_keys.galois_keys
+        if gk is None and self.program.rotations():
+            raise MissingKeyError("layout (P) needs this model's rotation keys; use keygen()'s eval_keys")
+        if gk is not None and gk.key_id != ct.key_id:
+            raise KeyMismatchError("the rotation keys and the ciphertext come from different key pairs")
+        if runtime == "ray":
+            raise UnsupportedError("layout (P) (packed small batches) runs in-process: use runtime='local'; "
+                                   "to spread many small requests over Ray use run_batch / `hemlp batch`, "
+                                   "or compile with layout='batch' for a sharded large batch")
+
+    @property
+    def capacity(self) -> int:
+        return self.program.b * self.program.groups
+
+    def encrypt(self, ctx, x, key, level: int):
+        prog = self.program
+        b = prog.b                      # groups of b samples, K ciphertexts each
+        cts = [ctx.encrypt(v, key, level=level) for i in range(0, x.shape[0], b) for v in prog.pack(x[i: i + b])]
+        return CtMatrix(ctx, cts, (len(cts), ctx.slots), 1)
+
+    def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
+        prog = self.program
+        slots = np.stack([ctx.decrypt(c, sk) for c in ctm.cts])
+        K = prog.output.layout.K
+        ys = [prog.unpack(slots[g * K:(g + 1) * K], min(prog.b, batch - g * prog.b))
+              for g in range(-(-batch // prog.b))]
+        return np.concatenate(ys).reshape(batch, -1)
+
+    def prepare(self, ctx) -> float:
+        return self.runner(ctx, self._make_runner).prepare()
+
+    def _make_runner(self, ctx) -> PackedRunner:
+        return PackedRunner(ctx, self.program)
+
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+        prog = self.program
+        K, groups = prog.input.layout.K, -(-ct.batch // prog.b)
+        if len(ct.ctm.cts) != K * groups:
+            raise ShapeError(f"layout (P) input of {ct.batch} samples needs {K * groups} ciphertexts "
+                             f"({groups} group(s) of {K}), got {len(ct.ctm.cts)}")
+        runner, outs = self.runner(ctx, self._make_runner), []
+        for g in range(groups):          # groups are independent: the same program on each
+            t = {}
+            outs += runner.run(ct.ctm.cts[g * K:(g + 1) * K], eval_keys.relin_key, eval_keys.galois_keys, t)
+            for k, v in t.items():
+                timings[k] = timings.get(k, 0.0) + v
+        return CtMatrix(ctx, outs, (len(outs), ctx.slots), 1)
+
+    def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b
+        return self.in_groups(self.program.simulate, X, self.program.b)

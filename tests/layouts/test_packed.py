@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import hemlp
-from hemlp.compiler.packed import PackedProgram, pow2
+from hemlp.layouts.packed import PackedProgram, pow2
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, UnsupportedError
 from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.local import simulate as simulate_rows

@@ -1,11 +1,11 @@
 """Layout (C): the model is encrypted too (FHE4DMM setting). Oracles: the block-wise numpy simulation
-(hemlp.compiler.blocked.BlockedProgram.simulate) against PyTorch, and the encrypted run against it."""
+(hemlp.layouts.blocked.BlockedProgram.simulate) against PyTorch, and the encrypted run against it."""
 import numpy as np
 import pytest
 import torch
 
 import hemlp
-from hemlp.compiler.blocked import BlockedProgram
+from hemlp.layouts.blocked import BlockedProgram
 from hemlp.errors import KeyMismatchError, LevelError, SerializationError, UnsupportedError
 from hemlp.runtime.artifacts import EvalKeys
 from tests.conftest import switch_key_bytes
@@ -41,7 +41,7 @@ def test_client_server_files_encrypted_weights(tmp_path):
     ew.save(tmp_path / "w.enc")
     cm.save(tmp_path / "model")
     server = hemlp.load(tmp_path / "model")                 # no plaintext weights are needed on the server ...
-    from hemlp.runtime.blocked import EncryptedWeights
+    from hemlp.layouts.blocked import EncryptedWeights
 
     ew2 = EncryptedWeights.load(tmp_path / "w.enc", server)
     out = server.run(server.load_encrypted(_save(cm.encrypt(x, sk), tmp_path)), ek, weights=ew2)

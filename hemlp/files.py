@@ -1,0 +1,41 @@
+"""Whole-file reads and atomic writes for hemlp's artefacts (compiled-model directories, encrypted weights).
+
+Writes go through a unique temporary file in the same folder and a rename, so readers see all or nothing and a
+failed write leaves no temporary file behind. Reads turn OS errors into SerializationError naming the file.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from hemlp.errors import SerializationError
+
+__all__ = ["write_atomic", "read_file"]
+
+
+def write_atomic(path, data) -> None:
+    """data: bytes, or a list of buffers written one after the other (never joined in memory)."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "wb") as f:
+            for part in data if isinstance(data, list) else [data]:
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def read_file(path, kind: str) -> bytes:
+    """The bytes of a file; SerializationError naming `kind` and the path when it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise SerializationError(f"cannot read the {kind} file {path}: {exc.strerror}") from None

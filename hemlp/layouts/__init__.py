@@ -1,0 +1,66 @@
+"""Layouts: the ways a batch is placed in ciphertexts, one module each (the protocol: hemlp.layouts.base).
+
+    batch    (A)   one feature per ciphertext, the batch along the slots (large batches; Ray)
+    packed   (P)   the features of a few samples in the slots of one ciphertext (one or a few samples)
+    mlwe     (A')  the batch along the coefficients, MLWE PCMMs, activations between CoeffToSlot / SlotToCoeff
+    blocked  (C)   weights encrypted too: every linear layer a block CCMM (encrypted_weights=True)
+
+``candidates`` turns the compile options into the layouts to plan, ``choose`` plans them and takes the cheapest
+by the planner's estimates. Adding a layout = a module here plus its entry in LAYOUTS.
+"""
+from __future__ import annotations
+
+from hemlp.errors import LevelError, ParameterError, ShapeError, UnsupportedError
+from hemlp.layouts.base import Layout, Planned
+from hemlp.layouts.batch import Batch
+from hemlp.layouts.blocked import Blocked
+from hemlp.layouts.mlwe import Mlwe
+from hemlp.layouts.packed import Packed
+
+__all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "choose"]
+
+#: every layout by name; the order is the order of the planner's estimates in the plan ("auto" compares all
+#: those of the same encrypted_weights kind; the first one is the default when no batch size is given)
+LAYOUTS: dict[str, type[Layout]] = {c.name: c for c in (Batch, Packed, Mlwe, Blocked)}
+
+
+def get(name: str) -> type[Layout]:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise ParameterError(f"unknown layout {name!r}; layouts: {sorted(LAYOUTS)}") from None
+
+
+def candidates(layout: str, encrypted_weights: bool, batch_given: bool) -> list[type[Layout]]:
+    """The layouts compile() plans for the `layout` and `encrypted_weights` options."""
+    kind = [c for c in LAYOUTS.values() if c.encrypted_weights == bool(encrypted_weights)]
+    if encrypted_weights:
+        if layout not in ("auto",) + tuple(c.name for c in kind):
+            raise ParameterError("encrypted_weights=True uses layout (C); drop the layout option")
+    elif layout not in ("auto",) + tuple(c.name for c in kind):
+        raise ParameterError(f"layout must be one of {('auto',) + tuple(c.name for c in kind)}, got {layout!r}")
+    if layout != "auto":
+        return [get(layout)]
+    return kind if batch_given else kind[:1]
+
+
+def choose(cands: list[type[Layout]], planned: Planned) -> tuple[Layout, dict]:
+    """(the chosen layout, the planner's estimates by name): a single candidate is planned as asked (its errors
+    propagate); several are planned, the ones that cannot run the model are listed with the reason, and the one
+    with the lowest estimate is taken."""
+    if len(cands) == 1:
+        lay = cands[0].plan(planned)
+        lay.commit()
+        return lay, {}
+    est, built = {}, {}
+    for c in cands:
+        try:
+            built[c.name] = c.plan(planned)
+        except (UnsupportedError, ShapeError, LevelError) as exc:
+            est[c.name] = f"not possible: {exc}"
+            continue
+        est[c.name] = built[c.name].estimate()
+    best = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
+    lay = built[best]
+    lay.commit()
+    return lay, est

@@ -1,0 +1,197 @@
+"""The Layout protocol: everything that differs between ways of placing a batch in ciphertexts.
+
+A compiled model (hemlp.model.CompiledModel) holds the lowered steps, the parameters and one Layout; every
+client or server call that depends on where the values sit in the ciphertexts is delegated to it:
+
+    planning   Layout.plan(planned)  the layout's program for the planned steps (or UnsupportedError /
+                                     ShapeError / LevelError when it cannot run them); estimate(); commit()
+    keys       key_levels(), keygen(ctx, sk), level_checks(ctx, eval_keys), check_run(...)
+    client     capacity, encrypt(ctx, x, key), decrypt(ctx, ctm, sk, batch), encrypt_weights(...)
+    server     prepare(ctx), run(ctx, ct, eval_keys, weights, timings, runtime, ray)
+    oracle     simulate(X)
+    text       plan_header(info), finish_plan_text(text, info), plan_info()
+    files      the steps and options are saved by the model; Layout(steps, params, batch, top, options)
+               rebuilds the same program from them (programs are deterministic functions of those)
+
+Adding a layout = one module in hemlp/layouts/ with a Layout subclass, named in hemlp.layouts.LAYOUTS.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import ClassVar
+
+import numpy as np
+
+from hemlp.errors import ParameterError, UnsupportedError
+
+__all__ = ["Layout", "Planned", "CT_PRODUCT_OPS"]
+
+#: steps that multiply two ciphertexts (and so relinearise)
+CT_PRODUCT_OPS = ("square", "poly", "mul", "matmul")
+
+
+@dataclass
+class Planned:
+    """What compile() hands every candidate layout: the lowered steps with their levels planned for the
+    default preset, and that preset."""
+    steps: list
+    params: object          # hemlp.ckks.Params
+    preset: dict            # hemlp.compiler.params.choose_preset's entry (name, depth, security)
+    depth: int
+    reserve: int            # levels kept for the output's magnitude
+    top: int                # the input's level
+    batch: int
+    options: dict           # compile options (hemlp.model.OPTIONS)
+    max_out: float          # largest |output| of the plaintext simulation of the example input
+
+
+class Layout:
+    """One way of laying a batch out in ciphertexts, bound to one compiled model's steps."""
+
+    #: the layout option's value ("batch", "packed", ...)
+    name: ClassVar[str] = ""
+    #: the label of the design notes (A), (P), (A'), (C)
+    label: ClassVar[str] = ""
+    #: levels one linear layer costs in this layout (compile() plans the default levels with it)
+    pcmm_levels: ClassVar[int] = 1
+    #: True: the model's weights are encrypted by the client too (the encrypted_weights option selects it)
+    encrypted_weights: ClassVar[bool] = False
+    #: True: the plan reports FHE4DMM block layouts / grids of its PCMMs (slot-GEMM layouts)
+    fhe4dmm_grids: ClassVar[bool] = True
+
+    def __init__(self, steps, params, batch_size: int, top_level: int, options: dict, program=None):
+        self.steps, self.params = steps, params
+        self.batch_size, self.top_level, self.options = int(batch_size), int(top_level), dict(options)
+        self.weight_bits = int(self.options.get("weight_bits", 20))
+        self._program = program
+        self._runner = None
+        # planning results (compile() reads them from the chosen layout)
+        self.preset_info: dict | None = None
+        self.depth: int | None = None
+        self.reserve = 0
+
+    # ---- planning
+    @classmethod
+    def plan(cls, p: Planned) -> "Layout":
+        """This layout for the planned steps, with the default preset and levels."""
+        lay = cls(p.steps, p.params, p.batch, p.top, p.options)
+        lay.program  # builds it now, so an unsupported model fails here
+        lay.preset_info, lay.depth, lay.reserve = p.preset, p.depth, p.reserve
+        return lay
+
+    def build_program(self):
+        """The layout's program for the steps (None: the steps are the program)."""
+        return None
+
+    @property
+    def program(self):
+        if self._program is None:
+            self._program = self.build_program()
+        return self._program
+
+    def estimate(self):
+        """The planner's cost estimate in seconds per batch (float), or why the layout is not chosen (str)."""
+        raise NotImplementedError(f"layout {self.name!r} has no cost estimate")
+
+    def commit(self) -> None:
+        """Called once on the chosen layout, before the plan is built (e.g. to write its own levels)."""
+
+    def plan_info(self) -> dict:
+        """Entries this layout adds to the plan's info (saved with the model)."""
+        return {}
+
+    @staticmethod
+    def plan_header(info: dict) -> list[str]:
+        """The plan's header lines that describe the layout (from the saved info alone)."""
+        return []
+
+    @staticmethod
+    def finish_plan_text(text: str, info: dict) -> str:
+        """The printed plan with the ops renamed to what this layout executes."""
+        return text
+
+    def id_fields(self) -> list:
+        """Extra values of the model id (a model compiled for another layout or batch is another model)."""
+        return [self.name, self.batch_size]
+
+    # ---- keys
+    @property
+    def needs_relin(self) -> bool:
+        return any(s.op in CT_PRODUCT_OPS for s in self.steps)
+
+    def relin_level(self):
+        lv = [s.level_in for s in self.steps if s.op in CT_PRODUCT_OPS]
+        return (max(lv) if lv else None) if self.needs_relin else None
+
+    def key_levels(self) -> dict:
+        """{"relin": l, "rotation": l, ...}: the highest ciphertext level each key is used at (None: never)."""
+        return dict(relin=self.relin_level(), rotation=None)
+
+    def keygen(self, ctx, sk) -> tuple:
+        """(relin_key, galois_keys, modpack_keys) for this layout, each at its key level."""
+        lv = self.key_levels()
+        rlk = ctx.relin_key(sk, level=lv["relin"]) if self.needs_relin else None
+        return rlk, None, None
+
+    def level_checks(self, ctx, eval_keys) -> list:
+        """[(what, key-like with .level, level needed, the ctx method that makes it)] checked before a run."""
+        lv = self.key_levels()
+        return [("relinearisation key", eval_keys.relin_key, lv["relin"], "relin_key"),
+                ("rotation keys", eval_keys.galois_keys, lv["rotation"], "rotation_keys"),
+                ("ModPack keys", eval_keys.modpack_keys, lv.get("modpack"), "linalg.modpack_keys")]
+
+    def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
+        """Layout-specific checks of a run's arguments (typed errors, before any work)."""
+        if weights is not None:
+            raise TypeError("weights= is only for models compiled with encrypted_weights=True")
+        if runtime == "ray":
+            raise UnsupportedError(f"layout {self.label} runs in-process: use runtime='local'")
+
+    # ---- client side
+    @property
+    def capacity(self) -> int:
+        """Samples one encrypted batch holds."""
+        raise NotImplementedError
+
+    def encrypt(self, ctx, x: np.ndarray, key, level: int):
+        """x (batch, *input_shape) -> CtMatrix in this layout."""
+        raise NotImplementedError
+
+    def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
+        """CtMatrix of a run's output -> (batch, output features)."""
+        raise NotImplementedError
+
+    def encrypt_weights(self, ctx, key, model_id: str):
+        raise ParameterError("encrypt_weights is for models compiled with encrypted_weights=True")
+
+    # ---- server side
+    def prepare(self, ctx) -> float:
+        """Encode / precompute what run() needs (seconds spent); run() does it on first use otherwise."""
+        return 0.0
+
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+        """The encrypted input batch (hemlp.runtime.artifacts.EncryptedBatch) -> output CtMatrix."""
+        raise NotImplementedError
+
+    # ---- plaintext oracle
+    def simulate(self, X: np.ndarray) -> np.ndarray:
+        """X (n, input features) -> (n, output features): the same plan on numpy values."""
+        raise NotImplementedError
+
+    # ---- helpers for subclasses
+    def runner(self, ctx, make):
+        """The layout's encrypted executor for ctx, built once by make(ctx) (it caches encoded weights)."""
+        if self._runner is None or self._runner.ctx is not ctx:
+            self._runner = make(ctx)
+        return self._runner
+
+    @staticmethod
+    def in_groups(fn, X: np.ndarray, size: int) -> np.ndarray:
+        """fn on consecutive groups of `size` rows of X, concatenated (layouts with a fixed group size)."""
+        return np.concatenate([fn(X[i: i + size]) for i in range(0, len(X), size)])
+
+    @staticmethod
+    def key_level_view(level):
+        """A key-like object with only a level (for level_checks of keys split by use)."""
+        return SimpleNamespace(level=level)

@@ -1,0 +1,410 @@
+"""Layout (C): encrypted weights — every linear layer a ciphertext x ciphertext block matmul (FHE4DMM).
+
+For users who must hide the model from the server as well as the data (both encrypted under the
+client's key). A chain  Y_i = W_i f_{i-1}(Y_{i-1})  of m_i x k_i weight matrices times k_i x n
+activations (n = the batch) is split into blocks by FHE4DMM's planner: ``hemlp.planner.plan_chain``
+(the DP over the chain of Optimal Block Layouts, BRIEF §4.6) with one column blocking shared by every
+layer and no re-blocking, so the output blocks of layer i are exactly the input blocks of layer i+1.
+Every block is one ciphertext holding a (rows x cols) matrix column-major on `slots` sparse slots (one
+slot count for the whole chain); a block product is the rectangular sigma/tau/epsilon/omega CCMM
+(hemlp.baselines.rectangular, 3 levels); block products over the reduction blocks are summed.
+
+Biases are encrypted too: one block per output row block (the bias repeated over the columns),
+encrypted one level above the layer's output and brought to the product's exact scale by the server
+(set_scale), so they cost no level of the data path. Elementwise activations (x^2, polynomials) act on
+the blocks as they are; the zero padding of a block is ignored by the next transform.
+
+``EncryptedWeights`` is what the client sends once: per linear layer the weight blocks and one bias block per
+output row block, all under the client's key (the server never sees the model). The server runs
+``BlockedRunner.run``: per output block C_ij = sum_t CCMM(W_it, X_tj) + bias_i, then the layer's activations on
+every block.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hemlp.baselines import rectangular
+from hemlp.ckks import Ciphertext, from_bytes
+from hemlp.compiler.lower import dense_matrix
+from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, SerializationError, ShapeError,
+                          UnsupportedError)
+from hemlp.files import read_file, write_atomic
+from hemlp.layouts.base import Layout
+from hemlp.linalg import CtMatrix
+from hemlp.planner.chain import plan_chain
+from hemlp.planner.layouts import unit_costs
+from hemlp.runtime import artifacts
+from hemlp.runtime.local import ElementwiseOp, cached_elementwise
+
+__all__ = ["Blocked", "BlockedProgram", "BlockedRunner", "EncryptedWeights", "encrypt_blocks", "flat", "CGEMM_LEVELS"]
+
+CGEMM_LEVELS = 3
+#: block CCMMs use at most this many slots: the rectangular kernel's transforms are found from dense
+#: (slots x slots) 0/1 matrices, so larger blocks cost quadratic memory and time to prepare
+MAX_BLOCK_SLOTS = 2048
+
+
+@dataclass
+class BlockedLayer:
+    step: object                 # the lowered pcmm step
+    W: np.ndarray                # dense (m, k)
+    bias: np.ndarray             # (m,)
+    layout: object               # hemlp.planner.obl.Layout
+    acts: list = field(default_factory=list)     # elementwise steps after it
+
+    @property
+    def dims(self):
+        L = self.layout
+        return L.block_m, L.block_k, L.block_n
+
+
+class BlockedProgram:
+    """The lowered steps of a chain of linear layers and activations, planned in layout (C)."""
+
+    def __init__(self, steps, slots: int, batch: int):
+        self.batch = int(batch)
+        self.layers: list[BlockedLayer] = []
+        self.input_step, self.output_step = steps[0], steps[-1]
+        feats = None
+        for s in steps:
+            if s.op == "input":
+                feats = s.rows
+            elif s.op == "pcmm":
+                W = dense_matrix(s, feats)
+                b = np.zeros(W.shape[0]) if s.bias is None else np.asarray(s.bias, dtype=np.float64)
+                if s.index is not None and s.bias is not None:
+                    b = np.repeat(b, s.index.shape[1])
+                self.layers.append(BlockedLayer(s, W, b, None))
+                feats = W.shape[0]
+            elif s.op in ("square", "poly"):
+                if not self.layers:
+                    raise UnsupportedError(f"layout (C): an activation ({s.out}) before the first linear layer; "
+                                           "use plaintext weights (layout A/P)")
+                self.layers[-1].acts.append(s)
+            elif s.op in ("alias", "output"):
+                continue
+            else:
+                raise UnsupportedError(f"layout (C) (encrypted weights) runs chains of linear layers and x^2 / "
+                                       f"polynomial activations; step {s.out} ({s.op}) is not one: use plaintext "
+                                       "weights (layout A/P) for this model")
+        if not self.layers:
+            raise UnsupportedError("layout (C) needs at least one linear layer")
+
+
+        c = unit_costs()   # FHE4DMM's Table II op counts priced by this machine's measured unit costs
+        weights = dict(ROT=c["rotate"], MULT=c["ct_mul"], PMULT=c["pt_mul"], ADD=c["pt_mul"] / 2)
+        shapes = [(L.W.shape[0], self.batch, L.W.shape[1]) for L in self.layers]
+        # reblock_cost_fn=None: consistent blocks across the chain
+        self.chain = plan_chain(shapes, min(int(slots), MAX_BLOCK_SLOTS), cost_fn=weights)
+        for L, lay in zip(self.layers, self.chain.layouts):
+            L.layout = lay
+        self.slots = max(rectangular.default_slots(*L.dims) for L in self.layers)
+        if self.slots > slots:
+            raise ShapeError(f"layout (C): blocks need {self.slots} slots, the ciphertext has {slots}")
+
+    # ---- geometry
+    def in_blocks(self, i: int):
+        """(b_k, b_n, block_k, block_n) of layer i's input."""
+        lay = self.layers[i].layout
+        return lay.b_k, lay.b_n, lay.block_k, lay.block_n
+
+    def out_blocks(self, i: int):
+        lay = self.layers[i].layout
+        return lay.b_m, lay.b_n, lay.block_m, lay.block_n
+
+    @staticmethod
+    def split(M: np.ndarray, rb: int, cb: int, r: int, c: int) -> list:
+        """Zero-pad M to (rb*r, cb*c) and cut it into rb x cb blocks (row-major list of r x c matrices)."""
+        P = np.zeros((rb * r, cb * c))
+        P[: M.shape[0], : M.shape[1]] = M
+        return [[P[i * r:(i + 1) * r, j * c:(j + 1) * c] for j in range(cb)] for i in range(rb)]
+
+    def weight_blocks(self, i: int):
+        L = self.layers[i]
+        lay = L.layout
+        return self.split(L.W, lay.b_m, lay.b_k, lay.block_m, lay.block_k)
+
+    def bias_blocks(self, i: int):
+        """One (block_m x block_n) block per output row block: the bias repeated over the columns."""
+        L = self.layers[i]
+        lay = L.layout
+        B = np.repeat(L.bias[:, None], lay.block_n, axis=1)
+        return [row[0] for row in self.split(B, lay.b_m, 1, lay.block_m, lay.block_n)]
+
+    @property
+    def n1(self) -> int:
+        """One BSGS baby-step size for every transform of the program: the rotation keys are then
+        at most the n1 baby steps and the slots/n1 giant steps (FHE4DMM-style key pruning)."""
+        return 1 << (self.slots.bit_length() - 1) // 2
+
+    def transforms(self, i: int):
+        m, k, n = self.layers[i].dims
+        return rectangular.Transforms(m, k, n, self.slots, n1=self.n1)
+
+    def rotations(self) -> list:
+        r = set()
+        for i in range(len(self.layers)):
+            r.update(self.transforms(i).steps)
+        return sorted(r)
+
+    def rotation_level(self) -> int:
+        """The highest level a rotation happens at: the first transforms (sigma, tau) of a layer's CCMM
+        rotate its inputs at level_in."""
+        return max(L.step.level_in for L in self.layers)
+
+    def relin_level(self) -> int:
+        """The highest level a relinearisation happens at: a CCMM relinearises its products after two
+        rescales (level_in - 2); activations at their own input level."""
+        lv = [L.step.level_in - (CGEMM_LEVELS - 1) for L in self.layers]
+        lv += [s.level_in for L in self.layers for s in L.acts]
+        return max(lv)
+
+    def describe(self) -> list[str]:
+        lines = [f"layout (C): encrypted weights, FHE4DMM chain plan (column blocks c={self.chain.c}), blocks on "
+                 f"{self.slots} slots, rectangular CCMM ({CGEMM_LEVELS} levels per layer)"]
+        for L in self.layers:
+            lay = L.layout
+            lines.append(f"  {L.step.out}: [b_m,b_n,b_k]=[{lay.b_m}, {lay.b_n}, {lay.b_k}], blocks "
+                         f"{lay.block_m}x{lay.block_k} . {lay.block_k}x{lay.block_n}: {lay.num_blocks} block CCMMs")
+        return lines
+
+    # ---- plaintext oracle: the same blocks, sums and activations in numpy
+    def simulate(self, X: np.ndarray) -> np.ndarray:
+        """X: (B, F_in) -> (B, F_out)."""
+        bk, bn, rk, cn = self.in_blocks(0)
+        Y = self.split(np.asarray(X, dtype=np.float64).reshape(len(X), -1).T, bk, bn, rk, cn)
+        for i, L in enumerate(self.layers):
+            Wb, bb = self.weight_blocks(i), self.bias_blocks(i)
+            lay = L.layout
+            Y = [[sum(Wb[a][t] @ Y[t][j] for t in range(lay.b_k)) + bb[a] for j in range(lay.b_n)]
+                 for a in range(lay.b_m)]
+            for s in L.acts:
+                Y = [[s.act.eval_u(blk) for blk in row] for row in Y]
+        m = self.layers[-1].W.shape[0]
+        return np.block(Y)[:m, : len(X)].T
+
+
+def encrypt_blocks(ctx, blocks, key, slots: int, level: int) -> list:
+    """A list (or nested lists) of matrices -> ciphertexts, column-major on `slots` sparse slots."""
+    if isinstance(blocks, np.ndarray):
+        return rectangular.pack(ctx, blocks, key, slots, level=level)
+    return [encrypt_blocks(ctx, b, key, slots, level) for b in blocks]
+
+
+def flat(nested) -> list:
+    if isinstance(nested, list):
+        return [c for x in nested for c in flat(x)]
+    return [nested]
+
+
+class EncryptedWeights:
+    """The model's weights and biases encrypted block by block (layout C). Save with .save(path)."""
+
+    def __init__(self, model_id: str, layers: list):
+        self.model_id, self.layers = model_id, layers        # [(W blocks [b_m][b_k], bias blocks [b_m])]
+
+    key_id = property(lambda self: self.layers[0][0][0][0].native.key_id)
+
+    def __repr__(self):
+        n = sum(len(flat(w)) + len(b) for w, b in self.layers)
+        return f"EncryptedWeights(model={self.model_id}, {len(self.layers)} layers, {n} ciphertexts)"
+
+    def to_bytes(self) -> bytes:
+        blobs, shape = [], []
+        for W, b in self.layers:
+            shape.append([len(W), len(W[0]), len(b)])
+            blobs += [c.to_bytes() for c in flat(W) + list(b)]
+        return artifacts.pack("encrypted_weights",
+                              dict(model_id=self.model_id, shape=shape, sizes=[len(x) for x in blobs]),
+                              b"".join(blobs))
+
+    def save(self, path) -> None:
+        write_atomic(path, self.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, compiled) -> "EncryptedWeights":
+        h, payload = artifacts.unpack_for(data, "encrypted_weights", compiled,
+                                          "encrypt them with this model's encrypt_weights")
+        sizes, shape = h.get("sizes"), h.get("shape")
+        try:
+            total = sum(a * b + c for a, b, c in shape)
+            ok = len(sizes) == total and sum(sizes) == len(payload) and all(s > 0 for s in sizes)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise SerializationError("encrypted_weights: the header does not match the payload; the file is corrupted")
+        cts, off = [], 0
+        for s in sizes:
+            c = from_bytes(payload[off: off + s], compiled.context)
+            if not isinstance(c, Ciphertext):
+                raise SerializationError("encrypted_weights: an element is not a ciphertext")
+            cts.append(c)
+            off += s
+        layers, i = [], 0
+        for bm, bk, nb in shape:
+            W = [cts[i + r * bk: i + (r + 1) * bk] for r in range(bm)]
+            i += bm * bk
+            layers.append((W, cts[i: i + nb]))
+            i += nb
+        return cls(h["model_id"], layers)
+
+    @classmethod
+    def load(cls, path, compiled) -> "EncryptedWeights":
+        return cls.from_bytes(read_file(path, "encrypted_weights"), compiled)
+
+
+class BlockedRunner:
+    def __init__(self, ctx, prog):
+        self.ctx, self.prog = ctx, prog
+        self._tr = {}
+        self._pe = {}
+
+    def transforms(self, i: int):
+        if i not in self._tr:
+            self._tr[i] = self.prog.transforms(i)
+        return self._tr[i]
+
+    def _acts(self, s, blocks, relin_key):
+        fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s), relin_key)
+        return [[fn(0, c) for c in row] for row in blocks]
+
+    def run(self, x_blocks, weights: EncryptedWeights, relin_key, galois_keys, timings: dict | None = None):
+        """x_blocks [b_k][b_n] ciphertexts of the input -> output blocks [b_m][b_n]."""
+        ctx = self.ctx
+        if relin_key is None or galois_keys is None:
+            raise MissingKeyError("layout (C) needs the relinearisation and rotation keys of keygen()'s eval_keys")
+        if len(weights.layers) != len(self.prog.layers):
+            raise KeyMismatchError("the encrypted weights do not have this model's layers")
+        Y = x_blocks
+        for i, (L, (Wb, bb)) in enumerate(zip(self.prog.layers, weights.layers)):
+            t0 = time.perf_counter()
+            lay = L.layout
+            if (len(Wb), len(Wb[0]), len(bb)) != (lay.b_m, lay.b_k, lay.b_m):
+                raise KeyMismatchError(f"layer {L.step.out}: the encrypted weights have another block layout")
+            lv = L.step.level_in
+            if Y[0][0].level != lv:
+                if Y[0][0].level < lv:
+                    raise LevelError(f"layer {L.step.out}: input at level {Y[0][0].level}, planned {lv}")
+                Y = [[ctx.drop_level(c, lv) for c in row] for row in Y]
+            tr = self.transforms(i)
+            m, k, n = L.dims
+            out = []
+            for a in range(lay.b_m):
+                row = []
+                for j in range(lay.b_n):
+                    acc = None
+                    for t in range(lay.b_k):
+                        p = rectangular.matmul(ctx, Wb[a][t], Y[t][j], (m, k, n), galois_keys, relin_key, transforms=tr)
+                        acc = p if acc is None else ctx.add(acc, p)
+                    bias = bb[a]
+                    if bias.level != acc.level + 1:
+                        raise LevelError(f"layer {L.step.out}: bias block at level {bias.level}, expected "
+                                         f"{acc.level + 1}")
+                    row.append(ctx.add(acc, ctx.set_scale(bias, acc.scale)))
+                out.append(row)
+            Y = out
+            if timings is not None:
+                timings[L.step.out] = time.perf_counter() - t0
+            for s in L.acts:
+                t0 = time.perf_counter()
+                Y = self._acts(s, Y, relin_key)
+                if timings is not None:
+                    timings[s.out] = time.perf_counter() - t0
+        return Y
+
+
+class Blocked(Layout):
+    """Layout (C): weights and data encrypted, every linear layer a block CCMM (the encrypted_weights option)."""
+
+    name, label = "blocked", "(C)"
+    pcmm_levels = CGEMM_LEVELS
+    encrypted_weights = True
+
+    def build_program(self) -> BlockedProgram:
+        return BlockedProgram(self.steps, self.params.N // 2, self.batch_size)
+
+    def estimate(self):
+        return "the only layout with encrypted weights"
+
+    def plan_info(self) -> dict:
+        prog = self.program
+        return dict(blocked=prog.describe(), rotation_keys=len(prog.rotations()))
+
+    @staticmethod
+    def plan_header(info: dict) -> list[str]:
+        return list(info["blocked"]) + [f"eval keys: relinearisation key + {info['rotation_keys']} rotation keys; "
+                                        "the weights are encrypted by the client (encrypt_weights)"]
+
+    @staticmethod
+    def finish_plan_text(text: str, info: dict) -> str:
+        return text.replace(" = pcmm_gather(", " = ccmm_blocks(").replace(" = pcmm(", " = ccmm_blocks(")
+
+    @property
+    def needs_relin(self) -> bool:
+        return True   # every block CCMM multiplies ciphertexts
+
+    def key_levels(self) -> dict:
+        prog = self.program
+        return dict(relin=prog.relin_level(), rotation=prog.rotation_level())
+
+    def keygen(self, ctx, sk) -> tuple:
+        lv = self.key_levels()
+        return (ctx.relin_key(sk, level=lv["relin"]),
+                ctx.rotation_keys(sk, self.program.rotations(), level=lv["rotation"]), None)
+
+    def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
+        if not isinstance(weights, EncryptedWeights):
+            raise TypeError("a model compiled with encrypted_weights=True runs with weights=EncryptedWeights "
+                            "(the client's compiled.encrypt_weights(sk))")
+        if weights.model_id != model_id:
+            raise KeyMismatchError(f"the encrypted weights belong to compiled model {weights.model_id}")
+        if weights.key_id != ct.key_id:
+            raise KeyMismatchError("the encrypted weights and the ciphertext come from different key pairs")
+        if runtime == "ray":
+            raise UnsupportedError("layout (C) (encrypted weights) runs in-process: use runtime='local'")
+
+    @property
+    def capacity(self) -> int:
+        return self.batch_size
+
+    def encrypt(self, ctx, x, key, level: int):
+        prog = self.program
+        bk, bn, rk, cn = prog.in_blocks(0)
+        blocks = prog.split(x.reshape(x.shape[0], -1).T, bk, bn, rk, cn)
+        cts = flat(encrypt_blocks(ctx, blocks, key, prog.slots, level))
+        return CtMatrix(ctx, cts, (len(cts), ctx.slots), 1)
+
+    def encrypt_weights(self, ctx, key, model_id: str) -> EncryptedWeights:
+        prog, out = self.program, []
+        for i, L in enumerate(prog.layers):
+            W = encrypt_blocks(ctx, prog.weight_blocks(i), key, prog.slots, L.step.level_in)
+            b = encrypt_blocks(ctx, prog.bias_blocks(i), key, prog.slots, L.step.level_out + 1)
+            out.append((W, b))
+        return EncryptedWeights(model_id, out)
+
+    def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
+        prog = self.program
+        bm, bn, rm, cn = prog.out_blocks(len(prog.layers) - 1)
+        cts = ctm.cts
+        Y = np.block([[ctx.decrypt(cts[a * bn + j], sk)[: rm * cn].reshape((rm, cn), order="F")
+                       for j in range(bn)] for a in range(bm)])
+        m = prog.layers[-1].W.shape[0]
+        return Y[:m, :batch].T
+
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+        prog = self.program
+        bk, bn, _, _ = prog.in_blocks(0)
+        cts = ct.ctm.cts
+        if len(cts) != bk * bn:
+            raise ShapeError(f"layout (C) input needs {bk * bn} ciphertexts, got {len(cts)}")
+        runner = self.runner(ctx, lambda c: BlockedRunner(c, prog))
+        Y = runner.run([cts[t * bn:(t + 1) * bn] for t in range(bk)], weights, eval_keys.relin_key,
+                       eval_keys.galois_keys, timings)
+        out = flat(Y)
+        return CtMatrix(ctx, out, (len(out), ctx.slots), 1)
+
+    def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of the planned batch
+        return self.in_groups(self.program.simulate, X, self.batch_size)

@@ -1,0 +1,546 @@
+"""hemlp.model: a torch.nn.Module or an ONNX file -> a planned chain of encrypted layers (``compile``), the
+``CompiledModel`` that runs it, and its directory format (``CompiledModel.save`` / ``load``).
+
+    compiled = hemlp.compile(model_or_onnx_path, example_input, batch_size=..., **options)
+    print(compiled.plan)
+    sk, eval_keys = compiled.keygen()                 # client
+    ct = compiled.encrypt(x, sk)                      # client: x (batch, *input_shape)
+    ct_out = compiled.run(ct, eval_keys)              # server: no secret key
+    y = compiled.decrypt(ct_out, sk)                  # client: (batch, *output_shape)
+    compiled.simulate(x)                              # the same plan in plaintext
+    compiled.save(dir); hemlp.load(dir)
+
+Options: activation_degree (int, or dict by activation kind / node name; default 7),
+activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
+activation_method ("chebyshev" | "lsq" | "minimax"), weight_bits (20), allow_insecure (False),
+preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids),
+layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
+the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff).
+
+Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
+slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
+a few samples packed in the slots of one ciphertext (linear layers as BSGS diagonal products with rotations: best
+for one or a few samples); "mlwe" = (A′), the batch along the coefficients with k = N/B' features interleaved per
+ciphertext, every linear layer an MLWE PCMM and every activation between CoeffToSlot and SlotToCoeff (small
+batches, √N <= B' < N). "auto" compares the planner's cost estimates of the possible layouts for the given
+batch_size (hemlp.planner.layouts) and takes the cheapest one.
+encrypted_weights=True hides the model from the server too: layout (C), every linear layer a ciphertext x
+ciphertext block matmul planned by FHE4DMM's chain DP; the client sends ``compiled.encrypt_weights(sk)`` once and
+the server calls run(ct, eval_keys, weights=...).
+
+CompiledModel checks what every layout shares (model ids, key pairs, key levels, shapes) and delegates the rest
+to its Layout: adding a layout does not touch this module.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from hemlp import layouts
+from hemlp.ckks import Context, Params, PublicKey, SecretKey
+from hemlp.ckks import load as load_ckks_object
+from hemlp.compiler.activations import approximate, calibrate, exact_poly
+from hemlp.compiler.fold import fold
+from hemlp.compiler.ir import format_graph
+from hemlp.compiler.lower import Step, lower
+from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
+from hemlp.errors import (EncodingError, KeyMismatchError, LevelError, MissingKeyError, ParameterError,
+                          SerializationError, ShapeError)
+from hemlp.files import read_file, write_atomic
+from hemlp.layouts.base import CT_PRODUCT_OPS
+from hemlp.planner import grid_4d, obl, obl_bruteforce
+from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
+from hemlp.runtime.local import simulate as simulate_rows
+from hemlp.threads import set_num_threads
+
+__all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
+
+#: compile()'s options and their defaults (see the module docstring)
+OPTIONS = dict(activation_degree=7, activation_range=None, activation_margin=0.2, activation_method="chebyshev",
+               weight_bits=20, allow_insecure=False, preset=None, workers=4, layout="auto",
+               encrypted_weights=False, dft_depth=None)
+#: the options a compiled model keeps (the others only steer compilation)
+STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
+
+
+class Plan:
+    """The planned chain: IR with levels/layouts, the lowered steps and the FHE4DMM reports."""
+
+    def __init__(self, graph, steps, info: dict, text: str | None = None):
+        self.graph, self.steps, self.info, self.text = graph, steps, info, text
+
+    @property
+    def matmuls(self) -> list[dict]:
+        """Every PCMM as an (m x k) . (k x n) product: name, shape and its OBL / grid (FHE4DMM planner)."""
+        return self.info.get("matmuls", [])
+
+    def obl(self, name: str):
+        """FHE4DMM Optimal Block Layout of one matmul for the context's slot count."""
+        mm = next(m for m in self.matmuls if m["name"] == name)
+        S_o = self.info["slots"]
+        f = obl if math.isqrt(S_o) ** 2 == S_o else obl_bruteforce
+        return f(mm["m"], mm["n"], mm["k"], S_o)
+
+    def grid(self, name: str, workers: int):
+        """FHE4DMM 4D processor grid for one matmul and a worker count (used by the Ray runtime)."""
+        return grid_4d(self.obl(name), int(workers))
+
+    def __str__(self):
+        if self.text is not None:
+            return self.text
+        i = self.info
+        lay = layouts.get(i.get("layout", "batch"))
+        head = [f"hemlp plan for {i['model']}: preset {i['preset']} (N=2^{int(math.log2(i['N']))}, {i['slots']} slots, "
+                f"{i['security']}), depth {i['depth']} of {i['max_level']} levels, input encrypted at L{i['top_level']}",
+                ] + lay.plan_header(i)
+        if i.get("layout_estimates"):
+            head.append("planner estimates (s per batch): " + ", ".join(
+                f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}"
+                for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
+        self.text = lay.finish_plan_text(format_graph(self.graph, "\n".join(head)), i)
+        return self.text
+
+    __repr__ = __str__
+
+
+class CompiledModel:
+    def __init__(self, plan: Plan, steps, preset: str, params, input_shape, output_shape, batch_size: int,
+                 top_level: int, options: dict, allow_insecure: bool, graph=None, layout: str = "batch",
+                 planned_layout: layouts.Layout | None = None):
+        cls = layouts.get(layout)
+        self.layout = layout
+        self.plan, self.steps, self.preset, self.params = plan, steps, preset, params
+        self.input_shape, self.output_shape = tuple(input_shape), tuple(output_shape)
+        self.batch_size, self.top_level, self.options = int(batch_size), int(top_level), dict(options)
+        self.allow_insecure = bool(allow_insecure)
+        self.weight_bits = int(self.options.get("weight_bits", 20))
+        #: the Layout this model delegates to (hemlp.layouts); its program is rebuilt from the steps when loaded
+        self.layout_impl = planned_layout or cls(self.steps, params, self.batch_size, self.top_level, self.options)
+        self._ctx = None
+        self.model_id = self._digest()
+
+    def _digest(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps([self.preset, list(self.input_shape), list(self.output_shape), self.top_level,
+                             self.weight_bits] + self.layout_impl.id_fields(), sort_keys=True).encode())
+        h.update(self.params.hash.encode())
+        for s in self.steps:
+            h.update(json.dumps([s.op, s.out, s.inputs, s.rows, None if s.act is None else s.act.to_json(),
+                                 s.level_out], sort_keys=True, default=float).encode())
+            for k, v in sorted(s.arrays().items()):
+                h.update(k.encode())
+                h.update(np.ascontiguousarray(v).tobytes())
+        return h.hexdigest()[:16]
+
+    # ---- context / keys
+    @property
+    def context(self) -> Context:
+        if self._ctx is None:
+            self._ctx = Context(self.params, allow_insecure=self.allow_insecure)
+        return self._ctx
+
+    @property
+    def program(self):
+        """The layout's program (PackedProgram, MlweProgram, BlockedProgram; None in layout (A))."""
+        return self.layout_impl.program
+
+    def __getattr__(self, name):
+        # compiled.packed / .mlwe / .blocked: the program of that layout, None for the others
+        if name in layouts.LAYOUTS and name != "batch":
+            return self.program if name == self.__dict__.get("layout") else None
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def needs_relin(self) -> bool:
+        return self.layout_impl.needs_relin
+
+    @property
+    def key_levels(self) -> dict:
+        """{"relin": l, "rotation": l, ...}: the highest ciphertext level at which the plan relinearises /
+        rotates (None: never). keygen() generates each key for exactly that level, so it holds only
+        q_0..q_l and P instead of the whole chain. Layout (A′) adds "conjugation" and "modpack"."""
+        return self.layout_impl.key_levels()
+
+    def keygen(self):
+        """(secret_key, eval_keys): the secret key stays on the client; eval_keys go to the server.
+        Each key is generated for the highest level the plan uses it at (key_levels)."""
+        sk, _ = self.context.keygen()
+        return sk, EvalKeys(self.model_id, *self.layout_impl.keygen(self.context, sk))
+
+    def _check_key(self, key):
+        if not isinstance(key, (SecretKey, PublicKey)):
+            raise TypeError("encrypt needs the SecretKey from keygen() (or a PublicKey)")
+        if key.param_hash != self.context.hash:
+            raise KeyMismatchError("the key belongs to another parameter set than this compiled model; use the "
+                                   "keys from this model's keygen()")
+
+    def _check_key_levels(self, eval_keys):
+        """Keys built for lower levels than the plan uses them at fail here, before any work."""
+        for what, key, need, fix in self.layout_impl.level_checks(self.context, eval_keys):
+            if key is not None and need is not None and key.level is not None and key.level < need:
+                raise LevelError(f"{what}: generated for levels <= {key.level}, but this model uses them at level "
+                                 f"{need}; use keygen()'s eval_keys (or ctx.{fix}(sk, ..., level={need}))")
+
+    # ---- client side
+    def _check_x(self, x) -> np.ndarray:
+        try:
+            import torch   # optional: tensors are accepted when torch is installed
+
+            if isinstance(x, torch.Tensor):
+                x = x.detach().cpu().numpy()
+        except ImportError:
+            pass
+        x = np.asarray(x)
+        if x.dtype == object or not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+            raise EncodingError(f"inputs must be real numbers (float or int arrays), got dtype {x.dtype}")
+        if x.ndim != len(self.input_shape) + 1 or tuple(x.shape[1:]) != self.input_shape:
+            raise ShapeError(f"expected inputs of shape (batch, {', '.join(map(str, self.input_shape))}), got "
+                             f"{tuple(x.shape)}")
+        if x.shape[0] < 1:
+            raise ShapeError("the batch is empty")
+        x = x.astype(np.float64)
+        if not np.all(np.isfinite(x)):
+            raise EncodingError("inputs contain NaN or infinity")
+        return x
+
+    @property
+    def capacity(self) -> int:
+        return self.layout_impl.capacity
+
+    def encrypt(self, x, key):
+        """Encrypt a batch (batch, *input_shape) under the secret key (or a public key)."""
+        x = self._check_x(x)
+        if x.shape[0] > self.capacity:
+            raise ShapeError(f"batch of {x.shape[0]} samples exceeds the planned capacity {self.capacity} "
+                             f"(batch_size={self.batch_size}); recompile with a larger batch_size or split the batch")
+        self._check_key(key)
+        ctm = self.layout_impl.encrypt(self.context, x, key, self.top_level)
+        return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
+
+    def encrypt_weights(self, key):
+        """Layout (C), client side: the model's weights and biases encrypted under the client's key
+        (EncryptedWeights; save it and send it to the server once)."""
+        if not self.layout_impl.encrypted_weights:
+            raise ParameterError("encrypt_weights is for models compiled with encrypted_weights=True")
+        self._check_key(key)
+        return self.layout_impl.encrypt_weights(self.context, key, self.model_id)
+
+    def decrypt(self, ct, sk) -> np.ndarray:
+        if not isinstance(ct, EncryptedBatch):
+            raise TypeError("decrypt takes the EncryptedBatch returned by run()")
+        if ct.model_id != self.model_id:
+            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
+        if sk.key_id != ct.key_id:
+            raise KeyMismatchError("the secret key does not match the ciphertext's key pair; decrypt with the "
+                                   "secret key that encrypted the input")
+        y = self.layout_impl.decrypt(self.context, ct.ctm, sk, ct.batch)
+        return y.reshape((ct.batch,) + tuple(ct.shape))
+
+    # ---- server side
+    def prepare(self) -> float:
+        """Server side, once after loading: encode the layout's weight diagonals / plans (seconds spent).
+        Layout (A) has nothing to prepare. run() prepares on first use otherwise."""
+        return self.layout_impl.prepare(self.context)
+
+    def run(self, ct, eval_keys, runtime: str = "local", address: str | None = None, num_workers: int | None = None,
+            threads: int | None = None, weights=None, **ray_options):
+        """Encrypted inference (server side: ciphertexts and evaluation keys only).
+
+        runtime="local": in this process (threads: native threads). runtime="ray": every PCMM and
+        elementwise step as Ray tasks (hemlp.runtime.ray_models), bit-identical to "local"; address=None
+        uses the connected Ray or starts a local one with num_workers CPUs for the call, an address
+        ("host:port", "ray://host:10001", "auto") joins that cluster (RuntimeUnavailableError if it
+        cannot be reached). Ray options: grid ((p_m, p_n, p_k[, p_s]) or {step: grid}; p_s = 2 puts the two
+        polynomials of every ciphertext in different tasks; default the planner's grid_store for num_workers),
+        cts_per_task, stats (a dict filled per step). The result's
+        layer_seconds holds every step's wall-clock seconds."""
+        if runtime not in ("local", "ray"):
+            raise ValueError(f"runtime must be 'local' or 'ray', got {runtime!r}")
+        unknown = set(ray_options) - {"grid", "cts_per_task", "stats"}
+        if unknown or (ray_options and runtime != "ray"):
+            raise TypeError(f"run() got unexpected options {sorted(unknown or ray_options)} (grid, cts_per_task and "
+                            "stats are options of runtime='ray')")
+        if runtime == "local" and (address is not None or num_workers is not None):
+            raise ValueError("address and num_workers are options of runtime='ray'")
+
+        if not isinstance(ct, EncryptedBatch) or not isinstance(eval_keys, EvalKeys):
+            raise TypeError("run(ct, eval_keys) takes an EncryptedBatch and the EvalKeys from keygen()")
+        if eval_keys.model_id != self.model_id:
+            raise KeyMismatchError(f"the evaluation keys belong to compiled model {eval_keys.model_id}, not "
+                                   f"{self.model_id}; use this model's keygen()")
+        if ct.model_id != self.model_id:
+            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
+        if ct.stage != "input":
+            raise ShapeError("run() takes an encrypted input batch, not an output")
+        if self.needs_relin:
+            if eval_keys.relin_key is None:
+                raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
+            if eval_keys.relin_key.key_id != ct.key_id:
+                raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
+        self._check_key_levels(eval_keys)
+        self.layout_impl.check_run(ct, eval_keys, weights, runtime, self.model_id)
+        if threads is not None:
+            set_num_threads(threads)
+        timings: dict = {}
+        ray = dict(ray_options, address=address, num_workers=num_workers) if runtime == "ray" else {}
+        out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, runtime, ray)
+        result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
+        result.layer_seconds = timings
+        return result
+
+    def simulate(self, x) -> np.ndarray:
+        """The same plan in plaintext numpy (quantised weights, the same polynomials and layouts)."""
+        x = self._check_x(x)
+        y = self.layout_impl.simulate(x.reshape(x.shape[0], -1))
+        return y.reshape((x.shape[0],) + self.output_shape)
+
+    # ---- files
+    def save(self, path) -> None:
+        """The compiled-model directory (docs/formats.md): plan.json, weights.npz, params.bin; nothing secret."""
+        save(self, path)
+
+    def load_eval_keys(self, path):
+        return EvalKeys.load(path, self)
+
+    def load_encrypted(self, path):
+        return EncryptedBatch.load(path, self)
+
+    def load_secret_key(self, path):
+        sk = load_ckks_object(path, self.context)
+        if not isinstance(sk, SecretKey):
+            raise KeyMismatchError(f"{path} does not hold a secret key")
+        return sk
+
+    def __repr__(self):
+        return (f"CompiledModel({self.model_id}: {list(self.input_shape)} -> {list(self.output_shape)}, preset "
+                f"{self.preset}, depth {self.plan.info.get('depth')}, batch {self.batch_size}, layout {self.layout})")
+
+
+# ---------------------------------------------------------------------------------------
+# compile
+# ---------------------------------------------------------------------------------------
+
+def _frontend(model, x):
+    """The IR graph of a torch module or an ONNX model (the frontends are imported only when used: torch and onnx
+    are optional dependencies)."""
+    if isinstance(model, (str, Path)):
+        if not str(model).endswith(".onnx") and not Path(model).is_file():
+            raise ParameterError(f"{model!r} is not an ONNX file; pass a torch.nn.Module or a path to a .onnx file")
+        from hemlp.compiler.onnx_frontend import from_onnx
+
+        return from_onnx(str(model), x)
+    try:
+        import onnx
+
+        if isinstance(model, onnx.ModelProto):
+            from hemlp.compiler.onnx_frontend import from_onnx
+
+            return from_onnx(model, x)
+    except ImportError:
+        pass
+    try:
+        import torch
+
+        if isinstance(model, torch.nn.Module):
+            from hemlp.compiler.torch_frontend import from_torch
+
+            return from_torch(model, x)
+    except ImportError:
+        pass
+    raise TypeError(f"hemlp.compile takes a torch.nn.Module or an ONNX file path, got {type(model).__name__}")
+
+
+def _per_node(opt, node, default=None):
+    if isinstance(opt, dict):
+        for key in (node.name, node.source.split(":")[0], node.attrs.get("kind")):
+            if key in opt:
+                return opt[key]
+        return default
+    return default if opt is None else opt
+
+
+def _approximate_activations(g, x, opts) -> None:
+    """Calibrate and approximate every activation on the exact float model."""
+    ref = g.reference(x)
+    for n in g.nodes:
+        if n.op != "act":
+            continue
+        kind = n.attrs["kind"]
+        if kind in ("square", "poly"):
+            n.attrs["approx"] = exact_poly(kind, n.attrs.get("coeffs"))
+            continue
+        deg = int(_per_node(opts["activation_degree"], n, 7))
+        rng = _per_node(opts["activation_range"], n, None)
+        if rng is None:
+            lo, hi = calibrate(ref[n.inputs[0]], float(opts["activation_margin"]))
+        else:
+            lo, hi = map(float, rng)
+        n.attrs["approx"] = approximate(kind, lo, hi, deg, opts["activation_method"])
+
+
+def _fhe4dmm_matmuls(steps, slots: int, chunks: int, workers: int) -> list[dict]:
+    """Every PCMM as an FHE4DMM product with its Optimal Block Layout and 4D grid (for the distributed runtime)."""
+    matmuls = []
+    for s in steps:
+        if s.op != "pcmm":
+            continue
+        P = 1 if s.index is None else s.index.shape[1]
+        m, k, n_ = s.U.shape[0], s.U.shape[1], P * chunks * slots
+        f = obl if math.isqrt(slots) ** 2 == slots else obl_bruteforce
+        lay = f(m, n_, k, slots)
+        grid = grid_4d(lay, int(workers))
+        matmuls.append(dict(name=s.out, m=m, k=k, n=n_, obl=list(lay.blocks),
+                            grid=f"{grid.p_m}x{grid.p_n}x{grid.p_k}"))
+    return matmuls
+
+
+def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **options) -> CompiledModel:
+    """Compile a model for encrypted inference (see the module docstring)."""
+    bad = sorted(set(options) - set(OPTIONS))
+    if bad:
+        raise TypeError(f"unknown option(s) {bad}; valid options: {sorted(OPTIONS)}")
+    opts = dict(OPTIONS, **options)
+    cands = layouts.candidates(opts["layout"], bool(opts["encrypted_weights"]), batch_size is not None)
+    try:
+        import torch   # optional: tensors are accepted when torch is installed
+
+        if isinstance(example_input, torch.Tensor):
+            example_input = example_input.detach().cpu().numpy()
+    except ImportError:
+        pass
+    x = np.asarray(example_input, dtype=np.float64)
+    if x.ndim < 2:
+        raise ShapeError(f"example_input must be a batch (batch, *input_shape), got shape {x.shape}")
+    g = fold(_frontend(model_or_onnx_path, x))
+    _approximate_activations(g, x, opts)
+    steps = lower(g)
+    pcmm_levels = max(c.pcmm_levels for c in cands)
+    depth = depth_of(steps, pcmm_levels)
+    # output magnitude check against q_0 of the candidate preset
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y_sim = simulate_rows(steps, x.reshape(x.shape[0], -1).T, int(opts["weight_bits"]))
+    max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
+    allow = bool(opts["allow_insecure"])
+    info = choose_preset(depth, allow, opts["preset"])
+    params = Params.preset(info["name"])
+    reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
+    if reserve:
+        info = choose_preset(depth, allow, opts["preset"], reserve=reserve)
+        params = Params.preset(info["name"])
+    top = depth + reserve
+    plan_levels(steps, top, pcmm_levels)
+    bs = int(batch_size) if batch_size is not None else params.N // 2
+    if bs < 1:
+        raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
+    lay, estimates = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
+                                                           max_out))
+    info, params, depth, top, reserve = lay.preset_info, lay.params, lay.depth, lay.top_level, lay.reserve
+    opts = dict(lay.options)
+    slots = params.N // 2
+    chunks = -(-bs // slots)
+    by_node = {}
+    for s in steps:
+        by_node.setdefault(s.node, []).append(s)
+    for n in g.nodes:
+        ss = by_node.get(n.name, [])
+        if ss:
+            n.level_in, n.level_out = ss[0].level_in, ss[-1].level_out
+        for s in ss:
+            if s.info.get("folded_affine"):
+                n.notes.append(f"(input map of {s.info['folded_affine']} folded in)")
+            if s.op == "affine" and s.info.get("note"):
+                n.notes.append(s.info["note"])
+    matmuls = _fhe4dmm_matmuls(steps, slots, chunks, opts["workers"]) if lay.fhe4dmm_grids else []
+    plan_info = dict(model=g.name, preset=info["name"], N=params.N, slots=slots, security=info["security"],
+                     depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,
+                     chunks=chunks, waste=1.0 - bs / (chunks * slots), weight_bits=int(opts["weight_bits"]),
+                     needs_relin=any(s.op in CT_PRODUCT_OPS for s in steps), workers=int(opts["workers"]),
+                     matmuls=matmuls, layout=lay.name, layout_estimates=estimates)
+    plan_info.update(lay.plan_info())
+    plan = Plan(g, steps, plan_info)
+    store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items() if k in STORED_OPTIONS}
+    lay.options = store_opts
+    cm = CompiledModel(plan, steps, info["name"], params, g.input.shape, g.output.shape, bs, top, store_opts, allow,
+                       layout=lay.name, planned_layout=lay)
+    cm.reference = lambda xx: g.reference(np.asarray(xx, dtype=np.float64))[g.output.name]
+    return cm
+
+
+# ---------------------------------------------------------------------------------------
+# The compiled-model directory (everything the server needs, nothing secret):
+#     plan.json     format version, model id, preset, options, input/output shapes, batch size, layout,
+#                   the printable plan, and every step's metadata (ops, levels, activations)
+#     weights.npz   the step arrays (weights, im2col indices, biases, affine maps)
+#     params.bin    the CKKS parameters (hemlp.ckks.Params.to_bytes)
+# ---------------------------------------------------------------------------------------
+
+def save(compiled: CompiledModel, path) -> None:
+    """Write `compiled` as a compiled-model directory (created if missing)."""
+    d = Path(path)
+    d.mkdir(parents=True, exist_ok=True)
+    arrays = {}
+    metas = []
+    for i, s in enumerate(compiled.steps):
+        metas.append(s.meta())
+        for k, v in s.arrays().items():
+            arrays[f"s{i}_{k}"] = v
+    meta = dict(format="hemlp-compiled-model", version=FORMAT_VERSION, model_id=compiled.model_id,
+                preset=compiled.preset, allow_insecure=compiled.allow_insecure, options=compiled.options,
+                input_shape=list(compiled.input_shape), output_shape=list(compiled.output_shape),
+                batch_size=compiled.batch_size, top_level=compiled.top_level, layout=compiled.layout,
+                plan_text=str(compiled.plan),
+                plan_info=compiled.plan.info, steps=metas)
+    tmp = d / "weights.npz.tmp.npz"
+    np.savez(tmp, **arrays)
+    tmp.replace(d / "weights.npz")
+    write_atomic(d / "params.bin", compiled.context.params.to_bytes())
+    write_atomic(d / "plan.json", json.dumps(meta, indent=1, default=_json_default).encode())
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(type(o).__name__)
+
+
+def load(path) -> CompiledModel:
+    """Load a compiled model directory written by CompiledModel.save (server or client side)."""
+    d = Path(path)
+    try:
+        meta = json.loads((d / "plan.json").read_text())
+    except OSError as exc:
+        raise SerializationError(f"{d} is not a compiled hemlp model directory: {exc.strerror}") from None
+    except json.JSONDecodeError:
+        raise SerializationError(f"{d / 'plan.json'} is corrupted") from None
+    if meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
+        raise SerializationError(f"{d} holds an unsupported compiled-model format")
+    try:
+        with np.load(d / "weights.npz", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise SerializationError(f"cannot read {d / 'weights.npz'}: {exc}") from None
+    params = Params.from_bytes(read_file(d / "params.bin", "params"))
+    steps = []
+    for i, m in enumerate(meta["steps"]):
+        pre = f"s{i}_"
+        steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
+    plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
+    cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]), tuple(meta["output_shape"]),
+                       meta["batch_size"], meta["top_level"], meta["options"], meta["allow_insecure"],
+                       layout=meta.get("layout", "batch"))
+    if cm.model_id != meta["model_id"]:
+        raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "
+                                 "corrupted or mixed from two models")
+    return cm

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Render docs/benchmarks.md from the benchmark JSON files in bench/: one current table per benchmark, every
+figure read from the JSON file named above its table (tests/apps/test_docs.py checks the file is up to date).
+
+    python scripts/bench_tables.py            # rewrite docs/benchmarks.md
+    python scripts/bench_tables.py --check    # exit 1 when docs/benchmarks.md differs from the JSON files
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+OUT = ROOT / "docs" / "benchmarks.md"
+
+
+def load(name: str) -> dict:
+    return json.loads((BENCH / name).read_text())
+
+
+def table(head: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def machine(d: dict) -> str:
+    m = d.get("machine", {})
+    cpu = m.get("cpu", {})
+    la = m.get("load_average")
+    simd = "AVX-512" if "avx512f" in cpu.get("simd_flags", []) else "AVX2" if "avx2" in cpu.get("simd_flags", []) \
+        else "scalar"
+    env = m.get("env", {})
+    scalar = " (HEMLP_DISABLE_AVX512=1)" if env.get("HEMLP_DISABLE_AVX512") == "1" else ""
+    return (f"{cpu.get('model', '?')}, {cpu.get('logical_cores', '?')} cores, {simd} CPU{scalar}; "
+            f"{m.get('date', '?')[:10]}; load average {', '.join(f'{x:.1f}' for x in la) if la else '?'}")
+
+
+def ms(s) -> str:
+    return f"{s * 1e3:.3g}"
+
+
+def sec(s) -> str:
+    return f"{s:.3g} s"
+
+
+def section(title: str, source: str, command: str, body: str, d: dict | None = None) -> str:
+    where = f"`bench/{source}`" + (f" — {machine(d)}" if d is not None and "machine" in d else "")
+    return f"## {title}\n\nSource: {where}.  \nCommand: `{command}`\n\n{body}\n"
+
+
+def peers_core(name: str, title: str, command: str) -> str:
+    d = load(name)
+    ops = [("mul", "ct×ct + relin + rescale"), ("rotate", "rotate"), ("rotate_hoisted8", "8 hoisted rotations")]
+    rows = []
+    for r in d["runs"]:
+        p = r["peers"]
+        for op, label in ops:
+            t = {k: p[k]["ops"][op]["median_s"] for k in ("hemlp", "openfhe", "tenseal") if op in p[k]["ops"]}
+            rat = r["ratios_hemlp_over_peer"]
+            rows.append([f"2^{r['logn']}, {r['threads']}", label] + [ms(t[k]) if k in t else "–"
+                                                                     for k in ("hemlp", "openfhe", "tenseal")]
+                        + [f"{rat[k][op]:.2f}×" if op in rat.get(k, {}) else "–" for k in ("openfhe", "tenseal")])
+    passed = sum(t["status"] == "PASS" for t in d["targets"])
+    body = (table(["N, threads", "op", "hemlp ms", "OpenFHE ms", "TenSEAL ms", "hemlp/OpenFHE", "hemlp/TenSEAL"], rows)
+            + f"\n\nMedian milliseconds. Target checks passed: {passed} of {len(d['targets'])}.")
+    return section(title, name, command, body, d)
+
+
+def core(name: str, command: str) -> str:
+    d = load(name)
+    ops = list(d["results"][0]["ops"])
+    rows = [[r["threads"]] + [ms(r["ops"][o]["median_s"]) for o in ops] for r in d["results"]]
+    body = table(["threads"] + [f"{o} ms" for o in ops], rows) + \
+        f"\n\nPreset {d['preset']['name']}; precision (bits): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in d["results"][0]["precision"].items())
+    return section("CKKS core (hemlp alone)", name, command, body, d)
+
+
+def peers_pcmm(name: str, command: str) -> str:
+    d = load(name)
+    rows = [[f"{r['d']}×{r['d']} @ Enc({r['d']}×8192)", r["threads"], sec(r["hemlp_s"]), sec(r["openfhe_s"]),
+             f"{r['speedup_vs_openfhe']:.1f}×", f"{r['hemlp_bits']:.1f} / {r['openfhe_bits']:.1f}"]
+            for r in d["results"]]
+    body = table(["product", "threads", "hemlp PCMM", "OpenFHE", "hemlp speed-up", "bits hemlp / OpenFHE"], rows)
+    return section("PCMM vs OpenFHE", name, command, body, d)
+
+
+def pcmm(name: str, title: str, command: str) -> str:
+    d = load(name)
+    rows = [[r["d"], r["d3_label"], r["format"], r["threads"], sec(r["pcmm_s"]),
+             sec(r["gemm_s"]) if r.get("gemm_s") else "–", f"{r['ratio']:.1f}×" if r.get("ratio") else "–",
+             f"{r['bits']:.1f}" if r.get("bits") is not None else "–"] for r in d["results"]]
+    body = table(["d1 = d2", "d3", "format", "threads", "PCMM", "fp64 GEMM", "PCMM / GEMM", "bits"], rows)
+    return section(title, name, command, body, d)
+
+
+def modgemm(name: str, command: str) -> str:
+    d = load(name)
+    rows = [[r["threads"], r["d"], r["n"], r["q_bits"], r["T"], f"{r['ratio']:.2f}×", f"{r['cpu_ratio']:.2f}×"]
+            for r in d["results"]]
+    body = table(["threads", "d", "n", "q bits", "DGEMMs (T)", "wall ratio", "CPU ratio"], rows) + \
+        "\n\nRatio = exact modular GEMM (ModGemmPlan) / numpy fp64 GEMM of the same shape."
+    return section("Exact modular GEMM vs fp64 GEMM", name, command, body)
+
+
+def infer(name: str, command: str) -> str:
+    d = load(name)
+    s = d["single_image"]
+    rows = [["encrypted vs plaintext top-1 agreement", f"{d['agreement']:.1%} of {d['n_agreement']} (layout {'A'})"],
+            [f"server run, batch {d['batch']} (layout A)", f"{sec(d['run_s'])} ({d['run_ms_per_image']:.2f} ms per image)"],
+            [f"client encrypt / decrypt, batch {d['batch']}", f"{sec(d['encrypt_s'])} / {sec(d['decrypt_s'])}"],
+            ["evaluation keys, layout A", f"{d['eval_key_bytes'] / 1e6:.1f} MB"],
+            [f"single image, layout ({s['layout'][0].upper()}) server run (median of {s['n']})",
+             f"{s['run_s_median'] * 1e3:.0f} ms, agreement {s['agreement']:.0%}"],
+            ["single image in layout A", sec(s["run_s_layout_a"])],
+            ["layout P keys / upload per request",
+             f"{s['eval_key_bytes'] / 1e6:.1f} MB / {s['input_bytes'] / 1e6:.1f} MB ({s['input_ciphertexts']} ciphertexts)"],
+            ["accuracy plain / simulated / encrypted (held-out digits)",
+             f"{d['accuracy_plain']:.1%} / {d['accuracy_simulated']:.1%} / {d['accuracy_encrypted']:.1%}"],
+            ["max abs(encrypted − simulated) logit", f"{d['max_abs_err_vs_simulate']:.2g}"]]
+    body = table(["metric", "value"], rows) + f"\n\nPreset {d['preset']}, {d['threads']} threads."
+    return section("Encrypted inference (MNIST MLP 784-128-64-10, x²)", name, command, body, d)
+
+
+def layouts(name: str, command: str) -> str:
+    d = load(name)
+    rows = []
+    for r in d["results"]:
+        if r.get("skipped"):
+            cell = f"skipped: {r['skipped']}; estimate {sec(r['estimate_s'])}"
+        else:
+            cell = (f"{sec(r['run_s'])} ({r['run_ms_per_image']:.3g} ms/image), keys "
+                    f"{r['eval_key_bytes'] / 1e6:.4g} MB, agreement {r['agreement']:.0%}")
+        rows.append([r["batch"], r["layout"], r["preset"], cell])
+    body = table(["batch", "layout", "preset", "server run, keys, agreement"], rows)
+    return section("Layouts per batch size", name, command, body, d)
+
+
+def weights(name: str, command: str) -> str:
+    d = load(name)
+    rows = [["model", f"{d['inputs']}-{d['hidden']}-10 (x²), batch {d['batch']}, preset {d['preset']}"],
+            ["server run per batch / per image", f"{sec(d['run_s'])} / {sec(d['run_s_per_image'])}"],
+            ["agreement with plaintext; max logit error", f"{d['agreement']:.0%}; {d['max_abs_err_vs_plaintext']:.2g}"],
+            ["encrypted weights", f"{d['encrypted_weight_bytes'] / 1e6:.1f} MB"],
+            ["evaluation keys", f"{d['rotation_keys']} rotation keys + relinearisation, "
+                                f"{d['eval_key_bytes'] / 1e6:.0f} MB (keygen {sec(d['keygen_s'])})"]]
+    body = table(["metric", "value"], rows)
+    return section("Encrypted weights (layout C)", name, command, body, d)
+
+
+def ray(command: str) -> str:
+    files = [("ray_mlp_N14.json", "MLP, batch 8 192"), ("ray_mlp_N14_b4096.json", "MLP, batch 4 096"),
+             ("ray_mlp_N14_b16384.json", "MLP, batch 16 384"), ("ray_mlp512_N14.json", "784-512-128-10, batch 8 192"),
+             ("ray_mlp_N14_2nodes.json", "MLP, batch 8 192, two raylets")]
+    rows = []
+    for f, label in files:
+        d = load(f)
+        t = {r["label"]: r["seconds"] for r in d["results"]}
+        s = d["summary"]
+        pc = s.get("pcmm_speedup_1_to_2_workers", {}).get("linear_0")
+        rows.append([label, f"`{f}`", sec(t["local, 1 thread(s)"]), sec(t["local, 2 thread(s)"]),
+                     sec(t["Ray, 1 worker(s)"]), sec(t["Ray, 2 worker(s)"]),
+                     f"{s['overhead_ray1_vs_local1']:+.1%} / {s['overhead_ray2_vs_local2']:+.1%}",
+                     f"{pc:.2f}×" if pc else "–"])
+    d = load("ray_mlp_N14_back2back.json")
+    body = (table(["model", "source", "local 1 thread", "local 2 threads", "Ray 1 worker", "Ray 2 workers",
+                   "Ray overhead (1 / 2)", "linear_0 PCMM, 1 → 2 workers"], rows)
+            + f"\n\nMedians of the end-to-end runs. Back-to-back 2-worker runs (`bench/ray_mlp_N14_back2back.json`): "
+              f"{sec(d['summary']['back_to_back_s'])} per run, input put {sec(d['summary']['back_to_back_input_put_s'])}."
+              "\n\nMachines: " + "; ".join(f"`{f}` {machine(load(f))}" for f, _ in files[:1]) + ".")
+    return f"## Ray runtime (layout A)\n\nSources: the JSON files named in the table.  \nCommand: `{command}`\n\n{body}\n"
+
+
+def files(name: str, command: str) -> str:
+    d = load(name)
+    rows = [[op, sec(v["median_s"]), f"{d['bytes'] / v['median_s'] / 1e9:.2f} GB/s"] for op, v in d["ops"].items()]
+    body = table(["operation", "median", "throughput"], rows) + \
+        f"\n\n{d['ciphertexts']} ciphertexts, {d['bytes'] / 1e6:.0f} MB (batch {d['batch']}, preset {d['preset']}); " \
+        f"round trip equal: {d['round_trip_equal']}."
+    return section("Encrypted batch files", name, command, body, d)
+
+
+def render() -> str:
+    env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python"
+    parts = [
+        "# Benchmarks\n\nGenerated by `python scripts/bench_tables.py` from the JSON files in `bench/` (do not edit by hand; "
+        "`tests/apps/test_docs.py` checks it is current). One table per benchmark, the current run only; each "
+        "section names its JSON file, the machine and the load it ran under. Timings on a shared 2-core machine "
+        "are noisy: compare ratios within one table, not absolute times across tables.\n",
+        peers_core("peers_core.json", "CKKS core vs OpenFHE and TenSEAL",
+                   "scripts/bench_peers.py core --logn 14,15 --threads 1,2 --repeats 5 --rounds 2 --json bench/peers_core.json"),
+        peers_core("peers_core_scalar.json", "CKKS core vs peers, scalar kernels",
+                   "HEMLP_DISABLE_AVX512=1 scripts/bench_peers.py core --logn 14,15 --threads 1,2 --repeats 5 --rounds 2 "
+                   "--json bench/peers_core_scalar.json"),
+        core("core_N14.json", f"{env} -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json"),
+        peers_pcmm("peers_pcmm.json", "scripts/bench_peers.py pcmm --sizes 64,256 --json bench/peers_pcmm.json"),
+        pcmm("pcmm_N14.json", "PCMM formats vs fp64 GEMM",
+             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256,1024 --json bench/pcmm_N14.json"),
+        pcmm("pcmm_4096_N14.json", "PCMM formats vs fp64 GEMM, 4096 rows",
+             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 4096 --d3 N/2,N --threads 1 --json bench/pcmm_4096_N14.json"),
+        pcmm("pcmm_hs_N14.json", "PCMM vs the rotation baseline (Halevi–Shoup, BSGS + hoisting)",
+             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256 --threads 1 --baseline --json bench/pcmm_hs_N14.json"),
+        modgemm("modgemm.json", "scripts/bench_modgemm.py --json bench/modgemm.json"),
+        infer("infer_N14.json", f"{env} -m hemlp.bench infer --preset N14-d6 --batch 4096 --json bench/infer_N14.json"),
+        layouts("infer_layouts.json", f"{env} -m hemlp.bench infer --layout-batches 1024,4096 --preset N14-d6 "
+                                      "--max-key-gb 4 --max-estimate-s 150 --run-repeats 2 --threads 2 "
+                                      "--json bench/infer_layouts.json"),
+        weights("weights_N15.json", f"{env} -m hemlp.bench weights --hidden 32 --batch 16 --downsample 2 "
+                                    "--json bench/weights_N15.json"),
+        ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "
+            "(--batch, --dims, --nodes 2 for the other rows)"),
+        files("files_N14.json", f"{env} -m hemlp.bench files --preset N14-d6 --json bench/files_N14.json"),
+    ]
+    return "\n".join(parts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only compare with docs/benchmarks.md")
+    text = render()
+    if ap.parse_args().check:
+        same = OUT.exists() and OUT.read_text() == text
+        print("docs/benchmarks.md is current" if same else "docs/benchmarks.md differs from bench/*.json: rerun "
+              "python scripts/bench_tables.py")
+        return 0 if same else 1
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(text)
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The Python package's import graph, read from the source (AST, nothing imported).
+
+Rules (docs/ARCHITECTURE rules of thumb): no import cycle between hemlp's modules, counting the imports inside
+functions too (a function-level import is how a cycle hides); and no private name used across modules — neither
+``from hemlp.x import _name`` nor ``module._name`` nor ``obj._name`` where ``_name`` is not defined in the module
+that uses it (an attribute of another module's class). ``hemlp._core`` (the native extension module, named so by
+pybind11 convention) is the one private-looking module name that may be imported.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "hemlp"
+ALLOWED_PRIVATE_MODULES = {"hemlp._core"}
+
+#: modules already redesigned (issue #15): held to every rule now, whatever the rest of the tree does
+CLEAN = ("hemlp", "hemlp.model", "hemlp.files", "hemlp.threads", "hemlp.errors", "hemlp.cli", "hemlp.demo",
+         "hemlp.layouts", "hemlp.compiler", "hemlp.planner", "hemlp.runtime.local")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+MODULES = _modules()
+
+
+def _is_clean(mod: str) -> bool:
+    return any(mod == c or mod.startswith(c + ".") for c in CLEAN if c != "hemlp") or mod == "hemlp"
+
+
+def _resolve(mod: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    pkg = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+    base = pkg[: len(pkg) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+class _Imports(ast.NodeVisitor):
+    """Edges (target module, function-level?) and the names bound to hemlp / foreign modules."""
+
+    def __init__(self, mod: str, path: Path):
+        self.mod, self.path, self.depth = mod, path, 0
+        self.edges: list[tuple[str, bool, int]] = []
+        self.private: list[str] = []
+        self.module_names: set[str] = set()     # local names bound to hemlp modules
+        self.foreign_names: set[str] = set()    # local names bound to non-hemlp modules or their members
+
+    def _function(self, node):
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def _edge(self, target: str, line: int):
+        if target in ALLOWED_PRIVATE_MODULES:
+            return
+        if target in MODULES and target != self.mod:
+            self.edges.append((target, self.depth > 0, line))
+
+    def visit_Import(self, node):
+        for a in node.names:
+            if a.name.split(".")[0] != "hemlp":
+                self.foreign_names.add((a.asname or a.name).split(".")[0])
+                continue
+            if any(p.startswith("_") and not p.startswith("__") for p in a.name.split(".")) \
+                    and a.name not in ALLOWED_PRIVATE_MODULES:
+                self.private.append(f"{self.path.name}:{node.lineno} import {a.name}")
+            self._edge(a.name, node.lineno)
+            if a.asname:
+                self.module_names.add(a.asname)
+
+    def visit_ImportFrom(self, node):
+        src = _resolve(self.mod, self.path, node)
+        if src.split(".")[0] != "hemlp":
+            self.foreign_names.update(a.asname or a.name for a in node.names)
+            return
+        for a in node.names:
+            full = f"{src}.{a.name}"
+            if full in MODULES or full in ALLOWED_PRIVATE_MODULES:
+                self._edge(full, node.lineno)
+                self.module_names.add(a.asname or a.name)
+            else:
+                self._edge(src, node.lineno)
+            if a.name.startswith("_") and not a.name.startswith("__") and full not in ALLOWED_PRIVATE_MODULES:
+                self.private.append(f"{self.path.name}:{node.lineno} from {src} import {a.name}")
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """Every name this module defines: functions, classes, assigned attributes and names, __slots__ entries."""
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            names.add(n.attr)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, ast.arg):
+            names.add(n.arg)
+        elif isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in n.targets):
+            names.update(c.value for c in ast.walk(n.value) if isinstance(c, ast.Constant) and isinstance(c.value, str))
+    return names
+
+
+def _scan(mod: str, path: Path):
+    tree = ast.parse(path.read_text(), str(path))
+    v = _Imports(mod, path)
+    v.visit(tree)
+    own = _own_names(tree)
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")):
+            continue
+        recv = n.value
+        if isinstance(recv, ast.Name) and recv.id in ("self", "cls"):
+            continue
+        if isinstance(recv, ast.Name) and recv.id in v.module_names:
+            v.private.append(f"{path.name}:{n.lineno} {recv.id}.{n.attr}")    # a private name of a hemlp module
+        elif isinstance(recv, ast.Name) and recv.id in v.foreign_names:
+            continue                                                         # sys._getframe & co: not ours
+        elif n.attr not in own:
+            v.private.append(f"{path.name}:{n.lineno} .{n.attr}")             # another module's private attribute
+    return v
+
+
+SCANS = {m: _scan(m, p) for m, p in MODULES.items()}
+
+
+def _cycles(with_function_level: bool, select=lambda m: True) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), in the graph of the selected modules."""
+    graph = {m: sorted({t for t, fn, _ in s.edges if (with_function_level or not fn) and select(t)})
+             for m, s in SCANS.items() if select(m)}
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for m in graph:
+        if m not in index:
+            visit(m)
+    return out
+
+
+def _private_uses(select) -> dict[str, list[str]]:
+    return {m: s.private for m, s in SCANS.items() if s.private and select(m)}
+
+
+def test_the_scanner_sees_the_package():
+    """The checks below are only as good as the graph: it must hold the modules and their known edges."""
+    assert {"hemlp.model", "hemlp.layouts.packed", "hemlp.runtime.local", "hemlp.ckks"} <= set(MODULES)
+    assert ("hemlp.layouts.base", False) in {(t, fn) for t, fn, _ in SCANS["hemlp.layouts.packed"].edges}
+    assert ("hemlp.model", True) in {(t, fn) for t, fn, _ in SCANS["hemlp"].edges}   # compile() loads it lazily
+
+
+def test_the_checks_catch_what_they_forbid(tmp_path):
+    """A cycle hidden in a function and a private import are found (the checks can fail)."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("from hemlp.layouts import base\nfrom hemlp.ckks import _atomic_write\nx = obj._secret\n")
+    v = _scan("hemlp.layouts.a", a)
+    assert any("_atomic_write" in p for p in v.private) and any("._secret" in p for p in v.private)
+    b.write_text("def f():\n    from hemlp.model import compile\n")
+    assert ("hemlp.model", True, 2) in _scan("hemlp.layouts.b", b).edges
+
+
+def test_no_import_cycle_among_module_level_imports():
+    assert _cycles(with_function_level=False) == []
+
+
+def test_no_import_cycle_among_redesigned_modules():
+    """Counting function-level imports: no cycle among the redesigned modules."""
+    assert _cycles(with_function_level=True, select=_is_clean) == []
+
+
+def test_no_private_name_across_modules_in_redesigned_modules():
+    assert _private_uses(_is_clean) == {}
+
+
+# The rest of the tree is being redesigned on other branches (the Ray runtime split, the scheme layer's public
+# handles); these two checks become strict when they land. strict=True: they fail loudly once they pass.
+PENDING_CYCLES = ("runtime/batch.py imports hemlp.model (the runtime reaching up to the model) and "
+                  "runtime/ray_runtime.py imports runtime/batch.py, closing layouts.batch -> runtime.ray_models -> "
+                  "runtime.ray_runtime -> runtime.batch -> model -> layouts (function-level imports)")
+PENDING_PRIVATE = ("linalg.py, polyeval.py, bootstrap/dft.py, bootstrap/reinterpret.py (hemlp.ckks internals: _e, "
+                   "_w, _obj, _unwrap, _key_level, _atomic_write), runtime/artifacts.py, runtime/batch.py, "
+                   "runtime/ray_models.py, runtime/ray_runtime.py (ckks internals and ray_runtime's _splits, _ray, "
+                   "_maybe_die, _grid_dims)")
+
+
+@pytest.mark.xfail(strict=True, reason=f"cycles left in modules owned by the Ray redesign: {PENDING_CYCLES}")
+def test_no_import_cycle_at_all():
+    assert _cycles(with_function_level=True) == []
+
+
+@pytest.mark.xfail(strict=True, reason=f"private names still used across modules in: {PENDING_PRIVATE}")
+def test_no_private_name_across_modules_anywhere():
+    assert _private_uses(lambda m: True) == {}
