@@ -1,0 +1,182 @@
+"""End-to-end CKKS bootstrapping at the insecure test-N12-boot chain (N = 2^12, 2048 slots; CtS 3, EvalMod
+8, StC 2 levels; 3 levels left), against the plaintext data.
+
+Precision is -log2(max |error|) over all slots. Measured on this chain (BOOTSTRAP.md T8): random complex
+slots in [-1, 1]² 20.3–20.5 bits max (≈ 22 mean), real 20.7–20.9, constant vectors (coefficients
+at the message-ratio edge) 13.3 bits (1.0) / 14.8 (−0.7), two bootstraps in a row 19.9, pair packing
+19.6. The N = 2^16 target (>= 20 bits max) is checked in the slow test.
+"""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from hemlp import ckks
+from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper, max_coefficient, slot_coefficients
+from hemlp.bootstrap import special_fft as sf
+from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError, ShapeError
+
+RANDOM_BITS = 19.0      # measured 20.3-20.9
+MEAN_BITS = 21.0        # measured ≈ 22
+STRUCT_BITS = 12.0      # constants: measured 13.3 (BOOTSTRAP.md: about 13 at R = 8)
+PAIR_BITS = 18.5        # measured 19.6 (refreshed at Δ/2, split after)
+
+
+def bits(got, want) -> float:
+    err = float(np.max(np.abs(np.asarray(got) - np.asarray(want))))
+    return math.inf if err == 0 else -math.log2(err)
+
+
+@pytest.fixture(scope="module")
+def env():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = ckks.Context("test-N12-boot", allow_insecure=True)
+    sk, pk = ctx.keygen()
+    keys = BootstrapKeys.generate(ctx, sk)
+    return ctx, sk, pk, keys, Bootstrapper(ctx, keys)
+
+
+def test_slot_coefficients_is_the_inverse_embedding():
+    rng = np.random.default_rng(0)
+    n = 64
+    z = rng.normal(size=n) + 1j * rng.normal(size=n)
+    w = np.linalg.solve(sf.embedding_matrix(n), z)
+    x = slot_coefficients(z)
+    assert np.allclose(x, np.concatenate([w.real, w.imag]), atol=1e-12)
+    assert max_coefficient(np.ones(n)) == pytest.approx(1.0)
+
+
+def test_levels_and_plan(env):
+    ctx, sk, pk, keys, boot = env
+    bp = BootParams.for_context(ctx)
+    assert (bp.cts_depth, bp.evalmod_depth, bp.stc_depth) == (3, 8, 2)
+    assert boot.output_level == ctx.max_level - 13 == 3 == bp.levels_left(ctx)
+    assert boot.evalmod_level == ctx.max_level - 3
+    listing = keys.describe(ctx)
+    assert "conjugate" in listing and "encapsulation" in listing and "h=32" in listing
+    # each rotation key is made for the highest level it is used at (CtS at the top, StC lower)
+    assert max(keys.rotation_levels.values()) == ctx.max_level
+    assert min(keys.rotation_levels.values()) <= boot.evalmod_level - 8
+
+
+@pytest.mark.parametrize("level", [1, 4, 0])
+def test_random_complex(env, level):
+    ctx, sk, pk, keys, boot = env
+    rng = np.random.default_rng(10 + level)
+    z = rng.uniform(-1, 1, ctx.slots) + 1j * rng.uniform(-1, 1, ctx.slots)
+    out = boot.bootstrap(ctx.encrypt(z, pk, level=level))   # level 0: ScaleDown multiplies by 2^12, no level
+    assert out.level == 3 and out.scale == 2.0 ** 40 and out.slots == ctx.slots and out.encoding == "slot"
+    d = ctx.decrypt(out, sk)
+    assert bits(d, z) >= RANDOM_BITS
+    assert -math.log2(float(np.mean(np.abs(d - z)))) >= MEAN_BITS
+
+
+def test_random_real(env):
+    ctx, sk, pk, keys, boot = env
+    x = np.random.default_rng(3).uniform(-1, 1, ctx.slots)
+    out = boot.bootstrap(ctx.encrypt(x, pk, level=2))
+    d = ctx.decrypt(out, sk)
+    assert d.dtype == np.float64 and not out.is_complex
+    assert bits(d, x) >= RANDOM_BITS
+
+
+@pytest.mark.parametrize("c", [1.0, -0.7])
+def test_constant_vectors_structured(env, c):
+    ctx, sk, pk, keys, boot = env
+    z = np.full(ctx.slots, c)
+    assert boot.check_input_range(z) == pytest.approx(abs(c))
+    out = boot.bootstrap(ctx.encrypt(z, pk, level=1))
+    assert bits(ctx.decrypt(out, sk), z) >= STRUCT_BITS
+
+
+def test_input_near_and_over_the_range_edge(env):
+    ctx, sk, pk, keys, boot = env
+    rng = np.random.default_rng(5)
+    # asymmetric data whose largest coefficient is 0.95 (the edge of the message ratio)
+    z = rng.uniform(-1, 1, ctx.slots) + 0.5
+    z = z * (0.95 / max_coefficient(z))
+    assert boot.check_input_range(z) == pytest.approx(0.95)
+    out = boot.bootstrap(ctx.encrypt(z, pk, level=1))
+    assert bits(ctx.decrypt(out, sk), z) >= STRUCT_BITS
+    with pytest.raises(EncodingError, match="largest coefficient"):
+        boot.check_input_range(np.full(ctx.slots, 1.5))
+    with pytest.raises(ShapeError):
+        boot.check_input_range(np.zeros(7))
+
+
+def test_bootstrap_twice_and_multiply_after(env):
+    ctx, sk, pk, keys, boot = env
+    rng = np.random.default_rng(7)
+    z = rng.uniform(-1, 1, ctx.slots) + 1j * rng.uniform(-1, 1, ctx.slots)
+    once = boot.bootstrap(ctx.encrypt(z, pk, level=1))
+    twice = boot.bootstrap(once)
+    assert twice.level == 3 and twice.scale == 2.0 ** 40
+    assert bits(ctx.decrypt(twice, sk), z) >= RANDOM_BITS - 1.5
+    # the output is an ordinary ciphertext: multiply by a fresh one at its level
+    w = rng.uniform(-1, 1, ctx.slots)
+    rlk = ctx.relin_key(sk, level=3)
+    prod = ctx.mul(once, ctx.encrypt(w, pk, level=3), rlk, rescale=True)
+    assert prod.level == 2
+    assert bits(ctx.decrypt(prod, sk), z * w) >= RANDOM_BITS - 1
+
+
+def test_pair_equals_two_single_bootstraps(env):
+    ctx, sk, pk, keys, boot = env
+    rng = np.random.default_rng(11)
+    a, b = rng.uniform(-1, 1, ctx.slots), rng.uniform(-1, 1, ctx.slots) * 0.5 - 0.2
+    ca, cb = ctx.encrypt(a, pk, level=1), ctx.encrypt(b, pk, level=1)
+    pa, pb = boot.bootstrap_pair(ca, cb)
+    for ct in (pa, pb):
+        assert ct.level == 3 and ct.scale == 2.0 ** 40 and not ct.is_complex
+    da, db = ctx.decrypt(pa, sk), ctx.decrypt(pb, sk)
+    assert bits(da, a) >= PAIR_BITS and bits(db, b) >= PAIR_BITS
+    sa, sb = boot.bootstrap(ca), boot.bootstrap(cb)
+    assert bits(da, ctx.decrypt(sa, sk)) >= PAIR_BITS - 0.5
+    assert bits(db, ctx.decrypt(sb, sk)) >= PAIR_BITS - 0.5
+
+
+def test_sparse_slots():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = ckks.Context("test-N12-boot", allow_insecure=True)
+    sk, pk = ctx.keygen()
+    bp = BootParams.for_context(ctx, slots=256)
+    boot = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk, bp))
+    z = np.random.default_rng(4).uniform(-1, 1, 256) + 1j * np.random.default_rng(5).uniform(-1, 1, 256)
+    out = boot.bootstrap(ctx.encrypt(z, pk, level=1, slots=256))
+    assert out.slots == 256 and out.level == 3 and out.scale == 2.0 ** 40
+    assert bits(ctx.decrypt(out, sk), z) >= RANDOM_BITS - 2
+
+
+def test_typed_errors(env):
+    ctx, sk, pk, keys, boot = env
+    with pytest.raises(ShapeError, match="2048 slots"):
+        boot.bootstrap(ctx.encrypt(np.zeros(256), pk, level=1, slots=256))
+    with pytest.raises(ScaleMismatchError, match="level 0"):
+        boot.bootstrap(ctx.encrypt(np.zeros(ctx.slots), pk, level=0, scale=2.0 ** 55))
+    ct = ctx.encrypt(np.zeros(ctx.slots), pk, level=2)
+    with pytest.raises(ShapeError, match="relinearise"):
+        boot.bootstrap(ctx.mul(ct, ct))
+    with pytest.raises(MissingKeyError, match="BootstrapKeys"):
+        Bootstrapper(ctx, None)
+    # a key set without one rotation key: the error names the step and its level
+    step, level = max(keys.rotation_levels.items(), key=lambda kv: kv[1])
+    partial = BootstrapKeys(keys.params, ctx.rotation_keys(sk, [s for s in keys.rotation_levels if s != step]),
+                            keys.relin, keys.encapsulation, keys.rotation_levels, keys.conj_level)
+    with pytest.raises(MissingKeyError, match=f"step {step} at level >= {level}"):
+        Bootstrapper(ctx, partial)
+    low_relin = BootstrapKeys(keys.params, keys.galois, ctx.relin_key(sk, level=2), keys.encapsulation,
+                              keys.rotation_levels, keys.conj_level)
+    with pytest.raises(MissingKeyError, match="relinearisation key for level 13"):
+        Bootstrapper(ctx, low_relin)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        short = ckks.Context("test-N12-d6", allow_insecure=True)
+    with pytest.raises(LevelError, match="needs 13 levels"):
+        BootParams(cts_depth=3, stc_depth=2).validate(short)
+    with pytest.raises(ParameterError, match="no bootstrapping defaults"):
+        BootParams.for_context(short)
+    with pytest.raises(ParameterError, match="not implemented"):
+        BootParams(order="s2c_first")
