@@ -127,7 +127,7 @@ def _check(ctx: Context, ct: Ciphertext, keys, plan: DFTPlan, what: str) -> None
     if not isinstance(keys, GaloisKeys):
         raise MissingKeyError(f"{what} needs rotation keys: ctx.rotation_keys(sk, dft_rotation_steps(plan))")
     have = set(keys.elements)
-    missing = [s for s in plan.steps if ctx._e.galois_element(int(s)) not in have]
+    missing = [s for s in plan.steps if ctx.native.galois_element(int(s)) not in have]
     if missing:
         raise MissingKeyError(f"{what}: no rotation keys for steps {missing}; generate "
                               "ctx.rotation_keys(sk, dft_rotation_steps(plan))")
