@@ -104,6 +104,55 @@ class BootstrapKeys:
             raise MissingKeyError(f"bootstrapping needs a relinearisation key for level {self.conj_level} "
                                   f"(EvalMod's first level); the one given is for level {self.relin.level}")
 
+    # ---- serialisation (one checksummed hemlp container: the Galois and relinearisation keys in their own
+    # serialised form, the encapsulation keys' four polynomials, and the parameters they were made for)
+    def to_bytes(self, ctx: Context) -> bytes:
+        from dataclasses import asdict
+
+        import numpy as np
+
+        from hemlp import serialize as ser
+
+        enc_header, enc_arrays = self.encapsulation.export(ctx)
+        header = dict(params=asdict(self.params), rotation_levels={str(k): v for k, v in self.rotation_levels.items()},
+                      conj_level=self.conj_level, encapsulation=enc_header)
+        arrays = [np.frombuffer(self.galois.to_bytes(), np.uint8), np.frombuffer(self.relin.to_bytes(), np.uint8)]
+        return ser.pack("bootstrap_keys", ctx.hash, header, arrays + enc_arrays)
+
+    def save(self, path, ctx: Context) -> None:
+        from pathlib import Path
+
+        Path(path).write_bytes(self.to_bytes(ctx))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, ctx: Context) -> "BootstrapKeys":
+        from hemlp import ckks
+        from hemlp import serialize as ser
+        from hemlp.errors import SerializationError
+
+        _, _, h, arrays = ser.unpack(data, ctx.hash, "bootstrap_keys")
+        if len(arrays) != 6:
+            raise SerializationError("bootstrap keys: expected 6 arrays; the data is corrupted")
+        try:
+            params = BootParams(**ser.field(h, "params", dict))
+            levels = {int(k): int(v) for k, v in ser.field(h, "rotation_levels", dict).items()}
+        except (TypeError, ValueError) as exc:
+            if type(exc).__module__ == "hemlp.errors":
+                raise
+            raise SerializationError(f"bootstrap keys: malformed header ({exc})") from None
+        galois = ckks.from_bytes(arrays[0].tobytes(), ctx)
+        relin = ckks.from_bytes(arrays[1].tobytes(), ctx)
+        if not isinstance(galois, GaloisKeys) or not isinstance(relin, RelinKey):
+            raise SerializationError("bootstrap keys: the embedded keys have the wrong types; the data is corrupted")
+        enc = EncapsulationKeys.restore(ctx, ser.field(h, "encapsulation", dict), arrays[2:])
+        return cls(params, galois, relin, enc, levels, ser.field(h, "conj_level", int))
+
+    @classmethod
+    def load(cls, path, ctx: Context) -> "BootstrapKeys":
+        from pathlib import Path
+
+        return cls.from_bytes(Path(path).read_bytes(), ctx)
+
     def describe(self, ctx: Context) -> str:
         """The key listing, one line per key, with serialised sizes (a-halves as seeds)."""
         mib = 2.0 ** -20

@@ -24,10 +24,34 @@ class EncapsulationKeys:
     """The dense→sparse key over {q0, p0} and the 1-digit sparse→dense key over Q_level ∪ P (public
     evaluation keys; the sparse secret itself is not kept anywhere)."""
 
-    def __init__(self, ctx: Context, sk: SecretKey, h: int = 32, level: int | None = None):
-        lv = ctx.max_level if level is None else int(level)
-        self._obj = _core.encapsulation_keys(ctx.native, ctx.unwrap(sk, SecretKey, "secret key"), int(h), lv)
+    def __init__(self, ctx: Context, sk: SecretKey, h: int = 32, level: int | None = None, *, native=None):
+        if native is None:
+            lv = ctx.max_level if level is None else int(level)
+            native = _core.encapsulation_keys(ctx.native, ctx.unwrap(sk, SecretKey, "secret key"), int(h), lv)
+        self._obj = native
         self.param_hash = ctx.hash
+
+    def export(self, ctx: Context) -> tuple:
+        """(header dict, [small_b, small_a, big_b, big_a]) for a container (BootstrapKeys.to_bytes)."""
+        o = self._obj
+        header = dict(key_id=f"{o.key_id:016x}", sparse_id=f"{o.sparse_id:016x}", h=o.hamming_weight, level=o.level)
+        return header, list(_core.export_encapsulation_keys(ctx.native, o))
+
+    @classmethod
+    def restore(cls, ctx: Context, header: dict, arrays: list) -> "EncapsulationKeys":
+        """The inverse of export (residues validated by the core; SerializationError on any defect)."""
+        from hemlp import serialize as ser
+        from hemlp.errors import SerializationError
+
+        if len(arrays) != 4:
+            raise SerializationError("encapsulation keys: expected 4 arrays; the data is corrupted")
+        try:
+            ids = int(ser.field(header, "key_id", str), 16), int(ser.field(header, "sparse_id", str), 16)
+        except ValueError:
+            raise SerializationError("encapsulation keys: malformed key id; the data is corrupted") from None
+        native = _core.import_encapsulation_keys(ctx.native, *arrays, ids[0], ids[1], ser.field(header, "h", int),
+                                                 ser.field(header, "level", int))
+        return cls(ctx, None, native=native)
 
     native = property(lambda self: self._obj)
     level = property(lambda self: self._obj.level)

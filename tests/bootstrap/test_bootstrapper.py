@@ -180,3 +180,23 @@ def test_typed_errors(env):
         BootParams.for_context(short)
     with pytest.raises(ParameterError, match="not implemented"):
         BootParams(order="s2c_first")
+
+
+def test_keys_serialise_and_bootstrap_the_same(env, tmp_path):
+    from hemlp.errors import SerializationError
+
+    ctx, sk, pk, keys, boot = env
+    path = tmp_path / "boot.keys"
+    keys.save(path, ctx)
+    loaded = BootstrapKeys.load(path, ctx)
+    assert loaded.params == keys.params and loaded.rotation_levels == keys.rotation_levels
+    assert loaded.nbytes == keys.nbytes
+    z = np.random.default_rng(21).uniform(-1, 1, ctx.slots)
+    ct = ctx.encrypt(z, pk, level=1)
+    a, b = Bootstrapper(ctx, loaded).bootstrap(ct), boot.bootstrap(ct)
+    assert bits(ctx.decrypt(a, sk), z) >= RANDOM_BITS
+    assert bits(ctx.decrypt(a, sk), ctx.decrypt(b, sk)) >= RANDOM_BITS  # both decrypt the same refresh
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    with pytest.raises(SerializationError):
+        BootstrapKeys.from_bytes(bytes(data), ctx)
