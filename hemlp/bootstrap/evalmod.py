@@ -36,7 +36,7 @@ from hemlp import _core
 from hemlp.ckks import Ciphertext, Context, RelinKey
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError
 from hemlp.polyeval import depth as poly_depth
-from hemlp.polyeval import evaluate_native
+from hemlp.polyeval import PolyEvaluator, evaluate_native
 
 __all__ = ["EvalModParams", "eval_mod", "hanki_coefficients", "scale_chain", "max_input_scale", "reference"]
 
@@ -201,15 +201,26 @@ def _check(ctx: Context, ct, relin_key, params: EvalModParams, out_scale: float)
 
 
 def eval_mod(ctx: Context, ct: Ciphertext, relin_key: RelinKey, params: EvalModParams = EvalModParams(),
-             out_scale: float | None = None, stats: dict | None = None) -> Ciphertext:
+             out_scale: float | None = None, stats: dict | None = None, backend: str = "native") -> Ciphertext:
     """sin(2 pi u) / (2 pi) in every real slot, for slots t = u / K. Level ct.level - params.depth, scale
-    out_scale (default ct.scale) exactly. stats (a dict) receives the polynomial's operation counts."""
+    out_scale (default ct.scale) exactly. stats (a dict) receives the polynomial's operation counts.
+    backend: "native" (C++ polynomial evaluation) or "python" (hemlp.polyeval.PolyEvaluator, for comparison;
+    it does not lift low input scales)."""
     out_scale = float(ct.scale if out_scale is None else out_scale)
     _check(ctx, ct, relin_key, params, out_scale)
     chain = scale_chain(ctx, ct.level, params, out_scale)
     e = ctx.native
-    y = evaluate_native(ctx, ct, params.coefficients(), relin_key, basis="chebyshev", scale=chain[0],
-                        level=ct.level - params.poly_depth, stats=stats)
+    level = ct.level - params.poly_depth
+    if backend == "native":
+        y = evaluate_native(ctx, ct, params.coefficients(), relin_key, basis="chebyshev", scale=chain[0],
+                            level=level, stats=stats)
+    elif backend == "python":
+        ev = PolyEvaluator(ctx, relin_key)
+        y = ev.evaluate(ct, params.coefficients(), basis="chebyshev", scale=chain[0], level=level)
+        if stats is not None:
+            stats.update(ev.stats)
+    else:
+        raise ParameterError(f"eval_mod: backend must be 'native' or 'python', got {backend!r}")
     rlk = relin_key.native
     yn = y.native
     for i in range(params.double_angles):

@@ -174,3 +174,17 @@ def test_typed_errors(env):
         eval_mod(ctx, ct, rlk, p, float("nan"))
     with pytest.raises(EncodingError, match="real"):
         eval_mod(ctx, ctx.encrypt(u / 16 + 0.1j, sk, scale=2.0 ** 59), rlk, p, 2.0 ** 48)
+
+
+def test_python_backend_agrees(env):
+    """The same EvalMod through hemlp.polyeval (Python BSGS): same level and scale, both within the T5b bound."""
+    ctx, sk, rlk = env
+    I, eps = sample(np.random.default_rng(21), ctx.slots, 10, 8)
+    ct = encrypt_u(ctx, sk, I + eps)
+    yn = eval_mod(ctx, ct, rlk, EvalModParams(), 2.0 ** 52)
+    yp = eval_mod(ctx, ct, rlk, EvalModParams(), 2.0 ** 52, backend="python")
+    assert yp.level == yn.level and yp.scale == yn.scale
+    for y in (yn, yp):
+        assert np.max(np.abs(ctx.decrypt(y, sk) - sine(eps))) <= 2.0 ** -38
+    with pytest.raises(ParameterError, match="backend"):
+        eval_mod(ctx, ct, rlk, EvalModParams(), 2.0 ** 52, backend="gpu")
