@@ -550,6 +550,16 @@ class Context:
     def from_bytes(self, data: bytes):
         return from_bytes(data, self)
 
+    # ---- constant fast paths (no encoding: FFT + NTTs saved per constant)
+    def mul_const(self, a: Ciphertext, c: float, const_scale: float) -> Ciphertext:
+        """a * round(c * const_scale), the integer exact at any size; scale a.scale * const_scale (no level).
+        Rescale afterwards to divide by q_level (pick const_scale = q_level to keep a's scale)."""
+        return self._w(Ciphertext, _core.mul_const(self._e, self._ct(a), float(c), float(const_scale)))
+
+    def add_const(self, a: Ciphertext, c: float) -> Ciphertext:
+        """a + c in every slot (slot encoding), with round(c * a.scale) exact at any scale."""
+        return self._w(Ciphertext, _core.add_const_exact(self._e, self._ct(a), float(c)))
+
 
 def _key_id(h: dict) -> int:
     try:

@@ -40,10 +40,7 @@ from hemlp.bootstrap.subring import subring_trace
 from hemlp.ckks import Ciphertext, Context
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError
 
-try:  # the native-constant EvalMod (hemlp.bootstrap.evalmod) when present, else the Python-level one
-    from hemlp.bootstrap.evalmod import EvalModParams, eval_mod
-except ImportError:  # pragma: no cover - depends on the branch
-    from hemlp.bootstrap.evalmod_reference import EvalModParams, eval_mod
+from hemlp.bootstrap.evalmod import EvalModParams, eval_mod
 
 __all__ = ["Bootstrapper", "slot_coefficients", "max_coefficient"]
 
