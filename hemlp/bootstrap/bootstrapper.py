@@ -14,8 +14,11 @@ ModRaise the ciphertext is re-tagged K·q0, so its coefficients read u/K with u 
 The last CoeffToSlot level's matrix is multiplied by c_cts (< 1) and the tag by the same c_cts, so
 the slots keep their values but the integers shrink: after the split (tag ×2) EvalMod's input has
 scale q_(L − cts), the prime its first squaring divides by (a scale above the primes would grow with
-every squaring). EvalMod returns sin(2πu)/(2π) ≈ ε at S_out = Δ·q0/Δ0'; re-tagging the joined result
-with Δ turns ε into m/Δ0' = x. SlotToCoeff keeps the scale, so the output is at Δ bit for bit.
+every squaring). EvalMod returns sin(2πu)/(2π) ≈ ε at S_out = Δ·q0/(Δ0'·c_stc) with c_stc = 2^-stc_log_scaling;
+re-tagging the joined result with Δ/c_stc turns ε into m/Δ0' = x. SlotToCoeff's matrices are multiplied by
+c_stc (spread over its levels) and the result re-tagged Δ: the output is at Δ bit for bit. Landing EvalMod
+at Δ·q0/Δ0' directly (c_stc = 1) leaves its last rescale's noise (≈ 2^12.5 at N = 2^12, relative to S_out)
+multiplied by q0/Δ0' = 2^R and by √n in SlotToCoeff: 4 bits lost at N = 2^14 (measured 18.0 vs 21.9).
 
 Input range: ‖m/Δ0'‖∞ <= 1 in the coefficient domain keeps |ε| <= 2^-R. Random slots in [−1, 1] give
 coefficients of about 2^-7.5 (full precision); structured data (constants) reach 1 (≈ 13 bits at
@@ -93,8 +96,13 @@ class Bootstrapper:
         self.evalmod_in_scale = float(ctx.modulus(self.evalmod_level))
         raise_scale = float(p.K) * float(self.q0) * gap          # after ModRaise retag and trace
         self.cts_factor = self.evalmod_in_scale / (2.0 * raise_scale)
-        cts, self.stc_plan = dft_plans(self.n, p.cts_depth, p.stc_depth)
+        cts, stc = dft_plans(self.n, p.cts_depth, p.stc_depth)
         self.cts_plan = _scaled_last_level(cts, self.cts_factor)
+        # EvalMod lands 2^stc_log_scaling above Δ·q0/Δ0' (its last rescale's noise is relative to its output
+        # scale, then multiplied by q0/Δ0' = 2^R and by √n through SlotToCoeff); StC's matrices carry the
+        # 2^-stc_log_scaling back down, spread over its levels
+        self.stc_factor = 2.0 ** -p.stc_log_scaling
+        self.stc_plan = _scaled_levels(stc, self.stc_factor)
 
     # ---- plaintext pre-check
     def check_input_range(self, x, scale: float | None = None) -> float:
@@ -134,13 +142,13 @@ class Bootstrapper:
         z = dft.coeff_to_slot(ctx, up, keys.galois, self.cts_plan)
         z = retag(ctx, z, scale=z.scale * self.cts_factor)
         re, im = dft.split_real_imag(ctx, z, keys.galois)
-        s_out = out_scale * float(self.q0) / delta0
+        s_out = out_scale * float(self.q0) / (delta0 * self.stc_factor)
         re = eval_mod(ctx, re, keys.relin, self.evalmod, s_out)
         im = eval_mod(ctx, im, keys.relin, self.evalmod, s_out)
         y = dft.join_real_imag(ctx, re, im)
-        y = retag(ctx, y, scale=out_scale)
-        out = dft.slot_to_coeff(ctx, y, keys.galois, self.stc_plan)
-        out = retag(ctx, out, encoding="slot", slots=self.n, is_complex=is_complex)
+        y = retag(ctx, y, scale=out_scale / self.stc_factor)      # slots: x = ε·q0/Δ0'
+        out = dft.slot_to_coeff(ctx, y, keys.galois, self.stc_plan)  # integers × stc_factor
+        out = retag(ctx, out, encoding="slot", slots=self.n, is_complex=is_complex, scale=out_scale)
         if out.level != self.output_level:
             raise AssertionError(f"bootstrap ended at level {out.level}, planned {self.output_level}")
         return out
@@ -164,6 +172,15 @@ class Bootstrapper:
         out = self._refresh(packed, self.ctx.default_scale / 2, True)
         a, b = dft.split_real_imag(self.ctx, out, self.keys.galois)
         return a, b
+
+
+def _scaled_levels(plan: dft.DFTPlan, factor: float) -> dft.DFTPlan:
+    """The plan with every level's matrix multiplied by factor^(1/depth) (each level's diagonals keep
+    as many bits of their encoding at scale q_l as possible)."""
+    out = copy.copy(plan)
+    f = factor ** (1.0 / plan.depth)
+    out.levels = [LinearTransform({k: v * f for k, v in lt.diags.items()}, plan.n) for lt in plan.levels]
+    return out
 
 
 def _scaled_last_level(plan: dft.DFTPlan, factor: float) -> dft.DFTPlan:

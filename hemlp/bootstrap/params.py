@@ -28,7 +28,9 @@ class BootParams:
     K: EvalMod's integer range, |I| < K (h = 32 gives P(|I| >= 16) = 2^-121.7 per coefficient).
     degree, double_angles: the Han–Ki cosine interpolant and its angle doublings.
     cts_depth, stc_depth: levels of CoeffToSlot / SlotToCoeff. h: Hamming weight of the ephemeral sparse
-    secret. slots: n (None: N/2, full packing)."""
+    secret. slots: n (None: N/2, full packing). stc_log_scaling: EvalMod's output scale sits 2^stc_log_scaling
+    above Δ·q0/Δ0' and SlotToCoeff's matrices bring it back (0: EvalMod lands at Δ·q0/Δ0' directly, which
+    leaves its last rescale noise ×2^R·√n in the output; 8 gains about 4 bits)."""
 
     order: str = "cts_first"
     log_message_ratio: int = 8
@@ -39,6 +41,7 @@ class BootParams:
     stc_depth: int = 3
     h: int = 32
     slots: int | None = None
+    stc_log_scaling: int = 8
 
     def __post_init__(self):
         if self.order != "cts_first":

@@ -2,9 +2,10 @@
 8, StC 2 levels; 3 levels left), against the plaintext data.
 
 Precision is -log2(max |error|) over all slots. Measured on this chain (BOOTSTRAP.md T8, native EvalMod
-and lintrans): random complex slots in [-1, 1]² 21.4–21.5 bits max (≈ 23 mean), real 21.6–21.8, constant
-vectors (coefficients at the message-ratio edge) 13.3 bits (1.0) / 14.8 (−0.7), two bootstraps in a row
-20.7, pair packing 20.5–20.7. The N = 2^16 target (>= 20 bits max) is checked in the slow test.
+and lintrans, stc_log_scaling 8): random complex slots in [-1, 1]² 22.7–22.9 bits max (≈ 24.3 mean), real
+23.3–23.7, constant vectors (coefficients at the message-ratio edge) 13.3 bits (1.0) / 14.8 (−0.7), two
+bootstraps in a row 21.7, pair packing 22.6–22.7. With stc_log_scaling 0 (EvalMod landing at Δ·q0/Δ0')
+random data gets 21.6. The N = 2^16 target (>= 20 bits max) is checked in the slow test.
 """
 import math
 import warnings
@@ -17,10 +18,10 @@ from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper, max_coeffic
 from hemlp.bootstrap import special_fft as sf
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError, ShapeError
 
-RANDOM_BITS = 20.0      # measured 21.4-21.8
-MEAN_BITS = 22.0        # measured ≈ 23
+RANDOM_BITS = 21.5      # measured 22.7-23.7
+MEAN_BITS = 23.0        # measured ≈ 24.3
 STRUCT_BITS = 12.0      # constants: measured 13.3 (BOOTSTRAP.md: about 13 at R = 8)
-PAIR_BITS = 19.5        # measured 20.5-20.7 (refreshed at Δ/2, split after)
+PAIR_BITS = 21.0        # measured 22.6-22.7 (refreshed at Δ/2, split after)
 
 
 def bits(got, want) -> float:
@@ -113,7 +114,7 @@ def test_bootstrap_twice_and_multiply_after(env):
     once = boot.bootstrap(ctx.encrypt(z, pk, level=1))
     twice = boot.bootstrap(once)
     assert twice.level == 3 and twice.scale == 2.0 ** 40
-    assert bits(ctx.decrypt(twice, sk), z) >= RANDOM_BITS - 1.5
+    assert bits(ctx.decrypt(twice, sk), z) >= RANDOM_BITS - 1.0   # measured 21.7
     # the output is an ordinary ciphertext: multiply by a fresh one at its level
     w = rng.uniform(-1, 1, ctx.slots)
     rlk = ctx.relin_key(sk, level=3)
@@ -125,7 +126,9 @@ def test_bootstrap_twice_and_multiply_after(env):
 def test_pair_equals_two_single_bootstraps(env):
     ctx, sk, pk, keys, boot = env
     rng = np.random.default_rng(11)
-    a, b = rng.uniform(-1, 1, ctx.slots), rng.uniform(-1, 1, ctx.slots) * 0.5 - 0.2
+    # b has a constant part (coefficient x_0 = -0.05): EvalMod's cubic sine error grows as x_0^3 (at -0.2 it is
+    # 20.2 bits, the structured-data limit), so the offset stays small here
+    a, b = rng.uniform(-1, 1, ctx.slots), rng.uniform(-1, 1, ctx.slots) * 0.5 - 0.05
     ca, cb = ctx.encrypt(a, pk, level=1), ctx.encrypt(b, pk, level=1)
     pa, pb = boot.bootstrap_pair(ca, cb)
     for ct in (pa, pb):
@@ -135,6 +138,17 @@ def test_pair_equals_two_single_bootstraps(env):
     sa, sb = boot.bootstrap(ca), boot.bootstrap(cb)
     assert bits(da, ctx.decrypt(sa, sk)) >= PAIR_BITS - 0.5
     assert bits(db, ctx.decrypt(sb, sk)) >= PAIR_BITS - 0.5
+
+
+def test_stc_scaling_gains_precision(env):
+    """EvalMod landing 2^8 above Δ·q0/Δ0' (default) against landing there directly (stc_log_scaling = 0)."""
+    ctx, sk, pk, keys, boot = env
+    z = np.random.default_rng(17).uniform(-1, 1, ctx.slots) + 1j * np.random.default_rng(18).uniform(-1, 1, ctx.slots)
+    ct = ctx.encrypt(z, pk, level=1)
+    direct = Bootstrapper(ctx, keys, BootParams.for_context(ctx, stc_log_scaling=0)).bootstrap(ct)
+    assert direct.scale == 2.0 ** 40 and direct.level == 3
+    b0, b8 = bits(ctx.decrypt(direct, sk), z), bits(ctx.decrypt(boot.bootstrap(ct), sk), z)
+    assert b8 >= b0 + 0.7, (b0, b8)        # measured 21.6 -> 22.8 at N = 2^12 (18.0 -> 21.9 at N = 2^14)
 
 
 def test_sparse_slots():
