@@ -214,3 +214,29 @@ def test_keys_serialise_and_bootstrap_the_same(env, tmp_path):
     data[len(data) // 2] ^= 1
     with pytest.raises(SerializationError):
         BootstrapKeys.from_bytes(bytes(data), ctx)
+
+
+def test_coeff_to_slot_of_the_raised_ciphertext_reads_u(env):
+    """T3 / F2: after ModRaise, retag K·q0 and CoeffToSlot, slot j of the real part holds u/K with
+    u = I + ε, I integer (|I| <= 16) and ε = the input's coefficient x_k·Δ0'/q0 (k = rev(j)), to 2^-38."""
+    from hemlp.bootstrap import dft
+    from hemlp.bootstrap.modraise import dense_to_sparse, mod_raise, scale_down
+    from hemlp.bootstrap.reinterpret import retag
+
+    ctx, sk, pk, keys, boot = env
+    n, K, q0 = ctx.slots, boot.params.K, ctx.modulus(0)
+    z = np.random.default_rng(23).uniform(-1, 1, n) + 1j * np.random.default_rng(24).uniform(-1, 1, n)
+    low = scale_down(ctx, ctx.encrypt(z, pk, level=1), 8)
+    x = slot_coefficients(ctx.decrypt(low, sk))                  # numpy U⁻¹ of the decrypted slots
+    eps = x * low.scale / q0
+    up = mod_raise(ctx, dense_to_sparse(ctx, low, keys.encapsulation), keys.encapsulation)
+    up = retag(ctx, up, scale=float(K) * q0)
+    w = dft.coeff_to_slot(ctx, up, keys.galois, boot.cts_plan)
+    w = retag(ctx, w, scale=w.scale * boot.cts_factor)
+    assert w.level == ctx.max_level - boot.params.cts_depth
+    u = ctx.decrypt(w, sk) * K
+    rev = sf.bit_reverse(n)
+    for part, e in ((u.real, eps[:n][rev]), (u.imag, eps[n:][rev])):
+        I = np.round(part)
+        assert np.max(np.abs(I)) <= 16 and np.any(I != 0)
+        assert np.max(np.abs(part - I - e)) <= 2.0 ** -38
