@@ -122,8 +122,8 @@ inline int quarters(size_t n) { return n % 32 == 0 ? 4 : 1; }
 NativeLinearTransform::NativeLinearTransform(const Context& ctx, const Encoder& enc, int slots, int level,
                                              double scale, std::vector<int64_t> giant,
                                              std::vector<std::vector<int64_t>> baby,
-                                             const std::vector<std::vector<cplx>>& diags)
-    : ctx_(ctx), slots_(slots), level_(level), scale_(scale) {
+                                             const std::vector<std::vector<cplx>>& diags, bool qp)
+    : ctx_(ctx), slots_(slots), level_(level), scale_(scale), qp_(qp) {
   const size_t n = ctx.n();
   if (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2)
     fail(ErrorKind::Shape, "linear transform: slots must be a power of two <= N/2 = " + std::to_string(n / 2));
@@ -157,8 +157,8 @@ NativeLinearTransform::NativeLinearTransform(const Context& ctx, const Encoder& 
     }
     groups_.push_back(std::move(grp));
   }
-  // encode every diagonal over Q_l ∪ P (as Encoder::encode, but with the P limbs)
-  const int K = ctx.num_p(), E = level + 1 + K;
+  // encode every diagonal over Q_l (∪ P) (as Encoder::encode, but with the P limbs)
+  const int E = level + 1 + (qp ? ctx.num_p() : 0);
   double log_q = 0;
   for (int i = 0; i <= level; ++i) log_q += std::log2((double)ctx.modulus(i).q);
   const size_t gap = (n / 2) / (size_t)slots;
@@ -258,6 +258,9 @@ Ciphertext NativeLinearTransform::apply(const Ciphertext& ct, const GaloisKeys& 
   if (rescale && level_ == 0)
     fail(ErrorKind::Level, "linear transform: the ciphertext is at level 0, no modulus left for the rescale; "
                            "bootstrap or start higher");
+  if (h == Hoisting::Double && !qp_)
+    fail(ErrorKind::Parameter, "linear transform: double hoisting needs the diagonals encoded over Q_l ∪ P; "
+                               "these are encoded over Q_l only (single hoisting)");
   LinTransCounts local;
   LinTransCounts& c = counts ? *counts : local;
   c = LinTransCounts{};

@@ -230,18 +230,21 @@ class LinearTransform:
             y = y + rot(inner, g * p.n1)
         return y
 
-    def encode_native(self, ctx, level: int):
-        """The native transform with every pre-rotated diagonal encoded over Q_level ∪ P at scale q_level
-        (hemlp._core.LinearTransform), built once per (context, level) and cached."""
+    def encode_native(self, ctx, level: int, qp: bool = True):
+        """The native transform with every pre-rotated diagonal encoded at scale q_level over Q_level ∪ P
+        (qp=True: what double hoisting needs) or over Q_level only (qp=False: enough for single
+        hoisting, |P| limbs less per diagonal); hemlp._core.LinearTransform, cached per (context, level):
+        a Q_level ∪ P set also serves single hoisting, a Q_level set is replaced when qp is asked."""
         key = (ctx.hash, int(level))
-        if key not in self._native:
+        t = self._native.get(key)
+        if t is None or (qp and not t.qp):
             p = self.plan
             diags = np.array([np.roll(self.diags[p.offset(g, b)], g * p.n1) for g, bs in p.groups for b in bs],
                              dtype=np.complex128)
-            self._native[key] = _core.LinearTransform(
+            t = self._native[key] = _core.LinearTransform(
                 ctx.native, self.n, int(level), float(ctx.modulus(level)), [g * p.n1 for g, _ in p.groups],
-                [list(bs) for _, bs in p.groups], diags)
-        return self._native[key]
+                [list(bs) for _, bs in p.groups], diags, bool(qp))
+        return t
 
     def clear_cache(self) -> None:
         """Forget every encoded diagonal set (Python plaintexts and native Q_level ∪ P encodings)."""
@@ -272,7 +275,8 @@ class LinearTransform:
             k = _core.GaloisKeys()  # nothing to rotate: never read
         else:
             k = ctx.unwrap(keys, GaloisKeys, "Galois keys")
-        out, counts = self.encode_native(ctx, ct.level).apply(ctx.native, c, k, HOISTING[hoisting], bool(rescale))
+        t = self.encode_native(ctx, ct.level, qp=hoisting == "double")
+        out, counts = t.apply(ctx.native, c, k, HOISTING[hoisting], bool(rescale))
         return ctx.wrap(Ciphertext, out), counts
 
     def apply(self, ctx, ct, keys, rescale: bool = True, rotated: dict | None = None, native: bool | None = None,

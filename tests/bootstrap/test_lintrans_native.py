@@ -202,6 +202,19 @@ def test_diagonals_are_encoded_over_qp_once_per_level(env, rng):
     L.encode_native(ctx, 3)
     assert L.nbytes == L.plan.diagonals * (per + (3 + 1 + len(ctx.params.p)) * N * 8)
     assert sorted(t5.steps) == L.steps
+    # single hoisting alone needs Q_level only; a later double-hoisted call re-encodes over Q_level ∪ P
+    L.clear_cache()
+    ct = ctx.encrypt(rng.uniform(-1, 1, FULL), env.pk, level=5)
+    ys = L.apply(ctx, ct, env.keys, hoisting="single")
+    assert not L.encode_native(ctx, 5, qp=False).qp and L.nbytes == L.plan.diagonals * 6 * N * 8
+    yd = L.apply(ctx, ct, env.keys, hoisting="double")
+    assert L.encode_native(ctx, 5, qp=False).qp and L.nbytes == L.plan.diagonals * per
+    assert ys.to_bytes() == L.apply(ctx, ct, env.keys, hoisting="single").to_bytes()  # same bits from either set
+    assert rel_bits(ctx.decrypt(yd, env.sk), ctx.decrypt(ys, env.sk)) >= MIN_BITS
+    # nothing to rotate: no keys needed
+    ident = lt.LinearTransform({0: rng.uniform(-1, 1, FULL)}, FULL)
+    y = ident.apply(ctx, ct, None)
+    assert rel_bits(ctx.decrypt(y, env.sk), ident.diags[0] * ctx.decrypt(ct, env.sk)) >= MIN_BITS
 
 
 def test_bad_input_gets_typed_errors(env, rng):
