@@ -39,7 +39,7 @@ void bind_lintrans(py::module_& m) {
                                    "y = T·x by BSGS with hoisted (single) or QP-domain (double) baby steps")
       .def(py::init([](std::shared_ptr<Engine> e, int slots, int level, double scale, std::vector<int64_t> giant,
                        std::vector<std::vector<int64_t>> baby,
-                       py::array_t<std::complex<double>, py::array::c_style | py::array::forcecast> diags) {
+                       py::array_t<std::complex<double>, py::array::c_style | py::array::forcecast> diags, bool qp) {
              if (diags.ndim() != 2 || diags.shape(1) != slots)
                fail(ErrorKind::Shape, "linear transform: diagonals must be a (count, slots) complex array");
              std::vector<std::vector<cplx>> d((size_t)diags.shape(0));
@@ -47,11 +47,11 @@ void bind_lintrans(py::module_& m) {
              for (size_t i = 0; i < d.size(); ++i) d[i].assign(p + i * slots, p + (i + 1) * slots);
              py::gil_scoped_release nogil;
              auto lt = std::make_unique<NativeLinearTransform>(e->ctx, e->encoder, slots, level, scale,
-                                                               std::move(giant), std::move(baby), d);
+                                                               std::move(giant), std::move(baby), d, qp);
              return BoundLinearTransform{std::move(e), std::move(lt)};
            }),
            py::arg("engine"), py::arg("slots"), py::arg("level"), py::arg("scale"), py::arg("giant"),
-           py::arg("baby"), py::arg("diagonals"))
+           py::arg("baby"), py::arg("diagonals"), py::arg("qp") = true)
       .def(
           "apply",
           [](const BoundLinearTransform& t, const Engine& e, const Ciphertext& ct, const GaloisKeys& keys,
@@ -71,6 +71,7 @@ void bind_lintrans(py::module_& m) {
           py::arg("engine"), py::arg("ct"), py::arg("keys"), py::arg("hoisting") = 2, py::arg("rescale") = true)
       .def_property_readonly("level", [](const BoundLinearTransform& t) { return t.lt->level(); })
       .def_property_readonly("slots", [](const BoundLinearTransform& t) { return t.lt->slots(); })
+      .def_property_readonly("qp", [](const BoundLinearTransform& t) { return t.lt->qp(); })
       .def_property_readonly("scale", [](const BoundLinearTransform& t) { return t.lt->scale(); })
       .def_property_readonly("nbytes", [](const BoundLinearTransform& t) { return t.lt->nbytes(); })
       .def_property_readonly("steps", [](const BoundLinearTransform& t) { return t.lt->steps(); });

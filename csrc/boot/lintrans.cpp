@@ -109,9 +109,9 @@ void mac2(const u64* const* d, const u64* const* x, const u64* const* y, int ter
   mac2_scalar(d, x, y, terms, q, i0, i1, o0, o1);
 }
 
-// x[i] = x[i] + w·src[perm[i]] (mod q): adds P·ψ(c0) to a lazily switched baby step.
-void add_perm_mul(u64* x, const u64* src, const uint32_t* perm, u64 w, u64 wp, u64 q, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] = ring::add_mod(x[i], ring::mul_shoup(src[perm[i]], w, wp, q), q);
+// x[i] = x[i] + src[perm[i]] (mod q): adds ψ(P·c0) to a lazily switched baby step.
+void add_perm(u64* __restrict x, const u64* __restrict src, const uint32_t* __restrict perm, u64 q, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = ring::add_mod(x[i], src[perm[i]], q);
 }
 
 // (limb, quarter) jobs: a few limbs alone split unevenly over 2 threads.
@@ -122,8 +122,8 @@ inline int quarters(size_t n) { return n % 32 == 0 ? 4 : 1; }
 NativeLinearTransform::NativeLinearTransform(const Context& ctx, const Encoder& enc, int slots, int level,
                                              double scale, std::vector<int64_t> giant,
                                              std::vector<std::vector<int64_t>> baby,
-                                             const std::vector<std::vector<cplx>>& diags)
-    : ctx_(ctx), slots_(slots), level_(level), scale_(scale) {
+                                             const std::vector<std::vector<cplx>>& diags, bool qp)
+    : ctx_(ctx), slots_(slots), level_(level), scale_(scale), qp_(qp) {
   const size_t n = ctx.n();
   if (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2)
     fail(ErrorKind::Shape, "linear transform: slots must be a power of two <= N/2 = " + std::to_string(n / 2));
@@ -157,8 +157,8 @@ NativeLinearTransform::NativeLinearTransform(const Context& ctx, const Encoder& 
     }
     groups_.push_back(std::move(grp));
   }
-  // encode every diagonal over Q_l ∪ P (as Encoder::encode, but with the P limbs)
-  const int K = ctx.num_p(), E = level + 1 + K;
+  // encode every diagonal over Q_l (∪ P) (as Encoder::encode, but with the P limbs)
+  const int E = level + 1 + (qp ? ctx.num_p() : 0);
   double log_q = 0;
   for (int i = 0; i <= level; ++i) log_q += std::log2((double)ctx.modulus(i).q);
   const size_t gap = (n / 2) / (size_t)slots;
@@ -258,6 +258,9 @@ Ciphertext NativeLinearTransform::apply(const Ciphertext& ct, const GaloisKeys& 
   if (rescale && level_ == 0)
     fail(ErrorKind::Level, "linear transform: the ciphertext is at level 0, no modulus left for the rescale; "
                            "bootstrap or start higher");
+  if (h == Hoisting::Double && !qp_)
+    fail(ErrorKind::Parameter, "linear transform: double hoisting needs the diagonals encoded over Q_l ∪ P; "
+                               "these are encoded over Q_l only (single hoisting)");
   LinTransCounts local;
   LinTransCounts& c = counts ? *counts : local;
   c = LinTransCounts{};
@@ -332,8 +335,13 @@ void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]) 
     const u64 qi = ctx.modulus(i).q, pm = ctx.p_mod_q(i), pmp = ring::shoup_precompute(pm, qi);
     u64* __restrict r = out[j]->data() + (size_t)i * n;
     const u64* __restrict y = wl.data() + (size_t)j * n;
-    for (size_t x = 0; x < n; ++x)
-      r[x] = ring::add_mod(r[x], ring::mul_shoup(ring::centred_mod(y[x], ql.q, qi), pm, pmp, qi), qi);
+    const Modulus& mi = ctx.modulus(i);
+    const u64 half = ql.q >> 1, ql_mod = ql.q % qi;
+    for (size_t x = 0; x < n; ++x) {  // centred residue of y mod q_i without a division
+      u64 v = mi.reduce128(y[x]);
+      if (y[x] > half) v = ring::sub_mod(v, ql_mod, qi);
+      r[x] = ring::add_mod(r[x], ring::mul_shoup(v, pm, pmp, qi), qi);
+    }
     ctx.ntt(i).forward(r);
     ring::sub_mul_shoup_vec(u[j]->data() + (size_t)i * n, r, inv[i], invp[i], qi, nullptr, r, n);
   }
@@ -386,6 +394,19 @@ Ciphertext NativeLinearTransform::apply_double(const Ciphertext& ct, const Galoi
   const u64* c0 = ct.polys[0].data();
   const u64* c1 = ct.polys[1].data();
 
+  // P·ct over Q_l (its P limbs are zero): the unrotated baby step, and c0's share of every rotated one.
+  bool use0 = false;
+  for (const auto& g : groups_) use0 |= std::count(g.baby.begin(), g.baby.end(), -1) > 0;
+  ScratchPoly P0((size_t)(l + 1) * n), P1;
+  if (use0) P1.resize((size_t)(l + 1) * n);
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k <= l; ++k) {
+    const u64 q = ctx_.modulus(k).q, pm = ctx_.p_mod_q(k), pmp = ring::shoup_precompute(pm, q);
+    const size_t o = (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) P0[o + i] = ring::mul_shoup(c0[o + i], pm, pmp, q);
+    if (use0)
+      for (size_t i = 0; i < n; ++i) P1[o + i] = ring::mul_shoup(c1[o + i], pm, pmp, q);
+  }
   // Baby steps in Q_l ∪ P: X_b = P·rot_b(ct) + key-switch noise, no ModDown. One ModUp for all.
   const size_t nb = baby_steps_.size();
   std::vector<Poly> X0(nb), X1(nb);
@@ -397,28 +418,8 @@ Ciphertext NativeLinearTransform::apply_double(const Ciphertext& ct, const Galoi
       key_inner_product(ctx_, digits, *bkeys[j], &perm, X0[j], X1[j]);
       ++cnt.inner_products;
 #pragma omp parallel for schedule(static)
-      for (int k = 0; k <= l; ++k) {
-        const u64 q = ctx_.modulus(k).q, pm = ctx_.p_mod_q(k);
-        add_perm_mul(X0[j].data() + (size_t)k * n, c0 + (size_t)k * n, perm.data(), pm,
-                     ring::shoup_precompute(pm, q), q, n);
-      }
-    }
-  }
-  // The unrotated input as P·ct over Q_l (its P limbs are zero and are skipped).
-  bool use0 = false;
-  for (const auto& g : groups_) use0 |= std::count(g.baby.begin(), g.baby.end(), -1) > 0;
-  ScratchPoly P0, P1;
-  if (use0) {
-    P0.resize((size_t)(l + 1) * n);
-    P1.resize((size_t)(l + 1) * n);
-#pragma omp parallel for schedule(static)
-    for (int k = 0; k <= l; ++k) {
-      const u64 q = ctx_.modulus(k).q, pm = ctx_.p_mod_q(k), pmp = ring::shoup_precompute(pm, q);
-      const size_t o = (size_t)k * n;
-      for (size_t i = 0; i < n; ++i) {
-        P0[o + i] = ring::mul_shoup(c0[o + i], pm, pmp, q);
-        P1[o + i] = ring::mul_shoup(c1[o + i], pm, pmp, q);
-      }
+      for (int k = 0; k <= l; ++k)
+        add_perm(X0[j].data() + (size_t)k * n, P0.data() + (size_t)k * n, perm.data(), ctx_.modulus(k).q, n);
     }
   }
 

@@ -9,8 +9,8 @@
 //   the diagonals are encoded over Q_l ∪ P, each giant group is accumulated in Q_l ∪ P; a giant step
 //   brings only c1 down (one ModDown), key-switches it lazily and permutes c0 in Q_l ∪ P; the sum of
 //   the groups takes a single ModDown, fused with the rescale (one division by P·q_l).
-// Both give the same plaintext up to key-switching noise; the diagonals are encoded once over Q_l ∪ P
-// (the single schedule reads their first l + 1 limbs).
+// Both give the same plaintext up to key-switching noise. Diagonals encoded over Q_l ∪ P serve both
+// schedules (the single one reads their first l + 1 limbs); a Q_l-only encoding serves the single one.
 #pragma once
 #include <complex>
 #include <cstddef>
@@ -37,16 +37,18 @@ class NativeLinearTransform {
  public:
   // giant[i]: the rotation r_i (slots) of group i (0: not rotated); baby[i]: its baby rotations in
   // [0, n1); diags: one vector of `slots` complex values per (i, j), in that order, already
-  // pre-rotated by -r_i. Encoded at `level` over Q_level ∪ P with scale `scale` (q_level normally).
+  // pre-rotated by -r_i. Encoded at `level` with scale `scale` (q_level normally), over Q_level ∪ P
+  // when `qp` (needed by double hoisting), else over Q_level only (single hoisting: |P| limbs less each).
   NativeLinearTransform(const Context& ctx, const Encoder& enc, int slots, int level, double scale,
                         std::vector<int64_t> giant, std::vector<std::vector<int64_t>> baby,
-                        const std::vector<std::vector<cplx>>& diags);
+                        const std::vector<std::vector<cplx>>& diags, bool qp = true);
 
   // y = T·ct, rescaled by q_level when `rescale` (output level - 1, scale ct.scale·scale/q_level).
   Ciphertext apply(const Ciphertext& ct, const GaloisKeys& keys, Hoisting h, bool rescale,
                    LinTransCounts* counts = nullptr) const;
 
   int level() const { return level_; }
+  bool qp() const { return qp_; }
   int slots() const { return slots_; }
   double scale() const { return scale_; }
   size_t nbytes() const;                  // encoded diagonals
@@ -61,10 +63,11 @@ class NativeLinearTransform {
   const Context& ctx_;
   int slots_, level_;
   double scale_;
+  bool qp_ = true;
   bool is_complex_ = false;
   std::vector<int64_t> baby_steps_;  // distinct nonzero baby rotations
   std::vector<Group> groups_;
-  std::vector<Poly> diag_;  // (level + 1 + |P|) limbs each, NTT form
+  std::vector<Poly> diag_;  // (level + 1 (+ |P| when qp_)) limbs each, NTT form
 
   const SwitchKey& key_for(const GaloisKeys& keys, int64_t step, const Ciphertext& ct) const;
   Ciphertext apply_single(const Ciphertext& ct, const GaloisKeys& keys, bool rescale, LinTransCounts& c) const;

@@ -43,10 +43,25 @@ from hemlp.ckks import Ciphertext, Context, GaloisKeys
 from hemlp.errors import MissingKeyError, ParameterError, ShapeError
 
 __all__ = ["diagonals", "plan", "shared_n1", "Plan", "LinearTransform", "rotation_steps", "apply", "OpCounter",
-           "signed", "HOISTING"]
+           "signed", "HOISTING", "choose_hoisting"]
 
-#: hoisting schedules of the native path (see the module doc)
+#: hoisting schedules of the native path (see the module doc); "auto" picks one by choose_hoisting
 HOISTING = {"single": 1, "double": 2}
+
+
+def choose_hoisting(p: "Plan", level: int, num_p: int) -> str:
+    """The native schedule that is faster for plan p at this level with |P| = num_p special primes.
+
+    Double hoisting saves a ModDown (|P| INTTs + level+1 NTTs + a base conversion) for two polynomials
+    per baby step and one per giant step, and pays for multiplying every diagonal over |P| more limbs.
+    Measured rule (hemlp.bench.lintrans and the sweep in the branch report, N = 2^14, |P| = 6, 1 thread):
+    double wins when 2·D·|P| <= 1.2·(2·babies + giants)·(|P| + level + 1), D the diagonal count, e.g.
+    from 13 limbs up for the 31-diagonal CtS/StC levels (7 baby + 3 giant steps; 0.94x-0.97x below, 1.07x-1.15x
+    above) and at every level tried for 15 diagonals (3 + 3).
+    """
+    extra = 2 * p.diagonals * num_p
+    saved = 1.2 * (2 * len(p.baby) + len(p.giant)) * (num_p + level + 1)
+    return "double" if extra <= saved else "single"
 
 
 def signed(k: int, n: int) -> int:
@@ -215,29 +230,41 @@ class LinearTransform:
             y = y + rot(inner, g * p.n1)
         return y
 
-    def encode_native(self, ctx, level: int):
-        """The native transform with every pre-rotated diagonal encoded over Q_level ∪ P at scale q_level
-        (hemlp._core.LinearTransform), built once per (context, level) and cached."""
+    def encode_native(self, ctx, level: int, qp: bool = True):
+        """The native transform with every pre-rotated diagonal encoded at scale q_level over Q_level ∪ P
+        (qp=True: what double hoisting needs) or over Q_level only (qp=False: enough for single
+        hoisting, |P| limbs less per diagonal); hemlp._core.LinearTransform, cached per (context, level):
+        a Q_level ∪ P set also serves single hoisting, a Q_level set is replaced when qp is asked."""
         key = (ctx.hash, int(level))
-        if key not in self._native:
+        t = self._native.get(key)
+        if t is None or (qp and not t.qp):
             p = self.plan
             diags = np.array([np.roll(self.diags[p.offset(g, b)], g * p.n1) for g, bs in p.groups for b in bs],
                              dtype=np.complex128)
-            self._native[key] = _core.LinearTransform(
+            t = self._native[key] = _core.LinearTransform(
                 ctx.native, self.n, int(level), float(ctx.modulus(level)), [g * p.n1 for g, _ in p.groups],
-                [list(bs) for _, bs in p.groups], diags)
-        return self._native[key]
+                [list(bs) for _, bs in p.groups], diags, bool(qp))
+        return t
+
+    def clear_cache(self) -> None:
+        """Forget every encoded diagonal set (Python plaintexts and native Q_level ∪ P encodings)."""
+        self._pts.clear()
+        self._native.clear()
+        self._pt_bytes.clear()
 
     @property
     def nbytes(self) -> int:
         """Bytes of the encoded diagonals cached so far (native Q_level ∪ P sets and Python plaintexts)."""
         return sum(self._pt_bytes.values()) + sum(t.nbytes for t in self._native.values())
 
-    def apply_native(self, ctx: Context, ct, keys, rescale: bool = True, hoisting: str = "double"):
+    def apply_native(self, ctx: Context, ct, keys, rescale: bool = True, hoisting: str = "auto"):
         """T·ct in one native call; returns (ciphertext, counts) with counts of ModUps, key inner
-        products, ModDowns (polynomials), diagonal products and rescales."""
+        products, ModDowns (polynomials), diagonal products and rescales. hoisting: "single",
+        "double" or "auto" (choose_hoisting)."""
+        if hoisting == "auto":
+            hoisting = choose_hoisting(self.plan, ct.level, len(ctx.params.p))
         if hoisting not in HOISTING:
-            raise ParameterError(f"hoisting must be one of {sorted(HOISTING)}, got {hoisting!r}")
+            raise ParameterError(f"hoisting must be 'auto' or one of {sorted(HOISTING)}, got {hoisting!r}")
         c = ctx.unwrap(ct, Ciphertext, "ciphertext")
         if ct.slots != self.n:
             raise ShapeError(f"the transform acts on {self.n} slots but the ciphertext has {ct.slots}")
@@ -248,16 +275,17 @@ class LinearTransform:
             k = _core.GaloisKeys()  # nothing to rotate: never read
         else:
             k = ctx.unwrap(keys, GaloisKeys, "Galois keys")
-        out, counts = self.encode_native(ctx, ct.level).apply(ctx.native, c, k, HOISTING[hoisting], bool(rescale))
+        t = self.encode_native(ctx, ct.level, qp=hoisting == "double")
+        out, counts = t.apply(ctx.native, c, k, HOISTING[hoisting], bool(rescale))
         return ctx.wrap(Ciphertext, out), counts
 
     def apply(self, ctx, ct, keys, rescale: bool = True, rotated: dict | None = None, native: bool | None = None,
-              hoisting: str = "double"):
+              hoisting: str = "auto"):
         """T·ct: hoisted baby steps, pre-rotated diagonals, giant steps, one rescale.
 
         native: None runs the native path when ctx is a Context and `rotated` is not given (an
         OpCounter counts the Python path); False forces the Python path, True the native one.
-        hoisting: "double" or "single" (native path only; see the module doc).
+        hoisting: "auto" (choose_hoisting), "double" or "single" (native path only; see the module doc).
         rotated: {step: rot_step(ct)} already computed by the caller (several transforms of one
         ciphertext sharing one hoisted decomposition); it must hold every baby step (Python path).
         """

@@ -49,8 +49,9 @@ the 1/2 is carried exactly in the scale (no level), and −i is the monomial X^(
 no level). join_real_imag(re, im) = re + X^(N/2)·im. So CtS → split → f on each part → join →
 StC applies a real slot-wise f to the coefficients.
 
-Evaluation: each level runs natively in one call (LinearTransform.apply with a Context; double
-hoisting by default, diagonals encoded over Q_ℓ ∪ P and cached per (context, level): DFTPlan.nbytes);
+Evaluation: each level runs natively in one call (LinearTransform.apply with a Context; double or
+single hoisting chosen per level by linear_transform.choose_hoisting, double at bootstrapping's
+levels; diagonals encoded over Q_ℓ ∪ P and cached per (context, level): DFTPlan.nbytes);
 native=False runs the Python reference path (and an OpCounter in place of the context counts it).
 
 Keys: dft_rotation_steps(plan, ...) lists exactly the rotation steps a plan's evaluation uses
@@ -149,7 +150,7 @@ def _apply(ctx, ct, keys, plan, native, hoisting):
 
 
 def coeff_to_slot(ctx: Context, ct: Ciphertext, keys: GaloisKeys, plan: DFTPlan, *, native: bool | None = None,
-                  hoisting: str = "double") -> Ciphertext:
+                  hoisting: str = "auto") -> Ciphertext:
     """Slots ← w (see the module doc) from ct's coefficients; consumes plan.depth levels, keeps the scale.
 
     ct: coefficient-encoded, or slot-encoded with plan.n slots (e.g. after ModRaise: its
@@ -164,7 +165,7 @@ def coeff_to_slot(ctx: Context, ct: Ciphertext, keys: GaloisKeys, plan: DFTPlan,
 
 
 def slot_to_coeff(ctx: Context, ct: Ciphertext, keys: GaloisKeys, plan: DFTPlan, *, native: bool | None = None,
-                  hoisting: str = "double") -> Ciphertext:
+                  hoisting: str = "auto") -> Ciphertext:
     """Coefficients ← slots (see the module doc); returns a coefficient-encoded ciphertext,
     plan.depth levels lower, same scale. native / hoisting: see coeff_to_slot."""
     if ct.encoding != "slot" or ct.slots != plan.n:

@@ -135,14 +135,15 @@ def test_full_coeff_to_slot_and_slot_to_coeff_native(env, cfg, rng):
     ct = ctx.encrypt(x, env.pk, encoding="coeff")
     expected = w_of(x, n)[sf.bit_reverse(n)]
     got, bits = {}, {}
-    for mode, kw in (("py", dict(native=False)), ("single", dict(hoisting="single")), ("double", {})):
+    for mode, kw in (("py", dict(native=False)), ("single", dict(hoisting="single")),
+                     ("double", dict(hoisting="double"))):
         y = dft.coeff_to_slot(ctx, ct, env.keys, cts, **kw)
         assert y.level == ct.level - depth and y.scale == ct.scale and (y.encoding, y.slots) == ("slot", n)
         got[mode] = y
         bits[mode] = rel_bits(ctx.decrypt(y, sk), expected)
     assert got["single"].to_bytes() == got["py"].to_bytes()
     assert min(bits.values()) >= MIN_BITS and bits["double"] >= bits["py"] - 1, bits
-    # StC(CtS(x)) = x, native double both ways; StC alone against its numpy oracle
+    # StC(CtS(x)) = x, native (the default schedule) both ways; StC alone against its numpy oracle
     back = dft.slot_to_coeff(ctx, got["double"], env.keys, stc)
     assert back.level == ct.level - 2 * depth and back.scale == ct.scale and back.encoding == "coeff"
     assert rel_bits(ctx.decrypt(back, sk), x) >= MIN_BITS
@@ -153,8 +154,31 @@ def test_full_coeff_to_slot_and_slot_to_coeff_native(env, cfg, rng):
     dv = ctx.decrypt(cv, sk)[sf.bit_reverse(n)]
     ref[np.arange(n) * gap], ref[N // 2 + np.arange(n) * gap] = dv.real, dv.imag
     sb = {mode: rel_bits(ctx.decrypt(dft.slot_to_coeff(ctx, cv, env.keys, stc, **kw), sk), ref)
-          for mode, kw in (("py", dict(native=False)), ("double", {}))}
+          for mode, kw in (("py", dict(native=False)), ("double", dict(hoisting="double")))}
     assert min(sb.values()) >= MIN_BITS and sb["double"] >= sb["py"] - 1, sb
+
+
+def test_hoisting_rule_picks_double_where_it_was_measured_faster():
+    """choose_hoisting against the measured outcomes (N = 2^14, |P| = 6, set B chain, 1 thread)."""
+    cts = dft.plan_coeff_to_slot(1 << 13, 4)
+    heavy = cts.levels[3].plan  # 31 diagonals, 7 baby + 3 giant steps
+    light = cts.levels[2].plan  # 15 diagonals, 3 + 3
+    assert (heavy.diagonals, len(heavy.baby), len(heavy.giant)) == (31, 7, 3)
+    assert (light.diagonals, len(light.baby), len(light.giant)) == (15, 3, 3)
+    for level in (13, 16, 20, 25, 28):  # measured 1.04x-1.15x for double
+        assert lt.choose_hoisting(heavy, level, 6) == "double"
+    for level in (2, 3, 5, 8):          # measured 0.77x-0.98x
+        assert lt.choose_hoisting(heavy, level, 6) == "single"
+    for level in (11, 16, 26):          # measured 1.02x-1.09x (at levels 4-8, 1.03x-1.05x: within the noise,
+        assert lt.choose_hoisting(light, level, 6) == "double"  # where the rule picks single)
+    wide = dft.plan_slot_to_coeff(1 << 13, (5, 4, 4)).levels[0].plan  # 63 diagonals, 7 + 7
+    assert (wide.diagonals, len(wide.baby), len(wide.giant)) == (63, 7, 7)
+    for level in (8, 14, 16):           # measured 0.81x-0.94x
+        assert lt.choose_hoisting(wide, level, 6) == "single"
+    # bootstrapping set B (n = 2^15): the CtS levels (28..25) run double-hoisted, the 63-diagonal StC levels single
+    cts_b, stc_b = dft.plan_coeff_to_slot(1 << 15, 4), dft.plan_slot_to_coeff(1 << 15, 3)
+    assert [lt.choose_hoisting(t.plan, 28 - i, 6) for i, t in enumerate(cts_b.levels)] == ["double"] * 4
+    assert [lt.choose_hoisting(t.plan, 16 - i, 6) for i, t in enumerate(stc_b.levels)][:2] == ["single"] * 2
 
 
 def test_no_rescale_keeps_the_level_and_multiplies_the_scale(env, rng):
@@ -178,6 +202,19 @@ def test_diagonals_are_encoded_over_qp_once_per_level(env, rng):
     L.encode_native(ctx, 3)
     assert L.nbytes == L.plan.diagonals * (per + (3 + 1 + len(ctx.params.p)) * N * 8)
     assert sorted(t5.steps) == L.steps
+    # single hoisting alone needs Q_level only; a later double-hoisted call re-encodes over Q_level ∪ P
+    L.clear_cache()
+    ct = ctx.encrypt(rng.uniform(-1, 1, FULL), env.pk, level=5)
+    ys = L.apply(ctx, ct, env.keys, hoisting="single")
+    assert not L.encode_native(ctx, 5, qp=False).qp and L.nbytes == L.plan.diagonals * 6 * N * 8
+    yd = L.apply(ctx, ct, env.keys, hoisting="double")
+    assert L.encode_native(ctx, 5, qp=False).qp and L.nbytes == L.plan.diagonals * per
+    assert ys.to_bytes() == L.apply(ctx, ct, env.keys, hoisting="single").to_bytes()  # same bits from either set
+    assert rel_bits(ctx.decrypt(yd, env.sk), ctx.decrypt(ys, env.sk)) >= MIN_BITS
+    # nothing to rotate: no keys needed
+    ident = lt.LinearTransform({0: rng.uniform(-1, 1, FULL)}, FULL)
+    y = ident.apply(ctx, ct, None)
+    assert rel_bits(ctx.decrypt(y, env.sk), ident.diags[0] * ctx.decrypt(ct, env.sk)) >= MIN_BITS
 
 
 def test_bad_input_gets_typed_errors(env, rng):
