@@ -105,7 +105,7 @@ class Bootstrapper:
         self.stc_plan = _scaled_levels(stc, self.stc_factor)
 
     # ---- plaintext pre-check
-    def check_input_range(self, x, scale: float | None = None) -> float:
+    def check_input_range(self, x) -> float:
         """Raise EncodingError if the slot values x would leave EvalMod's range (coefficients above 1 in
         units of the scale); return the largest coefficient. The encrypted path cannot check this."""
         z = np.asarray(x, dtype=np.complex128).reshape(-1)
