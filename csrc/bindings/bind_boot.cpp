@@ -59,6 +59,22 @@ void bind_boot(py::module_& m) {
     }
     return k;
   });
+  // One GaloisKeys holding each element's key made for its own level (elements: (galois, level) pairs), built
+  // in place: merging per-level sets copies every key once per merge and leaves the heap fragmented.
+  m.def("galois_keys_at_levels", [](const Engine& e, const SecretKey& sk,
+                                    const std::vector<std::pair<uint64_t, int>>& elements) {
+    if (sk.param_hash != e.ctx.hash64())
+      fail(ErrorKind::ContextMismatch, "galois_keys_at_levels: the secret key belongs to another parameter set");
+    GaloisKeys g;
+    g.param_hash = e.ctx.hash64();
+    g.key_id = sk.key_id;
+    for (const auto& [el, level] : elements) {
+      e.keygen.key_level(level);
+      if (g.keys.count(el)) fail(ErrorKind::Parameter, "galois_keys_at_levels: an element is listed twice");
+      g.keys.emplace(el, e.keygen.galois_key(sk, el, level));
+    }
+    return g;
+  }, py::call_guard<py::gil_scoped_release>());
   m.def("dense_to_sparse", [](const Engine& e, const Ciphertext& ct, const EncapsulationKeys& k) {
     return dense_to_sparse(e.ctx, ct, k);
   }, py::call_guard<py::gil_scoped_release>());

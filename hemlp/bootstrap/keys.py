@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 
+from hemlp import _core
 from hemlp.bootstrap import dft
 from hemlp.bootstrap.modraise import EncapsulationKeys
 from hemlp.bootstrap.params import BootParams
@@ -68,12 +69,10 @@ class BootstrapKeys:
         ctx.unwrap(sk, SecretKey, "secret key")
         levels = rotation_levels(ctx, params)
         em_level = ctx.max_level - params.cts_depth
-        galois = ctx.conjugation_key(sk, level=em_level)
-        by_level: dict = {}
-        for s, lv in levels.items():
-            by_level.setdefault(lv, []).append(s)
-        for lv, steps in sorted(by_level.items()):
-            galois = galois.merge(ctx.rotation_keys(sk, steps, level=lv))
+        e = ctx.native
+        elements = [(e.conjugation_element(), em_level)]
+        elements += [(e.galois_element(int(s)), lv) for s, lv in sorted(levels.items())]
+        galois = ctx.wrap(GaloisKeys, _core.galois_keys_at_levels(e, ctx.unwrap(sk, SecretKey, "secret key"), elements))
         relin = ctx.relin_key(sk, level=em_level)
         enc = EncapsulationKeys(ctx, sk, h=params.h, level=ctx.max_level)
         return cls(params, galois, relin, enc, levels, em_level)
