@@ -50,17 +50,20 @@ HOISTING = {"single": 1, "double": 2}
 
 
 def choose_hoisting(p: "Plan", level: int, num_p: int) -> str:
-    """The native schedule that is faster for plan p at this level with |P| = num_p special primes.
+    """The native schedule expected to be faster for plan p at this level with |P| = num_p special primes.
 
     Double hoisting saves a ModDown (|P| INTTs + level+1 NTTs + a base conversion) for two polynomials
-    per baby step and one per giant step, and pays for multiplying every diagonal over |P| more limbs.
-    Measured rule (hemlp.bench.lintrans and the sweep in the branch report, N = 2^14, |P| = 6, 1 thread):
-    double wins when 2·D·|P| <= 1.2·(2·babies + giants)·(|P| + level + 1), D the diagonal count, e.g.
-    from 13 limbs up for the 31-diagonal CtS/StC levels (7 baby + 3 giant steps; 0.94x-0.97x below, 1.07x-1.15x
-    above) and at every level tried for 15 diagonals (3 + 3).
+    per baby step and one per giant step, and pays for multiplying every diagonal over |P| more limbs
+    (and for streaming them from memory). Rule: double when 2·D·|P| <= 1.5·(2·babies + giants)·(|P| +
+    level + 1), D the diagonal count. Fitted on CPU-time sweeps (set B chain, |P| = 6, 1 thread, loaded
+    machine, about ±5 % noise): 31 diagonals (7 baby + 3 giant steps) cross over at 9-13 Q limbs at
+    N = 2^14 and 7-10 at N = 2^15 (0.77x-0.94x below, 1.07x-1.16x above); 63 diagonals (7 + 7) at 10-13
+    limbs at N = 2^15 (0.83x at 5, 1.04x-1.07x at 13-16) but above 17 at N = 2^14. Near the crossover
+    the two are within ~5 %; double hoisting is also the more precise one (up to 3 bits in StC: the
+    baby steps skip their ModDown rounding), which is why hemlp.bootstrap.dft asks for it explicitly.
     """
     extra = 2 * p.diagonals * num_p
-    saved = 1.2 * (2 * len(p.baby) + len(p.giant)) * (num_p + level + 1)
+    saved = 1.5 * (2 * len(p.baby) + len(p.giant)) * (num_p + level + 1)
     return "double" if extra <= saved else "single"
 
 
