@@ -23,8 +23,8 @@ Algorithm (baby-step / giant-step, Lattigo-style targets, BRIEF §6.3):
 Zero coefficients are skipped (odd/even polynomials cost fewer multiplications). Constants are
 multiplied and added with the context's constant fast paths (an exact integer per limb, no encoding).
 
-evaluate_native runs the C++ port (one fused mul_relin_rescale per product, linear combinations
-accumulated in place); it also lifts inputs whose scale is far below the top prime by an exact
+evaluate_native runs the C++ port (fused mul_relin_rescale where no Chebyshev correction joins the
+product, linear combinations accumulated in place with exact integer constants); it also lifts inputs whose scale is far below the top prime by an exact
 integer and keeps the power scales near the primes, and it raises ScaleMismatchError when the input
 scale is so far above the primes that the derived target scales collapse.
 """
