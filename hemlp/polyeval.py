@@ -15,7 +15,7 @@ Algorithm (baby-step / giant-step, Lattigo-style targets, BRIEF §6.3):
 * p is split recursively as p = L + T_m H (m a power of two): H is evaluated one level higher at
   target scale S q_(l+1) / s_m so that the product lands at (level l, scale S) exactly; L is
   evaluated at (l, S) directly. A node with a spare level and degree below the baby-step bound is
-  evaluated directly as sum_i c_i T_i with every constant encoded at scale S q_(l+1) / s_i, so the
+  evaluated directly as sum_i c_i T_i with every constant taken at scale S q_(l+1) / s_i, so the
   one rescale gives scale S exactly;
 * the result is at level  ct.level - ceil(log2(deg + 1))  and at the requested scale (default:
   the input's scale), with no scale drift and no set_scale.
@@ -23,10 +23,11 @@ Algorithm (baby-step / giant-step, Lattigo-style targets, BRIEF §6.3):
 Zero coefficients are skipped (odd/even polynomials cost fewer multiplications). Constants are
 multiplied and added with the context's constant fast paths (an exact integer per limb, no encoding).
 
-evaluate_native runs the C++ port (one fused mul_relin_rescale per product, linear combinations
-accumulated in place); it also lifts inputs whose scale is far below the top prime by an exact
-integer and keeps the power scales near the primes, and it raises ScaleMismatchError when the input
-scale is so far above the primes that the derived target scales collapse.
+evaluate_native runs the C++ port (fused mul_relin_rescale where no Chebyshev correction joins the
+product, linear combinations accumulated in place with exact integer constants); it also lifts
+inputs whose scale is far below the top prime by an exact integer and keeps the power scales near
+the primes, and it raises ScaleMismatchError when the input scale is so far above the primes that
+the derived target scales collapse.
 """
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ class Runner {
     const double ql = (double)ctx_.modulus(l).q, qn = (double)ctx_.modulus(l - 1).q;
     const double natural = A.scale * B.scale / ql;
     double k = 1;
-    if (natural < qn / 2) k = std::min(std::floor(qn / natural), 4611686018427387904.0 /* 2^62 */);
+    if (natural < qn / 2) k = std::min(std::floor(qn / natural), 1152921504606846976.0 /* 2^60: 2k fits int64 */);
     const int64_t factor = (int64_t)k * (basis_ == PolyBasis::Chebyshev ? 2 : 1);
     if (factor != 1) {
       A = ev_.mul_integer(A, factor);

@@ -3,7 +3,8 @@
 //
 // Algorithm (baby-step / giant-step, Lattigo-style scale targets; the C++ port of hemlp/polyeval.py):
 //  * powers B_n are built on demand, B_n = B_a B_b with a the largest power of two below n (for Chebyshev,
-//    T_n = 2 T_a T_b - T_{a-b}); each product is one fused mul_relin_rescale. When a product's natural scale
+//    T_n = 2 T_a T_b - T_{a-b}, the correction subtracted before the product's rescale so there is one
+//    rounding); a product without a correction is one fused mul_relin_rescale. When a product's natural scale
 //    s_a s_b / q_l would fall below half the next prime, one operand is first multiplied by the exact integer
 //    k = floor(q_(l-1) / (s_a s_b / q_l)) (free), so that power scales stay near the primes;
 //  * p is split recursively as p = L + B_m H (m a power of two): H is evaluated one level higher at the
