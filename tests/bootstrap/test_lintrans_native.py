@@ -19,8 +19,8 @@ from hemlp import ckks
 from hemlp.baselines import linear_transform as lt
 from hemlp.bootstrap import dft
 from hemlp.bootstrap import special_fft as sf
-from hemlp.errors import (ContextMismatchError, KeyMismatchError, LevelError, MissingKeyError, ParameterError,
-                          ShapeError)
+from hemlp.errors import (ContextMismatchError, EncodingError, KeyMismatchError, LevelError, MissingKeyError,
+                          ParameterError, ShapeError)
 
 REPO = Path(__file__).resolve().parents[2]
 LOG_N = 12
@@ -238,6 +238,9 @@ def test_bad_input_gets_typed_errors(env, rng):
     low = ctx.rotation_keys(sk, L.steps, level=2)
     with pytest.raises(LevelError, match="levels <= 2"):
         L.apply(ctx, ct, low)
+    huge = lt.LinearTransform({0: np.full(FULL, 1e150), 1: np.ones(FULL)}, FULL)
+    with pytest.raises(EncodingError, match="too large"):
+        huge.apply(ctx, ct, env.keys)
     with pytest.raises(ParameterError, match="hoisting"):
         L.apply(ctx, ct, env.keys, hoisting="triple")
     with pytest.raises(ParameterError, match="rotated"):
