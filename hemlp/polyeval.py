@@ -4,6 +4,7 @@
     ev = polyeval.PolyEvaluator(ctx, relin_key)
     y = ev.evaluate(ct, coeffs, basis="chebyshev")     # p(x) = sum_i c_i T_i(x), x in [-1, 1]
     polyeval.depth(len(coeffs) - 1)                    # = ceil(log2(deg + 1)) levels
+    y = polyeval.evaluate_native(ctx, ct, coeffs, relin_key)   # the same algorithm in C++ (csrc/boot/polyeval)
 
 Algorithm (baby-step / giant-step, Lattigo-style targets, BRIEF §6.3):
 
@@ -14,12 +15,19 @@ Algorithm (baby-step / giant-step, Lattigo-style targets, BRIEF §6.3):
 * p is split recursively as p = L + T_m H (m a power of two): H is evaluated one level higher at
   target scale S q_(l+1) / s_m so that the product lands at (level l, scale S) exactly; L is
   evaluated at (l, S) directly. A node with a spare level and degree below the baby-step bound is
-  evaluated directly as sum_i c_i T_i with every constant encoded at scale S q_(l+1) / s_i, so the
+  evaluated directly as sum_i c_i T_i with every constant taken at scale S q_(l+1) / s_i, so the
   one rescale gives scale S exactly;
 * the result is at level  ct.level - ceil(log2(deg + 1))  and at the requested scale (default:
   the input's scale), with no scale drift and no set_scale.
 
-Zero coefficients are skipped (odd/even polynomials cost fewer multiplications).
+Zero coefficients are skipped (odd/even polynomials cost fewer multiplications). Constants are
+multiplied and added with the context's constant fast paths (an exact integer per limb, no encoding).
+
+evaluate_native runs the C++ port (fused mul_relin_rescale where no Chebyshev correction joins the
+product, linear combinations accumulated in place with exact integer constants); it also lifts
+inputs whose scale is far below the top prime by an exact integer and keeps the power scales near
+the primes, and it raises ScaleMismatchError when the input scale is so far above the primes that
+the derived target scales collapse.
 """
 from __future__ import annotations
 
@@ -27,9 +35,11 @@ import math
 
 import numpy as np
 
+from hemlp import _core
+from hemlp.ckks import Ciphertext, RelinKey
 from hemlp.errors import EncodingError, LevelError, MissingKeyError
 
-__all__ = ["PolyEvaluator", "depth", "evaluate", "cheb_to_power", "power_to_cheb"]
+__all__ = ["PolyEvaluator", "depth", "evaluate", "evaluate_native", "cheb_to_power", "power_to_cheb"]
 
 _ZERO_TOL = 0.0
 
@@ -88,10 +98,11 @@ class PolyEvaluator:
         self.stats["ct_mul"] += 1
         return self.ctx.relinearize(self.ctx.mul(self._drop(a, lvl), self._drop(b, lvl)), self.rlk)
 
-    def _const_pt(self, value, level, scale):
+    def _mul_const(self, ct, value, scale):
+        """ct * value with the constant at `scale` (exact integer round(value * scale) per limb, no encoding)."""
         if not (scale > 1.0):
             raise EncodingError(f"polyeval: constant scale {scale:g} too small; the input scale is out of range")
-        return self.ctx.encode(np.full(self._slots, float(value)), level=level, scale=scale, slots=self._slots)
+        return self.ctx.mul_const(ct, float(value), scale)
 
     # ---- powers
     def _power(self, n: int):
@@ -103,7 +114,7 @@ class PolyEvaluator:
             p = self._mul_ct(h, h)
             if self.basis == "chebyshev":
                 p = self.ctx.add(p, p)
-                p = self.ctx.sub(p, 1.0)              # encoded at p's level and scale
+                p = self.ctx.add_const(p, -1.0)       # at p's level and scale
         else:
             ta, tb = self._power(a), self._power(n - a)
             p = self._mul_ct(ta, tb)
@@ -111,10 +122,10 @@ class PolyEvaluator:
                 p = self.ctx.add(p, p)
                 c = a - (n - a)
                 if c == 0:
-                    p = self.ctx.sub(p, 1.0)
+                    p = self.ctx.add_const(p, -1.0)
                 else:
                     tc = self._drop(self._power(c), p.level)
-                    corr = self.ctx.mul(tc, self._const_pt(1.0, p.level, p.scale / tc.scale))
+                    corr = self._fix_scale(self._mul_const(tc, 1.0, p.scale / tc.scale), p.scale)
                     p = self.ctx.sub(p, corr)
         p = self.ctx.rescale(p)
         self._pw[n] = p
@@ -139,13 +150,13 @@ class PolyEvaluator:
             q = float(self.ctx.modulus(lv))
             for i in nz:
                 t = self._drop(self._power(i), lv)
-                term = self.ctx.mul(t, self._const_pt(c[i], lv, scale * q / t.scale))
+                term = self._fix_scale(self._mul_const(t, c[i], scale * q / t.scale), scale * q)
                 self.stats["pt_mul"] += 1
                 acc = term if acc is None else self.ctx.add(acc, term)
             out = self.ctx.rescale(acc)
             out = self._fix_scale(out, scale)
             if c[0] != 0:
-                out = self.ctx.add(out, float(c[0]))
+                out = self.ctx.add_const(out, float(c[0]))
             return out, 0.0
         m = 1 << ((deg).bit_length() - 1)   # largest power of two <= deg
         low, high = _split(c, m, self.basis)
@@ -158,7 +169,7 @@ class PolyEvaluator:
         h_scale = scale * float(self.ctx.modulus(lv)) / tm_d.scale
         h_ct, h_const = self._eval(high, lv, h_scale)
         if h_ct is None:   # H constant: direct term c * T_m
-            prod = self.ctx.mul(tm_d, self._const_pt(h_const, lv, h_scale))
+            prod = self._mul_const(tm_d, h_const, h_scale)
             self.stats["pt_mul"] += 1
         else:
             if h_const:
@@ -168,7 +179,7 @@ class PolyEvaluator:
         l_ct, l_const = self._eval(low, level, scale)
         out = prod if l_ct is None else self.ctx.add(prod, l_ct)
         if l_const:
-            out = self.ctx.add(out, l_const)
+            out = self.ctx.add_const(out, l_const)
         return out, 0.0
 
     def _fix_scale(self, ct, scale):
@@ -178,9 +189,7 @@ class PolyEvaluator:
             rel = abs(ct.scale / scale - 1.0)
             if rel > 1e-12:
                 raise AssertionError(f"polyeval: scale drift {rel:g}")
-            from hemlp.ckks import Ciphertext
-
-            ct = self.ctx._w(Ciphertext, self.ctx._e.with_scale(ct._obj, float(scale)))
+            ct = self.ctx.wrap(Ciphertext, self.ctx.native.with_scale(ct.native, float(scale)))
         return ct
 
     def evaluate(self, ct, coeffs, basis: str = "chebyshev", scale: float | None = None, level: int | None = None):
@@ -212,3 +221,20 @@ class PolyEvaluator:
 
 def evaluate(ctx, ct, coeffs, relin_key, basis: str = "chebyshev", scale=None, level=None):
     return PolyEvaluator(ctx, relin_key).evaluate(ct, coeffs, basis=basis, scale=scale, level=level)
+
+
+def evaluate_native(ctx, ct, coeffs, relin_key, basis: str = "chebyshev", scale=None, level=None,
+                    stats: dict | None = None):
+    """PolyEvaluator.evaluate in C++ (csrc/boot/polyeval): same result level and exact scale.
+
+    stats, when a dict, receives the operation counts (ct_mul, const_mul, rescale)."""
+    if basis not in ("chebyshev", "power"):
+        raise EncodingError(f"basis must be 'chebyshev' or 'power', got {basis!r}")
+    c = np.asarray(coeffs, dtype=np.float64).reshape(-1)
+    x = ctx.unwrap(ct, Ciphertext, "ciphertext")
+    rlk = None if relin_key is None else ctx.unwrap(relin_key, RelinKey, "relinearisation key")
+    out, st = _core.poly_evaluate(ctx.native, x, c.tolist(), 0 if basis == "chebyshev" else 1, rlk,
+                                  float(ct.scale if scale is None else scale), -1 if level is None else int(level))
+    if stats is not None:
+        stats.update(st)
+    return ctx.wrap(Ciphertext, out)

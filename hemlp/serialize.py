@@ -33,6 +33,7 @@ TYPES = {
     "relin_key": 5,
     "galois_keys": 6,
     "ct_matrix": 7,
+    "bootstrap_keys": 16,
 }
 TYPE_NAMES = {v: k for k, v in TYPES.items()}
 _PREFIX = struct.Struct("<6sHB32sI")

@@ -18,6 +18,9 @@ void bind_linalg(py::module_& m);
 void bind_msrlwe(py::module_& m);
 void bind_mlwe(py::module_& m);
 void bind_ms_conversion(py::module_& m);
+void bind_boot(py::module_& m);
+void bind_lintrans(py::module_& m);
+void bind_polyeval(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -55,4 +58,7 @@ PYBIND11_MODULE(_core, m) {
   bind_msrlwe(m);
   bind_mlwe(m);
   bind_ms_conversion(m);
+  bind_boot(m);
+  bind_lintrans(m);
+  bind_polyeval(m);
 }

@@ -440,4 +440,66 @@ std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, con
   return out;
 }
 
+// ---- constant fast paths
+
+std::vector<u64> Evaluator::const_residues(double c, double scale, int level) const {
+  if (!std::isfinite(c)) fail(ErrorKind::Encoding, "cannot use NaN or infinity as a constant");
+  if (!std::isfinite(scale) || !(scale > 0))
+    fail(ErrorKind::Encoding, "constant scale must be positive and finite, got " + std::to_string(scale));
+  if (level < 0 || level > ctx_.max_level())
+    fail(ErrorKind::Level, "constant: level " + std::to_string(level) + " outside this context's chain");
+  std::vector<u64> w((size_t)level + 1, 0);
+  if (c == 0) return w;
+  // c = mc 2^ec and scale = ms 2^es with 53-bit integer mantissas: the product is mc ms 2^(ec + es) exactly
+  int ec = 0, es = 0;
+  const int64_t mc = (int64_t)std::ldexp(std::frexp(c, &ec), 53);
+  const int64_t ms = (int64_t)std::ldexp(std::frexp(scale, &es), 53);
+  const int e = ec + es - 106;
+  const bool neg = mc < 0;
+  u128 mag = (u128)(uint64_t)(neg ? -mc : mc) * (u128)(uint64_t)ms;  // < 2^106
+  if (e < 0) {  // round(mag / 2^-e), half away from zero
+    if (-e > 107) return w;  // mag / 2^-e < 2^-1: rounds to 0
+    mag = (mag + ((u128)1 << (-e - 1))) >> (-e);
+  }
+  for (int k = 0; k <= level; ++k) {
+    const u64 q = ctx_.modulus(k).q;
+    u64 r = (u64)(mag % q);
+    if (e > 0) r = (u64)((u128)r * ring::pow_mod(2 % q, (u64)e, q) % q);  // times 2^e mod q
+    w[k] = neg ? ring::neg_mod(r, q) : r;
+  }
+  return w;
+}
+
+Ciphertext Evaluator::mul_const(const Ciphertext& a, double c, double const_scale) const {
+  const std::vector<u64> w = const_residues(c, const_scale, a.level);
+  const size_t n = ctx_.n();
+  Ciphertext r = a;
+  r.seeded = false;
+  r.scale = a.scale * const_scale;
+  for (auto& poly : r.polys)
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k <= a.level; ++k) {
+      const u64 q = ctx_.modulus(k).q, wp = ring::shoup_precompute(w[k], q);
+      u64* d = poly.data() + (size_t)k * n;
+      for (size_t i = 0; i < n; ++i) d[i] = ring::mul_shoup(d[i], w[k], wp, q);
+    }
+  return r;
+}
+
+Ciphertext Evaluator::add_const_exact(const Ciphertext& a, double c) const {
+  if (a.encoding != Encoding::Slot)
+    fail(ErrorKind::Encoding, "add_const: a constant in every slot needs slot encoding; add an encoded "
+                              "plaintext to coefficient-encoded data");
+  const std::vector<u64> w = const_residues(c, a.scale, a.level);
+  const size_t n = ctx_.n();
+  Ciphertext r = a;
+  r.seeded = false;
+  for (int k = 0; k <= a.level; ++k) {
+    const u64 q = ctx_.modulus(k).q;
+    u64* d = r.polys[0].data() + (size_t)k * n;
+    for (size_t i = 0; i < n; ++i) d[i] = ring::add_mod(d[i], w[k], q);
+  }
+  return r;
+}
+
 }  // namespace hemlp

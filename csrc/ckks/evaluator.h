@@ -57,6 +57,18 @@ class Evaluator {
   void check_compatible(const Ciphertext& a, const Ciphertext& b, const char* op) const;
   void check_plain(const Ciphertext& a, const Plaintext& p, bool scale_must_match, const char* op) const;
 
+  // Constant fast paths (no encoding: a constant's NTT form is that constant in every position).
+  // round(c * scale) mod q_k for k = 0..level, computed exactly for any magnitude (the product of two doubles is
+  // an exact 106-bit integer times a power of two; rounding is half away from zero). Throws EncodingError for
+  // non-finite c or a non-positive / non-finite scale.
+  std::vector<u64> const_residues(double c, double scale, int level) const;
+  // a * round(c * const_scale): every limb of every polynomial times that integer mod q_k; the scale becomes
+  // a.scale * const_scale (the constant's value is c; const_scale only sets its precision). Any encoding.
+  Ciphertext mul_const(const Ciphertext& a, double c, double const_scale) const;
+  // a + c in every slot with round(c * a.scale) exact at any scale (add_const rounds the product in long
+  // double, which is exact only while it stays below 2^64).
+  Ciphertext add_const_exact(const Ciphertext& a, double c) const;
+
  private:
   const SwitchKey& find_key(const GaloisKeys& keys, uint64_t g, const Ciphertext& a) const;
   const Context& ctx_;

@@ -20,6 +20,15 @@ input's slots beyond its columns must be zero, and the output's slots beyond its
 
 Offsets are kept as signed representatives in (-n/2, n/2], so contiguous diagonal bands
 around 0 (σ, block-diagonal matrices) give short baby and giant ranges.
+
+Native evaluation (the default with a hemlp.ckks.Context): the whole schedule runs in one call of
+hemlp._core.LinearTransform (csrc/boot/lintrans.h), with the diagonals encoded once per (context,
+level) over Q_level ∪ P. hoisting="double" (Bossuat et al. EC'21) keeps the baby steps in Q_level ∪ P
+(no ModDown per baby step), accumulates each giant group there, brings only c1 down per giant step and
+fuses the final ModDown with the rescale; hoisting="single" rotates every baby step fully (one shared
+ModUp), multiplies over Q_level and rescales at the end, as the Python path does. native=False runs the
+Python path (one native call per rotation / product / addition): the reference the tests compare with,
+and what an OpCounter counts.
 """
 from __future__ import annotations
 
@@ -29,10 +38,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hemlp.errors import ShapeError
+from hemlp import _core
+from hemlp.ckks import Ciphertext, Context, GaloisKeys
+from hemlp.errors import MissingKeyError, ParameterError, ShapeError
 
 __all__ = ["diagonals", "plan", "shared_n1", "Plan", "LinearTransform", "rotation_steps", "apply", "OpCounter",
-           "signed"]
+           "signed", "HOISTING", "choose_hoisting"]
+
+#: hoisting schedules of the native path (see the module doc); "auto" picks one by choose_hoisting
+HOISTING = {"single": 1, "double": 2}
+
+
+def choose_hoisting(p: "Plan", level: int, num_p: int) -> str:
+    """The native schedule expected to be faster for plan p at this level with |P| = num_p special primes.
+
+    Double hoisting saves a ModDown (|P| INTTs + level+1 NTTs + a base conversion) for two polynomials
+    per baby step and one per giant step, and pays for multiplying every diagonal over |P| more limbs
+    (and for streaming them from memory). Rule: double when 2·D·|P| <= 1.5·(2·babies + giants)·(|P| +
+    level + 1), D the diagonal count. Fitted on CPU-time sweeps (set B chain, |P| = 6, 1 thread, loaded
+    machine, about ±5 % noise): 31 diagonals (7 baby + 3 giant steps) cross over at 9-13 Q limbs at
+    N = 2^14 and 7-10 at N = 2^15 (0.77x-0.94x below, 1.07x-1.16x above); 63 diagonals (7 + 7) at 10-13
+    limbs at N = 2^15 (0.83x at 5, 1.04x-1.07x at 13-16) but above 17 at N = 2^14. Near the crossover
+    the two are within ~5 %; double hoisting is also the more precise one (up to 3 bits in StC: the
+    baby steps skip their ModDown rounding), which is why hemlp.bootstrap.dft asks for it explicitly.
+    """
+    extra = 2 * p.diagonals * num_p
+    saved = 1.5 * (2 * len(p.baby) + len(p.giant)) * (num_p + level + 1)
+    return "double" if extra <= saved else "single"
 
 
 def signed(k: int, n: int) -> int:
@@ -171,6 +203,8 @@ class LinearTransform:
         self.diags = _normalise(T, self.n) if isinstance(T, dict) else diagonals(T, self.n)
         self.plan = plan(self.diags, self.n, bsgs, n1)
         self._pts: dict = {}
+        self._native: dict = {}
+        self._pt_bytes: dict = {}
 
     steps = property(lambda self: self.plan.steps)
     rotations = property(lambda self: self.plan.rotations)
@@ -186,6 +220,7 @@ class LinearTransform:
             self._pts[key] = {
                 (g, b): ctx.encode(np.roll(self.diags[p.offset(g, b)], g * p.n1), level=level, scale=q, slots=self.n)
                 for g, bs in p.groups for b in bs}
+            self._pt_bytes[key] = p.diagonals * (int(level) + 1) * ctx.N * 8
         return self._pts[key]
 
     def simulate(self, x) -> np.ndarray:
@@ -198,12 +233,71 @@ class LinearTransform:
             y = y + rot(inner, g * p.n1)
         return y
 
-    def apply(self, ctx, ct, keys, rescale: bool = True, rotated: dict | None = None):
+    def encode_native(self, ctx, level: int, qp: bool = True):
+        """The native transform with every pre-rotated diagonal encoded at scale q_level over Q_level ∪ P
+        (qp=True: what double hoisting needs) or over Q_level only (qp=False: enough for single
+        hoisting, |P| limbs less per diagonal); hemlp._core.LinearTransform, cached per (context, level):
+        a Q_level ∪ P set also serves single hoisting, a Q_level set is replaced when qp is asked."""
+        key = (ctx.hash, int(level))
+        t = self._native.get(key)
+        if t is None or (qp and not t.qp):
+            p = self.plan
+            diags = np.array([np.roll(self.diags[p.offset(g, b)], g * p.n1) for g, bs in p.groups for b in bs],
+                             dtype=np.complex128)
+            t = self._native[key] = _core.LinearTransform(
+                ctx.native, self.n, int(level), float(ctx.modulus(level)), [g * p.n1 for g, _ in p.groups],
+                [list(bs) for _, bs in p.groups], diags, bool(qp))
+        return t
+
+    def clear_cache(self) -> None:
+        """Forget every encoded diagonal set (Python plaintexts and native Q_level ∪ P encodings)."""
+        self._pts.clear()
+        self._native.clear()
+        self._pt_bytes.clear()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the encoded diagonals cached so far (native Q_level ∪ P sets and Python plaintexts)."""
+        return sum(self._pt_bytes.values()) + sum(t.nbytes for t in self._native.values())
+
+    def apply_native(self, ctx: Context, ct, keys, rescale: bool = True, hoisting: str = "auto"):
+        """T·ct in one native call; returns (ciphertext, counts) with counts of ModUps, key inner
+        products, ModDowns (polynomials), diagonal products and rescales. hoisting: "single",
+        "double" or "auto" (choose_hoisting)."""
+        if hoisting == "auto":
+            hoisting = choose_hoisting(self.plan, ct.level, len(ctx.params.p))
+        if hoisting not in HOISTING:
+            raise ParameterError(f"hoisting must be 'auto' or one of {sorted(HOISTING)}, got {hoisting!r}")
+        c = ctx.unwrap(ct, Ciphertext, "ciphertext")
+        if ct.slots != self.n:
+            raise ShapeError(f"the transform acts on {self.n} slots but the ciphertext has {ct.slots}")
+        if keys is None:
+            if self.plan.steps:
+                raise MissingKeyError(f"the transform rotates by {self.plan.steps}: pass "
+                                      "ctx.rotation_keys(sk, steps) with these steps")
+            k = _core.GaloisKeys()  # nothing to rotate: never read
+        else:
+            k = ctx.unwrap(keys, GaloisKeys, "Galois keys")
+        t = self.encode_native(ctx, ct.level, qp=hoisting == "double")
+        out, counts = t.apply(ctx.native, c, k, HOISTING[hoisting], bool(rescale))
+        return ctx.wrap(Ciphertext, out), counts
+
+    def apply(self, ctx, ct, keys, rescale: bool = True, rotated: dict | None = None, native: bool | None = None,
+              hoisting: str = "auto"):
         """T·ct: hoisted baby steps, pre-rotated diagonals, giant steps, one rescale.
 
+        native: None runs the native path when ctx is a Context and `rotated` is not given (an
+        OpCounter counts the Python path); False forces the Python path, True the native one.
+        hoisting: "auto" (choose_hoisting), "double" or "single" (native path only; see the module doc).
         rotated: {step: rot_step(ct)} already computed by the caller (several transforms of one
-        ciphertext sharing one hoisted decomposition); it must hold every baby step.
+        ciphertext sharing one hoisted decomposition); it must hold every baby step (Python path).
         """
+        if native is None:
+            native = isinstance(ctx, Context) and rotated is None
+        if native:
+            if rotated is not None:
+                raise ParameterError("the native path does its own hoisting: pass rotated only with native=False")
+            return self.apply_native(ctx, ct, keys, rescale, hoisting)[0]
         if ct.slots != self.n:
             raise ShapeError(f"the transform acts on {self.n} slots but the ciphertext has {ct.slots}")
         p = self.plan
@@ -237,10 +331,10 @@ def rotation_steps(T, bsgs: bool = True, n: int | None = None, n1: int | None = 
     return LinearTransform(T, n or max(np.shape(T)), bsgs, n1).steps
 
 
-def apply(ctx, ct, T, keys, bsgs: bool = True, n1: int | None = None):
+def apply(ctx, ct, T, keys, bsgs: bool = True, n1: int | None = None, native: bool | None = None):
     """y = T x for x encrypted in ct (n = ct.slots), rescaled: one level, scale unchanged."""
     lt = T if isinstance(T, LinearTransform) else LinearTransform(T, ct.slots, bsgs, n1)
-    return lt.apply(ctx, ct, keys)
+    return lt.apply(ctx, ct, keys, native=native)
 
 
 class OpCounter:
