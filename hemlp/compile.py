@@ -556,7 +556,7 @@ class CompiledModel:
             result.layer_seconds = timings
             return result
         if runtime == "ray":
-            from hemlp.runtime.ray_models import run_on_ray
+            from hemlp.runtime.ray import run_on_ray
 
             out = run_on_ray(self.context, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
                              address=address, num_workers=num_workers, **ray_options)
