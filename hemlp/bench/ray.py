@@ -308,6 +308,8 @@ def main_mlp(args) -> int:
             g_all = [_groups(r[2], names) for r in rs]
             g_last = g_all[-1]
             rec["workers"] = n
+            # what the workers did (each task reports whether its process had tuned its malloc)
+            rec["malloc_tuned"] = all(v["malloc_tuned"] for r in rs for v in r[2].values() if "malloc_tuned" in v)
             rec["input_put_s"] = med(r[2][input_name]["seconds"] for r in rs)
             rec["input_put_bytes"] = rs[-1][2][input_name]["put_bytes"]
             rec["output_get_s"] = med(r[2]["_output"]["seconds"] for r in rs)

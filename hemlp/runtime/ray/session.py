@@ -19,18 +19,16 @@ __all__ = ["RuntimeUnavailableError", "ray_session", "import_ray", "LOCAL_SYSTEM
            "FAULT_ENV", "TASK_RETRIES", "maybe_die", "node_id", "usable_cores", "driver_threads"]
 
 #: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
-
 CONNECT_TIMEOUT = 10.0
 #: a worker dies on the first task that creates this file (fault-injection for tests)
 FAULT_ENV = "HEMLP_RAY_FAULT_ONCE"
+#: how often Ray re-runs a task whose worker died (tasks are pure: a re-run gives the same bits)
 TASK_RETRIES = 3
 
 
 class RuntimeUnavailableError(HemlpError, ConnectionError):
     """The Ray runtime cannot be used: ray is not installed or the cluster cannot be reached."""
 
-
-# ----------------------------------------------------------------------------- session
 
 def import_ray():
     """The `ray` module, or RuntimeUnavailableError naming the install command."""
