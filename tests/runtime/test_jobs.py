@@ -63,7 +63,8 @@ def ray_local(tmp_path_factory):
         ray.shutdown()
     marker = tmp_path_factory.mktemp("fault") / "died"
     marker.write_text("armed only when deleted")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {FAULT_ENV: str(marker)}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,  # never another Ray
+             runtime_env={"env_vars": {FAULT_ENV: str(marker)}})
     yield marker
     ray.shutdown()
 

@@ -40,7 +40,7 @@ class TestLocal:
             ray.shutdown()
         marker = tmp_path_factory.mktemp("fault") / "died"
         marker.write_text("armed only when deleted")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,  # never another Ray
                  runtime_env={"env_vars": {session.FAULT_ENV: str(marker)}})
         yield marker
         ray.shutdown()

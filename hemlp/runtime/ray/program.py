@@ -69,7 +69,7 @@ class RayProgram(RayDriver):
 
     num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (on one node
     the program runs node-local; across nodes, PCMMs worth a wave on the planner's ``grid_store`` for the workers,
-    fewest object-store bytes, see ``_sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those
+    fewest object-store bytes, see ``cost.sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those
     steps on their grids).
     cts_per_task: None (default) fuses every elementwise step into the task that produced its input or the next
     node-local task; a number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats
