@@ -280,22 +280,22 @@ def cmd_decrypt(args, ui: UI):
 
 
 def _ray_runner():
-    """The Ray runtime module exposing run_batch(compiled, eval_keys_path, inputs, out_dir, address), or None."""
+    """The batch-job module exposing run_model_batch(compiled, eval_keys_path, inputs, out_dir, address), or None."""
     import importlib
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
         return None, "the `ray` package is not installed"
-    for name in ("hemlp.runtime.ray_runtime", "hemlp.runtime.ray"):
+    for name in ("hemlp.runtime.jobs",):
         try:
             if importlib.util.find_spec(name) is None:
                 continue
         except ImportError:
             continue
         mod = importlib.import_module(name)
-        if callable(getattr(mod, "run_batch", None)):
+        if callable(getattr(mod, "run_model_batch", None)):
             return mod, ""
-    return None, "hemlp's Ray runtime (hemlp.runtime.ray_runtime) does not exist yet"
+    return None, "hemlp's batch jobs (hemlp.runtime.jobs) do not exist yet"
 
 
 def cmd_batch(args, ui: UI):
@@ -318,7 +318,7 @@ def cmd_batch(args, ui: UI):
         kw["num_workers"] = args.workers
     with ui.step(f"batch of {len(inputs)} ciphertext file(s) on Ray" + (" (resuming)" if resumable and not args.force
                                                                           else "")):
-        files = runner.run_batch(str(args.compiled), str(args.eval_keys), inputs, out, address=args.address, **kw)
+        files = runner.run_model_batch(str(args.compiled), str(args.eval_keys), inputs, out, address=args.address, **kw)
     ui.result.update(command="batch", outputs=[str(f) for f in files], output_dir=str(out))
     ui.finish([f"{len(files)} result(s) in {out}"])
 

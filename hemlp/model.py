@@ -252,7 +252,7 @@ class CompiledModel:
         """Encrypted inference (server side: ciphertexts and evaluation keys only).
 
         runtime="local": in this process (threads: native threads). runtime="ray": every PCMM and
-        elementwise step as Ray tasks (hemlp.runtime.ray_models), bit-identical to "local"; address=None
+        elementwise step as Ray tasks (hemlp.runtime.ray), bit-identical to "local"; address=None
         uses the connected Ray or starts a local one with num_workers CPUs for the call, an address
         ("host:port", "ray://host:10001", "auto") joins that cluster (RuntimeUnavailableError if it
         cannot be reached). Ray options: grid ((p_m, p_n, p_k[, p_s]) or {step: grid}; p_s = 2 puts the two

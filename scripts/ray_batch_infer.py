@@ -56,7 +56,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def make_job(args):
-    from hemlp.runtime.batch import ModelJob, WeightsJob
+    from hemlp.runtime.jobs import ModelJob, WeightsJob
 
     if args.model:
         return ModelJob.from_paths(args.model, args.keys)
@@ -71,7 +71,7 @@ def make_job(args):
 def main(argv=None) -> int:
     args = parse(argv)
     from hemlp.errors import HemlpError
-    from hemlp.runtime.batch import list_inputs, run_batch
+    from hemlp.runtime.jobs import list_inputs, run_batch
 
     try:
         job = make_job(args)

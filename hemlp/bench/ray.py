@@ -26,6 +26,9 @@ the driver, bytes the tasks read and wrote through the object store (inputs / we
 sums) next to eq. (5)'s W_3D = (p_m b_k b_n + p_n b_m b_k + p_k b_m b_n) H, H = one ciphertext's
 bytes, every row, column and reduction row one block, with the weight term plaintext-sized (8-byte
 entries); the Ray overhead is Ray(1 worker) - in-process(1 thread), split into driver phases.
+
+--model mlp turns on the Ray workers' malloc tuning (opt-in, hemlp.runtime.ray.malloc) unless --default-malloc,
+and records the choice as "tune_malloc" in the JSON.
 """
 from __future__ import annotations
 
@@ -63,6 +66,9 @@ def add_arguments(p) -> None:
     p.add_argument("--nodes", type=int, default=1, help="--model mlp: run Ray as this many raylets on this machine "
                    "(ray.cluster_utils.Cluster, max(--workers) / NODES CPUs each), so that PCMMs shard on their grids "
                    "across nodes and blocks move between object stores; default 1 (one node: one node-local task)")
+    p.add_argument("--default-malloc", action="store_true", help="--model mlp: leave the Ray workers' malloc at "
+                   "glibc's defaults instead of turning on hemlp's opt-in tuning (hemlp.runtime.ray.malloc: one "
+                   "arena, large arrays from the heap), to measure what the tuning does")
     p.add_argument("--json", default=None)
 
 
@@ -75,7 +81,7 @@ def main(args) -> int:
         return main_mlp(args)
     import hemlp
     from hemlp import ckks, linalg
-    from hemlp.runtime import ray_runtime as rr
+    from hemlp.runtime import ray as rr
 
     import ray
 
@@ -137,7 +143,7 @@ def main(args) -> int:
         rows.append([label, report.fmt_seconds(t),
                      str(st["tasks"]), _mb(st["put_bytes"]), f"{_mb(ct_moved)} / {_mb(ct_model)}",
                      f"{_mb(moved['weights'])} / {_mb(model['weights'])}", "yes" if identical else "NO"])
-    # W_3D: eq. (5) with the weight term plaintext-sized (8-byte entries, per limb task), see ray_runtime stats
+    # W_3D: eq. (5) with the weight term plaintext-sized (8-byte entries, per limb task), see ray_pcmm stats
     if ray.is_initialized():
         ray.shutdown()
     report.table(["run", "PCMM", "tasks", "put", "ct moved / W_3D", "weights moved / W_3D", "identical"], rows,
@@ -223,8 +229,12 @@ def main_mlp(args) -> int:
     mlp_grid = tuple(int(v) for v in args.grids.split("x")) if args.grids else None
     if ray.is_initialized():
         ray.shutdown()
-    from hemlp.runtime.ray_runtime import LOCAL_SYSTEM_CONFIG
+    from hemlp.runtime.ray import LOCAL_SYSTEM_CONFIG, TUNE_MALLOC_ENV
 
+    # the workers' malloc tuning is opt-in (hemlp.runtime.ray.malloc): on here unless --default-malloc; the
+    # driver reads the choice from the environment (CompiledModel.run has no option for it)
+    tune_malloc = not args.default_malloc
+    os.environ[TUNE_MALLOC_ENV] = "1" if tune_malloc else "0"
     config = None if args.ray_default_frees else LOCAL_SYSTEM_CONFIG
     cluster = None
     if args.nodes > 1:
@@ -298,6 +308,8 @@ def main_mlp(args) -> int:
             g_all = [_groups(r[2], names) for r in rs]
             g_last = g_all[-1]
             rec["workers"] = n
+            # what the workers did (each task reports whether its process had tuned its malloc)
+            rec["malloc_tuned"] = all(v["malloc_tuned"] for r in rs for v in r[2].values() if "malloc_tuned" in v)
             rec["input_put_s"] = med(r[2][input_name]["seconds"] for r in rs)
             rec["input_put_bytes"] = rs[-1][2][input_name]["put_bytes"]
             rec["output_get_s"] = med(r[2]["_output"]["seconds"] for r in rs)
@@ -417,7 +429,8 @@ def main_mlp(args) -> int:
         summary["back_to_back_s"] = med(b[0] for b in back)
         summary["back_to_back_input_put_s"] = med(b[1] for b in back)
         print(f"{len(back)} Ray runs ({max(workers)} workers) one right after the other"
-              f"{' (Ray default frees)' if args.ray_default_frees else ''}: "
+              f"{' (Ray default frees)' if args.ray_default_frees else ''}"
+              f"{'' if tune_malloc else ' (default malloc)'}: "
               + ", ".join(f"{b[0]:.2f} s (input put {b[1]:.2f} s)" for b in back))
     for k, v in summary.items():
         print(f"{k}: {v if isinstance(v, dict) else round(v, 4)}")
@@ -428,5 +441,6 @@ def main_mlp(args) -> int:
                                              "load_average_before": la0, "load_average_rounds": loads,
                                              "back_to_back": [dict(seconds=b[0], input_put_s=b[1]) for b in back],
                                              "ray_default_frees": bool(args.ray_default_frees),
+                                             "tune_malloc": tune_malloc,
                                              "nodes": args.nodes})
     return 0 if all(r["bit_identical"] for r in results) else 1

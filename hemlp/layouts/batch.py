@@ -3,7 +3,7 @@
 Every linear layer is a PCMM-as-GEMM (hemlp.linalg.pcmm: no rotations), every activation acts on the
 slots as they are, so the eval keys are at most a relinearisation key. Best for large batches: a batch of
 B samples takes ceil(B / slots) chunks per feature. The steps are the program (hemlp.runtime.local runs them
-in process, hemlp.runtime.ray_models on Ray with FHE4DMM grids).
+in process, hemlp.runtime.ray on Ray with FHE4DMM grids).
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ class Batch(Layout):
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
         if runtime == "ray":
-            from hemlp.runtime.ray_models import run_on_ray   # Ray is optional: imported only when asked for
+            from hemlp.runtime.ray import run_on_ray   # Ray is optional: imported only when asked for
 
             return run_on_ray(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings, **ray)
         return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)

@@ -196,7 +196,7 @@ def partition(layout: Layout, grid: Grid) -> Partition:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Bytes through an object store (the Ray runtime, hemlp.runtime.ray_models)
+# Bytes through an object store (the Ray runtime, hemlp.runtime.ray)
 # ---------------------------------------------------------------------------------------------------------------
 #
 # Eq. (5) counts every block in units of one ciphertext H.  In a PCMM the weight blocks are plaintext integers

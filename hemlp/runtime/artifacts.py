@@ -14,7 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from hemlp.ckks import GaloisKeys, Params, RelinKey, from_bytes
 from hemlp.errors import KeyMismatchError, SerializationError
+from hemlp.linalg import CtMatrix, ModPackKeys
+from hemlp.runtime.files import atomic_write, read_file
 from hemlp.serialize import seal_intact, sealed
 
 MAGIC = b"HEMLPC\x00\x01"
@@ -71,16 +74,11 @@ def unpack_for(data: bytes, kind: str, compiled, fix: str = ""):
 
 
 def _read(path, kind):
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise SerializationError(f"cannot read the {kind} file {path}: {exc.strerror}") from None
+    return read_file(path, kind)
 
 
 def _write(path, data):
-    from hemlp.ckks import _atomic_write
-
-    _atomic_write(Path(path), data)
+    atomic_write(path, data)
 
 
 class EvalKeys:
@@ -121,8 +119,6 @@ class EvalKeys:
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EvalKeys":
         h, payload = unpack_for(data, "eval_keys", compiled, "generate keys with this model's keygen()")
-        from hemlp.ckks import GaloisKeys, RelinKey, from_bytes
-
         nr, ng = h.get("relin_bytes", len(payload) if h.get("has_relin") else 0), h.get("galois_bytes", 0)
         nm = h.get("modpack_bytes", 0)
         if not (isinstance(nr, int) and isinstance(ng, int) and isinstance(nm, int) and 0 <= nr and 0 <= ng
@@ -139,8 +135,6 @@ class EvalKeys:
                 raise SerializationError("eval_keys: the second payload is not a set of rotation keys")
         mp = None
         if nm:
-            from hemlp.linalg import ModPackKeys
-
             mp = ModPackKeys.from_bytes(payload[nr + ng:], compiled.context)
         return cls(h["model_id"], rlk, gk, mp)
 
@@ -158,7 +152,7 @@ class EncryptedBatch:
 
     level = property(lambda self: self.ctm.level)
     num_ciphertexts = property(lambda self: len(self.ctm.cts))
-    key_id = property(lambda self: self.ctm.cts[0]._obj.key_id)
+    key_id = property(lambda self: self.ctm.cts[0].native.key_id)
 
     def __repr__(self):
         return (f"EncryptedBatch({self.stage}: {self.batch} x {list(self.shape)}, {self.num_ciphertexts} ciphertexts "
@@ -176,8 +170,6 @@ class EncryptedBatch:
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EncryptedBatch":
-        from hemlp.linalg import CtMatrix
-
         h, payload = unpack(data, "encrypted_batch")
         if h.get("model_id") != compiled.model_id:
             raise KeyMismatchError(f"this encrypted batch belongs to compiled model {h.get('model_id')}, not "

@@ -4,7 +4,7 @@
   the same polynomials and the same row layouts; warns (RangeWarning) when an approximated
   activation sees inputs outside its calibrated range.
 * ``run`` — the same steps on ciphertexts (hemlp.linalg PCMMs, hemlp.polyeval), in process by default;
-  an injectable executor runs the PCMMs and elementwise steps elsewhere (hemlp.runtime.ray_models).
+  an injectable executor runs the PCMMs and elementwise steps elsewhere (hemlp.runtime.ray).
 """
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ def cached_elementwise(cache: dict, ctx, op: ElementwiseOp, relin_key):
 
 class LocalExecutor:
     """In-process execution of the heavy steps (the default of ``run``). Another executor (e.g.
-    hemlp.runtime.ray_models.RayExecutor) provides the same three methods and gives the same bits."""
+    hemlp.runtime.ray.RayExecutor) provides the same three methods and gives the same bits."""
 
     name = "local"
 

@@ -243,7 +243,7 @@ def test_pow2():
 
 def test_batch_job_of_single_image_requests(tmp_path):
     """`hemlp batch` over many single-image requests of a layout (P) model (each item in-process)."""
-    from hemlp.runtime.batch import run_model_batch
+    from hemlp.runtime.jobs import run_model_batch
 
     model = mlp(dims=(40, 32, 6))
     x = _asym((5, 40), seed=9)

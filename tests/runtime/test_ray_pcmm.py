@@ -10,7 +10,8 @@ from tests.conftest import make_ctx
 ray = pytest.importorskip("ray")
 
 from hemlp import linalg  # noqa: E402
-from hemlp.runtime import ray_runtime as rr  # noqa: E402
+from hemlp.runtime import ray as rr  # noqa: E402
+from hemlp.runtime.ray import cost, session  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +40,8 @@ class TestLocal:
             ray.shutdown()
         marker = tmp_path_factory.mktemp("fault") / "died"
         marker.write_text("armed only when deleted")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {rr.FAULT_ENV: str(marker)}})
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,  # never another Ray
+                 runtime_env={"env_vars": {session.FAULT_ENV: str(marker)}})
         yield marker
         ray.shutdown()
 
@@ -58,7 +59,7 @@ class TestLocal:
         ctx, sk, M, C, U, b = setup
         st = {}
         rr.ray_pcmm(U, C, num_workers=2, stats=st)
-        assert st["grid"] == rr.pcmm_grid(5, C.chunks, 6, 2).dims
+        assert st["grid"] == cost.pcmm_grid(5, C.chunks, 6, 2).dims
 
     def test_coefficient_encoding_and_weight_bits(self, session, setup):
         ctx, sk, M, C, U, b = setup
@@ -148,8 +149,8 @@ def test_unreachable_address_fails_fast(setup):
 
 
 def test_importable_without_starting_ray():
-    assert os.environ.get(rr.FAULT_ENV) is None
-    assert rr.pcmm_grid(64, 1, 64, 2).size == 2
+    assert os.environ.get(session.FAULT_ENV) is None
+    assert cost.pcmm_grid(64, 1, 64, 2).size == 2
 
 
 def test_weight_term_is_plaintext_sized():

@@ -1,151 +1,35 @@
-"""PCMM sharded over a Ray cluster: exact modular GEMMs per (row block, column block, reduction
-block, RNS limb), bit-identical to ``hemlp.linalg.pcmm`` for the RLWE and MSRLWE formats.
+"""One PCMM sharded over a Ray cluster (``ray_pcmm``, ``ray_pcmm_gather``): exact modular GEMMs per (row block,
+column block, reduction block, RNS limb), bit-identical to ``hemlp.linalg.pcmm`` for the RLWE and MSRLWE formats.
 
-An encrypted matrix stacks, per limb k, into X_k = (d2, columns, parts, N) residues mod q_k
-(RLWE: the c chunks of a row, 2 polynomials each; MSRLWE: the k + 1 polynomials a, b_0.. of a
-row). The product is Y_k = K (U~ X_k) mod q_k, followed by the same import / rescale / bias steps
-as ``linalg.pcmm``. The processor grid [p_m, p_n, p_k] (planner, eq. 5) splits the output rows,
-the columns and the reduction dimension d2; limbs are an extra independent axis. Partial sums
-over reduction blocks are added mod q in a binary tree. Blocks travel as uint64 numpy arrays
-through the object store (one ray.put per input block, zero-copy reads in the tasks).
+An encrypted matrix stacks, per limb k, into X_k = (d2, columns, parts, N) residues mod q_k (RLWE: the c chunks of
+a row, 2 polynomials each; MSRLWE: the k + 1 polynomials a, b_0.. of a row). The product is Y_k = K (U~ X_k) mod
+q_k, followed by the same import / rescale / bias steps as ``linalg.pcmm``. The processor grid [p_m, p_n, p_k]
+(planner, eq. 5) splits the output rows, the columns and the reduction dimension d2; limbs are an extra
+independent axis. Partial sums over reduction blocks are added mod q in a binary tree. Blocks travel as uint64
+numpy arrays through the object store (one ray.put per input block, zero-copy reads in the tasks). Every task is
+pure and idempotent (max_retries): a killed worker is re-run and the result is the same.
 
-Every task is pure and idempotent (max_retries): a killed worker is re-run and the result is the same.
-
-Whole compiled models: ``CompiledModel.run(ct, eval_keys, runtime="ray", address=..., num_workers=...)``
-runs hemlp.runtime.ray_models.RayProgram: the activations stay in the object store between layers, each
-PCMM task also runs the rescale, the bias and the activation of its rows, bit-identical to
-runtime="local" (ray_pcmm / ray_pcmm_gather remain the one-product API and the fallback's PCMMs).
-``run_batch`` (``hemlp batch``) is the other axis: whole items (encrypted batches) in parallel, each item
-in-process in one worker.
+Whole compiled models use RayProgram (hemlp.runtime.ray.program) instead; these two are the one-product API and
+the PCMMs of the per-step fallback (RayExecutor).
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
 import time
 
 import numpy as np
 
-from hemlp.errors import EncodingError, HemlpError, LevelError, ShapeError
+from hemlp import _core, linalg
+from hemlp.ckks import Ciphertext
+from hemlp.errors import EncodingError, LevelError, ShapeError
+from hemlp.linalg import CtMatrix, MsRow
+from hemlp.runtime.ray.blocks import splits
+from hemlp.runtime.ray.cost import grid_dims
+from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, maybe_die, node_id, ray_session
 
-__all__ = ["RuntimeUnavailableError", "ray_session", "ray_pcmm", "ray_pcmm_gather", "pcmm_grid", "run_batch"]
-
-#: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
-CONNECT_TIMEOUT = 10.0
-#: a worker dies on the first task that creates this file (fault-injection for tests)
-FAULT_ENV = "HEMLP_RAY_FAULT_ONCE"
-TASK_RETRIES = 3
-
-
-class RuntimeUnavailableError(HemlpError, ConnectionError):
-    """The Ray runtime cannot be used: ray is not installed or the cluster cannot be reached."""
-
-
-# ----------------------------------------------------------------------------- session
-
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeUnavailableError('the Ray runtime needs the `ray` package: pip install "ray[default]"') from None
-    return ray
-
-
-def _host_port(address: str):
-    a = address.split("://", 1)[-1].rstrip("/")
-    host, sep, port = a.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
-def _probe(address: str, timeout: float) -> None:
-    """Fail fast on a dead address: ray.init itself retries for minutes on a silent port."""
-    hp = _host_port(address)
-    if hp is None:
-        return  # "auto" / "local": ray.init decides quickly
-    fix = (f"start the cluster there (`ray start --head --port={hp[1]}`), check the address and firewall, "
-           f"or use address=None to run on a local Ray instance")
-    deadline = time.monotonic() + timeout  # one budget for both checks
-    try:
-        socket.create_connection(hp, timeout=timeout).close()
-    except OSError as exc:
-        raise RuntimeUnavailableError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}; {fix}") from None
-    try:
-        import grpc
-    except ImportError:
-        return
-    ch = grpc.insecure_channel(f"{hp[0]}:{hp[1]}")
-    try:  # a Ray head speaks gRPC (HTTP/2); anything else never completes the handshake
-        grpc.channel_ready_future(ch).result(timeout=max(0.1, deadline - time.monotonic()))
-    except grpc.FutureTimeoutError:
-        raise RuntimeUnavailableError(f"{address!r} accepts connections but is not a Ray cluster (no gRPC answer "
-                                      f"within {timeout:g} s); {fix}") from None
-    finally:
-        ch.close()
-
-
-#: Ray settings for the local instances hemlp starts. Freed objects leave the store at once instead of in a batch
-#: every second: a run's input blocks (1.2 GB at batch 8 192) then land in memory the store has already mapped,
-#: instead of fresh pages that fault in at ~1 GB/s when runs follow each other (measured: 0.07 s against 0.5-2.4 s
-#: for a 1.2 GB put right after the previous run). Idle workers live on: while a node-local task holds every CPU of
-#: the node, Ray otherwise kills the other (idle) workers after 1 s, and the next wave waits ~1 s for a new worker
-#: process to start and rebuild its context (measured: one of two first-layer tasks started 0.8-1.0 s late). For a
-#: cluster you start yourself:
-#: RAY_free_objects_period_milliseconds=0 RAY_idle_worker_killing_time_threshold_ms=600000 ray start ...
-LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 0, "idle_worker_killing_time_threshold_ms": 600000}
-
-
-@contextlib.contextmanager
-def ray_session(address: str | None = None, num_workers: int | None = None, timeout: float = CONNECT_TIMEOUT):
-    """Use the running Ray, or join `address`, or start a local Ray with num_workers CPUs.
-
-    Shuts down only what it started. Under `ray job submit` (RAY_ADDRESS set) address=None joins
-    the job's cluster. A Ray already initialised in this process is used as it is (address and
-    num_workers are then ignored): call ray.init once, or nest calls in one ray_session, to pay
-    the start-up (seconds) once for many products."""
-    ray = _ray()
-    if ray.is_initialized():
-        yield ray
-        return
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    if address is not None:
-        _probe(address, timeout)
-        try:
-            ray.init(address=address, log_to_driver=False)
-        except ConnectionError as exc:
-            raise RuntimeUnavailableError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
-                                          "`ray start --head` or use address=None for a local Ray") from None
-    else:
-        # address="local": a fresh instance even when another Ray runs on this machine (ray.init() would join it)
-        ray.init(address="local", num_cpus=num_workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 _system_config=LOCAL_SYSTEM_CONFIG)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
-
-
-# ----------------------------------------------------------------------------- tasks (run in workers)
-
-def _maybe_die() -> None:
-    marker = os.environ.get(FAULT_ENV)
-    if not marker:
-        return
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    os._exit(17)  # a hard worker death, as an OOM kill or a lost node
-
+__all__ = ["ray_pcmm", "ray_pcmm_gather"]
 
 def _mulmod_scalar(Y: np.ndarray, k: int, q: int) -> np.ndarray:
     """k * Y mod q exactly, as the native PCMM's Shoup multiply (a 1 x 1 exact modgemm)."""
-    from hemlp import _core
-
     if k == 1:
         return Y
     flat = _core.modgemm(np.array([[k]], dtype=np.int64), Y.reshape(1, -1), q, max(1, k.bit_length()))
@@ -154,26 +38,19 @@ def _mulmod_scalar(Y: np.ndarray, k: int, q: int) -> np.ndarray:
 
 def _block_product(Ub: np.ndarray, Xb: np.ndarray, q: int, bU: int, Kq: int, threads: int):
     """One grid cell and limb: K (U_block @ X_block) mod q; X_block is (d2_t, columns, parts, N)."""
-    from hemlp import _core
-
-    _maybe_die()
+    maybe_die()
     _core.set_num_threads(threads)
     d2t = Xb.shape[0]
     Y = _core.modgemm(Ub, Xb.reshape(d2t, -1), q, bU)  # both parts and all chunks in one GEMM
     Y = _mulmod_scalar(Y, Kq, q).reshape((Ub.shape[0],) + Xb.shape[1:])
-    return Y, _node_id()
+    return Y, node_id()
 
 
 def _add_mod(a: np.ndarray, b: np.ndarray, q: int) -> np.ndarray:
+    """(a + b) mod q for residues < q."""
     s = a + b  # < 2q < 2^63: no overflow
     s -= np.where(s >= np.uint64(q), np.uint64(q), np.uint64(0))
     return s
-
-
-def _node_id() -> str:
-    import ray
-
-    return ray.get_runtime_context().get_node_id()
 
 
 _REMOTES = {}
@@ -182,37 +59,20 @@ _REMOTES = {}
 def _remote(name: str):
     """Ray remote functions, made on first use so importing this module does not need ray."""
     if name not in _REMOTES:
-        ray = _ray()
+        ray = import_ray()
         opts = dict(max_retries=TASK_RETRIES, retry_exceptions=False, num_cpus=1)
         _REMOTES["product"] = ray.remote(num_returns=2, **opts)(_block_product)
         _REMOTES["add"] = ray.remote(**opts)(_add_mod)
     return _REMOTES[name]
 
 
-# ----------------------------------------------------------------------------- driver
-
-def pcmm_grid(d1: int, chunks: int, d2: int, num_workers: int):
-    """The planner's 3D grid (eq. 5) over (output rows, columns, reduction rows).
-
-    Every row / column / reduction row is one block of the layout, so W counts column-unit-sized
-    objects moved: p_m d2 c (input copies) + p_n d1 d2 (weights) + p_k d1 c (partial outputs). The weight
-    term is plaintext in reality (8-byte entries, see planner.grid.pcmm_store_bytes; stats["w3d_bytes"]);
-    compiled models on Ray use hemlp.runtime.ray_models.RayProgram and planner.grid.grid_store instead."""
-    from hemlp.planner.grid import grid_3d
-    from hemlp.planner.obl import Layout
-
-    layout = Layout(d1, chunks, d2, d1, chunks, d2, d1, chunks, d2, 1, "pcmm")
-    return grid_3d(layout, int(num_workers))
-
-
-def _splits(n: int, parts: int) -> list[slice]:
-    edges = [n * i // parts for i in range(parts + 1)]
-    return [slice(edges[i], edges[i + 1]) for i in range(parts)]
+def _native(row):
+    """The native object of a matrix row: a Ciphertext's public handle, or an MSRLWE row's (linalg.MsRow offers no
+    public handle yet: the one private name this package still reads, listed in tests/runtime/test_ray_structure.py)."""
+    return row._obj if isinstance(row, MsRow) else row.native
 
 
 def _check(U, C, weight_bits: int, gathered: bool = False):
-    from hemlp.linalg import CtMatrix
-
     if not isinstance(C, CtMatrix):
         raise TypeError("ray_pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
     if C.format not in ("rlwe", "msrlwe"):
@@ -225,11 +85,11 @@ def _check(U, C, weight_bits: int, gathered: bool = False):
                          f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
     if not 1 <= weight_bits <= 40:
         raise EncodingError("weight_bits must be in [1, 40]")
-    ref = C.cts[0]._obj
+    ref = _native(C.cts[0])
     if ref.level == 0:
         raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
     for ct in C.cts:
-        o = ct._obj
+        o = _native(ct)
         if C.format == "rlwe" and o.size != 2:
             raise EncodingError("pcmm: relinearise the ciphertexts first")
         if (o.level != ref.level or o.encoding != ref.encoding or o.slots != ref.slots
@@ -247,10 +107,10 @@ def _stack_limbs(C) -> np.ndarray:
     by the same U, so they split across tasks like ciphertext columns."""
     ctx, d2, L = C.ctx, C.shape[0], C.level + 1
     if C.format == "msrlwe":
-        k = C.cts[0]._obj.k
+        k = _native(C.cts[0]).k
         X = np.empty((L, d2, k + 1, 1, ctx.N), dtype=np.uint64)
         for i, row in enumerate(C.cts):
-            o = row._obj
+            o = _native(row)
             X[:, i, 0, 0, :] = o.poly_a()
             for j in range(k):
                 X[:, i, j + 1, 0, :] = o.poly_b(j)
@@ -260,7 +120,7 @@ def _stack_limbs(C) -> np.ndarray:
     for idx, ct in enumerate(C.cts):
         i, j = divmod(idx, c)
         for part in range(2):
-            X[:, i, j, part, :] = ct._obj.poly(part)
+            X[:, i, j, part, :] = ct.native.poly(part)
     return X
 
 
@@ -276,17 +136,13 @@ def _stack_gathered(C, index: np.ndarray) -> np.ndarray:
                 continue
             for j, ct in enumerate(C.row(int(index[i, p]))):
                 for part in range(2):
-                    X[:, i, p * c + j, part, :] = ct._obj.poly(part)
+                    X[:, i, p * c + j, part, :] = ct.native.poly(part)
     return X
 
 
 def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
     """Native objects from the product residues, rescaled and biased exactly as linalg.pcmm does."""
-    from hemlp import _core
-    from hemlp.ckks import Ciphertext
-    from hemlp.linalg import MsRow
-
-    ctx, ref, level = C.ctx, C.cts[0]._obj, C.level
+    ctx, ref, level = C.ctx, _native(C.cts[0]), C.level
     d1 = out.shape[0]
     b = None
     if bias is not None:
@@ -296,39 +152,26 @@ def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
     if C.format == "msrlwe":
         rows = []
         for r in range(d1):
-            o = _core.ms_import(ctx._e, out[r, 0, 0], [out[r, j, 0] for j in range(1, out.shape[1])], level, scale,
+            o = _core.ms_import(ctx.native, out[r, 0, 0], [out[r, j, 0] for j in range(1, out.shape[1])], level, scale,
                                 ref.slots, ref.encoding, ref.key_id, None)
-            o = _core.ms_rescale(ctx._e, o)
+            o = _core.ms_rescale(ctx.native, o)
             if b is not None:
                 enc = "slot" if o.encoding == 0 else "coeff"
                 width = ctx.slots if enc == "slot" else ctx.N
-                pt = ctx.encode(np.full(width, b[r]), level=o.level, scale=o.scale, encoding=enc)._obj
+                pt = ctx.encode(np.full(width, b[r]), level=o.level, scale=o.scale, encoding=enc).native
                 for j in range(o.k):
-                    o = _core.ms_add_plain(ctx._e, o, j, pt)
+                    o = _core.ms_add_plain(ctx.native, o, j, pt)
             rows.append(MsRow(o, ctx))
         return rows
     ncols, cts = out.shape[1], []  # ncols = P c for a gathered product
     for r in range(d1):
         for j in range(ncols):
-            obj = ctx._e.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
+            obj = ctx.native.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
                                            ref.is_complex, ref.key_id, None)
-            cts.append(ctx.rescale(ctx._w(Ciphertext, obj)))
+            cts.append(ctx.rescale(ctx.wrap(Ciphertext, obj)))
     if b is not None:
         cts = [ctx.add(ct, float(b[idx // ncols])) for idx, ct in enumerate(cts)]
     return cts
-
-
-def _grid_dims(grid, d1: int, c: int, d2: int, num_workers: int, default=None) -> tuple[int, int, int]:
-    """A validated (p_m, p_n, p_k) from a planner Grid / tuple; grid None: default() or the eq. (5) grid."""
-    if grid is None:
-        return default() if default is not None else pcmm_grid(d1, c, d2, num_workers).dims
-    dims = tuple(getattr(grid, "dims", grid))
-    if len(dims) != 3 or not all(isinstance(x, (int, np.integer)) and x >= 1 for x in dims):
-        raise ShapeError(f"grid must be a planner Grid or (p_m, p_n, p_k) of positive ints, got {grid!r}")
-    if dims[0] > d1 or dims[1] > c or dims[2] > d2:
-        raise ShapeError(f"grid {dims} splits more than the product has: {d1} output rows, {c} ciphertext "
-                         f"columns, {d2} reduction rows")
-    return tuple(int(x) for x in dims)
 
 
 def _tree_sum(ray, refs: list, q: int):
@@ -376,21 +219,18 @@ def ray_pcmm_gather(U, C, index, *, address: str | None = None, num_workers: int
 
 def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_bits, bias, stats):
     """The sharded product of U with the stacked residues X; P_out output rows per row of U."""
-    from hemlp import linalg
-    from hemlp.linalg import CtMatrix
-
     ctx, level = C.ctx, C.level
     d1, d2 = U.shape
     Uq, delta = linalg.quantize(U, weight_bits)
     K = max(1, round(ctx.modulus(level) / delta))
-    ref = C.cts[0]._obj
+    ref = _native(C.cts[0])
     c, P = X.shape[2], X.shape[3]
     t_stack = time.perf_counter()
     with ray_session(address, num_workers) as ray:
         t_session = time.perf_counter()
         workers = num_workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        pm, pn, pk = _grid_dims(grid, d1, c, d2, workers)
-        rows, cols, reds = _splits(d1, pm), _splits(c, pn), _splits(d2, pk)
+        pm, pn, pk = grid_dims(grid, d1, c, d2, workers)
+        rows, cols, reds = splits(d1, pm), splits(c, pn), splits(d2, pk)
         product = _remote("product")
         u_refs = {(i, t): ray.put(np.ascontiguousarray(Uq[r, s])) for i, r in enumerate(rows) for t, s in enumerate(reds)}
         put_bytes = sum(Uq[r, s].nbytes for r in rows for s in reds)
@@ -447,10 +287,3 @@ def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_
                      phases=dict(stack=t_stack - t0, session=t_session - t_stack, tasks=t_tasks - t_session,
                                  assemble=time.perf_counter() - t_tasks))
     return CtMatrix(ctx, cts, (d1 * P_out, C.shape[1]), C.chunks, C.format)
-
-
-def run_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, **kw) -> list:
-    """`hemlp batch`: a compiled model over ciphertext files on Ray (see hemlp.runtime.batch)."""
-    from hemlp.runtime.batch import run_model_batch
-
-    return run_model_batch(compiled, eval_keys, inputs, out_dir, address=address, **kw)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hemlp import linalg
-from hemlp.runtime import batch
+from hemlp.runtime import jobs as batch
 from tests.conftest import make_ctx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,13 +57,14 @@ GOOD = [f"x{i}.ct" for i in range(5)]
 def ray_local(tmp_path_factory):
     """One local Ray for this module; workers die once when the returned marker file is deleted."""
     ray = pytest.importorskip("ray")
-    from hemlp.runtime.ray_runtime import FAULT_ENV
+    from hemlp.runtime.ray.session import FAULT_ENV
 
     if ray.is_initialized():
         ray.shutdown()
     marker = tmp_path_factory.mktemp("fault") / "died"
     marker.write_text("armed only when deleted")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {FAULT_ENV: str(marker)}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,  # never another Ray
+             runtime_env={"env_vars": {FAULT_ENV: str(marker)}})
     yield marker
     ray.shutdown()
 
@@ -108,11 +109,42 @@ def test_interrupted_then_resumed_exactly_once(data, tmp_path):
         batch.run_batch(batch.CallableJob(flaky, real.key), inputs, out, executor="local", progress=False)
     assert sorted(p.name for p in out.glob("x*.ct")) == ["x0.ct", "x1.ct"]
     # what a kill during a write leaves: a stale temp file, and an output the manifest does not know
-    (out / f"{batch._TMP_TAG}x2.ct.999.dead").write_bytes(b"partial")
+    (out / f"{batch.TMP_TAG}x2.ct.999.dead").write_bytes(b"partial")
     (out / "x3.ct").write_bytes(b"half-written by a dead run")
     res = batch.run_batch(real, inputs, out, executor="local", progress=False)
     assert sorted(res.skipped) == ["x0.ct", "x1.ct"] and sorted(res.done) == ["x2.ct", "x3.ct", "x4.ct"]
     check_outputs(data, out, GOOD)
+
+
+def test_any_executor_runs_the_same_job(data, tmp_path):
+    """run_batch takes any object with run(job, todo, retries, read, done, failed): the manifest, the atomic
+    outputs and the resumption are the job machinery's, whatever runs the items (here: last item first, and a
+    corrupted input reported through failed())."""
+    seen = []
+
+    class LastFirst:
+        def run(self, job, todo, retries, read, done, failed):
+            for path in reversed(todo):
+                seen.append(path.name)
+                try:
+                    out = job.process(read(path))
+                except Exception as exc:  # noqa: BLE001
+                    failed(path, exc, 1)
+                else:
+                    done(path, out, 1)
+
+    inputs = batch.list_inputs(data["dir"] / "in")
+    out = tmp_path / "out"
+    res = batch.run_batch(job(data), inputs, out, executor=LastFirst(), progress=False)
+    assert seen == [p.name for p in reversed(inputs)]
+    assert sorted(res.done) == GOOD and list(res.failed) == ["x9_corrupt.ct"]
+    m = json.loads((out / batch.MANIFEST).read_text())["items"]
+    assert m["x9_corrupt.ct"]["status"] == "failed" and "SerializationError" in m["x9_corrupt.ct"]["error"]
+    res2 = batch.run_batch(job(data), inputs, out, executor=batch.LocalItems(), retries=0, progress=False)
+    assert sorted(res2.skipped) == GOOD and list(res2.failed) == ["x9_corrupt.ct"]  # only the failed item again
+    check_outputs(data, out, GOOD)
+    with pytest.raises(ValueError, match="executor"):
+        batch.run_batch(job(data), inputs, out, executor="gpu", progress=False)
 
 
 def test_limit_then_resume_and_job_mismatch(data, tmp_path):
@@ -134,21 +166,21 @@ def test_output_errors_are_clear(data, tmp_path, monkeypatch):
     with pytest.raises(batch.BatchOutputError, match="cannot write to the output directory"):
         batch.run_batch(job(data), inputs, blocker / "out", executor="local", progress=False)
     out = tmp_path / "out"
-    real_write = batch._atomic_write
+    real_write = batch.atomic_write
     written = []
 
-    def disk_fills_up(path, blob):
+    def disk_fills_up(path, blob, tmp_prefix=""):
         if path.name.startswith("x"):
             if written:
                 raise OSError(errno.ENOSPC, "No space left on device")
             written.append(path.name)
-        real_write(path, blob)
+        real_write(path, blob, tmp_prefix)
 
-    monkeypatch.setattr(batch, "_atomic_write", disk_fills_up)
+    monkeypatch.setattr(batch, "atomic_write", disk_fills_up)
     with pytest.raises(batch.BatchOutputError, match="disk is full") as ei:
         batch.run_batch(job(data), inputs, out, executor="local", progress=False)
     assert ei.value.errno == errno.ENOSPC
-    monkeypatch.setattr(batch, "_atomic_write", real_write)
+    monkeypatch.setattr(batch, "atomic_write", real_write)
     res = batch.run_batch(job(data), inputs, out, executor="local", progress=False)
     assert res.skipped == written and len(res.done) == 4
     check_outputs(data, out, GOOD)

@@ -10,8 +10,9 @@ ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
 import hemlp  # noqa: E402
-from hemlp.runtime import ray_models  # noqa: E402
-from hemlp.runtime import ray_runtime as rr  # noqa: E402
+from hemlp.runtime import ray as rr  # noqa: E402
+from hemlp.runtime.ray import cost, gemm, run, session, tasks  # noqa: E402
+from hemlp.runtime.ray.blocks import meta_of, pack_cts, unpack_cts  # noqa: E402
 from tests.compiler.conftest import SmallCNN, mlp  # noqa: E402
 
 
@@ -64,7 +65,7 @@ def local_ray(tmp_path_factory):
     marker = tmp_path_factory.mktemp("fault") / "died"
     marker.write_text("armed only when deleted")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,  # never another Ray
-             runtime_env={"env_vars": {rr.FAULT_ENV: str(marker)}})
+             runtime_env={"env_vars": {session.FAULT_ENV: str(marker)}})
     yield marker
     ray.shutdown()
 
@@ -80,12 +81,34 @@ def test_mlp_bit_identical_to_local(local_ray, mlp_case):
     steps = {s.out: s.op for s in c["cm"].steps}
     ran = {k: v for k, v in st.items() if k in steps and steps[k] != "input"}
     assert {steps[k] for k in ran} == {"pcmm", "square"}  # every PCMM and elementwise step went through Ray
-    # one node (RayProgram._sharded): one node-local task on both CPUs runs the program
+    # one node (cost.sharded): one node-local task on both CPUs runs the program
     heads = [v for v in ran.values() if "group" in v]
     assert len(heads) == 1 and heads[0]["tasks"] == 1 and heads[0]["threads"] == 2
     assert set(heads[0]["group"]) == set(ran)
     y = c["cm"].decrypt(out, c["sk"])
     assert np.max(np.abs(y - c["cm"].simulate(c["x"]))) < 1e-5 * max(1, np.abs(y).max())
+
+
+def test_malloc_tuning_is_opt_in(local_ray, mlp_case, monkeypatch):
+    """The workers' malloc stays glibc's unless the driver asks (tune_malloc / HEMLP_RAY_TUNE_MALLOC); the tasks
+    report their process's state, and the bits are the same either way. (No earlier test of this module opts in.)"""
+    from hemlp.runtime.ray import malloc
+
+    c = mlp_case
+    monkeypatch.delenv(malloc.TUNE_MALLOC_ENV, raising=False)
+    assert not malloc.tune_malloc_requested() and malloc.tune_malloc_requested(True)
+    monkeypatch.setenv(malloc.TUNE_MALLOC_ENV, "0")
+    assert not malloc.tune_malloc_requested() and not rr.RayProgram(num_workers=2).tune_malloc
+    st = {}
+    assert same(c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st), c["ref"])
+    heads = [v for v in st.values() if "group" in v]
+    assert heads and not any(v["malloc_tuned"] for v in heads)
+    monkeypatch.setenv(malloc.TUNE_MALLOC_ENV, "1")
+    assert rr.RayProgram(num_workers=2).tune_malloc and not rr.RayProgram(num_workers=2, tune_malloc=False).tune_malloc
+    st = {}
+    assert same(c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st), c["ref"])
+    heads = [v for v in st.values() if "group" in v]
+    assert heads and all(v["malloc_tuned"] for v in heads)
 
 
 def test_mlp_explicit_grid_and_groups(local_ray, mlp_case):
@@ -191,12 +214,12 @@ def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch, grid):
     c = mlp_case
     target = [s.out for s in c["cm"].steps if s.op == "pcmm"][1]
 
-    class Killing(ray_models.RayProgram):
+    class Killing(rr.RayProgram):
         def _layer_start(self, name):
             if name == target:
                 local_ray.unlink()  # armed: the next task to start creates the marker and dies
 
-    monkeypatch.setattr(ray_models, "RayProgram", Killing)
+    monkeypatch.setattr(run, "RayProgram", Killing)
     st = {}
     out = c["cm"].run(c["ct"], c["ek"], runtime="ray", grid=grid, stats=st)
     assert local_ray.exists(), "no worker died: the fault was not injected"
@@ -206,12 +229,12 @@ def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch, grid):
 
 def test_worker_context_cached_per_process(mlp_case):
     ctx = mlp_case["cm"].context
-    ray_models._WORKER_CACHE.clear()
-    a = ray_models._worker_context(ctx.hash, ctx.params.to_bytes())
-    b = ray_models._worker_context(ctx.hash, ctx.params.to_bytes())
+    tasks.clear_worker_cache()
+    a = tasks.worker_context(ctx.hash, ctx.params.to_bytes())
+    b = tasks.worker_context(ctx.hash, ctx.params.to_bytes())
     assert a is b and a.hash == ctx.hash
-    arr, metas = ray_models.pack_cts(mlp_case["ct"].ctm.cts[:3])  # seeded fresh encryptions round-trip exactly
-    assert [x.to_bytes() for x in ray_models.unpack_cts(a, arr, metas)] == [
+    arr, metas = pack_cts(mlp_case["ct"].ctm.cts[:3])  # seeded fresh encryptions round-trip exactly
+    assert [x.to_bytes() for x in unpack_cts(a, arr, metas)] == [
         x.to_bytes() for x in mlp_case["ct"].ctm.cts[:3]]
 
 
@@ -343,7 +366,7 @@ def test_default_grid_splits_parts_for_a_wide_layer():
 def test_step_by_step_fallback(local_ray, mlp_case, monkeypatch):
     """Programs RayProgram does not know run through local.run with the per-step RayExecutor: same bits."""
     c = mlp_case
-    monkeypatch.setattr(ray_models, "_supported", lambda steps, C: False)
+    monkeypatch.setattr(run, "supported", lambda steps, C: False)
     st = {}
     out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
     assert same(out, c["ref"])
@@ -358,19 +381,19 @@ def test_task_side_metadata_of_pipelined_waves():
 
     metas = [(3, 2.0 ** 40, 8192, 0, False, 7)] * 4 + [(3, 2.0 ** 40 * (1 + 2 ** -20), 8192, 0, False, 7)]
     dicts = ({"metas": metas[:2]}, {"metas": metas})
-    assert ray_models._resolve_metas(("arg", 1, 1, 3), dicts) == metas[1:3]
-    assert ray_models._resolve_metas(("arg", 0, None, None), dicts) == metas[:2]
-    assert ray_models._resolve_metas(metas[:1], dicts) == metas[:1]      # known metas pass through
-    got = ray_models._pcmm_in_meta(dict(level=3, factor=3.0), [metas[:2], metas[2:4]])
+    assert tasks.resolve_metas(("arg", 1, 1, 3), dicts) == metas[1:3]
+    assert tasks.resolve_metas(("arg", 0, None, None), dicts) == metas[:2]
+    assert tasks.resolve_metas(metas[:1], dicts) == metas[:1]      # known metas pass through
+    got = gemm.pcmm_in_meta(dict(level=3, factor=3.0), [metas[:2], metas[2:4]])
     assert got == dict(in_meta=metas[0], scale_out=3.0 * 2.0 ** 40)
     with pytest.raises(LevelError, match="share level, scale"):
-        ray_models._pcmm_in_meta(dict(level=3, factor=3.0), [metas[:2], metas[3:]])   # a scale differs
+        gemm.pcmm_in_meta(dict(level=3, factor=3.0), [metas[:2], metas[3:]])   # a scale differs
     with pytest.raises(LevelError, match="level 3, the plan expects 4"):
-        ray_models._pcmm_in_meta(dict(level=4, factor=3.0), [metas[:2]])
+        gemm.pcmm_in_meta(dict(level=4, factor=3.0), [metas[:2]])
 
 
 def test_sharding_rule_weighs_a_wave_against_the_work(monkeypatch):
-    """RayProgram._sharded: on one node (workers <= a node-local task's threads) nothing is sharded, the task runs
+    """cost.sharded: on one node (workers <= a node-local task's threads) nothing is sharded, the task runs
     the grid's cells as threads; across nodes a wide first layer (784 -> 128 at N = 2^14, 6 limbs) goes on its
     grid, but not a 128 -> 64 layer (moving its blocks between nodes costs more than the grid saves), nor the wide
     one over a slow network; explicit grids decide alone."""
@@ -381,7 +404,8 @@ def test_sharding_rule_weighs_a_wave_against_the_work(monkeypatch):
     ctx = SimpleNamespace(N=2 ** 14)
     wide = Step("pcmm", "l0", ["x"], 128, U=np.zeros((128, 784)), level_out=4)
     small = Step("pcmm", "l2", ["h"], 64, U=np.zeros((64, 128)), level_out=2)
-    rule = ray_models.RayProgram._sharded
+    def rule(prog, ctx, s, chunks):
+        return cost.sharded(ctx, s, chunks, prog.num_workers, prog.node_threads, prog.grid)
 
     def prog(p, t, grid=None):
         return SimpleNamespace(grid=grid, num_workers=p, node_threads=t)
@@ -390,7 +414,7 @@ def test_sharding_rule_weighs_a_wave_against_the_work(monkeypatch):
         assert not rule(prog(p, p), ctx, wide, 1) and not rule(prog(p, p), ctx, small, 1)
     for p, t in ((2, 1), (8, 2)):  # two nodes of one CPU, four of two
         assert rule(prog(p, t), ctx, wide, 1) and not rule(prog(p, t), ctx, small, 1)
-    monkeypatch.setattr(ray_models, "RAY_NODE_TRANSFER_BYTES_PER_S", 1e8)  # ~1 Gb/s between nodes
+    monkeypatch.setattr(cost, "RAY_NODE_TRANSFER_BYTES_PER_S", 1e8)  # ~1 Gb/s between nodes
     assert not rule(prog(2, 1), ctx, wide, 1)
     assert rule(prog(2, 2, grid=(1, 1, 2)), ctx, small, 1) and rule(prog(2, 2, grid={"l2": (2, 1, 1)}), ctx, small, 1)
     assert not rule(prog(2, 2, grid={"l0": (2, 1, 1)}), ctx, small, 1)
@@ -407,8 +431,8 @@ def test_node_local_pcmm_reads_its_input_in_place(local_ray, case, request):
     ctx, C, bits = c["cm"].context, c["ct"].ctm, c["cm"].weight_bits
     first = next(s for s in c["cm"].steps if s.op == "pcmm")
     want = run_step(ctx, first, {first.inputs[0]: C}, LocalExecutor(), None, bits)
-    parts = tuple([ct._obj.poly_view(p) for ct in C.cts] for p in (0, 1))  # the driver's ct-major input put
-    metas = [ray_models._meta_of(ct._obj) for ct in C.cts]
+    parts = tuple([ct.native.poly_view(p) for ct in C.cts] for p in (0, 1))  # the driver's ct-major input put
+    metas = [meta_of(ct.native) for ct in C.cts]
     limb_major = tuple(np.stack([np.stack(ps[r * C.chunks: (r + 1) * C.chunks], axis=1) for r in range(C.shape[0])],
                                 axis=1) for ps in parts)  # (limbs, rows, chunks, N): a block of an earlier wave
     for blocks in ([(parts, (0, C.shape[0], 0, C.chunks), metas)],
@@ -417,7 +441,7 @@ def test_node_local_pcmm_reads_its_input_in_place(local_ray, case, request):
                     (tuple(a[:, 3:] for a in limb_major), (3, C.shape[0], 0, C.chunks), metas[3 * C.chunks:])]):
         for threads in (1, 2):
             hemlp.set_num_threads(threads)
-            y = ray_models._pcmm_in_place(ctx, first, blocks, C.shape, C.chunks, bits)
+            y = gemm.pcmm_in_place(ctx, first, blocks, C.shape, C.chunks, bits)
             assert y.shape == want.shape and all(a.to_bytes() == b.to_bytes()
                                                  for a, b in zip(y.cts, want.cts, strict=True))
     hemlp.set_num_threads(1)

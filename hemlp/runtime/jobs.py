@@ -1,4 +1,4 @@
-"""Resumable batch jobs: one encrypted input file in, one encrypted output file out, on Ray or in-process.
+"""Resumable batch jobs: one encrypted input file in, one encrypted output file out, on any executor.
 
     result = run_batch(WeightsJob.from_files("W.npy", preset="N14-d6"), list_inputs("in/"), "out/")
 
@@ -11,6 +11,11 @@ resumes with every finished item skipped and never leaves a half-written output.
 A job is a small picklable object with ``key`` (its fingerprint) and ``process(data) -> bytes``
 (runs inside a worker; reads the input file's bytes, returns the output file's bytes). Only the
 driver touches the file system, so workers on other nodes need no shared disk.
+
+An executor runs the items: ``LocalItems`` (this process, one after the other), ``hemlp.runtime.ray.RayItems``
+(Ray tasks), or any object with the same ``run(job, todo, retries, read, done, failed)``: it calls read(path) for
+an item's bytes, then done(path, output, attempt) or, once the item has used up its retries,
+failed(path, exception, attempt). The job machinery here (manifest, atomic outputs, resumption) is the same for all.
 """
 from __future__ import annotations
 
@@ -21,17 +26,25 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
+import hemlp
+from hemlp import ckks, linalg
 from hemlp.errors import HemlpError, SerializationError, ShapeError
+from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
+from hemlp.runtime.files import atomic_write
+from hemlp.runtime.ray.batch import RayItems
 
 __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",
-           "BatchJobMismatchError", "BatchItemsFailedError", "run_model_batch", "MANIFEST"]
+           "BatchJobMismatchError", "BatchItemsFailedError", "run_model_batch", "LocalItems", "MANIFEST", "TMP_TAG"]
 
 MANIFEST = "batch_manifest.json"
-_TMP_TAG = ".hemlp-tmp-"
+#: the prefix of temporary output files (a killed run's are removed when the job restarts)
+TMP_TAG = ".hemlp-tmp-"
 COMPILER_ISSUE = "the compiler issue (`hemlp.compile`)"
 
 
@@ -78,8 +91,6 @@ class WeightsJob:
     @classmethod
     def from_files(cls, weights, *, preset: str | None = None, params=None, bias=None, weight_bits: int = 20,
                    allow_insecure: bool = False) -> "WeightsJob":
-        from hemlp import ckks
-
         W = _load_npy(weights, "weights")
         if W.ndim != 2:
             raise ShapeError(f"the weight matrix {weights} must be 2-D, got shape {W.shape}")
@@ -105,10 +116,6 @@ class WeightsJob:
                                  b, str(self.weight_bits).encode(), self.params)
 
     def context(self):
-        import warnings
-
-        from hemlp import ckks
-
         def make():
             with warnings.catch_warnings():  # warned once by the driver, not once per worker
                 warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
@@ -117,8 +124,6 @@ class WeightsJob:
         return _cached(("ctx", self.params, self.allow_insecure), make)
 
     def process(self, data: bytes) -> bytes:
-        from hemlp import linalg
-
         C = linalg.CtMatrix.from_bytes(data, self.context())
         return linalg.pcmm(self.weights, C, weight_bits=self.weight_bits, bias=self.bias).to_bytes()
 
@@ -143,8 +148,6 @@ class ModelJob:
 
     @classmethod
     def _from_dir(cls, d: Path, keys, hc) -> "ModelJob":
-        from hemlp.runtime.artifacts import EvalKeys
-
         try:
             files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
             kbytes = Path(keys).read_bytes()
@@ -160,8 +163,6 @@ class ModelJob:
 
     def _loaded(self):
         def make():
-            from hemlp.runtime.artifacts import EvalKeys
-
             with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
                 for name, data in self.files.items():
                     (Path(tmp) / name).write_bytes(data)
@@ -171,8 +172,6 @@ class ModelJob:
         return _cached(("model", self.model_id, _sha(self.keys)), make)
 
     def process(self, data: bytes) -> bytes:
-        from hemlp.runtime.artifacts import EncryptedBatch
-
         compiled, keys = self._loaded()
         return compiled.run(EncryptedBatch.from_bytes(data, compiled), keys).to_bytes()
 
@@ -189,14 +188,12 @@ class CallableJob:
 
 
 def _compiler():
+    """The compiler's public API (hemlp.load), or NotImplementedError in a checkout without it."""
     try:
-        import hemlp.model as hc
-
-        hc.load  # noqa: B018
+        return SimpleNamespace(load=hemlp.load)
     except (ImportError, AttributeError):
         raise NotImplementedError(f"--model needs hemlp.model.compile / load, which are not available in this "
                                   f"checkout yet ({COMPILER_ISSUE}); use --weights meanwhile") from None
-    return hc
 
 
 def _load_npy(path, what) -> np.ndarray:
@@ -268,9 +265,7 @@ class Manifest:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    from hemlp.ckks import _atomic_write as write
-
-    write(path, data, tmp_prefix=_TMP_TAG)   # the tag marks stale temporaries of killed runs
+    atomic_write(path, data, tmp_prefix=TMP_TAG)   # the tag marks stale temporaries of killed runs
 
 
 def _output_error(out_dir: Path, exc: OSError) -> BatchOutputError:
@@ -284,10 +279,10 @@ def _output_error(out_dir: Path, exc: OSError) -> BatchOutputError:
 def _prepare_output(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in out_dir.glob(_TMP_TAG + "*"):  # left by a killed run: never complete outputs
+        for stale in out_dir.glob(TMP_TAG + "*"):  # left by a killed run: never complete outputs
             stale.unlink()
-        _atomic_write(out_dir / f"{_TMP_TAG}probe", b"probe")
-        (out_dir / f"{_TMP_TAG}probe").unlink()
+        _atomic_write(out_dir / f"{TMP_TAG}probe", b"probe")
+        (out_dir / f"{TMP_TAG}probe").unlink()
     except OSError as exc:
         raise _output_error(out_dir, exc) from None
 
@@ -324,24 +319,17 @@ def _read_input(path: Path) -> bytes:
         raise SerializationError(f"cannot read the input {path}: {exc.strerror}") from None
 
 
-def _process_item(job, data: bytes, threads: int = 1) -> bytes:
-    """Runs in a worker: pure (bytes in, bytes out), so a retried attempt gives the same result."""
-    from hemlp import _core
-    from hemlp.runtime.ray_runtime import _maybe_die
-
-    _maybe_die()
-    _core.set_num_threads(threads)
-    return job.process(data)
-
-
-def run_batch(job, inputs, out_dir, *, retries: int = 2, executor: str = "ray", address: str | None = None,
+def run_batch(job, inputs, out_dir, *, retries: int = 2, executor="ray", address: str | None = None,
               num_workers: int | None = None, progress: bool = True, restart: bool = False,
               limit: int | None = None) -> BatchResult:
     """Process every input not already done into out_dir; retry a failing item `retries` more times,
-    then record it as failed (the job goes on). executor: "ray" (tasks on the running / local /
-    `address` cluster) or "local" (this process). limit: stop after this many new items."""
-    if executor not in ("ray", "local"):
-        raise ValueError(f"executor must be 'ray' or 'local', got {executor!r}")
+    then record it as failed (the job goes on). executor: "ray" (RayItems: tasks on the running / local /
+    `address` cluster), "local" (LocalItems: this process) or an executor object (see the module's docstring;
+    address and num_workers are then its business). limit: stop after this many new items."""
+    if isinstance(executor, str):
+        if executor not in ("ray", "local"):
+            raise ValueError(f"executor must be 'ray', 'local' or an executor object, got {executor!r}")
+        executor = LocalItems() if executor == "local" else RayItems(address, num_workers)
     if retries < 0:
         raise ValueError("retries must be >= 0")
     t0 = time.perf_counter()
@@ -355,12 +343,17 @@ def run_batch(job, inputs, out_dir, *, retries: int = 2, executor: str = "ray", 
     if limit is not None:
         todo = todo[: max(0, int(limit))]
     result = BatchResult([], skipped, {}, out_dir)
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # an optional dependency (the "ml" extra): only the driver's progress bar
 
     bar = tqdm(total=len(inputs), initial=len(skipped), desc="batch", unit="item", disable=not progress)
+    def done(path: Path, out: bytes, attempts: int) -> None:
+        _finish(path.name, out, out_dir, manifest, attempts, result, bar)
+
+    def failed(path: Path, exc: BaseException, attempts: int) -> None:
+        _fail(path.name, _reason(exc), manifest, attempts, result, bar, out_dir)
+
     try:
-        run = _run_local if executor == "local" else _run_ray
-        run(job, todo, out_dir, manifest, retries, result, bar, address, num_workers)
+        executor.run(job, todo, retries, _read_input, done, failed)
     finally:
         bar.close()
         result.seconds = time.perf_counter() - t0
@@ -388,56 +381,20 @@ def _fail(name: str, reason: str, manifest: Manifest, attempts: int, result: Bat
     bar.update(1)
 
 
-def _run_local(job, todo, out_dir, manifest, retries, result, bar, address, num_workers) -> None:
-    for path in todo:
-        for attempt in range(1, retries + 2):
-            try:
-                out = job.process(_read_input(path))
-            except Exception as exc:  # noqa: BLE001  (the item fails, the job goes on)
-                if attempt == retries + 1:
-                    _fail(path.name, _reason(exc), manifest, attempt, result, bar, out_dir)
-                continue
-            _finish(path.name, out, out_dir, manifest, attempt, result, bar)
-            break
+class LocalItems:
+    """The items one after the other in this process (an executor of run_batch)."""
 
-
-def _run_ray(job, todo, out_dir, manifest, retries, result, bar, address, num_workers) -> None:
-    from hemlp.runtime.ray_runtime import TASK_RETRIES, ray_session
-
-    with ray_session(address, num_workers) as ray:
-        task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(_process_item)
-        job_ref = ray.put(job)  # weights / model shipped once, shared by every task
-        width = 2 * max(1, int(ray.cluster_resources().get("CPU", 1)))  # bounded memory in flight
-        queue = [(p, 1) for p in reversed(todo)]
-        running = {}
-
-        def submit():
-            while queue and len(running) < width:
-                path, attempt = queue.pop()
+    def run(self, job, todo, retries: int, read, done, failed) -> None:
+        for path in todo:
+            for attempt in range(1, retries + 2):
                 try:
-                    data = _read_input(path)
-                except SerializationError as exc:
-                    if attempt <= retries:
-                        queue.insert(0, (path, attempt + 1))
-                    else:
-                        _fail(path.name, _reason(exc), manifest, attempt, result, bar, out_dir)
+                    out = job.process(read(path))
+                except Exception as exc:  # noqa: BLE001  (the item fails, the job goes on)
+                    if attempt == retries + 1:
+                        failed(path, exc, attempt)
                     continue
-                running[task.remote(job_ref, data)] = (path, attempt)
-
-        submit()
-        while running:
-            ready, _ = ray.wait(list(running), num_returns=1)
-            path, attempt = running.pop(ready[0])
-            try:
-                out = ray.get(ready[0])
-            except ray.exceptions.RayError as exc:
-                if attempt <= retries:
-                    queue.append((path, attempt + 1))
-                else:
-                    _fail(path.name, _reason(exc), manifest, attempt, result, bar, out_dir)
-            else:
-                _finish(path.name, out, out_dir, manifest, attempt, result, bar)
-            submit()
+                done(path, out, attempt)
+                break
 
 
 def run_model_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, **kw) -> list:

@@ -1,0 +1,583 @@
+"""RayProgram: a lowered program on Ray with the activations in the object store between layers (the wave
+scheduler).
+
+The driver puts the input once, in the blocks the first layer reads (hemlp.runtime.ray.blocks), then only
+orchestrates waves of tasks (hemlp.runtime.ray.tasks). Two kinds of wave:
+
+* node-local tasks: a run of steps in one task with all of a node's CPUs (its native threads), through the
+  in-process code (``local.run_step``), so the bits are the in-process bits. A PCMM whose input the task takes
+  from the store reads it there in place (``gemm.pcmm_in_place``), so the task imports nothing it only multiplies.
+  On one node (workers <= a node's CPUs) the whole program is one such task. A chain of elementwise steps splits
+  its rows over the nodes;
+* a sharded PCMM (across nodes, when the grid saves more than a wave costs: ``cost.sharded``; or ``grid=``): tasks
+  of one thread on a grid; each reads its input blocks by ObjectRef zero-copy, runs the exact GEMM per limb, then
+  x K, the rescale and the bias natively and the elementwise steps that follow on its rows, and returns its output
+  block for the next layer's tasks. Grids: ``planner.grid.grid_store`` (fewest object-store bytes), or ``grid=``.
+
+A group is one task wave: a PCMM (or an add, or an elementwise step) plus the elementwise steps that follow it on
+the same rows (square / poly / affine whose input has no other consumer), fused into the producing task.
+Grid (p_m, p_n, p_k, p_s): p_m output-row blocks, p_n chunk blocks, p_k reduction blocks, p_s in {1, 2} part
+blocks (the two polynomials of every ciphertext in different tasks).
+- p_k = p_s = 1: one task per (row block, chunk block) does everything: product -> x K, rescale, bias -> fused steps.
+- p_k = 1, p_s = 2: task (i, j, part) computes that part of the product and its epilogue (x K, the rescale and the
+  bias act on each polynomial alone: pcmm_epilogue_part, bit-identical) and returns that part of the output block.
+  The work splits exactly in two with no partial sums; the elementwise steps that followed (they need both parts)
+  run as the next wave over row groups.
+- p_k > 1: "partial" tasks (i, j, t, g) return their part(s) of U~[i, t] X[t, j] mod q in p_k p_s row pieces;
+  "reduce" task (i, j, s) adds piece s of the partials mod q and runs the epilogue and the fused steps, so the
+  rescale and the activations stay spread over p_m p_n p_k p_s tasks.
+
+Per step, ``stats`` gets the bytes the tasks read and wrote through the store next to the model, the grid, the
+task count, nodes, and the tasks' own wall and CPU seconds.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from hemlp import linalg
+from hemlp.errors import LevelError, ShapeError
+from hemlp.linalg import CtMatrix
+from hemlp.planner.grid import grid_store, pcmm_store_bytes
+from hemlp.runtime.local import ElementwiseOp
+from hemlp.runtime.ray.blocks import (PARTS, Block, Dist, ct_bytes, export_block, import_block, meta_of, row_pieces,
+                                      splits, staging_buffer)
+from hemlp.runtime.ray.cost import node_threads, sharded, store_grid
+from hemlp.runtime.ray.driver import RayDriver, relin_bytes
+from hemlp.runtime.ray.gemm import pcmm_in_meta
+from hemlp.runtime.ray.session import driver_threads, usable_cores
+from hemlp.runtime.ray.tasks import ELEMENTWISE, group_remote
+
+__all__ = ["RayProgram", "SUPPORTED", "supported"]
+
+class _Wave:
+    """What a group's submission returns: output blocks (both part refs, the meta ref whose block metas count, out
+    rows, chunks), the other tasks' meta refs, the task count and the group's info (grid, model, shape)."""
+
+    def __init__(self, final, others, tasks: int, info: dict):
+        self.final, self.others, self.tasks, self.info = final, others, tasks, info
+
+
+#: the step ops RayProgram runs (run_on_ray falls back to RayExecutor for any other)
+SUPPORTED = ("input", "pcmm", "add", "alias", "output") + ELEMENTWISE
+
+
+class RayProgram(RayDriver):
+    """Runs a lowered program on a connected Ray with the activations in the object store between layers
+    (use inside ``ray_session``; ``run_on_ray`` does both).
+
+    num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (on one node
+    the program runs node-local; across nodes, PCMMs worth a wave on the planner's ``grid_store`` for the workers,
+    fewest object-store bytes, see ``cost.sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those
+    steps on their grids).
+    cts_per_task: None (default) fuses every elementwise step into the task that produced its input or the next
+    node-local task; a number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats
+    (after run): per step, the grid (sharded) or threads (node-local), tasks, nodes, bytes read / written through
+    the store (measured: every put, argument and return is a numpy array whose size the tasks report) next to the
+    model, seconds and the tasks' own seconds. tune_malloc: see RayDriver (off by default)."""
+
+    def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
+                 threads_per_task: int = 1, tune_malloc: bool | None = None):
+        super().__init__(num_workers, grid, cts_per_task, threads_per_task, tune_malloc)
+        self.node_threads = node_threads(self.ray, self.num_workers)
+
+    # hooks (tests inject faults here)
+    def _layer_start(self, name: str) -> None:
+        pass
+
+    # ---- helpers
+    def _common(self, ctx, kind: str, head: str, needs_relin: bool) -> dict:
+        spec = dict(kind=kind, head=head, phash=ctx.hash, params=self._params, threads=self.threads, rlk=None,
+                    rlk_bytes=0, ops=[], index=None, bias=None, P=1, wave=0, tune_malloc=self.tune_malloc)
+        if needs_relin:
+            spec["rlk"], spec["rlk_bytes"] = self._rlk[1:], self._rlk_bytes
+        return spec
+
+    def _put_input(self, ctx, C, row_parts: int, col_parts: int, ctmajor: bool = False) -> Dist:
+        """The client's ciphertexts into the store once, in the blocks the first consumer reads (one object per
+        part). All of it before the first task: a part split's second task needs the second part anyway, so
+        putting the parts one by one under the first task only shifts the wait (measured).
+
+        ctmajor (a PCMM reads the input): each part object is the list of the block's ciphertexts' polynomials,
+        (limbs, N) views of the native memory that the put copies straight into the store — one copy instead of an
+        export into a staging array and then the put's copy; the GEMM reads the rows from that list in place.
+        Otherwise (elementwise steps and additions import whole ciphertexts) one limb-major array per part,
+        exported on every core: no task runs yet."""
+        t0 = time.perf_counter()
+        ray, d, c = self.ray, C.shape[0], C.chunks
+        blocks, put = [], 0
+        with driver_threads(usable_cores()):
+            for rs in splits(d, min(row_parts, d)):
+                for cs in splits(c, min(col_parts, c)):
+                    objs = [C.cts[r * c + j].native for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
+                    L = objs[0].level + 1
+                    if any(o.level + 1 != L or o.size != 2 for o in objs):
+                        raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
+                    nbytes = 2 * L * len(objs) * ctx.N * 8
+                    if ctmajor:
+                        refs = tuple(ray.put([o.poly_view(p) for o in objs]) for p in PARTS)
+                    else:
+                        shape = (2, L, rs.stop - rs.start, cs.stop - cs.start, ctx.N)
+                        arr = export_block(objs, shape[2], shape[3], ctx.N, staging_buffer(shape))
+                        refs = (ray.put(arr[0]), ray.put(arr[1]))
+                        del arr
+                    blocks.append(Block(refs, rs.start, rs.stop, cs.start, cs.stop, [meta_of(o) for o in objs],
+                                         nbytes))
+                    put += nbytes
+        self._input_stats = dict(op="input", put_bytes=put, blocks=len(blocks), nodes=[], tasks=0,
+                                 seconds=time.perf_counter() - t0)
+        self._t_ready = time.time()  # the first wave's time starts after the put
+        return Dist((d, C.shape[1]), c, blocks)
+
+    def _submit(self, num_returns: int, spec: dict, *args, metas: list = (), cpus: int = 1, spread: bool = True):
+        """One group task, spread over the nodes (spread=False: Ray's default, locality-aware placement, for a
+        wave of one task: it goes where its arguments' bytes are). metas: the meta refs its spec names ("arg", k,
+        ..): passed after the arrays, so the task waits for them as for its arrays and the driver never waits
+        between waves. cpus: the CPUs it holds (= its native threads, spec["threads"])."""
+        if metas:
+            spec = dict(spec, n_meta=len(metas))
+        opts = dict(scheduling_strategy="SPREAD" if spread else "DEFAULT")
+        if cpus != 1:
+            opts["num_cpus"] = cpus
+        return group_remote(num_returns).options(**opts).remote(spec, *args, *metas)
+
+    @staticmethod
+    def _meta_spec(b: "Block", metas: list):
+        """A block's metas for a task spec: the list when known, else ("arg", k, a, b) naming the producing task's
+        meta ref, appended to `metas` (the task's meta arguments) once."""
+        if b.metas is not None:
+            return b.metas
+        ref, a, bb = b.meta_src
+        for k, r in enumerate(metas):
+            if r == ref:
+                return ("arg", k, a, bb)
+        metas.append(ref)
+        return ("arg", len(metas) - 1, a, bb)
+
+    def _as_dist(self, ctx, v, row_parts: int, col_parts: int, ctmajor: bool = False) -> Dist:
+        if isinstance(v, Dist):
+            return v
+        return self._put_input(ctx, v, row_parts, col_parts, ctmajor)
+
+    def _materialise(self, ctx, D: Dist):
+        cells = {}
+        for b in D.blocks:
+            parts = self.ray.get(list(b.refs))
+            import_block(ctx, cells, parts, b.desc, b.metas, (b.r0, b.r1), (b.c0, b.c1))
+            del parts
+        return CtMatrix(ctx, [cells[r, j] for r in range(D.rows) for j in range(D.chunks)], D.shape, D.chunks, "rlwe")
+
+    def _grid(self, s, d1: int, c: int, d2: int, H_in: float, H_out: float, d_in: int, P: int, parts_ok: bool,
+              deferred_H: float | None):
+        g = self.grid.get(s.out) if isinstance(self.grid, dict) else self.grid
+        return store_grid(g, d1, c, d2, self.num_workers, parts_ok, default=lambda: grid_store(
+            d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P, parts=2 if parts_ok else 1,
+            deferred_H=deferred_H).dims4)
+
+    def _sharded(self, ctx, s, chunks: int) -> bool:
+        """Whether PCMM step s runs on its grid or in a node-local task (hemlp.runtime.ray.cost.sharded)."""
+        return sharded(ctx, s, chunks, self.num_workers, self.node_threads, self.grid)
+
+    def _segment_wave(self, ctx, seg: list, vals: dict, outputs: list) -> dict:
+        """Steps `seg` (no sharded PCMM among them) in node-local tasks of node_threads threads: a task imports its
+        input blocks (both parts; an input that only PCMMs read is read in place instead), runs the steps with the
+        in-process code (local.run_step) and returns the values that later steps read (`outputs`). A chain of
+        elementwise steps splits its rows over num_workers // node_threads tasks; anything else is one task.
+        Returns {name: Dist}."""
+        t0 = time.perf_counter()
+        produced = {e.out for e in seg}
+        ins = list(dict.fromkeys(n for e in seg for n in e.inputs if n not in produced))
+        X = {n: self._as_dist(ctx, vals[n], 1, 1, ctmajor=True) for n in ins}
+        shapes = {n: X[n].shape for n in ins}
+        levels = {n: X[n].level for n in ins}
+        for e in seg:
+            rows, cols = shapes[e.inputs[0]]
+            if e.op == "pcmm":
+                rows = np.shape(e.U)[0] * (1 if e.index is None else np.shape(e.index)[1])
+            shapes[e.out] = (rows, cols)
+            levels[e.out] = levels[e.inputs[0]] if e.op == "alias" else e.level_out
+        x0 = X[ins[0]]
+        chunks, t = x0.chunks, self.node_threads
+        chain = (len(ins) == 1 and all(e.op in ELEMENTWISE for e in seg)
+                 and all(e.inputs[0] == a.out for a, e in zip(seg, seg[1:])))
+        R = shapes[ins[0]][0]
+        ranges = [(r.start, r.stop) for r in splits(R, min(R, max(1, self.num_workers // t)))] if chain else [None]
+        needs_relin = any(e.op in ("square", "poly", "mul", "matmul") for e in seg)
+        base = self._common(ctx, "segment", seg[0].out, needs_relin)
+        # inputs that only PCMMs of the segment read stay in the store: the PCMM reads their blocks in place
+        in_place = [n for n in ins if all(e.op == "pcmm" and e.inputs == [n] for e in seg if n in e.inputs)]
+        base.update(threads=t, bits=int(self._weight_bits), steps=seg, outputs=outputs, in_place=in_place)
+        final, reads = [], 0
+        for rr in ranges:
+            margs: list = []
+            inputs, args, values = [], [], []
+            for n in ins:
+                blks = X[n].blocks if rr is None else X[n].overlapping(rr, (0, chunks))
+                values.append((n, len(blks), shapes[n], X[n].chunks))
+                for b in blks:
+                    inputs.append((b.desc, self._meta_spec(b, margs)))
+                    args += list(b.refs)
+                    reads += b.nbytes
+            # each output in row pieces (num_workers in all): the next wave's tasks read only their rows
+            n_pieces = max(1, self.num_workers // len(ranges))
+            out_rows = {o: rr if rr is not None else (0, shapes[o][0]) for o in outputs}
+            pieces = {o: row_pieces(out_rows[o][1] - out_rows[o][0], n_pieces) for o in outputs}
+            spec = dict(base, inputs=inputs, values=values, out_rows=rr, n_pieces=n_pieces)
+            # one task: where its inputs are (on two raylets, SPREAD sent a one-task program's 1.2 GB input to the
+            # other node: +50 % end to end, bench ray --nodes 2); several: over the nodes
+            refs = self._submit(2 * sum(map(len, pieces.values())) + 1, spec, *args, metas=margs, cpus=t,
+                                spread=len(ranges) > 1)
+            k, off = 0, 0
+            for o in outputs:
+                r0 = out_rows[o][0]
+                for a, b in pieces[o]:
+                    count = (b - a) * chunks
+                    final.append(((refs[k], refs[k + 1]), refs[-1], (r0 + a, r0 + b), (0, chunks),
+                                  (off, off + count), o))
+                    k, off = k + 2, off + count
+        writes = sum(shapes[o][0] * chunks * ct_bytes(ctx, levels[o]) for o in outputs)
+        model = dict(reads=dict(inputs=reads), writes=dict(outputs=writes), total=reads + writes)
+        wave = _Wave([f[:5] for f in final], [], len(ranges), dict(model=model, threads=t, in_place=in_place))
+        labels = x0.meta[2:]
+        blocks, dists = [], {}
+        for f in final:
+            nb = (f[2][1] - f[2][0]) * chunks * ct_bytes(ctx, levels[f[5]])
+            b = Block(f[0], f[2][0], f[2][1], 0, chunks, None, nb, meta_src=(f[1], *f[4]))
+            blocks.append(b)
+            d = dists.setdefault(f[5], Dist(shapes[f[5]], chunks, [], planned=(levels[f[5]], None, *labels)))
+            d.blocks.append(b)
+        group = [e for e in seg if e.op != "alias"] or seg[:1]
+        self._pending.append((group, wave, blocks, time.perf_counter() - t0))
+        return dists
+
+    # ---- groups
+    def _pcmm_group(self, ctx, s, X, ops, weight_bits: int, level_out: int) -> _Wave:
+        ray = self.ray
+        U = np.asarray(s.U, dtype=np.float64)
+        d1, d2 = U.shape
+        index = None if s.index is None else np.asarray(s.index)
+        P = 1 if index is None else index.shape[1]
+        c = X.chunks
+        d_in = X.shape[0]
+        if index is None and d2 != d_in:
+            raise ShapeError(f"step {s.out}: U is {d1}x{d2} but its input has {d_in} rows")
+        level_in = X.level
+        meta = X.meta if isinstance(X, Dist) else meta_of(X.cts[0].native)  # planned (scale None) while pending
+        N = ctx.N
+        H_in, H_out = 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8
+        # Splitting the parts defers the fused steps to their own wave (they need both parts): the PCMM's output
+        # (H_pcmm per ciphertext) is then written and read once more; grid_store weighs that.
+        H_pcmm = 2 * level_in * N * 8
+        parts_ok = s.bias is None or meta[3] == 0
+        pm, pn, pk, ps = self._grid(s, d1, c, d2, H_in, H_out, d_in, P, parts_ok, H_pcmm if ops else None)
+        X = self._as_dist(ctx, X, pk if index is None else 1, pn, ctmajor=True)
+        meta = X.meta
+        if meta[0] == 0:
+            raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
+        if all(b.metas is not None for b in X.blocks):  # the client's input: checked before any task (tasks check
+            pcmm_in_meta(dict(level=meta[0], factor=1.0), [b.metas for b in X.blocks])  # computed blocks)
+        Uq, delta = linalg.quantize(U, weight_bits)
+        K = max(1, round(ctx.modulus(meta[0]) / delta))
+        bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
+        rows, cols, reds = splits(d1, pm), splits(c, pn), splits(d2, pk)
+        groups = [list(PARTS)] if ps == 1 else [[p] for p in PARTS]
+        defer = ps > 1 and pk == 1 and bool(ops)  # part tasks alone: the steps need both parts, so the next wave
+        fused = [] if defer else ops
+        u_refs, put = {}, 0
+        for i, r in enumerate(rows):
+            for t, red in enumerate(reds):
+                blk = np.ascontiguousarray(Uq[r, red])
+                u_refs[i, t] = ray.put(blk)
+                put += blk.nbytes
+        needs_relin = any(op.needs_relin for _, op in fused)
+        base = self._common(ctx, "pcmm" if pk == 1 else "partial", s.out, needs_relin)
+        base.update(level=meta[0], bits=int(weight_bits), K=int(K), factor=float(delta * K), in_meta=None,
+                    scale_out=None, bias=bias, P=P)
+        final, others, tasks = [], [], 0
+        for i, r in enumerate(rows):
+            for j, cs in enumerate(cols):
+                J = (cs.start, cs.stop)
+                out_rows = (r.start * P, r.stop * P)
+                nrow = out_rows[1] - out_rows[0]
+                pieces_rows = [(out_rows[0] + p.start, out_rows[0] + p.stop)
+                               for p in splits(nrow, min(nrow, pk * ps))] if pk > 1 else [out_rows]
+                # p_s = 2 with deferred steps: each part task returns its rows in one piece per task of the next
+                # (node-local) wave, so that each of those reads only its rows (of both parts); one piece is the
+                # epilogue's array itself, no copy
+                next_tasks = max(1, self.num_workers // self.node_threads) if defer else 1
+                out_pieces = [(p.start, p.stop) for p in splits(nrow, min(nrow, next_tasks))]
+                out_pieces = [(out_rows[0] + a, out_rows[0] + b_) for a, b_ in out_pieces]
+                partial_refs = []  # per (t, group): its piece refs, piece-major then part
+                part_refs = {}
+                for t, red in enumerate(reds):
+                    if index is None:
+                        inb = X.overlapping((red.start, red.stop), J)
+                    else:
+                        inb = X.overlapping((0, d_in), J)
+                    for g in groups:
+                        margs: list = []
+                        inputs = [(b.desc, self._meta_spec(b, margs)) for b in inb]
+                        spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows, parts=g, inputs=inputs,
+                                    index=None if index is None else index[red], ops=[])
+                        args = [b.refs[p] for b in inb for p in g]
+                        if pk == 1:
+                            spec["ops"] = [(name, op.rows(*out_rows)) for name, op in fused]
+                            if len(g) == 2:
+                                r0_ref, r1_ref, meta_ref = self._submit(3, spec, u_refs[i, t], *args, metas=margs)
+                                final.append(((r0_ref, r1_ref), meta_ref, out_rows, J, None))
+                            else:
+                                spec["pieces"] = out_pieces
+                                part_refs[g[0]] = self._submit(len(out_pieces) + 1, spec, u_refs[i, t], *args,
+                                                               metas=margs)
+                        else:
+                            spec["pieces"] = [(a - out_rows[0], b_ - out_rows[0]) for a, b_ in pieces_rows]
+                            refs = self._submit(len(pieces_rows) * len(g) + 1, spec, u_refs[i, t], *args,
+                                                metas=margs)
+                            partial_refs.append((g, refs[:-1]))
+                            others.append(refs[-1])
+                        tasks += 1
+                if part_refs:
+                    nc = J[1] - J[0]
+                    for k, (a, b_) in enumerate(out_pieces):
+                        final.append(((part_refs[0][k], part_refs[1][k]), part_refs[0][-1], (a, b_), J,
+                                      ((a - out_rows[0]) * nc, (b_ - out_rows[0]) * nc)))
+                    others.append(part_refs[1][-1])
+                if pk > 1:
+                    for sidx, pr in enumerate(pieces_rows):
+                        args, piece_parts = [], []
+                        for g, refs in partial_refs:
+                            for k, p in enumerate(g):
+                                args.append(refs[sidx * len(g) + k])
+                                piece_parts.append(p)
+                        margs = []  # no input blocks: the input's metadata from one of its blocks
+                        spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
+                                    meta_inputs=[self._meta_spec(X.blocks[0], margs)],
+                                    ops=[(name, op.rows(*pr)) for name, op in fused])
+                        r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args, metas=margs)
+                        final.append(((r0_ref, r1_ref), meta_ref, pr, J, None))
+                        tasks += 1
+        model = pcmm_store_bytes((pm, pn, pk, ps), d1, d2, c, H_in, H_pcmm if defer else H_out, float(Uq.itemsize),
+                                 d_in, P)
+        return _Wave(final, others, tasks, dict(grid=(pm, pn, pk, ps), put_bytes=put, model=model,
+                                                ct_bytes=(H_in, H_out), shape=(d1 * P, X.shape[1]), chunks=c,
+                                                deferred=defer))
+
+    def _ew_group(self, ctx, s, X, ops, level_out: int) -> _Wave:
+        X = self._as_dist(ctx, X, self.num_workers, 1)
+        needs_relin = any(op.needs_relin for _, op in ops)
+        base = self._common(ctx, "ew", s.out, needs_relin)
+        final, reads = [], 0
+        parts = max(1, -(-self.num_workers // len(X.blocks)))
+        H_in, H_out = ct_bytes(ctx, X.level), ct_bytes(ctx, level_out)
+        for b in X.blocks:
+            nr, nc = b.r1 - b.r0, b.c1 - b.c0
+            if self.cts_per_task:
+                n_tasks = -(-nr // max(1, self.cts_per_task // nc))
+            else:
+                n_tasks = min(nr, parts)
+            for rs in splits(nr, n_tasks):
+                rows = (b.r0 + rs.start, b.r0 + rs.stop)
+                margs: list = []
+                spec = dict(base, J=(b.c0, b.c1), out_rows=rows, inputs=[(b.desc, self._meta_spec(b, margs))],
+                            ops=[(name, op.rows(*rows)) for name, op in ops])
+                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, metas=margs)
+                final.append(((r0_ref, r1_ref), meta_ref, rows, (b.c0, b.c1), None))
+            reads += n_tasks * nr * nc * H_in  # every task of a block takes the whole block (both parts)
+        n = X.rows * X.chunks
+        model = dict(reads=dict(inputs=reads), writes=dict(outputs=n * H_out), total=reads + n * H_out)
+        return _Wave(final, [], len(final), dict(shape=X.shape, chunks=X.chunks, cts_per_task=self.cts_per_task,
+                                                 model=model))
+
+    def _finish(self, group: list, wave: _Wave, t0: float, planned: tuple) -> Dist:
+        """A group's output as a Dist right after its submission: the blocks name their producing tasks' meta refs
+        (the next waves take them as task arguments), so the driver submits the whole program without waiting
+        between waves; _collect fetches the metas and the statistics at the end."""
+        blocks = []
+        for f in wave.final:
+            nb = (f[2][1] - f[2][0]) * (f[3][1] - f[3][0]) * 2 * (planned[0] + 1) * self._N * 8
+            a, b = f[4] if f[4] is not None else (None, None)
+            blocks.append(Block(f[0], f[2][0], f[2][1], f[3][0], f[3][1], None, nb, meta_src=(f[1], a, b)))
+        self._pending.append((group, wave, blocks, time.perf_counter() - t0))
+        return Dist(wave.info["shape"], wave.info["chunks"], blocks, planned=planned)
+
+    def _collect(self, timings: dict | None) -> None:
+        """Waits for every wave (a task's error is raised here, typed as its cause), fills the blocks' metas,
+        checks the planned levels and records the statistics per step. A wave's time runs from the end of the
+        previous wave's last task (the run's first wave: from the submission after the input put) to the end of
+        its own last task (the tasks' wall clocks: time.time() on their nodes)."""
+        ray = self.ray
+        prev_end = self._t_ready
+        for group, wave, blocks, t_sub in self._pending:
+            # part tasks return several blocks under one meta: fetch each task's meta once
+            refs = list({f[1]: None for f in wave.final}) + list(wave.others)
+            got = dict(zip(refs, ray.get(refs)))
+            allm = [got[r] for r in refs]
+            for b, f in zip(blocks, wave.final):
+                m = got[f[1]]["metas"]
+                b.metas, b.meta_src = (m if f[4] is None else m[f[4][0]: f[4][1]]), None
+            for e in group:
+                lv = {m["levels"].get(e.out) for m in allm if e.out in m["levels"]}
+                if lv and lv != {e.level_out}:
+                    raise AssertionError(f"step {e.out}: level {sorted(lv)}, planned {e.level_out}")
+            end = max(m["span"][1] for m in allm)
+            wall = max(0.0, end - prev_end)
+            prev_end = max(prev_end, end)
+            task_secs = {e.out: sum(m["secs"].get(e.out, 0.0) for m in allm) for e in group}
+            task_secs[group[0].out] += sum(m["secs"].get("_import", 0.0) for m in allm)
+            total = sum(task_secs.values()) or 1.0
+            read = sum(m["read"] for m in allm)
+            key_read = sum(m["key_read"] for m in allm)
+            written = sum(m["written"] for m in allm) + wave.info.get("put_bytes", 0)
+            nodes = sorted({m["node"] for m in allm})
+            waves = sorted({m["wave"] for m in allm})
+            info = wave.info
+            for k, e in enumerate(group):
+                share = wall * task_secs[e.out] / total
+                if timings is not None:
+                    timings[e.out] = share
+                st = dict(op="pcmm_gather" if (e.op == "pcmm" and e.index is not None) else e.op, tasks=wave.tasks,
+                          nodes=nodes, seconds=share, task_seconds=task_secs[e.out])
+                if k == 0:
+                    st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub,
+                              bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
+                              model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
+                              group_task_seconds=sum(m["seconds"] for m in allm),
+                              group_task_cpu_seconds=sum(m["cpu"] for m in allm),
+                              # first touches of fresh memory in the tasks (~0.3 GB/s on a loaded VM: worth watching)
+                              page_faults=sum(m["page_faults"] for m in allm),
+                              # whether every task's process had tuned its malloc (opt-in: hemlp.runtime.ray.malloc)
+                              malloc_tuned=all(m["malloc_tuned"] for m in allm),
+                              # the group's critical path if every task had its own cores: the longest task per
+                              # wave (CPU seconds per thread of a node-local task)
+                              critical_cpu_seconds=sum(max(m["cpu"] / m["threads"] for m in allm if m["wave"] == w)
+                                                       for w in waves),
+                              # wall-clock span of the tasks (first start, last end; time.time() on their nodes)
+                              task_span=(min(m["span"][0] for m in allm), end))
+                    if "grid" in info:
+                        st.update(grid=info["grid"], ct_bytes=info["ct_bytes"])
+                    if "cts_per_task" in info:
+                        st["cts_per_task"] = info["cts_per_task"]
+                    if "threads" in info:  # node-local tasks: their threads, the inputs their PCMMs read in place
+                        st.update(threads=info["threads"], in_place=info["in_place"])
+                else:
+                    st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
+                self.stats[e.out] = st
+        self._pending = []
+
+    def _run_segment(self, ctx, steps, i: int, vals: dict, users: dict) -> int:
+        """Steps i, i + 1, .. up to the next sharded PCMM (or the output) as one wave of node-local tasks; returns
+        the index of the step after them."""
+        j = i
+        while (j < len(steps) and steps[j].op not in ("input", "output")
+               and steps[j].out not in self._on_grid
+               and not (self.cts_per_task is not None and steps[j].op in ELEMENTWISE)):
+            j += 1
+        seg = steps[i:j]
+        produced = {e.out for e in seg}
+        outputs = list(dict.fromkeys(n for e in steps[j:] for n in e.inputs if n in produced))
+        for e in seg:
+            self._layer_start(e.out)
+        vals.update(self._segment_wave(ctx, seg, vals, outputs))
+        self._record_input(steps)
+        for e in seg:
+            for name in e.inputs:
+                _release(vals, users, name)
+        return j
+
+    def _record_input(self, steps) -> None:
+        if self._input_stats is not None and not any(v.get("op") == "input" for v in self.stats.values()):
+            self.stats[next(x.out for x in steps if x.op == "input")] = self._input_stats
+
+    # ---- the program
+    def run(self, ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None):
+        ray = self.ray
+        self._params = ctx.params.to_bytes()
+        self._N, self._weight_bits = ctx.N, weight_bits
+        self._on_grid = {s.out for s in steps if s.op == "pcmm" and self._sharded(ctx, s, C.chunks)}
+        if relin_key is not None and any(s.op in ("square", "poly") for s in steps):
+            data, digest = relin_bytes(relin_key)
+            self._rlk = (relin_key, digest, [ray.put(data)])
+            self._rlk_bytes = len(data)
+            self.stats["_keys"] = dict(op="keys", put_bytes=len(data), nodes=[], tasks=0)
+        users: dict = {}
+        for s in steps:
+            for name in s.inputs:
+                users[name] = users.get(name, 0) + 1
+        vals, i, out_name = {}, 0, None
+        self._input_stats, self._pending, self._after, self._t_ready = None, [], {}, time.time()
+        while i < len(steps):
+            s = steps[i]
+            if s.op == "input":
+                if C.level != s.level_out:
+                    if C.level < s.level_out:
+                        raise LevelError(f"the input is at level {C.level} but the plan starts at level {s.level_out}")
+                    C = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in C.cts], C.shape, C.chunks, C.format)
+                vals[s.out] = C
+                i += 1
+                continue
+            if s.op in ("alias", "output"):
+                vals[s.out] = vals[s.inputs[0]]
+                _release(vals, users, s.inputs[0])
+                out_name = s.out if s.op == "output" else out_name
+                i += 1
+                continue
+            if s.out not in self._on_grid and not (self.cts_per_task is not None and s.op in ELEMENTWISE):
+                i = self._run_segment(ctx, steps, i, vals, users)
+                continue
+            # the group: s plus the elementwise steps that only consume the previous one
+            group = [s]
+            if self.cts_per_task is None or s.op not in ELEMENTWISE:
+                while (i + len(group) < len(steps) and steps[i + len(group)].op in ELEMENTWISE
+                       and steps[i + len(group)].inputs[0] == group[-1].out and users.get(group[-1].out, 0) == 1
+                       and (self.cts_per_task is None)):
+                    group.append(steps[i + len(group)])
+            ops = [(e.out, ElementwiseOp.from_step(e)) for e in (group[1:] if s.op not in ELEMENTWISE else group)]
+            self._layer_start(s.out)
+            t0 = time.perf_counter()
+            x = vals[s.inputs[0]]
+            if s.op == "pcmm":
+                wave = self._pcmm_group(ctx, s, x, ops, weight_bits, group[-1].level_out)
+            else:
+                wave = self._ew_group(ctx, s, x, ops, group[-1].level_out)
+            labels = (x.meta if isinstance(x, Dist) else meta_of(x.cts[0].native))[2:]  # slots, encoding, .., key
+            if wave.info.get("deferred"):  # part-split PCMM: its steps need both parts, so they start the next wave
+                for e in group[1:]:
+                    self._after[e.out] = s.out
+                group = [s]
+            D = self._finish(group, wave, t0, (group[-1].level_out, None, *labels))
+            for e in group:
+                vals[e.out] = D
+            self._record_input(steps)
+            # values no later step reads leave the store now, so the next waves' outputs reuse their memory
+            del x, D, wave
+            for e in group[:-1]:  # fused into the group: read only by its next member
+                vals.pop(e.out, None)
+            for e in group:
+                for name in e.inputs:
+                    if name not in {g.out for g in group}:
+                        _release(vals, users, name)
+            i += len(group)
+        out = vals[out_name]
+        self._collect(timings)
+        for name, head in self._after.items():
+            self.stats[name]["after"] = head
+        t0 = time.perf_counter()
+        with driver_threads(usable_cores()):  # the last wave is done: the driver has the machine
+            res = self._materialise(ctx, out) if isinstance(out, Dist) else out
+        self.stats["_output"] = dict(op="output", seconds=time.perf_counter() - t0, nodes=[], tasks=0,
+                                     get_bytes=sum(b.nbytes for b in out.blocks) if isinstance(out, Dist) else 0)
+        return res
+
+
+def _release(vals: dict, users: dict, name: str) -> None:
+    """One read of value `name` is done; after its last read the program drops it (its blocks' objects are freed
+    once no task argument holds them)."""
+    users[name] -= 1
+    if users[name] == 0:
+        vals.pop(name, None)
+
+
+def supported(steps, C) -> bool:
+    """Whether RayProgram runs this program (RLWE input, every step in SUPPORTED)."""
+    return C.format == "rlwe" and all(s.op in SUPPORTED for s in steps)

@@ -1,0 +1,28 @@
+"""run_on_ray: a lowered program (a step list) on Ray, as RayProgram when it knows every step, else step by step."""
+from __future__ import annotations
+
+from hemlp.runtime.local import run
+from hemlp.runtime.ray.executor import RayExecutor
+from hemlp.runtime.ray.program import RayProgram, supported
+from hemlp.runtime.ray.session import ray_session
+
+__all__ = ["run_on_ray"]
+
+
+def run_on_ray(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, *, address=None,
+               num_workers: int | None = None, grid=None, cts_per_task: int | None = None, stats: dict | None = None,
+               tune_malloc: bool | None = None):
+    """Run a lowered program on Ray (joins `address` or starts a local Ray for the call when none is connected;
+    see ray_session): RayProgram, activations kept in the object store between layers. Programs with steps it
+    does not know fall back to local.run with a RayExecutor (one Ray call per step). tune_malloc: the workers'
+    malloc tuning, off unless True or HEMLP_RAY_TUNE_MALLOC=1 (hemlp.runtime.ray.malloc)."""
+    with ray_session(address, num_workers):
+        if supported(steps, C):
+            ex = RayProgram(num_workers=num_workers, grid=grid, cts_per_task=cts_per_task, tune_malloc=tune_malloc)
+            out = ex.run(ctx, steps, C, relin_key, weight_bits, timings)
+        else:
+            ex = RayExecutor(num_workers=num_workers, grid=grid, cts_per_task=cts_per_task, tune_malloc=tune_malloc)
+            out = run(ctx, steps, C, relin_key, weight_bits, timings, executor=ex)
+    if stats is not None:
+        stats.update(ex.stats)
+    return out

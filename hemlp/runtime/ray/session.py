@@ -1,0 +1,159 @@
+"""The Ray session: joining or starting a cluster, and what every process of it needs to know about itself.
+
+``ray_session`` uses the running Ray, joins an address (``ray start --head`` / ``ray job submit``), or starts a
+local instance for the call. ``import_ray`` is the one place that imports the optional ``ray`` package (so hemlp
+imports without it). Tasks call ``maybe_die`` first: the tests' fault injection (``FAULT_ENV``) kills a worker on
+its first task, as an OOM kill or a lost node would.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+
+from hemlp import _core
+from hemlp.errors import HemlpError
+
+__all__ = ["RuntimeUnavailableError", "ray_session", "import_ray", "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT",
+           "FAULT_ENV", "TASK_RETRIES", "maybe_die", "node_id", "usable_cores", "driver_threads"]
+
+#: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
+CONNECT_TIMEOUT = 10.0
+#: a worker dies on the first task that creates this file (fault-injection for tests)
+FAULT_ENV = "HEMLP_RAY_FAULT_ONCE"
+#: how often Ray re-runs a task whose worker died (tasks are pure: a re-run gives the same bits)
+TASK_RETRIES = 3
+
+
+class RuntimeUnavailableError(HemlpError, ConnectionError):
+    """The Ray runtime cannot be used: ray is not installed or the cluster cannot be reached."""
+
+
+def import_ray():
+    """The `ray` module, or RuntimeUnavailableError naming the install command."""
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeUnavailableError('the Ray runtime needs the `ray` package: pip install "ray[default]"') from None
+    return ray
+
+
+def _host_port(address: str):
+    a = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = a.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _probe(address: str, timeout: float) -> None:
+    """Fail fast on a dead address: ray.init itself retries for minutes on a silent port."""
+    hp = _host_port(address)
+    if hp is None:
+        return  # "auto" / "local": ray.init decides quickly
+    fix = (f"start the cluster there (`ray start --head --port={hp[1]}`), check the address and firewall, "
+           f"or use address=None to run on a local Ray instance")
+    deadline = time.monotonic() + timeout  # one budget for both checks
+    try:
+        socket.create_connection(hp, timeout=timeout).close()
+    except OSError as exc:
+        raise RuntimeUnavailableError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}; {fix}") from None
+    try:
+        import grpc
+    except ImportError:
+        return
+    ch = grpc.insecure_channel(f"{hp[0]}:{hp[1]}")
+    try:  # a Ray head speaks gRPC (HTTP/2); anything else never completes the handshake
+        grpc.channel_ready_future(ch).result(timeout=max(0.1, deadline - time.monotonic()))
+    except grpc.FutureTimeoutError:
+        raise RuntimeUnavailableError(f"{address!r} accepts connections but is not a Ray cluster (no gRPC answer "
+                                      f"within {timeout:g} s); {fix}") from None
+    finally:
+        ch.close()
+
+
+#: Ray settings for the local instances hemlp starts. Freed objects leave the store at once instead of in a batch
+#: every second: a run's input blocks (1.2 GB at batch 8 192) then land in memory the store has already mapped,
+#: instead of fresh pages that fault in at ~1 GB/s when runs follow each other (measured: 0.07 s against 0.5-2.4 s
+#: for a 1.2 GB put right after the previous run). Idle workers live on: while a node-local task holds every CPU of
+#: the node, Ray otherwise kills the other (idle) workers after 1 s, and the next wave waits ~1 s for a new worker
+#: process to start and rebuild its context (measured: one of two first-layer tasks started 0.8-1.0 s late). For a
+#: cluster you start yourself:
+#: RAY_free_objects_period_milliseconds=0 RAY_idle_worker_killing_time_threshold_ms=600000 ray start ...
+LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 0, "idle_worker_killing_time_threshold_ms": 600000}
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_workers: int | None = None, timeout: float = CONNECT_TIMEOUT):
+    """Use the running Ray, or join `address`, or start a local Ray with num_workers CPUs.
+
+    Shuts down only what it started. Under `ray job submit` (RAY_ADDRESS set) address=None joins
+    the job's cluster. A Ray already initialised in this process is used as it is (address and
+    num_workers are then ignored): call ray.init once, or nest calls in one ray_session, to pay
+    the start-up (seconds) once for many products."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        _probe(address, timeout)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as exc:
+            raise RuntimeUnavailableError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
+                                          "`ray start --head` or use address=None for a local Ray") from None
+    else:
+        # address="local": a fresh instance even when another Ray runs on this machine (ray.init() would join it)
+        ray.init(address="local", num_cpus=num_workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 _system_config=LOCAL_SYSTEM_CONFIG)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def maybe_die() -> None:
+    """Fault injection for tests: with FAULT_ENV set to a path, the first task that creates that file kills its worker."""
+    marker = os.environ.get(FAULT_ENV)
+    if not marker:
+        return
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    os._exit(17)  # a hard worker death, as an OOM kill or a lost node
+
+
+def node_id() -> str:
+    """The Ray node this process runs on."""
+    ray = import_ray()
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class driver_threads:
+    """Runs a block of the driver's native work (exporting the input, importing the output) on n threads, then
+    restores the caller's setting."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __enter__(self):
+        self.prev = _core.get_num_threads()
+        _core.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        _core.set_num_threads(self.prev)
+        return False

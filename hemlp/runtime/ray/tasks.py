@@ -1,0 +1,301 @@
+"""What runs in the Ray workers: the task bodies, their per-process caches and their remote-function registry.
+
+``group_task`` is every task of RayProgram's waves (see hemlp.runtime.ray.program for the kinds: node-local
+"segment" tasks, sharded "pcmm" / "partial" / "reduce" tasks, "ew" row groups); ``elementwise_task`` is the
+per-step executor's (RayExecutor). Every worker process builds the ``ckks.Context`` once and caches it by the
+parameter hash, and decodes the relinearisation key (put once per run) once by its digest. Tasks are pure: their
+arguments stay referenced by the driver, so a worker killed mid-layer is re-run (TASK_RETRIES) with the same bits.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import time
+import warnings
+
+import numpy as np
+
+from hemlp import _core, ckks
+from hemlp.ckks import Ciphertext
+from hemlp.linalg import CtMatrix
+from hemlp.runtime.local import ElementwiseOp, LocalExecutor, elementwise, run_step
+from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, import_range, meta_of, pack_cts,
+                                      row_pieces, unpack_cts)
+from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
+from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
+from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, maybe_die, node_id
+
+__all__ = ["ELEMENTWISE", "group_task", "group_remote", "elementwise_task", "elementwise_remote", "worker_context",
+           "worker_relin_key", "clear_worker_cache", "resolve_metas"]
+
+#: the steps that act on each ciphertext alone (fused into the task that produced their input)
+ELEMENTWISE = ("square", "poly", "affine")
+
+_WORKER_CACHE: dict = {}   # per worker process: contexts by parameter hash, relin keys by digest
+_CACHE_MAX = 8
+
+
+def _cache(key, make):
+    """make() once per key in this worker process (the oldest entry goes first past _CACHE_MAX)."""
+    if key not in _WORKER_CACHE:
+        while len(_WORKER_CACHE) >= _CACHE_MAX:
+            _WORKER_CACHE.pop(next(iter(_WORKER_CACHE)))
+        _WORKER_CACHE[key] = make()
+    return _WORKER_CACHE[key]
+
+
+def clear_worker_cache() -> None:
+    """Forget this process's cached contexts and keys."""
+    _WORKER_CACHE.clear()
+
+
+def worker_context(phash: str, params: bytes):
+    """The ckks.Context of these parameters, built once per worker process."""
+    def make():
+        p = ckks.Params.from_bytes(params)
+        with warnings.catch_warnings():  # the driver already accepted (and warned about) these parameters
+            warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
+            return ckks.Context(p, allow_insecure=not p.is_128_bit_secure)
+
+    return _cache(("ctx", phash), make)
+
+
+def worker_relin_key(ray, ctx, digest: str, holder: list):
+    """The relinearisation key the driver put once (holder[0]: its ObjectRef), decoded once per process by digest."""
+    return _cache(("rlk", ctx.hash, digest), lambda: ckks.from_bytes(ray.get(holder[0]), ctx))
+
+
+def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, metas, rlk_digest, rlk_holder,
+                     threads: int, tune: bool = False):
+    """One group of ciphertexts through one elementwise step; rows[i]: the (op-local) row of ciphertext i."""
+    ray = import_ray()
+
+    maybe_die()
+    if tune:
+        tune_malloc()
+    _core.set_num_threads(threads)
+    ctx = worker_context(phash, params)
+    rlk = worker_relin_key(ray, ctx, rlk_digest, rlk_holder) if op.needs_relin else None
+    fn = elementwise(ctx, op, rlk)
+    out = [fn(r, ct) for r, ct in zip(rows, unpack_cts(ctx, arr, metas))]
+    a, m = pack_cts(out)
+    return a, m, node_id()
+
+
+_REMOTE = {}
+
+
+def elementwise_remote():
+    """elementwise_task as a Ray remote function (made on first use: importing this module does not need ray)."""
+    if "ew" not in _REMOTE:
+        ray = import_ray()
+        _REMOTE["ew"] = ray.remote(num_returns=3, max_retries=TASK_RETRIES, retry_exceptions=False,
+                                   num_cpus=1)(elementwise_task)
+    return _REMOTE["ew"]
+
+
+def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> list:
+    for name, op in spec["ops"]:
+        t0 = time.perf_counter()
+        fn = elementwise(ctx, op, rlk)
+        cts = [fn(i // nc, ct) for i, ct in enumerate(cts)]  # op rows are local to the block (op.rows(r0, r1))
+        secs[name] = secs.get(name, 0.0) + time.perf_counter() - t0
+        levels[name] = cts[0].level
+    return cts
+
+
+def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
+    """Both parts of a PCMM's output block (after the epilogue), through the coefficient-encoding bias and the
+    fused steps when there are any: (part 0, part 1, block metas)."""
+    head, (r0, r1), (c0, c1) = spec["head"], spec["out_rows"], spec["J"]
+    nr, nc = r1 - r0, c1 - c0
+    meta = out_meta(ctx, spec)
+    levels[head] = meta[0]
+    coeff_bias = spec["bias"] is not None and meta[3] != 0
+    shape = (meta[0] + 1, nr, nc, ctx.N)
+    if not spec["ops"] and not coeff_bias:  # the epilogue's arrays are the block
+        return Z[0].reshape(shape), Z[1].reshape(shape), [meta] * (nr * nc)
+    t0 = time.perf_counter()
+    objs = _core.cts_from_parts(ctx.native, Z[0].reshape(shape), Z[1].reshape(shape), *meta)
+    cts = [ctx.wrap(Ciphertext, o) for o in objs]
+    if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
+        cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
+    secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
+    cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
+    t0 = time.perf_counter()
+    objs = [ct.native for ct in cts]
+    out = export_block(objs, nr, nc, ctx.N)
+    last = spec["ops"][-1][0] if spec["ops"] else head
+    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
+    return out[0], out[1], [meta_of(o) for o in objs]
+
+
+def resolve_metas(m, meta_dicts) -> list:
+    """A block's per-ciphertext metas: a list, or ("arg", k, a, b) = the metas a:b of the k-th meta dict argument
+    (a block produced by an earlier wave, whose metas the driver has not fetched)."""
+    if isinstance(m, tuple) and m and m[0] == "arg":
+        _, k, a, b = m
+        got = meta_dicts[k]["metas"]
+        return got if a is None else got[a:b]
+    return m
+
+
+def _nbytes(a) -> int:
+    """Bytes of a task argument: an array, or a ct-major input part (a list of (limbs, N) arrays)."""
+    return sum(x.nbytes for x in a) if isinstance(a, list) else a.nbytes
+
+
+def _minor_faults() -> int:
+    """This process's minor page faults so far (first touches of fresh memory: a task's page faults say whether
+    its arrays landed on memory the process had already mapped)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def group_task(spec: dict, *arrays):
+    """One task of a group (see above). arrays: the ObjectRef arguments, resolved zero-copy by Ray (weights, then
+    the parts of the input blocks, or partial pieces). Returns the output array(s) and a small meta dict (last)."""
+    ray = import_ray()
+
+    maybe_die()
+    t_start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
+    faults_start = _minor_faults()
+    if spec.get("tune_malloc"):  # opt-in (hemlp.runtime.ray.malloc)
+        tune_malloc()
+    _core.set_num_threads(spec["threads"])
+    ctx = worker_context(spec["phash"], spec["params"])
+    kind, head = spec["kind"], spec["head"]
+    key_read = 0
+    rlk = None
+    if spec["rlk"] is not None:
+        digest, holder = spec["rlk"]
+        miss = ("rlk", ctx.hash, digest) not in _WORKER_CACHE
+        rlk = worker_relin_key(ray, ctx, digest, holder)
+        key_read = spec["rlk_bytes"] if miss else 0
+    secs, levels = {}, {}
+    n_meta = spec.get("n_meta", 0)
+    if n_meta:  # the previous waves' meta dicts (their block metas), resolved by Ray like the arrays
+        arrays, meta_dicts = arrays[:-n_meta], arrays[-n_meta:]
+    else:
+        meta_dicts = ()
+    descs = [(d, resolve_metas(m, meta_dicts)) for d, m in spec["inputs"]]
+    if spec.get("factor") is not None:  # a PCMM: its input's metadata is known here, not at submission
+        src = ([resolve_metas(m, meta_dicts) for m in spec["meta_inputs"]] if "meta_inputs" in spec  # reduce tasks
+               else [m for _, m in descs])
+        spec = dict(spec, **pcmm_in_meta(spec, src))
+
+    def finish(outs, metas=None):
+        meta = dict(node=node_id(), read=sum(map(_nbytes, arrays)),
+                    key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
+                    wave=spec["wave"], pid=os.getpid(), threads=spec["threads"], malloc_tuned=malloc_tuned(),
+                    page_faults=_minor_faults() - faults_start, seconds=time.perf_counter() - t_start,
+                    cpu=time.process_time() - cpu_start,
+                    span=(wall_start, time.time()))
+        return (*outs, meta)
+
+    if kind == "segment":
+        return finish(*segment_run(ctx, spec, arrays, descs, rlk, secs, levels))
+    if kind in ("pcmm", "partial"):
+        parts = spec["parts"]
+        n = len(parts)
+        U = arrays[0]
+        blocks = [(dict(zip(parts, arrays[1 + n * k: 1 + n * (k + 1)])), d, m) for k, (d, m) in enumerate(descs)]
+        t0 = time.perf_counter()
+        Ys = block_product(ctx, spec, U, blocks)
+        secs[head] = time.perf_counter() - t0
+        if kind == "partial":  # p_k > 1: U~ X mod q in row pieces, one per reduce task, each part in turn
+            nJ = spec["J"][1] - spec["J"][0]
+            outs = [np.ascontiguousarray(Ys[p][:, a * nJ: b * nJ]) for a, b in spec["pieces"] for p in parts]
+            return finish(outs)
+        Z = epilogue(ctx, spec, Ys, secs, head)
+        del Ys
+        if n == 1:  # p_s = 2: this task's part of the output block, in row pieces (one per following task)
+            meta = out_meta(ctx, spec)
+            levels[head] = meta[0]
+            g0, nc = spec["out_rows"][0], spec["J"][1] - spec["J"][0]
+            z = Z[parts[0]]
+            outs = [np.ascontiguousarray(z[:, (a - g0) * nc: (b - g0) * nc]).reshape(z.shape[0], b - a, nc, ctx.N)
+                    for a, b in spec["pieces"]]
+            return finish(outs, [meta] * ((spec["out_rows"][1] - g0) * nc))
+        *outs, metas = _block_out(ctx, spec, Z, rlk, secs, levels)
+        return finish(outs, metas)
+    if kind == "reduce":
+        t0 = time.perf_counter()
+        L = arrays[0].shape[0]
+        qv = np.array([[[ctx.modulus(l)]] for l in range(L)], dtype=np.uint64)
+        Ys = {}
+        for p, piece in zip(spec["piece_parts"], arrays):
+            Ys[p] = piece if p not in Ys else add_mod_limbs(Ys[p], piece, qv)  # read-only views; sums are new
+        secs[head] = time.perf_counter() - t0
+        Z = epilogue(ctx, spec, Ys, secs, head)
+        del Ys
+        *outs, metas = _block_out(ctx, spec, Z, rlk, secs, levels)
+        return finish(outs, metas)
+    if kind == "ew":
+        t0 = time.perf_counter()
+        cts = import_range(ctx, block_pairs(arrays, descs), spec["out_rows"], spec["J"])
+        secs["_import"] = time.perf_counter() - t0
+    else:
+        raise AssertionError(kind)
+    nc = spec["J"][1] - spec["J"][0]
+    cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
+    t0 = time.perf_counter()
+    objs = [ct.native for ct in cts]
+    out = export_block(objs, len(objs) // nc, nc, ctx.N)
+    last = spec["ops"][-1][0] if spec["ops"] else head
+    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
+    return finish([out[0], out[1]], [meta_of(o) for o in objs])
+
+
+def segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
+    """A node-local task's steps (RayProgram._segment_wave): its input values imported from their blocks (its
+    rows only for a split elementwise chain), the steps run by local.run_step on spec["threads"] native threads
+    (the in-process arithmetic, so the same bits), then the output values exported part by part. An input that
+    only PCMMs read (spec["in_place"]) is not imported: they read its blocks in the store (pcmm_in_place)."""
+    t0 = time.perf_counter()
+    rows, vals, stored, k = spec["out_rows"], {}, {}, 0
+    for name, nb, shape, chunks in spec["values"]:
+        blocks = [((arrays[2 * i], arrays[2 * i + 1]), *descs[i]) for i in range(k, k + nb)]
+        k += nb
+        if name in spec.get("in_place", ()):
+            stored[name] = (blocks, shape, chunks)
+            continue
+        rr = rows if rows is not None else (0, shape[0])
+        vals[name] = CtMatrix(ctx, import_range(ctx, blocks, rr, (0, chunks)), (rr[1] - rr[0], shape[1]), chunks,
+                              "rlwe")
+    secs["_import"] = time.perf_counter() - t0
+    ex = LocalExecutor()
+    for s in spec["steps"]:
+        t0 = time.perf_counter()
+        if s.op == "pcmm" and s.inputs[0] in stored:
+            y = pcmm_in_place(ctx, s, *stored[s.inputs[0]], spec["bits"])
+        elif s.op in ELEMENTWISE and rows is not None:  # rows r0:r1 of the chain: per-row constants of those rows
+            y = ex.map_cts(ctx, vals[s.inputs[0]], ElementwiseOp.from_step(s).rows(*rows), rlk, step=s.out)
+        else:
+            y = run_step(ctx, s, vals, ex, rlk, spec["bits"])
+        vals[s.out] = y
+        secs[s.out] = secs.get(s.out, 0.0) + time.perf_counter() - t0
+        if s.op not in ("alias", "add"):
+            levels[s.out] = y.level
+    t0 = time.perf_counter()
+    outs, metas = [], []
+    for name in spec["outputs"]:  # in row pieces, so that a next task reads only the rows it needs
+        C = vals[name]
+        objs = [ct.native for ct in C.cts]
+        nc = C.chunks
+        for a, b in row_pieces(len(objs) // nc, spec["n_pieces"]):
+            out = export_block(objs[a * nc: b * nc], b - a, nc, ctx.N)
+            outs += [out[0], out[1]]
+        metas += [meta_of(o) for o in objs]
+    last = spec["steps"][-1].out
+    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
+    return outs, metas
+
+
+def group_remote(num_returns: int):
+    """group_task as a Ray remote function with num_returns returns (made once per count)."""
+    key = ("group", num_returns)
+    if key not in _REMOTE:
+        ray = import_ray()
+        _REMOTE[key] = ray.remote(num_returns=num_returns, max_retries=TASK_RETRIES, retry_exceptions=False,
+                                  num_cpus=1)(group_task)
+    return _REMOTE[key]
