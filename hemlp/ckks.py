@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-import uuid
+
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ import numpy as np
 
 from hemlp import _core
 from hemlp import serialize as ser
+from hemlp.files import write_atomic
 from hemlp.errors import (
     EncodingError,
     InsecureParametersError,
@@ -222,7 +223,7 @@ class _Wrapped:
     param_hash = property(lambda self: self._phash)
 
     def save(self, path) -> None:
-        _atomic_write(Path(path), self.to_bytes())
+        write_atomic(Path(path), self.to_bytes())
 
 
 class Plaintext(_Wrapped):
@@ -270,7 +271,7 @@ class SecretKey(_Wrapped):
 
     def save(self, path) -> None:
         """Write the secret key readable by its owner only (0600, set when the file is created)."""
-        _atomic_write(Path(path), self.to_bytes(), mode=0o600)
+        write_atomic(Path(path), self.to_bytes(), mode=0o600)
 
     def to_bytes(self) -> bytes:
         return ser.pack("secret_key", self._phash, dict(key_id=f"{self._obj.key_id:016x}"), [self._obj.coeffs])
@@ -329,27 +330,6 @@ class GaloisKeys(_Wrapped):
     def to_bytes(self) -> bytes:
         keys = [self._obj.get(g) for g in self._obj.elements]
         return _switch_keys_bytes(self._engine, "galois_keys", self._phash, self._obj.key_id, keys)
-
-
-def _atomic_write(path: Path, data, tmp_prefix: str = "", mode: int = 0o666) -> None:
-    """Write via a unique temporary file in the same folder + rename: readers see all or nothing, and a
-    failed write leaves no temporary file behind (tmp_prefix lets callers recognise stale ones). data: bytes, or
-    a list of buffers written one after the other (an object's parts, never joined in memory). mode: the file's
-    permissions from its creation on (0o600 for secrets: never readable by others, not even for a moment)."""
-    tmp = path.with_name(f"{tmp_prefix}{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
-            for part in data if isinstance(data, list) else [data]:
-                f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
 
 
 class Context:
@@ -436,8 +416,8 @@ class Context:
         sk = self._e.secret_key()
         return self._w(SecretKey, sk), self._w(PublicKey, self._e.public_key(sk))
 
-    def _key_level(self, level) -> int:
-        """None -> the top level; else an int in [0, max_level] (the native default -1 means the top)."""
+    def key_level(self, level) -> int:
+        """The level a key made for `level` serves: None -> the top level; else an int in [0, max_level] (the native default -1 means the top)."""
         if level is None:
             return self.max_level
         if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
@@ -450,17 +430,17 @@ class Context:
     def relin_key(self, sk: SecretKey, level: int | None = None) -> RelinKey:
         """Relinearisation key for ciphertexts at levels <= `level` (None: every level). A lower level
         gives a smaller key: it holds (level + 1 + |P|) limbs per digit instead of (L + 1 + |P|)."""
-        return self._w(RelinKey, self._e.relin_key(self._unwrap(sk, SecretKey, "secret key"), self._key_level(level)))
+        return self._w(RelinKey, self._e.relin_key(self._unwrap(sk, SecretKey, "secret key"), self.key_level(level)))
 
     def rotation_keys(self, sk: SecretKey, steps, level: int | None = None) -> GaloisKeys:
         """Keys for left rotations by each step (negative = right), usable at levels <= `level`
         (None: every level)."""
-        lv = self._key_level(level)
+        lv = self.key_level(level)
         els = sorted({self._e.galois_element(int(s)) for s in steps})
         return self._w(GaloisKeys, self._e.galois_keys(self._unwrap(sk, SecretKey, "secret key"), els, lv))
 
     def conjugation_key(self, sk: SecretKey, level: int | None = None) -> GaloisKeys:
-        lv = self._key_level(level)
+        lv = self.key_level(level)
         return self._w(GaloisKeys, self._e.galois_keys(self._unwrap(sk, SecretKey, "secret key"),
                                                        [self._e.conjugation_element()], lv))
 

@@ -14,12 +14,14 @@ from hemlp.errors import SerializationError
 __all__ = ["write_atomic", "read_file"]
 
 
-def write_atomic(path, data) -> None:
-    """data: bytes, or a list of buffers written one after the other (never joined in memory)."""
+def write_atomic(path, data, tmp_prefix: str = "", mode: int = 0o666) -> None:
+    """data: bytes, or a list of buffers written one after the other (never joined in memory). tmp_prefix lets
+    callers recognise stale temporary files of killed processes; mode: the file's permissions from its creation
+    on (0o600 for secrets: never readable by others, not even for a moment; the umask still applies)."""
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    tmp = path.with_name(f"{tmp_prefix}{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
             for part in data if isinstance(data, list) else [data]:
                 f.write(part)
             f.flush()

@@ -22,6 +22,7 @@ import numpy as np
 from hemlp import _core
 from hemlp import serialize as ser
 from hemlp.ckks import Ciphertext, Context, PublicKey, SecretKey
+from hemlp.files import write_atomic
 from hemlp.errors import (ContextMismatchError, EncodingError, KeyMismatchError, ParameterError, SerializationError,
                           ShapeError)
 
@@ -81,10 +82,7 @@ class CtMatrix:
         return ser.pack_parts("ct_matrix", self.ctx.hash, header, [[b for ps in parts for b in ps]])
 
     def save(self, path) -> None:
-        from hemlp.ckks import _atomic_write
-        from pathlib import Path
-
-        _atomic_write(Path(path), self.to_parts())
+        write_atomic(path, self.to_parts())
 
     @classmethod
     def from_bytes(cls, data: bytes, ctx: Context) -> "CtMatrix":
@@ -358,6 +356,8 @@ class MsRow:
     def __init__(self, obj, ctx: Context):
         self._obj, self._ctx = obj, ctx
 
+    #: the hemlp._core MsCiphertext behind this row (for native building blocks: PCMM, Ray tasks)
+    native = property(lambda self: self._obj)
     level = property(lambda self: self._obj.level)
     scale = property(lambda self: self._obj.scale)
     slots = property(lambda self: self._obj.slots)
@@ -546,7 +546,7 @@ class ModPackKeys:
         for lv in levels:
             if isinstance(lv, bool) or not isinstance(lv, int) or not 0 <= lv <= ctx.max_level:
                 raise SerializationError(f"ModPack keys: invalid key level {lv!r}; the file is corrupted")
-            dg = ctx.params._p.num_digits(lv)
+            dg = ctx.params.native.num_digits(lv)
             if off + dg > len(arrays):
                 raise SerializationError("ModPack keys: fewer arrays than the key levels need; the file is corrupted")
             keys.append(ctx.native.import_switch_key(list(arrays[off:off + dg]), [bytes.fromhex(x) for x in
@@ -560,7 +560,7 @@ class ModPackKeys:
 def modpack_keys(ctx: Context, sk: SecretKey, k: int, level: int | None = None) -> ModPackKeys:
     """Evaluation keys for MLWE(k) products (client makes them from the secret key), usable for
     products of ciphertexts at levels <= `level` (None: every level; a lower level gives smaller keys)."""
-    lv = ctx._key_level(level)
+    lv = ctx.key_level(level)
     return ModPackKeys(_core.modpack_keys(ctx.native, ctx.unwrap(sk, SecretKey, "secret key"), int(k), lv), int(k), ctx)
 
 

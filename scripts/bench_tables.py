@@ -184,6 +184,56 @@ def files(name: str, command: str) -> str:
     return section("Encrypted batch files", name, command, body, d)
 
 
+def boot(name: str, command: str) -> str:
+    d = load(name)
+    rows = [[r["threads"], sec(r["bootstrap"]["median_s"]), sec(r["bootstrap_pair"]["median_s"]), r["level_out"],
+             f"{r['max_bits']:.1f}", f"{r['mean_bits']:.1f}", f"{r['pair_max_bits']:.1f}"] for r in d["results"]]
+    body = table(["threads", "bootstrap", "pair (two real ciphertexts)", "levels left", "bits (max err)",
+                  "bits (mean)", "pair bits (max)"], rows) + \
+        f"\n\n{d['preset']} (N = {d['N']}, {d['slots']} slots, log QP {d['log_qp']:g}, {d['security']}); " \
+        f"{d['rotation_keys']} rotation keys, {d['key_bytes_in_memory'] / 2 ** 30:.2f} GiB of keys in memory; key " \
+        f"generation {sec(d['keygen_s'])}; first bootstrap (encodes the DFT matrices) {sec(d['first_bootstrap_s'])}; " \
+        f"peak RSS {d['peak_rss_gib']:.1f} GiB; SIMD path {d['simd_path']}; input encrypted with the " \
+        f"{'secret' if d['input_encryption'] == 'sk' else 'public'} key."
+    return section("Bootstrapping", name, command, body, d)
+
+
+def lintrans(name: str, title: str, command: str) -> str:
+    d = load(name)
+    rows = [[mode, sec(v["median_s"]), sec(v["cpu_min_s"])] for mode, v in d["totals_s"].items()]
+    body = table(["path / threads", "wall (median)", "CPU (min)"], rows) + \
+        f"\n\nN = 2^{d['log_n']}, {d['slots']} slots, {d['direction']} depth {d['depth']} (stages {d['stages']}) " \
+        f"from level {d['top_level']}; python = one native call per operation, single / double = the native " \
+        f"transform with single / double hoisting; peak RSS {d['peak_rss_gib']:.2f} GiB. The machine was loaded: " \
+        "the CPU column is the comparable one."
+    return section(title, name, command, body, d)
+
+
+def simd_paths(name: str, command: str) -> str:
+    d = load(name)
+    ops = [("ntt", "NTT (one limb)"), ("mul", "ct×ct + relin + rescale"), ("rotate", "rotate"),
+           ("rotate_hoisted8", "8 hoisted rotations")]
+    runs = {p: d["simd_runs"][p]["results"][0]["ops"] for p in d["simd_paths"]}
+    rows = [[label] + [ms(runs[p][op]["median_s"]) for p in d["simd_paths"]] +
+            [f"{d['speedup_vs_scalar'][p][0]['ops'][op]:.2f}×" for p in d["simd_paths"] if p != "scalar"]
+            for op, label in ops]
+    head = ["op (ms, 1 thread)"] + list(d["simd_paths"]) + [f"{p} vs scalar" for p in d["simd_paths"] if p != "scalar"]
+    body = table(head, rows) + f"\n\n{d['preset']['name']}; every path forced with HEMLP_SIMD on the same CPU."
+    return section("CKKS core per SIMD path (scalar / AVX2 / AVX-512)", name, command, body, d)
+
+
+def decrypt_noise(name: str, command: str) -> str:
+    d = load(name)
+    rows = [[r["ciphertext"], r["mode"], "-" if r["log2_sigma"] is None else f"{r['log2_sigma']:.1f}",
+             "-" if r["est_bits_per_slot"] is None else f"{r['est_bits_per_slot']:.1f}",
+             "exact" if r["measured_bits_max"] in ("inf", float("inf")) else f"{float(r['measured_bits_max']):.1f}",
+             ms(r["decrypt"]["median_s"])] for r in d["results"]]
+    body = table(["ciphertext", "noise", "log2 σ", "bits per slot (std)", "bits (max error)", "decrypt (ms)"], rows) + \
+        f"\n\n{d['preset']}; flood: s = {d['flood']['stat_security']}, τ = {d['flood']['queries']}, bound " \
+        f"2^{d['flood']['bound_log2']:g}. Bits measure the decryption noise alone (against the exact decryption)."
+    return section("Decryption noise (IND-CPA-D)", name, command, body, d)
+
+
 def render() -> str:
     env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python"
     parts = [
@@ -214,6 +264,15 @@ def render() -> str:
         ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "
             "(--batch, --dims, --nodes 2 for the other rows)"),
         files("files_N14.json", f"{env} -m hemlp.bench files --preset N14-d6 --json bench/files_N14.json"),
+        simd_paths("core_N14_simd_paths_avx2.json", f"{env} -m hemlp.bench core --preset N14-d6 --threads 1 "
+                                                    "--simd all --json bench/core_N14_simd_paths_avx2.json"),
+        boot("boot_N16.json", f"{env} -m hemlp.bench boot --preset N16-boot --threads 1,2 --pair --json bench/boot_N16.json"),
+        lintrans("lintrans_cts_N15.json", "Bootstrapping linear transforms: CoeffToSlot",
+                 f"{env} -m hemlp.bench lintrans --log-n 15 --direction cts --json bench/lintrans_cts_N15.json"),
+        lintrans("lintrans_stc_N15.json", "Bootstrapping linear transforms: SlotToCoeff",
+                 f"{env} -m hemlp.bench lintrans --log-n 15 --direction stc --depth 3 --json bench/lintrans_stc_N15.json"),
+        decrypt_noise("decrypt_noise_N14.json", f"{env} -m hemlp.bench decrypt_noise --preset N14-d6 --repeats 5 "
+                                                "--json bench/decrypt_noise_N14.json"),
     ]
     return "\n".join(parts)
 

@@ -206,22 +206,10 @@ def test_no_private_name_across_modules_in_redesigned_modules():
     assert _private_uses(_is_clean) == {}
 
 
-# The rest of the tree is being redesigned on other branches (the Ray runtime split, the scheme layer's public
-# handles); these two checks become strict when they land. strict=True: they fail loudly once they pass.
-PENDING_CYCLES = ("runtime/batch.py imports hemlp.model (the runtime reaching up to the model) and "
-                  "runtime/ray_runtime.py imports runtime/batch.py, closing layouts.batch -> runtime.ray_models -> "
-                  "runtime.ray_runtime -> runtime.batch -> model -> layouts (function-level imports)")
-PENDING_PRIVATE = ("linalg.py, polyeval.py, bootstrap/dft.py, bootstrap/reinterpret.py (hemlp.ckks internals: _e, "
-                   "_w, _obj, _unwrap, _key_level, _atomic_write), runtime/artifacts.py, runtime/batch.py, "
-                   "runtime/ray_models.py, runtime/ray_runtime.py (ckks internals and ray_runtime's _splits, _ray, "
-                   "_maybe_die, _grid_dims)")
-
-
-@pytest.mark.xfail(strict=True, reason=f"cycles left in modules owned by the Ray redesign: {PENDING_CYCLES}")
 def test_no_import_cycle_at_all():
+    """Counting function-level imports, across the whole package."""
     assert _cycles(with_function_level=True) == []
 
 
-@pytest.mark.xfail(strict=True, reason=f"private names still used across modules in: {PENDING_PRIVATE}")
 def test_no_private_name_across_modules_anywhere():
     assert _private_uses(lambda m: True) == {}

@@ -17,7 +17,7 @@ import numpy as np
 from hemlp.ckks import GaloisKeys, Params, RelinKey, from_bytes
 from hemlp.errors import KeyMismatchError, SerializationError
 from hemlp.linalg import CtMatrix, ModPackKeys
-from hemlp.runtime.files import atomic_write, read_file
+from hemlp.files import read_file, write_atomic
 from hemlp.serialize import seal_intact, sealed
 
 MAGIC = b"HEMLPC\x00\x01"
@@ -78,7 +78,7 @@ def _read(path, kind):
 
 
 def _write(path, data):
-    atomic_write(path, data)
+    write_atomic(path, data)
 
 
 class EvalKeys:

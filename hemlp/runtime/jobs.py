@@ -36,7 +36,7 @@ import hemlp
 from hemlp import ckks, linalg
 from hemlp.errors import HemlpError, SerializationError, ShapeError
 from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
-from hemlp.runtime.files import atomic_write
+from hemlp.files import write_atomic
 from hemlp.runtime.ray.batch import RayItems
 
 __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",
@@ -265,7 +265,7 @@ class Manifest:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    atomic_write(path, data, tmp_prefix=TMP_TAG)   # the tag marks stale temporaries of killed runs
+    write_atomic(path, data, tmp_prefix=TMP_TAG)   # the tag marks stale temporaries of killed runs
 
 
 def _output_error(out_dir: Path, exc: OSError) -> BatchOutputError:

@@ -166,7 +166,7 @@ def test_output_errors_are_clear(data, tmp_path, monkeypatch):
     with pytest.raises(batch.BatchOutputError, match="cannot write to the output directory"):
         batch.run_batch(job(data), inputs, blocker / "out", executor="local", progress=False)
     out = tmp_path / "out"
-    real_write = batch.atomic_write
+    real_write = batch.write_atomic
     written = []
 
     def disk_fills_up(path, blob, tmp_prefix=""):
@@ -176,11 +176,11 @@ def test_output_errors_are_clear(data, tmp_path, monkeypatch):
             written.append(path.name)
         real_write(path, blob, tmp_prefix)
 
-    monkeypatch.setattr(batch, "atomic_write", disk_fills_up)
+    monkeypatch.setattr(batch, "write_atomic", disk_fills_up)
     with pytest.raises(batch.BatchOutputError, match="disk is full") as ei:
         batch.run_batch(job(data), inputs, out, executor="local", progress=False)
     assert ei.value.errno == errno.ENOSPC
-    monkeypatch.setattr(batch, "atomic_write", real_write)
+    monkeypatch.setattr(batch, "write_atomic", real_write)
     res = batch.run_batch(job(data), inputs, out, executor="local", progress=False)
     assert res.skipped == written and len(res.done) == 4
     check_outputs(data, out, GOOD)

@@ -10,16 +10,12 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "hemlp" / "runtime"
 
 #: the modules these rules hold for without exception (the other runtime modules belong to the layouts)
-STRICT = sorted((RUNTIME / "ray").glob("*.py")) + [RUNTIME / n for n in ("jobs.py", "files.py", "artifacts.py")]
+STRICT = sorted((RUNTIME / "ray").glob("*.py")) + [RUNTIME / n for n in ("jobs.py", "artifacts.py")]
 
-#: function-level imports that remain, each with its reason: the compiled-model directory's loader builds a
-#: CompiledModel, and hemlp.compile imports this module's containers (compile <-> artifacts). It goes away when
-#: save_model / load_model move next to CompiledModel (hemlp/model.py).
-KNOWN_FUNCTION_IMPORTS = {("artifacts.py", "load_model", "hemlp.compile"),
-                          ("artifacts.py", "load_model", "hemlp.compiler.lower")}
-#: private attributes still read, each with its reason: linalg.MsRow (an MSRLWE row) has no public native handle
-#: yet (ray_pcmm shards MSRLWE matrices too); os._exit is the documented hard exit of the fault injection
-KNOWN_PRIVATE = {("pcmm.py", "row._obj"), ("session.py", "os._exit")}
+#: function-level imports of hemlp modules that remain, each with its reason (none)
+KNOWN_FUNCTION_IMPORTS: set = set()
+#: private attributes still read, each with its reason: os._exit is the documented hard exit of the fault injection
+KNOWN_PRIVATE = {("session.py", "os._exit")}
 #: hemlp._core is the native extension (pybind11), a module, not a private name of one
 NATIVE = "_core"
 #: optional third-party packages, imported where they are used so that hemlp imports without them

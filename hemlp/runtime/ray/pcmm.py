@@ -66,12 +66,6 @@ def _remote(name: str):
     return _REMOTES[name]
 
 
-def _native(row):
-    """The native object of a matrix row: a Ciphertext's public handle, or an MSRLWE row's (linalg.MsRow offers no
-    public handle yet: the one private name this package still reads, listed in tests/runtime/test_ray_structure.py)."""
-    return row._obj if isinstance(row, MsRow) else row.native
-
-
 def _check(U, C, weight_bits: int, gathered: bool = False):
     if not isinstance(C, CtMatrix):
         raise TypeError("ray_pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
@@ -85,11 +79,11 @@ def _check(U, C, weight_bits: int, gathered: bool = False):
                          f"{C.shape[0]}x{C.shape[1]}: U's columns must equal the encrypted rows")
     if not 1 <= weight_bits <= 40:
         raise EncodingError("weight_bits must be in [1, 40]")
-    ref = _native(C.cts[0])
+    ref = C.cts[0].native
     if ref.level == 0:
         raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
     for ct in C.cts:
-        o = _native(ct)
+        o = ct.native
         if C.format == "rlwe" and o.size != 2:
             raise EncodingError("pcmm: relinearise the ciphertexts first")
         if (o.level != ref.level or o.encoding != ref.encoding or o.slots != ref.slots
@@ -107,10 +101,10 @@ def _stack_limbs(C) -> np.ndarray:
     by the same U, so they split across tasks like ciphertext columns."""
     ctx, d2, L = C.ctx, C.shape[0], C.level + 1
     if C.format == "msrlwe":
-        k = _native(C.cts[0]).k
+        k = C.cts[0].native.k
         X = np.empty((L, d2, k + 1, 1, ctx.N), dtype=np.uint64)
         for i, row in enumerate(C.cts):
-            o = _native(row)
+            o = row.native
             X[:, i, 0, 0, :] = o.poly_a()
             for j in range(k):
                 X[:, i, j + 1, 0, :] = o.poly_b(j)
@@ -142,7 +136,7 @@ def _stack_gathered(C, index: np.ndarray) -> np.ndarray:
 
 def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
     """Native objects from the product residues, rescaled and biased exactly as linalg.pcmm does."""
-    ctx, ref, level = C.ctx, _native(C.cts[0]), C.level
+    ctx, ref, level = C.ctx, C.cts[0].native, C.level
     d1 = out.shape[0]
     b = None
     if bias is not None:
@@ -223,7 +217,7 @@ def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_
     d1, d2 = U.shape
     Uq, delta = linalg.quantize(U, weight_bits)
     K = max(1, round(ctx.modulus(level) / delta))
-    ref = _native(C.cts[0])
+    ref = C.cts[0].native
     c, P = X.shape[2], X.shape[3]
     t_stack = time.perf_counter()
     with ray_session(address, num_workers) as ray:
