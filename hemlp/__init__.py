@@ -20,11 +20,12 @@ def compile(model_or_onnx_path, example_input, batch_size=None, **options):
     return model.compile(model_or_onnx_path, example_input, batch_size, **options)
 
 
-def load(path):
-    """Load a compiled-model directory written by CompiledModel.save: hemlp.model.load."""
+def load(path, allow_insecure: bool = False):
+    """Load a compiled-model directory written by CompiledModel.save: hemlp.model.load (the caller's security
+    policy applies, not the directory's)."""
     from hemlp import model
 
-    return model.load(path)
+    return model.load(path, allow_insecure=allow_insecure)
 
 
 def __getattr__(name):  # lazy submodules: hemlp.ckks, hemlp.linalg, ... (they load the native core)

@@ -111,13 +111,14 @@ def compile_fn():
     return compile
 
 
-def load_compiled(path):
+def load_compiled(path, insecure: bool = False):
+    """The compiled model directory under this user's security policy (--insecure: accept test presets)."""
     from hemlp.model import load
 
     path = Path(path)
     if not path.is_dir():
         raise CLIError(f"{path} is not a compiled model directory (create one with `hemlp compile`)")
-    return load(path)
+    return load(path, allow_insecure=insecure)
 
 
 def load_secret_key(path, compiled):
@@ -221,7 +222,7 @@ def cmd_keygen(args, ui: UI):
     sk_path, ek_path = out / "secret.key", out / "eval.keys"
     for p in (sk_path, ek_path):
         check_new(p, args.force, "key file")
-    compiled = load_compiled(args.compiled)
+    compiled = load_compiled(args.compiled, args.insecure)
     with ui.step("keygen"):
         sk, ek = compiled.keygen()
     out.mkdir(parents=True, exist_ok=True)
@@ -236,7 +237,7 @@ def cmd_keygen(args, ui: UI):
 
 def cmd_encrypt(args, ui: UI):
     out = check_new(args.output, args.force, "ciphertext file")
-    compiled = load_compiled(args.compiled)
+    compiled = load_compiled(args.compiled, args.insecure)
     sk = load_secret_key(args.key, compiled)
     x = load_array(args.input)
     with ui.step(f"encrypt {tuple(x.shape)}"):
@@ -248,7 +249,7 @@ def cmd_encrypt(args, ui: UI):
 
 def cmd_run(args, ui: UI):
     out = check_new(args.output, args.force, "ciphertext file")
-    compiled = load_compiled(args.compiled)
+    compiled = load_compiled(args.compiled, args.insecure)
     ek = load_eval_keys(args.eval_keys, compiled)
     ct = load_ciphertext(args.input, compiled)
     with ui.step("run (encrypted)"):
@@ -262,7 +263,7 @@ def cmd_decrypt(args, ui: UI):
     import numpy as np
 
     out = check_new(args.output, args.force, "output file") if args.output else None
-    compiled = load_compiled(args.compiled)
+    compiled = load_compiled(args.compiled, args.insecure)
     sk = load_secret_key(args.key, compiled)
     ct = load_ciphertext(args.input, compiled)
     with ui.step("decrypt"):
@@ -313,7 +314,7 @@ def cmd_batch(args, ui: UI):
     resumable = (out / "batch_manifest.json").is_file()
     if out.exists() and not args.force and not resumable and (out.is_file() or any(out.iterdir())):
         raise CLIError(f"output directory {out} exists and is not a batch job to resume; pass --force to reuse it")
-    kw = {"restart": bool(args.force), "progress": not ui.quiet}
+    kw = {"restart": bool(args.force), "progress": not ui.quiet, "allow_insecure": bool(args.insecure)}
     if args.workers:
         kw["num_workers"] = args.workers
     with ui.step(f"batch of {len(inputs)} ciphertext file(s) on Ray" + (" (resuming)" if resumable and not args.force
@@ -369,7 +370,7 @@ def cmd_demo(args, ui: UI):
         ek.save(d / "eval.keys")
         with ui.step(f"client: encrypt {n} digits"):
             compiled.encrypt(te.x, sk).save(d / "x.ct")
-        server = load_compiled(d / "model")
+        server = load_compiled(d / "model", args.insecure)
         with ui.step("server: run on ciphertexts (no secret key)"):
             y = server.run(load_ciphertext(d / "x.ct", server), load_eval_keys(d / "eval.keys", server))
             y.save(d / "y.ct")
@@ -442,11 +443,15 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_compile)
 
     p = sub.add_parser("keygen", help="client: secret key + evaluation keys for a compiled model")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
     p.add_argument("compiled")
     common(p, out_help="key directory (secret.key, eval.keys)")
     p.set_defaults(fn=cmd_keygen)
 
     p = sub.add_parser("encrypt", help="client: encrypt a .npy batch of inputs")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
     p.add_argument("compiled")
     p.add_argument("-k", "--key", required=True, help="secret.key")
     p.add_argument("-i", "--input", required=True, help="inputs .npy (batch, *input_shape)")
@@ -454,6 +459,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_encrypt)
 
     p = sub.add_parser("run", help="server: evaluate the model on a ciphertext file (no secret key)")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
     p.add_argument("compiled")
     p.add_argument("-e", "--eval-keys", required=True, help="eval.keys")
     p.add_argument("-i", "--input", required=True, help="ciphertext file")
@@ -461,6 +468,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("decrypt", help="client: decrypt a result ciphertext to .npy")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
     p.add_argument("compiled")
     p.add_argument("-k", "--key", required=True, help="secret.key")
     p.add_argument("-i", "--input", required=True, help="result ciphertext file")
@@ -471,6 +480,8 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_decrypt)
 
     p = sub.add_parser("batch", help="server: run many ciphertext files on a Ray cluster")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
     p.add_argument("compiled")
     p.add_argument("-e", "--eval-keys", required=True)
     p.add_argument("-i", "--inputs", required=True, help="a ciphertext file or a directory of *.ct")

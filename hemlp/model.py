@@ -49,8 +49,8 @@ from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
-from hemlp.errors import (EncodingError, KeyMismatchError, LevelError, MissingKeyError, ParameterError,
-                          SerializationError, ShapeError)
+from hemlp.errors import (EncodingError, InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
+                          ParameterError, SerializationError, ShapeError)
 from hemlp.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.planner import grid_4d, obl, obl_bruteforce
@@ -515,8 +515,12 @@ def _json_default(o):
     raise TypeError(type(o).__name__)
 
 
-def load(path) -> CompiledModel:
-    """Load a compiled model directory written by CompiledModel.save (server or client side)."""
+def load(path, allow_insecure: bool = False) -> CompiledModel:
+    """Load a compiled model directory written by CompiledModel.save (server or client side).
+
+    The security policy is the loader's, never the directory's: whoever published the directory (the server, for a
+    client) chose its parameters, so a set below 128-bit is refused with InsecureParametersError unless the caller
+    itself passes allow_insecure=True (tests only; CLI: --insecure). The flag stored in the directory is ignored."""
     d = Path(path)
     try:
         meta = json.loads((d / "plan.json").read_text())
@@ -532,13 +536,20 @@ def load(path) -> CompiledModel:
     except (OSError, ValueError) as exc:
         raise SerializationError(f"cannot read {d / 'weights.npz'}: {exc}") from None
     params = Params.from_bytes(read_file(d / "params.bin", "params"))
+    if not params.is_128_bit_secure and not allow_insecure:
+        bound = (f"log QP = {params.log_qp:.1f} bits > {params.max_log_qp_128} for N = 2^{params.log_n}"
+                 if params.max_log_qp_128 > 0 else f"N = 2^{params.log_n} is outside the 128-bit table")
+        raise InsecureParametersError(
+            f"{d} publishes parameter set {meta.get('preset')!r} ({bound}), below this client's 128-bit security "
+            "policy: refuse it and ask the publisher for a 128-bit preset. Only tests may accept it "
+            "(hemlp.load(path, allow_insecure=True); CLI: --insecure)")
     steps = []
     for i, m in enumerate(meta["steps"]):
         pre = f"s{i}_"
         steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
     plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
     cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]), tuple(meta["output_shape"]),
-                       meta["batch_size"], meta["top_level"], meta["options"], meta["allow_insecure"],
+                       meta["batch_size"], meta["top_level"], meta["options"], bool(allow_insecure),
                        layout=meta.get("layout", "batch"))
     if cm.model_id != meta["model_id"]:
         raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "

@@ -59,7 +59,7 @@ def make_job(args):
     from hemlp.runtime.jobs import ModelJob, WeightsJob
 
     if args.model:
-        return ModelJob.from_paths(args.model, args.keys)
+        return ModelJob.from_paths(args.model, args.keys, args.allow_insecure)
     if args.allow_insecure:
         from hemlp import ckks
 

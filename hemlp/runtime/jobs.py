@@ -28,7 +28,6 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -45,7 +44,6 @@ __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", 
 MANIFEST = "batch_manifest.json"
 #: the prefix of temporary output files (a killed run's are removed when the job restarts)
 TMP_TAG = ".hemlp-tmp-"
-COMPILER_ISSUE = "the compiler issue (`hemlp.compile`)"
 
 
 class BatchOutputError(HemlpError, OSError):
@@ -135,27 +133,28 @@ class ModelJob:
     files: dict                         # the model directory's files, by name (shipped to workers as bytes)
     keys: bytes                         # EvalKeys file
     model_id: str
+    allow_insecure: bool = False        # the driver's policy (the caller's decision), carried to the workers
 
     @classmethod
-    def from_paths(cls, model, keys) -> "ModelJob":
-        """model: a compiled model directory (hemlp.load) or a CompiledModel; keys: an EvalKeys file."""
-        hc = _compiler()
+    def from_paths(cls, model, keys, allow_insecure: bool = False) -> "ModelJob":
+        """model: a compiled model directory (hemlp.load) or a CompiledModel (whose own policy then applies); keys:
+        an EvalKeys file. allow_insecure: accept a directory below 128-bit security (tests only)."""
         if not isinstance(model, (str, os.PathLike)):  # a CompiledModel in memory: ship its saved files
             with tempfile.TemporaryDirectory(prefix="hemlp-model-") as tmp:
                 model.save(tmp)
-                return cls._from_dir(Path(tmp), keys, hc)
-        return cls._from_dir(Path(model), keys, hc)
+                return cls._from_dir(Path(tmp), keys, model.allow_insecure)
+        return cls._from_dir(Path(model), keys, allow_insecure)
 
     @classmethod
-    def _from_dir(cls, d: Path, keys, hc) -> "ModelJob":
+    def _from_dir(cls, d: Path, keys, allow_insecure: bool) -> "ModelJob":
         try:
             files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
             kbytes = Path(keys).read_bytes()
         except OSError as exc:
             raise SerializationError(f"cannot read the compiled model {d} or keys {keys}: {exc}") from None
-        compiled = hc.load(d)  # validates the directory and the keys once, on the driver
+        compiled = hemlp.load(d, allow_insecure=allow_insecure)  # validates the directory and keys once, on the driver
         EvalKeys.from_bytes(kbytes, compiled)
-        return cls(files, kbytes, compiled.model_id)
+        return cls(files, kbytes, compiled.model_id, bool(allow_insecure))
 
     @property
     def key(self) -> str:
@@ -166,7 +165,7 @@ class ModelJob:
             with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
                 for name, data in self.files.items():
                     (Path(tmp) / name).write_bytes(data)
-                compiled = _compiler().load(tmp)  # reads everything into memory
+                compiled = hemlp.load(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
             return compiled, EvalKeys.from_bytes(self.keys, compiled)
 
         return _cached(("model", self.model_id, _sha(self.keys)), make)
@@ -185,15 +184,6 @@ class CallableJob:
 
     def process(self, data: bytes) -> bytes:
         return self.fn(data)
-
-
-def _compiler():
-    """The compiler's public API (hemlp.load), or NotImplementedError in a checkout without it."""
-    try:
-        return SimpleNamespace(load=hemlp.load)
-    except (ImportError, AttributeError):
-        raise NotImplementedError(f"--model needs hemlp.model.compile / load, which are not available in this "
-                                  f"checkout yet ({COMPILER_ISSUE}); use --weights meanwhile") from None
 
 
 def _load_npy(path, what) -> np.ndarray:
@@ -397,10 +387,11 @@ class LocalItems:
                 break
 
 
-def run_model_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, **kw) -> list:
+def run_model_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, allow_insecure: bool = False,
+                    **kw) -> list:
     """`hemlp batch`: run a compiled model (directory or CompiledModel) over EncryptedBatch files.
     Returns the output paths; raises BatchItemsFailedError naming the items that failed."""
-    res = run_batch(ModelJob.from_paths(compiled, eval_keys), inputs, out_dir, address=address, **kw)
+    res = run_batch(ModelJob.from_paths(compiled, eval_keys, allow_insecure), inputs, out_dir, address=address, **kw)
     if res.failed:
         lines = "; ".join(f"{n}: {r}" for n, r in sorted(res.failed.items()))
         raise BatchItemsFailedError(f"{len(res.failed)} of {len(inputs)} items failed (see {out_dir}/{MANIFEST}): {lines}")

@@ -12,8 +12,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def hemlp(*args, check=True, cwd=None):
+#: commands that load a compiled model directory: the tests' models use insecure test presets, which the user's
+#: policy refuses unless --insecure is given (tests/apps/test_cli.py::test_weak_published_parameters_are_refused)
+LOADS_MODEL = {"keygen", "encrypt", "run", "decrypt", "batch"}
+
+
+def hemlp(*args, check=True, cwd=None, insecure=True):
     """Run `hemlp ...` in a fresh interpreter (the console script's entry point)."""
+    if insecure and args and args[0] in LOADS_MODEL:
+        args = (*args, "--insecure")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-c", "import sys; from hemlp.cli import main; sys.exit(main())",
                         *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)

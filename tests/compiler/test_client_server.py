@@ -15,7 +15,7 @@ SERVER = textwrap.dedent("""
     warnings.simplefilter("ignore")
     import hemlp
     d = sys.argv[1]
-    model = hemlp.load(d + "/model")                    # no torch, no secret key on this side
+    model = hemlp.load(d + "/model", allow_insecure=True)                    # no torch, no secret key on this side
     keys = model.load_eval_keys(d + "/eval.keys")
     ct = model.load_encrypted(d + "/x.ct")
     model.run(ct, keys, threads=1).save(d + "/y.ct")
@@ -30,7 +30,7 @@ def test_two_processes(tmp_path):
     x = np.random.default_rng(0).normal(size=(10, 20))
     cm = hemlp.compile(model, x, batch_size=10, allow_insecure=True)
     cm.save(tmp_path / "model")
-    client = hemlp.load(tmp_path / "model")             # the client may also reload the directory
+    client = hemlp.load(tmp_path / "model", allow_insecure=True)             # the client may also reload the directory
     assert client.model_id == cm.model_id and str(client.plan) == str(cm.plan)
     sk, ek = client.keygen()
     sk.save(tmp_path / "client.sk")
@@ -72,3 +72,27 @@ def test_batch_layout_relin_key_at_its_level(tmp_path):
     low = EvalKeys(cm.model_id, ctx.relin_key(sk, level=lv - 1))
     with pytest.raises(LevelError, match="relinearisation key: generated for levels <= "):
         cm.run(ct, low)
+
+
+def test_weak_published_parameters_are_refused(tmp_path):
+    """The client decides its security, not whoever published the model directory: a server that publishes an
+    N = 2^12 parameter set (with allow_insecure recorded in its plan.json) is refused by a default client."""
+    import json
+    import warnings
+
+    import torch
+
+    from hemlp.errors import InsecureParametersError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = torch.nn.Sequential(torch.nn.Linear(6, 3)).eval()
+        cm = hemlp.compile(net, np.random.default_rng(1).normal(size=(4, 6)), batch_size=4, allow_insecure=True)
+        cm.save(tmp_path / "model")
+    meta = json.loads((tmp_path / "model" / "plan.json").read_text())
+    assert meta["allow_insecure"] is True  # the publisher's flag is in the file ...
+    with pytest.raises(InsecureParametersError, match=r"publishes parameter set 'test-N12.*109.*128-bit security policy"):
+        hemlp.load(tmp_path / "model")     # ... and does not decide for the client
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert hemlp.load(tmp_path / "model", allow_insecure=True).allow_insecure

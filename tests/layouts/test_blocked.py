@@ -40,7 +40,7 @@ def test_client_server_files_encrypted_weights(tmp_path):
     ew = cm.encrypt_weights(sk)
     ew.save(tmp_path / "w.enc")
     cm.save(tmp_path / "model")
-    server = hemlp.load(tmp_path / "model")                 # no plaintext weights are needed on the server ...
+    server = hemlp.load(tmp_path / "model", allow_insecure=True)                 # no plaintext weights are needed on the server ...
     from hemlp.layouts.blocked import EncryptedWeights
 
     ew2 = EncryptedWeights.load(tmp_path / "w.enc", server)

@@ -227,7 +227,7 @@ SERVER = textwrap.dedent("""
     warnings.simplefilter("ignore")
     import hemlp
     d = sys.argv[1]
-    model = hemlp.load(d + "/model")
+    model = hemlp.load(d + "/model", allow_insecure=True)
     assert model.layout == "mlwe"
     keys = model.load_eval_keys(d + "/eval.keys")
     ct = model.load_encrypted(d + "/x.ct")
@@ -242,7 +242,7 @@ def test_save_load_two_processes(tmp_path):
     x = _x(150, 32, seed=5)
     cm = hemlp.compile(model, x, batch_size=150, allow_insecure=True, preset=PRESET, layout="mlwe")
     cm.save(tmp_path / "model")
-    client = hemlp.load(tmp_path / "model")
+    client = hemlp.load(tmp_path / "model", allow_insecure=True)
     assert client.model_id == cm.model_id and client.layout == "mlwe" and str(client.plan) == str(cm.plan)
     assert client.mlwe.dft_depth == cm.mlwe.dft_depth
     sk, ek = client.keygen()

@@ -211,7 +211,7 @@ SERVER = textwrap.dedent("""
     warnings.simplefilter("ignore")
     import hemlp
     d = sys.argv[1]
-    model = hemlp.load(d + "/model")
+    model = hemlp.load(d + "/model", allow_insecure=True)
     assert model.layout == "packed"
     model.prepare()
     model.run(model.load_encrypted(d + "/x.ct"), model.load_eval_keys(d + "/eval.keys"), threads=1).save(d + "/y.ct")
@@ -226,7 +226,7 @@ def test_packed_client_server_processes(tmp_path):
     cm = hemlp.compile(model, x, batch_size=2, allow_insecure=True)
     assert cm.layout == "packed"
     cm.save(tmp_path / "model")
-    client = hemlp.load(tmp_path / "model")
+    client = hemlp.load(tmp_path / "model", allow_insecure=True)
     assert client.model_id == cm.model_id and client.layout == "packed"
     sk, ek = client.keygen()
     ek.save(tmp_path / "eval.keys")
@@ -256,7 +256,7 @@ def test_batch_job_of_single_image_requests(tmp_path):
     for i in range(3):
         cm.encrypt(x[i: i + 1], sk).save(tmp_path / "in" / f"req{i}.ct")
     outs = run_model_batch(tmp_path / "model", tmp_path / "eval.keys", sorted((tmp_path / "in").glob("*.ct")),
-                           tmp_path / "out", executor="local", progress=False)
+                           tmp_path / "out", executor="local", progress=False, allow_insecure=True)
     assert len(outs) == 3
     ref = torch_out(model, x[:3])
     for i, p in enumerate(sorted(outs)):
