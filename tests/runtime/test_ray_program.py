@@ -6,6 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
+from hemlp.errors import InsecureParametersError
+
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
@@ -230,9 +232,12 @@ def test_worker_killed_mid_layer(local_ray, mlp_case, monkeypatch, grid):
 def test_worker_context_cached_per_process(mlp_case):
     ctx = mlp_case["cm"].context
     tasks.clear_worker_cache()
-    a = tasks.worker_context(ctx.hash, ctx.params.to_bytes())
-    b = tasks.worker_context(ctx.hash, ctx.params.to_bytes())
-    assert a is b and a.hash == ctx.hash
+    bits = ctx.native.min_security_bits   # the driver's policy travels with the parameters (0: a test model)
+    a = tasks.worker_context(ctx.hash, ctx.params.to_bytes(), bits)
+    b = tasks.worker_context(ctx.hash, ctx.params.to_bytes(), bits)
+    assert a is b and a.hash == ctx.hash and bits == 0
+    with pytest.raises(InsecureParametersError):   # a worker never lowers the policy by itself
+        tasks.worker_context(ctx.hash, ctx.params.to_bytes())
     arr, metas = pack_cts(mlp_case["ct"].ctm.cts[:3])  # seeded fresh encryptions round-trip exactly
     assert [x.to_bytes() for x in unpack_cts(a, arr, metas)] == [
         x.to_bytes() for x in mlp_case["ct"].ctm.cts[:3]]

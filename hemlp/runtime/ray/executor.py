@@ -80,7 +80,8 @@ class RayExecutor(RayDriver):
             arr, metas = pack_cts(C.cts[g0:g1])
             sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
             refs = task.options(scheduling_strategy="SPREAD").remote(
-                ctx.hash, params, op.rows(r0, r1), rows, arr, metas, digest, holder, self.threads, self.tune_malloc)
+                ctx.hash, params, op.rows(r0, r1), rows, arr, metas, digest, holder, self.threads, self.tune_malloc,
+                ctx.native.min_security_bits)
             pending.append((g0, refs))
         t_sub = time.perf_counter()
         out = [None] * n

@@ -88,7 +88,8 @@ class RayProgram(RayDriver):
 
     # ---- helpers
     def _common(self, ctx, kind: str, head: str, needs_relin: bool) -> dict:
-        spec = dict(kind=kind, head=head, phash=ctx.hash, params=self._params, threads=self.threads, rlk=None,
+        spec = dict(kind=kind, head=head, phash=ctx.hash, params=self._params,
+                    min_security_bits=ctx.native.min_security_bits, threads=self.threads, rlk=None,
                     rlk_bytes=0, ops=[], index=None, bias=None, P=1, wave=0, tune_malloc=self.tune_malloc)
         if needs_relin:
             spec["rlk"], spec["rlk_bytes"] = self._rlk[1:], self._rlk_bytes

@@ -49,15 +49,16 @@ def clear_worker_cache() -> None:
     _WORKER_CACHE.clear()
 
 
-def worker_context(phash: str, params: bytes):
-    """The ckks.Context of these parameters, built once per worker process."""
+def worker_context(phash: str, params: bytes, min_security_bits: int = 128):
+    """The ckks.Context of these parameters, built once per worker process under the driver's security policy
+    (min_security_bits of the driver's context: a worker never lowers it on the user's behalf)."""
     def make():
         p = ckks.Params.from_bytes(params)
         with warnings.catch_warnings():  # the driver already accepted (and warned about) these parameters
             warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-            return ckks.Context(p, allow_insecure=not p.is_128_bit_secure)
+            return ckks.Context(p, allow_insecure=min_security_bits == 0)
 
-    return _cache(("ctx", phash), make)
+    return _cache(("ctx", phash, min_security_bits), make)
 
 
 def worker_relin_key(ray, ctx, digest: str, holder: list):
@@ -66,7 +67,7 @@ def worker_relin_key(ray, ctx, digest: str, holder: list):
 
 
 def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, metas, rlk_digest, rlk_holder,
-                     threads: int, tune: bool = False):
+                     threads: int, tune: bool = False, min_security_bits: int = 128):
     """One group of ciphertexts through one elementwise step; rows[i]: the (op-local) row of ciphertext i."""
     ray = import_ray()
 
@@ -74,7 +75,7 @@ def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, me
     if tune:
         tune_malloc()
     _core.set_num_threads(threads)
-    ctx = worker_context(phash, params)
+    ctx = worker_context(phash, params, min_security_bits)
     rlk = worker_relin_key(ray, ctx, rlk_digest, rlk_holder) if op.needs_relin else None
     fn = elementwise(ctx, op, rlk)
     out = [fn(r, ct) for r, ct in zip(rows, unpack_cts(ctx, arr, metas))]
@@ -162,7 +163,7 @@ def group_task(spec: dict, *arrays):
     if spec.get("tune_malloc"):  # opt-in (hemlp.runtime.ray.malloc)
         tune_malloc()
     _core.set_num_threads(spec["threads"])
-    ctx = worker_context(spec["phash"], spec["params"])
+    ctx = worker_context(spec["phash"], spec["params"], spec["min_security_bits"])
     kind, head = spec["kind"], spec["head"]
     key_read = 0
     rlk = None
