@@ -40,6 +40,17 @@ def measure(fn, repeats: int, warmup: int = 1) -> dict:
             "repeats": repeats, "samples": samples}
 
 
+def int_list(s: str) -> list[int]:
+    """A --threads style argument: comma-separated positive integers (SystemExit with the reason otherwise)."""
+    try:
+        vals = [int(v) for v in s.split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"expected comma-separated integers, got {s!r}") from None
+    if not vals or any(v < 1 for v in vals):
+        raise SystemExit(f"expected positive integers, got {s!r}")
+    return vals
+
+
 def subcommands() -> dict[str, str]:
     """``{name: one-line help}`` of every subcommand module, found without importing them."""
     here = Path(__file__).parent

@@ -17,7 +17,7 @@ import resource
 import sys
 import time
 
-from hemlp.bench import measure, report
+from hemlp.bench import int_list, measure, report
 
 HELP = "CKKS bootstrapping: time (1/2 threads), levels left, precision, keygen time, key bytes, peak RSS"
 
@@ -142,16 +142,6 @@ def print_boot_table(p: dict) -> None:
         print(f"note: {note}")
 
 
-def _int_list(s: str) -> list[int]:
-    try:
-        vals = [int(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        raise SystemExit(f"expected comma-separated integers, got {s!r}") from None
-    if not vals or any(v < 1 for v in vals):
-        raise SystemExit(f"expected positive integers, got {s!r}")
-    return vals
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("--preset", default="N16-boot", help="bootstrapping preset (default N16-boot)")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
@@ -170,7 +160,7 @@ def main(args) -> int:
     if args.repeats < 1:
         print("--repeats must be >= 1", file=sys.stderr)
         return 2
-    threads = _int_list(args.threads)
+    threads = int_list(args.threads)
     machine = report.machine_info()
     busy = report.busy_warning()
     try:

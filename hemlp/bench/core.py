@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from hemlp.bench import measure, report
+from hemlp.bench import int_list, measure, report
 
 HELP = "RNS-CKKS core ops (NTT, encode/encrypt/decrypt, ct x ct, rotations) and precision"
 
@@ -288,16 +288,6 @@ def print_simd_table(payload: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- CLI
-def _int_list(s: str) -> list[int]:
-    try:
-        vals = [int(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        raise SystemExit(f"expected comma-separated integers, got {s!r}") from None
-    if not vals or any(v < 1 for v in vals):
-        raise SystemExit(f"expected positive integers, got {s!r}")
-    return vals
-
-
 def add_arguments(parser) -> None:
     parser.add_argument("--preset", default="N14-d6",
                         help="parameter preset (see --list-presets); default N14-d6")
@@ -328,7 +318,7 @@ def main(args) -> int:
     if args.repeats < 1:
         print("--repeats must be >= 1", file=sys.stderr)
         return 2
-    threads = _int_list(args.threads)
+    threads = int_list(args.threads)
     machine = report.machine_info()  # before the run: records the load the run started under
     busy = report.busy_warning()
     if args.simd:
