@@ -12,33 +12,18 @@ plans + ciphertexts). The SIMD path is the core's run-time dispatch (AVX-512 or 
 from __future__ import annotations
 
 import math
-import os
 import resource
 import sys
 import time
 
 from hemlp.bench import int_list, measure, report
+from hemlp.errors import HemlpError
 
 HELP = "CKKS bootstrapping: time (1/2 threads), levels left, precision, keygen time, key bytes, peak RSS"
 
 
 def _bits(err: float) -> float:
     return math.inf if err == 0 else -math.log2(err)
-
-
-def simd_path() -> str:
-    """The core's dispatch rule (csrc/ring/simd.h): AVX-512 kernels when the CPU has AVX512F and AVX512DQ
-    and HEMLP_DISABLE_AVX512 is unset or "0"."""
-    flags: set = set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    off = os.environ.get("HEMLP_DISABLE_AVX512", "")
-    return "avx512" if {"avx512f", "avx512dq"} <= flags and off in ("", "0") else "scalar"
 
 
 def peak_rss_gib() -> float:
@@ -116,7 +101,7 @@ def run_boot(preset: str, threads: list[int], repeats: int, seed: int = 1, slots
         "key_bytes_in_memory": keys.nbytes,
         "key_bytes_serialised": sum(ctx.params.switch_key_bytes(lv) for lv in keys.rotation_levels.values())
         + 2 * ctx.params.switch_key_bytes(keys.conj_level),
-        "rotation_keys": len(keys.rotation_levels), "repeats": repeats, "seed": seed, "simd_path": simd_path(),
+        "rotation_keys": len(keys.rotation_levels), "repeats": repeats, "seed": seed, "simd_path": report.simd_info()["path"],
         "input_encryption": encrypt_with,
         "peak_rss_gib": peak_rss_gib(), "results": results, "notes": [],
     }
@@ -166,18 +151,12 @@ def main(args) -> int:
     try:
         payload = run_boot(args.preset, threads, args.repeats, seed=args.seed, slots=args.slots, pair=args.pair,
                            allow_insecure=args.allow_insecure, encrypt_with=args.encrypt, log=lambda m: print(m, file=sys.stderr, flush=True))
-    except Exception as e:
-        from hemlp.errors import HemlpError
-
-        if isinstance(e, HemlpError):
-            print(f"hemlp.bench boot: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        raise
+    except HemlpError as e:  # typed errors carry their own fix in the message
+        print(f"hemlp.bench boot: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
     if busy:
         payload["notes"].append(busy)
     print_boot_table(payload)
     if args.json:
-        report.write_json(args.json, "boot", payload, machine=machine)
-        if args.json != "-":
-            print(f"wrote {args.json}")
+        report.save_json(args.json, "boot", payload, machine=machine)
     return 0

@@ -334,9 +334,7 @@ def main(args) -> int:
             payload["notes"].append(busy)
         print_simd_table(payload)
         if args.json:
-            report.write_json(args.json, "core", payload, machine=machine)
-            if args.json != "-":
-                print(f"wrote {args.json}")
+            report.save_json(args.json, "core", payload, machine=machine)
         return 0
     try:
         payload = run_core(args.preset, threads, args.repeats, seed=args.seed,
@@ -354,7 +352,5 @@ def main(args) -> int:
         payload["notes"].append(busy)
     print_core_table(payload)
     if args.json:
-        report.write_json(args.json, "core", payload, machine=machine)
-        if args.json != "-":
-            print(f"wrote {args.json}")
+        report.save_json(args.json, "core", payload, machine=machine)
     return 0

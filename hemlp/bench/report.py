@@ -184,6 +184,14 @@ def write_json(path, subcommand: str, payload: dict, machine: dict | None = None
     return doc
 
 
+def save_json(path, subcommand: str, payload: dict, machine: dict | None = None) -> dict:
+    """write_json, then say where the file went (nothing extra when the JSON itself goes to stdout)."""
+    doc = write_json(path, subcommand, payload, machine)
+    if str(path) != "-":
+        print(f"wrote {path}")
+    return doc
+
+
 # ----------------------------------------------------------------------------- formatting
 def fmt_seconds(s) -> str:
     """Seconds as a short human string in ms (or µs below 0.1 ms)."""
