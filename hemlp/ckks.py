@@ -498,10 +498,12 @@ class Context:
                 warnings.warn("decrypting without noise: the output reveals the secret key to whoever holds the "
                               "ciphertext (tests only)", UnsafeDecryptionWarning, stacklevel=3)
             return 0, 0, dict(mode=mode, log2_sigma=None, bound_log2=None, est_bits=None, budget=None)
-        fresh = float(self._e.fresh_noise_bound)
-        if mode == "standard":
-            t_log2 = math.log2(fresh) if bound_log2 is None else float(bound_log2)
-            log2_sigma = t_log2
+        spec, sigma = None, None
+        if mode == "standard" and bound_log2 is None:  # the parameter set's own bound: an integer already
+            sigma = int(self._e.fresh_noise_bound)
+            t_log2 = log2_sigma = math.log2(sigma)
+        elif mode == "standard":
+            t_log2 = log2_sigma = float(bound_log2)
         else:
             spec = flood if flood is not None else self.flood
             if spec is None:
@@ -510,15 +512,14 @@ class Context:
             t_log2, log2_sigma = float(spec.bound_log2), spec.log2_sigma(self.N)
         if not 0 <= log2_sigma <= 60:
             raise ParameterError(f"decryption noise sigma = 2^{log2_sigma:.1f} is outside [1, 2^60]: check the bound")
-        sigma = int(fresh) if mode == "standard" and bound_log2 is None else int(math.ceil(2.0 ** log2_sigma))
+        if sigma is None:
+            sigma = int(math.ceil(2.0 ** log2_sigma))
         est_bits = math.log2(scale) - math.log2(sigma) - 0.5 * math.log2(max(1, n_values))
-        if mode == "flood":
-            spec = flood if flood is not None else self.flood
-            if spec.min_precision_bits is not None and est_bits < spec.min_precision_bits:
-                raise ParameterError(
-                    f"flooded decryption would keep about {est_bits:.1f} bits per value (< min_precision_bits = "
-                    f"{spec.min_precision_bits}): raise the scale (e.g. 55-bit scaling primes or a *-flood preset), "
-                    "lower queries, or accept fewer bits")
+        if spec is not None and spec.min_precision_bits is not None and est_bits < spec.min_precision_bits:
+            raise ParameterError(
+                f"flooded decryption would keep about {est_bits:.1f} bits per value (< min_precision_bits = "
+                f"{spec.min_precision_bits}): raise the scale (e.g. 55-bit scaling primes or a *-flood preset), "
+                "lower queries, or accept fewer bits")
         info = dict(mode=mode, log2_sigma=math.log2(sigma), bound_log2=t_log2, est_bits=est_bits,
                     budget=(sigma / 3.2) ** 2)
         return _NOISE_CODE[mode], sigma, info
