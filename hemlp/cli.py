@@ -227,7 +227,6 @@ def cmd_keygen(args, ui: UI):
         sk, ek = compiled.keygen()
     out.mkdir(parents=True, exist_ok=True)
     sk.save(sk_path)
-    os.chmod(sk_path, 0o600)
     ek.save(ek_path)
     ui.result.update(command="keygen", secret_key=str(sk_path), eval_keys=str(ek_path),
                      bytes={"secret_key": fsize(sk_path), "eval_keys": fsize(ek_path)})
