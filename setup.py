@@ -63,7 +63,8 @@ setup(
     version="0.1.0",
     description="Privacy-preserving ML inference on RNS-CKKS encrypted matrices",
     # hemlp/models and hemlp/datasets are symbolic links to the top-level models/ and datasets/ folders
-    packages=find_packages(include=["hemlp", "hemlp.*"]),
+    # hemlp/bench holds only __main__.py (`python -m hemlp.bench`; the benchmarks are hemlp.apps.bench)
+    packages=find_packages(include=["hemlp", "hemlp.*"]) + ["hemlp.bench"],
     ext_modules=ext_modules,
     cmdclass={"build_ext": build_ext},
     python_requires=">=3.10",
@@ -73,5 +74,5 @@ setup(
         "ray": ["ray[default]>=2.9"],
         "ml": ["torch==2.14.1", "torchvision==0.29.2", "onnx", "mlxtend", "wandb", "tqdm", "rich", "matplotlib"],
     },
-    entry_points={"console_scripts": ["hemlp=hemlp.cli:main"]},
+    entry_points={"console_scripts": ["hemlp=hemlp.apps.cli:main"]},
 )

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import hemlp
-from hemlp import ckks
+from hemlp.fhe import ckks
 from hemlp.datasets import load_mnist_sample
 from hemlp.runtime.artifacts import EncryptedBatch
 

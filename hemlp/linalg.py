@@ -20,9 +20,9 @@ import os
 import numpy as np
 
 from hemlp import _core
-from hemlp import serialize as ser
-from hemlp.ckks import Ciphertext, Context, PublicKey, SecretKey
-from hemlp.files import write_atomic
+from hemlp.fhe import serialize as ser
+from hemlp.fhe.ckks import Ciphertext, Context, PublicKey, SecretKey
+from hemlp.fhe.files import write_atomic
 from hemlp.errors import (ContextMismatchError, EncodingError, KeyMismatchError, ParameterError, SerializationError,
                           ShapeError)
 
@@ -86,7 +86,7 @@ class CtMatrix:
 
     @classmethod
     def from_bytes(cls, data: bytes, ctx: Context) -> "CtMatrix":
-        from hemlp.ckks import from_bytes
+        from hemlp.fhe.ckks import from_bytes
 
         _, _, h, arrays = ser.unpack(data, ctx.hash, "ct_matrix", copy=False)  # read in place
         shape, chunks = ser.field(h, "shape", list), ser.field(h, "chunks", int)
@@ -161,7 +161,7 @@ def encrypt_matrix(ctx: Context, M, key, format: str = "auto", encoding: str = "
     if fmt == "mlwe":
         return _encrypt_mlwe(ctx, M, key, encoding, level, scale)
     if not isinstance(key, (PublicKey, SecretKey)):
-        raise TypeError("key must be a hemlp.ckks PublicKey or SecretKey")
+        raise TypeError("key must be a hemlp.fhe.ckks PublicKey or SecretKey")
     width = ctx.slots if encoding == "slot" else ctx.N
     d2, d3 = M.shape
     chunks = -(-d3 // width)
@@ -577,7 +577,7 @@ def _encrypt_mlwe(ctx: Context, M: np.ndarray, key, encoding: str, level, scale)
         raise EncodingError("format 'mlwe' (k > 1) needs encoding='coeff': the slot encoding does not commute "
                             "with the decimation X -> X^k")
     if not isinstance(key, (PublicKey, SecretKey)):
-        raise TypeError("key must be a hemlp.ckks PublicKey or SecretKey")
+        raise TypeError("key must be a hemlp.fhe.ckks PublicKey or SecretKey")
     d2, d3 = M.shape
     k = _mlwe_k(ctx, d3)
     cts = []

@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from hemlp import layouts
-from hemlp.ckks import Context, Params, PublicKey, SecretKey
-from hemlp.ckks import load as load_ckks_object
+from hemlp.fhe.ckks import Context, Params, PublicKey, SecretKey
+from hemlp.fhe.ckks import load as load_ckks_object
 from hemlp.compiler.activations import approximate, calibrate, exact_poly
 from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
@@ -51,7 +51,7 @@ from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
 from hemlp.errors import (EncodingError, InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
                           ParameterError, SerializationError, ShapeError)
-from hemlp.files import read_file, write_atomic
+from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
@@ -477,7 +477,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
 #     plan.json     format version, model id, preset, options, input/output shapes, batch size, layout,
 #                   the printable plan, and every step's metadata (ops, levels, activations)
 #     weights.npz   the step arrays (weights, im2col indices, biases, affine maps)
-#     params.bin    the CKKS parameters (hemlp.ckks.Params.to_bytes)
+#     params.bin    the CKKS parameters (hemlp.fhe.ckks.Params.to_bytes)
 # ---------------------------------------------------------------------------------------
 
 def save(compiled: CompiledModel, path) -> None:

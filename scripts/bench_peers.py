@@ -37,18 +37,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 try:
-    from hemlp.bench import report  # noqa: E402
-    from hemlp.bench.core import OPS, PRECISION  # noqa: E402  (constants only, no hemlp.ckks)
+    from hemlp.apps.bench import report  # noqa: E402
+    from hemlp.apps.bench.core import OPS, PRECISION  # noqa: E402  (constants only, no hemlp.fhe.ckks)
 except ImportError:  # hemlp itself does not import (core mid-rebuild): peers must still run
     import ast
     import importlib.util
 
     _spec = importlib.util.spec_from_file_location("_hemlp_bench_report",
-                                                   REPO / "hemlp" / "bench" / "report.py")
+                                                   REPO / "hemlp" / "apps" / "bench" / "report.py")
     report = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(report)
     _consts = {n.targets[0].id: ast.literal_eval(n.value)
-               for n in ast.parse((REPO / "hemlp" / "bench" / "core.py").read_text()).body
+               for n in ast.parse((REPO / "hemlp" / "apps" / "bench" / "core.py").read_text()).body
                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") in ("OPS", "PRECISION")}
     OPS, PRECISION = _consts["OPS"], _consts["PRECISION"]
 
@@ -501,8 +501,9 @@ def cmd_pcmm(a) -> int:
     import numpy as np
 
     import hemlp
-    from hemlp import ckks, linalg
-    from hemlp.bench import measure
+    from hemlp import linalg
+    from hemlp.fhe import ckks
+    from hemlp.apps.bench import measure
 
     py, why = ensure_venv("openfhe")
     cfg = CONFIGS[a.logn]

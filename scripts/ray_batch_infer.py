@@ -61,7 +61,7 @@ def make_job(args):
     if args.model:
         return ModelJob.from_paths(args.model, args.keys, args.allow_insecure)
     if args.allow_insecure:
-        from hemlp import ckks
+        from hemlp.fhe import ckks
 
         warnings.warn("INSECURE test parameters: for tests only, never for real data", ckks.InsecureParametersWarning)
     return WeightsJob.from_files(args.weights, preset=args.preset, params=args.params, bias=args.bias,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 # The test processes share the cores with each other and with other jobs: sleeping OpenMP waiters (see
-# hemlp.cli.main). Set before any test loads the native core.
+# hemlp.apps.cli.main). Set before any test loads the native core.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
@@ -25,9 +25,9 @@ def switch_key_bytes(ctx, level: int) -> int:
 @pytest.fixture(scope="session", autouse=True)
 def exact_decryption_for_precision_tests():
     """The suite measures the precision of homomorphic operations, so in-process contexts decrypt exactly by
-    default (noise="none"). Production contexts add IND-CPA-D noise ("standard"): tests/core/test_decrypt_noise.py
+    default (noise="none"). Production contexts add IND-CPA-D noise ("standard"): tests/fhe/test_decrypt_noise.py
     checks that default in a fresh interpreter, and every subprocess test (CLI, benchmarks) runs with it."""
-    from hemlp import ckks
+    from hemlp.fhe import ckks
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ckks.UnsafeDecryptionWarning)
@@ -42,7 +42,7 @@ def rng():
 
 
 def make_ctx(name="test-N12"):
-    from hemlp import ckks
+    from hemlp.fhe import ckks
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -18,8 +18,30 @@ PKG = ROOT / "hemlp"
 ALLOWED_PRIVATE_MODULES = {"hemlp._core"}
 
 #: modules already redesigned (issue #15): held to every rule now, whatever the rest of the tree does
-CLEAN = ("hemlp", "hemlp.model", "hemlp.files", "hemlp.threads", "hemlp.errors", "hemlp.cli", "hemlp.demo",
-         "hemlp.layouts", "hemlp.compiler", "hemlp.planner", "hemlp.runtime.local")
+CLEAN = ("hemlp", "hemlp.model", "hemlp.fhe.files", "hemlp.threads", "hemlp.errors", "hemlp.apps.cli",
+         "hemlp.apps.demo", "hemlp.layouts", "hemlp.compiler", "hemlp.planner", "hemlp.runtime.local")
+
+#: The layers (ARCHITECTURE.md: data flows one way, each layer uses only the ones below it). A module under a key
+#: may import, at module or function level, only hemlp modules under the listed prefixes (the most specific key
+#: applies; hemlp._core is always allowed). Keys not listed (layouts, model, hemlp itself) sit above all of these;
+#: apps is the top and no library module imports it (test_nothing_in_the_library_imports_apps_or_baselines).
+BASE = ("hemlp.errors", "hemlp.threads")
+LAYERS = {
+    "hemlp.fhe": BASE + ("hemlp.fhe",),                                      # the scheme: nothing above it
+    "hemlp.he": BASE + ("hemlp.fhe", "hemlp.he"),                            # building blocks on the scheme
+    "hemlp.linalg": BASE + ("hemlp.fhe",),                                   # PCMM on the scheme
+    "hemlp.bootstrap": BASE + ("hemlp.fhe", "hemlp.he", "hemlp.bootstrap"),
+    "hemlp.baselines": BASE + ("hemlp.fhe", "hemlp.he", "hemlp.baselines"),  # comparison code only
+    "hemlp.planner": BASE + ("hemlp.planner",),                              # pure Python: no scheme, no Ray
+    "hemlp.compiler": BASE + ("hemlp.fhe", "hemlp.he", "hemlp.planner", "hemlp.compiler"),
+    "hemlp.runtime": BASE + ("hemlp.fhe", "hemlp.he", "hemlp.linalg", "hemlp.planner", "hemlp.compiler",
+                             "hemlp.runtime"),                               # executes plans: no layout logic
+    # resumable batch jobs take a compiled-model directory (hemlp.load): the one runtime module above the model
+    "hemlp.runtime.jobs": BASE + ("hemlp", "hemlp.fhe", "hemlp.linalg", "hemlp.runtime"),
+}
+#: the only packages that may import the applications and the comparison baselines
+APPS = ("hemlp.apps", "hemlp.bench")
+BASELINE_USERS = APPS + ("hemlp.baselines",)
 
 
 def _modules() -> dict[str, Path]:
@@ -178,7 +200,7 @@ def _private_uses(select) -> dict[str, list[str]]:
 
 def test_the_scanner_sees_the_package():
     """The checks below are only as good as the graph: it must hold the modules and their known edges."""
-    assert {"hemlp.model", "hemlp.layouts.packed", "hemlp.runtime.local", "hemlp.ckks"} <= set(MODULES)
+    assert {"hemlp.model", "hemlp.layouts.packed", "hemlp.runtime.local", "hemlp.fhe.ckks"} <= set(MODULES)
     assert ("hemlp.layouts.base", False) in {(t, fn) for t, fn, _ in SCANS["hemlp.layouts.packed"].edges}
     assert ("hemlp.model", True) in {(t, fn) for t, fn, _ in SCANS["hemlp"].edges}   # compile() loads it lazily
 
@@ -186,11 +208,68 @@ def test_the_scanner_sees_the_package():
 def test_the_checks_catch_what_they_forbid(tmp_path):
     """A cycle hidden in a function and a private import are found (the checks can fail)."""
     a, b = tmp_path / "a.py", tmp_path / "b.py"
-    a.write_text("from hemlp.layouts import base\nfrom hemlp.ckks import _atomic_write\nx = obj._secret\n")
+    a.write_text("from hemlp.layouts import base\nfrom hemlp.fhe.ckks import _atomic_write\nx = obj._secret\n")
     v = _scan("hemlp.layouts.a", a)
     assert any("_atomic_write" in p for p in v.private) and any("._secret" in p for p in v.private)
     b.write_text("def f():\n    from hemlp.model import compile\n")
     assert ("hemlp.model", True, 2) in _scan("hemlp.layouts.b", b).edges
+
+
+def _under(mod: str, prefix: str) -> bool:
+    return mod == prefix or mod.startswith(prefix + ".")
+
+
+def _layer_violations(scans) -> list[str]:
+    out = []
+    for mod, scan in scans.items():
+        keys = [k for k in LAYERS if _under(mod, k)]
+        if not keys:
+            continue
+        allowed = LAYERS[max(keys, key=len)]
+        for target, _, line in scan.edges:
+            if not any(target == a if a == "hemlp" else _under(target, a) for a in allowed):
+                out.append(f"{mod}:{line} imports {target}")
+    return sorted(out)
+
+
+def _upward_violations(scans) -> list[str]:
+    out = []
+    for mod, scan in scans.items():
+        for target, _, line in scan.edges:
+            if any(_under(target, a) for a in APPS) and not any(_under(mod, a) for a in APPS):
+                out.append(f"{mod}:{line} imports the application {target}")
+            if _under(target, "hemlp.baselines") and not any(_under(mod, a) for a in BASELINE_USERS):
+                out.append(f"{mod}:{line} imports the comparison baseline {target}")
+    return sorted(out)
+
+
+def test_the_layer_rule_catches_an_upward_import(tmp_path):
+    """The layer checks can fail: the scheme importing a building block, a building block importing bootstrapping
+    or a layout, and library code importing the applications or a baseline are all reported."""
+    cases = {"hemlp.fhe.x": "from hemlp.he import lintrans\n",
+             "hemlp.he.x": "def f():\n    from hemlp.bootstrap import params\nfrom hemlp.layouts import base\n",
+             "hemlp.layouts.x": "from hemlp.apps import cli\nfrom hemlp.baselines import jkls\n"}
+    scans = {}
+    for mod, src in cases.items():
+        f = tmp_path / (mod.replace(".", "_") + ".py")
+        f.write_text(src)
+        scans[mod] = _scan(mod, f)
+    assert _layer_violations(scans) == ["hemlp.fhe.x:1 imports hemlp.he.lintrans",
+                                        "hemlp.he.x:2 imports hemlp.bootstrap.params",
+                                        "hemlp.he.x:3 imports hemlp.layouts.base"]
+    assert _upward_violations(scans) == ["hemlp.layouts.x:1 imports the application hemlp.apps.cli",
+                                         "hemlp.layouts.x:2 imports the comparison baseline hemlp.baselines.jkls"]
+
+
+def test_every_layer_imports_only_the_layers_below_it():
+    """fhe imports no building block; he no bootstrapping, layout, model or runtime; and so on up (LAYERS)."""
+    assert {"hemlp.fhe.ckks", "hemlp.he.lintrans", "hemlp.he.ccmm.rectangular", "hemlp.bootstrap.bootstrapper",
+            "hemlp.apps.cli", "hemlp.apps.bench.core"} <= set(MODULES)
+    assert _layer_violations(SCANS) == []
+
+
+def test_nothing_in_the_library_imports_apps_or_baselines():
+    assert _upward_violations(SCANS) == []
 
 
 def test_no_import_cycle_among_module_level_imports():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hemlp.baselines.linear_transform import LinearTransform
+from hemlp.he.lintrans import LinearTransform
 from hemlp.errors import ShapeError
 
 __all__ = ["block_size", "block_diagonals", "transform", "rotation_steps", "pack", "unpack", "matvec", "matmul"]

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from hemlp.baselines.linear_transform import LinearTransform, diagonals
+from hemlp.he.lintrans import LinearTransform, diagonals
 from hemlp.errors import ShapeError
 
 __all__ = ["layout_slots", "sigma_matrix", "tau_matrix", "phi_masks", "psi_masks", "transforms",

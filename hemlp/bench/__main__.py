@@ -1,49 +1,8 @@
-"""``python -m hemlp.bench SUBCOMMAND [options]`` — dispatches to ``hemlp.bench.<SUBCOMMAND>``.
-
-Only the chosen subcommand's module is imported, so one subcommand that cannot load (e.g. its
-optional dependency is missing) never breaks the others.
-"""
-from __future__ import annotations
-
-import argparse
-import importlib
+"""``python -m hemlp.bench SUBCOMMAND [options]``: the documented command line of the benchmarks (docs, the commands
+recorded in bench/*.json). The benchmarks live in hemlp.apps.bench; ``python -m hemlp.apps.bench`` is the same."""
 import sys
 
-from hemlp.bench import subcommands
-
-
-def _top_parser(subs: dict[str, str]) -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<10} {helptext}" for name, helptext in subs.items())
-    return argparse.ArgumentParser(
-        prog="python -m hemlp.bench",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="hemlp benchmarks. Each subcommand prints a table and writes JSON (--json).",
-        epilog=f"subcommands:\n{lines}\n\n`python -m hemlp.bench SUBCOMMAND --help` for its options.",
-        usage="python -m hemlp.bench SUBCOMMAND [options]",
-    )
-
-
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    subs = subcommands()
-    top = _top_parser(subs)
-    if not argv or argv[0] in ("-h", "--help"):
-        top.print_help()
-        return 0 if argv else 2
-    name, rest = argv[0], argv[1:]
-    if name not in subs:
-        top.print_usage(sys.stderr)
-        print(f"python -m hemlp.bench: unknown subcommand {name!r}; available: "
-              f"{', '.join(subs) or '(none)'}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(f"hemlp.bench.{name}")
-    parser = argparse.ArgumentParser(prog=f"python -m hemlp.bench {name}",
-                                     description=subs[name] or None)
-    module.add_arguments(parser)
-    args = parser.parse_args(rest)
-    rc = module.main(args)
-    return int(rc or 0)
-
+from hemlp.apps.bench.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -32,15 +32,15 @@ import math
 
 import numpy as np
 
-from hemlp.baselines.linear_transform import LinearTransform
-from hemlp.bootstrap import dft
-from hemlp.bootstrap import special_fft as sf
+from hemlp.he.lintrans import LinearTransform
+from hemlp.he import dft
+from hemlp.he import special_fft as sf
 from hemlp.bootstrap.keys import BootstrapKeys, dft_plans
 from hemlp.bootstrap.modraise import dense_to_sparse, mod_raise, scale_down
 from hemlp.bootstrap.params import BootParams
-from hemlp.bootstrap.reinterpret import retag
-from hemlp.bootstrap.subring import subring_trace
-from hemlp.ckks import Ciphertext, Context
+from hemlp.he.reinterpret import retag
+from hemlp.he.subring import subring_trace
+from hemlp.fhe.ckks import Ciphertext, Context
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError
 
 from hemlp.bootstrap.evalmod import EvalModParams, eval_mod
@@ -50,7 +50,7 @@ __all__ = ["Bootstrapper", "slot_coefficients", "max_coefficient"]
 
 def slot_coefficients(z) -> np.ndarray:
     """The real coefficient vector (N = 2n values, x_k and x_(N/2+k) on the subring's positions, in the
-    w-indexing of hemlp.bootstrap.dft) whose decoding gives the slots z: w = U⁻¹·z by the butterfly
+    w-indexing of hemlp.he.dft) whose decoding gives the slots z: w = U⁻¹·z by the butterfly
     stages, O(n log n)."""
     z = np.asarray(z, dtype=np.complex128).reshape(-1)
     n = z.size

@@ -16,7 +16,7 @@ Method (Han-Ki, CT-RSA'20; Lattigo's CosDiscrete):
 * r double angles y <- 2 y^2 - a0^(2^(i+1)) turn a0 cos(theta / 2^r) into (2 pi)^-1 cos(theta)
   (if y = a cos(phi) then 2 y^2 - a^2 = a^2 cos(2 phi)); cos(2 pi (u - 1/4)) = sin(2 pi u);
 * scales (BOOTSTRAP.md F5): the double angle at level l divides by q_l, so S_i = sqrt(S_(i+1) q_l) backwards
-  from S_r = out_scale; the polynomial lands on S_0 exactly (hemlp.polyeval.evaluate_native) and every square
+  from S_r = out_scale; the polynomial lands on S_0 exactly (hemlp.he.polynomial.evaluate_native) and every square
   lands on S_(i+1) to within a few ulps, which is then re-tagged exactly.
 
 Input scale: the power scales of the polynomial grow as s^n / q^(n-1), so the input must sit at a scale of at
@@ -33,10 +33,10 @@ from functools import lru_cache
 import numpy as np
 
 from hemlp import _core
-from hemlp.ckks import Ciphertext, Context, RelinKey
+from hemlp.fhe.ckks import Ciphertext, Context, RelinKey
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError
-from hemlp.polyeval import depth as poly_depth
-from hemlp.polyeval import PolyEvaluator, evaluate_native
+from hemlp.he.polynomial import depth as poly_depth
+from hemlp.he.polynomial import PolyEvaluator, evaluate_native
 
 __all__ = ["EvalModParams", "eval_mod", "hanki_coefficients", "scale_chain", "max_input_scale", "reference"]
 
@@ -171,7 +171,7 @@ def _check(ctx: Context, ct, relin_key, params: EvalModParams, out_scale: float)
         raise EncodingError("eval_mod needs a relinearised, slot-encoded ciphertext (CoeffToSlot output)")
     if ct.is_complex:
         raise EncodingError("eval_mod reduces real slots: split the real and imaginary parts first "
-                            "(hemlp.bootstrap.split_real_imag)")
+                            "(hemlp.he.dft.split_real_imag)")
     if ct.level < params.depth:
         raise LevelError(f"eval_mod needs {params.depth} levels (polynomial {params.poly_depth} + "
                          f"{params.double_angles} double angles) but the ciphertext is at level {ct.level}: "
@@ -204,7 +204,7 @@ def eval_mod(ctx: Context, ct: Ciphertext, relin_key: RelinKey, params: EvalModP
              out_scale: float | None = None, stats: dict | None = None, backend: str = "native") -> Ciphertext:
     """sin(2 pi u) / (2 pi) in every real slot, for slots t = u / K. Level ct.level - params.depth, scale
     out_scale (default ct.scale) exactly. stats (a dict) receives the polynomial's operation counts.
-    backend: "native" (C++ polynomial evaluation) or "python" (hemlp.polyeval.PolyEvaluator, for comparison;
+    backend: "native" (C++ polynomial evaluation) or "python" (hemlp.he.polynomial.PolyEvaluator, for comparison;
     it does not lift low input scales)."""
     out_scale = float(ct.scale if out_scale is None else out_scale)
     _check(ctx, ct, relin_key, params, out_scale)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import functools
 
 from hemlp import _core
-from hemlp.bootstrap import dft
+from hemlp.he import dft
 from hemlp.bootstrap.modraise import EncapsulationKeys
 from hemlp.bootstrap.params import BootParams
-from hemlp.bootstrap.subring import subring_trace_steps
-from hemlp.ckks import Context, GaloisKeys, RelinKey, SecretKey
+from hemlp.he.subring import subring_trace_steps
+from hemlp.fhe.ckks import Context, GaloisKeys, RelinKey, SecretKey
 from hemlp.errors import ContextMismatchError, MissingKeyError
 
 __all__ = ["BootstrapKeys", "dft_plans", "rotation_levels"]
@@ -110,7 +110,7 @@ class BootstrapKeys:
 
         import numpy as np
 
-        from hemlp import serialize as ser
+        from hemlp.fhe import serialize as ser
 
         enc_header, enc_arrays = self.encapsulation.export(ctx)
         header = dict(params=asdict(self.params), rotation_levels={str(k): v for k, v in self.rotation_levels.items()},
@@ -125,8 +125,8 @@ class BootstrapKeys:
 
     @classmethod
     def from_bytes(cls, data: bytes, ctx: Context) -> "BootstrapKeys":
-        from hemlp import ckks
-        from hemlp import serialize as ser
+        from hemlp.fhe import ckks
+        from hemlp.fhe import serialize as ser
         from hemlp.errors import SerializationError
 
         _, _, h, arrays = ser.unpack(data, ctx.hash, "bootstrap_keys")

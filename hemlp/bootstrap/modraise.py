@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from hemlp import _core
-from hemlp.ckks import Ciphertext, Context, SecretKey
+from hemlp.fhe.ckks import Ciphertext, Context, SecretKey
 from hemlp.errors import ContextMismatchError, LevelError, MissingKeyError, ScaleMismatchError
 
 __all__ = ["EncapsulationKeys", "scale_down", "scale_down_factor", "dense_to_sparse", "mod_raise"]
@@ -40,7 +40,7 @@ class EncapsulationKeys:
     @classmethod
     def restore(cls, ctx: Context, header: dict, arrays: list) -> "EncapsulationKeys":
         """The inverse of export (residues validated by the core; SerializationError on any defect)."""
-        from hemlp import serialize as ser
+        from hemlp.fhe import serialize as ser
         from hemlp.errors import SerializationError
 
         if len(arrays) != 4:

@@ -20,7 +20,7 @@ import numpy as np
 
 from hemlp.compiler.ir import exact_activation
 from hemlp.errors import ParameterError
-from hemlp.polyeval import depth as poly_depth
+from hemlp.he.polynomial import depth as poly_depth
 
 __all__ = ["ActPoly", "RangeWarning", "approximate", "exact_poly", "METHODS", "DEFAULT_DEGREE"]
 

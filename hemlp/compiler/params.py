@@ -55,7 +55,7 @@ def depth_of(steps, pcmm_levels: int = 1) -> int:
 
 
 def candidates(allow_insecure: bool) -> list[dict]:
-    from hemlp.ckks import Params
+    from hemlp.fhe.ckks import Params
 
     ps = Params.presets()
     secure = sorted((p for p in ps if p["security"] == "128-bit"), key=lambda p: (p["N"], p["depth"]))
@@ -66,7 +66,7 @@ def candidates(allow_insecure: bool) -> list[dict]:
 def choose_preset(depth: int, allow_insecure: bool = False, preset: str | None = None,
                   reserve: int = 0) -> dict:
     """The preset to use for a program of the given depth (+ `reserve` levels kept at the output)."""
-    from hemlp.ckks import Params
+    from hemlp.fhe.ckks import Params
 
     need = depth + reserve
     if preset is not None:

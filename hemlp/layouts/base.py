@@ -36,7 +36,7 @@ class Planned:
     """What compile() hands every candidate layout: the lowered steps with their levels planned for the
     default preset, and that preset."""
     steps: list
-    params: object          # hemlp.ckks.Params
+    params: object          # hemlp.fhe.ckks.Params
     preset: dict            # hemlp.compiler.params.choose_preset's entry (name, depth, security)
     depth: int
     reserve: int            # levels kept for the output's magnitude

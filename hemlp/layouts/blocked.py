@@ -7,7 +7,7 @@ activations (n = the batch) is split into blocks by FHE4DMM's planner: ``hemlp.p
 layer and no re-blocking, so the output blocks of layer i are exactly the input blocks of layer i+1.
 Every block is one ciphertext holding a (rows x cols) matrix column-major on `slots` sparse slots (one
 slot count for the whole chain); a block product is the rectangular sigma/tau/epsilon/omega CCMM
-(hemlp.baselines.rectangular, 3 levels); block products over the reduction blocks are summed.
+(hemlp.he.ccmm.rectangular, 3 levels); block products over the reduction blocks are summed.
 
 Biases are encrypted too: one block per output row block (the bias repeated over the columns),
 encrypted one level above the layer's output and brought to the product's exact scale by the server
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hemlp.baselines import rectangular
-from hemlp.ckks import Ciphertext, from_bytes
+from hemlp.he.ccmm import rectangular
+from hemlp.fhe.ckks import Ciphertext, from_bytes
 from hemlp.compiler.lower import dense_matrix
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, SerializationError, ShapeError,
                           UnsupportedError)
-from hemlp.files import read_file, write_atomic
+from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import Layout
 from hemlp.linalg import CtMatrix
 from hemlp.planner.chain import plan_chain

@@ -13,7 +13,7 @@ a tensor of F features takes ceil(F/k) ciphertexts instead of F.
   is evaluated as
       CoeffToSlot (bit-reversed, `dft_depth` levels) -> split_real_imag -> the steps on both real-slot
       ciphertexts -> join_real_imag -> SlotToCoeff (bit-reversed, `dft_depth` levels)
-  (hemlp.bootstrap.dft). CtS puts coefficient j + i·coefficient N/2 + j into slot rev(j), StC reads slot
+  (hemlp.he.dft). CtS puts coefficient j + i·coefficient N/2 + j into slot rev(j), StC reads slot
   rev(j) back into coefficients j and N/2 + j, and an elementwise map commutes with the permutation, so
   every coefficient comes back in place (tests/layouts/test_mlwe.py checks it on ciphertexts).
   Levels: 2·dft_depth + the activations' own levels.
@@ -41,10 +41,10 @@ from typing import Optional
 import numpy as np
 
 from hemlp import _core, linalg
-from hemlp.bootstrap.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
-                                 plan_slot_to_coeff, slot_to_coeff, split_real_imag)
-from hemlp.bootstrap.special_fft import bit_reverse
-from hemlp.ckks import Ciphertext, Params
+from hemlp.he.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
+                          plan_slot_to_coeff, slot_to_coeff, split_real_imag)
+from hemlp.he.special_fft import bit_reverse
+from hemlp.fhe.ckks import Ciphertext, Params
 from hemlp.compiler.lower import dense_matrix
 from hemlp.compiler.params import candidates, choose_preset, output_reserve, step_cost
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError,

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hemlp.ckks import GaloisKeys, Params, RelinKey, from_bytes
+from hemlp.fhe.ckks import GaloisKeys, Params, RelinKey, from_bytes
 from hemlp.errors import KeyMismatchError, SerializationError
 from hemlp.linalg import CtMatrix, ModPackKeys
-from hemlp.files import read_file, write_atomic
-from hemlp.serialize import seal_intact, sealed
+from hemlp.fhe.files import read_file, write_atomic
+from hemlp.fhe.serialize import seal_intact, sealed
 
 MAGIC = b"HEMLPC\x00\x01"
 FORMAT_VERSION = 1

@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 
 import hemlp
-from hemlp import ckks, linalg
+from hemlp import linalg
+from hemlp.fhe import ckks
 from hemlp.errors import HemlpError, SerializationError, ShapeError
 from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
-from hemlp.files import write_atomic
+from hemlp.fhe.files import write_atomic
 from hemlp.runtime.ray.batch import RayItems
 
 __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",

@@ -3,7 +3,7 @@
 * ``simulate`` — the same steps in plaintext float64 numpy: quantised weights (hemlp.linalg.quantize),
   the same polynomials and the same row layouts; warns (RangeWarning) when an approximated
   activation sees inputs outside its calibrated range.
-* ``run`` — the same steps on ciphertexts (hemlp.linalg PCMMs, hemlp.polyeval), in process by default;
+* ``run`` — the same steps on ciphertexts (hemlp.linalg PCMMs, hemlp.he.polynomial), in process by default;
   an injectable executor runs the PCMMs and elementwise steps elsewhere (hemlp.runtime.ray).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, matmul_index
 from hemlp.errors import LevelError, MissingKeyError
 from hemlp.linalg import CtMatrix, quantize
-from hemlp.polyeval import PolyEvaluator
+from hemlp.he.polynomial import PolyEvaluator
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
            "range_check", "add_aligned", "ct_products"]

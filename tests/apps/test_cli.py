@@ -22,7 +22,7 @@ def hemlp(*args, check=True, cwd=None, insecure=True):
     if insecure and args and args[0] in LOADS_MODEL:
         args = (*args, "--insecure")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.run([sys.executable, "-c", "import sys; from hemlp.cli import main; sys.exit(main())",
+    p = subprocess.run([sys.executable, "-c", "import sys; from hemlp.apps.cli import main; sys.exit(main())",
                         *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     if check and p.returncode != 0:
         raise AssertionError(f"hemlp {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stderr}")
@@ -41,7 +41,7 @@ def test_batch_runs_a_compiled_model_on_ray(tmp_path, onnx_model):
     """`hemlp batch` (Ray runtime): every encrypted batch of a directory comes out decrypting correctly."""
     pytest.importorskip("ray", reason="hemlp batch runs on Ray: pip install 'ray[default]'")
     import hemlp as hm
-    from hemlp.cli import _ray_runner
+    from hemlp.apps.cli import _ray_runner
 
     assert _ray_runner()[0] is not None, _ray_runner()[1]
     path, x, want = onnx_model
@@ -126,7 +126,7 @@ def test_keygen_encrypt_run_decrypt_as_separate_processes(tmp_path, onnx_model):
     hemlp("run", model, "-e", keys / "eval.keys", "-i", tmp_path / "x.ct", "-o", tmp_path / "y.ct", "--force")
 
     # batch (Ray runtime, when present): a directory of ciphertext files; a rerun resumes, overwrites nothing
-    from hemlp.cli import _ray_runner
+    from hemlp.apps.cli import _ray_runner
 
     if _ray_runner()[0] is not None:
         cts = tmp_path / "cts"

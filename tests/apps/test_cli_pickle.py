@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _hemlp(*args):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-c", "import sys; from hemlp.cli import main; sys.exit(main())",
+    return subprocess.run([sys.executable, "-c", "import sys; from hemlp.apps.cli import main; sys.exit(main())",
                            *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
 
 

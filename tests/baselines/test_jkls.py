@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hemlp.baselines import jkls
-from hemlp.baselines import linear_transform as lt
+from hemlp.he import lintrans as lt
 from hemlp.errors import ShapeError
 from tests.conftest import make_ctx
 

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from hemlp import ckks
+from hemlp.fhe import ckks
 from hemlp.errors import InsecureParametersError
 
 

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import ckks
+from hemlp.fhe import ckks
 from hemlp.bootstrap import BootstrapKeys, Bootstrapper
 
 

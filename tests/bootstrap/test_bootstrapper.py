@@ -13,9 +13,9 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import ckks
+from hemlp.fhe import ckks
 from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper, max_coefficient, slot_coefficients
-from hemlp.bootstrap import special_fft as sf
+from hemlp.he import special_fft as sf
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError, ShapeError
 
 RANDOM_BITS = 21.5      # measured 22.7-23.7
@@ -219,9 +219,9 @@ def test_keys_serialise_and_bootstrap_the_same(env, tmp_path):
 def test_coeff_to_slot_of_the_raised_ciphertext_reads_u(env):
     """T3 / F2: after ModRaise, retag K·q0 and CoeffToSlot, slot j of the real part holds u/K with
     u = I + ε, I integer (|I| <= 16) and ε = the input's coefficient x_k·Δ0'/q0 (k = rev(j)), to 2^-38."""
-    from hemlp.bootstrap import dft
+    from hemlp.he import dft
     from hemlp.bootstrap.modraise import dense_to_sparse, mod_raise, scale_down
-    from hemlp.bootstrap.reinterpret import retag
+    from hemlp.he.reinterpret import retag
 
     ctx, sk, pk, keys, boot = env
     n, K, q0 = ctx.slots, boot.params.K, ctx.modulus(0)

@@ -7,7 +7,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from hemlp import ckks
+from hemlp.fhe import ckks
 from hemlp.bootstrap.evalmod import (EvalModParams, eval_mod, hanki_coefficients, max_input_scale, reference,
                                      scale_chain)
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError
@@ -177,7 +177,7 @@ def test_typed_errors(env):
 
 
 def test_python_backend_agrees(env):
-    """The same EvalMod through hemlp.polyeval (Python BSGS): same level and scale, both within the T5b bound."""
+    """The same EvalMod through hemlp.he.polynomial (Python BSGS): same level and scale, both within the T5b bound."""
     ctx, sk, rlk = env
     I, eps = sample(np.random.default_rng(21), ctx.slots, 10, 8)
     ct = encrypt_u(ctx, sk, I + eps)

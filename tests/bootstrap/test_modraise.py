@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import ckks
+from hemlp.fhe import ckks
 from hemlp.bootstrap.modraise import EncapsulationKeys, dense_to_sparse, mod_raise, scale_down, scale_down_factor
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError
 

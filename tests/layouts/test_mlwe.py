@@ -29,10 +29,10 @@ def test_cts_activation_stc_keeps_coefficients_in_place():
     """CoeffToSlot (bit-reversed) puts coefficient j + i*coefficient N/2+j into slot rev(j); an elementwise map
     commutes with that permutation and SlotToCoeff (bit-reversed) reads slot rev(j) back into coefficients j and
     N/2 + j: CtS -> split -> x^2 -> join -> StC squares every coefficient in place."""
-    from hemlp import ckks
-    from hemlp.bootstrap import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
-                                 plan_slot_to_coeff, slot_to_coeff, split_real_imag)
-    from hemlp.bootstrap.special_fft import bit_reverse
+    from hemlp.fhe import ckks
+    from hemlp.he.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
+                              plan_slot_to_coeff, slot_to_coeff, split_real_imag)
+    from hemlp.he.special_fft import bit_reverse
 
     ctx = ckks.Context("test-N12-d6", allow_insecure=True)
     N, n = ctx.N, ctx.slots

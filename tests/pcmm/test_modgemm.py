@@ -52,7 +52,7 @@ def check_exact(U, X, q, bU=None, **kw):
 
 
 def test_primes_are_ntt_primes():
-    from hemlp._core import ring  # checked against a big-integer Miller-Rabin in tests/core/test_ring.py
+    from hemlp._core import ring  # checked against a big-integer Miller-Rabin in tests/fhe/test_ring.py
 
     for bits, q in PRIMES.items():
         assert q.bit_length() == bits and q % (1 << 17) == 1 and ring.is_prime(q)

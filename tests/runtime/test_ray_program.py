@@ -20,7 +20,7 @@ from tests.compiler.conftest import SmallCNN, mlp  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _quiet_insecure():
-    from hemlp.ckks import InsecureParametersWarning
+    from hemlp.fhe.ckks import InsecureParametersWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InsecureParametersWarning)

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from hemlp import _core, linalg
-from hemlp.ckks import Ciphertext
+from hemlp.fhe.ckks import Ciphertext
 from hemlp.errors import EncodingError, LevelError, ShapeError
 from hemlp.linalg import CtMatrix, MsRow
 from hemlp.runtime.ray.blocks import splits

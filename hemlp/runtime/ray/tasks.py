@@ -15,8 +15,9 @@ import warnings
 
 import numpy as np
 
-from hemlp import _core, ckks
-from hemlp.ckks import Ciphertext
+from hemlp import _core
+from hemlp.fhe import ckks
+from hemlp.fhe.ckks import Ciphertext
 from hemlp.linalg import CtMatrix
 from hemlp.runtime.local import ElementwiseOp, LocalExecutor, elementwise, run_step
 from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, import_range, meta_of, pack_cts,

@@ -1,0 +1,183 @@
+"""PCMM (plaintext x encrypted matrix) as exact modular GEMMs vs float64 GEMM and rotations.
+
+    python -m hemlp.bench pcmm [--preset N14-d6] [--level 1] [--sizes 256,1024] [--threads 1,2] --json PATH
+
+For d1 = d2 = d and d3 in {N/2 (slots), N, 4N}, times one PCMM per format at the given level
+(the lowest level a PCMM can run at is 1: it rescales once):
+  rlwe       k = 1, slot encoding for d3 = N/2, coefficient encoding for d3 >= N
+  mlwe       k = 2 rows per ciphertext for d3 = N/2 (coefficient encoding, ModPack included)
+  msrlwe     shared a-part for d3 = 4N (k' = 4), online (a- and b-part GEMMs)
+  msrlwe+pre the same with U*A precomputed (b-part GEMM only)
+next to numpy's float64 GEMM of the same shape (d x d @ d x d3) and the ratio. The GEMM runs with
+the same thread count as the PCMM: ``hemlp.set_num_threads`` does not reach numpy's own (bundled)
+OpenBLAS, so the baseline is capped with ``threadpoolctl.threadpool_limits`` and the BLAS thread
+counts seen inside the cap are recorded (``gemm_blas_threads``). Rows of the
+encrypted matrix repeat a few distinct encryptions (the timing does not depend on the data);
+each product is checked against numpy on its first rows. `--baseline` adds the Halevi–Shoup
+diagonal method (hemlp.baselines) for the d3 = N/2 shape when that module is present.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from hemlp.apps.bench import measure, report  # noqa: F401
+
+HELP = "PCMM formats vs float64 GEMM (and the rotation baseline)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--preset", default="N14-d6")
+    p.add_argument("--allow-insecure", action="store_true")
+    p.add_argument("--level", type=int, default=1)
+    p.add_argument("--sizes", default="256,1024", help="comma list of d1 = d2 (4096 is heavy: ~10 GB)")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--d3", default="N/2,N,4N", help="comma list of column counts among N/2, N, 4N")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--weight-bits", type=int, default=12)
+    p.add_argument("--baseline", action="store_true")
+    p.add_argument("--json", default=None)
+
+
+def _bits(err) -> float:
+    e = float(np.max(np.abs(err)))
+    return math.inf if e == 0 else -math.log2(e)
+
+
+def _blas_threads() -> list:
+    """(library, threads) of every BLAS loaded in the process, as threadpoolctl sees them now."""
+    from threadpoolctl import threadpool_info
+
+    return [{"lib": d.get("filepath", "").rsplit("/", 1)[-1], "internal_api": d.get("internal_api"),
+             "num_threads": d.get("num_threads")} for d in threadpool_info() if d.get("user_api") == "blas"]
+
+
+def fp64_gemm_seconds(U, A, threads: int, repeats: int) -> tuple[float, list]:
+    """Median time of numpy's U @ A with every BLAS capped at `threads`, and the caps as seen."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=threads, user_api="blas"):
+        seen = _blas_threads()
+        t = measure(lambda: U @ A, repeats)["median_s"]
+    return t, seen
+
+
+def _tile_rows(cts_by_row, d2):
+    return [cts_by_row[i % len(cts_by_row)] for i in range(d2)]
+
+
+def main(args) -> int:
+    import hemlp
+    from hemlp import linalg
+
+    from hemlp.fhe import ckks
+    try:
+        import threadpoolctl  # noqa: F401
+    except ImportError:
+        print("hemlp.bench pcmm needs threadpoolctl to run the fp64 baseline on the same thread count "
+              "(pip install threadpoolctl, or the hemlp[dev] extra)")
+        return 2
+    warn = report.busy_warning()
+    if warn:
+        print("warning:", warn)
+    ctx = ckks.Context(ckks.Params.preset(args.preset), allow_insecure=args.allow_insecure)
+    sk, pk = ctx.keygen()
+    N, slots, level = ctx.N, ctx.slots, args.level
+    rng = np.random.default_rng(0)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    distinct = 8
+    rows = []
+    results = []
+    mk = linalg.modpack_keys(ctx, sk, 2)
+    msk = linalg.multi_secret_key(ctx, 4)
+    for d in sizes:
+        U = rng.normal(0, 1 / math.sqrt(d), (d, d))
+        wanted = set(args.d3.split(","))
+        for label, d3 in [(lab, v) for lab, v in (("N/2", slots), ("N", N), ("4N", 4 * N)) if lab in wanted]:
+            setups = {}
+            M = rng.uniform(-1, 1, (distinct, d3))
+            if d3 == slots:
+                base = linalg.encrypt_matrix(ctx, M, sk, level=level)
+                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+                mb = linalg.encrypt_matrix(ctx, np.repeat(M, 1, axis=0), sk, format="mlwe", encoding="coeff",
+                                           level=level)
+                setups["mlwe"] = linalg.CtMatrix(ctx, _tile_rows(mb.cts, d // 2), (d, d3), 1, "mlwe")
+            elif d3 == N:
+                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+            else:
+                Mf = rng.uniform(-1, 1, (d, d3)) if d <= 1024 else None
+                if Mf is not None:
+                    C = linalg.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
+                    setups["msrlwe"] = C
+                    setups["msrlwe+pre"] = C
+                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = linalg.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
+                                                       for j in range(4)], (d, d3), 4, "rlwe")
+            A = rng.uniform(-1, 1, (d, d3))
+            for th in threads:
+                hemlp.set_num_threads(th)
+                t_gemm, gemm_blas = fp64_gemm_seconds(U, A, th, args.repeats)
+                for fmt, C in setups.items():
+                    kw = dict(weight_bits=args.weight_bits)
+                    if fmt == "mlwe":
+                        kw["keys"] = mk
+                    if fmt == "msrlwe+pre":
+                        t0 = time.perf_counter()
+                        kw["precomputed"] = linalg.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits)
+                        t_pre = time.perf_counter() - t0
+                    out = linalg.pcmm(U, C, **kw)
+                    m = measure(lambda: linalg.pcmm(U, C, **kw), args.repeats)
+                    # correctness on the first rows
+                    if fmt.startswith("msrlwe"):
+                        got = linalg.decrypt_matrix(ctx, out, msk)[:4]
+                        want = U[:4] @ Mf
+                    else:
+                        got = linalg.decrypt_matrix(ctx, out, sk)[:4]
+                        Mt = np.stack([M[i % distinct] for i in range(d)])
+                        if fmt == "rlwe" and d3 == 4 * N:
+                            Mt = np.stack([M[i % distinct] for i in range(d)])
+                        want = U[:4] @ Mt
+                    rec = dict(d=d, d3=d3, d3_label=label, format=fmt, threads=th, pcmm_s=m["median_s"],
+                               gemm_s=t_gemm, gemm_blas_threads=gemm_blas, ratio=m["median_s"] / t_gemm,
+                               bits=_bits(got - want),
+                               level=level, weight_bits=args.weight_bits)
+                    if fmt == "msrlwe+pre":
+                        rec["precompute_s"] = t_pre
+                    results.append(rec)
+                    rows.append([f"{d}x{d} @ {d}x{label}", fmt, th, report.fmt_seconds(m["median_s"]),
+                                 report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]),
+                                 report.fmt_bits(rec["bits"])])
+    if args.baseline:
+        # Halevi-Shoup diagonals (BSGS, hoisted) on the d3 = N/2 shape: the d x d3 batch packs as d-slot
+        # blocks, slots/d vectors per ciphertext, so d3*d/slots independent column-packs of equal work.
+        # One pack is timed on the real path; the total is that time times the number of packs.
+        from hemlp.baselines import halevi_shoup as hs
+
+        for d in sizes:
+            U = rng.normal(0, 1 / math.sqrt(d), (d, d))
+            gks = ctx.rotation_keys(sk, hs.rotation_steps(U, slots))
+            X = rng.uniform(-1, 1, (d, slots // d))
+            ct = hs.pack(ctx, X, pk, d, level=level)[0]
+            for th in threads:
+                hemlp.set_num_threads(th)
+                m = measure(lambda: hs.matvec(ctx, U, ct, gks), args.repeats)
+                packs = d  # d3 = slots columns, slots // d per pack
+                got = hs.unpack(ctx, [hs.matvec(ctx, U, ct, gks)], sk, d, X.shape[1], d)
+                total = m["median_s"] * packs
+                t_gemm = next(r["gemm_s"] for r in results if r["d"] == d and r["d3"] == slots and r["threads"] == th)
+                rec = dict(d=d, d3=slots, d3_label="N/2", format="halevi-shoup", threads=th, pcmm_s=total,
+                           per_pack_s=m["median_s"], packs=packs, gemm_s=t_gemm, ratio=total / t_gemm,
+                           bits=_bits(got - U @ X), level=level)
+                results.append(rec)
+                rows.append([f"{d}x{d} @ {d}xN/2", "HS diagonals", th,
+                             f"{report.fmt_seconds(total)} ({packs} x {report.fmt_seconds(m['median_s'])})",
+                             report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]), report.fmt_bits(rec["bits"])])
+    report.table(["shape", "format", "thr", "PCMM", "fp64 GEMM", "ratio", "bits"], rows,
+                 title=f"PCMM at level {level} ({args.preset}, N=2^{ctx.params.log_n}, weights {args.weight_bits} bits)")
+    if args.json:
+        report.write_json(args.json, "pcmm", {"preset": args.preset, "results": results})
+    return 0

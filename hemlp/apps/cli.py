@@ -1,0 +1,543 @@
+"""The ``hemlp`` command line: compile a model, then keygen / encrypt (client) → run (server) →
+decrypt (client) through files, plus batch jobs, benchmarks and a demo.
+
+    hemlp compile model.onnx --input-shape 1,28,28 --batch-size 16 -o mnist.hemlp
+    hemlp keygen mnist.hemlp -o keys/                 # keys/secret.key (client only), keys/eval.keys
+    hemlp encrypt mnist.hemlp -k keys/secret.key -i x.npy -o x.ct
+    hemlp run mnist.hemlp -e keys/eval.keys -i x.ct -o y.ct      # server: no secret key involved
+    hemlp decrypt mnist.hemlp -k keys/secret.key -i y.ct -o y.npy
+    hemlp demo                                        # train → compile → encrypted inference on MNIST digits
+
+Every command refuses to overwrite an existing output unless ``--force``; ``--json`` prints one
+JSON object on stdout for programs (progress and messages go to stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RAY_ISSUE = "the Ray runtime issue (README, \"Not yet\": the Ray runtime)"
+
+
+class CLIError(Exception):
+    """A user-facing error: printed without a traceback, exit status 2."""
+
+
+# ----------------------------------------------------------------------------------------------
+# output helpers
+class UI:
+    def __init__(self, args):
+        self.json = getattr(args, "json", False)
+        self.quiet = getattr(args, "quiet", False)
+        self.result: dict = {}
+
+    def msg(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def step(self, desc: str):
+        """A spinner with elapsed time on a terminal (rich), a start/done line otherwise."""
+        t0 = time.perf_counter()
+        live = None
+        if not self.quiet and sys.stderr.isatty():
+            try:
+                from rich.console import Console
+                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+                live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True)
+                live.start()
+                live.add_task(desc, total=None)
+            except ImportError:
+                live = None
+        if live is None:
+            self.msg(f"{desc} ...")
+        try:
+            yield
+        finally:
+            if live is not None:
+                live.stop()
+        dt = time.perf_counter() - t0
+        self.result.setdefault("seconds", {})[desc] = round(dt, 4)
+        self.msg(f"{desc}: done in {dt:.2f} s")
+
+    def progress(self, iterable, desc: str, total=None):
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return iterable
+        return tqdm(iterable, desc=desc, total=total, disable=self.quiet, file=sys.stderr, leave=False,
+                    mininterval=0.5)
+
+    def finish(self, text_lines=()):
+        if self.json:
+            print(json.dumps(self.result, indent=1, default=str))
+        else:
+            for line in text_lines:
+                print(line)
+
+
+def check_new(path: Path, force: bool, what: str = "output") -> Path:
+    path = Path(path)
+    if path.exists() and not force:
+        raise CLIError(f"{what} {path} exists; pass --force to overwrite it")
+    return path
+
+
+def fsize(path: Path) -> int:
+    p = Path(path)
+    return p.stat().st_size if p.is_file() else sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def human(n: int) -> str:
+    for u in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or u == "GiB":
+            return f"{n:.0f} {u}" if u == "B" else f"{n:.1f} {u}"
+        n /= 1024
+
+
+# ----------------------------------------------------------------------------------------------
+# hemlp API access (the compiler and the runtime artefacts)
+def compile_fn():
+    from hemlp.model import compile
+
+    return compile
+
+
+def load_compiled(path, insecure: bool = False):
+    """The compiled model directory under this user's security policy (--insecure: accept test presets)."""
+    from hemlp.model import load
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CLIError(f"{path} is not a compiled model directory (create one with `hemlp compile`)")
+    return load(path, allow_insecure=insecure)
+
+
+def load_secret_key(path, compiled):
+    return compiled.load_secret_key(path)
+
+
+def load_eval_keys(path, compiled):
+    return compiled.load_eval_keys(path)
+
+
+def load_ciphertext(path, compiled):
+    return compiled.load_encrypted(path)
+
+
+def load_array(path) -> "np.ndarray":  # noqa: F821
+    import numpy as np
+
+    path = Path(path)
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                key = "x" if "x" in z.files else z.files[0]
+                return np.asarray(z[key], dtype=np.float64)
+        return np.asarray(np.load(path, allow_pickle=False), dtype=np.float64)
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"cannot read input array {path}: {exc} (expected a .npy / .npz numpy file)") from None
+
+
+def parse_shape(s: str) -> tuple:
+    try:
+        shape = tuple(int(v) for v in s.replace("x", ",").split(",") if v.strip())
+    except ValueError:
+        raise CLIError(f"--input-shape {s!r}: expected comma-separated integers such as 1,28,28") from None
+    if not shape or min(shape) < 1:
+        raise CLIError(f"--input-shape {s!r}: expected positive integers")
+    return shape
+
+
+# ----------------------------------------------------------------------------------------------
+# commands
+def cmd_compile(args, ui: UI):
+    import numpy as np
+
+    out = check_new(args.output, args.force, "compiled model directory")
+    model = Path(args.model)
+    if not model.exists():
+        raise CLIError(f"model file {model} not found")
+    if args.example:
+        example = load_array(args.example)
+    elif args.input_shape:
+        example = np.zeros((1,) + parse_shape(args.input_shape))
+    else:
+        raise CLIError("give an example input (--example x.npy, used for activation ranges) or --input-shape C,H,W")
+    if model.suffix == ".onnx":
+        src = str(model)
+    elif model.suffix in (".pt", ".pth"):
+        import torch
+
+        # A whole pickled nn.Module runs the file's code when loaded: only with the user's explicit trust.
+        try:
+            src = torch.load(str(model), weights_only=not args.trust_pickle)
+        except Exception as exc:  # torch raises UnpicklingError (or RuntimeError in older versions) here
+            if args.trust_pickle:
+                raise
+            raise CLIError(f"{model} is a pickled model: loading it would run code from the file ({exc.__class__.__name__})."
+                           " Export ONNX instead, or pass --trust-pickle if you trust where the file comes from")
+        if not isinstance(src, torch.nn.Module):
+            raise CLIError(f"{model} holds a {type(src).__name__}, not a whole torch.nn.Module "
+                           "(save with torch.save(model, path), or export ONNX)")
+        src.eval()
+    else:
+        raise CLIError(f"{model}: expected an .onnx file or a torch.save'd nn.Module (.pt)")
+    options = {}
+    if args.preset:
+        options["preset"] = args.preset
+    if args.layout:
+        options["layout"] = args.layout
+    for kv in args.option or []:
+        if "=" not in kv:
+            raise CLIError(f"--option {kv!r}: expected key=value")
+        k, v = kv.split("=", 1)
+        try:
+            options[k] = json.loads(v)
+        except json.JSONDecodeError:
+            options[k] = v
+    fn = compile_fn()
+    with ui.step("compile"):
+        compiled = fn(src, example, batch_size=args.batch_size, allow_insecure=args.insecure, **options)
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    compiled.save(out)
+    ui.result.update(command="compile", output=str(out), bytes=fsize(out), batch_size=args.batch_size,
+                     plan=str(compiled.plan))
+    ui.finish([str(compiled.plan), f"compiled model: {out} ({human(fsize(out))})"])
+
+
+def cmd_keygen(args, ui: UI):
+    out = Path(args.output)
+    sk_path, ek_path = out / "secret.key", out / "eval.keys"
+    for p in (sk_path, ek_path):
+        check_new(p, args.force, "key file")
+    compiled = load_compiled(args.compiled, args.insecure)
+    with ui.step("keygen"):
+        sk, ek = compiled.keygen()
+    out.mkdir(parents=True, exist_ok=True)
+    sk.save(sk_path)
+    ek.save(ek_path)
+    ui.result.update(command="keygen", secret_key=str(sk_path), eval_keys=str(ek_path),
+                     bytes={"secret_key": fsize(sk_path), "eval_keys": fsize(ek_path)})
+    ui.finish([f"secret key (keep on the client): {sk_path} ({human(fsize(sk_path))})",
+               f"evaluation keys (send to the server): {ek_path} ({human(fsize(ek_path))})"])
+
+
+def cmd_encrypt(args, ui: UI):
+    out = check_new(args.output, args.force, "ciphertext file")
+    compiled = load_compiled(args.compiled, args.insecure)
+    sk = load_secret_key(args.key, compiled)
+    x = load_array(args.input)
+    with ui.step(f"encrypt {tuple(x.shape)}"):
+        ct = compiled.encrypt(x, sk)
+    ct.save(out)
+    ui.result.update(command="encrypt", output=str(out), bytes=fsize(out), input_shape=list(x.shape))
+    ui.finish([f"ciphertext: {out} ({human(fsize(out))})"])
+
+
+def cmd_run(args, ui: UI):
+    out = check_new(args.output, args.force, "ciphertext file")
+    compiled = load_compiled(args.compiled, args.insecure)
+    ek = load_eval_keys(args.eval_keys, compiled)
+    ct = load_ciphertext(args.input, compiled)
+    with ui.step("run (encrypted)"):
+        y = compiled.run(ct, ek)
+    y.save(out)
+    ui.result.update(command="run", output=str(out), bytes=fsize(out))
+    ui.finish([f"encrypted result: {out} ({human(fsize(out))})"])
+
+
+def cmd_decrypt(args, ui: UI):
+    import numpy as np
+
+    out = check_new(args.output, args.force, "output file") if args.output else None
+    compiled = load_compiled(args.compiled, args.insecure)
+    sk = load_secret_key(args.key, compiled)
+    ct = load_ciphertext(args.input, compiled)
+    with ui.step("decrypt"):
+        y = np.asarray(compiled.decrypt(ct, sk))
+    if out is not None:
+        with open(out, "wb") as f:
+            np.save(f, y)
+    pred = y.reshape(len(y), -1).argmax(1).tolist() if y.ndim >= 1 and len(y) else []
+    ui.result.update(command="decrypt", output=str(out) if out else None, shape=list(y.shape), argmax=pred)
+    if args.json and args.values:
+        ui.result["values"] = y.tolist()
+    lines = [f"decrypted {tuple(y.shape)} -> {out}" if out else f"decrypted {tuple(y.shape)}",
+             f"argmax: {pred}"]
+    ui.finish(lines)
+
+
+def _ray_runner():
+    """The batch-job module exposing run_model_batch(compiled, eval_keys_path, inputs, out_dir, address), or None."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        return None, "the `ray` package is not installed"
+    for name in ("hemlp.runtime.jobs",):
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+        except ImportError:
+            continue
+        mod = importlib.import_module(name)
+        if callable(getattr(mod, "run_model_batch", None)):
+            return mod, ""
+    return None, "hemlp's batch jobs (hemlp.runtime.jobs) do not exist yet"
+
+
+def cmd_batch(args, ui: UI):
+    runner, why = _ray_runner()
+    if runner is None:
+        from hemlp.errors import UnsupportedError
+
+        raise UnsupportedError(f"hemlp batch needs the Ray runtime: {why}; it is tracked in {RAY_ISSUE}. "
+                               "Meanwhile run batches one by one with `hemlp run`.")
+    src = Path(args.inputs)
+    inputs = sorted(src.glob("*.ct")) if src.is_dir() else [src]
+    if not inputs or not all(p.is_file() for p in inputs):
+        raise CLIError(f"no ciphertext files found at {src} (a file, or a directory of *.ct)")
+    out = Path(args.output)
+    resumable = (out / "batch_manifest.json").is_file()
+    if out.exists() and not args.force and not resumable and (out.is_file() or any(out.iterdir())):
+        raise CLIError(f"output directory {out} exists and is not a batch job to resume; pass --force to reuse it")
+    kw = {"restart": bool(args.force), "progress": not ui.quiet, "allow_insecure": bool(args.insecure)}
+    if args.workers:
+        kw["num_workers"] = args.workers
+    with ui.step(f"batch of {len(inputs)} ciphertext file(s) on Ray" + (" (resuming)" if resumable and not args.force
+                                                                          else "")):
+        files = runner.run_model_batch(str(args.compiled), str(args.eval_keys), inputs, out, address=args.address, **kw)
+    ui.result.update(command="batch", outputs=[str(f) for f in files], output_dir=str(out))
+    ui.finish([f"{len(files)} result(s) in {out}"])
+
+
+def cmd_bench(args, ui: UI):
+    cmd = [sys.executable, "-m", "hemlp.bench"] + args.bench_args
+    return subprocess.call(cmd)
+
+
+def cmd_demo(args, ui: UI):
+    """Train a small HE-friendly net on real MNIST digits, compile it, and classify encrypted digits
+    through files exactly as client and server would."""
+    import tempfile
+
+    import numpy as np
+
+    try:
+        import torch  # noqa: F401
+
+        from hemlp.datasets import load_mnist_sample
+        from hemlp.models import build
+        from hemlp.models.train import predict, shift_augment, train
+    except ImportError as exc:
+        ui.msg(f"the model demo needs the ml extras ({exc}); running the core demo instead "
+               "(pip install 'hemlp[ml]' for the full one)")
+        from hemlp.apps import demo
+
+        return demo.main([])
+    tr, te = load_mnist_sample(True), load_mnist_sample(False, limit=args.samples)
+    model = build(args.model, (1, 28, 28), 10, seed=args.seed)
+    x_train, y_train = shift_augment(tr.x, tr.y) if args.augment else (tr.x, tr.y)
+    with ui.step(f"train {args.model} on {len(tr)} real MNIST digits{' + 6 shifted copies' if args.augment else ''} "
+                 f"({args.epochs} epochs)"):
+        train(model, x_train, y_train, epochs=args.epochs, lr=1e-2 if args.model == "fhe4dmm" else 2e-3,
+              seed=args.seed, progress=not ui.quiet)
+    plain = predict(model, te.x).argmax(1)
+    fn = compile_fn()
+    n = len(te)
+    with ui.step(f"compile (batch {n}{', INSECURE test parameters' if args.insecure else ', 128-bit'})"):
+        compiled = fn(model, tr.x[:256], batch_size=n, allow_insecure=args.insecure)
+    ui.msg(str(compiled.plan))
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        compiled.save(d / "model")
+        with ui.step("client: keygen"):
+            sk, ek = compiled.keygen()
+        sk.save(d / "secret.key")
+        ek.save(d / "eval.keys")
+        with ui.step(f"client: encrypt {n} digits"):
+            compiled.encrypt(te.x, sk).save(d / "x.ct")
+        server = load_compiled(d / "model", args.insecure)
+        with ui.step("server: run on ciphertexts (no secret key)"):
+            y = server.run(load_ciphertext(d / "x.ct", server), load_eval_keys(d / "eval.keys", server))
+            y.save(d / "y.ct")
+        with ui.step("client: decrypt"):
+            logits = np.asarray(compiled.decrypt(load_ciphertext(d / "y.ct", compiled), sk)).reshape(n, -1)
+        sizes = {f.name: fsize(f) for f in d.iterdir()}
+    pred = logits.argmax(1)
+    acc_enc, acc_plain = float(np.mean(pred == te.y)), float(np.mean(plain == te.y))
+    ui.result.update(command="demo", samples=n, accuracy_encrypted=acc_enc, accuracy_plaintext=acc_plain,
+                     agreement=float(np.mean(pred == plain)), bytes=sizes)
+    single = []
+    if args.single > 0:
+        import time
+
+        with ui.step(f"single-image requests: compile for batch 1, keygen, classify {args.single} digits one by one"):
+            one = fn(model, tr.x[:256], batch_size=1, allow_insecure=args.insecure)
+            sk1, ek1 = one.keygen()
+            one.prepare()
+            lat, hits = [], 0
+            for i in range(min(args.single, n)):
+                ct = one.encrypt(te.x[i: i + 1], sk1)
+                t0 = time.perf_counter()
+                out = one.run(ct, ek1)
+                lat.append(time.perf_counter() - t0)
+                hits += int(np.asarray(one.decrypt(out, sk1)).reshape(-1).argmax() == plain[i])
+        med = float(np.median(lat))
+        ui.result.update(single_image=dict(layout=one.layout, n=len(lat), agreement=hits / len(lat),
+                                           run_seconds_median=med))
+        single = [f"one digit at a time (layout {one.layout_impl.label.strip('()')}, {one.preset}): "
+                  f"{med * 1e3:.0f} ms per digit on the server (median of {len(lat)}), "
+                  f"{hits} / {len(lat)} equal to plaintext"]
+    ui.finish([f"labels:     {te.y[:20].tolist()}{' ...' if n > 20 else ''}",
+               f"encrypted:  {pred[:20].tolist()}{' ...' if n > 20 else ''}",
+               f"accuracy on {n} held-out digits: encrypted {acc_enc * 100:.1f} %, plaintext {acc_plain * 100:.1f} %",
+               "files exchanged: " + ", ".join(f"{k} {human(v)}" for k, v in sorted(sizes.items()))] + single)
+
+
+# ----------------------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hemlp", description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="\n".join(__doc__.splitlines()[2:]))
+    from hemlp import __version__
+
+    ap.add_argument("--version", action="version", version=f"hemlp {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(p, output=True, out_help="output file"):
+        p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress or messages on stderr")
+        if output:
+            p.add_argument("-o", "--output", required=True, help=out_help)
+            p.add_argument("--force", action="store_true", help="overwrite an existing output")
+
+    p = sub.add_parser("compile", help="compile an ONNX / torch model into a deployable plan directory")
+    p.add_argument("model", help="model.onnx, or a torch.save'd nn.Module (.pt)")
+    p.add_argument("--input-shape", help="per-sample input shape, e.g. 1,28,28 (when no --example)")
+    p.add_argument("--example", help=".npy with representative inputs (activation ranges)")
+    p.add_argument("--batch-size", type=int, default=1, help="samples per encrypted batch")
+    p.add_argument("--preset", help="CKKS preset (default: the compiler's 128-bit choice)")
+    p.add_argument("--layout", default=None,
+                   help="auto (default: the planner's cost estimate for --batch-size) or a layout of hemlp.layouts: "
+                        "batch (one feature per ciphertext, large batches), packed (samples in the slots, one or a "
+                        "few samples), mlwe (the batch along the coefficients); see docs/layouts.md")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="extra hemlp.compile option (JSON value)")
+    p.add_argument("--insecure", action="store_true", help="allow INSECURE test presets (testing only)")
+    p.add_argument("--trust-pickle", action="store_true",
+                   help="load a torch.save'd nn.Module (.pt) although unpickling runs code from the file")
+    common(p, out_help="compiled model directory")
+    p.set_defaults(fn=cmd_compile)
+
+    p = sub.add_parser("keygen", help="client: secret key + evaluation keys for a compiled model")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
+    p.add_argument("compiled")
+    common(p, out_help="key directory (secret.key, eval.keys)")
+    p.set_defaults(fn=cmd_keygen)
+
+    p = sub.add_parser("encrypt", help="client: encrypt a .npy batch of inputs")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
+    p.add_argument("compiled")
+    p.add_argument("-k", "--key", required=True, help="secret.key")
+    p.add_argument("-i", "--input", required=True, help="inputs .npy (batch, *input_shape)")
+    common(p, out_help="ciphertext file")
+    p.set_defaults(fn=cmd_encrypt)
+
+    p = sub.add_parser("run", help="server: evaluate the model on a ciphertext file (no secret key)")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
+    p.add_argument("compiled")
+    p.add_argument("-e", "--eval-keys", required=True, help="eval.keys")
+    p.add_argument("-i", "--input", required=True, help="ciphertext file")
+    common(p, out_help="result ciphertext file")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("decrypt", help="client: decrypt a result ciphertext to .npy")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
+    p.add_argument("compiled")
+    p.add_argument("-k", "--key", required=True, help="secret.key")
+    p.add_argument("-i", "--input", required=True, help="result ciphertext file")
+    p.add_argument("-o", "--output", help="output .npy (optional)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output")
+    p.add_argument("--values", action="store_true", help="with --json: include the decrypted values")
+    common(p, output=False)
+    p.set_defaults(fn=cmd_decrypt)
+
+    p = sub.add_parser("batch", help="server: run many ciphertext files on a Ray cluster")
+    p.add_argument("--insecure", action="store_true",
+                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
+    p.add_argument("compiled")
+    p.add_argument("-e", "--eval-keys", required=True)
+    p.add_argument("-i", "--inputs", required=True, help="a ciphertext file or a directory of *.ct")
+    p.add_argument("--address", help="Ray cluster address (default: local)")
+    p.add_argument("--workers", type=int, help="Ray workers (default: the runtime's choice)")
+    common(p, out_help="output directory (an interrupted job resumes; --force starts it over)")
+    p.set_defaults(fn=cmd_batch)
+
+    p = sub.add_parser("bench", help="benchmarks (runs python -m hemlp.bench with the remaining arguments)",
+                       add_help=False)
+    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("demo", help="train, compile and classify encrypted MNIST digits end to end")
+    p.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
+                   help="train on one-pixel shifted copies too (~97.6%% instead of ~96%% for the MLP)")
+    p.add_argument("--samples", type=int, default=1000,
+                   help="held-out digits classified under encryption (all 1000 fit one batch of slots)")
+    p.add_argument("--single", type=int, default=10,
+                   help="then classify this many digits one at a time with a batch-1 model (layout P); 0: skip")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--insecure", action="store_true", help="INSECURE small parameters (fast; testing only)")
+    common(p, output=False)
+    p.set_defaults(fn=cmd_demo)
+    return ap
+
+
+def main(argv=None) -> int:
+    # OpenMP threads that spin at barriers collapse when other processes share the cores (2-thread ops 8x
+    # slower on a loaded machine); sleeping waiters cost microseconds per region. An application's choice, so
+    # made here, before the native core loads, not by `import hemlp`; users may override it.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # pass everything (including --help) through to python -m hemlp.bench
+        return subprocess.call([sys.executable, "-m", "hemlp.bench"] + argv[1:])
+    ap = parser()
+    args = ap.parse_args(argv)
+    if not getattr(args, "fn", None):
+        ap.print_help()
+        return 2
+    ui = UI(args)
+    from hemlp.errors import HemlpError
+
+    try:
+        rc = args.fn(args, ui)
+        return int(rc or 0)
+    except (CLIError, HemlpError, FileNotFoundError) as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"command": args.command, "error": type(exc).__name__, "message": str(exc)}))
+        print(f"hemlp {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Smoke tests of ``python -m hemlp.bench`` and ``scripts/bench_peers.py``.
+
+The fast tests use the insecure ``test-N12`` preset; anything that needs the peers' venvs
+(OpenFHE under Python 3.10, TenSEAL) is marked ``slow``.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+OPS = ["ntt", "encode", "encrypt", "decrypt", "mul", "rotate", "rotate_hoisted8"]
+PRECISION = ["mult_bits", "rotate_bits"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def _run(args, timeout=600):
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _ckks_present():
+    return (REPO / "hemlp" / "fhe" / "ckks.py").exists()
+
+
+needs_ckks = pytest.mark.skipif(not _ckks_present(),
+                                reason="hemlp.fhe.ckks not written yet (RNS-CKKS core in progress)")
+
+
+def _bits(v):
+    return math.inf if v == "inf" else float(v)
+
+
+def test_dispatch_lists_core():
+    r = _run(["-m", "hemlp.bench", "--help"])
+    assert r.returncode == 0, r.stderr
+    assert "core" in r.stdout
+    r = _run(["-m", "hemlp.bench", "no-such-bench"])
+    assert r.returncode == 2 and "unknown subcommand" in r.stderr
+
+
+def test_report_json_envelope(tmp_path):
+    sys.path.insert(0, str(REPO))
+    from hemlp.apps.bench import measure, report
+
+    m = measure(lambda: sum(range(100)), repeats=3)
+    assert m["repeats"] == 3 and len(m["samples"]) == 3 and m["median_s"] > 0
+    path = tmp_path / "sub" / "r.json"
+    report.write_json(path, "unit", {"x": float("inf"), "m": m})
+    doc = json.loads(path.read_text())
+    assert doc["schema"].startswith("hemlp-bench/") and doc["subcommand"] == "unit"
+    assert doc["x"] == "inf"
+    mach = doc["machine"]
+    for key in ("cpu", "python", "blas", "date", "git", "env"):
+        assert key in mach
+    assert mach["cpu"]["logical_cores"] >= 1
+    env = report.benchmark_env({"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512", "A": "1"})
+    assert env == {"A": "1"}
+
+
+@needs_ckks
+def test_core_smoke(tmp_path):
+    out = tmp_path / "core.json"
+    r = _run(["-m", "hemlp.bench", "core", "--preset", "test-N12", "--repeats", "1",
+              "--threads", "1", "--json", str(out), "--allow-insecure"])
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert doc["subcommand"] == "core"
+    assert doc["machine"]["cpu"]["model"]
+    (res,) = doc["results"]
+    assert res["threads"] == 1
+    for op in OPS:
+        rec = res["ops"][op]
+        assert rec["median_s"] > 0, op
+        assert all(s > 0 for s in rec["samples"]), op
+    for key in PRECISION:
+        assert _bits(res["precision"][key]) > 10, (key, res["precision"])
+    assert res["ntt_roundtrip_ok"] is True
+    # the table names every op
+    for label in ("NTT (one limb)", "ct x ct + relin + rescale", "8 hoisted rotations"):
+        assert label in r.stdout
+
+
+@needs_ckks
+def test_core_refuses_insecure_without_flag(tmp_path):
+    r = _run(["-m", "hemlp.bench", "core", "--preset", "test-N12", "--repeats", "1",
+              "--threads", "1", "--json", str(tmp_path / "x.json")])
+    assert r.returncode != 0
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.slow
+def test_bench_peers_core(tmp_path):
+    """Creates the peers' venvs on first use (~1 min), then runs OpenFHE, TenSEAL and hemlp."""
+    out = tmp_path / "peers.json"
+    peers = "hemlp,openfhe,tenseal" if _ckks_present() else "openfhe,tenseal"
+    r = _run([str(REPO / "scripts" / "bench_peers.py"), "core", "--logn", "14", "--threads", "1",
+              "--repeats", "1", "--peers", peers, "--json", str(out)], timeout=3600)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    (run,) = doc["runs"]
+    for name in peers.split(","):
+        res = run["peers"][name]
+        if "error" in res:  # a peer that cannot be installed must say why, never fake a number
+            assert res["error"], name
+            continue
+        for op in OPS:
+            assert res["ops"][op]["median_s"] > 0, (name, op)
+        for key in PRECISION:
+            assert _bits(res["precision"][key]) > 10, (name, key)
+    if "hemlp" in peers and "error" not in run["peers"]["hemlp"]:
+        for peer in ("openfhe", "tenseal"):
+            if "error" not in run["peers"][peer]:
+                assert run["ratios_hemlp_over_peer"][peer]["mul"] > 0
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_ray_mlp_smoke(tmp_path, nodes):
+    """bench ray --model mlp end to end on a tiny insecure chain: every mode bit-identical, the object-store bytes
+    equal to the model, and the back-to-back Ray runs recorded; --nodes 2: Ray as two raylets, PCMMs on a grid
+    across them."""
+    pytest.importorskip("ray")
+    out = tmp_path / "ray.json"
+    r = _run(["-m", "hemlp.bench", "ray", "--model", "mlp", "--preset", "test-N12", "--allow-insecure",
+              "--dims", "16,8,4", "--batch", "64", "--repeats", "1", "--warmup", "0", "--back-to-back", "2",
+              "--json", str(out)] + (["--nodes", "2", "--grids", "1x1x1x2"] if nodes == 2 else []))
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert {x["label"] for x in doc["results"]} >= {"local, 1 thread(s)", "Ray, 2 worker(s)"}
+    assert all(x["bit_identical"] for x in doc["results"])
+    for x in doc["results"]:
+        for g in x.get("groups", {}).values():
+            assert g["bytes_vs_model"] == pytest.approx(1.0)
+    assert len(doc["back_to_back"]) == 2 and all(b["seconds"] > b["input_put_s"] > 0 for b in doc["back_to_back"])
+    assert doc["summary"]["back_to_back_s"] > 0 and "one right after the other" in r.stdout
+    assert doc["nodes"] == nodes
+    if nodes == 2:  # the part split over the two raylets: each PCMM a wave of 2 tasks
+        two = next(x for x in doc["results"] if x["label"] == "Ray, 2 worker(s)")
+        assert any(g["grid"] == [1, 1, 1, 2] and g["tasks"] == 2 for g in two["groups"].values())
+
+
+def test_files_smoke(tmp_path):
+    """bench files on a tiny insecure batch: every operation timed and the loaded batch equal to the saved one."""
+    out = tmp_path / "files.json"
+    r = _run(["-m", "hemlp.bench", "files", "--preset", "test-N12", "--allow-insecure", "--dims", "16,8,4",
+              "--batch", "64", "--repeats", "1", "--json", str(out)])
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert doc["round_trip_equal"] and doc["ciphertexts"] == 16 and doc["bytes"] > 16 * 2 ** 12
+    assert set(doc["ops"]) == {"to_bytes", "save", "from_bytes", "load"}
+    assert all(v["median_s"] > 0 for v in doc["ops"].values())
