@@ -1,4 +1,4 @@
-// The native object behind a Python hemlp.ckks.Context: context plus its tools, built once.
+// The native object behind a Python hemlp.fhe.ckks.Context: context plus its tools, built once.
 #pragma once
 #include "ckks/encoder.h"
 #include "ckks/errors.h"

@@ -163,7 +163,7 @@ class Runner {
     if (c == 0) {
       p = ev_.mul_relin_rescale(A, B, *rlk_);
       if (basis_ == PolyBasis::Chebyshev) p = ev_.add_const_exact(p, -1.0);
-    } else {  // 2 T_a T_b - T_c: T_c joins the product before its rescale (one rounding, as in hemlp/polyeval.py)
+    } else {  // 2 T_a T_b - T_c: T_c joins the product before its rescale (one rounding, as in hemlp/he/polynomial.py)
       p = ev_.mul(A, B, rlk_);
       const Ciphertext tcd = ev_.drop_to_level(power(c), l);
       Ciphertext corr = ev_.mul_const(tcd, 1.0, p.scale / tcd.scale);

@@ -1,7 +1,7 @@
 // Homomorphic evaluation of a polynomial given in the Chebyshev (T_i on [-1, 1]) or power basis,
 // depth-optimal (ceil(log2(deg + 1)) levels) and landing on an exact target scale.
 //
-// Algorithm (baby-step / giant-step, Lattigo-style scale targets; the C++ port of hemlp/polyeval.py):
+// Algorithm (baby-step / giant-step, Lattigo-style scale targets; the C++ port of hemlp/he/polynomial.py):
 //  * powers B_n are built on demand, B_n = B_a B_b with a the largest power of two below n (for Chebyshev,
 //    T_n = 2 T_a T_b - T_{a-b}, the correction subtracted before the product's rescale so there is one
 //    rounding); a product without a correction is one fused mul_relin_rescale. When a product's natural scale
