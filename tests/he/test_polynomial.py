@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from hemlp.fhe import ckks
-
 from hemlp.he import polynomial
 from hemlp.errors import LevelError
 

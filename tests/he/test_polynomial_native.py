@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 from hemlp import _core
-
 from hemlp.fhe import ckks
-
 from hemlp.he import polynomial
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ScaleMismatchError
 

@@ -71,8 +71,8 @@ def _tile_rows(cts_by_row, d2):
 def main(args) -> int:
     import hemlp
     from hemlp import linalg
-
     from hemlp.fhe import ckks
+
     try:
         import threadpoolctl  # noqa: F401
     except ImportError:
