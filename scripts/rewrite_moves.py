@@ -7,7 +7,7 @@ What it rewrites, for every line ``old.module -> new.module`` of MOVES.txt:
   (polyeval -> polynomial) has its uses ``polyeval.`` renamed in that file;
 - dotted paths anywhere (imports, strings, docstrings, monkeypatch targets): ``hemlp.ckks`` -> ``hemlp.fhe.ckks``;
 - file paths: ``hemlp/ckks.py`` -> ``hemlp/fhe/ckks.py``, ``tests/core/`` -> ``tests/fhe/``.
-Idempotent (a new path never matches an old one). Review the diff: depth-based paths (``Path(__file__).parents[k]``)
+Idempotent (a new path never matches an old one; checked on the whole tree). Review the diff: depth-based paths (``Path(__file__).parents[k]``)
 of moved files are not touched.
 """
 from __future__ import annotations
@@ -50,7 +50,8 @@ class Rewriter:
         for o, n in self.moves.items():
             po, pn = o.replace(".", "/"), n.replace(".", "/")
             self.paths.append((re.compile(rf"(?<![\w./]){re.escape(po)}\.py\b"), pn + ".py"))
-            self.paths.append((re.compile(rf"(?<![\w./]){re.escape(po)}/"), pn + "/"))
+            keep = r"(?!__main__)" if o in imports_only else ""     # hemlp/bench/__main__.py stays
+            self.paths.append((re.compile(rf"(?<![\w./]){re.escape(po)}/{keep}"), pn + "/"))
 
     def _module(self, dotted: str) -> str:
         """Where a (possibly moved) package now lives: hemlp.bench -> hemlp.apps.bench."""
@@ -92,6 +93,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rw = Rewriter(*read_moves(args.moves))
     for f in args.files:
+        if f.resolve() in (Path(__file__).resolve(), args.moves.resolve()):
+            continue                                                  # their examples name the old paths
         try:
             text = f.read_text()
         except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
