@@ -35,7 +35,7 @@ CtS applies B̃_L first (h = n/2) and B̃_1 last; StC applies B_1 first and B_L 
 Levels and scale
 ----------------
 The log2(n) butterfly stages are grouped into `depth` levels (special_fft.group_sizes). Each
-level is one linear_transform.LinearTransform (generalised diagonals, BSGS with hoisted baby
+level is one lintrans.LinearTransform (generalised diagonals, BSGS with hoisted baby
 steps) whose diagonals are encoded at scale q_ℓ (the prime the following rescale divides by),
 so each level consumes exactly one level and returns the scale unchanged: output level =
 input level − depth, output scale = input scale, exactly. A merged group of r stages has at most
@@ -53,7 +53,7 @@ Evaluation: each level runs natively in one call (LinearTransform.apply with a C
 hoisted by default: faster than single hoisting at every CtS / StC level of bootstrapping set B
 (N = 2^15: 1.07x-1.5x in CPU time) and 3 bits more precise in StC; diagonals encoded over Q_ℓ ∪ P,
 cached per (context, level): DFTPlan.nbytes. hoisting="auto" picks per level by
-linear_transform.choose_hoisting (single wins at low levels with many diagonals); native=False runs
+lintrans.choose_hoisting (single wins at low levels with many diagonals); native=False runs
 the Python reference path (and an OpCounter in place of the context counts it).
 
 Keys: dft_rotation_steps(plan, ...) lists exactly the rotation steps a plan's evaluation uses

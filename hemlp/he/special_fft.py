@@ -21,7 +21,7 @@ with B̃_s = B_s⁻¹: for t < h, (B̃_s v)[p] = (v[p] + v[p+h])/2 and (B̃_s v)
 has entries of modulus <= 1). Both identities are checked against the dense U and against the
 core's own special FFT in tests/he/test_dft.py.
 
-Each stage has 3 generalised diagonals (offsets 0, +h, −h mod n; see linear_transform for the
+Each stage has 3 generalised diagonals (offsets 0, +h, −h mod n; see hemlp.he.lintrans for the
 convention diag_k[i] = T[i, (i+k) mod n]). A product of r consecutive stages has at most
 2^(r+1) − 1 diagonals (offsets Σ ε_s h_s, ε_s ∈ {−1, 0, 1}), fewer when an offset wraps mod n.
 

@@ -16,7 +16,7 @@ Default slots: the smallest power of two >= max(ml, ln, mn). FAME eq. 16 takes m
 only, which cannot hold the m×n output when l < min(m, n) (Type II); we add mn.
 
 Alg. 2: A0 = HLT(A, U^σ), B0 = HLT(B, U^τ); then for k < l, AB += HLT(A0, U^{ε^k}) ⊙ HLT(B0, U^{ω^k}).
-Each HLT is the BSGS transform of linear_transform (one rescale, FAME Alg. 3 hoisting); the l
+Each HLT is the BSGS transform of hemlp.he.lintrans (one rescale, FAME Alg. 3 hoisting); the l
 ε-transforms all rotate A0 (and the ω-transforms B0), so they use one common n1 and their baby
 steps share one hoisted decomposition. The d products are summed before one relinearisation and one rescale: depth 3.
 """
