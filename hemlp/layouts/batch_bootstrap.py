@@ -17,7 +17,6 @@ the level a bootstrap lands at (the primes above belong to the bootstrap).
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 import warnings
@@ -34,7 +33,7 @@ from hemlp.compiler.params import depth_of, output_reserve, step_cost
 from hemlp.errors import EncodingError, LevelError, ParameterError
 from hemlp.layouts.base import Planned
 from hemlp.linalg import CtMatrix
-from hemlp.planner.bootstrap_placement import BOOT_BENCH_DIR, BootstrapCost, LevelNode, Placement, place_bootstraps
+from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, Placement, place_bootstraps
 from hemlp.planner.layouts import estimate_batch
 from hemlp.runtime.local import LocalExecutor, run_step
 from hemlp.runtime.local import simulate as simulate_rows
@@ -151,23 +150,10 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
             raise EncodingError(f"value {b.value!r} reaches {peak / margin:.4g} on the example input: too large to "
                                 f"bootstrap at scale 2^{params.log_scale:g} (at most {limit:g}); normalise the "
                                 "layer's weights or inputs")
-    new = apply_placement(steps, placement, factors, _noise_bits(boot), params.N // 2)
+    new = apply_placement(steps, placement, factors, boot.precision_bits or DEFAULT_NOISE_BITS, params.N // 2)
     top = next(s.level_out for s in new if s.op == "input")
     preset = dict(info, depth=info["depth"])
     return Planned(new, params, preset, depth_of(steps), reserve, top, bs, opts, max_out)
-
-
-def _noise_bits(boot: BootstrapCost) -> float:
-    """The measured worst-case precision of the preset's bootstrap (bench JSON), else the design floor."""
-    for path in sorted(BOOT_BENCH_DIR.glob("boot_*.json")) if BOOT_BENCH_DIR.is_dir() else []:
-        try:
-            d = json.loads(path.read_text())
-            if d.get("subcommand") == "boot" and d.get("input_encryption", "sk") == "sk" and \
-                    path.name in boot.source:
-                return float(min(r["max_bits"] for r in d["results"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return DEFAULT_NOISE_BITS
 
 
 # ---------------------------------------------------------------------------------------

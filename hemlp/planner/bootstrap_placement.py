@@ -69,12 +69,14 @@ class LevelNode:
 @dataclass(frozen=True)
 class BootstrapCost:
     """What one bootstrap gives and costs: the level it lands at, and seconds per ciphertext (single, and per
-    pair of real ciphertexts refreshed together by Bootstrapper.bootstrap_pair; None: no pairing)."""
+    pair of real ciphertexts refreshed together by Bootstrapper.bootstrap_pair; None: no pairing);
+    precision_bits: the measured worst-case precision of its output (None: not measured)."""
 
     levels_after: int
     seconds: float
     pair_seconds: Optional[float] = None
     source: str = "given"
+    precision_bits: Optional[float] = None
 
     def __post_init__(self):
         if isinstance(self.levels_after, bool) or not isinstance(self.levels_after, int) or self.levels_after < 0:
@@ -113,7 +115,7 @@ class BootstrapCost:
         measured = _measurements(bench_dir, threads)
         own = next((m for m in measured if m["preset"] == name), None)
         if own is not None:
-            return cls(levels_after, own["seconds"], own["pair_seconds"], own["source"])
+            return cls(levels_after, own["seconds"], own["pair_seconds"], own["source"], own["precision_bits"])
         ref = min(measured or [_REFERENCE], key=lambda m: abs(math.log2(m["N"]) - math.log2(params.N)))
         f = (params.N * math.log2(params.N) * (params.max_level + 1) ** 2) / (
             ref["N"] * math.log2(ref["N"]) * (ref["max_level"] + 1) ** 2)
@@ -140,7 +142,9 @@ def _measurements(bench_dir: Optional[Path], threads: int) -> list[dict]:
             pair = r.get("bootstrap_pair", {}).get("median_s")
             levels = d["levels_left"] + d["params"]["cts_depth"] + d["params"]["stc_depth"] + math.ceil(
                 math.log2(d["params"]["degree"] + 1)) + d["params"]["double_angles"]
+            bits = [x["max_bits"] for x in d["results"] if "max_bits" in x]
             out.append(dict(preset=d["preset"], N=int(d["N"]), max_level=int(levels),
+                            precision_bits=float(min(bits)) if bits else None,
                             seconds=float(r["bootstrap"]["median_s"]),
                             pair_seconds=None if pair is None else float(pair),
                             source=f"measured, bench/{path.name} ({d['preset']}, {threads} thread(s), "

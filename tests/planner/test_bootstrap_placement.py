@@ -204,13 +204,13 @@ def test_cost_model_from_the_bootstrapping_parameters_and_the_benchmarks():
     n16 = BootstrapCost.from_params(Params.preset("N16-boot"))
     assert n16.levels_after == 12
     assert n16.seconds == pytest.approx(8.478, rel=1e-3) and n16.pair_seconds == pytest.approx(8.026, rel=1e-3)
-    assert "boot_N16.json" in n16.source
+    assert "boot_N16.json" in n16.source and n16.precision_bits == pytest.approx(19.78, abs=0.01)
     n12 = BootstrapCost.from_params(Params.preset("test-N12-boot"))
     assert n12.levels_after == 3 and 0 < n12.seconds < 2 and "measured" in n12.source
     # without measurements: scaled from the built-in N16 reference by N log N (L+1)^2
     est = BootstrapCost.from_params(Params.preset("test-N12-boot"), bench_dir=None)
     f = (4096 * 12 * 17 ** 2) / (65536 * 16 * 29 ** 2)
-    assert est.seconds == pytest.approx(8.478 * f) and "estimate" in est.source
+    assert est.seconds == pytest.approx(8.478 * f) and "estimate" in est.source and est.precision_bits is None
     assert est.seconds_for(5) == pytest.approx(2 * est.pair_seconds + est.seconds)
     assert est.bootstraps_for(5) == 3
     with pytest.raises(ParameterError, match="not a bootstrapping preset"):
