@@ -120,3 +120,39 @@ def test_unsupported_bootstrap_requests_are_typed_errors(data):
         hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, preset="test-N12-d6")
     with pytest.raises(ParameterError, match="not 128-bit secure"):
         hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, preset="test-N12-boot")
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(6, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.d = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        h = h + torch.nn.functional.silu(self.b(h))
+        h = h + torch.tanh(self.c(h))
+        return self.d(h)
+
+
+def test_residual_blocks_bootstrapped_encrypted_equal_simulate():
+    # test-N10-boot (N = 2^10: fast); its bootstrap time is the N12 measurement scaled (an estimate, printed so)
+    torch.manual_seed(1)
+    x = np.random.default_rng(2).uniform(-1, 1, (40, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(Residual(), x, batch_size=40, bootstrap=True, allow_insecure=True, activation_degree=3,
+                           preset="test-N10-boot")
+    levels = {s.out: s.level_out for s in cm.steps}
+    adds = [s for s in cm.steps if s.op == "add"]
+    assert len(adds) == 2
+    for s in adds:       # both branches read at the level the join needs; the join lands >= 0
+        a, b = (levels[i] for i in s.inputs)
+        assert s.level_out == min(a, b) - (a == b) >= 0
+    assert sum(s.op == "bootstrap" for s in cm.steps) >= 2
+    assert "estimate" in str(cm.plan)
+    sim = cm.simulate(x)
+    sk, ek = cm.keygen()
+    y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek, threads=1), sk)
+    assert np.array_equal(y.argmax(1), sim.argmax(1))
+    assert np.max(np.abs(y - sim)) < 2.0 ** -12
