@@ -102,4 +102,10 @@ class Batch(Layout):
         return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:
+        if self.bootstrapped:
+            # the zero-padded slots are a sample too (the network on a zero input) and their values enter every
+            # bootstrap's coefficients: simulate whole encrypted batches, padding included
+            cap = self.capacity
+            return self.in_groups(lambda G: batch_bootstrap.simulate_padded(self.steps, G, cap, self.weight_bits),
+                                  X, cap)
         return simulate_rows(self.steps, X.T, self.weight_bits).T

@@ -39,7 +39,7 @@ from hemlp.runtime.local import LocalExecutor, run_step
 from hemlp.runtime.local import simulate as simulate_rows
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
-           "summary", "summary_text", "run", "bootstrap_rows"]
+           "summary", "summary_text", "simulate_padded", "run", "bootstrap_rows"]
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
 BOOT_PRESETS = dict(secure="N16-boot", insecure="test-N12-boot")
@@ -70,6 +70,14 @@ def level_dag(steps, params, batch: int) -> list[LevelNode]:
         else:
             nodes.append(LevelNode(s.out, "op", tuple(s.inputs), step_cost(s), s.rows * chunks, per_limb))
     return nodes
+
+
+def simulate_padded(steps, G: np.ndarray, capacity: int, weight_bits: int) -> np.ndarray:
+    """G (n <= capacity samples, features) -> outputs (n, ...), simulated as one encrypted batch: the slots past n
+    hold zeros (encrypt pads with them), i.e. samples of a zero input, and enter the bootstraps' range checks."""
+    X = np.zeros((G.shape[1], capacity))
+    X[:, : G.shape[0]] = G.T
+    return simulate_rows(steps, X, weight_bits).T[: G.shape[0]]
 
 
 def _value(steps, x: np.ndarray, name: str, weight_bits: int) -> np.ndarray:
@@ -139,6 +147,7 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     bs = int(batch_size) if batch_size is not None else params.N // 2
     placement = place_bootstraps(level_dag(steps, params, bs), boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])
+    X = np.concatenate([X, np.zeros((X.shape[0], 1))], axis=1)    # + the padding slots' zero-input sample
     factors = {}
     limit = params.q[0] / 2.0 ** (8 + params.log_scale)      # ScaleDown from level 0: c * Δ * 2^R <= q0
     for b in placement.bootstraps:
