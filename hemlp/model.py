@@ -15,7 +15,9 @@ activation_range ((lo, hi), or dict by node name; default calibrated), activatio
 activation_method ("chebyshev" | "lsq" | "minimax"), weight_bits (20), allow_insecure (False),
 preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids),
 layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
-the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff).
+the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: layout (A)
+on a bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
+bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap).
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
 slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
@@ -50,9 +52,10 @@ from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
 from hemlp.errors import (EncodingError, InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
-                          ParameterError, SerializationError, ShapeError)
+                          ParameterError, SerializationError, ShapeError, UnsupportedError)
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
+from hemlp.layouts.batch_bootstrap import plan_bootstrapped
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
 from hemlp.runtime.local import simulate as simulate_rows
@@ -63,7 +66,7 @@ __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 #: compile()'s options and their defaults (see the module docstring)
 OPTIONS = dict(activation_degree=7, activation_range=None, activation_margin=0.2, activation_method="chebyshev",
                weight_bits=20, allow_insecure=False, preset=None, workers=4, layout="auto",
-               encrypted_weights=False, dft_depth=None)
+               encrypted_weights=False, dft_depth=None, bootstrap=False)
 #: the options a compiled model keeps (the others only steer compilation)
 STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
 
@@ -419,27 +422,34 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     g = fold(_frontend(model_or_onnx_path, x))
     _approximate_activations(g, x, opts)
     steps = lower(g)
-    pcmm_levels = max(c.pcmm_levels for c in cands)
-    depth = depth_of(steps, pcmm_levels)
-    # output magnitude check against q_0 of the candidate preset
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        y_sim = simulate_rows(steps, x.reshape(x.shape[0], -1).T, int(opts["weight_bits"]))
-    max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
-    allow = bool(opts["allow_insecure"])
-    info = choose_preset(depth, allow, opts["preset"])
-    params = Params.preset(info["name"])
-    reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
-    if reserve:
-        info = choose_preset(depth, allow, opts["preset"], reserve=reserve)
+    if opts["bootstrap"]:      # layout (A) with bootstraps placed by the planner (hemlp.layouts.batch_bootstrap)
+        if opts["layout"] not in ("auto", "batch") or opts["encrypted_weights"]:
+            raise UnsupportedError("bootstrap=True places bootstraps in layout (A) only so far (layout='batch'); "
+                                   "the other layouts are issue #18 item 2")
+        lay, estimates = layouts.choose([layouts.get("batch")], plan_bootstrapped(steps, x, opts, batch_size))
+        steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
+    else:
+        pcmm_levels = max(c.pcmm_levels for c in cands)
+        depth = depth_of(steps, pcmm_levels)
+        # output magnitude check against q_0 of the candidate preset
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y_sim = simulate_rows(steps, x.reshape(x.shape[0], -1).T, int(opts["weight_bits"]))
+        max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
+        allow = bool(opts["allow_insecure"])
+        info = choose_preset(depth, allow, opts["preset"])
         params = Params.preset(info["name"])
-    top = depth + reserve
-    plan_levels(steps, top, pcmm_levels)
-    bs = int(batch_size) if batch_size is not None else params.N // 2
-    if bs < 1:
-        raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
-    lay, estimates = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
-                                                           max_out))
+        reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
+        if reserve:
+            info = choose_preset(depth, allow, opts["preset"], reserve=reserve)
+            params = Params.preset(info["name"])
+        top = depth + reserve
+        plan_levels(steps, top, pcmm_levels)
+        bs = int(batch_size) if batch_size is not None else params.N // 2
+        if bs < 1:
+            raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
+        lay, estimates = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
+                                                               max_out))
     info, params, depth, top, reserve = lay.preset_info, lay.params, lay.depth, lay.top_level, lay.reserve
     opts = dict(lay.options)
     slots = params.N // 2

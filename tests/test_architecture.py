@@ -33,8 +33,9 @@ LAYERS = {
     "hemlp.baselines": ("hemlp.fhe", "hemlp.he", "hemlp.baselines"),           # comparison code only
     "hemlp.planner": ("hemlp.planner",),                                       # pure Python: no scheme, no Ray
     "hemlp.compiler": ("hemlp.fhe", "hemlp.he", "hemlp.planner", "hemlp.compiler"),
-    "hemlp.runtime": ("hemlp.fhe", "hemlp.he", "hemlp.linalg", "hemlp.planner", "hemlp.compiler",
-                      "hemlp.runtime"),                                        # executes plans: no layout logic
+    # executes plans (their bootstrap steps included: hemlp.bootstrap is a building block below it); no layout logic
+    "hemlp.runtime": ("hemlp.fhe", "hemlp.he", "hemlp.linalg", "hemlp.bootstrap", "hemlp.planner", "hemlp.compiler",
+                      "hemlp.runtime"),
     # resumable batch jobs take a compiled-model directory (hemlp.load): the one runtime module above the model
     "hemlp.runtime.jobs": ("hemlp", "hemlp.fhe", "hemlp.linalg", "hemlp.runtime"),
 }

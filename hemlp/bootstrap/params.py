@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from hemlp.errors import LevelError, ParameterError
 
-__all__ = ["BootParams", "PRESET_DEPTHS"]
+__all__ = ["BootParams", "PRESET_DEPTHS", "preset_levels_consumed"]
 
 #: (CtS depth, StC depth) per preset chain (the chains are laid out for exactly these depths)
 PRESET_DEPTHS = {"N16-boot": (4, 3), "test-N12-boot": (3, 2), "test-N10-boot": (3, 2)}
@@ -92,3 +92,11 @@ class BootParams:
         if ctx.modulus(0) < (1 << (self.log_message_ratio + 20)):
             raise ParameterError(f"q0 = 2^{math.log2(ctx.modulus(0)):.1f} leaves too little room for a message "
                                  f"ratio of 2^{self.log_message_ratio}")
+
+
+def preset_levels_consumed(name: str) -> int:
+    """Levels one bootstrap consumes on the preset chain `name` with its default depths."""
+    if name not in PRESET_DEPTHS:
+        raise ParameterError(f"{name!r} is not a bootstrapping preset: use one of {sorted(PRESET_DEPTHS)}")
+    cts, stc = PRESET_DEPTHS[name]
+    return BootParams(cts_depth=cts, stc_depth=stc).levels_consumed

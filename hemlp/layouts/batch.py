@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from hemlp import linalg
+from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
+from hemlp.errors import MissingKeyError, UnsupportedError
+from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
 from hemlp.runtime.local import run as run_local
@@ -20,9 +23,11 @@ __all__ = ["Batch"]
 
 class Batch(Layout):
     name, label = "batch", "(A)"
+    _boot = None        # (BootstrapKeys, Bootstrapper) of the last bootstrapped run
 
     def estimate(self) -> float:
-        return estimate_batch(self.steps, self.params, self.batch_size)
+        b = batch_bootstrap.summary(self.steps, self.params, self.batch_size)
+        return estimate_batch(self.steps, self.params, self.batch_size) + (0.0 if b is None else b["boot_seconds"])
 
     def id_fields(self) -> list:
         return []   # the first layout: its model ids predate the layout option
@@ -35,8 +40,19 @@ class Batch(Layout):
                 f"weights quantised to {info['weight_bits']} bits; eval keys: "
                 + ("relinearisation key only (no rotations)" if info["needs_relin"] else "none (linear model)")]
 
+    @property
+    def bootstrapped(self) -> bool:
+        """True when the planner placed bootstraps in the program (compile(..., bootstrap=True))."""
+        return bool(batch_bootstrap.bootstrap_steps(self.steps))
+
+    def plan_info(self) -> dict:
+        b = batch_bootstrap.summary(self.steps, self.params, self.batch_size)
+        return {} if b is None else dict(bootstrap=b)
+
     @staticmethod
     def finish_plan_text(text: str, info: dict) -> str:
+        if info.get("bootstrap"):
+            text += "\n" + batch_bootstrap.summary_text(info["bootstrap"])
         if info.get("matmuls"):
             text += f"\n# FHE4DMM (for the distributed runtime, {info['workers']} workers):"
             for m in info["matmuls"]:
@@ -55,11 +71,30 @@ class Batch(Layout):
     def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
         return linalg.decrypt_matrix(ctx, ctm, sk)[:, :batch].T
 
+    def keygen(self, ctx, sk) -> tuple:
+        rlk, gk, mp = super().keygen(ctx, sk)
+        if not self.bootstrapped:
+            return rlk, gk, mp
+        return rlk, gk, mp, BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx))
+
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
         if weights is not None:
             raise TypeError("weights= is only for models compiled with encrypted_weights=True")
+        if self.bootstrapped:
+            if getattr(eval_keys, "bootstrap_keys", None) is None:
+                raise MissingKeyError("this plan bootstraps: its eval keys need the bootstrapping keys; use keygen()'s "
+                                      "eval_keys")
+            if runtime == "ray":
+                raise UnsupportedError("bootstrapped plans run in process for now (runtime='local'); Ray for them "
+                                       "is issue #18 item 2")
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+        if self.bootstrapped:
+            keys = eval_keys.bootstrap_keys
+            if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
+                self._boot = (keys, Bootstrapper(ctx, keys))
+            return batch_bootstrap.run(ctx, self.steps, ct.ctm, eval_keys.relin_key, self._boot[1], self.weight_bits,
+                                       timings)
         if runtime == "ray":
             from hemlp.runtime.ray import run_on_ray   # Ray is optional: imported only when asked for
 
@@ -67,4 +102,10 @@ class Batch(Layout):
         return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:
+        if self.bootstrapped:
+            # the zero-padded slots are a sample too (the network on a zero input) and their values enter every
+            # bootstrap's coefficients: simulate whole encrypted batches, padding included
+            cap = self.capacity
+            return self.in_groups(lambda G: batch_bootstrap.simulate_padded(self.steps, G, cap, self.weight_bits),
+                                  X, cap)
         return simulate_rows(self.steps, X.T, self.weight_bits).T

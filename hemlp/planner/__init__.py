@@ -5,7 +5,8 @@ Chen et al., "FHE4DMM", IEEE TPDS 2025 [S0]; reconstructions per BRIEF §4:
 * ``obl``     — Algorithm 2 (Optimal Block Layout, corrected), eq. (1), Table II, eq. (3);
 * ``grid``    — Algorithm 3 processor grids minimising eq. (5) / eq. (6), latency eq. (7);
 * ``alg4``    — op counts of Algorithm 1 vs Algorithm 4 (loop interchange);
-* ``chain``   — layouts across a chain of MMs (DP / exhaustive / greedy) and MCM order.
+* ``chain``   — layouts across a chain of MMs (DP / exhaustive / greedy) and MCM order;
+* ``bootstrap_placement`` — where to bootstrap in a level DAG (exact DP / exhaustive; issue #18).
 
 Nothing here touches ciphertexts or the C++ core.
 """
@@ -18,6 +19,14 @@ from hemlp.planner.alg4 import (
     cgemm_breakdown,
     run_alg1,
     run_alg4,
+)
+from hemlp.planner.bootstrap_placement import (
+    BootstrapCost,
+    LevelNode,
+    Placement,
+    evaluate_placement,
+    place_bootstraps,
+    place_bootstraps_exhaustive,
 )
 from hemlp.planner.chain import (
     Activation,
@@ -56,4 +65,6 @@ __all__ = [
     # chain
     "Activation", "ChainPlan", "ChainStep", "MCMPlan", "default_reblock_cost", "mcm_bruteforce", "mcm_order",
     "obl_cost_fn", "plan_chain", "plan_chain_exhaustive", "plan_chain_greedy",
+    # bootstrap_placement
+    "BootstrapCost", "LevelNode", "Placement", "evaluate_placement", "place_bootstraps", "place_bootstraps_exhaustive",
 ]

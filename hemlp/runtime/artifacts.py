@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hemlp.bootstrap import BootstrapKeys
 from hemlp.fhe.ckks import GaloisKeys, Params, RelinKey, from_bytes
 from hemlp.errors import KeyMismatchError, SerializationError
 from hemlp.linalg import CtMatrix, ModPackKeys
@@ -84,11 +85,12 @@ def _write(path, data):
 class EvalKeys:
     """Server-side keys of one compiled model: the relinearisation key (layout A needs no rotations),
     in layout (P) the rotation keys of the program's rotations, in layout (A′) the CoeffToSlot /
-    SlotToCoeff rotation keys with the conjugation key, and the ModPack keys of its MLWE products."""
+    SlotToCoeff rotation keys with the conjugation key, and the ModPack keys of its MLWE products; a plan
+    with bootstraps (compile(..., bootstrap=True)) adds its hemlp.bootstrap.BootstrapKeys."""
 
-    def __init__(self, model_id: str, relin_key=None, galois_keys=None, modpack_keys=None):
+    def __init__(self, model_id: str, relin_key=None, galois_keys=None, modpack_keys=None, bootstrap_keys=None):
         self.model_id, self.relin_key, self.galois_keys = model_id, relin_key, galois_keys
-        self.modpack_keys = modpack_keys
+        self.modpack_keys, self.bootstrap_keys = modpack_keys, bootstrap_keys
 
     @property
     def key_id(self):
@@ -98,31 +100,43 @@ class EvalKeys:
     @property
     def nbytes(self) -> int:
         """Bytes of key material (the seeded a-halves not counted)."""
-        return sum(k.nbytes for k in (self.relin_key, self.galois_keys, self.modpack_keys) if k is not None)
+        return sum(k.nbytes for k in (self.relin_key, self.galois_keys, self.modpack_keys, self.bootstrap_keys)
+                   if k is not None)
 
     def __repr__(self):
         rot = "" if self.galois_keys is None else f", rotation keys={len(self.galois_keys.elements)}"
         mp = "" if self.modpack_keys is None else f", ModPack keys={self.modpack_keys.k}"
+        bk = "" if self.bootstrap_keys is None else ", bootstrapping keys"
         return (f"EvalKeys(model={self.model_id}, relin_key={'yes' if self.relin_key is not None else 'none needed'}"
-                f"{rot}{mp})")
+                f"{rot}{mp}{bk})")
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, ctx=None) -> bytes:
+        """ctx: the model's context (needed only to serialise bootstrapping keys)."""
         rb = b"" if self.relin_key is None else self.relin_key.to_bytes()
         gb = b"" if self.galois_keys is None else self.galois_keys.to_bytes()
         mb = b"" if self.modpack_keys is None else self.modpack_keys.to_bytes()
-        return pack("eval_keys", dict(model_id=self.model_id, has_relin=self.relin_key is not None,
-                                      relin_bytes=len(rb), galois_bytes=len(gb), modpack_bytes=len(mb)), rb + gb + mb)
+        bb = b""
+        if self.bootstrap_keys is not None:
+            if ctx is None:
+                raise TypeError("EvalKeys with bootstrapping keys serialise with their context: to_bytes(ctx) / "
+                                "save(path, ctx)")
+            bb = self.bootstrap_keys.to_bytes(ctx)
+        header = dict(model_id=self.model_id, has_relin=self.relin_key is not None, relin_bytes=len(rb),
+                      galois_bytes=len(gb), modpack_bytes=len(mb))
+        if bb:
+            header["bootstrap_bytes"] = len(bb)
+        return pack("eval_keys", header, rb + gb + mb + bb)
 
-    def save(self, path) -> None:
-        _write(path, self.to_bytes())
+    def save(self, path, ctx=None) -> None:
+        _write(path, self.to_bytes(ctx))
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EvalKeys":
         h, payload = unpack_for(data, "eval_keys", compiled, "generate keys with this model's keygen()")
         nr, ng = h.get("relin_bytes", len(payload) if h.get("has_relin") else 0), h.get("galois_bytes", 0)
-        nm = h.get("modpack_bytes", 0)
-        if not (isinstance(nr, int) and isinstance(ng, int) and isinstance(nm, int) and 0 <= nr and 0 <= ng
-                and 0 <= nm and nr + ng + nm == len(payload)):
+        nm, nb = h.get("modpack_bytes", 0), h.get("bootstrap_bytes", 0)
+        if not (isinstance(nr, int) and isinstance(ng, int) and isinstance(nm, int) and isinstance(nb, int)
+                and 0 <= nr and 0 <= ng and 0 <= nm and 0 <= nb and nr + ng + nm + nb == len(payload)):
             raise SerializationError("eval_keys: the header does not match the payload; the file is corrupted")
         rlk = gk = None
         if h.get("has_relin"):
@@ -133,10 +147,12 @@ class EvalKeys:
             gk = from_bytes(payload[nr:nr + ng], compiled.context)
             if not isinstance(gk, GaloisKeys):
                 raise SerializationError("eval_keys: the second payload is not a set of rotation keys")
-        mp = None
+        mp = bk = None
         if nm:
-            mp = ModPackKeys.from_bytes(payload[nr + ng:], compiled.context)
-        return cls(h["model_id"], rlk, gk, mp)
+            mp = ModPackKeys.from_bytes(payload[nr + ng:nr + ng + nm], compiled.context)
+        if nb:
+            bk = BootstrapKeys.from_bytes(bytes(payload[nr + ng + nm:]), compiled.context)
+        return cls(h["model_id"], rlk, gk, mp, bk)
 
     @classmethod
     def load(cls, path, compiled) -> "EvalKeys":

@@ -19,6 +19,7 @@ from hemlp.compiler.ir import gather_apply, matmul_index
 from hemlp.errors import LevelError, MissingKeyError
 from hemlp.linalg import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
+from hemlp.runtime.bootstrap_sim import simulate_bootstrap
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
            "range_check", "add_aligned", "ct_products"]
@@ -72,8 +73,10 @@ def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
         elif s.op == "matmul":
             ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
             y = np.einsum("otb,otb->ob", x[ia], vals[s.inputs[1]][ib])
-        elif s.op in ("alias", "output"):
+        elif s.op in ("alias", "output", "drop"):
             y = x
+        elif s.op == "bootstrap":     # placed by hemlp.planner.bootstrap_placement (bootstrap=True)
+            y = simulate_bootstrap(s, x)
         else:
             raise AssertionError(s.op)
         vals[s.out] = y

@@ -1,0 +1,52 @@
+"""The plaintext model of a placed bootstrap step (layout A), so that ``simulate`` stays the oracle of the
+encrypted run (issue #18, item 1):
+
+* the EvalMod input range: the encrypted step divides every ciphertext by its power-of-two ``scale_factor``
+  c (a re-tag of the scale, free) and bootstrapping needs the coefficients of each ciphertext's slot
+  vector, in units of the scale, within 1 (hemlp.bootstrap.max_coefficient, the quantity
+  Bootstrapper.check_input_range bounds); beyond it the result loses precision and then wraps around,
+  so the simulation raises EncodingError naming the step and the fix instead of returning numbers the
+  encrypted run would not give;
+* the precision loss: bootstrapping returns the slots with an error of about 2^-noise_bits in units of
+  the scale (measured: bench/boot_*.json), multiplied by c when the result is multiplied back by c; the
+  simulation adds Gaussian noise of that size, seeded per step (the same numbers on every call).
+
+A step: op "bootstrap", info = {"scale_factor": c, "noise_bits": b, "seed": s, "slots": n}.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hemlp.bootstrap import max_coefficient
+from hemlp.errors import EncodingError
+
+__all__ = ["simulate_bootstrap", "input_range"]
+
+
+def input_range(x: np.ndarray, slots: int) -> float:
+    """Largest coefficient (units of the scale) over the ciphertexts of a rows matrix (features x batch) laid
+    out in layout (A): row r, chunk j holds x[r, j*slots:(j+1)*slots], zero-padded."""
+    X = np.asarray(x, dtype=np.float64)
+    worst = 0.0
+    for j in range(0, max(1, X.shape[1]), slots):
+        block = X[:, j: j + slots]
+        for row in block:
+            z = np.zeros(slots)
+            z[: row.size] = row
+            worst = max(worst, max_coefficient(z))
+    return worst
+
+
+def simulate_bootstrap(step, x: np.ndarray) -> np.ndarray:
+    """x (rows matrix) after the bootstrap step: range-checked, with the bootstrap's error added."""
+    info = step.info
+    c = float(info["scale_factor"])
+    m = input_range(x / c, int(info["slots"]))
+    if m > 1.0:
+        raise EncodingError(
+            f"bootstrap {step.out!r}: its input's largest coefficient is {m * c:.4g}, above the {c:g} the plan "
+            f"divides by (EvalMod needs coefficients <= 1 in units of the scale, else the result wraps around). "
+            f"The input batch is outside the range the model was compiled for: recompile with a representative "
+            f"example input (or a larger activation_margin)")
+    rng = np.random.default_rng(int(info["seed"]))
+    return x + rng.normal(0.0, c * 2.0 ** -float(info["noise_bits"]), size=x.shape)
