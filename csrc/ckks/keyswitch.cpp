@@ -176,6 +176,72 @@ void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>&
   }
 }
 
+// r_j = round(u_j / (P q_l)) over Q_{l-1}: the ModDown of a Q_l ∪ P accumulator fused with the rescale.
+// y = (u - [u]_P) / P is formed on the q_l limb only, in coefficient form (the fast base conversion's
+// error, a small multiple of P, is divided by q_l afterwards), then its centred residue is folded into
+// the converted P part of every other limb: r_i = (u_i - NTT(conv_i + P·[y]_{q_l}))·(P q_l)^-1. Rounding
+// is exact for the q_l step, as in a separate rescale, and it saves l + 1 NTTs per polynomial against
+// ModDown then rescale. (A single base conversion from {q_l} ∪ P would be as cheap but adds an
+// integer error of up to (|P| + 1)/2 at the output scale: measured 0.8 bit worse.)
+void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]) {
+  const size_t n = ctx.n();
+  const int K = ctx.num_p();
+  // limbs P then q_l of both polynomials, to coefficient form
+  ScratchPoly low((size_t)2 * (K + 1) * n);
+  for (int j = 0; j < 2; ++j) {
+    std::copy(u[j]->begin() + (size_t)(l + 1) * n, u[j]->begin() + (size_t)(l + 1 + K) * n,
+              low.begin() + (size_t)j * (K + 1) * n);
+    std::copy(u[j]->begin() + (size_t)l * n, u[j]->begin() + (size_t)(l + 1) * n,
+              low.begin() + (size_t)(j * (K + 1) + K) * n);
+  }
+#pragma omp parallel for schedule(static)
+  for (int job = 0; job < 2 * (K + 1); ++job) {
+    const int m = job % (K + 1);
+    ctx.ntt(m < K ? ctx.p_index(m) : l).inverse(low.data() + (size_t)job * n);
+  }
+  // conv_i = FBC_P(u) for i <= l, coefficient form; r_j limbs 0..l-1 hold conv_i, w_l the q_l one
+  ScratchPoly wl((size_t)2 * n);
+  std::vector<int> targets(l + 1);
+  for (int i = 0; i <= l; ++i) targets[i] = i;
+  for (int j = 0; j < 2; ++j) {
+    out[j]->resize((size_t)l * n);
+    std::vector<const u64*> in(K);
+    for (int m = 0; m < K; ++m) in[m] = low.data() + (size_t)(j * (K + 1) + m) * n;
+    std::vector<u64*> outp(l + 1);
+    for (int i = 0; i < l; ++i) outp[i] = out[j]->data() + (size_t)i * n;
+    outp[l] = wl.data() + (size_t)j * n;
+    ctx.moddown_converter().convert(in.data(), outp.data(), n, &targets);
+  }
+  // y = (u_l - conv_l) · P^-1 mod q_l (coefficient form), in place of conv_l
+  const Modulus& ql = ctx.modulus(l);
+  const u64 pinv_l = ctx.p_inv_mod_q(l), pinv_lp = ring::shoup_precompute(pinv_l, ql.q);
+  for (int j = 0; j < 2; ++j)
+    ring::sub_mul_shoup_vec(low.data() + (size_t)(j * (K + 1) + K) * n, wl.data() + (size_t)j * n, pinv_l, pinv_lp,
+                            ql.q, nullptr, wl.data() + (size_t)j * n, n);
+  std::vector<u64> inv(l), invp(l);  // (P q_l)^-1 mod q_i
+  for (int i = 0; i < l; ++i) {
+    const Modulus& q = ctx.modulus(i);
+    inv[i] = ring::inv_mod(q.mul(ctx.p_mod_q(i), ql.q % q.q), q.q);
+    invp[i] = ring::shoup_precompute(inv[i], q.q);
+  }
+#pragma omp parallel for schedule(static)
+  for (int job = 0; job < 2 * l; ++job) {
+    const int j = job / l, i = job % l;
+    const u64 qi = ctx.modulus(i).q, pm = ctx.p_mod_q(i), pmp = ring::shoup_precompute(pm, qi);
+    u64* __restrict r = out[j]->data() + (size_t)i * n;
+    const u64* __restrict y = wl.data() + (size_t)j * n;
+    const Modulus& mi = ctx.modulus(i);
+    const u64 half = ql.q >> 1, ql_mod = ql.q % qi;
+    for (size_t x = 0; x < n; ++x) {  // centred residue of y mod q_i without a division
+      u64 v = mi.reduce128(y[x]);
+      if (y[x] > half) v = ring::sub_mod(v, ql_mod, qi);
+      r[x] = ring::add_mod(r[x], ring::mul_shoup(v, pm, pmp, qi), qi);
+    }
+    ctx.ntt(i).forward(r);
+    ring::sub_mul_shoup_vec(u[j]->data() + (size_t)i * n, r, inv[i], invp[i], qi, nullptr, r, n);
+  }
+}
+
 void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64* add_to) {
   moddown_many(ctx, level, {&u}, {&out}, {add_to});
 }

@@ -5,7 +5,7 @@ Precision is -log2(max |error|) over all slots. Measured on this chain (BOOTSTRA
 and lintrans, stc_log_scaling 8): random complex slots in [-1, 1]² 22.7–22.9 bits max (≈ 24.3 mean), real
 23.3–23.7, constant vectors (coefficients at the message-ratio edge) 13.3 bits (1.0) / 14.8 (−0.7), two
 bootstraps in a row 21.7, pair packing 22.6–22.7. With stc_log_scaling 0 (EvalMod landing at Δ·q0/Δ0')
-random data gets 21.6. The N = 2^16 target (>= 20 bits max) is checked in the slow test.
+random data gets 22.1 (21.6 before the fused multiply-relinearise-rescale rounded exactly). The N = 2^16 target (>= 20 bits max) is checked in the slow test.
 """
 import math
 import warnings
@@ -148,7 +148,9 @@ def test_stc_scaling_gains_precision(env):
     direct = Bootstrapper(ctx, keys, BootParams.for_context(ctx, stc_log_scaling=0)).bootstrap(ct)
     assert direct.scale == 2.0 ** 40 and direct.level == 3
     b0, b8 = bits(ctx.decrypt(direct, sk), z), bits(ctx.decrypt(boot.bootstrap(ct), sk), z)
-    assert b8 >= b0 + 0.7, (b0, b8)        # measured 21.6 -> 22.8 at N = 2^12 (18.0 -> 21.9 at N = 2^14)
+    # measured 22.1-22.2 -> 22.8-23.0 at N = 2^12 with the exactly rounded fused rescale of EvalMod's products
+    # (21.6 -> 22.8 before it; 18.0 -> 21.9 at N = 2^14)
+    assert b8 >= b0 + 0.4, (b0, b8)
 
 
 def test_sparse_slots():
