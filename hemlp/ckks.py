@@ -297,6 +297,8 @@ class RelinKey(_Wrapped):
     level = property(lambda self: self._obj.level)
     #: bytes of key material: num_digits(level) * (level + 1 + |P|) * N * 8 (the a-halves are seeds)
     nbytes = property(lambda self: self._obj.nbytes)
+    #: bytes held in memory: the b-halves plus the a-halves expanded from their seeds (2 * nbytes)
+    memory_bytes = property(lambda self: self._obj.memory_bytes)
 
     def __repr__(self):
         return f"RelinKey(id={self.key_id:016x}, level={self.level}, digits={self._obj.num_digits})"
@@ -315,7 +317,10 @@ class GaloisKeys(_Wrapped):
     level = property(lambda self: self._obj.level)
     #: ciphertext level limit of each key, by Galois element
     levels = property(lambda self: dict(self._obj.levels))
+    #: bytes of key material (the b-halves; the a-halves are seeds), as serialised
     nbytes = property(lambda self: self._obj.nbytes)
+    #: bytes held in memory: nbytes plus the a-halves the set holds expanded (none for seeded keys)
+    memory_bytes = property(lambda self: self._obj.memory_bytes)
 
     def __repr__(self):
         return f"GaloisKeys(id={self.key_id:016x}, level={self.level}, elements={self.elements})"

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ckks/errors.h"
+#include "ckks/keygen.h"
 #include "ring/keyip.h"
 #include "ring/vecops.h"
 
@@ -65,11 +66,27 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   const int beta = (int)d.digits.size();
   check_key_level(key, level, "key switch");
   const size_t key_limbs = (size_t)key.level + 1 + K;
-  if ((int)key.b.size() < beta || (int)key.a.size() < beta)
+  const bool seeded = key.a.empty();
+  if ((int)key.b.size() < beta || (int)(seeded ? key.a_seeds.size() : key.a.size()) < beta)
     fail(ErrorKind::Parameter, "key switch: the key has fewer digits than its level needs; it is corrupted");
   for (int t = 0; t < beta; ++t)
-    if (key.b[t].size() != key_limbs * n || key.a[t].size() != key_limbs * n)
+    if (key.b[t].size() != key_limbs * n || (!seeded && key.a[t].size() != key_limbs * n))
       fail(ErrorKind::Parameter, "key switch: the key's size does not match its level; it is corrupted");
+  // a-halves: the key's own, or a seeded key's expanded from its seeds into a buffer of the calling thread
+  // (reused: no page faults per use; the digits are independent AES-CTR streams, expanded in parallel)
+  std::vector<const u64*> ka(beta);
+  if (seeded) {
+    thread_local std::vector<ScratchPoly> expanded;
+    if ((int)expanded.size() < beta) expanded.resize(beta);
+    ScratchPoly* buf = expanded.data();  // worker threads must see this thread's buffers, not their own
+    for (int t = 0; t < beta; ++t) buf[t].resize(key_limbs * n);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < beta; ++t)
+      uniform_from_seed_into(ctx, key.a_seeds[t], (int)key_limbs, true, key.level, buf[t].data());
+    for (int t = 0; t < beta; ++t) ka[t] = buf[t].data();
+  } else {
+    for (int t = 0; t < beta; ++t) ka[t] = key.a[t].data();
+  }
   u0.resize((size_t)E * n);  // every entry is written below
   u1.resize((size_t)E * n);
   const uint32_t* pm = perm ? perm->data() : nullptr;
@@ -91,7 +108,7 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
       for (int t = 0; t < beta; ++t) {
         xs[t] = d.digits[t].data() + dof;
         kbs[t] = key.b[t].data() + ko;
-        kas[t] = key.a[t].data() + ko;
+        kas[t] = ka[t] + ko;
       }
       if (ring::key_inner_product_limb_simd(xs.data(), kbs.data(), kas.data(), beta, pm, i0, i1, q.q, o0, o1))
         continue;
@@ -105,32 +122,32 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
       for (int t = 0; t < beta; ++t) {
         const u64* __restrict x = d.digits[t].data() + dof;
         const u64* __restrict kb = key.b[t].data() + ko + c0;
-        const u64* __restrict ka = key.a[t].data() + ko + c0;
+        const u64* __restrict kat = ka[t] + ko + c0;
         if (pm) {
           const uint32_t* __restrict pp = pm + c0;
           if (t == 0)
             for (size_t i = 0; i < len; ++i) {
               const u64 xv = x[pp[i]];
               acc0[i] = (u128)xv * kb[i];
-              acc1[i] = (u128)xv * ka[i];
+              acc1[i] = (u128)xv * kat[i];
             }
           else
             for (size_t i = 0; i < len; ++i) {
               const u64 xv = x[pp[i]];
               acc0[i] += (u128)xv * kb[i];
-              acc1[i] += (u128)xv * ka[i];
+              acc1[i] += (u128)xv * kat[i];
             }
         } else {
           const u64* __restrict xs = x + c0;
           if (t == 0)
             for (size_t i = 0; i < len; ++i) {
               acc0[i] = (u128)xs[i] * kb[i];
-              acc1[i] = (u128)xs[i] * ka[i];
+              acc1[i] = (u128)xs[i] * kat[i];
             }
           else
             for (size_t i = 0; i < len; ++i) {
               acc0[i] += (u128)xs[i] * kb[i];
-              acc1[i] += (u128)xs[i] * ka[i];
+              acc1[i] += (u128)xs[i] * kat[i];
             }
         }
       }

@@ -218,6 +218,35 @@ def test_keys_serialise_and_bootstrap_the_same(env, tmp_path):
         BootstrapKeys.from_bytes(bytes(data), ctx)
 
 
+def test_seeded_keys_bootstrap_bit_for_bit_like_expanded_ones(env):
+    """Galois keys held as b plus the seeds of a (expanded on use by the key switch) give the same bits as the
+    same keys held expanded, in less memory; "auto" seeds exactly the keys made for the last CoeffToSlot level
+    or lower."""
+    from hemlp.bootstrap.keys import seed_max_level
+
+    ctx, sk, pk, keys, boot = env
+    data = keys.to_bytes(ctx)
+    full = BootstrapKeys.from_bytes(data, ctx, seeded=False)
+    auto = BootstrapKeys.from_bytes(data, ctx)
+    seeded = BootstrapKeys.from_bytes(data, ctx, seeded=True)
+    assert full.nbytes == auto.nbytes == seeded.nbytes == keys.nbytes
+    assert full.galois.memory_bytes == 2 * full.galois.nbytes
+    assert seeded.galois.memory_bytes == seeded.galois.nbytes
+    cut = seed_max_level(ctx, keys.params, "auto")
+    assert cut == ctx.max_level - keys.params.cts_depth + 1
+    kept = sum(ctx.params.switch_key_bytes(lv) for lv in keys.rotation_levels.values() if lv > cut)
+    kept += ctx.params.switch_key_bytes(keys.conj_level) if keys.conj_level > cut else 0
+    assert auto.galois.memory_bytes == auto.galois.nbytes + kept
+    assert seeded.memory_bytes < auto.memory_bytes < full.memory_bytes
+    assert keys.memory_bytes == auto.memory_bytes          # generate() defaults to "auto" as well
+    z = np.random.default_rng(25).uniform(-1, 1, ctx.slots) + 1j * np.random.default_rng(26).uniform(-1, 1, ctx.slots)
+    ct = ctx.encrypt(z, pk, level=1)
+    outs = [Bootstrapper(ctx, k).bootstrap(ct).to_bytes() for k in (full, auto, seeded)]
+    assert outs[0] == outs[1] == outs[2]
+    with pytest.raises(ParameterError, match="seeded"):
+        BootstrapKeys.generate(ctx, sk, seeded="some")
+
+
 def test_coeff_to_slot_of_the_raised_ciphertext_reads_u(env):
     """T3 / F2: after ModRaise, retag K·q0 and CoeffToSlot, slot j of the real part holds u/K with
     u = I + ε, I integer (|I| <= 16) and ε = the input's coefficient x_k·Δ0'/q0 (k = rev(j)), to 2^-38."""
