@@ -3,7 +3,8 @@
 
     python scripts/bench_peers.py core --json bench/peers_core.json [--logn 14,15] [--threads 1,2]
         [--repeats 7] [--peers hemlp,openfhe,tenseal]
-    python scripts/bench_peers.py boot --json bench/peers_boot_N16.json     # run under flock /work/wt/big.lock
+    python scripts/bench_peers.py boot --json bench/peers_boot_N16.json --hemlp-json bench/boot_N16.json
+        # N = 2^16: about 10 GiB each, one after the other; run under flock /work/wt/big.lock
 
 Each peer runs in its own venv, created on demand under ``~/.cache/hemlp/peers/<name>``
 (``HEMLP_PEERS_DIR`` overrides): OpenFHE's official wheel needs Python 3.10 (pyenv's, or
@@ -574,6 +575,9 @@ def cmd_boot(a) -> int:
                 herr = f"hemlp wrote no JSON: {_tail(r.stdout + r.stderr)}"
             else:
                 hemlp_doc = json.loads(out.read_text())
+                if a.hemlp_json:  # hemlp's own bench JSON of this run, as python -m hemlp.bench boot writes it
+                    shutil.copyfile(out, a.hemlp_json)
+                    print(f"wrote {a.hemlp_json}")
         except subprocess.TimeoutExpired:
             herr = f"hemlp timed out after {SUBPROCESS_TIMEOUT} s"
     load["after_hemlp"] = report.load_average()
@@ -686,6 +690,9 @@ def main(argv=None) -> int:
     bo.add_argument("--threads", default="1,2")
     bo.add_argument("--repeats", type=int, default=1)
     bo.add_argument("--seed", type=int, default=1)
+    bo.add_argument("--hemlp-json", metavar="PATH",
+                    help="also keep hemlp's own bench JSON of this run (e.g. bench/boot_N16.json: one N = 2^16 run "
+                         "serves both files)")
     bo.add_argument("--insecure", action="store_true",
                     help="smoke test at a small N: hemlp's insecure test chain and OpenFHE's HEStd_NotSet")
     a = ap.parse_args(argv)
