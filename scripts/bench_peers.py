@@ -551,6 +551,29 @@ def cmd_pcmm(a) -> int:
     return 0
 
 
+def mem_available_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2.0 ** 20
+    except OSError:
+        pass
+    return None
+
+
+def wait_memory(min_gib: float, max_seconds: float) -> float:
+    """Sleep until MemAvailable >= min_gib or max_seconds passed; returns the seconds waited."""
+    t0 = time.time()
+    while time.time() - t0 < max_seconds:
+        avail = mem_available_gib()
+        if avail is None or avail >= min_gib:
+            break
+        log(f"[peers] waiting for memory: {avail:.1f} GiB available, {min_gib:.1f} wanted")
+        time.sleep(10)
+    return time.time() - t0
+
+
 def cmd_boot(a) -> int:
     """hemlp's Bootstrapper (python -m hemlp.bench boot) and OpenFHE's EvalBootstrap at 128-bit, one after the
     other in one run (never overlapping: each holds about 10 GiB at N = 2^16), with time ratios."""
@@ -581,9 +604,12 @@ def cmd_boot(a) -> int:
         except subprocess.TimeoutExpired:
             herr = f"hemlp timed out after {SUBPROCESS_TIMEOUT} s"
     load["after_hemlp"] = report.load_average()
-    # OpenFHE: its own venv (Python 3.10), one process for every thread count
+    # OpenFHE: its own venv (Python 3.10), one process for every thread count; on a shared machine wait (up to
+    # --wait-memory seconds) until it has the memory it needs (10.6-15.6 GiB here), or the OOM killer ends it
     py, why = ensure_venv("openfhe")
     ofhe, oerr = None, why
+    waited = wait_memory(a.min_free_gib, a.wait_memory) if py else 0.0
+    load["waited_for_memory_s"] = waited
     if py:
         env = report.benchmark_env()
         env["OMP_NUM_THREADS"] = str(max(threads))
@@ -690,6 +716,10 @@ def main(argv=None) -> int:
     bo.add_argument("--threads", default="1,2")
     bo.add_argument("--repeats", type=int, default=1)
     bo.add_argument("--seed", type=int, default=1)
+    bo.add_argument("--min-free-gib", type=float, default=14.0,
+                    help="memory OpenFHE's EvalBootstrap needs at N = 2^16 (default 14 GiB)")
+    bo.add_argument("--wait-memory", type=float, default=900, metavar="SECONDS",
+                    help="wait up to SECONDS for that much memory before starting OpenFHE (default 900)")
     bo.add_argument("--hemlp-json", metavar="PATH",
                     help="also keep hemlp's own bench JSON of this run (e.g. bench/boot_N16.json: one N = 2^16 run "
                          "serves both files)")
