@@ -581,7 +581,8 @@ def cmd_boot(a) -> int:
     busy = report.busy_warning()
     threads = _ints(a.threads)
     load = {"before": report.load_average()}
-    # hemlp: one process, every thread count (keys generated once)
+    # hemlp: one process, every thread count (keys generated once); first wait (bounded) for its ~10 GiB
+    load["hemlp_waited_for_memory_s"] = wait_memory(a.hemlp_free_gib, a.wait_memory)
     with tempfile.TemporaryDirectory(prefix="hemlp-bench-") as td:
         out = Path(td) / "boot.json"
         cmd = [hemlp_python(), "-m", "hemlp.bench", "boot", "--preset", a.preset, "--threads", a.threads,
@@ -718,8 +719,10 @@ def main(argv=None) -> int:
     bo.add_argument("--seed", type=int, default=1)
     bo.add_argument("--min-free-gib", type=float, default=14.0,
                     help="memory OpenFHE's EvalBootstrap needs at N = 2^16 (default 14 GiB)")
+    bo.add_argument("--hemlp-free-gib", type=float, default=10.5,
+                    help="memory hemlp's bootstrapping needs at N = 2^16 (default 10.5 GiB)")
     bo.add_argument("--wait-memory", type=float, default=900, metavar="SECONDS",
-                    help="wait up to SECONDS for that much memory before starting OpenFHE (default 900)")
+                    help="wait up to SECONDS for that much memory before starting each peer (default 900)")
     bo.add_argument("--hemlp-json", metavar="PATH",
                     help="also keep hemlp's own bench JSON of this run (e.g. bench/boot_N16.json: one N = 2^16 run "
                          "serves both files)")
