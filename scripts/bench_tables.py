@@ -239,8 +239,11 @@ def readme_boot() -> str:
     d = load("boot_N16.json")
     by = {r["threads"]: r for r in d["results"]}
     r2, r1 = by.get(2, d["results"][-1]), by.get(1, d["results"][0])
-    line = (f"Bootstrapping ({d['preset']}, N = 2^16, 128-bit): {r1['bootstrap']['median_s']:.1f} s on 1 thread, {r2['bootstrap']['median_s']:.1f} s on "
-            f"{r2['threads']}, {d['levels_left']} levels left at 2^40, {r1['max_bits']:.1f} bits (max error), "
+    la = d.get("machine", {}).get("load_average") or [0.0]
+    loaded = f" (machine loaded, load average {la[0]:.0f})" if la[0] > 2 else ""
+    line = (f"Bootstrapping ({d['preset']}, N = 2^16, 128-bit): {r1['bootstrap']['cpu_median_s']:.1f} s of CPU time on "
+            f"1 thread; wall {r1['bootstrap']['median_s']:.1f} s on 1 thread, {r2['bootstrap']['median_s']:.1f} s on "
+            f"{r2['threads']}{loaded}; {d['levels_left']} levels left at 2^40, {r1['max_bits']:.1f} bits (max error), "
             f"peak RSS {d['peak_rss_gib']:.1f} GiB (`bench/boot_N16.json`)")
     if (BENCH / "peers_boot_N16.json").exists():
         p = load("peers_boot_N16.json")
