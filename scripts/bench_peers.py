@@ -620,6 +620,9 @@ def cmd_boot(a) -> int:
                                f"OpenFHE EvalBootstrap N=2^{a.logn}")
         if ofhe is not None and "error" in ofhe:
             ofhe, oerr = None, ofhe["error"]
+        if oerr and "exited -9" in oerr:
+            oerr += ("(SIGKILL: on Linux the kernel's OOM killer, typically - see dmesg; OpenFHE's EvalBootstrap "
+                     "needs more than 15 GiB at N = 2^16)")
     load["after_openfhe"] = report.load_average()
 
     def by_threads(doc, th):

@@ -226,7 +226,8 @@ def peers_boot(name: str, command: str) -> str:
                  f"{sec(o['keygen_s'])}, peak RSS {o['peak_rss_gib']:.1f} GiB. Both run one after the other in one "
                  "command; target hemlp ≤ 0.7× OpenFHE's time.")
     else:
-        body += f"\n\nOpenFHE did not run: {d['openfhe_error']}."
+        body += f"\n\nOpenFHE did not run: {d['openfhe_error']}." + "".join(
+            f" Note: {n}" for n in d.get("notes_added_after_run", []))
     return section("Bootstrapping vs OpenFHE", name, command, body, d)
 
 
