@@ -79,8 +79,10 @@ class BootstrapKeys:
                  seeded="auto") -> "BootstrapKeys":
         """seeded: which Galois keys hold their a-halves as seeds only, expanded on use by each key switch
         (half of that key's memory, for one AES-CTR pass over it per use): "auto" (default) the keys used at
-        the last CoeffToSlot level or lower (at N16-boot 1.2 GiB less memory for about 5 % more time), True
-        every Galois key (3.1 GiB less, about 15 % more time), False none. See seed_max_level."""
+        the last CoeffToSlot level or lower (at N16-boot 1.2 GiB less: peak RSS 9.6-9.7 GiB instead of 10.8),
+        True every Galois key (3.1 GiB less), False none. See seed_max_level. The time cost is one expansion per
+        key use; it was only measured on a loaded machine (N = 2^14, every key seeded: about +30 % wall time,
+        so "auto" seeds the keys of the cheaper, lower levels only)."""
         params = BootParams.for_context(ctx) if params is None else params
         params.validate(ctx)
         ctx.unwrap(sk, SecretKey, "secret key")
