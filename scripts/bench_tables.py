@@ -219,10 +219,11 @@ def peers_boot(name: str, command: str) -> str:
         p = o["params"]
         body += (f"\n\nhemlp {h['preset']}: {h['levels_left']} levels left at 2^40, complex slots, key generation "
                  f"{sec(h['keygen_s'])}, peak RSS {h['peak_rss_gib']:.1f} GiB. OpenFHE {o['version']}: "
-                 f"{o['levels_left']} levels left (checked by squarings), real slots, {o['secret']} secret, "
+                 f"{o['levels_left']} level{'' if o['levels_left'] == 1 else 's'} left (checked by squarings), real slots, {o['secret']} secret, "
                  f"{o['scaling']}, scaling primes 2^{p['scale_bits']}, first prime 2^{p['first_bits']}, "
                  f"{p['dnum']} digits, level budget {o['level_budget']}, depth {p['depth']} (its best 128-bit "
-                 f"parameters at N = {o['N']}: {len(o['refused'])} larger candidates refused), key generation "
+                 f"parameters at N = {o['N']}: {len(o['refused'])} preferred candidates - more levels left or fewer "
+                 "digits - refused by its 128-bit check), key generation "
                  f"{sec(o['keygen_s'])}, peak RSS {o['peak_rss_gib']:.1f} GiB. Both run one after the other in one "
                  "command; target hemlp ≤ 0.7× OpenFHE's time.")
     else:
@@ -252,7 +253,8 @@ def readme_boot() -> str:
         if rs and p["openfhe"]:
             line += ("; " + ", ".join(f"{r['ratio']:.2f}× OpenFHE's EvalBootstrap time on {r['threads']} thread"
                                       f"{'s' if r['threads'] > 1 else ''}" for r in rs)
-                     + f" (it keeps {p['openfhe']['levels_left']} levels; `bench/peers_boot_N16.json`)")
+                     + f" (it keeps {p['openfhe']['levels_left']} level{'' if p['openfhe']['levels_left'] == 1 else 's'}; "
+                       "`bench/peers_boot_N16.json`)")
     return line + "."
 
 
