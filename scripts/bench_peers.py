@@ -3,6 +3,8 @@
 
     python scripts/bench_peers.py core --json bench/peers_core.json [--logn 14,15] [--threads 1,2]
         [--repeats 7] [--peers hemlp,openfhe,tenseal]
+    python scripts/bench_peers.py boot --json bench/peers_boot_N16.json --hemlp-json bench/boot_N16.json
+        # N = 2^16: about 10 GiB each, one after the other; run under flock /work/wt/big.lock
 
 Each peer runs in its own venv, created on demand under ``~/.cache/hemlp/peers/<name>``
 (``HEMLP_PEERS_DIR`` overrides): OpenFHE's official wheel needs Python 3.10 (pyenv's, or
@@ -550,6 +552,133 @@ def cmd_pcmm(a) -> int:
     return 0
 
 
+def mem_available_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2.0 ** 20
+    except OSError:
+        pass
+    return None
+
+
+def wait_memory(min_gib: float, max_seconds: float) -> float:
+    """Sleep until MemAvailable >= min_gib or max_seconds passed; returns the seconds waited."""
+    t0 = time.time()
+    while time.time() - t0 < max_seconds:
+        avail = mem_available_gib()
+        if avail is None or avail >= min_gib:
+            break
+        log(f"[peers] waiting for memory: {avail:.1f} GiB available, {min_gib:.1f} wanted")
+        time.sleep(10)
+    return time.time() - t0
+
+
+def cmd_boot(a) -> int:
+    """hemlp's Bootstrapper (python -m hemlp.bench boot) and OpenFHE's EvalBootstrap at 128-bit, one after the
+    other in one run (never overlapping: each holds about 10 GiB at N = 2^16), with time ratios."""
+    machine = report.machine_info()
+    busy = report.busy_warning()
+    threads = _ints(a.threads)
+    load = {"before": report.load_average()}
+    # hemlp: one process, every thread count (keys generated once); first wait (bounded) for its ~10 GiB
+    load["hemlp_waited_for_memory_s"] = wait_memory(a.hemlp_free_gib, a.wait_memory)
+    with tempfile.TemporaryDirectory(prefix="hemlp-bench-") as td:
+        out = Path(td) / "boot.json"
+        cmd = [hemlp_python(), "-m", "hemlp.bench", "boot", "--preset", a.preset, "--threads", a.threads,
+               "--repeats", str(a.repeats), "--seed", str(a.seed), "--pair", "--json", str(out)]
+        cmd += ["--allow-insecure"] if a.insecure else []
+        log(f"[peers] hemlp boot: {' '.join(cmd)}")
+        hemlp_doc, herr = None, None
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, env=report.benchmark_env(),
+                               timeout=SUBPROCESS_TIMEOUT, cwd=str(REPO))
+            if r.returncode != 0:
+                herr = f"hemlp exited {r.returncode}: {_tail(r.stderr or r.stdout)}"
+            elif not out.exists():
+                herr = f"hemlp wrote no JSON: {_tail(r.stdout + r.stderr)}"
+            else:
+                hemlp_doc = json.loads(out.read_text())
+                if a.hemlp_json:  # hemlp's own bench JSON of this run, as python -m hemlp.bench boot writes it
+                    shutil.copyfile(out, a.hemlp_json)
+                    print(f"wrote {a.hemlp_json}")
+        except subprocess.TimeoutExpired:
+            herr = f"hemlp timed out after {SUBPROCESS_TIMEOUT} s"
+    load["after_hemlp"] = report.load_average()
+    # OpenFHE: its own venv (Python 3.10), one process for every thread count; on a shared machine wait (up to
+    # --wait-memory seconds) until it has the memory it needs (10.6-15.6 GiB here), or the OOM killer ends it
+    py, why = ensure_venv("openfhe")
+    ofhe, oerr = None, why
+    waited = wait_memory(a.min_free_gib, a.wait_memory) if py else 0.0
+    load["waited_for_memory_s"] = waited
+    if py:
+        env = report.benchmark_env()
+        env["OMP_NUM_THREADS"] = str(max(threads))
+        ofhe, oerr = _run_json([py, str(PEERS_SCRIPTS / "openfhe_boot.py"), "--logn", str(a.logn), "--threads",
+                                a.threads, "--repeats", str(a.repeats), "--seed", str(a.seed)]
+                               + (["--insecure"] if a.insecure else []), env,
+                               f"OpenFHE EvalBootstrap N=2^{a.logn}")
+        if ofhe is not None and "error" in ofhe:
+            ofhe, oerr = None, ofhe["error"]
+        if oerr and "exited -9" in oerr:
+            oerr += ("(SIGKILL: on Linux the kernel's OOM killer, typically - see dmesg; OpenFHE's EvalBootstrap "
+                     "needs more than 15 GiB at N = 2^16)")
+    load["after_openfhe"] = report.load_average()
+
+    def by_threads(doc, th):
+        return next((r for r in (doc or {}).get("results", []) if r.get("threads") == th), None)
+
+    rows, ratios = [], []
+    for th in threads:
+        h, o = by_threads(hemlp_doc, th), by_threads(ofhe, th)
+        ht = h["bootstrap"]["median_s"] if h else None
+        ot = o["bootstrap"]["median_s"] if o else None
+        hp = h["bootstrap_pair"]["median_s"] if h and "bootstrap_pair" in h else None
+        ratio = ht / ot if ht and ot else None
+        hc = h["bootstrap"].get("cpu_median_s") if h else None
+        oc = o["bootstrap"].get("cpu_median_s") if o else None
+        ratios.append({"threads": th, "hemlp_s": ht, "openfhe_s": ot, "hemlp_pair_s": hp, "ratio": ratio,
+                       "hemlp_cpu_s": hc, "openfhe_cpu_s": oc, "cpu_ratio": hc / oc if hc and oc else None,
+                       "pair_ratio_per_real": (hp / 2) / ot if hp and ot else None,
+                       "target": 0.7, "met": None if ratio is None else ratio <= 0.7})
+        rows.append([th, report.fmt_seconds(ht) if ht else f"n/a ({herr})", report.fmt_seconds(ot) if ot else
+                     f"n/a ({oerr})", "n/a" if ratio is None else f"{ratio:.2f}x",
+                     report.fmt_seconds(hp) if hp else "n/a",
+                     "n/a" if not (hc and oc) else f"{hc / oc:.2f}x",
+                     "n/a" if not h else report.fmt_bits(h["max_bits"]),
+                     "n/a" if not o else report.fmt_bits(o["max_bits"])])
+    hl = hemlp_doc.get("levels_left") if hemlp_doc else None
+    ol = ofhe.get("levels_left") if ofhe else None
+    title = (f"Bootstrapping at N=2^{a.logn}, 128-bit: hemlp {a.preset} ({hl} levels left at 2^40, complex slots) vs "
+             f"OpenFHE EvalBootstrap ({ol} levels left, real slots"
+             + (f", scale 2^{ofhe['params']['scale_bits']}, dnum {ofhe['params']['dnum']}" if ofhe else "") + ")")
+    report.table(["thr", "hemlp", "OpenFHE", "hemlp/OpenFHE", "hemlp pair (2 reals)", "CPU-time ratio", "bits hemlp",
+                  "bits OpenFHE"],
+                 rows, title=title)
+    extra = [["keygen (s)", f"{hemlp_doc['keygen_s']:.1f}" if hemlp_doc else "n/a",
+              f"{ofhe['keygen_s']:.1f}" if ofhe else "n/a"],
+             ["peak RSS (GiB)", f"{hemlp_doc['peak_rss_gib']:.2f}" if hemlp_doc else "n/a",
+              f"{ofhe['peak_rss_gib']:.2f}" if ofhe else "n/a"],
+             ["levels left", hl if hl is not None else "n/a", ol if ol is not None else "n/a"]]
+    report.table(["", "hemlp", "OpenFHE"], extra)
+    for r in ratios:
+        if r["ratio"] is not None:
+            print(f"target hemlp <= 0.7x OpenFHE at {r['threads']} thread(s): {r['ratio']:.2f}x "
+                  f"{'met' if r['met'] else 'MISSED'}")
+    if busy:
+        print(f"\nWARNING: {busy}")
+    if a.json:
+        report.write_json(a.json, "peers-boot", {"logn": a.logn, "preset": a.preset, "threads": threads,
+                                                  "repeats": a.repeats, "seed": a.seed, "hemlp": hemlp_doc,
+                                                  "hemlp_error": herr, "openfhe": ofhe, "openfhe_error": oerr,
+                                                  "ratios": ratios, "load_average": load,
+                                                  "warnings": [busy] if busy else []}, machine=machine)
+        if a.json != "-":
+            print(f"\nwrote {a.json}")
+    return 0 if hemlp_doc is not None else 1
+
+
 def _names(s):
     names = [n.strip() for n in s.split(",") if n.strip()]
     bad = [n for n in names if n not in PEER_LABEL]
@@ -585,7 +714,27 @@ def main(argv=None) -> int:
     pc.add_argument("--threads", default="1,2")
     pc.add_argument("--repeats", type=int, default=3)
     pc.add_argument("--weight-bits", type=int, default=20)
+    bo = sub.add_parser("boot", help="bootstrapping vs OpenFHE's EvalBootstrap (N = 2^16, 128-bit)")
+    bo.add_argument("--json", metavar="PATH")
+    bo.add_argument("--logn", type=int, default=16)
+    bo.add_argument("--preset", default="N16-boot", help="hemlp's bootstrapping preset (default N16-boot)")
+    bo.add_argument("--threads", default="1,2")
+    bo.add_argument("--repeats", type=int, default=1)
+    bo.add_argument("--seed", type=int, default=1)
+    bo.add_argument("--min-free-gib", type=float, default=14.0,
+                    help="memory OpenFHE's EvalBootstrap needs at N = 2^16 (default 14 GiB)")
+    bo.add_argument("--hemlp-free-gib", type=float, default=10.5,
+                    help="memory hemlp's bootstrapping needs at N = 2^16 (default 10.5 GiB)")
+    bo.add_argument("--wait-memory", type=float, default=900, metavar="SECONDS",
+                    help="wait up to SECONDS for that much memory before starting each peer (default 900)")
+    bo.add_argument("--hemlp-json", metavar="PATH",
+                    help="also keep hemlp's own bench JSON of this run (e.g. bench/boot_N16.json: one N = 2^16 run "
+                         "serves both files)")
+    bo.add_argument("--insecure", action="store_true",
+                    help="smoke test at a small N: hemlp's insecure test chain and OpenFHE's HEStd_NotSet")
     a = ap.parse_args(argv)
+    if a.cmd == "boot":
+        return cmd_boot(a)
     if a.cmd == "core":
         return cmd_core(a)
     if a.cmd == "pcmm":

@@ -61,8 +61,10 @@ void bind_boot(py::module_& m) {
   });
   // One GaloisKeys holding each element's key made for its own level (elements: (galois, level) pairs), built
   // in place: merging per-level sets copies every key once per merge and leaves the heap fragmented.
+  // seed_max_level: the keys made for a level <= it keep their a-halves as seeds only (expanded on use by the
+  // key switch: half their memory); -1: none.
   m.def("galois_keys_at_levels", [](const Engine& e, const SecretKey& sk,
-                                    const std::vector<std::pair<uint64_t, int>>& elements) {
+                                    const std::vector<std::pair<uint64_t, int>>& elements, int seed_max_level) {
     if (sk.param_hash != e.ctx.hash64())
       fail(ErrorKind::ContextMismatch, "galois_keys_at_levels: the secret key belongs to another parameter set");
     GaloisKeys g;
@@ -71,10 +73,19 @@ void bind_boot(py::module_& m) {
     for (const auto& [el, level] : elements) {
       e.keygen.key_level(level);
       if (g.keys.count(el)) fail(ErrorKind::Parameter, "galois_keys_at_levels: an element is listed twice");
-      g.keys.emplace(el, e.keygen.galois_key(sk, el, level));
+      SwitchKey k = e.keygen.galois_key(sk, el, level);
+      if (level <= seed_max_level) drop_expanded_a(k);
+      g.keys.emplace(el, std::move(k));
     }
     return g;
-  }, py::call_guard<py::gil_scoped_release>());
+  }, py::arg("engine"), py::arg("sk"), py::arg("elements"), py::arg("seed_max_level") = -1,
+     py::call_guard<py::gil_scoped_release>());
+  // Drop the expanded a-halves of the keys made for a level <= seed_max_level that have their seeds (e.g.
+  // after import), in place.
+  m.def("seed_galois_keys", [](GaloisKeys& g, int seed_max_level) {
+    for (auto& kv : g.keys)
+      if (kv.second.level <= seed_max_level) drop_expanded_a(kv.second);
+  });
   m.def("dense_to_sparse", [](const Engine& e, const Ciphertext& ct, const EncapsulationKeys& k) {
     return dense_to_sparse(e.ctx, ct, k);
   }, py::call_guard<py::gil_scoped_release>());

@@ -211,6 +211,12 @@ void bind_ckks(py::module_& m) {
         size_t s = 0;
         for (auto& b : k.b) s += b.size() * sizeof(uint64_t);
         return s;
+      })
+      .def_property_readonly("memory_bytes", [](const SwitchKey& k) {  // b and the a-halves held expanded
+        size_t s = 0;
+        for (auto& b : k.b) s += b.size() * sizeof(uint64_t);
+        for (auto& a : k.a) s += a.size() * sizeof(uint64_t);
+        return s;
       });
   py::class_<GaloisKeys>(m, "GaloisKeys")
       .def(py::init<>())
@@ -237,6 +243,14 @@ void bind_ckks(py::module_& m) {
         size_t s = 0;
         for (auto& kv : g.keys)
           for (auto& b : kv.second.b) s += b.size() * sizeof(uint64_t);
+        return s;
+      })
+      .def_property_readonly("memory_bytes", [](const GaloisKeys& g) {  // b and the a-halves held expanded
+        size_t s = 0;
+        for (auto& kv : g.keys) {
+          for (auto& b : kv.second.b) s += b.size() * sizeof(uint64_t);
+          for (auto& a : kv.second.a) s += a.size() * sizeof(uint64_t);
+        }
         return s;
       })
       .def("get", [](const GaloisKeys& g, uint64_t e) { return g.keys.at(e); })

@@ -233,20 +233,17 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
                                  "than this ciphertext's");
   check_key_level(rlk, t.level, "mul (relinearisation)");
   const size_t n = ctx_.n();
-  const int l = t.level, K = ctx_.num_p();
+  const int l = t.level;
   ModUpDigits d = modup(ctx_, t.polys[2].data(), l);
   Poly u[2];
   key_inner_product(ctx_, d, rlk, nullptr, u[0], u[1]);
-  const ring::BaseConverter& conv = ctx_.rescale_down_converter(l);
-  std::vector<int> targets(l);
-  for (int i = 0; i < l; ++i) targets[i] = i;
   Ciphertext r;
   copy_metadata(r, t);
   r.key_id = t.key_id;
   r.level = l - 1;
   r.scale = t.scale / (double)ctx_.modulus(l).q;
   r.is_complex = t.is_complex;
-  r.polys.assign(2, Poly((size_t)l * n));
+  r.polys.resize(2);  // moddown_rescale sizes them
   // v_j = P d_j + u_j over Q_l ∪ P (P d_j vanishes on the P limbs); both j in each parallel loop
 #pragma omp parallel for schedule(static)
   for (int job = 0; job < 2 * (l + 1); ++job) {
@@ -256,36 +253,11 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
     u64* vi = u[j].data() + (size_t)i * n;
     ring::add_mul_shoup_vec(vi, t.polys[j].data() + (size_t)i * n, pm, pmp, q.q, vi, n);
   }
-  // the dropped limbs {q_l} ∪ P of both v_j in coefficient form
-  ScratchPoly low((size_t)2 * (K + 1) * n);
-  for (int j = 0; j < 2; ++j)
-    std::copy(u[j].begin() + (size_t)l * n, u[j].begin() + (size_t)(l + 1 + K) * n,
-              low.begin() + (size_t)j * (K + 1) * n);
-#pragma omp parallel for schedule(static)
-  for (int job = 0; job < 2 * (K + 1); ++job) {
-    const int m = job % (K + 1);
-    ctx_.ntt(m == 0 ? l : ctx_.p_index(m - 1)).inverse(low.data() + (size_t)job * n);
-  }
-  for (int j = 0; j < 2; ++j) {
-    std::vector<const u64*> in(K + 1);
-    for (int m = 0; m <= K; ++m) in[m] = low.data() + (size_t)(j * (K + 1) + m) * n;
-    std::vector<u64*> outp(l);
-    for (int i = 0; i < l; ++i) outp[i] = r.polys[j].data() + (size_t)i * n;
-    conv.convert(in.data(), outp.data(), n, &targets);
-  }
-  std::vector<u64> inv(l), invp(l);  // (P q_l)^-1 mod q_i
-  for (int i = 0; i < l; ++i) {
-    const Modulus& q = ctx_.modulus(i);
-    inv[i] = ring::inv_mod(q.mul(ctx_.p_mod_q(i), ctx_.modulus(l).q % q.q), q.q);
-    invp[i] = ring::shoup_precompute(inv[i], q.q);
-  }
-#pragma omp parallel for schedule(static)
-  for (int job = 0; job < 2 * l; ++job) {
-    const int j = job / l, i = job % l;
-    u64* c = r.polys[j].data() + (size_t)i * n;
-    ctx_.ntt(i).forward(c);
-    ring::sub_mul_shoup_vec(u[j].data() + (size_t)i * n, c, inv[i], invp[i], ctx_.modulus(i).q, nullptr, c, n);
-  }
+  // round(v_j / (P q_l)): ModDown fused with the rescale, rounded exactly in the q_l step (a single
+  // uncentred base conversion from {q_l} ∪ P added up to (|P| + 1)/2 at the output scale: 0.8 bit)
+  const Poly* in[2] = {&u[0], &u[1]};
+  Poly* outp[2] = {&r.polys[0], &r.polys[1]};
+  moddown_rescale(ctx_, l, in, outp);
   return r;
 }
 

@@ -39,14 +39,23 @@ Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs) {
   return small_to_ntt_qp(ctx, coeffs, ctx.max_level());  // at level L, limb k is modulus k
 }
 
-Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level) {
+void uniform_from_seed_into(const Context& ctx, const Seed& seed, int limbs, bool ext, int level, u64* out) {
   // Uniform in the NTT domain is uniform in the coefficient domain (the NTT is a bijection).
   const size_t n = ctx.n();
-  Poly out((size_t)limbs * n);
   Prng prng(seed);
   for (int k = 0; k < limbs; ++k)
-    prng.uniform_mod(ctx.modulus(ext ? ctx.qp_index(level, k) : k).q, out.data() + (size_t)k * n, n);
+    prng.uniform_mod(ctx.modulus(ext ? ctx.qp_index(level, k) : k).q, out + (size_t)k * n, n);
+}
+
+Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level) {
+  Poly out((size_t)limbs * ctx.n());
+  uniform_from_seed_into(ctx, seed, limbs, ext, level, out.data());
   return out;
+}
+
+void drop_expanded_a(SwitchKey& key) {
+  if (key.a_seeds.size() < key.a.size()) return;  // imported without seeds: keep the only copy
+  std::vector<Poly>().swap(key.a);
 }
 
 SecretKey KeyGenerator::secret_key() const {

@@ -33,5 +33,10 @@ Poly small_to_ntt_qp(const Context& ctx, const std::vector<int8_t>& coeffs, int 
 Poly small_to_ntt_q(const Context& ctx, const std::vector<int8_t>& coeffs, int limbs);
 // Uniform polynomial over Q_L ∪ P in NTT form, expanded from a seed.
 Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level);
+// The same stream written to out (limbs * n words).
+void uniform_from_seed_into(const Context& ctx, const Seed& seed, int limbs, bool ext, int level, u64* out);
+// A seeded key: drop the expanded a-halves (key_inner_product expands them from a_seeds on use). Halves the
+// key's memory for about one AES-CTR pass over a per use. No-op for a key without seeds.
+void drop_expanded_a(SwitchKey& key);
 
 }  // namespace hemlp

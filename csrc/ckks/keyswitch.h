@@ -52,6 +52,11 @@ void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64*
 void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>& us, const std::vector<Poly*>& outs,
                   const std::vector<const u64*>& add_to);
 
+// out[j] = round(u[j] / (P q_l)) over Q_{l-1} (u[j]: l+1+K limbs, NTT form; out[j] gets l limbs): the ModDown
+// of a Q_l ∪ P accumulator fused with the rescale by q_l, rounded exactly in the q_l step (as a separate
+// rescale would), l + 1 NTTs per polynomial cheaper than ModDown then rescale.
+void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]);
+
 // Full key switch of one polynomial (level+1 limbs, NTT): returns (k0, k1) over Q_level.
 void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1);
 

@@ -11,7 +11,7 @@
 
 Scales (all exact doubles): ScaleDown leaves Δ0' = Δ_in·c/q1 ≈ q0/2^R (tracked, not nominal). After
 ModRaise the ciphertext is re-tagged K·q0, so its coefficients read u/K with u = I + ε, ε = m/q0.
-The last CoeffToSlot level's matrix is multiplied by c_cts (< 1) and the tag by the same c_cts, so
+CoeffToSlot's matrix is multiplied by c_cts (< 1, DFTPlan's scaling, spread over its levels) and the tag by c_cts, so
 the slots keep their values but the integers shrink: after the split (tag ×2) EvalMod's input has
 scale q_(L − cts), the prime its first squaring divides by (a scale above the primes would grow with
 every squaring). EvalMod returns sin(2πu)/(2π) ≈ ε at S_out = Δ·q0/(Δ0'·c_stc) with c_stc = 2^-stc_log_scaling;
@@ -27,15 +27,13 @@ cannot see values: check plaintexts with Bootstrapper.check_input_range(x) (or m
 """
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
 
-from hemlp.he.lintrans import LinearTransform
 from hemlp.he import dft
 from hemlp.he import special_fft as sf
-from hemlp.bootstrap.keys import BootstrapKeys, dft_plans
+from hemlp.bootstrap.keys import BootstrapKeys
 from hemlp.bootstrap.modraise import dense_to_sparse, mod_raise, scale_down
 from hemlp.bootstrap.params import BootParams
 from hemlp.he.reinterpret import retag
@@ -96,13 +94,12 @@ class Bootstrapper:
         self.evalmod_in_scale = float(ctx.modulus(self.evalmod_level))
         raise_scale = float(p.K) * float(self.q0) * gap          # after ModRaise retag and trace
         self.cts_factor = self.evalmod_in_scale / (2.0 * raise_scale)
-        cts, stc = dft_plans(self.n, p.cts_depth, p.stc_depth)
-        self.cts_plan = _scaled_last_level(cts, self.cts_factor)
+        self.cts_plan = dft.plan_coeff_to_slot(self.n, p.cts_depth, scaling=self.cts_factor)
         # EvalMod lands 2^stc_log_scaling above Δ·q0/Δ0' (its last rescale's noise is relative to its output
         # scale, then multiplied by q0/Δ0' = 2^R and by √n through SlotToCoeff); StC's matrices carry the
-        # 2^-stc_log_scaling back down, spread over its levels
+        # 2^-stc_log_scaling back down (DFTPlan spreads a scaling over its levels)
         self.stc_factor = 2.0 ** -p.stc_log_scaling
-        self.stc_plan = _scaled_levels(stc, self.stc_factor)
+        self.stc_plan = dft.plan_slot_to_coeff(self.n, p.stc_depth, scaling=self.stc_factor)
 
     # ---- plaintext pre-check
     def check_input_range(self, x) -> float:
@@ -173,19 +170,3 @@ class Bootstrapper:
         a, b = dft.split_real_imag(self.ctx, out, self.keys.galois)
         return a, b
 
-
-def _scaled_levels(plan: dft.DFTPlan, factor: float) -> dft.DFTPlan:
-    """The plan with every level's matrix multiplied by factor^(1/depth) (each level's diagonals keep
-    as many bits of their encoding at scale q_l as possible)."""
-    out = copy.copy(plan)
-    f = factor ** (1.0 / plan.depth)
-    out.levels = [LinearTransform({k: v * f for k, v in lt.diags.items()}, plan.n) for lt in plan.levels]
-    return out
-
-
-def _scaled_last_level(plan: dft.DFTPlan, factor: float) -> dft.DFTPlan:
-    """The plan with its last level's matrix multiplied by `factor` (same steps and levels)."""
-    out = copy.copy(plan)
-    lt = plan.levels[-1]
-    out.levels = list(plan.levels[:-1]) + [LinearTransform({k: v * factor for k, v in lt.diags.items()}, plan.n)]
-    return out

@@ -114,19 +114,20 @@ _PRESETS = {
                       "leveled, depth 6: plaintext-model nets with PCMM layers (BRIEF L14)"),
     "N15-d10": _Preset(15, (60,) + (45,) * 10, (61, 61, 61), 3, 45,
                        "leveled, depth 10: deeper nets and ciphertext x ciphertext matmul (BRIEF set L)"),
-    # BOOTSTRAP.md set B with one 40-bit application level dropped: log QP 1727 <= 1747 (Lattigo's N16QP1767 is over)
-    "N16-boot": _Preset(16, (60,) + (40,) * 12 + (39,) * 3 + (60,) * 8 + (56,) * 4, (61,) * 6, 6, 40,
-                        "N=2^16 bootstrapping chain (BOOTSTRAP.md set B, log QP 1727): 12 application levels at 2^40 "
-                        "after a bootstrap (StC 3x39, EvalMod 8x60, CtS 4x56)"),
+    # BOOTSTRAP.md set B with one 40-bit application level dropped and 61-bit EvalMod primes (their rescales'
+    # noise, relative to the scale, is halved: +0.5 bit at N = 2^14): log QP 1735 <= 1747 (Lattigo's N16QP1767 is over)
+    "N16-boot": _Preset(16, (60,) + (40,) * 12 + (39,) * 3 + (61,) * 8 + (56,) * 4, (61,) * 6, 6, 40,
+                        "N=2^16 bootstrapping chain (BOOTSTRAP.md set B, log QP 1735): 12 application levels at 2^40 "
+                        "after a bootstrap (StC 3x39, EvalMod 8x61, CtS 4x56)"),
     "test-N12": _Preset(12, (50, 40, 40, 40), (51, 51), 2, 40, "INSECURE test set T: fast tests, beta = 2 digits"),
     "test-N12-d6": _Preset(12, (60,) + (40,) * 6, (60, 60), 2, 40, "INSECURE N14-d6 chain at N=2^12: fast model tests"),
     "test-N12-d18": _Preset(12, (60,) + (40,) * 18, (60, 60), 2, 40,
                             "INSECURE deep chain at N=2^12: layout (A') tests (CoeffToSlot / SlotToCoeff levels)"),
     "test-N10": _Preset(10, (50, 40, 40, 40), (51, 51), 2, 40, "INSECURE tiny ring for brute-force oracle tests"),
-    "test-N12-boot": _Preset(12, (60,) + (40,) * 3 + (39,) * 2 + (60,) * 8 + (56,) * 3, (61,) * 3, 3, 40,
+    "test-N12-boot": _Preset(12, (60,) + (40,) * 3 + (39,) * 2 + (61,) * 8 + (56,) * 3, (61,) * 3, 3, 40,
                              "INSECURE bootstrapping test chain at N=2^12 (3 application levels, StC 2x39, "
-                             "EvalMod 8x60, CtS 3x56): CI only, never for real data"),
-    "test-N10-boot": _Preset(10, (60,) + (40,) * 3 + (39,) * 2 + (60,) * 8 + (56,) * 3, (61,) * 3, 3, 40,
+                             "EvalMod 8x61, CtS 3x56): CI only, never for real data"),
+    "test-N10-boot": _Preset(10, (60,) + (40,) * 3 + (39,) * 2 + (61,) * 8 + (56,) * 3, (61,) * 3, 3, 40,
                              "INSECURE test-N12-boot chain at N=2^10 for big-integer oracle tests: never for real data"),
 }
 
@@ -296,6 +297,8 @@ class RelinKey(_Wrapped):
     level = property(lambda self: self._obj.level)
     #: bytes of key material: num_digits(level) * (level + 1 + |P|) * N * 8 (the a-halves are seeds)
     nbytes = property(lambda self: self._obj.nbytes)
+    #: bytes held in memory: the b-halves plus the a-halves expanded from their seeds (2 * nbytes)
+    memory_bytes = property(lambda self: self._obj.memory_bytes)
 
     def __repr__(self):
         return f"RelinKey(id={self.key_id:016x}, level={self.level}, digits={self._obj.num_digits})"
@@ -314,7 +317,10 @@ class GaloisKeys(_Wrapped):
     level = property(lambda self: self._obj.level)
     #: ciphertext level limit of each key, by Galois element
     levels = property(lambda self: dict(self._obj.levels))
+    #: bytes of key material (the b-halves; the a-halves are seeds), as serialised
     nbytes = property(lambda self: self._obj.nbytes)
+    #: bytes held in memory: nbytes plus the a-halves the set holds expanded (none for seeded keys)
+    memory_bytes = property(lambda self: self._obj.memory_bytes)
 
     def __repr__(self):
         return f"GaloisKeys(id={self.key_id:016x}, level={self.level}, elements={self.elements})"

@@ -61,6 +61,8 @@ Keys: dft_rotation_steps(plan, ...) lists exactly the rotation steps a plan's ev
 """
 from __future__ import annotations
 
+import math
+
 from hemlp.he.lintrans import LinearTransform
 from hemlp.he import special_fft as sf
 from hemlp.he.reinterpret import mul_monomial, retag
@@ -76,17 +78,29 @@ class DFTPlan:
 
     direction: "coeff_to_slot" or "slot_to_coeff"; depth: an int (levels) or the stage count of
     each level in application order (summing to log2 n); bit_reversed: see the module doc.
+    scaling: the whole transform is multiplied by this positive constant, spread evenly over the levels
+    (scaling^(1/depth) each, so every level's diagonals keep as many bits of their encoding at scale q_l as
+    possible). The ciphertext's scale is unchanged, so its integers are multiplied by `scaling`:
+    bootstrapping uses it to bring CoeffToSlot's output below EvalMod's largest input scale and to carry
+    EvalMod's extra output scale back down in SlotToCoeff, without a level.
     """
 
-    def __init__(self, slots: int, depth, direction: str, bit_reversed: bool = True):
+    def __init__(self, slots: int, depth, direction: str, bit_reversed: bool = True, scaling: float = 1.0):
         if direction not in ("coeff_to_slot", "slot_to_coeff"):
             raise ParameterError(f"direction must be 'coeff_to_slot' or 'slot_to_coeff', got {direction!r}")
+        scaling = float(scaling)
+        if not (math.isfinite(scaling) and scaling > 0):
+            raise ParameterError(f"DFTPlan scaling must be a positive finite number, got {scaling!r}")
         self.n = int(slots)
         L = sf.log2_exact(self.n)
         self.stages = sf.group_sizes(L, depth)
         self.direction = direction
         self.bit_reversed = bool(bit_reversed)
+        self.scaling = scaling
         mats = sf.level_matrices(self.n, self.stages, direction == "coeff_to_slot", self.bit_reversed)
+        f = scaling ** (1.0 / len(mats))
+        if f != 1.0:
+            mats = [{k: v * f for k, v in D.items()} for D in mats]
         self.levels = [LinearTransform(D, self.n) for D in mats]
 
     depth = property(lambda self: len(self.levels))
@@ -105,21 +119,22 @@ class DFTPlan:
         diags = [lt.pmults for lt in self.levels]
         return (f"DFTPlan({self.direction}, slots={self.n}, depth={self.depth}, stages={self.stages}, "
                 f"diagonals={diags}, rotations={sum(lt.rotations for lt in self.levels)}, "
-                f"bit_reversed={self.bit_reversed})")
+                f"bit_reversed={self.bit_reversed}" + ("" if self.scaling == 1.0 else f", scaling={self.scaling:.6g}")
+                + ")")
 
 
 def _slots(ctx_or_slots) -> int:
     return ctx_or_slots.slots if isinstance(ctx_or_slots, Context) else int(ctx_or_slots)
 
 
-def plan_coeff_to_slot(slots, depth, bit_reversed: bool = True) -> DFTPlan:
-    """CoeffToSlot plan; slots: n or a Context (full packing n = N/2)."""
-    return DFTPlan(_slots(slots), depth, "coeff_to_slot", bit_reversed)
+def plan_coeff_to_slot(slots, depth, bit_reversed: bool = True, scaling: float = 1.0) -> DFTPlan:
+    """CoeffToSlot plan; slots: n or a Context (full packing n = N/2); scaling: see DFTPlan."""
+    return DFTPlan(_slots(slots), depth, "coeff_to_slot", bit_reversed, scaling)
 
 
-def plan_slot_to_coeff(slots, depth, bit_reversed: bool = True) -> DFTPlan:
-    """SlotToCoeff plan; slots: n or a Context (full packing n = N/2)."""
-    return DFTPlan(_slots(slots), depth, "slot_to_coeff", bit_reversed)
+def plan_slot_to_coeff(slots, depth, bit_reversed: bool = True, scaling: float = 1.0) -> DFTPlan:
+    """SlotToCoeff plan; slots: n or a Context (full packing n = N/2); scaling: see DFTPlan."""
+    return DFTPlan(_slots(slots), depth, "slot_to_coeff", bit_reversed, scaling)
 
 
 def dft_rotation_steps(*plans: DFTPlan) -> list[int]:

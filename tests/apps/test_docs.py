@@ -20,6 +20,13 @@ def test_benchmarks_doc_is_rendered_from_the_json_files():
         "docs/benchmarks.md is stale: run python scripts/bench_tables.py"
 
 
+def test_readme_bootstrapping_figures_are_rendered_from_the_json_files():
+    bt = _bench_tables()
+    text = (ROOT / "README.md").read_text()
+    assert bt.README_BOOT in text.splitlines()
+    assert text == bt.render_readme(text), "the README's bootstrapping line is stale: run python scripts/bench_tables.py"
+
+
 def test_every_benchmark_section_names_an_existing_json_file():
     text = (ROOT / "docs" / "benchmarks.md").read_text()
     sections = text.split("\n## ")[1:]

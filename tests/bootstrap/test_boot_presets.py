@@ -28,7 +28,7 @@ def test_n16_bound_is_1747_and_lattigo_1767_is_refused():
 def test_n16_boot_is_set_b_minus_one_level():
     p = ckks.Params.preset("N16-boot")
     bits = [round(math.log2(q)) for q in p.q]
-    assert bits == [60] + [40] * 12 + [39] * 3 + [60] * 8 + [56] * 4
+    assert bits == [60] + [40] * 12 + [39] * 3 + [61] * 8 + [56] * 4
     assert [round(math.log2(q)) for q in p.p] == [61] * 6 and p.alpha == 6
     assert exact_log2(p.q + p.p) <= 1747 and p.is_128_bit_secure
     assert p.max_level == 27
@@ -54,7 +54,7 @@ def test_structure(name):
 def test_test_chains_are_loudly_insecure(name, log_n):
     p = ckks.Params.preset(name)
     assert p.log_n == log_n and not p.is_128_bit_secure
-    assert [round(math.log2(q)) for q in p.q] == [60] + [40] * 3 + [39] * 2 + [60] * 8 + [56] * 3
+    assert [round(math.log2(q)) for q in p.q] == [60] + [40] * 3 + [39] * 2 + [61] * 8 + [56] * 3
     assert [round(math.log2(q)) for q in p.p] == [61] * 3 and p.alpha == 3
     with pytest.raises(InsecureParametersError):
         ckks.Context(name)

@@ -37,7 +37,7 @@ def test_production_default_is_standard():
     import subprocess
     import sys
 
-    code = ("import warnings; warnings.simplefilter('ignore'); from hemlp import ckks; "
+    code = ("import warnings; warnings.simplefilter('ignore'); from hemlp.fhe import ckks; "
             "print(ckks.Context('test-N10', allow_insecure=True).decrypt_noise)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "standard"

@@ -232,6 +232,30 @@ def test_coeff_to_slot_matches_numpy(env, cfg, rng):
         assert rel_bits(ctx.decrypt(y, sk), w_of(x, n)) < 2
 
 
+@pytest.mark.parametrize("scaling", [2.0 ** -5, 0.37, 3.0])
+def test_plan_scaling_multiplies_the_transform_and_keeps_the_scale(env, scaling, rng):
+    """DFTPlan(scaling=f): the same steps and levels, each level's matrix times f^(1/depth); the output keeps
+    the input's scale and level budget, so the slots (and integers) are f times the unscaled transform's."""
+    n, depth = FULL, 3
+    ctx, sk = env.ctx, env.sk
+    plain, scaled = env.plans[(n, depth, True)][0], dft.plan_coeff_to_slot(n, depth, scaling=scaling)
+    assert scaled.steps == plain.steps and scaled.depth == plain.depth and scaled.scaling == scaling
+    for a, b in zip(plain.levels, scaled.levels):
+        assert a.diags.keys() == b.diags.keys()
+        for k in a.diags:
+            np.testing.assert_allclose(b.diags[k], a.diags[k] * scaling ** (1 / depth), rtol=1e-15, atol=0)
+    x = subring_data(rng, n)
+    ct = ctx.encrypt(x, env.pk, encoding="coeff")
+    y = dft.coeff_to_slot(ctx, ct, env.keys, scaled)
+    assert y.level == ct.level - depth and y.scale == ct.scale
+    assert rel_bits(ctx.decrypt(y, sk), scaling * slot_order(w_of(x, n), True)) >= MIN_BITS - 1
+    back = dft.slot_to_coeff(ctx, y, env.keys, dft.plan_slot_to_coeff(n, depth, scaling=1 / scaling))
+    assert rel_bits(ctx.decrypt(back, sk), x) >= DATA_BITS
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ParameterError, match="scaling"):
+            dft.plan_coeff_to_slot(n, depth, scaling=bad)
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_slot_to_coeff_matches_numpy(env, cfg, rng):
     n, depth, br = cfg

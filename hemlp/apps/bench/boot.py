@@ -7,7 +7,8 @@ the data and against the decrypted input (what bootstrapping itself adds). The i
 secret key by default (--encrypt pk: public key; at N = 2^16 that input alone has only ~20.4 bits max).
 Times are medians over R repeats per thread count, after one first bootstrap (timed apart as
 first_bootstrap_s: it encodes and caches the CtS / StC diagonals). Peak RSS is the process maximum (keys +
-plans + ciphertexts). The SIMD path is the core's run-time dispatch (AVX-512 or scalar).
+plans + ciphertexts). The SIMD path is the core's run-time dispatch (AVX-512, AVX2 or scalar). Outputs are
+decrypted without IND-CPA-D noise (decrypt_noise "none": the precision bootstrapping itself leaves).
 """
 from __future__ import annotations
 
@@ -30,22 +31,54 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2.0 ** 20
 
 
+def rss_gib() -> float:
+    """Current resident set size (GiB; Linux /proc, else the peak)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2.0 ** 20
+    except OSError:
+        pass
+    return peak_rss_gib()
+
+
+def measure_cpu(fn, repeats: int) -> dict:
+    """hemlp.apps.bench.measure's record (no warm-up) plus the process CPU time of each call (cpu_median_s): on a
+    loaded machine the 1-thread CPU time is the figure that stays comparable across processes."""
+    cpu = []
+
+    def timed():
+        c0 = time.process_time()
+        fn()
+        cpu.append(time.process_time() - c0)
+
+    rec = measure(timed, repeats, warmup=0)
+    rec["cpu_samples"] = cpu
+    rec["cpu_median_s"] = sorted(cpu)[len(cpu) // 2]
+    return rec
+
+
 def run_boot(preset: str, threads: list[int], repeats: int, seed: int = 1, slots: int | None = None,
-             pair: bool = False, allow_insecure: bool = False, encrypt_with: str = "sk", log=print) -> dict:
+             pair: bool = False, allow_insecure: bool = False, encrypt_with: str = "sk", seeded="auto",
+             log=print) -> dict:
     import numpy as np
 
     import hemlp
     from hemlp.fhe import ckks
     from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
 
-    ctx = ckks.Context(preset, allow_insecure=allow_insecure)
+    # precision of bootstrapping itself: decrypted without the client's IND-CPA-D noise (a measurement, not a
+    # deployment; that noise is chosen per application, docs/security.md)
+    ctx = ckks.Context(preset, allow_insecure=allow_insecure, decrypt_noise="none")
     sk, pk = ctx.keygen()
     bp = BootParams.for_context(ctx, **({} if slots is None else {"slots": slots}))
     n = bp.slot_count(ctx)
     log(f"keygen ({preset}, {n} slots) ...")
     t0 = time.perf_counter()
-    keys = BootstrapKeys.generate(ctx, sk, bp)
+    keys = BootstrapKeys.generate(ctx, sk, bp, seeded=seeded)
     keygen_s = time.perf_counter() - t0
+    rss_keys = rss_gib()
     log(keys.describe(ctx))
     t0 = time.perf_counter()
     boot = Bootstrapper(ctx, keys)
@@ -63,6 +96,7 @@ def run_boot(preset: str, threads: list[int], repeats: int, seed: int = 1, slots
     t0 = time.perf_counter()
     boot.bootstrap(ct)
     first_s = time.perf_counter() - t0
+    rss_first = rss_gib()
     results = []
     for th in threads:
         hemlp.set_num_threads(th)
@@ -72,7 +106,7 @@ def run_boot(preset: str, threads: list[int], repeats: int, seed: int = 1, slots
         def once():
             out["ct"] = boot.bootstrap(ct)
 
-        rec = measure(once, repeats, warmup=0)
+        rec = measure_cpu(once, repeats)
         d = ctx.decrypt(out["ct"], sk)
         err = np.abs(d - z)
         row = {"threads": th, "bootstrap": rec, "level_out": out["ct"].level, "scale_log2": math.log2(out["ct"].scale),
@@ -85,7 +119,7 @@ def run_boot(preset: str, threads: list[int], repeats: int, seed: int = 1, slots
             def once_pair():
                 got["ab"] = boot.bootstrap_pair(ca, cb)
 
-            row["bootstrap_pair"] = measure(once_pair, repeats, warmup=0)
+            row["bootstrap_pair"] = measure_cpu(once_pair, repeats)
             pa, pb = got["ab"]
             row["pair_max_bits"] = min(_bits(float(np.max(np.abs(ctx.decrypt(pa, sk) - z.real)))),
                                        _bits(float(np.max(np.abs(ctx.decrypt(pb, sk) - b)))))
@@ -98,9 +132,10 @@ def run_boot(preset: str, threads: list[int], repeats: int, seed: int = 1, slots
                                                "cts_depth", "stc_depth", "h")},
         "levels_left": boot.output_level, "keygen_s": keygen_s, "setup_s": setup_s,
         "first_bootstrap_s": first_s,
-        "key_bytes_in_memory": keys.nbytes,
-        "key_bytes_serialised": sum(ctx.params.switch_key_bytes(lv) for lv in keys.rotation_levels.values())
-        + 2 * ctx.params.switch_key_bytes(keys.conj_level),
+        "key_bytes_in_memory": keys.memory_bytes, "key_bytes_serialised": keys.nbytes,
+        "seeded_keys": seeded, "plan_bytes": boot.cts_plan.nbytes + boot.stc_plan.nbytes,
+        "rss_after_keygen_gib": rss_keys, "rss_after_first_bootstrap_gib": rss_first,
+        "decrypt_noise": "none",
         "rotation_keys": len(keys.rotation_levels), "repeats": repeats, "seed": seed, "simd_path": report.simd_info()["path"],
         "input_encryption": encrypt_with,
         "peak_rss_gib": peak_rss_gib(), "results": results, "notes": [],
@@ -121,7 +156,7 @@ def print_boot_table(p: dict) -> None:
         rows.append(["pair precision (bits)"] + [report.fmt_bits(r["pair_max_bits"]) for r in res])
     title = (f"hemlp bootstrapping — {p['preset']} (N={p['N']}, {p['slots']} slots, log QP {p['log_qp']}, "
              f"{p['security']}), keygen {p['keygen_s']:.1f} s, first bootstrap {p['first_bootstrap_s']:.1f} s, keys {p['key_bytes_in_memory'] / 2**30:.2f} GiB "
-             f"in memory, peak RSS {p['peak_rss_gib']:.2f} GiB, SIMD {p['simd_path']}")
+             f"in memory (seeded: {p.get('seeded_keys', 'none')}), plans {p.get('plan_bytes', 0) / 2**30:.2f} GiB, peak RSS {p['peak_rss_gib']:.2f} GiB, SIMD {p['simd_path']}")
     report.table(headers, rows, title=title)
     for note in p.get("notes", []):
         print(f"note: {note}")
@@ -137,6 +172,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--encrypt", choices=("sk", "pk"), default="sk",
                         help="encrypt the input with the secret key (default; Lattigo's precision tests do) or the "
                              "public key (its encryption noise alone caps N = 2^16 inputs at about 20.4 bits max)")
+    parser.add_argument("--seeded", choices=("auto", "all", "none"), default="auto",
+                        help="Galois keys held as seeds, expanded on use (BootstrapKeys.generate): auto (default) "
+                             "the keys of the last CoeffToSlot level and below, all, none")
     parser.add_argument("--json", metavar="PATH", help="write results as JSON to PATH ('-' = stdout)")
     parser.add_argument("--allow-insecure", action="store_true", help="allow the test chains (test-N12-boot)")
 
@@ -150,7 +188,8 @@ def main(args) -> int:
     busy = report.busy_warning()
     try:
         payload = run_boot(args.preset, threads, args.repeats, seed=args.seed, slots=args.slots, pair=args.pair,
-                           allow_insecure=args.allow_insecure, encrypt_with=args.encrypt, log=lambda m: print(m, file=sys.stderr, flush=True))
+                           allow_insecure=args.allow_insecure, encrypt_with=args.encrypt,
+                           seeded={"auto": "auto", "all": True, "none": False}[args.seeded], log=lambda m: print(m, file=sys.stderr, flush=True))
     except HemlpError as e:  # typed errors carry their own fix in the message
         print(f"hemlp.bench boot: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -123,6 +123,28 @@ def test_bench_peers_core(tmp_path):
                 assert run["ratios_hemlp_over_peer"][peer]["mul"] > 0
 
 
+@pytest.mark.slow
+def test_bench_peers_boot_smoke(tmp_path):
+    """bench_peers.py boot end to end at N = 2^12 (hemlp's insecure test chain, OpenFHE's HEStd_NotSet): both
+    peers report time, CPU time, levels left (OpenFHE's checked by squarings) and precision, or say why not."""
+    out = tmp_path / "peers_boot.json"
+    r = _run([str(REPO / "scripts" / "bench_peers.py"), "boot", "--logn", "12", "--preset", "test-N12-boot",
+              "--insecure", "--threads", "1", "--json", str(out)], timeout=3600)
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert doc["subcommand"] == "peers-boot" and doc["hemlp"]["levels_left"] == 3
+    (h,) = doc["hemlp"]["results"]
+    assert h["bootstrap"]["median_s"] > 0 and h["bootstrap"]["cpu_median_s"] > 0 and h["max_bits"] > 20
+    if doc["openfhe"] is None:  # a peer that cannot be installed must say why, never fake a number
+        assert doc["openfhe_error"]
+        return
+    o = doc["openfhe"]
+    assert o["levels_left"] >= 1 and o["results"][0]["max_bits"] > 10 and o["peak_rss_gib"] > 0
+    (ratio,) = doc["ratios"]
+    assert ratio["ratio"] == pytest.approx(h["bootstrap"]["median_s"] / o["results"][0]["bootstrap"]["median_s"])
+    assert "hemlp/OpenFHE" in r.stdout
+
+
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_ray_mlp_smoke(tmp_path, nodes):
     """bench ray --model mlp end to end on a tiny insecure chain: every mode bit-identical, the object-store bytes
