@@ -213,7 +213,7 @@ def cmd_compile(args, ui: UI):
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     compiled.save(out)
     ui.result.update(command="compile", output=str(out), bytes=fsize(out), batch_size=args.batch_size,
-                     plan=str(compiled.plan))
+                     plan=str(compiled.plan), resources=compiled.plan.info.get("resources"))
     ui.finish([str(compiled.plan), f"compiled model: {out} ({human(fsize(out))})"])
 
 

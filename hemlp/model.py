@@ -54,6 +54,7 @@ from hemlp.errors import (EncodingError, InsecureParametersError, KeyMismatchErr
 from hemlp.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.planner import grid_4d, obl, obl_bruteforce
+from hemlp.planner.resources import Resources, estimate_resources
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
 from hemlp.runtime.local import simulate as simulate_rows
 from hemlp.threads import set_num_threads
@@ -102,8 +103,17 @@ class Plan:
             head.append("planner estimates (s per batch): " + ", ".join(
                 f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}"
                 for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
+        if i.get("resources"):
+            head += self.resources.lines(i["batch_size"])
         self.text = lay.finish_plan_text(format_graph(self.graph, "\n".join(head)), i)
         return self.text
+
+    @property
+    def resources(self) -> Resources | None:
+        """Evaluation-key bytes per kind, upload bytes per input batch, server peak memory, seconds of keygen /
+        encrypt / run: estimated at compile time, before any key exists (hemlp.planner.resources)."""
+        r = self.info.get("resources")
+        return None if r is None else Resources.from_json(r)
 
     __repr__ = __str__
 
@@ -463,6 +473,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                      needs_relin=any(s.op in CT_PRODUCT_OPS for s in steps), workers=int(opts["workers"]),
                      matmuls=matmuls, layout=lay.name, layout_estimates=estimates)
     plan_info.update(lay.plan_info())
+    plan_info["resources"] = estimate_resources(lay).to_json()
     plan = Plan(g, steps, plan_info)
     store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items() if k in STORED_OPTIONS}
     lay.options = store_opts
