@@ -14,6 +14,7 @@ import numpy as np
 
 from hemlp.compiler.ir import Graph, Node, conv2d_index
 from hemlp.errors import ShapeError, UnsupportedError
+from hemlp.extras import require
 
 _HINT = ("supported ONNX ops: Gemm, MatMul, Conv, BatchNormalization, AveragePool, GlobalAveragePool, Flatten, "
          "Reshape (flatten), Dropout, Identity, Relu, Sigmoid, Tanh, Gelu, Erf-GELU, x*Sigmoid(x), polynomial "
@@ -21,13 +22,13 @@ _HINT = ("supported ONNX ops: Gemm, MatMul, Conv, BatchNormalization, AveragePoo
 
 
 def _attrs(node):
-    from onnx import helper
+    from onnx import helper   # from_onnx has imported onnx (or said which extra installs it)
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def from_onnx(model, example_input) -> Graph:
-    import onnx
+    onnx = require("onnx", "compiling an ONNX model")
     from onnx import numpy_helper, shape_inference
 
     if isinstance(model, str):

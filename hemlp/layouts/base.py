@@ -203,6 +203,10 @@ class Layout:
         """Bytes of the ciphertexts a run holds at its peak, the input excluded."""
         return 0
 
+    def progress_total(self) -> int | None:
+        """Entries run() records in its timings (one per executed step): the length of run's progress bar."""
+        return sum(1 for s in self.steps if s.op not in ("input", "alias", "output"))
+
     def output_level(self) -> int:
         out = [s.level_out for s in self.steps if s.op == "output"]
         return int(out[0]) if out and out[0] is not None else 0

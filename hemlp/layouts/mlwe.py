@@ -641,6 +641,9 @@ class Mlwe(Layout):
     def ciphertexts_in(self) -> int:
         return self.program.input.cts
 
+    def progress_total(self) -> int:
+        return sum(1 for m in self.program.steps if m.kind not in ("input", "output"))
+
     def ciphertexts_out(self) -> tuple:
         return self.program.output.cts, self.output_level()
 

@@ -589,6 +589,9 @@ class Packed(Layout):
     def ciphertexts_in(self) -> int:
         return self.program.input.layout.K * self.program.groups
 
+    def progress_total(self) -> int:
+        return sum(1 for s in self.program.steps if s.op not in ("input", "alias", "output"))
+
     def ciphertexts_out(self) -> tuple:
         return self.program.output.layout.K * self.program.groups, self.output_level()
 
