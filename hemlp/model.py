@@ -253,6 +253,9 @@ class CompiledModel:
             raise TypeError("decrypt takes the EncryptedBatch returned by run()")
         if ct.model_id != self.model_id:
             raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
+        if ct.stage != "output":
+            raise ShapeError("this is an encrypted input batch (from encrypt), not a result: run it first "
+                             "(compiled.run(ct, eval_keys); CLI: hemlp run), then decrypt the run's output")
         if sk.key_id != ct.key_id:
             raise KeyMismatchError("the secret key does not match the ciphertext's key pair; decrypt with the "
                                    "secret key that encrypted the input")
