@@ -203,6 +203,12 @@ class Layout:
         """Bytes of the ciphertexts a run holds at its peak, the input excluded."""
         return 0
 
+    def seconds_estimate(self) -> float | None:
+        """Seconds per batch, client encryption included (the plan's resources; None: no estimate). Unlike
+        estimate() it never declines for a reason other than time."""
+        est = self.estimate()
+        return float(est) if isinstance(est, (int, float)) else None
+
     def progress_total(self) -> int | None:
         """Entries run() records in its timings (one per executed step): the length of run's progress bar."""
         return sum(1 for s in self.steps if s.op not in ("input", "alias", "output"))

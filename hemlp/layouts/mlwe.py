@@ -644,6 +644,9 @@ class Mlwe(Layout):
     def progress_total(self) -> int:
         return sum(1 for m in self.program.steps if m.kind not in ("input", "output"))
 
+    def seconds_estimate(self) -> float:
+        return estimate_mlwe(self.program, self.params)   # also when "auto" declines it for its key bytes
+
     def ciphertexts_out(self) -> tuple:
         return self.program.output.cts, self.output_level()
 

@@ -12,8 +12,8 @@ prepared_bytes, working_bytes); the sizes are those of the formats:
 * a fresh ciphertext encrypted by the client under its secret key: N (l + 1) words (the a-half is a seed), twice
   that in memory and for every ciphertext a run produces.
 
-Times use the planner's unit costs (hemlp.planner.layouts.unit_costs): the layout's estimate() (client encryption
-included) split into encrypt and run, and keygen as a fixed part plus seconds per byte of key material.
+Times use the planner's unit costs (hemlp.planner.layouts.unit_costs): the layout's seconds_estimate() (client
+encryption included) split into encrypt and run, and keygen as a fixed part plus seconds per byte of key material.
 Measured against these estimates (python -m hemlp.bench estimates, bench/estimates.json): bytes exact to 2 %,
 server memory within 0.7-1.1x, times within 0.5-1.8x on the tests' models.
 """
@@ -106,7 +106,7 @@ def estimate_resources(layout) -> Resources:
     c = unit_costs()
     r.keygen_seconds = KEYGEN_BASE_S + r.eval_key_bytes * KEYGEN_S_PER_BYTE
     r.encrypt_seconds = n_in * N * (top + 1) * c["encrypt"]
-    total = layout.estimate()
-    if isinstance(total, (int, float)):
+    total = layout.seconds_estimate()
+    if total is not None:
         r.run_seconds = max(0.0, float(total) - r.encrypt_seconds)
     return r
