@@ -20,12 +20,11 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-import signal
 
 #: the library's messages name API arguments; the CLI's name its flags (applied to every error message printed)
 CLI_WORDING = (("restart=True / --restart", "--force"), ("pass restart=True", "pass --force"),
@@ -59,27 +58,11 @@ class UI:
 
     @contextlib.contextmanager
     def step(self, desc: str):
-        """A spinner with elapsed time on a terminal (rich), a start/done line otherwise."""
+        """A start and a done line (with seconds) around a step; the hemlp calls inside show their own progress
+        (hemlp.progress: per layer, on a terminal), so no spinner competes with them for the line."""
         t0 = time.perf_counter()
-        live = None
-        if not self.quiet and sys.stderr.isatty():
-            try:
-                from rich.console import Console
-                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-                live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
-                live.start()
-                live.add_task(desc, total=None)
-            except ImportError:
-                live = None
-        if live is None:
-            self.msg(f"{desc} ...")
-        try:
-            yield
-        finally:
-            if live is not None:
-                live.stop()
+        self.msg(f"{desc} ...")
+        yield
         dt = time.perf_counter() - t0
         self.result.setdefault("seconds", {})[desc] = round(dt, 4)
         self.msg(f"{desc}: done in {dt:.2f} s")
