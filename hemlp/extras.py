@@ -14,7 +14,8 @@ __all__ = ["EXTRAS", "require", "install_hint"]
 
 #: optional package -> the extra of setup.py that installs it
 EXTRAS = {"torch": "ml", "torchvision": "ml", "onnx": "ml", "mlxtend": "ml", "tqdm": "ml", "rich": "ml",
-          "matplotlib": "ml", "wandb": "ml", "ray": "ray", "grpc": "ray", "mpmath": "boot", "pytest": "dev", "threadpoolctl": "dev"}
+          "matplotlib": "ml", "wandb": "ml", "ray": "ray", "grpc": "ray", "mpmath": "boot", "pytest": "dev",
+          "threadpoolctl": "dev"}
 
 
 def install_hint(module: str) -> str:

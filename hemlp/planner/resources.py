@@ -63,13 +63,17 @@ class Resources:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def lines(self, batch: int) -> list[str]:
-        keys = ", ".join(f"{k} {human_bytes(v)} ({self.key_counts.get(k, 1)} key{'s' if self.key_counts.get(k, 1) != 1 else ''})"
-                         for k, v in self.key_bytes.items())
+        def count(k):
+            n = self.key_counts.get(k, 1)
+            return f"{n} key{'s' if n != 1 else ''}"
+
+        keys = ", ".join(f"{k} {human_bytes(v)} ({count(k)})" for k, v in self.key_bytes.items())
         run = "n/a" if self.run_seconds is None else f"{self.run_seconds:.3g} s"
         return [f"estimates before any key exists (batch of {batch}):",
                 f"  evaluation keys {human_bytes(self.eval_key_bytes)}" + (f": {keys}" if keys else " (none needed)")
                 + f"; keygen ~{self.keygen_seconds:.3g} s",
-                f"  client upload {human_bytes(self.upload_bytes)} per input batch (encrypt ~{self.encrypt_seconds:.3g} s), "
+                f"  client upload {human_bytes(self.upload_bytes)} per input batch "
+                f"(encrypt ~{self.encrypt_seconds:.3g} s), "
                 f"download {human_bytes(self.download_bytes)}",
                 f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}, run ~{run} per batch (one thread)"]
 
@@ -101,7 +105,8 @@ def estimate_resources(layout) -> Resources:
     r.upload_bytes = n_in * _ct_bytes(N, top, seeded=True)
     r.download_bytes = n_out * _ct_bytes(N, lv_out)
     input_mem = n_in * _ct_bytes(N, top)
-    r.server_memory_bytes = int(SERVER_BASE_BYTES + KEY_MEMORY_FACTOR * r.eval_key_bytes + input_mem * (1 + TRANSIENT_FACTOR)
+    r.server_memory_bytes = int(SERVER_BASE_BYTES + KEY_MEMORY_FACTOR * r.eval_key_bytes
+                                + input_mem * (1 + TRANSIENT_FACTOR)
                                 + layout.prepared_bytes() + layout.working_bytes())
     c = unit_costs()
     r.keygen_seconds = KEYGEN_BASE_S + r.eval_key_bytes * KEYGEN_S_PER_BYTE

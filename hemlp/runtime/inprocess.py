@@ -7,20 +7,11 @@ per core. The caller's thread setting is restored afterwards.
 """
 from __future__ import annotations
 
-import os
-
 from hemlp.runtime.jobs import LocalItems
+from hemlp.runtime.ray.session import usable_cores   # (imports no Ray: the package imports ray only when used)
 from hemlp.threads import get_num_threads, set_num_threads
 
 __all__ = ["InProcessItems", "usable_cores"]
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 class InProcessItems(LocalItems):

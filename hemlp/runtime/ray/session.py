@@ -1,10 +1,10 @@
 """The Ray session: joining or starting a cluster, and what every process of it needs to know about itself.
 
 ``ray_session`` uses the running Ray, joins an address (``ray start --head`` / ``ray job submit``) for the call, or
-starts a local instance that the process then reuses (starting one costs seconds: it is shut down at exit, on
-``shutdown_local()``, or when a later call asks for another number of CPUs). ``import_ray`` is the one place that imports the optional ``ray`` package (so hemlp
-imports without it). Tasks call ``maybe_die`` first: the tests' fault injection (``FAULT_ENV``) kills a worker on
-its first task, as an OOM kill or a lost node would.
+starts a local instance that the process then reuses (starting one costs seconds): it is shut down at exit, on
+``shutdown_local()``, or when a later call asks for another number of CPUs. ``import_ray`` is the one place that
+imports the optional ``ray`` package (so hemlp imports without it). Tasks call ``maybe_die`` first: the tests'
+fault injection (``FAULT_ENV``) kills a worker on its first task, as an OOM kill or a lost node would.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import time
 from hemlp import _core
 from hemlp.errors import HemlpError
 
-__all__ = ["RuntimeUnavailableError", "ray_session", "shutdown_local", "local_session_cpus", "import_ray", "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT",
+__all__ = ["RuntimeUnavailableError", "ray_session", "shutdown_local", "local_session_cpus", "import_ray",
+           "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT",
            "FAULT_ENV", "TASK_RETRIES", "maybe_die", "node_id", "usable_cores", "driver_threads"]
 
 #: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
