@@ -26,10 +26,12 @@ from hemlp.planner.layouts import unit_costs
 __all__ = ["Resources", "estimate_resources", "human_bytes", "KEYGEN_S_PER_BYTE", "SERVER_BASE_BYTES"]
 
 #: seconds of key generation per serialised key byte (PRNG, Gaussian error, NTTs and the P·s products of each
-#: digit), one thread; measured with `python -m hemlp.bench estimates` (test-N12 / N14 sets, shared machine)
-KEYGEN_S_PER_BYTE = 2.5e-9
-#: seconds of the key pair itself and the per-call work of keygen() (sampling, the public key, Python)
-KEYGEN_BASE_S = 2e-3
+#: digit), one thread; measured with `python -m hemlp.bench estimates` (N = 2^12 and 2^15 test sets, warm, on a
+#: shared machine)
+KEYGEN_S_PER_BYTE = 2.2e-9
+#: seconds of the key pair itself and the per-call work of keygen() (sampling, the public key, Python); a process's
+#: first keygen also starts the native thread pool and tables (a few ms more)
+KEYGEN_BASE_S = 3e-4
 #: the server process before any hemlp object: the interpreter, numpy and the native core (measured ~40 MB)
 SERVER_BASE_BYTES = 40 * 2 ** 20
 #: server memory per serialised evaluation-key byte (see the module docstring; measured at N = 2^12)
