@@ -142,7 +142,9 @@ def test_insecure_preset_message_names_the_cli_flag(tmp_path, tiny_onnx):
 
 def test_batch_job_mismatch_names_force_not_restart(tmp_path, tiny_onnx):
     m = tmp_path / "m"
-    cli("compile", tiny_onnx, "--input-shape", "1,4,4", "--insecure", "-o", m)
+    p = cli("compile", tiny_onnx, "--input-shape", "1,4,4", "--insecure", "-o", m)
+    for words in ("evaluation keys", "client upload", "peak memory"):   # hemlp compile states the estimates
+        assert words in p.stdout
     cm = hemlp.load(m, allow_insecure=True)
     sk, ek = cm.keygen()
     ek.save(tmp_path / "eval.keys")
