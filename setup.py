@@ -62,7 +62,8 @@ setup(
     name="hemlp",
     version="0.1.0",
     description="Privacy-preserving ML inference on RNS-CKKS encrypted matrices",
-    # hemlp/models and hemlp/datasets are symbolic links to the top-level models/ and datasets/ folders
+    # hemlp/models and hemlp/datasets are symbolic links to the top-level models/ and datasets/ folders; the sdist
+    # also carries the C++ headers, the Makefile, docs, tests, examples and scripts (MANIFEST.in)
     # hemlp/bench holds only __main__.py (`python -m hemlp.bench`; the benchmarks are hemlp.apps.bench)
     packages=find_packages(include=["hemlp", "hemlp.*"]) + ["hemlp.bench"],
     ext_modules=ext_modules,
@@ -72,6 +73,7 @@ setup(
     extras_require={
         "dev": ["pytest>=7", "pytest-timeout", "pybind11>=2.11", "threadpoolctl>=3"],
         "ray": ["ray[default]>=2.9"],
+        "boot": ["mpmath>=1.3"],   # bootstrapping's EvalMod coefficients (hemlp.bootstrap.evalmod)
         "ml": ["torch==2.14.1", "torchvision==0.29.2", "onnx", "mlxtend", "wandb", "tqdm", "rich", "matplotlib"],
     },
     entry_points={"console_scripts": ["hemlp=hemlp.apps.cli:main"]},

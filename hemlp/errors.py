@@ -50,3 +50,7 @@ class SerializationError(HemlpError, ValueError):
 
 class UnsupportedError(HemlpError, NotImplementedError):
     """An operation or model construct hemlp does not support (yet)."""
+
+
+class MissingDependencyError(HemlpError, ImportError):
+    """An optional package a feature needs is not installed; the message names the extra that installs it."""

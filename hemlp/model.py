@@ -57,6 +57,8 @@ from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import plan_bootstrapped
 from hemlp.planner import grid_4d, obl, obl_bruteforce
+from hemlp.planner.resources import Resources, estimate_resources
+from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
 from hemlp.runtime.local import simulate as simulate_rows
 from hemlp.threads import set_num_threads
@@ -105,8 +107,17 @@ class Plan:
             head.append("planner estimates (s per batch): " + ", ".join(
                 f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}"
                 for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
+        if i.get("resources"):
+            head += self.resources.lines(i["batch_size"])
         self.text = lay.finish_plan_text(format_graph(self.graph, "\n".join(head)), i)
         return self.text
+
+    @property
+    def resources(self) -> Resources | None:
+        """Evaluation-key bytes per kind, upload bytes per input batch, server peak memory, seconds of keygen /
+        encrypt / run: estimated at compile time, before any key exists (hemlp.planner.resources)."""
+        r = self.info.get("resources")
+        return None if r is None else Resources.from_json(r)
 
     __repr__ = __str__
 
@@ -169,11 +180,15 @@ class CompiledModel:
         q_0..q_l and P instead of the whole chain. Layout (A′) adds "conjugation" and "modpack"."""
         return self.layout_impl.key_levels()
 
-    def keygen(self):
+    def keygen(self, verbose: bool | None = None):
         """(secret_key, eval_keys): the secret key stays on the client; eval_keys go to the server.
-        Each key is generated for the highest level the plan uses it at (key_levels)."""
-        sk, _ = self.context.keygen()
-        return sk, EvalKeys(self.model_id, *self.layout_impl.keygen(self.context, sk))
+        Each key is generated for the highest level the plan uses it at (key_levels). verbose: progress on stderr
+        (None: only on a terminal; hemlp.progress)."""
+        with progress("keygen", verbose=verbose, unit="key") as bar:
+            sk, _ = self.context.keygen()
+            keys = self.layout_impl.keygen(self.context, sk)
+            bar.update(sum(k is not None for k in keys))
+        return sk, EvalKeys(self.model_id, *keys)
 
     def _check_key(self, key):
         if not isinstance(key, (SecretKey, PublicKey)):
@@ -215,14 +230,17 @@ class CompiledModel:
     def capacity(self) -> int:
         return self.layout_impl.capacity
 
-    def encrypt(self, x, key):
-        """Encrypt a batch (batch, *input_shape) under the secret key (or a public key)."""
+    def encrypt(self, x, key, verbose: bool | None = None):
+        """Encrypt a batch (batch, *input_shape) under the secret key (or a public key). verbose: progress on
+        stderr (None: only on a terminal)."""
         x = self._check_x(x)
         if x.shape[0] > self.capacity:
             raise ShapeError(f"batch of {x.shape[0]} samples exceeds the planned capacity {self.capacity} "
                              f"(batch_size={self.batch_size}); recompile with a larger batch_size or split the batch")
         self._check_key(key)
-        ctm = self.layout_impl.encrypt(self.context, x, key, self.top_level)
+        with progress(f"encrypt {x.shape[0]} samples", verbose=verbose, unit="batch") as bar:
+            ctm = self.layout_impl.encrypt(self.context, x, key, self.top_level)
+            bar.update(1)
         return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
 
     def encrypt_weights(self, key):
@@ -238,6 +256,9 @@ class CompiledModel:
             raise TypeError("decrypt takes the EncryptedBatch returned by run()")
         if ct.model_id != self.model_id:
             raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
+        if ct.stage != "output":
+            raise ShapeError("this is an encrypted input batch (from encrypt), not a result: run it first "
+                             "(compiled.run(ct, eval_keys); CLI: hemlp run), then decrypt the run's output")
         if sk.key_id != ct.key_id:
             raise KeyMismatchError("the secret key does not match the ciphertext's key pair; decrypt with the "
                                    "secret key that encrypted the input")
@@ -245,13 +266,16 @@ class CompiledModel:
         return y.reshape((ct.batch,) + tuple(ct.shape))
 
     # ---- server side
-    def prepare(self) -> float:
+    def prepare(self, verbose: bool | None = None) -> float:
         """Server side, once after loading: encode the layout's weight diagonals / plans (seconds spent).
-        Layout (A) has nothing to prepare. run() prepares on first use otherwise."""
-        return self.layout_impl.prepare(self.context)
+        Layout (A) has nothing to prepare. run() prepares on first use otherwise. verbose: as in run()."""
+        with progress("prepare", verbose=verbose) as bar:
+            seconds = self.layout_impl.prepare(self.context)
+            bar.update(1)
+        return seconds
 
     def run(self, ct, eval_keys, runtime: str = "local", address: str | None = None, num_workers: int | None = None,
-            threads: int | None = None, weights=None, **ray_options):
+            threads: int | None = None, weights=None, verbose: bool | None = None, **ray_options):
         """Encrypted inference (server side: ciphertexts and evaluation keys only).
 
         runtime="local": in this process (threads: native threads). runtime="ray": every PCMM and
@@ -261,7 +285,8 @@ class CompiledModel:
         cannot be reached). Ray options: grid ((p_m, p_n, p_k[, p_s]) or {step: grid}; p_s = 2 puts the two
         polynomials of every ciphertext in different tasks; default the planner's grid_store for num_workers),
         cts_per_task, stats (a dict filled per step). The result's
-        layer_seconds holds every step's wall-clock seconds."""
+        layer_seconds holds every step's wall-clock seconds. verbose: a per-layer progress bar on stderr (True /
+        False; None: only when stderr is a terminal, never in tests; hemlp.progress)."""
         if runtime not in ("local", "ray"):
             raise ValueError(f"runtime must be 'local' or 'ray', got {runtime!r}")
         unknown = set(ray_options) - {"grid", "cts_per_task", "stats"}
@@ -289,11 +314,12 @@ class CompiledModel:
         self.layout_impl.check_run(ct, eval_keys, weights, runtime, self.model_id)
         if threads is not None:
             set_num_threads(threads)
-        timings: dict = {}
         ray = dict(ray_options, address=address, num_workers=num_workers) if runtime == "ray" else {}
-        out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, runtime, ray)
+        with progress("run", total=self.layout_impl.progress_total(), verbose=verbose, unit="layer") as bar:
+            timings = StepTimings(bar)     # each step's seconds, advancing the bar as the layout records them
+            out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, runtime, ray)
         result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
-        result.layer_seconds = timings
+        result.layer_seconds = dict(timings)
         return result
 
     def simulate(self, x) -> np.ndarray:
@@ -473,6 +499,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                      needs_relin=any(s.op in CT_PRODUCT_OPS for s in steps), workers=int(opts["workers"]),
                      matmuls=matmuls, layout=lay.name, layout_estimates=estimates)
     plan_info.update(lay.plan_info())
+    plan_info["resources"] = estimate_resources(lay).to_json()
     plan = Plan(g, steps, plan_info)
     store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items() if k in STORED_OPTIONS}
     lay.options = store_opts

@@ -1,15 +1,18 @@
-"""The ``hemlp`` command line: compile a model, then keygen / encrypt (client) → run (server) →
-decrypt (client) through files, plus batch jobs, benchmarks and a demo.
+"""hemlp: encrypted inference on CKKS. Compile a model, then keygen / encrypt (client), run (server) and decrypt
+(client) through files; batch jobs, benchmarks and a demo.
 
     hemlp compile model.onnx --input-shape 1,28,28 --batch-size 16 -o mnist.hemlp
     hemlp keygen mnist.hemlp -o keys/                 # keys/secret.key (client only), keys/eval.keys
     hemlp encrypt mnist.hemlp -k keys/secret.key -i x.npy -o x.ct
     hemlp run mnist.hemlp -e keys/eval.keys -i x.ct -o y.ct      # server: no secret key involved
     hemlp decrypt mnist.hemlp -k keys/secret.key -i y.ct -o y.npy
+    hemlp batch mnist.hemlp -e keys/eval.keys -i cts/ -o out/     # many files: resumable, in-process or on Ray
     hemlp demo                                        # train → compile → encrypted inference on MNIST digits
 
 Every command refuses to overwrite an existing output unless ``--force``; ``--json`` prints one
-JSON object on stdout for programs (progress and messages go to stderr).
+JSON object on stdout for programs (progress and messages go to stderr; ``--quiet`` silences them).
+Commands that need an optional package (torch / onnx for compile, ray for ``batch --runtime ray``) say which
+extra installs it (``pip install 'hemlp[ml]'``, ``'hemlp[ray]'``).
 """
 from __future__ import annotations
 
@@ -17,12 +20,22 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-RAY_ISSUE = "the Ray runtime issue (README, \"Not yet\": the Ray runtime)"
+#: the library's messages name API arguments; the CLI's name its flags (applied to every error message printed)
+CLI_WORDING = (("restart=True / --restart", "--force"), ("pass restart=True", "pass --force"),
+               ("or --restart", "or --force"), ("hemlp.load(path, allow_insecure=True); CLI: --insecure", "--insecure"),
+               ("pass allow_insecure=True", "pass --insecure"), ("allow_insecure=True", "--insecure"))
+
+
+def cli_wording(message: str) -> str:
+    for api, flag in CLI_WORDING:
+        message = message.replace(api, flag)
+    return message
 
 
 class CLIError(Exception):
@@ -35,6 +48,8 @@ class UI:
     def __init__(self, args):
         self.json = getattr(args, "json", False)
         self.quiet = getattr(args, "quiet", False)
+        #: the verbose= of hemlp calls: --quiet hides their progress, else it shows on a terminal (hemlp.progress)
+        self.verbose = False if self.quiet else None
         self.result: dict = {}
 
     def msg(self, text: str) -> None:
@@ -43,38 +58,14 @@ class UI:
 
     @contextlib.contextmanager
     def step(self, desc: str):
-        """A spinner with elapsed time on a terminal (rich), a start/done line otherwise."""
+        """A start and a done line (with seconds) around a step; the hemlp calls inside show their own progress
+        (hemlp.progress: per layer, on a terminal), so no spinner competes with them for the line."""
         t0 = time.perf_counter()
-        live = None
-        if not self.quiet and sys.stderr.isatty():
-            try:
-                from rich.console import Console
-                from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-                live = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                                console=Console(stderr=True), transient=True)
-                live.start()
-                live.add_task(desc, total=None)
-            except ImportError:
-                live = None
-        if live is None:
-            self.msg(f"{desc} ...")
-        try:
-            yield
-        finally:
-            if live is not None:
-                live.stop()
+        self.msg(f"{desc} ...")
+        yield
         dt = time.perf_counter() - t0
         self.result.setdefault("seconds", {})[desc] = round(dt, 4)
         self.msg(f"{desc}: done in {dt:.2f} s")
-
-    def progress(self, iterable, desc: str, total=None):
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:
-            return iterable
-        return tqdm(iterable, desc=desc, total=total, disable=self.quiet, file=sys.stderr, leave=False,
-                    mininterval=0.5)
 
     def finish(self, text_lines=()):
         if self.json:
@@ -175,7 +166,9 @@ def cmd_compile(args, ui: UI):
     if model.suffix == ".onnx":
         src = str(model)
     elif model.suffix in (".pt", ".pth"):
-        import torch
+        from hemlp.extras import require
+
+        torch = require("torch", "compiling a torch.save'd model (.pt)")
 
         # A whole pickled nn.Module runs the file's code when loaded: only with the user's explicit trust.
         try:
@@ -196,10 +189,18 @@ def cmd_compile(args, ui: UI):
         options["preset"] = args.preset
     if args.layout:
         options["layout"] = args.layout
+    from hemlp.model import OPTIONS
+
+    flags = {"preset": "--preset", "layout": "--layout", "allow_insecure": "--insecure"}
     for kv in args.option or []:
         if "=" not in kv:
             raise CLIError(f"--option {kv!r}: expected key=value")
         k, v = kv.split("=", 1)
+        if k in flags:
+            raise CLIError(f"--option {k}=...: use {flags[k]} instead")
+        if k not in OPTIONS:
+            raise CLIError(f"--option {k!r} is not a compile option; options: "
+                           + ", ".join(sorted(set(OPTIONS) - set(flags))) + " (see `hemlp compile --help`)")
         try:
             options[k] = json.loads(v)
         except json.JSONDecodeError:
@@ -213,7 +214,7 @@ def cmd_compile(args, ui: UI):
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     compiled.save(out)
     ui.result.update(command="compile", output=str(out), bytes=fsize(out), batch_size=args.batch_size,
-                     plan=str(compiled.plan))
+                     plan=str(compiled.plan), resources=compiled.plan.info.get("resources"))
     ui.finish([str(compiled.plan), f"compiled model: {out} ({human(fsize(out))})"])
 
 
@@ -224,7 +225,7 @@ def cmd_keygen(args, ui: UI):
         check_new(p, args.force, "key file")
     compiled = load_compiled(args.compiled, args.insecure)
     with ui.step("keygen"):
-        sk, ek = compiled.keygen()
+        sk, ek = compiled.keygen(verbose=ui.verbose)
     out.mkdir(parents=True, exist_ok=True)
     sk.save(sk_path)
     ek.save(ek_path)
@@ -240,7 +241,7 @@ def cmd_encrypt(args, ui: UI):
     sk = load_secret_key(args.key, compiled)
     x = load_array(args.input)
     with ui.step(f"encrypt {tuple(x.shape)}"):
-        ct = compiled.encrypt(x, sk)
+        ct = compiled.encrypt(x, sk, verbose=ui.verbose)
     ct.save(out)
     ui.result.update(command="encrypt", output=str(out), bytes=fsize(out), input_shape=list(x.shape))
     ui.finish([f"ciphertext: {out} ({human(fsize(out))})"])
@@ -252,7 +253,7 @@ def cmd_run(args, ui: UI):
     ek = load_eval_keys(args.eval_keys, compiled)
     ct = load_ciphertext(args.input, compiled)
     with ui.step("run (encrypted)"):
-        y = compiled.run(ct, ek)
+        y = compiled.run(ct, ek, verbose=ui.verbose)
     y.save(out)
     ui.result.update(command="run", output=str(out), bytes=fsize(out))
     ui.finish([f"encrypted result: {out} ({human(fsize(out))})"])
@@ -279,47 +280,40 @@ def cmd_decrypt(args, ui: UI):
     ui.finish(lines)
 
 
-def _ray_runner():
-    """The batch-job module exposing run_model_batch(compiled, eval_keys_path, inputs, out_dir, address), or None."""
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec("ray") is None:
-        return None, "the `ray` package is not installed"
-    for name in ("hemlp.runtime.jobs",):
-        try:
-            if importlib.util.find_spec(name) is None:
-                continue
-        except ImportError:
-            continue
-        mod = importlib.import_module(name)
-        if callable(getattr(mod, "run_model_batch", None)):
-            return mod, ""
-    return None, "hemlp's batch jobs (hemlp.runtime.jobs) do not exist yet"
-
-
 def cmd_batch(args, ui: UI):
-    runner, why = _ray_runner()
-    if runner is None:
-        from hemlp.errors import UnsupportedError
+    from hemlp.runtime import jobs
 
-        raise UnsupportedError(f"hemlp batch needs the Ray runtime: {why}; it is tracked in {RAY_ISSUE}. "
-                               "Meanwhile run batches one by one with `hemlp run`.")
+    runtime = args.runtime or ("ray" if args.address or args.workers else "local")
+    if runtime == "local" and (args.address or args.workers):
+        raise CLIError("--address and --workers are options of --runtime ray; --threads sets the local runtime's "
+                       "threads")
+    if runtime == "ray" and args.threads:
+        raise CLIError("--threads is an option of --runtime local (Ray tasks take one CPU each; see --workers)")
     src = Path(args.inputs)
     inputs = sorted(src.glob("*.ct")) if src.is_dir() else [src]
     if not inputs or not all(p.is_file() for p in inputs):
         raise CLIError(f"no ciphertext files found at {src} (a file, or a directory of *.ct)")
     out = Path(args.output)
-    resumable = (out / "batch_manifest.json").is_file()
+    resumable = (out / jobs.MANIFEST).is_file()
     if out.exists() and not args.force and not resumable and (out.is_file() or any(out.iterdir())):
         raise CLIError(f"output directory {out} exists and is not a batch job to resume; pass --force to reuse it")
-    kw = {"restart": bool(args.force), "progress": not ui.quiet, "allow_insecure": bool(args.insecure)}
-    if args.workers:
-        kw["num_workers"] = args.workers
-    with ui.step(f"batch of {len(inputs)} ciphertext file(s) on Ray" + (" (resuming)" if resumable and not args.force
-                                                                          else "")):
-        files = runner.run_model_batch(str(args.compiled), str(args.eval_keys), inputs, out, address=args.address, **kw)
-    ui.result.update(command="batch", outputs=[str(f) for f in files], output_dir=str(out))
+    if runtime == "local":
+        from hemlp.runtime.inprocess import InProcessItems
+
+        executor = InProcessItems(args.threads)
+        where = f"in this process ({executor.threads} threads per item)"
+    else:
+        from hemlp.runtime.ray import RayItems
+        from hemlp.runtime.ray.session import import_ray
+
+        import_ray()   # RuntimeUnavailableError naming the extra, before any work
+        executor = RayItems(args.address, args.workers)
+        where = "on Ray" + (f" at {args.address}" if args.address else "")
+    kw = dict(restart=bool(args.force), progress=not ui.quiet, allow_insecure=bool(args.insecure), executor=executor)
+    with ui.step(f"batch of {len(inputs)} ciphertext file(s) {where}" + (" (resuming)" if resumable and not args.force
+                                                                        else "")):
+        files = jobs.run_model_batch(str(args.compiled), str(args.eval_keys), inputs, out, **kw)
+    ui.result.update(command="batch", runtime=runtime, outputs=[str(f) for f in files], output_dir=str(out))
     ui.finish([f"{len(files)} result(s) in {out}"])
 
 
@@ -409,12 +403,12 @@ def cmd_demo(args, ui: UI):
 
 # ----------------------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="hemlp", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="hemlp", description=" ".join(__doc__.split("\n\n")[0].split()),
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n".join(__doc__.splitlines()[2:]))
     from hemlp import __version__
 
-    ap.add_argument("--version", action="version", version=f"hemlp {__version__}")
+    ap.add_argument("--version", action="version", version=f"hemlp {__version__}", help="print the version and exit")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(p, output=True, out_help="output file"):
@@ -434,7 +428,9 @@ def parser() -> argparse.ArgumentParser:
                    help="auto (default: the planner's cost estimate for --batch-size) or a layout of hemlp.layouts: "
                         "batch (one feature per ciphertext, large batches), packed (samples in the slots, one or a "
                         "few samples), mlwe (the batch along the coefficients); see docs/layouts.md")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="extra hemlp.compile option (JSON value)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="another hemlp.compile option, repeatable, the value in JSON (e.g. activation_degree=15, "
+                        "encrypted_weights=true); the options are listed in hemlp.model's docstring")
     p.add_argument("--insecure", action="store_true", help="allow INSECURE test presets (testing only)")
     p.add_argument("--trust-pickle", action="store_true",
                    help="load a torch.save'd nn.Module (.pt) although unpickling runs code from the file")
@@ -444,14 +440,14 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("keygen", help="client: secret key + evaluation keys for a compiled model")
     p.add_argument("--insecure", action="store_true",
                    help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled")
+    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
     common(p, out_help="key directory (secret.key, eval.keys)")
     p.set_defaults(fn=cmd_keygen)
 
     p = sub.add_parser("encrypt", help="client: encrypt a .npy batch of inputs")
     p.add_argument("--insecure", action="store_true",
                    help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled")
+    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
     p.add_argument("-k", "--key", required=True, help="secret.key")
     p.add_argument("-i", "--input", required=True, help="inputs .npy (batch, *input_shape)")
     common(p, out_help="ciphertext file")
@@ -460,7 +456,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="server: evaluate the model on a ciphertext file (no secret key)")
     p.add_argument("--insecure", action="store_true",
                    help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled")
+    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
     p.add_argument("-e", "--eval-keys", required=True, help="eval.keys")
     p.add_argument("-i", "--input", required=True, help="ciphertext file")
     common(p, out_help="result ciphertext file")
@@ -469,7 +465,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("decrypt", help="client: decrypt a result ciphertext to .npy")
     p.add_argument("--insecure", action="store_true",
                    help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled")
+    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
     p.add_argument("-k", "--key", required=True, help="secret.key")
     p.add_argument("-i", "--input", required=True, help="result ciphertext file")
     p.add_argument("-o", "--output", help="output .npy (optional)")
@@ -478,32 +474,38 @@ def parser() -> argparse.ArgumentParser:
     common(p, output=False)
     p.set_defaults(fn=cmd_decrypt)
 
-    p = sub.add_parser("batch", help="server: run many ciphertext files on a Ray cluster")
+    p = sub.add_parser("batch", help="server: run many ciphertext files as a resumable job, in this process or on Ray")
     p.add_argument("--insecure", action="store_true",
                    help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled")
-    p.add_argument("-e", "--eval-keys", required=True)
+    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
+    p.add_argument("-e", "--eval-keys", required=True, help="eval.keys (from `hemlp keygen`)")
     p.add_argument("-i", "--inputs", required=True, help="a ciphertext file or a directory of *.ct")
-    p.add_argument("--address", help="Ray cluster address (default: local)")
-    p.add_argument("--workers", type=int, help="Ray workers (default: the runtime's choice)")
+    p.add_argument("--runtime", choices=("local", "ray"),
+                   help="local: the items one after the other in this process, each on every core (the default); "
+                        "ray: Ray tasks, one CPU each (the default when --address or --workers is given)")
+    p.add_argument("--threads", type=int, help="--runtime local: native threads per item (default: every core)")
+    p.add_argument("--address", help="--runtime ray: the cluster to join (default: a local Ray for this command)")
+    p.add_argument("--workers", type=int, help="--runtime ray: CPUs of the local Ray (default: every core)")
     common(p, out_help="output directory (an interrupted job resumes; --force starts it over)")
     p.set_defaults(fn=cmd_batch)
 
     p = sub.add_parser("bench", help="benchmarks (runs python -m hemlp.bench with the remaining arguments)",
                        add_help=False)
-    p.add_argument("bench_args", nargs=argparse.REMAINDER)
+    p.add_argument("bench_args", nargs=argparse.REMAINDER,
+                   help="a benchmark and its options (`hemlp bench --help` lists them)")
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("demo", help="train, compile and classify encrypted MNIST digits end to end")
-    p.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm",
+                   help="the network to train (hemlp.models; default fhe4dmm)")
+    p.add_argument("--epochs", type=int, default=10, help="training epochs (default 10)")
     p.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
                    help="train on one-pixel shifted copies too (~97.6%% instead of ~96%% for the MLP)")
     p.add_argument("--samples", type=int, default=1000,
                    help="held-out digits classified under encryption (all 1000 fit one batch of slots)")
     p.add_argument("--single", type=int, default=10,
                    help="then classify this many digits one at a time with a batch-1 model (layout P); 0: skip")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order (default 0)")
     p.add_argument("--insecure", action="store_true", help="INSECURE small parameters (fast; testing only)")
     common(p, output=False)
     p.set_defaults(fn=cmd_demo)
@@ -526,17 +528,37 @@ def main(argv=None) -> int:
     ui = UI(args)
     from hemlp.errors import HemlpError
 
+    previous = signal.signal(signal.SIGTERM, _terminated)   # `kill` cleans up as Ctrl-C does
     try:
         rc = args.fn(args, ui)
         return int(rc or 0)
     except (CLIError, HemlpError, FileNotFoundError) as exc:
+        message = cli_wording(str(exc))
         if getattr(args, "json", False):
-            print(json.dumps({"command": args.command, "error": type(exc).__name__, "message": str(exc)}))
-        print(f"hemlp {args.command}: error: {exc}", file=sys.stderr)
+            print(json.dumps({"command": args.command, "error": type(exc).__name__, "message": message}))
+        print(f"hemlp {args.command}: error: {message}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        _stop_ray()
+        print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is so that its cleanup (finally blocks, Ray shutdown) runs."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
+
+
+def _stop_ray() -> None:
+    """Shut down the local Ray this process started (its raylet, GCS and workers would otherwise linger)."""
+    session = sys.modules.get("hemlp.runtime.ray.session")
+    if session is not None:
+        session.shutdown_local()
 
 
 if __name__ == "__main__":

@@ -13,21 +13,42 @@ import math
 import numpy as np
 
 from hemlp.compiler.ir import Graph, Node, conv2d_index
+from hemlp.compiler.torch_frontend import softmax_hint
 from hemlp.errors import ShapeError, UnsupportedError
+from hemlp.extras import require
 
 _HINT = ("supported ONNX ops: Gemm, MatMul, Conv, BatchNormalization, AveragePool, GlobalAveragePool, Flatten, "
          "Reshape (flatten), Dropout, Identity, Relu, Sigmoid, Tanh, Gelu, Erf-GELU, x*Sigmoid(x), polynomial "
          "Mul/Add/Sub/Div/Pow of one tensor, residual Add")
 
 
+#: the ops the loop below handles (some only in restricted forms, with their own messages)
+HANDLED_OPS = {"Constant", "Dropout", "Identity", "Gemm", "MatMul", "Conv", "BatchNormalization", "AveragePool",
+               "GlobalAveragePool", "MaxPool", "GlobalMaxPool", "Flatten", "Reshape", "Transpose", "Relu", "Sigmoid",
+               "Tanh", "Gelu", "Erf", "Add", "Sub", "Mul", "Div", "Pow", "Neg"}
+#: shape and index plumbing an exporter emits around a layer: never the op to name when a layer is unsupported
+PLUMBING_OPS = {"Shape", "Gather", "GatherElements", "Unsqueeze", "Squeeze", "Concat", "Slice", "ConstantOfShape",
+                "Cast", "Expand", "Range", "Split", "Where", "Equal", "Size", "Tile", "CastLike"}
+#: what to do instead, for layers users meet
+LAYER_HINTS = {"LSTM": "recurrent layers (LSTM / GRU / RNN) are not supported: their sigmoid / tanh gates over a "
+                       "sequence exhaust the levels; use a feed-forward or convolutional model",
+               "MaxPool": "use average pooling (max is not a polynomial)"}
+LAYER_HINTS["GRU"] = LAYER_HINTS["RNN"] = LAYER_HINTS["LSTM"]
+
+
+def _unsupported_layers(G) -> list:
+    """The graph's nodes whose op hemlp does not handle and that are not shape plumbing, in graph order."""
+    return [n for n in G.node if n.op_type not in HANDLED_OPS and n.op_type not in PLUMBING_OPS]
+
+
 def _attrs(node):
-    from onnx import helper
+    from onnx import helper   # from_onnx has imported onnx (or said which extra installs it)
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def from_onnx(model, example_input) -> Graph:
-    import onnx
+    onnx = require("onnx", "compiling an ONNX model")
     from onnx import numpy_helper, shape_inference
 
     if isinstance(model, str):
@@ -57,6 +78,17 @@ def from_onnx(model, example_input) -> Graph:
         if node is None:
             return "the graph input/output"
         return f"ONNX node {node.name or '(unnamed)'!r} ({node.op_type})"
+
+    # name the layer hemlp cannot run (an LSTM), not the first Shape / Transpose the exporter put before it
+    layers = _unsupported_layers(G)
+    if layers:
+        first, kinds = layers[0], sorted({n.op_type for n in layers})
+        if first.op_type in ("Softmax", "LogSoftmax"):
+            final = any(o.name in first.output for o in G.output)
+            raise UnsupportedError(f"ONNX op {first.op_type} at {where(first)} is not supported by hemlp; "
+                                   + softmax_hint(final))
+        raise UnsupportedError(f"ONNX op{'s' if len(kinds) > 1 else ''} {', '.join(kinds)} (first at {where(first)}) "
+                               "not supported by hemlp; " + LAYER_HINTS.get(first.op_type, _HINT))
 
     def unsupported(node, what, instead=""):
         raise UnsupportedError(f"{what} at {where(node)} is not supported by hemlp; " + (instead or _HINT))

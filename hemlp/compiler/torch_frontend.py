@@ -31,6 +31,16 @@ _HINT = ("supported layers: Linear, Conv2d, BatchNorm1d/2d, AvgPool2d, AdaptiveA
          "(hemlp.compiler.Polynomial), residual additions")
 
 
+def softmax_hint(final: bool) -> str:
+    """What to do with a softmax, which is not a polynomial (ONNX and torch frontends)."""
+    if final:
+        return ("hemlp returns the logits: drop the final softmax from the model and apply it to the decrypted "
+                "output on the client (e.g. scipy.special.softmax(y, axis=1) or torch.softmax(torch.from_numpy(y), 1));"
+                " the argmax does not change")
+    return ("a softmax inside the model (e.g. attention) is not a polynomial and is not supported; replace it with "
+            "a polynomial normalisation, or end the model before it and apply it after decryption")
+
+
 class _Builder:
     def __init__(self, model_name):
         self.g = Graph(name=model_name)
@@ -122,6 +132,11 @@ def from_torch(model, example_input) -> Graph:
                  F.sigmoid if hasattr(F, "sigmoid") else torch.sigmoid: "sigmoid", torch.tanh: "tanh",
                  F.tanh if hasattr(F, "tanh") else torch.tanh: "tanh"}
     act_methods = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh"}
+    softmax_funcs = (torch.softmax, F.softmax, torch.log_softmax, F.log_softmax)
+
+    def is_final(node) -> bool:
+        """The node's value is the model's output (only the output node uses it)."""
+        return bool(node.users) and all(u.op == "output" for u in node.users)
     env = b.env
     placeholder_seen = False
 
@@ -238,6 +253,8 @@ def from_torch(model, example_input) -> Graph:
                 env[node.name] = b.new("act", [src], b.g.node(src).shape,
                                        dict(kind="poly", coeffs=np.asarray(m.coeffs, dtype=np.float64)),
                                        where, nm)
+            elif isinstance(m, (nn.Softmax, nn.LogSoftmax)):
+                b.unsupported(node, f"{type(m).__name__} (module {node.target!r})", softmax_hint(is_final(node)))
             else:
                 b.unsupported(node, f"module {node.target!r} of type {type(m).__name__}")
             continue
@@ -271,6 +288,12 @@ def from_torch(model, example_input) -> Graph:
             env[node.name] = b.new("transpose", [src], shape, {}, f"{node.name}: transpose", node.name)
         elif node.op == "call_method" and tgt in ("size", "dim"):
             env[node.name] = ("meta", None)
+        elif tgt is getattr and len(args) == 2 and args[1] in ("shape", "ndim"):   # x.shape, as x.size()
+            env[node.name] = ("meta", None)
+        elif tgt is operator.getitem and isinstance(val(args[0]), tuple) and val(args[0])[0] == "meta":
+            env[node.name] = ("meta", None)                                       # x.shape[0], as x.size(0)
+        elif tgt in softmax_funcs or (node.op == "call_method" and tgt in ("softmax", "log_softmax")):
+            b.unsupported(node, f"{name}", softmax_hint(is_final(node)))
         elif tgt in (F.dropout,) or (node.op == "call_method" and tgt in ("contiguous", "clone", "float")):
             env[node.name] = val(args[0])
         elif tgt in (F.avg_pool2d,):

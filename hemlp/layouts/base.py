@@ -10,6 +10,8 @@ client or server call that depends on where the values sit in the ciphertexts is
     server     prepare(ctx), run(ctx, ct, eval_keys, weights, timings, runtime, ray)
     oracle     simulate(X)
     text       plan_header(info), finish_plan_text(text, info), plan_info()
+    resources  key_inventory(), ciphertexts_in(), ciphertexts_out(), prepared_bytes(), working_bytes(): the
+               counts hemlp.planner.resources turns into key / upload / memory estimates before any key exists
     files      the steps and options are saved by the model; Layout(steps, params, batch, top, options)
                rebuilds the same program from them (programs are deterministic functions of those)
 
@@ -178,6 +180,42 @@ class Layout:
     def simulate(self, X: np.ndarray) -> np.ndarray:
         """X (n, input features) -> (n, output features): the same plan on numpy values."""
         raise NotImplementedError
+
+    # ---- resources (counts only; hemlp.planner.resources turns them into bytes and seconds)
+    def key_inventory(self) -> dict:
+        """{kind: (number of key-switching keys, level)} of keygen()'s evaluation keys."""
+        lv = self.key_levels()
+        return {"relin": (1, lv["relin"])} if self.needs_relin else {}
+
+    def ciphertexts_in(self) -> int:
+        """Ciphertexts the client encrypts (at top_level) for one batch of batch_size samples."""
+        raise NotImplementedError(f"layout {self.name!r} does not count its input ciphertexts")
+
+    def ciphertexts_out(self) -> tuple:
+        """(ciphertexts, level) of a run's output for one batch."""
+        raise NotImplementedError(f"layout {self.name!r} does not count its output ciphertexts")
+
+    def prepared_bytes(self) -> int:
+        """Bytes prepare() keeps on the server (encoded weights / diagonals)."""
+        return 0
+
+    def working_bytes(self) -> int:
+        """Bytes of the ciphertexts a run holds at its peak, the input excluded."""
+        return 0
+
+    def seconds_estimate(self) -> float | None:
+        """Seconds per batch, client encryption included (the plan's resources; None: no estimate). Unlike
+        estimate() it never declines for a reason other than time."""
+        est = self.estimate()
+        return float(est) if isinstance(est, (int, float)) else None
+
+    def progress_total(self) -> int | None:
+        """Entries run() records in its timings (one per executed step): the length of run's progress bar."""
+        return sum(1 for s in self.steps if s.op not in ("input", "alias", "output"))
+
+    def output_level(self) -> int:
+        out = [s.level_out for s in self.steps if s.op == "output"]
+        return int(out[0]) if out and out[0] is not None else 0
 
     # ---- helpers for subclasses
     def runner(self, ctx, make):

@@ -109,3 +109,20 @@ class Batch(Layout):
             return self.in_groups(lambda G: batch_bootstrap.simulate_padded(self.steps, G, cap, self.weight_bits),
                                   X, cap)
         return simulate_rows(self.steps, X.T, self.weight_bits).T
+
+    # ---- resources
+    @property
+    def chunks(self) -> int:
+        return -(-self.batch_size // (self.params.N // 2))
+
+    def ciphertexts_in(self) -> int:
+        return next(s.rows for s in self.steps if s.op == "input") * self.chunks
+
+    def ciphertexts_out(self) -> tuple:
+        return next(s.rows for s in self.steps if s.op == "output") * self.chunks, self.output_level()
+
+    def working_bytes(self) -> int:
+        # hemlp.runtime.local.run keeps every step's output until the run returns
+        ct = lambda lv: 2 * self.params.N * (lv + 1) * 8  # noqa: E731
+        return sum(s.rows * self.chunks * ct(s.level_out) for s in self.steps
+                   if s.op not in ("input", "alias", "output") and s.level_out is not None)

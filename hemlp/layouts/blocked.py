@@ -346,6 +346,24 @@ class Blocked(Layout):
     def needs_relin(self) -> bool:
         return True   # every block CCMM multiplies ciphertexts
 
+    def key_inventory(self) -> dict:
+        lv = self.key_levels()
+        return {"relin": (1, lv["relin"]), "rotation": (len(self.program.rotations()), lv["rotation"])}
+
+    def ciphertexts_in(self) -> int:
+        bk, bn, _, _ = self.program.in_blocks(0)
+        return bk * bn
+
+    def seconds_estimate(self) -> float:
+        # the chain planner's cost (FHE4DMM Table II counts at the unit costs per N x limb) at the input's level,
+        # plus the client's encryption of the input blocks
+        N, lv = self.params.N, self.top_level + 1
+        return (self.program.chain.total_cost + self.ciphertexts_in() * unit_costs()["encrypt"]) * N * lv
+
+    def ciphertexts_out(self) -> tuple:
+        bm, bn, _, _ = self.program.out_blocks(len(self.program.layers) - 1)
+        return bm * bn, self.output_level()
+
     def key_levels(self) -> dict:
         prog = self.program
         return dict(relin=prog.relin_level(), rotation=prog.rotation_level())

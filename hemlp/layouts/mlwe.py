@@ -627,3 +627,44 @@ class Mlwe(Layout):
     def simulate(self, X: np.ndarray) -> np.ndarray:
         # the arithmetic of layout (A): the same quantised weights, polynomials and affine maps per feature
         return simulate_rows(self.steps, X.T, self.weight_bits).T
+
+    # ---- resources
+    def key_inventory(self) -> dict:
+        prog, lv, inv = self.program, self.key_levels(), super().key_inventory()
+        if prog.has_acts:
+            inv["rotation"] = (len(prog.rotations()), lv["rotation"])
+            inv["conjugation"] = (1, lv["conjugation"])
+        if prog.has_pcmm():
+            inv["modpack"] = (prog.k, lv["modpack"])
+        return inv
+
+    def ciphertexts_in(self) -> int:
+        return self.program.input.cts
+
+    def progress_total(self) -> int:
+        return sum(1 for m in self.program.steps if m.kind not in ("input", "output"))
+
+    def seconds_estimate(self) -> float:
+        return estimate_mlwe(self.program, self.params)   # also when "auto" declines it for its key bytes
+
+    def ciphertexts_out(self) -> tuple:
+        return self.program.output.cts, self.output_level()
+
+    def prepared_bytes(self) -> int:
+        # every CoeffToSlot / SlotToCoeff diagonal encoded over Q_l and P at the levels it runs at, once per level
+        prog, N, P = self.program, self.params.N, len(self.params.p)
+        seen, total = set(), 0
+        for m in prog.steps:
+            if m.kind in ("cts", "stc"):
+                plan = prog.cts_plan if m.kind == "cts" else prog.stc_plan
+                for i, lt in enumerate(plan.levels):
+                    if (m.kind, i, m.level_in - i) not in seen:
+                        seen.add((m.kind, i, m.level_in - i))
+                        total += lt.pmults * N * 8 * (m.level_in - i + 1 + P)
+        return total
+
+    def working_bytes(self) -> int:
+        # the largest step: its input and output ciphertexts (real and imaginary parts in the slot domain)
+        prog, N = self.program, self.params.N
+        ct = lambda m: 2 * m.cts * 2 * N * 8 * (m.level_in + 1) * (2 if m.kind in ("act", "stc") else 1)  # noqa: E731
+        return max((ct(m) for m in prog.steps if m.level_in is not None), default=0)

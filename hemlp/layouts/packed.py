@@ -578,3 +578,30 @@ class Packed(Layout):
 
     def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b
         return self.in_groups(self.program.simulate, X, self.program.b)
+
+    # ---- resources
+    def key_inventory(self) -> dict:
+        inv, rots = super().key_inventory(), self.program.rotations()
+        if rots:
+            inv["rotation"] = (len(rots), self.key_levels()["rotation"])
+        return inv
+
+    def ciphertexts_in(self) -> int:
+        return self.program.input.layout.K * self.program.groups
+
+    def progress_total(self) -> int:
+        return sum(1 for s in self.program.steps if s.op not in ("input", "alias", "output"))
+
+    def ciphertexts_out(self) -> tuple:
+        return self.program.output.layout.K * self.program.groups, self.output_level()
+
+    def prepared_bytes(self) -> int:
+        # every diagonal encoded once at its step's input level (PackedRunner.prepare)
+        N = self.params.N
+        return sum(len(s.diags) * N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec")
+
+    def working_bytes(self) -> int:
+        # PackedRunner.run keeps every step's ciphertexts until the group is done
+        N = self.params.N
+        return sum(s.layout.K * 2 * N * 8 * (s.src.level_out + 1) for s in self.program.steps
+                   if s.op not in ("input", "alias", "output") and s.src.level_out is not None)

@@ -37,6 +37,7 @@ from hemlp.fhe import ckks
 from hemlp.errors import HemlpError, SerializationError, ShapeError
 from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
 from hemlp.fhe.files import write_atomic
+from hemlp.progress import Progress
 from hemlp.runtime.ray.batch import RayItems
 
 __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",
@@ -334,9 +335,8 @@ def run_batch(job, inputs, out_dir, *, retries: int = 2, executor="ray", address
     if limit is not None:
         todo = todo[: max(0, int(limit))]
     result = BatchResult([], skipped, {}, out_dir)
-    from tqdm.auto import tqdm  # an optional dependency (the "ml" extra): only the driver's progress bar
-
-    bar = tqdm(total=len(inputs), initial=len(skipped), desc="batch", unit="item", disable=not progress)
+    bar = Progress("batch", total=len(inputs), verbose=None if progress else False, unit="item",
+                   initial=len(skipped))   # hemlp.progress: tqdm when installed, never required
     def done(path: Path, out: bytes, attempts: int) -> None:
         _finish(path.name, out, out_dir, manifest, attempts, result, bar)
 

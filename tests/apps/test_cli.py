@@ -41,9 +41,7 @@ def test_batch_runs_a_compiled_model_on_ray(tmp_path, onnx_model):
     """`hemlp batch` (Ray runtime): every encrypted batch of a directory comes out decrypting correctly."""
     pytest.importorskip("ray", reason="hemlp batch runs on Ray: pip install 'ray[default]'")
     import hemlp as hm
-    from hemlp.apps.cli import _ray_runner
 
-    assert _ray_runner()[0] is not None, _ray_runner()[1]
     path, x, want = onnx_model
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -56,7 +54,7 @@ def test_batch_runs_a_compiled_model_on_ray(tmp_path, onnx_model):
         for name, xi in xs.items():
             cm.encrypt(xi, sk).save(tmp_path / "cts" / name)
     p = hemlp("batch", tmp_path / "model", "-e", tmp_path / "eval.keys", "-i", tmp_path / "cts",
-              "-o", tmp_path / "out", "--workers", 1, "--json")
+              "-o", tmp_path / "out", "--runtime", "ray", "--workers", 1, "--json")
     info = json.loads(p.stdout)
     assert info["command"] == "batch" and sorted(Path(f).name for f in info["outputs"]) == sorted(xs)
     manifest = json.loads((tmp_path / "out" / "batch_manifest.json").read_text())["items"]
@@ -125,22 +123,19 @@ def test_keygen_encrypt_run_decrypt_as_separate_processes(tmp_path, onnx_model):
     assert p.returncode == 2 and "--force" in p.stderr
     hemlp("run", model, "-e", keys / "eval.keys", "-i", tmp_path / "x.ct", "-o", tmp_path / "y.ct", "--force")
 
-    # batch (Ray runtime, when present): a directory of ciphertext files; a rerun resumes, overwrites nothing
-    from hemlp.apps.cli import _ray_runner
-
-    if _ray_runner()[0] is not None:
-        cts = tmp_path / "cts"
-        cts.mkdir()
-        for name in ("a.ct", "b.ct"):
-            (cts / name).write_bytes((tmp_path / "x.ct").read_bytes())
-        p = hemlp("batch", model, "-e", keys / "eval.keys", "-i", cts, "-o", tmp_path / "out", "--json",
-                  "--workers", 1)
-        assert sorted(Path(f).name for f in json.loads(p.stdout)["outputs"]) == ["a.ct", "b.ct"]
-        stamp = (tmp_path / "out" / "a.ct").stat().st_mtime_ns
-        hemlp("batch", model, "-e", keys / "eval.keys", "-i", cts, "-o", tmp_path / "out", "--workers", 1)
-        assert (tmp_path / "out" / "a.ct").stat().st_mtime_ns == stamp
-        hemlp("decrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "out" / "b.ct", "-o", tmp_path / "b.npy")
-        np.testing.assert_allclose(np.load(tmp_path / "b.npy"), want, atol=1e-3)
+    # batch (in-process runtime, the default): a directory of ciphertext files; a rerun resumes, overwrites nothing
+    cts = tmp_path / "cts"
+    cts.mkdir()
+    for name in ("a.ct", "b.ct"):
+        (cts / name).write_bytes((tmp_path / "x.ct").read_bytes())
+    p = hemlp("batch", model, "-e", keys / "eval.keys", "-i", cts, "-o", tmp_path / "out", "--json")
+    info = json.loads(p.stdout)
+    assert info["runtime"] == "local" and sorted(Path(f).name for f in info["outputs"]) == ["a.ct", "b.ct"]
+    stamp = (tmp_path / "out" / "a.ct").stat().st_mtime_ns
+    hemlp("batch", model, "-e", keys / "eval.keys", "-i", cts, "-o", tmp_path / "out")
+    assert (tmp_path / "out" / "a.ct").stat().st_mtime_ns == stamp
+    hemlp("decrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "out" / "b.ct", "-o", tmp_path / "b.npy")
+    np.testing.assert_allclose(np.load(tmp_path / "b.npy"), want, atol=1e-3)
 
     # keys of another key pair are refused with a typed error, not garbage
     hemlp("keygen", model, "-o", tmp_path / "keys2")

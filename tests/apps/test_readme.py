@@ -33,3 +33,60 @@ def test_readme_quickstart_runs_as_printed():
     # untrained (near-tied logits), so the outputs are compared as numbers, not by their argmax
     ref = env["model"](x).detach().numpy()
     assert np.corrcoef(y.ravel(), ref.ravel())[0, 1] > 0.95
+
+
+def _python_blocks() -> list[tuple[str, str]]:
+    """(heading, code) of every python block of the README, in order."""
+    text, out = README.read_text(), []
+    for m in re.finditer(r"```python\n(.*?)```", text, re.S):
+        heading = re.findall(r"^#+ (.*)$", text[: m.start()], re.M)[-1]
+        out.append((heading, m.group(1)))
+    return out
+
+
+def test_readme_snippets_use_only_names_they_or_earlier_snippets_define():
+    """A snippet a user pastes after the ones above it has no undefined names (static: every loaded name is a
+    builtin, imported or assigned by this block or an earlier one)."""
+    import ast
+    import builtins
+
+    defined = set(dir(builtins))
+    for heading, code in _python_blocks():
+        tree = ast.parse(code)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        assert not used - defined, f"README block under {heading!r} uses undefined names {sorted(used - defined)}"
+
+
+def test_readme_linalg_snippet_runs_as_printed():
+    """The block under "The scheme and the matrix layer directly" on its own, as printed (128-bit N14-d6)."""
+    block = next(code for heading, code in _python_blocks() if heading.startswith("The scheme and the matrix layer"))
+    env: dict = {}
+    exec(compile(block, str(README), "exec"), env)   # noqa: S102 - the documentation is the test input
+    ctx, np_ = env["ctx"], env["np"]
+    assert env["Y"].shape == (10, ctx.slots) and env["y"].level == env["ct"].level - 1
+    x = np_.linspace(-1, 1, ctx.slots)
+    got = ctx.decrypt(env["y"], env["sk"])
+    np_.testing.assert_allclose(got, np_.roll(x * x, -1), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_readme_snippets_run_in_order(tmp_path, monkeypatch):
+    """Every python block of the README, in order, in one namespace, as printed (128-bit presets: slow)."""
+    monkeypatch.chdir(tmp_path)   # the client / server block writes model.hemlp, eval.keys, x.ct, y.ct here
+    torch.manual_seed(0)
+    env: dict = {}
+    for heading, code in _python_blocks():
+        exec(compile(code, f"README ({heading})", "exec"), env)   # noqa: S102
+    assert (tmp_path / "y.ct").is_file() and env["Y"].shape[0] == 10
+    # the blocks keep their own names: the client / server block saved the quickstart's model and keys
+    assert env["server"].model_id == env["compiled"].model_id != env["private"].model_id
+    assert env["private"].decrypt(env["out8"], env["sk8"]).shape == (8, 10)

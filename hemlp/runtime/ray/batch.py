@@ -30,6 +30,8 @@ class RayItems:
         self.address, self.num_workers = address, num_workers
 
     def run(self, job, todo, retries: int, read, done, failed) -> None:
+        if not todo:   # every item is done already: no Ray to start or join
+            return
         with ray_session(self.address, self.num_workers) as ray:
             task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(process_item)
             job_ref = ray.put(job)  # weights / model shipped once, shared by every task

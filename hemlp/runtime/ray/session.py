@@ -1,12 +1,14 @@
 """The Ray session: joining or starting a cluster, and what every process of it needs to know about itself.
 
-``ray_session`` uses the running Ray, joins an address (``ray start --head`` / ``ray job submit``), or starts a
-local instance for the call. ``import_ray`` is the one place that imports the optional ``ray`` package (so hemlp
-imports without it). Tasks call ``maybe_die`` first: the tests' fault injection (``FAULT_ENV``) kills a worker on
-its first task, as an OOM kill or a lost node would.
+``ray_session`` uses the running Ray, joins an address (``ray start --head`` / ``ray job submit``) for the call, or
+starts a local instance that the process then reuses (starting one costs seconds): it is shut down at exit, on
+``shutdown_local()``, or when a later call asks for another number of CPUs. ``import_ray`` is the one place that
+imports the optional ``ray`` package (so hemlp imports without it). Tasks call ``maybe_die`` first: the tests'
+fault injection (``FAULT_ENV``) kills a worker on its first task, as an OOM kill or a lost node would.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import socket
@@ -15,7 +17,8 @@ import time
 from hemlp import _core
 from hemlp.errors import HemlpError
 
-__all__ = ["RuntimeUnavailableError", "ray_session", "import_ray", "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT",
+__all__ = ["RuntimeUnavailableError", "ray_session", "shutdown_local", "local_session_cpus", "import_ray",
+           "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT",
            "FAULT_ENV", "TASK_RETRIES", "maybe_die", "node_id", "usable_cores", "driver_threads"]
 
 #: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
@@ -35,7 +38,9 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise RuntimeUnavailableError('the Ray runtime needs the `ray` package: pip install "ray[default]"') from None
+        raise RuntimeUnavailableError("the Ray runtime needs the `ray` package, which is not installed: "
+                                      "pip install 'hemlp[ray]' (or use the in-process runtime: "
+                                      "`hemlp batch --runtime local`, run(runtime='local'))") from None
     return ray
 
 
@@ -84,18 +89,49 @@ def _probe(address: str, timeout: float) -> None:
 LOCAL_SYSTEM_CONFIG = {"free_objects_period_milliseconds": 0, "idle_worker_killing_time_threshold_ms": 600000}
 
 
+#: the local Ray this process started and keeps for later calls: {"num_cpus": n} (empty: none)
+_LOCAL: dict = {}
+
+
+def local_session_cpus() -> int | None:
+    """CPUs of the local Ray instance hemlp started in this process and keeps (None: none is running)."""
+    return _LOCAL.get("num_cpus")
+
+
+def shutdown_local() -> None:
+    """Shut down the local Ray instance hemlp started in this process (its raylet, GCS and workers); nothing
+    when there is none or Ray was started by someone else. Registered with atexit; the CLI also calls it on
+    SIGTERM / Ctrl-C."""
+    if not _LOCAL:
+        return
+    _LOCAL.clear()
+    try:
+        import ray
+    except ImportError:
+        return
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+atexit.register(shutdown_local)
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_workers: int | None = None, timeout: float = CONNECT_TIMEOUT):
-    """Use the running Ray, or join `address`, or start a local Ray with num_workers CPUs.
+    """Use the running Ray, or join `address` for the call, or start (once per process) a local Ray with
+    num_workers CPUs.
 
-    Shuts down only what it started. Under `ray job submit` (RAY_ADDRESS set) address=None joins
-    the job's cluster. A Ray already initialised in this process is used as it is (address and
-    num_workers are then ignored): call ray.init once, or nest calls in one ray_session, to pay
-    the start-up (seconds) once for many products."""
+    A cluster joined at an address is disconnected when the call ends. A local instance hemlp starts stays up for
+    the next calls of this process (starting it costs seconds) until exit or shutdown_local(); a later call that
+    asks for another num_workers restarts it. Under `ray job submit` (RAY_ADDRESS set) address=None joins the
+    job's cluster. A Ray initialised by the caller is used as it is (address and num_workers are then ignored)."""
     ray = import_ray()
     if ray.is_initialized():
-        yield ray
-        return
+        wanted = num_workers or os.cpu_count()
+        if not _LOCAL or address is not None or num_workers is None or _LOCAL["num_cpus"] == wanted:
+            yield ray
+            return
+        shutdown_local()  # hemlp's own local instance, with another CPU count than asked for: start it again
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is not None:
         _probe(address, timeout)
@@ -104,14 +140,21 @@ def ray_session(address: str | None = None, num_workers: int | None = None, time
         except ConnectionError as exc:
             raise RuntimeUnavailableError(f"cannot join the Ray cluster at {address!r}: {exc}; start it with "
                                           "`ray start --head` or use address=None for a local Ray") from None
-    else:
-        # address="local": a fresh instance even when another Ray runs on this machine (ray.init() would join it)
-        ray.init(address="local", num_cpus=num_workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 _system_config=LOCAL_SYSTEM_CONFIG)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
+        return
+    # address="local": a fresh instance even when another Ray runs on this machine (ray.init() would join it)
+    cpus = num_workers or os.cpu_count()
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+             _system_config=LOCAL_SYSTEM_CONFIG)
+    _LOCAL["num_cpus"] = cpus
     try:
         yield ray
-    finally:
-        ray.shutdown()
+    except BaseException:
+        shutdown_local()   # an interrupted or failed call leaves no Ray processes behind
+        raise
 
 
 def maybe_die() -> None:
