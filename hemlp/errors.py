@@ -50,3 +50,7 @@ class SerializationError(HemlpError, ValueError):
 
 class UnsupportedError(HemlpError, NotImplementedError):
     """An operation or model construct hemlp does not support (yet)."""
+
+
+class ClientArtefactError(HemlpError, RuntimeError):
+    """A client artefact (a compiled model saved with client=True: no weights) was asked to do the server's work."""

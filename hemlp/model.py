@@ -8,7 +8,8 @@
     ct_out = compiled.run(ct, eval_keys)              # server: no secret key
     y = compiled.decrypt(ct_out, sk)                  # client: (batch, *output_shape)
     compiled.simulate(x)                              # the same plan in plaintext
-    compiled.save(dir); hemlp.load(dir)
+    compiled.save(dir); hemlp.load(dir)              # the server artefact (with the weights)
+    compiled.save(dir, client=True)                   # the client artefact: plan, parameters, ranges, no weights
 
 Options: activation_degree (int, or dict by activation kind / node name; default 7),
 activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
@@ -49,8 +50,8 @@ from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
-from hemlp.errors import (EncodingError, InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
-                          ParameterError, SerializationError, ShapeError)
+from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InsecureParametersError, KeyMismatchError,
+                          LevelError, MissingKeyError, ParameterError, SerializationError, ShapeError)
 from hemlp.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.planner import grid_4d, obl, obl_bruteforce
@@ -123,6 +124,8 @@ class CompiledModel:
         self.layout_impl = planned_layout or cls(self.steps, params, self.batch_size, self.top_level, self.options)
         self._ctx = None
         self.model_id = self._digest()
+        #: True for a client artefact (loaded from save(dir, client=True)): no weights, so no run / simulate
+        self.client_only = False
 
     def _digest(self) -> str:
         h = hashlib.sha256()
@@ -227,6 +230,7 @@ class CompiledModel:
         (EncryptedWeights; save it and send it to the server once)."""
         if not self.layout_impl.encrypted_weights:
             raise ParameterError("encrypt_weights is for models compiled with encrypted_weights=True")
+        self._need_weights("encrypt_weights()")
         self._check_key(key)
         return self.layout_impl.encrypt_weights(self.context, key, self.model_id)
 
@@ -242,9 +246,16 @@ class CompiledModel:
         return y.reshape((ct.batch,) + tuple(ct.shape))
 
     # ---- server side
+    def _need_weights(self, what: str) -> None:
+        if self.client_only:
+            raise ClientArtefactError(f"{what} needs the model's weights, but this is a client artefact (saved with "
+                                      "client=True: plan, parameters and ranges only); run it on the server, which "
+                                      "loads the server artefact (compiled.save(dir) without client=True)")
+
     def prepare(self) -> float:
         """Server side, once after loading: encode the layout's weight diagonals / plans (seconds spent).
         Layout (A) has nothing to prepare. run() prepares on first use otherwise."""
+        self._need_weights("prepare()")
         return self.layout_impl.prepare(self.context)
 
     def run(self, ct, eval_keys, runtime: str = "local", address: str | None = None, num_workers: int | None = None,
@@ -259,6 +270,7 @@ class CompiledModel:
         polynomials of every ciphertext in different tasks; default the planner's grid_store for num_workers),
         cts_per_task, stats (a dict filled per step). The result's
         layer_seconds holds every step's wall-clock seconds."""
+        self._need_weights("run()")
         if runtime not in ("local", "ray"):
             raise ValueError(f"runtime must be 'local' or 'ray', got {runtime!r}")
         unknown = set(ray_options) - {"grid", "cts_per_task", "stats"}
@@ -295,14 +307,18 @@ class CompiledModel:
 
     def simulate(self, x) -> np.ndarray:
         """The same plan in plaintext numpy (quantised weights, the same polynomials and layouts)."""
+        self._need_weights("simulate()")
         x = self._check_x(x)
         y = self.layout_impl.simulate(x.reshape(x.shape[0], -1))
         return y.reshape((x.shape[0],) + self.output_shape)
 
     # ---- files
-    def save(self, path) -> None:
-        """The compiled-model directory (docs/formats.md): plan.json, weights.npz, params.bin; nothing secret."""
-        save(self, path)
+    def save(self, path, client: bool = False) -> None:
+        """The compiled-model directory (docs/formats.md): plan.json, weights.npz, params.bin; nothing secret.
+        client=True: the client artefact, to send to the client instead: no weights (structure.npz holds each
+        weight array's zero pattern, which the rotation-key set depends on, and the structural index arrays);
+        hemlp.load gives a model that makes keys, encrypts and decrypts, and raises ClientArtefactError on run()."""
+        save(self, path, client=client)
 
     def load_eval_keys(self, path):
         return EvalKeys.load(path, self)
@@ -478,27 +494,41 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
 #                   the printable plan, and every step's metadata (ops, levels, activations)
 #     weights.npz   the step arrays (weights, im2col indices, biases, affine maps)
 #     params.bin    the CKKS parameters (hemlp.ckks.Params.to_bytes)
+# The client artefact (save(..., client=True); plan.json says "artefact": "client") has structure.npz instead of
+# weights.npz: the index arrays as they are and, for every value array, its zero pattern (bool) only.
 # ---------------------------------------------------------------------------------------
 
-def save(compiled: CompiledModel, path) -> None:
-    """Write `compiled` as a compiled-model directory (created if missing)."""
+#: step arrays that describe structure (im2col gathers), not learned values: kept in the client artefact
+STRUCTURE_ARRAYS = ("index",)
+
+
+def save(compiled: CompiledModel, path, client: bool = False) -> None:
+    """Write `compiled` as a compiled-model directory (created if missing); client=True: the client artefact."""
+    if compiled.client_only and not client:
+        raise ClientArtefactError("this model was loaded from a client artefact: it has no weights to save as a "
+                                  "server artefact; save it with client=True")
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
+    # layout (C): the weights are the client's own (it encrypts them), so its artefact keeps them
+    strip = client and not compiled.layout_impl.encrypted_weights
     arrays = {}
     metas = []
     for i, s in enumerate(compiled.steps):
         metas.append(s.meta())
         for k, v in s.arrays().items():
-            arrays[f"s{i}_{k}"] = v
+            arrays[f"s{i}_{k}"] = v if not strip or k in STRUCTURE_ARRAYS else (np.asarray(v) != 0)
     meta = dict(format="hemlp-compiled-model", version=FORMAT_VERSION, model_id=compiled.model_id,
+                artefact="client" if strip else "server",
                 preset=compiled.preset, allow_insecure=compiled.allow_insecure, options=compiled.options,
                 input_shape=list(compiled.input_shape), output_shape=list(compiled.output_shape),
                 batch_size=compiled.batch_size, top_level=compiled.top_level, layout=compiled.layout,
                 plan_text=str(compiled.plan),
                 plan_info=compiled.plan.info, steps=metas)
-    tmp = d / "weights.npz.tmp.npz"
+    name = "structure.npz" if strip else "weights.npz"
+    tmp = d / f"{name}.tmp.npz"
     np.savez(tmp, **arrays)
-    tmp.replace(d / "weights.npz")
+    tmp.replace(d / name)
+    (d / ("weights.npz" if strip else "structure.npz")).unlink(missing_ok=True)  # never both (an overwritten dir)
     write_atomic(d / "params.bin", compiled.context.params.to_bytes())
     write_atomic(d / "plan.json", json.dumps(meta, indent=1, default=_json_default).encode())
 
@@ -516,7 +546,9 @@ def _json_default(o):
 
 
 def load(path, allow_insecure: bool = False) -> CompiledModel:
-    """Load a compiled model directory written by CompiledModel.save (server or client side).
+    """Load a compiled model directory written by CompiledModel.save: the server artefact, or the client artefact
+    (save(dir, client=True): no weights; the model makes keys, encrypts and decrypts, and its run() raises
+    ClientArtefactError).
 
     The security policy is the loader's, never the directory's: whoever published the directory (the server, for a
     client) chose its parameters, so a set below 128-bit is refused with InsecureParametersError unless the caller
@@ -528,13 +560,22 @@ def load(path, allow_insecure: bool = False) -> CompiledModel:
         raise SerializationError(f"{d} is not a compiled hemlp model directory: {exc.strerror}") from None
     except json.JSONDecodeError:
         raise SerializationError(f"{d / 'plan.json'} is corrupted") from None
-    if meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
+    if not isinstance(meta, dict) or meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
         raise SerializationError(f"{d} holds an unsupported compiled-model format")
+    client = meta.get("artefact", "server")
+    if client not in ("client", "server"):
+        raise SerializationError(f"{d / 'plan.json'}: unknown artefact kind {client!r} (expected client or server)")
+    client = client == "client"
+    name = "structure.npz" if client else "weights.npz"
     try:
-        with np.load(d / "weights.npz", allow_pickle=False) as z:
+        with np.load(d / name, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise SerializationError(f"cannot read {d / 'weights.npz'}: {exc}") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise SerializationError(f"cannot read {d / name}: {exc}") from None
+    except Exception as exc:  # zipfile.BadZipFile, zlib.error, KeyError from a damaged archive
+        raise SerializationError(f"{d / name} is corrupted ({type(exc).__name__}: {exc})") from None
+    if client:  # zero patterns (bool) stand in for the values: structure only
+        arrays = {k: (v.astype(np.float64) if v.dtype == np.bool_ else v) for k, v in arrays.items()}
     params = Params.from_bytes(read_file(d / "params.bin", "params"))
     if not params.is_128_bit_secure and not allow_insecure:
         bound = (f"log QP = {params.log_qp:.1f} bits > {params.max_log_qp_128} for N = 2^{params.log_n}"
@@ -543,15 +584,27 @@ def load(path, allow_insecure: bool = False) -> CompiledModel:
             f"{d} publishes parameter set {meta.get('preset')!r} ({bound}), below this client's 128-bit security "
             "policy: refuse it and ask the publisher for a 128-bit preset. Only tests may accept it "
             "(hemlp.load(path, allow_insecure=True); CLI: --insecure)")
-    steps = []
-    for i, m in enumerate(meta["steps"]):
-        pre = f"s{i}_"
-        steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
-    plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
-    cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]), tuple(meta["output_shape"]),
-                       meta["batch_size"], meta["top_level"], meta["options"], bool(allow_insecure),
-                       layout=meta.get("layout", "batch"))
-    if cm.model_id != meta["model_id"]:
+    try:
+        steps = []
+        for i, m in enumerate(meta["steps"]):
+            pre = f"s{i}_"
+            steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
+        plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
+        cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]),
+                           tuple(meta["output_shape"]), meta["batch_size"], meta["top_level"], meta["options"],
+                           bool(allow_insecure), layout=meta.get("layout", "batch"))
+    except HemlpError:
+        raise
+    except Exception as exc:  # a damaged or hostile plan.json: missing fields, wrong types, inconsistent shapes
+        raise SerializationError(f"{d / 'plan.json'} does not describe a valid plan ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]}); the directory is corrupted or from another hemlp version") from None
+    if client:
+        # the id was computed from the weights, which are not here: the client takes the publisher's id (the server
+        # checks every EvalKeys / EncryptedBatch against its own, computed from the weights)
+        if not isinstance(meta.get("model_id"), str):
+            raise SerializationError(f"{d / 'plan.json'} has no model id")
+        cm.model_id, cm.client_only = meta["model_id"], True
+    elif cm.model_id != meta["model_id"]:
         raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "
                                  "corrupted or mixed from two models")
     return cm
