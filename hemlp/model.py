@@ -558,8 +558,8 @@ def load(path, allow_insecure: bool = False) -> CompiledModel:
         meta = json.loads((d / "plan.json").read_text())
     except OSError as exc:
         raise SerializationError(f"{d} is not a compiled hemlp model directory: {exc.strerror}") from None
-    except json.JSONDecodeError:
-        raise SerializationError(f"{d / 'plan.json'} is corrupted") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        raise SerializationError(f"{d / 'plan.json'} is corrupted (not UTF-8 JSON)") from None
     if not isinstance(meta, dict) or meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
         raise SerializationError(f"{d} holds an unsupported compiled-model format")
     client = meta.get("artefact", "server")

@@ -204,8 +204,13 @@ class CallableJob:
 def _load_npy(path, what) -> np.ndarray:
     try:
         a = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise SerializationError(f"cannot load the {what} file {path}: {exc}") from None
+    except Exception as exc:  # a damaged .npy header: ValueError, EOFError, SyntaxError / TokenError from its dict
+        raise SerializationError(f"the {what} file {path} is not a readable .npy array ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]})") from None
+    if not isinstance(a, np.ndarray):  # an .npz archive
+        raise SerializationError(f"the {what} file {path} must hold one .npy array, not an .npz archive")
     if not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a):
         raise SerializationError(f"the {what} file {path} must hold real numbers, got dtype {a.dtype}")
     return a.astype(np.float64)
