@@ -604,7 +604,7 @@ def load(path, allow_insecure: bool = False) -> CompiledModel:
         if not isinstance(meta.get("model_id"), str):
             raise SerializationError(f"{d / 'plan.json'} has no model id")
         cm.model_id, cm.client_only = meta["model_id"], True
-    elif cm.model_id != meta["model_id"]:
+    elif cm.model_id != meta.get("model_id"):
         raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "
                                  "corrupted or mixed from two models")
     return cm
