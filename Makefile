@@ -22,7 +22,7 @@ $(STAMP): setup.py pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q numpy pybind11 setuptools wheel
-	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev,ml,ray]'
+	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev,ml,ray,fuzz]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -82,7 +82,6 @@ fuzz: fuzz-build build
 	@for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_DIR)/corpus-$$t; \
 	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_DIR)/$$t -runs=$(FUZZ_RUNS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
 	    -artifact_prefix=$(FUZZ_DIR)/$$t- $(FUZZ_DIR)/corpus-$$t 2>&1 | grep -E '^(Done|==|SUMMARY)' || exit 1; done
-	$(PY) -m pip install -q atheris
 	$(PY) -m tests.fuzz.run --runs $(FUZZ_RUNS)
 
 clean:

@@ -71,6 +71,7 @@ setup(
     extras_require={
         "dev": ["pytest>=7", "pytest-timeout", "pybind11>=2.11", "threadpoolctl>=3"],
         "ray": ["ray[default]>=2.9"],
+        "fuzz": ["atheris>=2.3"],  # make fuzz / tests/fuzz: coverage-guided fuzzing of the Python-level loaders
         "ml": ["torch==2.14.1", "torchvision==0.29.2", "onnx", "mlxtend", "wandb", "tqdm", "rich", "matplotlib"],
     },
     entry_points={"console_scripts": ["hemlp=hemlp.cli:main"]},

@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from hemlp import layouts
-from hemlp.ckks import Context, Params, PublicKey, SecretKey
+from hemlp.ckks import Ciphertext, Context, FloodSpec, Params, PublicKey, SecretKey
 from hemlp.ckks import load as load_ckks_object
 from hemlp.compiler.activations import approximate, calibrate, exact_poly
 from hemlp.compiler.fold import fold
@@ -51,7 +51,8 @@ from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
 from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InsecureParametersError, KeyMismatchError,
-                          LevelError, MissingKeyError, ParameterError, SerializationError, ShapeError)
+                          LevelError, MissingKeyError, ParameterError, SerializationError, ShapeError,
+                          UnsupportedError)
 from hemlp.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.planner import grid_4d, obl, obl_bruteforce
@@ -145,7 +146,67 @@ class CompiledModel:
     def context(self) -> Context:
         if self._ctx is None:
             self._ctx = Context(self.params, allow_insecure=self.allow_insecure)
+            # standard-mode decryption noise: sigma = the plan's error bound (estimate_noise), not a ciphertext's
+            self._ctx.noise_bound_log2 = self.noise_bound_log2
         return self._ctx
+
+    @property
+    def noise_bound_log2(self) -> float | None:
+        """log2 of the plan's bound t on the output ciphertexts' error (coefficient units), set by estimate_noise and
+        saved with the plan (both artefacts); None: decryption uses the fresh-encryption bound."""
+        v = self.plan.info.get("noise_bound_log2")
+        return None if v is None else float(v)
+
+    def estimate_noise(self, inputs, runs: int = 16, margin_bits: float = 1.0, seed: int = 0) -> float:
+        """The plan's output error bound t (returns log2 t), measured by simulated runs of the exact compiled
+        circuit under throwaway key pairs (never the client's keys), and stored with the plan so that decrypt()
+        adds noise of sigma = t (standard mode) and FloodSpec(bound_log2=t) floods with it (DECRYPTION.md §3).
+
+        Inputs: the given samples plus worst cases of their domain (every feature at +max, at -max, alternating
+        signs, uniform draws), max = the largest |value| of `inputs`. Each run encrypts the same batch under two
+        independent key pairs and runs it twice: the two raw decryptions (noise "none", coefficient domain) hold the
+        same message, so their difference is e1 - e2 exactly; t = 2^margin_bits * the largest |e1 - e2| over all
+        runs and output ciphertexts (|e1 - e2| is about sqrt(2) |e| for independent errors, so the margin starts
+        above the observed error). A measurement, not a proof: LMSS flooding is provable only if t truly bounds
+        the error, which is why the margin is there; bootstrapped plans need their failure probability in t too.
+        Needs the weights (a server artefact, or the model owner's copy)."""
+        self._need_weights("estimate_noise()")
+        if runs < 1 or margin_bits < 0:
+            raise ParameterError("estimate_noise: runs >= 1 and margin_bits >= 0")
+        x = self._check_x(inputs)
+        rng = np.random.default_rng(seed)
+        m = max(float(np.max(np.abs(x))), 1e-12)
+        cap = min(self.capacity, self.batch_size)
+        shape = (cap,) + self.input_shape
+        worst = [x[:cap], np.full(shape, m), np.full(shape, -m),
+                 m * np.where(np.indices(shape).sum(axis=0) % 2 == 0, 1.0, -1.0)]
+        ctx = self.context
+        q0 = int(self.params.q[0])
+        peak = 0
+        for r in range(runs):
+            xb = worst[r] if r < len(worst) else rng.uniform(-m, m, shape)
+            raw = []
+            for _ in range(2):  # two independent throwaway key pairs, the same message
+                sk, ek = self.keygen()
+                out = self.run(self.encrypt(xb, sk), ek)
+                raw.append([self._raw_coefficients(c, sk, q0) for c in out.ctm.cts])
+            for a, b in zip(*raw):
+                d = (a - b) % q0
+                d = np.where(d > q0 // 2, d - q0, d)
+                peak = max(peak, int(np.max(np.abs(d))))
+        t_log2 = math.log2(max(peak, 1)) + float(margin_bits)
+        self.plan.info["noise_bound_log2"] = t_log2
+        ctx.noise_bound_log2 = t_log2
+        return t_log2
+
+    def _raw_coefficients(self, ct, sk, q0: int) -> np.ndarray:
+        """The exact decryption c0 + c1 s (+ c2 s^2) of one output ciphertext, its first limb in coefficient form."""
+        if not isinstance(ct, Ciphertext):
+            raise UnsupportedError(f"estimate_noise measures RLWE ciphertexts; this layout's outputs are "
+                                   f"{type(ct).__name__}")
+        pt = self.context.native.decrypt(ct.native, sk.native, 0, 0)
+        limb0 = np.asarray(pt.poly()[0], dtype=np.uint64)
+        return self.context.intt(limb0, 0).astype(np.int64) % q0
 
     @property
     def program(self):
@@ -234,7 +295,20 @@ class CompiledModel:
         self._check_key(key)
         return self.layout_impl.encrypt_weights(self.context, key, self.model_id)
 
-    def decrypt(self, ct, sk) -> np.ndarray:
+    def decrypt(self, ct, sk, noise: str | None = None, flood: FloodSpec | None = None) -> np.ndarray:
+        """The outputs (batch, *output_shape). noise (default the context's, "standard"): standard adds an integer
+        Gaussian of sigma = the plan's error bound t (estimate_noise; the fresh-encryption bound when the plan has
+        none); "flood" floods with FloodSpec(bound_log2=t) by default (LMSS: s = 30, one query), or `flood`;
+        "none" is for tests only."""
+        if noise == "flood" and flood is None:
+            if self.noise_bound_log2 is None:
+                raise ParameterError("noise='flood' needs the plan's error bound: run compiled.estimate_noise(inputs) "
+                                     "on the model owner's side first, or pass flood=FloodSpec(bound_log2=...)")
+            flood = FloodSpec(bound_log2=self.noise_bound_log2)
+        with self.context.decrypt_settings(noise=noise, flood=flood):
+            return self._decrypt(ct, sk)
+
+    def _decrypt(self, ct, sk) -> np.ndarray:
         if not isinstance(ct, EncryptedBatch):
             raise TypeError("decrypt takes the EncryptedBatch returned by run()")
         if ct.model_id != self.model_id:
