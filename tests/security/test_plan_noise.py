@@ -131,3 +131,19 @@ def test_flood_preset_keeps_twenty_bits():
     sk6, pk6 = d6.keygen()
     with pytest.raises(ParameterError, match="min_precision_bits"):
         d6.decrypt(d6.encrypt(x, pk6), sk6, noise="flood", flood=spec)
+
+
+def test_compiled_model_on_the_flood_preset():
+    """End to end at 128-bit: a model compiled on N14-flood, its plan bound measured, decrypted flooded with it
+    (LMSS s = 30, one query) keeps about 20 bits against the plaintext plan."""
+    net = mlp(dims=(20, 16, 4))
+    x = np.random.default_rng(0).normal(size=(4, 20))
+    cm = hemlp.compile(net, x, batch_size=4, preset="N14-flood", layout="batch")
+    t = cm.estimate_noise(x, runs=1)
+    sk, ek = cm.keygen()
+    out = cm.run(cm.encrypt(x, sk), ek)
+    ys = cm.simulate(x)
+    flooded = cm.decrypt(out, sk, noise="flood")
+    assert 5 < t < 16
+    assert -math.log2(np.max(np.abs(flooded - ys))) > 17
+    assert not np.array_equal(flooded, cm.decrypt(out, sk, noise="flood"))
