@@ -193,8 +193,8 @@ def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None
         raise SerializationError("header length out of range: the data is corrupted")
     try:
         header = json.loads(bytes(data[off : off + hlen]).decode())
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise SerializationError(f"unreadable header: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested too deep
+        raise SerializationError(f"unreadable header: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(header, dict) or not isinstance(header.get("arrays"), list):
         raise SerializationError("malformed header: the data is corrupted")
     off += hlen

@@ -41,6 +41,11 @@ def _ctx(name=PRESET):
         return ckks.Context(name, allow_insecure=True)
 
 
+def test_context():
+    """The insecure test-N10 context the targets load into."""
+    return _ctx()
+
+
 def build_corpus(root) -> dict:
     """Write the seed corpus under root/<target>/ and the models under root/models/; returns {target: count}."""
     import torch

@@ -137,3 +137,45 @@ def test_atheris_100k(name, corpus, tmp_path):
     assert row["finding"] is None, row["finding"]
     assert row["executions"] == 100_000
     assert set(row["outcomes"].get(name, {})) - {"ok"}  # the mutations reached the typed refusals
+
+
+def _sealed_artifact(header: bytes, payload: bytes = b"") -> bytes:
+    import struct
+
+    from hemlp.runtime import artifacts
+
+    head = artifacts.MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload))
+    return serialize.recompute_checksums(head + payload + b"\0" * 32)
+
+
+def _sealed_object(header: bytes, ctx) -> bytes:
+    import struct
+
+    head = (serialize.MAGIC + struct.pack("<HB", serialize.VERSION, serialize.TYPES["ciphertext"])
+            + bytes.fromhex(ctx.hash) + struct.pack("<I", len(header)) + header + struct.pack("<Q", 0))
+    return serialize.recompute_checksums(head + b"\0" * 32)
+
+
+def test_hostile_headers_are_typed_errors(loaders):
+    """Headers a fuzzer reaches only rarely, written by hand: not an object, nested past the recursion limit,
+    wrong field types. Each is a SerializationError (never AttributeError, RecursionError, KeyError, TypeError)."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    for header in (b"[1, 2]", b'"x"', deep, b'{"kind": "encrypted_batch", "version": 1, "model_id": "%s"}',
+                   b'{"kind": "encrypted_batch", "version": 1, "model_id": "%s", "batch": "8", "shape": [4]}',
+                   b'{"kind": "encrypted_batch", "version": 1, "model_id": "%s", "batch": 8, "shape": {"a": 1}}'):
+        h = header.replace(b"%s", _packed_model_id(loaders).encode()) if b"%s" in header else header
+        with pytest.raises(SerializationError):
+            loaders.loaders["encrypted_batch"](_sealed_artifact(h))
+        with pytest.raises(SerializationError):
+            loaders.loaders["eval_keys"](_sealed_artifact(h))
+    ctx10 = T.test_context()
+    for header in (b"[1]", deep, b'{"arrays": {}}', b'{"arrays": [["<u8", [-1]]]}', b'{"arrays": [[1, 2, 3]]}',
+                   b'{"arrays": [], "level": "0"}'):
+        with pytest.raises(SerializationError):
+            loaders.loaders["ciphertext"](_sealed_object(header, ctx10))
+
+
+def _packed_model_id(loaders) -> str:
+    import json as _json
+
+    return _json.loads((loaders.root / "models" / "packed" / "plan.json").read_text())["model_id"]
