@@ -23,8 +23,10 @@ from tests.fuzz.targets import NAMES, build_corpus
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_target(name: str, corpus: Path, runs: int, work: Path, timeout_s: int = 30, wall: float | None = None) -> dict:
-    """One Atheris run; {target, executions, seconds, outcomes, finding (None or the error text)}."""
+def run_target(name: str, corpus: Path, runs: int, work: Path, timeout_s: int = 300, wall: float | None = None) -> dict:
+    """One Atheris run; {target, executions, seconds, outcomes, finding (None or the error text)}. timeout_s: the
+    wall-clock seconds one input may take before libFuzzer calls it a hang (generous: on a machine shared with other
+    jobs a process can stall for tens of seconds; every input here takes milliseconds)."""
     stats = work / f"{name}.stats.json"
     env = dict(os.environ, HEMLP_FUZZ_STATS=str(stats), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                OMP_NUM_THREADS="1")
