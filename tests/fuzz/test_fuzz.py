@@ -179,3 +179,12 @@ def _packed_model_id(loaders) -> str:
     import json as _json
 
     return _json.loads((loaders.root / "models" / "packed" / "plan.json").read_text())["model_id"]
+
+
+def test_modpack_key_seed_that_is_not_hex(loaders):
+    """Found by Atheris (modpack_keys, 100 000-run campaign): a seed string that is not hex raised ValueError."""
+    blob = T.seeds_of(loaders.root, "modpack_keys")[0]
+    i = blob.index(b'"seeds": ["') + len(b'"seeds": ["')
+    bad = serialize.recompute_checksums(blob[:i] + b"z" + blob[i + 1:])
+    with pytest.raises(SerializationError, match="seed"):
+        loaders.loaders["modpack_keys"](bad)
