@@ -79,7 +79,7 @@ fuzz-build: fuzz-sysdeps
 	$(MAKE) $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
 
 fuzz: fuzz-build build
-	@for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_DIR)/corpus-$$t; \
+	@set -o pipefail; for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_DIR)/corpus-$$t; \
 	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_DIR)/$$t -runs=$(FUZZ_RUNS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
 	    -artifact_prefix=$(FUZZ_DIR)/$$t- $(FUZZ_DIR)/corpus-$$t 2>&1 | grep -E '^(Done|==|SUMMARY)' || exit 1; done
 	$(PY) -m tests.fuzz.run --runs $(FUZZ_RUNS)
