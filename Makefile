@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hemlp-installed
 
-.PHONY: all sysdeps venv build test test-cpp test-slow demo bench clean
+.PHONY: all sysdeps venv build test test-cpp test-slow demo bench clean fuzz fuzz-build fuzz-sysdeps
 
 all: build
 
@@ -22,7 +22,7 @@ $(STAMP): setup.py pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q numpy pybind11 setuptools wheel
-	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev,ml,ray]'
+	HEMLP_NO_EXT=1 $(PY) -m pip install -q --no-build-isolation -e '.[dev,ml,ray,fuzz]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -49,6 +49,40 @@ demo: build
 
 bench: build
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(PY) -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json
+
+# Fuzzing (#21): the native import paths with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer (clang),
+# then every Python-level deserialiser with Atheris (coverage-guided, seeded with real files of every kind).
+# FUZZ_RUNS executions per target (the slow suite's 100 000 by default; `make fuzz FUZZ_RUNS=2000` for a smoke run).
+FUZZ_RUNS ?= 100000
+FUZZ_CXX ?= $(shell command -v clang++ || command -v clang++-14 || echo clang++)
+FUZZ_DIR := build/fuzz
+FUZZ_FLAGS := -std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	-Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unknown-warning-option -Icsrc -Itests/fuzz/cpp
+FUZZ_LIB_SRCS := $(wildcard csrc/ckks/*.cpp csrc/ring/*.cpp)
+FUZZ_LIB_OBJS := $(patsubst csrc/%.cpp,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRCS))
+FUZZ_TARGETS := fuzz_import fuzz_params
+
+fuzz-sysdeps:
+	@if ! command -v $(FUZZ_CXX) >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-dev >/dev/null \
+	    || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-14 libclang-rt-14-dev >/dev/null; \
+	  else echo "make fuzz needs clang with libFuzzer: sudo apt-get install clang"; exit 1; fi; fi
+
+$(FUZZ_DIR)/obj/%.o: csrc/%.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $$(pkg-config --cflags libcrypto) -c $< -o $@
+
+$(FUZZ_DIR)/%: tests/fuzz/cpp/%.cpp tests/fuzz/cpp/fuzz_input.h $(FUZZ_LIB_OBJS)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJS) $$(pkg-config --libs libcrypto) -o $@
+
+fuzz-build: fuzz-sysdeps
+	$(MAKE) $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
+
+fuzz: fuzz-build build
+	@set -o pipefail; for t in $(FUZZ_TARGETS); do mkdir -p $(FUZZ_DIR)/corpus-$$t; \
+	  ASAN_OPTIONS=detect_leaks=1 $(FUZZ_DIR)/$$t -runs=$(FUZZ_RUNS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	    -artifact_prefix=$(FUZZ_DIR)/$$t- $(FUZZ_DIR)/corpus-$$t 2>&1 | grep -E '^(Done|==|SUMMARY)' || exit 1; done
+	$(PY) -m tests.fuzz.run --runs $(FUZZ_RUNS)
 
 clean:
 	rm -rf build hemlp/_core*.so

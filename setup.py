@@ -74,6 +74,7 @@ setup(
         "dev": ["pytest>=7", "pytest-timeout", "pybind11>=2.11", "threadpoolctl>=3"],
         "ray": ["ray[default]>=2.9"],
         "boot": ["mpmath>=1.3"],   # bootstrapping's EvalMod coefficients (hemlp.bootstrap.evalmod)
+        "fuzz": ["atheris>=2.3"],  # make fuzz / tests/fuzz: coverage-guided fuzzing of the Python-level loaders
         "ml": ["torch==2.14.1", "torchvision==0.29.2", "onnx", "mlxtend", "wandb", "tqdm", "rich", "matplotlib"],
     },
     entry_points={"console_scripts": ["hemlp=hemlp.apps.cli:main"]},

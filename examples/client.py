@@ -19,7 +19,7 @@ ap.add_argument("action", choices=("encrypt", "decrypt"))
 ap.add_argument("work", type=Path)
 args = ap.parse_args()
 
-compiled = hemlp.load(args.work / "model")         # public plan + parameters published by the server
+compiled = hemlp.load(args.work / "client_model")  # the server's client artefact: plan + parameters, no weights
 private = args.work / "client"                      # never sent anywhere
 n = compiled.batch_size
 digits = load_mnist_sample(train=False, limit=n)

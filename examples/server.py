@@ -1,7 +1,7 @@
 """Server side of a file-based client/server pair (see client.py). The server owns the model;
 it never sees the secret key, inputs or outputs in the clear.
 
-    python examples/server.py compile WORK [--insecure]   # train + compile, publish WORK/model/
+    python examples/server.py compile WORK [--insecure]   # train + compile: WORK/model/ (kept), WORK/client_model/
     python examples/client.py encrypt WORK                 # client: keys + encrypted digits
     python examples/server.py serve WORK                   # evaluate WORK/to_server/x.ct -> WORK/to_client/y.ct
     python examples/client.py decrypt WORK                 # client: predictions
@@ -33,9 +33,10 @@ if args.action == "compile":
     model = build("fhe4dmm", (1, 28, 28), 10, seed=0)
     train(model, data.x, data.y, epochs=3, lr=1e-2, seed=0)
     compiled = hemlp.compile(model, data.x[:256], batch_size=args.batch_size, allow_insecure=args.insecure)
-    compiled.save(args.work / "model")              # public: what the client needs to encrypt / decrypt
+    compiled.save(args.work / "model")              # the server's own artefact: plan, parameters and weights
+    compiled.save(args.work / "client_model", client=True)   # published: what the client needs, no weights
     print(compiled.plan)
-    print(f"published {args.work / 'model'}")
+    print(f"kept {args.work / 'model'}; published {args.work / 'client_model'}")
 else:
     compiled = hemlp.load(args.work / "model")
     inbox, outbox = args.work / "to_server", args.work / "to_client"

@@ -54,3 +54,7 @@ class UnsupportedError(HemlpError, NotImplementedError):
 
 class MissingDependencyError(HemlpError, ImportError):
     """An optional package a feature needs is not installed; the message names the extra that installs it."""
+
+
+class ClientArtefactError(HemlpError, RuntimeError):
+    """A client artefact (a compiled model saved with client=True: no weights) was asked to do the server's work."""

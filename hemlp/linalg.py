@@ -549,8 +549,11 @@ class ModPackKeys:
             dg = ctx.params.native.num_digits(lv)
             if off + dg > len(arrays):
                 raise SerializationError("ModPack keys: fewer arrays than the key levels need; the file is corrupted")
-            keys.append(ctx.native.import_switch_key(list(arrays[off:off + dg]), [bytes.fromhex(x) for x in
-                                                                                seeds[off:off + dg]], kid, 0, lv))
+            try:
+                sb = [bytes.fromhex(x) for x in seeds[off:off + dg]]
+            except (ValueError, TypeError):  # found by the fuzzer: a seed that is not a hex string
+                raise SerializationError("ModPack keys: malformed seed; the file is corrupted") from None
+            keys.append(ctx.native.import_switch_key(list(arrays[off:off + dg]), sb, kid, 0, lv))
             off += dg
         if off != len(arrays):
             raise SerializationError("ModPack keys: more arrays than the key levels need; the file is corrupted")

@@ -8,7 +8,8 @@
     ct_out = compiled.run(ct, eval_keys)              # server: no secret key
     y = compiled.decrypt(ct_out, sk)                  # client: (batch, *output_shape)
     compiled.simulate(x)                              # the same plan in plaintext
-    compiled.save(dir); hemlp.load(dir)
+    compiled.save(dir); hemlp.load(dir)              # the server artefact (with the weights)
+    compiled.save(dir, client=True)                   # the client artefact: plan, parameters, ranges, no weights
 
 Options: activation_degree (int, or dict by activation kind / node name; default 7),
 activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
@@ -44,15 +45,16 @@ from pathlib import Path
 import numpy as np
 
 from hemlp import layouts
-from hemlp.fhe.ckks import Context, Params, PublicKey, SecretKey
+from hemlp.fhe.ckks import Ciphertext, Context, FloodSpec, Params, PublicKey, SecretKey
 from hemlp.fhe.ckks import load as load_ckks_object
 from hemlp.compiler.activations import approximate, calibrate, exact_poly
 from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
-from hemlp.errors import (EncodingError, InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
-                          ParameterError, SerializationError, ShapeError, UnsupportedError)
+from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InsecureParametersError, KeyMismatchError,
+                          LevelError, MissingKeyError, ParameterError, SerializationError, ShapeError,
+                          UnsupportedError)
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import plan_bootstrapped
@@ -137,6 +139,8 @@ class CompiledModel:
         self.layout_impl = planned_layout or cls(self.steps, params, self.batch_size, self.top_level, self.options)
         self._ctx = None
         self.model_id = self._digest()
+        #: True for a client artefact (loaded from save(dir, client=True)): no weights, so no run / simulate
+        self.client_only = False
 
     def _digest(self) -> str:
         h = hashlib.sha256()
@@ -156,7 +160,67 @@ class CompiledModel:
     def context(self) -> Context:
         if self._ctx is None:
             self._ctx = Context(self.params, allow_insecure=self.allow_insecure)
+            # standard-mode decryption noise: sigma = the plan's error bound (estimate_noise), not a ciphertext's
+            self._ctx.noise_bound_log2 = self.noise_bound_log2
         return self._ctx
+
+    @property
+    def noise_bound_log2(self) -> float | None:
+        """log2 of the plan's bound t on the output ciphertexts' error (coefficient units), set by estimate_noise and
+        saved with the plan (both artefacts); None: decryption uses the fresh-encryption bound."""
+        v = self.plan.info.get("noise_bound_log2")
+        return None if v is None else float(v)
+
+    def estimate_noise(self, inputs, runs: int = 16, margin_bits: float = 1.0, seed: int = 0) -> float:
+        """The plan's output error bound t (returns log2 t), measured by simulated runs of the exact compiled
+        circuit under throwaway key pairs (never the client's keys), and stored with the plan so that decrypt()
+        adds noise of sigma = t (standard mode) and FloodSpec(bound_log2=t) floods with it (DECRYPTION.md §3).
+
+        Inputs: the given samples plus worst cases of their domain (every feature at +max, at -max, alternating
+        signs, uniform draws), max = the largest |value| of `inputs`. Each run encrypts the same batch under two
+        independent key pairs and runs it twice: the two raw decryptions (noise "none", coefficient domain) hold the
+        same message, so their difference is e1 - e2 exactly; t = 2^margin_bits * the largest |e1 - e2| over all
+        runs and output ciphertexts (|e1 - e2| is about sqrt(2) |e| for independent errors, so the margin starts
+        above the observed error). A measurement, not a proof: LMSS flooding is provable only if t truly bounds
+        the error, which is why the margin is there; bootstrapped plans need their failure probability in t too.
+        Needs the weights (a server artefact, or the model owner's copy)."""
+        self._need_weights("estimate_noise()")
+        if runs < 1 or margin_bits < 0:
+            raise ParameterError("estimate_noise: runs >= 1 and margin_bits >= 0")
+        x = self._check_x(inputs)
+        rng = np.random.default_rng(seed)
+        m = max(float(np.max(np.abs(x))), 1e-12)
+        cap = min(self.capacity, self.batch_size)
+        shape = (cap,) + self.input_shape
+        worst = [x[:cap], np.full(shape, m), np.full(shape, -m),
+                 m * np.where(np.indices(shape).sum(axis=0) % 2 == 0, 1.0, -1.0)]
+        ctx = self.context
+        q0 = int(self.params.q[0])
+        peak = 0
+        for r in range(runs):
+            xb = worst[r] if r < len(worst) else rng.uniform(-m, m, shape)
+            raw = []
+            for _ in range(2):  # two independent throwaway key pairs, the same message
+                sk, ek = self.keygen()
+                out = self.run(self.encrypt(xb, sk), ek)
+                raw.append([self._raw_coefficients(c, sk, q0) for c in out.ctm.cts])
+            for a, b in zip(*raw):
+                d = (a - b) % q0
+                d = np.where(d > q0 // 2, d - q0, d)
+                peak = max(peak, int(np.max(np.abs(d))))
+        t_log2 = math.log2(max(peak, 1)) + float(margin_bits)
+        self.plan.info["noise_bound_log2"] = t_log2
+        ctx.noise_bound_log2 = t_log2
+        return t_log2
+
+    def _raw_coefficients(self, ct, sk, q0: int) -> np.ndarray:
+        """The exact decryption c0 + c1 s (+ c2 s^2) of one output ciphertext, its first limb in coefficient form."""
+        if not isinstance(ct, Ciphertext):
+            raise UnsupportedError(f"estimate_noise measures RLWE ciphertexts; this layout's outputs are "
+                                   f"{type(ct).__name__}")
+        pt = self.context.native.decrypt(ct.native, sk.native, 0, 0)
+        limb0 = np.asarray(pt.poly()[0], dtype=np.uint64)
+        return self.context.intt(limb0, 0).astype(np.int64) % q0
 
     @property
     def program(self):
@@ -248,10 +312,24 @@ class CompiledModel:
         (EncryptedWeights; save it and send it to the server once)."""
         if not self.layout_impl.encrypted_weights:
             raise ParameterError("encrypt_weights is for models compiled with encrypted_weights=True")
+        self._need_weights("encrypt_weights()")
         self._check_key(key)
         return self.layout_impl.encrypt_weights(self.context, key, self.model_id)
 
-    def decrypt(self, ct, sk) -> np.ndarray:
+    def decrypt(self, ct, sk, noise: str | None = None, flood: FloodSpec | None = None) -> np.ndarray:
+        """The outputs (batch, *output_shape). noise (default the context's, "standard"): standard adds an integer
+        Gaussian of sigma = the plan's error bound t (estimate_noise; the fresh-encryption bound when the plan has
+        none); "flood" floods with FloodSpec(bound_log2=t) by default (LMSS: s = 30, one query), or `flood`;
+        "none" is for tests only."""
+        if noise == "flood" and flood is None:
+            if self.noise_bound_log2 is None:
+                raise ParameterError("noise='flood' needs the plan's error bound: run compiled.estimate_noise(inputs) "
+                                     "on the model owner's side first, or pass flood=FloodSpec(bound_log2=...)")
+            flood = FloodSpec(bound_log2=self.noise_bound_log2)
+        with self.context.decrypt_settings(noise=noise, flood=flood):
+            return self._decrypt(ct, sk)
+
+    def _decrypt(self, ct, sk) -> np.ndarray:
         if not isinstance(ct, EncryptedBatch):
             raise TypeError("decrypt takes the EncryptedBatch returned by run()")
         if ct.model_id != self.model_id:
@@ -266,9 +344,16 @@ class CompiledModel:
         return y.reshape((ct.batch,) + tuple(ct.shape))
 
     # ---- server side
+    def _need_weights(self, what: str) -> None:
+        if self.client_only:
+            raise ClientArtefactError(f"{what} needs the model's weights, but this is a client artefact (saved with "
+                                      "client=True: plan, parameters and ranges only); run it on the server, which "
+                                      "loads the server artefact (compiled.save(dir) without client=True)")
+
     def prepare(self, verbose: bool | None = None) -> float:
         """Server side, once after loading: encode the layout's weight diagonals / plans (seconds spent).
         Layout (A) has nothing to prepare. run() prepares on first use otherwise. verbose: as in run()."""
+        self._need_weights("prepare()")
         with progress("prepare", verbose=verbose) as bar:
             seconds = self.layout_impl.prepare(self.context)
             bar.update(1)
@@ -287,6 +372,7 @@ class CompiledModel:
         cts_per_task, stats (a dict filled per step). The result's
         layer_seconds holds every step's wall-clock seconds. verbose: a per-layer progress bar on stderr (True /
         False; None: only when stderr is a terminal, never in tests; hemlp.progress)."""
+        self._need_weights("run()")
         if runtime not in ("local", "ray"):
             raise ValueError(f"runtime must be 'local' or 'ray', got {runtime!r}")
         unknown = set(ray_options) - {"grid", "cts_per_task", "stats"}
@@ -324,14 +410,18 @@ class CompiledModel:
 
     def simulate(self, x) -> np.ndarray:
         """The same plan in plaintext numpy (quantised weights, the same polynomials and layouts)."""
+        self._need_weights("simulate()")
         x = self._check_x(x)
         y = self.layout_impl.simulate(x.reshape(x.shape[0], -1))
         return y.reshape((x.shape[0],) + self.output_shape)
 
     # ---- files
-    def save(self, path) -> None:
-        """The compiled-model directory (docs/formats.md): plan.json, weights.npz, params.bin; nothing secret."""
-        save(self, path)
+    def save(self, path, client: bool = False) -> None:
+        """The compiled-model directory (docs/formats.md): plan.json, weights.npz, params.bin; nothing secret.
+        client=True: the client artefact, to send to the client instead: no weights (structure.npz holds each
+        weight array's zero pattern, which the rotation-key set depends on, and the structural index arrays);
+        hemlp.load gives a model that makes keys, encrypts and decrypts, and raises ClientArtefactError on run()."""
+        save(self, path, client=client)
 
     def load_eval_keys(self, path):
         return EvalKeys.load(path, self)
@@ -515,27 +605,41 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
 #                   the printable plan, and every step's metadata (ops, levels, activations)
 #     weights.npz   the step arrays (weights, im2col indices, biases, affine maps)
 #     params.bin    the CKKS parameters (hemlp.fhe.ckks.Params.to_bytes)
+# The client artefact (save(..., client=True); plan.json says "artefact": "client") has structure.npz instead of
+# weights.npz: the index arrays as they are and, for every value array, its zero pattern (bool) only.
 # ---------------------------------------------------------------------------------------
 
-def save(compiled: CompiledModel, path) -> None:
-    """Write `compiled` as a compiled-model directory (created if missing)."""
+#: step arrays that describe structure (im2col gathers), not learned values: kept in the client artefact
+STRUCTURE_ARRAYS = ("index",)
+
+
+def save(compiled: CompiledModel, path, client: bool = False) -> None:
+    """Write `compiled` as a compiled-model directory (created if missing); client=True: the client artefact."""
+    if compiled.client_only and not client:
+        raise ClientArtefactError("this model was loaded from a client artefact: it has no weights to save as a "
+                                  "server artefact; save it with client=True")
     d = Path(path)
     d.mkdir(parents=True, exist_ok=True)
+    # layout (C): the weights are the client's own (it encrypts them), so its artefact keeps them
+    strip = client and not compiled.layout_impl.encrypted_weights
     arrays = {}
     metas = []
     for i, s in enumerate(compiled.steps):
         metas.append(s.meta())
         for k, v in s.arrays().items():
-            arrays[f"s{i}_{k}"] = v
+            arrays[f"s{i}_{k}"] = v if not strip or k in STRUCTURE_ARRAYS else (np.asarray(v) != 0)
     meta = dict(format="hemlp-compiled-model", version=FORMAT_VERSION, model_id=compiled.model_id,
+                artefact="client" if strip else "server",
                 preset=compiled.preset, allow_insecure=compiled.allow_insecure, options=compiled.options,
                 input_shape=list(compiled.input_shape), output_shape=list(compiled.output_shape),
                 batch_size=compiled.batch_size, top_level=compiled.top_level, layout=compiled.layout,
                 plan_text=str(compiled.plan),
                 plan_info=compiled.plan.info, steps=metas)
-    tmp = d / "weights.npz.tmp.npz"
+    name = "structure.npz" if strip else "weights.npz"
+    tmp = d / f"{name}.tmp.npz"
     np.savez(tmp, **arrays)
-    tmp.replace(d / "weights.npz")
+    tmp.replace(d / name)
+    (d / ("weights.npz" if strip else "structure.npz")).unlink(missing_ok=True)  # never both (an overwritten dir)
     write_atomic(d / "params.bin", compiled.context.params.to_bytes())
     write_atomic(d / "plan.json", json.dumps(meta, indent=1, default=_json_default).encode())
 
@@ -553,7 +657,9 @@ def _json_default(o):
 
 
 def load(path, allow_insecure: bool = False) -> CompiledModel:
-    """Load a compiled model directory written by CompiledModel.save (server or client side).
+    """Load a compiled model directory written by CompiledModel.save: the server artefact, or the client artefact
+    (save(dir, client=True): no weights; the model makes keys, encrypts and decrypts, and its run() raises
+    ClientArtefactError).
 
     The security policy is the loader's, never the directory's: whoever published the directory (the server, for a
     client) chose its parameters, so a set below 128-bit is refused with InsecureParametersError unless the caller
@@ -563,15 +669,24 @@ def load(path, allow_insecure: bool = False) -> CompiledModel:
         meta = json.loads((d / "plan.json").read_text())
     except OSError as exc:
         raise SerializationError(f"{d} is not a compiled hemlp model directory: {exc.strerror}") from None
-    except json.JSONDecodeError:
-        raise SerializationError(f"{d / 'plan.json'} is corrupted") from None
-    if meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
+        raise SerializationError(f"{d / 'plan.json'} is corrupted (not UTF-8 JSON)") from None
+    if not isinstance(meta, dict) or meta.get("format") != "hemlp-compiled-model" or meta.get("version") != FORMAT_VERSION:
         raise SerializationError(f"{d} holds an unsupported compiled-model format")
+    client = meta.get("artefact", "server")
+    if client not in ("client", "server"):
+        raise SerializationError(f"{d / 'plan.json'}: unknown artefact kind {client!r} (expected client or server)")
+    client = client == "client"
+    name = "structure.npz" if client else "weights.npz"
     try:
-        with np.load(d / "weights.npz", allow_pickle=False) as z:
+        with np.load(d / name, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise SerializationError(f"cannot read {d / 'weights.npz'}: {exc}") from None
+    except (OSError, ValueError, EOFError) as exc:
+        raise SerializationError(f"cannot read {d / name}: {exc}") from None
+    except Exception as exc:  # zipfile.BadZipFile, zlib.error, KeyError from a damaged archive
+        raise SerializationError(f"{d / name} is corrupted ({type(exc).__name__}: {exc})") from None
+    if client:  # zero patterns (bool) stand in for the values: structure only
+        arrays = {k: (v.astype(np.float64) if v.dtype == np.bool_ else v) for k, v in arrays.items()}
     params = Params.from_bytes(read_file(d / "params.bin", "params"))
     if not params.is_128_bit_secure and not allow_insecure:
         bound = (f"log QP = {params.log_qp:.1f} bits > {params.max_log_qp_128} for N = 2^{params.log_n}"
@@ -580,15 +695,27 @@ def load(path, allow_insecure: bool = False) -> CompiledModel:
             f"{d} publishes parameter set {meta.get('preset')!r} ({bound}), below this client's 128-bit security "
             "policy: refuse it and ask the publisher for a 128-bit preset. Only tests may accept it "
             "(hemlp.load(path, allow_insecure=True); CLI: --insecure)")
-    steps = []
-    for i, m in enumerate(meta["steps"]):
-        pre = f"s{i}_"
-        steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
-    plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
-    cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]), tuple(meta["output_shape"]),
-                       meta["batch_size"], meta["top_level"], meta["options"], bool(allow_insecure),
-                       layout=meta.get("layout", "batch"))
-    if cm.model_id != meta["model_id"]:
+    try:
+        steps = []
+        for i, m in enumerate(meta["steps"]):
+            pre = f"s{i}_"
+            steps.append(Step.from_meta(m, {k[len(pre):]: v for k, v in arrays.items() if k.startswith(pre)}))
+        plan = Plan(None, steps, meta["plan_info"], text=meta["plan_text"])
+        cm = CompiledModel(plan, steps, meta["preset"], params, tuple(meta["input_shape"]),
+                           tuple(meta["output_shape"]), meta["batch_size"], meta["top_level"], meta["options"],
+                           bool(allow_insecure), layout=meta.get("layout", "batch"))
+    except HemlpError:
+        raise
+    except Exception as exc:  # a damaged or hostile plan.json: missing fields, wrong types, inconsistent shapes
+        raise SerializationError(f"{d / 'plan.json'} does not describe a valid plan ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]}); the directory is corrupted or from another hemlp version") from None
+    if client:
+        # the id was computed from the weights, which are not here: the client takes the publisher's id (the server
+        # checks every EvalKeys / EncryptedBatch against its own, computed from the weights)
+        if not isinstance(meta.get("model_id"), str):
+            raise SerializationError(f"{d / 'plan.json'} has no model id")
+        cm.model_id, cm.client_only = meta["model_id"], True
+    elif cm.model_id != meta.get("model_id"):
         raise SerializationError(f"{d}: the weights do not match the plan (model id mismatch); the directory is "
                                  "corrupted or mixed from two models")
     return cm

@@ -379,26 +379,13 @@ void bind_ckks(py::module_& m) {
       // export / validated import (serialisation is done in Python on top of these)
       .def("export_sk", [](const Engine& e, const SecretKey& k) { return poly_to_array(k.ntt_qp, e.ctx.max_level() + 1 + e.ctx.num_p(), e.ctx.n()); })
       .def("import_sk", [](const Engine& e, py::array_t<int8_t, py::array::c_style | py::array::forcecast> coeffs, uint64_t key_id) {
-        if ((size_t)coeffs.size() != e.ctx.n()) fail(ErrorKind::Serialization, "secret key: wrong number of coefficients");
-        SecretKey sk;
-        sk.param_hash = e.ctx.hash64();
-        sk.key_id = key_id;
-        sk.coeffs.assign(coeffs.data(), coeffs.data() + coeffs.size());
-        for (auto c : sk.coeffs)
-          if (c < -1 || c > 1) fail(ErrorKind::Serialization, "secret key: coefficient outside {-1, 0, 1}; the data is corrupted");
-        sk.ntt_qp = small_to_ntt_qp(e.ctx, sk.coeffs);
-        return sk;
+        return import_secret_key(e.ctx, coeffs.data(), (size_t)coeffs.size(), key_id);
       })
       .def("export_pk", [](const Engine& e, const PublicKey& k) {
         return py::make_tuple(poly_to_array(k.b, e.ctx.max_level() + 1, e.ctx.n()), poly_to_array(k.a, e.ctx.max_level() + 1, e.ctx.n()));
       })
       .def("import_pk", [](const Engine& e, U64Arr b, U64Arr a, uint64_t key_id) {
-        PublicKey pk;
-        pk.param_hash = e.ctx.hash64();
-        pk.key_id = key_id;
-        pk.b = array_to_poly(e.ctx, b, e.ctx.max_level(), false, "public key");
-        pk.a = array_to_poly(e.ctx, a, e.ctx.max_level(), false, "public key");
-        return pk;
+        return import_public_key(e.ctx, view_of(b), view_of(a), key_id);
       })
       .def("export_switch_key", [](const Engine& e, const SwitchKey& k) {
         py::list bs, seeds;
@@ -409,33 +396,13 @@ void bind_ckks(py::module_& m) {
       })
       .def("import_switch_key", [](const Engine& e, py::list bs, py::list seeds, uint64_t key_id, uint64_t galois,
                                    int level) {
-        if (level < 0 || level > e.ctx.max_level())
-          fail(ErrorKind::Serialization, "switching key: level " + std::to_string(level) + " outside this context's "
-                                         "modulus chain [0, " + std::to_string(e.ctx.max_level()) + "]; the data is "
-                                         "corrupted or belongs to other parameters");
-        const int digits = e.ctx.params().num_digits(level);
-        if ((int)bs.size() != digits || (int)seeds.size() != digits)
-          fail(ErrorKind::Serialization, "switching key: " + std::to_string(bs.size()) + " digits, but a key for level " +
-                                         std::to_string(level) + " has " + std::to_string(digits) +
-                                         "; the data is corrupted");
-        SwitchKey k;
-        k.param_hash = e.ctx.hash64();
-        k.key_id = key_id;
-        k.galois = galois;
-        k.level = level;
-        const int total = level + 1 + e.ctx.num_p();
-        for (int t = 0; t < digits; ++t) {
-          U64Arr arr = bs[t].cast<U64Arr>();
-          if (arr.ndim() == 2 && arr.shape(0) != total)
-            fail(ErrorKind::Serialization, "switching key: the header says level " + std::to_string(level) + " (" +
-                                           std::to_string(total) + " limbs) but the data has " +
-                                           std::to_string(arr.shape(0)) + " limbs; the data is corrupted");
-          k.b.push_back(array_to_poly(e.ctx, arr, level, true, "switching key"));
-          Seed s = to_seed(seeds[t].cast<py::bytes>());
-          k.a_seeds.push_back(s);
-          k.a.push_back(uniform_from_seed(e.ctx, s, total, true, level));
-        }
-        return k;
+        std::vector<U64Arr> arrays;  // keep the (maybe converted) arrays alive while the views are read
+        std::vector<PolyView> views;
+        std::vector<Seed> sv;
+        for (auto b : bs) arrays.push_back(b.cast<U64Arr>());
+        for (auto& a : arrays) views.push_back(view_of(a));
+        for (auto s : seeds) sv.push_back(to_seed(s.cast<py::bytes>()));
+        return import_switch_key(e.ctx, views, sv, key_id, galois, level);
       })
       .def("make_galois_keys", [](const Engine& e, std::vector<SwitchKey> keys, uint64_t key_id) {
         GaloisKeys g;
@@ -446,18 +413,13 @@ void bind_ckks(py::module_& m) {
       })
       .def("import_ciphertext", [](const Engine& e, py::list polys, int level, double scale, int slots, int encoding,
                                    bool is_complex, uint64_t key_id, py::object seed) {
-        check_imported_metadata(e.ctx, level, scale, slots, encoding, "ciphertext");
-        Ciphertext c;
-        set_imported_metadata(c, e.ctx, key_id, level, scale, slots, encoding);
-        c.is_complex = is_complex;
-        for (auto p : polys) c.polys.push_back(array_to_poly(e.ctx, p.cast<U64Arr>(), level, false, "ciphertext"));
-        if (!seed.is_none()) {
-          if (c.polys.size() != 1) fail(ErrorKind::Serialization, "seeded ciphertext must carry c0 only");
-          c.seed = to_seed(seed.cast<py::bytes>());
-          c.seeded = true;
-          c.polys.push_back(uniform_from_seed(e.ctx, c.seed, level + 1, false, 0));
-        }
-        if (c.polys.size() < 2 || c.polys.size() > 3) fail(ErrorKind::Serialization, "ciphertext: must have 2 or 3 polynomials");
-        return c;
+        std::vector<U64Arr> arrays;
+        std::vector<PolyView> views;
+        for (auto p : polys) arrays.push_back(p.cast<U64Arr>());
+        for (auto& a : arrays) views.push_back(view_of(a));
+        Seed s{};
+        const bool seeded = !seed.is_none();
+        if (seeded) s = to_seed(seed.cast<py::bytes>());
+        return import_ciphertext(e.ctx, views, level, scale, slots, encoding, is_complex, key_id, seeded ? &s : nullptr);
       });
 }

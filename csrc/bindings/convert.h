@@ -9,6 +9,7 @@
 
 #include "ckks/context.h"
 #include "ckks/errors.h"
+#include "ckks/import.h"
 #include "ckks/sampler.h"
 
 namespace hemlp::bind {
@@ -22,37 +23,18 @@ inline U64Arr poly_to_array(const Poly& p, size_t limbs, size_t n) {
   return out;
 }
 
-// Validated import: shape (limbs, N) and every residue below its modulus.
-inline Poly array_to_poly(const Context& ctx, const U64Arr& a, int level, bool ext, const char* what) {
-  const size_t n = ctx.n();
-  const size_t limbs = (size_t)level + 1 + (ext ? ctx.num_p() : 0);
-  if (a.ndim() != 2 || (size_t)a.shape(0) != limbs || (size_t)a.shape(1) != n)
-    fail(ErrorKind::Serialization, std::string(what) + ": expected a (" + std::to_string(limbs) + ", " +
-                                       std::to_string(n) + ") array of residues; the data is truncated or "
-                                                           "belongs to other parameters");
-  Poly p(a.data(), a.data() + limbs * n);
-  for (size_t k = 0; k < limbs; ++k) {
-    const uint64_t q = ctx.modulus(ext ? ctx.qp_index(level, (int)k) : (int)k).q;
-    const uint64_t* d = p.data() + k * n;
-    for (size_t i = 0; i < n; ++i)
-      if (d[i] >= q) fail(ErrorKind::Serialization, std::string(what) + ": residue out of range; the data is corrupted");
-  }
-  return p;
+// A numpy array as a borrowed (rows, cols) view (rows = cols = 0 unless it is 2-D: import_poly then refuses it).
+inline PolyView view_of(const U64Arr& a) {
+  if (a.ndim() != 2) return PolyView{a.data(), 0, 0};
+  return PolyView{a.data(), (size_t)a.shape(0), (size_t)a.shape(1)};
 }
 
-// Validates the metadata of an imported ciphertext-like object (`what` names it in errors).
-inline void check_imported_metadata(const Context& ctx, int level, double scale, int slots, int encoding,
-                                    const char* what) {
-  const std::string w(what);
-  if (level < 0 || level > ctx.max_level())
-    fail(ErrorKind::Serialization, w + ": level outside this context's modulus chain");
-  if (!(scale > 0)) fail(ErrorKind::Serialization, w + ": invalid scale");
-  if (encoding != 0 && encoding != 1) fail(ErrorKind::Serialization, w + ": invalid encoding");
-  const size_t n = ctx.n();
-  if (encoding == 0 && (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2))
-    fail(ErrorKind::Serialization, w + ": invalid slot count");
-  if (encoding == 1 && (size_t)slots != n) fail(ErrorKind::Serialization, w + ": invalid slot count");
+// Validated import: shape (limbs, N) and every residue below its modulus (hemlp::import_poly).
+inline Poly array_to_poly(const Context& ctx, const U64Arr& a, int level, bool ext, const char* what) {
+  return import_poly(ctx, view_of(a), level, ext, what);
 }
+
+using hemlp::check_imported_metadata;  // (hemlp/fhe/ckks/import.h; the binding files call it through this namespace)
 
 // The metadata fields of an imported ciphertext-like object (validated by check_imported_metadata first).
 template <class Ct>

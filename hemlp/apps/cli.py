@@ -154,6 +154,7 @@ def cmd_compile(args, ui: UI):
     import numpy as np
 
     out = check_new(args.output, args.force, "compiled model directory")
+    client_out = check_new(args.client_output, args.force, "client artefact directory") if args.client_output else None
     model = Path(args.model)
     if not model.exists():
         raise CLIError(f"model file {model} not found")
@@ -208,14 +209,22 @@ def cmd_compile(args, ui: UI):
     fn = compile_fn()
     with ui.step("compile"):
         compiled = fn(src, example, batch_size=args.batch_size, allow_insecure=args.insecure, **options)
-    if out.exists():
-        import shutil
+    import shutil
 
+    if out.exists():
         shutil.rmtree(out) if out.is_dir() else out.unlink()
     compiled.save(out)
+    lines = [str(compiled.plan), f"compiled model (server artefact, with the weights): {out} ({human(fsize(out))})"]
+    if client_out is not None:
+        if client_out.exists():
+            shutil.rmtree(client_out) if client_out.is_dir() else client_out.unlink()
+        compiled.save(client_out, client=True)
+        ui.result.update(client_output=str(client_out), client_bytes=fsize(client_out))
+        lines.append(f"client artefact (no weights: send this one to the client): {client_out} "
+                     f"({human(fsize(client_out))})")
     ui.result.update(command="compile", output=str(out), bytes=fsize(out), batch_size=args.batch_size,
                      plan=str(compiled.plan), resources=compiled.plan.info.get("resources"))
-    ui.finish([str(compiled.plan), f"compiled model: {out} ({human(fsize(out))})"])
+    ui.finish(lines)
 
 
 def cmd_keygen(args, ui: UI):
@@ -434,7 +443,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true", help="allow INSECURE test presets (testing only)")
     p.add_argument("--trust-pickle", action="store_true",
                    help="load a torch.save'd nn.Module (.pt) although unpickling runs code from the file")
-    common(p, out_help="compiled model directory")
+    p.add_argument("--client-output", metavar="DIR",
+                   help="also write the client artefact here: plan, parameters and ranges without the weights "
+                        "(what the client needs for keygen / encrypt / decrypt)")
+    common(p, out_help="compiled model directory (the server artefact, with the weights)")
     p.set_defaults(fn=cmd_compile)
 
     p = sub.add_parser("keygen", help="client: secret key + evaluation keys for a compiled model")

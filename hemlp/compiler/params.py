@@ -58,7 +58,9 @@ def candidates(allow_insecure: bool) -> list[dict]:
     from hemlp.fhe.ckks import Params
 
     ps = Params.presets()
-    secure = sorted((p for p in ps if p["security"] == "128-bit"), key=lambda p: (p["N"], p["depth"]))
+    # *-flood presets (2^55 scales for noise-flooded decryption) are chosen by name only, never by depth
+    secure = sorted((p for p in ps if p["security"] == "128-bit" and not p["name"].endswith("-flood")),
+                    key=lambda p: (p["N"], p["depth"]))
     tests = [p for name in TEST_PRESETS for p in ps if p["name"] == name] if allow_insecure else []
     return tests + secure
 

@@ -11,6 +11,7 @@ encoding; every operation checks them and raises a typed error from hemlp.errors
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -119,6 +120,10 @@ _PRESETS = {
     "N16-boot": _Preset(16, (60,) + (40,) * 12 + (39,) * 3 + (61,) * 8 + (56,) * 4, (61,) * 6, 6, 40,
                         "N=2^16 bootstrapping chain (BOOTSTRAP.md set B, log QP 1735): 12 application levels at 2^40 "
                         "after a bootstrap (StC 3x39, EvalMod 8x61, CtS 4x56)"),
+    # DECRYPTION.md §3: flooding with s = 30, tau = 1 costs ~27 bits of sigma over a 2^10 bound, so 55-bit scales keep
+    # ~20 bits per slot (log2 Δ >= p + ½log2(12τ) + s/2 + log2 t + ½log2 n); 4 levels fit 438 bits at N = 2^14
+    "N14-flood": _Preset(14, (60,) + (55,) * 4, (60, 60), 2, 55,
+                         "leveled, depth 4 at 2^55 scales: noise-flooded decryption (LMSS, s = 30) keeps ~20 bits"),
     "test-N12": _Preset(12, (50, 40, 40, 40), (51, 51), 2, 40, "INSECURE test set T: fast tests, beta = 2 digits"),
     "test-N12-d6": _Preset(12, (60,) + (40,) * 6, (60, 60), 2, 40, "INSECURE N14-d6 chain at N=2^12: fast model tests"),
     "test-N12-d18": _Preset(12, (60,) + (40,) * 18, (60, 60), 2, 40,
@@ -372,6 +377,10 @@ class Context:
         #: default decryption noise of this context ("standard", "flood" or "none"); see DECRYPT_NOISE_MODES
         self.decrypt_noise = mode
         self.flood = flood
+        #: log2 of the error bound t the client trusts for this context's ciphertexts (standard mode: sigma = t;
+        #: None: the fresh-encryption bound). A compiled model sets it from its plan (CompiledModel.estimate_noise),
+        #: never from anything a ciphertext carries.
+        self.noise_bound_log2: float | None = None
         # the 128-bit policy is enforced again natively: no wrapper can build an engine below it by accident
         self._e = _core.Engine(params.native, min_security_bits=0 if allow_insecure else 128)
         self._hash = params.hash
@@ -494,7 +503,8 @@ class Context:
         """(mode code, sigma, info) for a native decryption at this scale over n_values slots or coefficients.
 
         noise / flood default to the context's; bound_log2 (standard mode): log2 of the trusted error bound t
-        (default: the fresh-encryption bound of these parameters). info: log2_sigma, bound_log2, est_bits (the
+        (default: the context's noise_bound_log2, set from a compiled model's plan, else the fresh-encryption bound
+        of these parameters). info: log2_sigma, bound_log2, est_bits (the
         precision the noise leaves per value, in bits), budget (related decryptions before sigma/sqrt(tau) < 3.2)."""
         mode = self.decrypt_noise if noise is None else noise
         if mode not in DECRYPT_NOISE_MODES:
@@ -505,6 +515,8 @@ class Context:
                               "ciphertext (tests only)", UnsafeDecryptionWarning, stacklevel=3)
             return 0, 0, dict(mode=mode, log2_sigma=None, bound_log2=None, est_bits=None, budget=None)
         spec, sigma = None, None
+        if bound_log2 is None:
+            bound_log2 = self.noise_bound_log2
         if mode == "standard" and bound_log2 is None:  # the parameter set's own bound: an integer already
             sigma = int(self._e.fresh_noise_bound)
             t_log2 = log2_sigma = math.log2(sigma)
@@ -541,6 +553,27 @@ class Context:
         pt = self._e.decrypt(o, self._unwrap(sk, SecretKey, "secret key"), code, sigma)
         out = self.decode(self._w(Plaintext, pt))
         return (out, meta) if info else out
+
+    @contextlib.contextmanager
+    def decrypt_settings(self, noise: str | None = None, bound_log2: float | None = None,
+                         flood: FloodSpec | None = None):
+        """Within the block, decryptions through this context use these settings (None: unchanged); restored
+        after. For callers that decrypt through helpers which take no noise arguments (layouts, linalg)."""
+        if noise is not None and noise not in DECRYPT_NOISE_MODES:
+            raise ParameterError(f"noise must be one of {DECRYPT_NOISE_MODES}, got {noise!r}")
+        if noise == "flood" and flood is None and self.flood is None:
+            raise ParameterError("noise='flood' needs a FloodSpec (flood=FloodSpec(bound_log2=...))")
+        old = self.decrypt_noise, self.noise_bound_log2, self.flood
+        if noise is not None:
+            self.decrypt_noise = noise
+        if bound_log2 is not None:
+            self.noise_bound_log2 = float(bound_log2)
+        if flood is not None:
+            self.flood = flood
+        try:
+            yield self
+        finally:
+            self.decrypt_noise, self.noise_bound_log2, self.flood = old
 
     # ---- arithmetic
     def _ct(self, a, what="ciphertext"):

@@ -19,10 +19,11 @@ from hemlp.fhe.ckks import GaloisKeys, Params, RelinKey, from_bytes
 from hemlp.errors import KeyMismatchError, SerializationError
 from hemlp.linalg import CtMatrix, ModPackKeys
 from hemlp.fhe.files import read_file, write_atomic
-from hemlp.fhe.serialize import seal_intact, sealed
+from hemlp.fhe.serialize import register_sealed, seal_intact, sealed
 
 MAGIC = b"HEMLPC\x00\x01"
 FORMAT_VERSION = 1
+register_sealed(MAGIC, len(MAGIC))  # recompute_checksums (fuzzing) knows this container's layout
 
 
 def pack(kind: str, header: dict, payload) -> bytes:
@@ -56,8 +57,10 @@ def unpack(data, kind: str):
         payload = data[off: off + pl]
         if off + pl + 32 != len(data):
             raise SerializationError(f"the {kind} file has inconsistent lengths")
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, TypeError):
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, TypeError, RecursionError):
         raise SerializationError(f"the {kind} file is corrupted") from None
+    if not isinstance(header, dict):
+        raise SerializationError(f"the {kind} file's header is not a JSON object: the file is corrupted")
     if header.get("kind") != kind:
         raise SerializationError(f"expected a {kind} file, got a {header.get('kind')!r} file")
     if header.get("version") != FORMAT_VERSION:
@@ -190,8 +193,13 @@ class EncryptedBatch:
         if h.get("model_id") != compiled.model_id:
             raise KeyMismatchError(f"this encrypted batch belongs to compiled model {h.get('model_id')}, not "
                                    f"{compiled.model_id}")
+        batch, shape, stage = h.get("batch"), h.get("shape"), h.get("stage", "input")
+        if (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or not isinstance(shape, list)
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)
+                or stage not in ("input", "output")):
+            raise SerializationError("encrypted_batch: malformed header (batch, shape or stage); the file is corrupted")
         ctm = CtMatrix.from_bytes(payload, compiled.context)
-        return cls(h["model_id"], ctm, h["batch"], tuple(h["shape"]), h.get("stage", "input"))
+        return cls(h["model_id"], ctm, batch, tuple(shape), stage)
 
     @classmethod
     def load(cls, path, compiled) -> "EncryptedBatch":

@@ -5,8 +5,13 @@
 The output directory holds the outputs (same file names as the inputs) and ``batch_manifest.json``:
 every item's status (done / failed), attempts and last error, plus the job's fingerprint so a
 restart with other weights or another model is refused instead of mixing results. Outputs are
-written atomically (temp file + fsync + rename) before the manifest records them, so a killed job
-resumes with every finished item skipped and never leaves a half-written output.
+written atomically (temp file + fsync + rename) before the manifest records them, with their SHA-256, so a
+killed job resumes with every finished item skipped and never leaves a half-written output. On resume each
+finished output is checked against its recorded SHA-256: a damaged or truncated one is redone, with a warning
+(``BatchResult.redone`` names it). A job holds an advisory lock (flock) on its output directory for its whole run:
+a second job on the same directory gets BatchJobLockedError. Temporary files a killed run left behind are removed
+when the next run starts. A deterministic failure (a typed hemlp error: a corrupted input, a wrong shape) is
+recorded after one attempt; only other failures (a lost worker, an I/O error) use the retries.
 
 A job is a small picklable object with ``key`` (its fingerprint) and ``process(data) -> bytes``
 (runs inside a worker; reads the input file's bytes, returns the output file's bytes). Only the
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -39,9 +45,10 @@ from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
 from hemlp.fhe.files import write_atomic
 from hemlp.progress import Progress
 from hemlp.runtime.ray.batch import RayItems
+from hemlp.runtime.retry import root_cause, transient
 
 __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",
-           "BatchJobMismatchError", "BatchItemsFailedError", "run_model_batch", "LocalItems", "MANIFEST", "TMP_TAG"]
+           "BatchJobMismatchError", "BatchJobLockedError", "BatchItemsFailedError", "DamagedOutputWarning", "run_model_batch", "LocalItems", "MANIFEST", "TMP_TAG"]
 
 MANIFEST = "batch_manifest.json"
 #: the prefix of temporary output files (a killed run's are removed when the job restarts)
@@ -58,6 +65,14 @@ class BatchJobMismatchError(HemlpError, ValueError):
 
 class BatchItemsFailedError(HemlpError, RuntimeError):
     """Some items failed after every retry; the others were written."""
+
+
+class BatchJobLockedError(HemlpError, RuntimeError):
+    """Another job is running on the same output directory."""
+
+
+class DamagedOutputWarning(UserWarning):
+    """A finished output no longer matches its recorded SHA-256 and is redone."""
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -191,8 +206,13 @@ class CallableJob:
 def _load_npy(path, what) -> np.ndarray:
     try:
         a = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         raise SerializationError(f"cannot load the {what} file {path}: {exc}") from None
+    except Exception as exc:  # a damaged .npy header: ValueError, EOFError, SyntaxError / TokenError from its dict
+        raise SerializationError(f"the {what} file {path} is not a readable .npy array ({type(exc).__name__}: "
+                                 f"{str(exc)[:200]})") from None
+    if not isinstance(a, np.ndarray):  # an .npz archive
+        raise SerializationError(f"the {what} file {path} must hold one .npy array, not an .npz archive")
     if not np.issubdtype(a.dtype, np.number) or np.iscomplexobj(a):
         raise SerializationError(f"the {what} file {path} must hold real numbers, got dtype {a.dtype}")
     return a.astype(np.float64)
@@ -243,8 +263,27 @@ class Manifest:
         self.job_key = job_key
 
     def done(self, name: str, out_dir: Path) -> bool:
+        """Finished and intact: the output file is there and its SHA-256 is the one recorded when it was written.
+        A damaged output (missing, truncated, altered) is not done; damaged() says why."""
+        return self.damaged(name, out_dir) is None and self.items.get(name, {}).get("status") == "done"
+
+    def damaged(self, name: str, out_dir: Path) -> str | None:
+        """Why a finished item's output cannot be trusted (None when it can, or when the item is not finished)."""
         it = self.items.get(name)
-        return bool(it) and it.get("status") == "done" and (out_dir / it.get("output", name)).is_file()
+        if not it or it.get("status") != "done":
+            return None
+        path = out_dir / it.get("output", name)
+        want = it.get("sha256")
+        if not isinstance(want, str):
+            return f"{path.name}: the manifest records no SHA-256 for it"
+        try:
+            with open(path, "rb") as f:
+                got = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as exc:
+            return f"{path.name}: {exc.strerror or exc}"
+        if got != want:
+            return f"{path.name}: SHA-256 {got[:16]}... differs from the recorded {want[:16]}... (damaged or truncated)"
+        return None
 
     def record(self, name: str, **fields) -> None:
         self.items[name] = dict(self.items.get(name, {}), **fields)
@@ -268,15 +307,36 @@ def _output_error(out_dir: Path, exc: OSError) -> BatchOutputError:
                                        "is run again")
 
 
-def _prepare_output(out_dir: Path) -> None:
+def _lock_output(out_dir: Path) -> int:
+    """An exclusive advisory lock (flock) on the output directory itself, held until the returned descriptor is
+    closed (by the run, or by the kernel when the process dies: a killed job never leaves a stale lock)."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in out_dir.glob(TMP_TAG + "*"):  # left by a killed run: never complete outputs
-            stale.unlink()
+        fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise _output_error(out_dir, exc) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise BatchJobLockedError(f"another batch job is running on {out_dir}: wait for it to finish (its "
+                                      "finished items are then skipped) or use another output directory") from None
+        raise _output_error(out_dir, exc) from None
+    return fd
+
+
+def _prepare_output(out_dir: Path) -> list:
+    """Removes the temporary files a killed run left (never complete outputs); returns their names."""
+    try:
+        stale = sorted(out_dir.glob(TMP_TAG + "*"))
+        for p in stale:
+            p.unlink()
         _atomic_write(out_dir / f"{TMP_TAG}probe", b"probe")
         (out_dir / f"{TMP_TAG}probe").unlink()
     except OSError as exc:
         raise _output_error(out_dir, exc) from None
+    return [p.name for p in stale]
 
 
 # ----------------------------------------------------------------------------- execution
@@ -288,6 +348,8 @@ class BatchResult:
     failed: dict          # name -> last error (after every retry)
     out_dir: Path
     seconds: float = 0.0
+    redone: dict = dataclasses.field(default_factory=dict)  # name -> why its earlier output was not trusted
+    stale_removed: list = dataclasses.field(default_factory=list)  # temporary files of a killed run, removed
 
     @property
     def outputs(self) -> list:
@@ -295,12 +357,11 @@ class BatchResult:
 
     def summary(self) -> dict:
         return dict(done=len(self.done), skipped=len(self.skipped), failed=dict(self.failed),
-                    out_dir=str(self.out_dir), manifest=str(self.out_dir / MANIFEST), seconds=round(self.seconds, 3))
+                    redone=dict(self.redone), stale_removed=len(self.stale_removed), out_dir=str(self.out_dir), manifest=str(self.out_dir / MANIFEST), seconds=round(self.seconds, 3))
 
 
 def _reason(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError wraps the worker's exception
-    exc = cause if isinstance(cause, BaseException) else exc
+    exc = root_cause(exc)  # ray.exceptions.RayTaskError wraps the worker's exception
     return f"{type(exc).__name__}: {exc}".strip()[:2000]
 
 
@@ -317,7 +378,8 @@ def run_batch(job, inputs, out_dir, *, retries: int = 2, executor="ray", address
     """Process every input not already done into out_dir; retry a failing item `retries` more times,
     then record it as failed (the job goes on). executor: "ray" (RayItems: tasks on the running / local /
     `address` cluster), "local" (LocalItems: this process) or an executor object (see the module's docstring;
-    address and num_workers are then its business). limit: stop after this many new items."""
+    address and num_workers are then its business). limit: stop after this many new items. Deterministic
+    failures (typed hemlp errors) are not retried. BatchJobLockedError when another job runs on out_dir."""
     if isinstance(executor, str):
         if executor not in ("ray", "local"):
             raise ValueError(f"executor must be 'ray', 'local' or an executor object, got {executor!r}")
@@ -327,14 +389,26 @@ def run_batch(job, inputs, out_dir, *, retries: int = 2, executor="ray", address
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     inputs = [Path(p) for p in inputs]
-    _prepare_output(out_dir)
+    lock = _lock_output(out_dir)
+    try:
+        return _run_locked(job, inputs, out_dir, executor, retries, progress, restart, limit, t0)
+    finally:
+        os.close(lock)  # releases the flock
+
+
+def _run_locked(job, inputs, out_dir: Path, executor, retries: int, progress: bool, restart: bool, limit, t0):
+    stale = _prepare_output(out_dir)
     manifest = Manifest(out_dir, job.key, restart)
+    redone = {p.name: why for p in inputs if (why := manifest.damaged(p.name, out_dir)) is not None}
+    if redone:
+        warnings.warn(f"{len(redone)} finished output(s) in {out_dir} are damaged and will be redone: "
+                      + "; ".join(redone.values()), DamagedOutputWarning, stacklevel=3)
     skipped = [p.name for p in inputs if manifest.done(p.name, out_dir)]
     seen = set(skipped)
     todo = [p for p in inputs if p.name not in seen]
     if limit is not None:
         todo = todo[: max(0, int(limit))]
-    result = BatchResult([], skipped, {}, out_dir)
+    result = BatchResult([], skipped, {}, out_dir, redone=redone, stale_removed=stale)
     bar = Progress("batch", total=len(inputs), verbose=None if progress else False, unit="item",
                    initial=len(skipped))   # hemlp.progress: tqdm when installed, never required
     def done(path: Path, out: bytes, attempts: int) -> None:
@@ -373,7 +447,8 @@ def _fail(name: str, reason: str, manifest: Manifest, attempts: int, result: Bat
 
 
 class LocalItems:
-    """The items one after the other in this process (an executor of run_batch)."""
+    """The items one after the other in this process (an executor of run_batch); a deterministic failure (see
+    hemlp.runtime.retry) is recorded at once, other failures use the retries."""
 
     def run(self, job, todo, retries: int, read, done, failed) -> None:
         for path in todo:
@@ -381,8 +456,9 @@ class LocalItems:
                 try:
                     out = job.process(read(path))
                 except Exception as exc:  # noqa: BLE001  (the item fails, the job goes on)
-                    if attempt == retries + 1:
+                    if attempt == retries + 1 or not transient(exc):
                         failed(path, exc, attempt)
+                        break
                     continue
                 done(path, out, attempt)
                 break

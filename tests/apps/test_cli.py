@@ -94,19 +94,23 @@ def test_keygen_encrypt_run_decrypt_as_separate_processes(tmp_path, onnx_model):
         pytest.skip("hemlp.model does not exist: the CLI round trip needs the compiler")
     path, x, want = onnx_model
     np.save(tmp_path / "x.npy", x)
-    model, keys = tmp_path / "model", tmp_path / "keys"
-    p = hemlp("compile", path, "--input-shape", "1,4,4", "--batch-size", 8, "--insecure", "-o", model, "--json")
+    model, keys, client = tmp_path / "model", tmp_path / "keys", tmp_path / "client"
+    p = hemlp("compile", path, "--input-shape", "1,4,4", "--batch-size", 8, "--insecure", "-o", model, "--json",
+              "--client-output", client)
     assert json.loads(p.stdout)["command"] == "compile" and (model / "plan.json").is_file()
+    assert (model / "weights.npz").is_file() and not (client / "weights.npz").exists()  # the client gets no weights
 
-    p = hemlp("keygen", model, "-o", keys, "--json")
+    p = hemlp("keygen", client, "-o", keys, "--json")
     info = json.loads(p.stdout)
     assert (keys / "secret.key").is_file() and (keys / "eval.keys").is_file()
     assert info["bytes"]["eval_keys"] > 0 and (keys / "secret.key").stat().st_mode & 0o077 == 0
 
-    hemlp("encrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "x.npy", "-o", tmp_path / "x.ct")
+    hemlp("encrypt", client, "-k", keys / "secret.key", "-i", tmp_path / "x.npy", "-o", tmp_path / "x.ct")
     # the server process gets the compiled model, evaluation keys and ciphertexts — no secret key
     hemlp("run", model, "-e", keys / "eval.keys", "-i", tmp_path / "x.ct", "-o", tmp_path / "y.ct")
-    p = hemlp("decrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "y.ct", "-o", tmp_path / "y.npy",
+    p = hemlp("run", client, "-e", keys / "eval.keys", "-i", tmp_path / "x.ct", "-o", tmp_path / "y2.ct", check=False)
+    assert p.returncode == 2 and "client artefact" in p.stderr
+    p = hemlp("decrypt", client, "-k", keys / "secret.key", "-i", tmp_path / "y.ct", "-o", tmp_path / "y.npy",
               "--json", "--values")
     out = json.loads(p.stdout)
     y = np.load(tmp_path / "y.npy")

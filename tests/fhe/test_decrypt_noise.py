@@ -115,6 +115,9 @@ def test_li_micciancio_key_recovery_needs_an_exact_decryption(rng):
     got = recover(ctx.decrypt(ct, sk))                                # standard noise
     assert np.count_nonzero(got == true_s) < ctx.N // 4                # ~ chance level
     assert not np.array_equal(got, true_s)
+    flood = ckks.FloodSpec(bound_log2=math.log2(ctx.native.fresh_noise_bound))
+    got = recover(ctx.decrypt(ct, sk, noise="flood", flood=flood))     # flooded (LMSS)
+    assert np.count_nonzero(got == true_s) < ctx.N // 4
 
 
 def test_scaling_attack_needs_sigma_tied_to_the_trusted_bound():
@@ -131,6 +134,8 @@ def test_scaling_attack_needs_sigma_tied_to_the_trusted_bound():
     t_log2 = math.log2(ctx.native.fresh_noise_bound) + math.log2(k)    # the client's bound for "k·(fresh)"
     tied = np.rint(ctx.decrypt(ct, sk, bound_log2=t_log2) * scale / k)
     assert np.mean(tied == e) < 0.2
+    flooded = np.rint(ctx.decrypt(ct, sk, noise="flood", flood=ckks.FloodSpec(bound_log2=t_log2)) * scale / k)
+    assert np.mean(flooded == e) < 0.01
 
 
 def test_flood_mode_sigma_and_precision_floor(rng):

@@ -12,6 +12,7 @@ ray = pytest.importorskip("ray")
 from hemlp import linalg  # noqa: E402
 from hemlp.runtime import ray as rr  # noqa: E402
 from hemlp.runtime.ray import cost, session  # noqa: E402
+from tests.runtime import faults  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +41,7 @@ class TestLocal:
             ray.shutdown()
         marker = tmp_path_factory.mktemp("fault") / "died"
         marker.write_text("armed only when deleted")
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,  # never another Ray
-                 runtime_env={"env_vars": {session.FAULT_ENV: str(marker)}})
+        faults.ray_init(marker)
         yield marker
         ray.shutdown()
 
@@ -149,7 +149,7 @@ def test_unreachable_address_fails_fast(setup):
 
 
 def test_importable_without_starting_ray():
-    assert os.environ.get(session.FAULT_ENV) is None
+    assert not hasattr(session, "maybe_die") and os.environ.get("HEMLP_RAY_FAULT_ONCE") is None  # no fault hook
     assert cost.pcmm_grid(64, 1, 64, 2).size == 2
 
 

@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import hemlp  # noqa: E402
 from hemlp.runtime import ray as rr  # noqa: E402
 from hemlp.runtime.ray import cost, gemm, run, session, tasks  # noqa: E402
+from tests.runtime import faults  # noqa: E402
 from hemlp.runtime.ray.blocks import meta_of, pack_cts, unpack_cts  # noqa: E402
 from tests.compiler.conftest import SmallCNN, mlp  # noqa: E402
 
@@ -66,8 +67,7 @@ def local_ray(tmp_path_factory):
         ray.shutdown()
     marker = tmp_path_factory.mktemp("fault") / "died"
     marker.write_text("armed only when deleted")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,  # never another Ray
-             runtime_env={"env_vars": {session.FAULT_ENV: str(marker)}})
+    faults.ray_init(marker)
     yield marker
     ray.shutdown()
 

@@ -14,8 +14,8 @@ STRICT = sorted((RUNTIME / "ray").glob("*.py")) + [RUNTIME / n for n in ("jobs.p
 
 #: function-level imports of hemlp modules that remain, each with its reason (none)
 KNOWN_FUNCTION_IMPORTS: set = set()
-#: private attributes still read, each with its reason: os._exit is the documented hard exit of the fault injection
-KNOWN_PRIVATE = {("session.py", "os._exit")}
+#: private attributes still read, each with its reason (none: the fault injection lives in tests/runtime/faults.py)
+KNOWN_PRIVATE: set = set()
 #: hemlp._core is the native extension (pybind11), a module, not a private name of one
 NATIVE = "_core"
 #: optional third-party packages, imported where they are used so that hemlp imports without them

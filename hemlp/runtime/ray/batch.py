@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from hemlp import _core
 from hemlp.errors import SerializationError
-from hemlp.runtime.ray.session import TASK_RETRIES, maybe_die, ray_session
+from hemlp.runtime.ray.session import TASK_RETRIES, ray_session
+from hemlp.runtime.retry import transient
 
 __all__ = ["RayItems", "process_item"]
 
 
 def process_item(job, data: bytes, threads: int = 1) -> bytes:
     """Runs in a worker: pure (bytes in, bytes out), so a retried attempt gives the same result."""
-    maybe_die()
     _core.set_num_threads(threads)
     return job.process(data)
 
@@ -24,7 +24,8 @@ def process_item(job, data: bytes, threads: int = 1) -> bytes:
 class RayItems:
     """An executor of jobs.run_batch on the running Ray, a cluster at `address`, or a local Ray of num_workers
     CPUs started for the run (see ray_session). A task that dies (a lost worker) or raises is re-run as a new
-    attempt until the item has used up its retries; an input that cannot be read counts as a failed attempt."""
+    attempt until the item has used up its retries; an input that cannot be read counts as a failed attempt. A
+    deterministic failure (a typed hemlp error, see hemlp.runtime.retry) is not retried."""
 
     def __init__(self, address: str | None = None, num_workers: int | None = None):
         self.address, self.num_workers = address, num_workers
@@ -45,7 +46,7 @@ class RayItems:
                     try:
                         data = read(path)
                     except SerializationError as exc:
-                        if attempt <= retries:
+                        if attempt <= retries and transient(exc):
                             queue.insert(0, (path, attempt + 1))
                         else:
                             failed(path, exc, attempt)
@@ -59,7 +60,7 @@ class RayItems:
                 try:
                     out = ray.get(ready[0])
                 except ray.exceptions.RayError as exc:
-                    if attempt <= retries:
+                    if attempt <= retries and transient(exc):
                         queue.append((path, attempt + 1))
                     else:
                         failed(path, exc, attempt)

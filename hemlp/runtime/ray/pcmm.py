@@ -24,7 +24,7 @@ from hemlp.errors import EncodingError, LevelError, ShapeError
 from hemlp.linalg import CtMatrix, MsRow
 from hemlp.runtime.ray.blocks import splits
 from hemlp.runtime.ray.cost import grid_dims
-from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, maybe_die, node_id, ray_session
+from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id, ray_session
 
 __all__ = ["ray_pcmm", "ray_pcmm_gather"]
 
@@ -38,7 +38,6 @@ def _mulmod_scalar(Y: np.ndarray, k: int, q: int) -> np.ndarray:
 
 def _block_product(Ub: np.ndarray, Xb: np.ndarray, q: int, bU: int, Kq: int, threads: int):
     """One grid cell and limb: K (U_block @ X_block) mod q; X_block is (d2_t, columns, parts, N)."""
-    maybe_die()
     _core.set_num_threads(threads)
     d2t = Xb.shape[0]
     Y = _core.modgemm(Ub, Xb.reshape(d2t, -1), q, bU)  # both parts and all chunks in one GEMM

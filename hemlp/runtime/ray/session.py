@@ -3,8 +3,8 @@
 ``ray_session`` uses the running Ray, joins an address (``ray start --head`` / ``ray job submit``) for the call, or
 starts a local instance that the process then reuses (starting one costs seconds): it is shut down at exit, on
 ``shutdown_local()``, or when a later call asks for another number of CPUs. ``import_ray`` is the one place that
-imports the optional ``ray`` package (so hemlp imports without it). Tasks call ``maybe_die`` first: the tests'
-fault injection (``FAULT_ENV``) kills a worker on its first task, as an OOM kill or a lost node would.
+imports the optional ``ray`` package (so hemlp imports without it). (The tests inject worker deaths from outside,
+with Ray's worker setup hook: production code carries no fault hook.)
 """
 from __future__ import annotations
 
@@ -18,13 +18,10 @@ from hemlp import _core
 from hemlp.errors import HemlpError
 
 __all__ = ["RuntimeUnavailableError", "ray_session", "shutdown_local", "local_session_cpus", "import_ray",
-           "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT",
-           "FAULT_ENV", "TASK_RETRIES", "maybe_die", "node_id", "usable_cores", "driver_threads"]
+           "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT", "TASK_RETRIES", "node_id", "usable_cores", "driver_threads"]
 
 #: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
 CONNECT_TIMEOUT = 10.0
-#: a worker dies on the first task that creates this file (fault-injection for tests)
-FAULT_ENV = "HEMLP_RAY_FAULT_ONCE"
 #: how often Ray re-runs a task whose worker died (tasks are pure: a re-run gives the same bits)
 TASK_RETRIES = 3
 
@@ -155,20 +152,6 @@ def ray_session(address: str | None = None, num_workers: int | None = None, time
     except BaseException:
         shutdown_local()   # an interrupted or failed call leaves no Ray processes behind
         raise
-
-
-def maybe_die() -> None:
-    """Fault injection for tests: with FAULT_ENV set to a path, the first task that creates that file kills its worker."""
-    marker = os.environ.get(FAULT_ENV)
-    if not marker:
-        return
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    os._exit(17)  # a hard worker death, as an OOM kill or a lost node
 
 
 def node_id() -> str:

@@ -24,7 +24,7 @@ from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, 
                                       row_pieces, unpack_cts)
 from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
 from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
-from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, maybe_die, node_id
+from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id
 
 __all__ = ["ELEMENTWISE", "group_task", "group_remote", "elementwise_task", "elementwise_remote", "worker_context",
            "worker_relin_key", "clear_worker_cache", "resolve_metas"]
@@ -72,7 +72,6 @@ def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, me
     """One group of ciphertexts through one elementwise step; rows[i]: the (op-local) row of ciphertext i."""
     ray = import_ray()
 
-    maybe_die()
     if tune:
         tune_malloc()
     _core.set_num_threads(threads)
@@ -158,7 +157,6 @@ def group_task(spec: dict, *arrays):
     the parts of the input blocks, or partial pieces). Returns the output array(s) and a small meta dict (last)."""
     ray = import_ray()
 
-    maybe_die()
     t_start, cpu_start, wall_start = time.perf_counter(), time.process_time(), time.time()
     faults_start = _minor_faults()
     if spec.get("tune_malloc"):  # opt-in (hemlp.runtime.ray.malloc)

@@ -1,0 +1,117 @@
+#include "ckks/import.h"
+
+#include <cmath>
+#include <string>
+
+#include "ckks/errors.h"
+#include "ckks/keygen.h"
+
+namespace hemlp {
+
+Poly import_poly(const Context& ctx, PolyView a, int level, bool ext, const char* what) {
+  if (level < 0 || level > ctx.max_level())
+    fail(ErrorKind::Serialization, std::string(what) + ": level outside this context's modulus chain");
+  const size_t n = ctx.n();
+  const size_t limbs = (size_t)level + 1 + (ext ? ctx.num_p() : 0);
+  if (a.data == nullptr || a.rows != limbs || a.cols != n)
+    fail(ErrorKind::Serialization, std::string(what) + ": expected a (" + std::to_string(limbs) + ", " +
+                                       std::to_string(n) + ") array of residues; the data is truncated or "
+                                                           "belongs to other parameters");
+  Poly p(a.data, a.data + limbs * n);
+  for (size_t k = 0; k < limbs; ++k) {
+    const uint64_t q = ctx.modulus(ext ? ctx.qp_index(level, (int)k) : (int)k).q;
+    const uint64_t* d = p.data() + k * n;
+    for (size_t i = 0; i < n; ++i)
+      if (d[i] >= q) fail(ErrorKind::Serialization, std::string(what) + ": residue out of range; the data is corrupted");
+  }
+  return p;
+}
+
+void check_imported_metadata(const Context& ctx, int level, double scale, int slots, int encoding, const char* what) {
+  const std::string w(what);
+  if (level < 0 || level > ctx.max_level())
+    fail(ErrorKind::Serialization, w + ": level outside this context's modulus chain");
+  if (!(scale > 0) || !std::isfinite(scale)) fail(ErrorKind::Serialization, w + ": invalid scale");
+  if (encoding != 0 && encoding != 1) fail(ErrorKind::Serialization, w + ": invalid encoding");
+  const size_t n = ctx.n();
+  if (encoding == 0 && (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2))
+    fail(ErrorKind::Serialization, w + ": invalid slot count");
+  if (encoding == 1 && (slots <= 0 || (size_t)slots != n)) fail(ErrorKind::Serialization, w + ": invalid slot count");
+}
+
+SecretKey import_secret_key(const Context& ctx, const int8_t* coeffs, size_t count, uint64_t key_id) {
+  if (coeffs == nullptr || count != ctx.n()) fail(ErrorKind::Serialization, "secret key: wrong number of coefficients");
+  SecretKey sk;
+  sk.param_hash = ctx.hash64();
+  sk.key_id = key_id;
+  sk.coeffs.assign(coeffs, coeffs + count);
+  for (auto c : sk.coeffs)
+    if (c < -1 || c > 1) fail(ErrorKind::Serialization, "secret key: coefficient outside {-1, 0, 1}; the data is corrupted");
+  sk.ntt_qp = small_to_ntt_qp(ctx, sk.coeffs);
+  return sk;
+}
+
+PublicKey import_public_key(const Context& ctx, PolyView b, PolyView a, uint64_t key_id) {
+  PublicKey pk;
+  pk.param_hash = ctx.hash64();
+  pk.key_id = key_id;
+  pk.b = import_poly(ctx, b, ctx.max_level(), false, "public key");
+  pk.a = import_poly(ctx, a, ctx.max_level(), false, "public key");
+  return pk;
+}
+
+SwitchKey import_switch_key(const Context& ctx, const std::vector<PolyView>& bs, const std::vector<Seed>& seeds,
+                            uint64_t key_id, uint64_t galois, int level) {
+  if (level < 0 || level > ctx.max_level())
+    fail(ErrorKind::Serialization, "switching key: level " + std::to_string(level) + " outside this context's "
+                                   "modulus chain [0, " + std::to_string(ctx.max_level()) + "]; the data is "
+                                   "corrupted or belongs to other parameters");
+  if (galois != 0 && (galois % 2 == 0 || galois >= 2 * ctx.n()))
+    fail(ErrorKind::Serialization, "switching key: invalid Galois element; the data is corrupted");
+  const int digits = ctx.params().num_digits(level);
+  if ((int)bs.size() != digits || (int)seeds.size() != digits)
+    fail(ErrorKind::Serialization, "switching key: " + std::to_string(bs.size()) + " digits, but a key for level " +
+                                   std::to_string(level) + " has " + std::to_string(digits) +
+                                   "; the data is corrupted");
+  SwitchKey k;
+  k.param_hash = ctx.hash64();
+  k.key_id = key_id;
+  k.galois = galois;
+  k.level = level;
+  const int total = level + 1 + ctx.num_p();
+  for (int t = 0; t < digits; ++t) {
+    if (bs[t].rows != (size_t)total)
+      fail(ErrorKind::Serialization, "switching key: the header says level " + std::to_string(level) + " (" +
+                                     std::to_string(total) + " limbs) but the data has " +
+                                     std::to_string(bs[t].rows) + " limbs; the data is corrupted");
+    k.b.push_back(import_poly(ctx, bs[t], level, true, "switching key"));
+    k.a_seeds.push_back(seeds[t]);
+    k.a.push_back(uniform_from_seed(ctx, seeds[t], total, true, level));
+  }
+  return k;
+}
+
+Ciphertext import_ciphertext(const Context& ctx, const std::vector<PolyView>& polys, int level, double scale,
+                             int slots, int encoding, bool is_complex, uint64_t key_id, const Seed* seed) {
+  check_imported_metadata(ctx, level, scale, slots, encoding, "ciphertext");
+  if (polys.size() > 3) fail(ErrorKind::Serialization, "ciphertext: must have 2 or 3 polynomials");
+  Ciphertext c;
+  c.param_hash = ctx.hash64();
+  c.key_id = key_id;
+  c.level = level;
+  c.scale = scale;
+  c.slots = slots;
+  c.encoding = (Encoding)encoding;
+  c.is_complex = is_complex;
+  for (const auto& p : polys) c.polys.push_back(import_poly(ctx, p, level, false, "ciphertext"));
+  if (seed != nullptr) {
+    if (c.polys.size() != 1) fail(ErrorKind::Serialization, "seeded ciphertext must carry c0 only");
+    c.seed = *seed;
+    c.seeded = true;
+    c.polys.push_back(uniform_from_seed(ctx, c.seed, level + 1, false, 0));
+  }
+  if (c.polys.size() < 2 || c.polys.size() > 3) fail(ErrorKind::Serialization, "ciphertext: must have 2 or 3 polynomials");
+  return c;
+}
+
+}  // namespace hemlp

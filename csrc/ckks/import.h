@@ -1,0 +1,36 @@
+// Validated import of serialised objects (the native half of every loader): shapes, levels, metadata and every
+// residue are checked before an object exists, so hostile bytes raise hemlp::Error(Serialization) and never
+// reach the arithmetic. Plain C++ (no Python): the bindings call these, and so do the libFuzzer targets
+// (tests/fuzz/cpp) built with AddressSanitizer / UndefinedBehaviorSanitizer.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ckks/context.h"
+#include "ckks/objects.h"
+
+namespace hemlp {
+
+// A borrowed row-major (rows, cols) array of residues.
+struct PolyView {
+  const uint64_t* data = nullptr;
+  size_t rows = 0, cols = 0;
+};
+
+// A polynomial over Q_level (∪ P when ext): shape (limbs, N) and every residue below its modulus.
+Poly import_poly(const Context& ctx, PolyView a, int level, bool ext, const char* what);
+
+// The metadata of a ciphertext-like object: level in the chain, finite positive scale, encoding, slot count.
+void check_imported_metadata(const Context& ctx, int level, double scale, int slots, int encoding, const char* what);
+
+SecretKey import_secret_key(const Context& ctx, const int8_t* coeffs, size_t count, uint64_t key_id);
+PublicKey import_public_key(const Context& ctx, PolyView b, PolyView a, uint64_t key_id);
+// One switching key for `level`: num_digits(level) b-halves over Q_level ∪ P, the a-halves from their seeds.
+SwitchKey import_switch_key(const Context& ctx, const std::vector<PolyView>& bs, const std::vector<Seed>& seeds,
+                            uint64_t key_id, uint64_t galois, int level);
+// A ciphertext: 2 or 3 polynomials, or c0 alone plus the seed of c1 (`seed` non-null).
+Ciphertext import_ciphertext(const Context& ctx, const std::vector<PolyView>& polys, int level, double scale,
+                             int slots, int encoding, bool is_complex, uint64_t key_id, const Seed* seed);
+
+}  // namespace hemlp
