@@ -8,7 +8,9 @@
 - params: BootParams (order, message ratio, EvalMod shape, DFT depths, sparse-secret weight);
 - modraise: ScaleDown, sparse-secret encapsulation and ModRaise (native, csrc/boot/modraise);
 - keys: client-side generation of exactly the keys one bootstrapper needs, at their levels;
-- bootstrapper: Bootstrapper.bootstrap / bootstrap_pair.
+- bootstrapper: Bootstrapper.bootstrap / bootstrap_pair;
+- batch: batched bootstrapping on shared-a MSRLWE ciphertexts (BatchBootstrapper.bootstrap_batch, CtS-first);
+- mambo: the S2C-first order, batched, and MaMBo (MamboBootstrapper.pcmm_bootstrap: PCMM fused at the bottom).
 """
 from hemlp.bootstrap import dft, evalmod, reinterpret, special_fft, subring
 from hemlp.bootstrap.bootstrapper import Bootstrapper, max_coefficient, slot_coefficients
@@ -19,8 +21,11 @@ from hemlp.bootstrap.keys import BootstrapKeys
 from hemlp.bootstrap.modraise import EncapsulationKeys, dense_to_sparse, mod_raise, scale_down
 from hemlp.bootstrap.params import BootParams
 from hemlp.bootstrap.subring import subring_trace, subring_trace_steps
+from hemlp.bootstrap.batch import BatchBootstrapKeys, BatchBootstrapper
+from hemlp.bootstrap.mambo import MamboBootstrapper
 
 __all__ = ["dft", "evalmod", "EvalModParams", "eval_mod", "reinterpret", "special_fft", "subring", "DFTPlan", "plan_coeff_to_slot", "plan_slot_to_coeff",
            "dft_rotation_steps", "coeff_to_slot", "slot_to_coeff", "split_real_imag", "join_real_imag",
            "subring_trace", "subring_trace_steps", "BootParams", "BootstrapKeys", "Bootstrapper",
-           "EncapsulationKeys", "dense_to_sparse", "mod_raise", "scale_down", "slot_coefficients", "max_coefficient"]
+           "EncapsulationKeys", "dense_to_sparse", "mod_raise", "scale_down", "slot_coefficients", "max_coefficient",
+           "BatchBootstrapKeys", "BatchBootstrapper", "MamboBootstrapper"]

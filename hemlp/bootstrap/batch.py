@@ -35,7 +35,7 @@ from hemlp.bootstrap.modraise import scale_down
 from hemlp.bootstrap.params import BootParams
 from hemlp.bootstrap.reinterpret import retag
 from hemlp.ckks import Ciphertext, Context, GaloisKeys, RelinKey, SecretKey
-from hemlp.errors import (ContextMismatchError, KeyMismatchError, LevelError, MissingKeyError,
+from hemlp.errors import (ContextMismatchError, KeyMismatchError, LevelError, MissingKeyError, ParameterError,
                           ScaleMismatchError, ShapeError)
 from hemlp.linalg import MultiSecretKey, multi_secret_key
 
@@ -118,9 +118,9 @@ class BatchBootstrapKeys:
             raise KeyMismatchError(f"the multi-secret key must hold exactly k = {k} secrets")
         e, L = ctx.native, ctx.max_level
         em_level = L - params.cts_depth
-        conv = _core.batch_conversion_keys(e, native_sk, msk._obj, int(params.h), L, em_level)
+        conv = _core.batch_conversion_keys(e, native_sk, msk.native, int(params.h), L, em_level)
         cts_levels = batched_cts_levels(ctx, params)
-        ms_galois = _core.ms_galois_keys(e, msk._obj, [(e.galois_element(s), lv) for s, lv in sorted(cts_levels.items())])
+        ms_galois = _core.ms_galois_keys(e, msk.native, [(e.galois_element(s), lv) for s, lv in sorted(cts_levels.items())])
         stc_levels = _stc_levels(ctx, params)
         elements = [(e.conjugation_element(), em_level)]
         elements += [(e.galois_element(s), lv) for s, lv in sorted(stc_levels.items())]
@@ -207,14 +207,18 @@ class BatchBootstrapper:
         t_j = m_j + e + q0·I_j (|I_j| <= (h+1)/2), exactly as a single ModRaise."""
         self._check_batch(cts)
         R = self.params.log_message_ratio
-        lows = [scale_down(self.ctx, ct, R) for ct in cts]
-        delta0 = lows[0].scale
+        return self.raise_batch([scale_down(self.ctx, ct, R) for ct in cts])
+
+    def raise_batch(self, lows: list) -> tuple:
+        """to_msrlwe after ScaleDown: k level-0 ciphertexts (one scale Δ0') → (MsBatch at the top, Δ0')."""
+        if len(lows) != self.k:
+            raise ShapeError(f"these batch keys take exactly k = {self.k} ciphertexts; got {len(lows)}")
         e = self.ctx.native
         ms = _core.rlwe_to_ms_sparse(e, [self.ctx.unwrap(c, Ciphertext, "ciphertext") for c in lows],
                                      self.keys.conversion)
         up = _core.ms_mod_raise(e, ms, self.keys.conversion, self.ctx.max_level)
         up = _core.ms_retag(e, up, self.raise_scale, self.n, 0)
-        return MsBatch(up, self.ctx), delta0
+        return MsBatch(up, self.ctx), lows[0].scale
 
     def to_rlwe(self, ms: MsBatch) -> list:
         """MSRLWE(s_j) → k RLWE ciphertexts under s (one ModUp of the shared a, k key switches)."""
@@ -267,6 +271,9 @@ class BatchBootstrapper:
     def bootstrap_batch(self, cts: list) -> list:
         """k fresh ciphertexts (level output_level, scale 2^log_scale): the same as k Bootstrapper.bootstrap
         calls up to noise, with CoeffToSlot batched."""
+        if self.params.order != "cts_first":
+            raise ParameterError(f"BatchBootstrapper.bootstrap_batch runs the CtS-first order; order "
+                                 f"{self.params.order!r} runs in hemlp.bootstrap.mambo.MamboBootstrapper")
         ms, delta0 = self.to_msrlwe(cts)
         z = self.coeff_to_slot_batch(ms)
         return [self.finish(c, delta0, self.ctx.default_scale, ct.is_complex) for c, ct in zip(self.to_rlwe(z), cts)]

@@ -72,7 +72,7 @@ def rlwe_raw(ctx, ct, sk):
 
 
 def ms_raw(ctx, ms, msk, j):
-    return crt_decrypt(ctx, ms.poly_b(j), ms.poly_a(), msk._obj.coeffs[j], ms.level)
+    return crt_decrypt(ctx, ms.poly_b(j), ms.poly_a(), msk.native.coeffs[j], ms.level)
 
 
 def random_slots(rng, n):
@@ -81,11 +81,11 @@ def random_slots(rng, n):
 
 def ms_encrypt(ctx, zs, msk, level, scale):
     pts = [ctx.encode(z, level=level, scale=scale).native for z in zs]
-    return _core.ms_encrypt(ctx.native, pts, msk._obj, np.random.default_rng().bytes(32))
+    return _core.ms_encrypt(ctx.native, pts, msk.native, np.random.default_rng().bytes(32))
 
 
 def ms_decode(ctx, ms, msk):
-    return [np.asarray(ctx.native.decode(p)) for p in _core.ms_decrypt(ctx.native, ms, msk._obj, 0, 0)]
+    return [np.asarray(ctx.native.decode(p)) for p in _core.ms_decrypt(ctx.native, ms, msk.native, 0, 0)]
 
 
 # ---------------------------------------------------------------- conversions (N = 2^10, big-integer oracle)
@@ -101,13 +101,13 @@ def test_rlwe_to_msrlwe_then_mod_raise_keeps_messages_mod_q0(n10, k):
     ctx, sk, pk = n10
     L, q0 = ctx.max_level, ctx.modulus(0)
     msk = linalg.multi_secret_key(ctx, k)
-    conv = _core.batch_conversion_keys(ctx.native, sk.native, msk._obj, 32, L, L - 3)
+    conv = _core.batch_conversion_keys(ctx.native, sk.native, msk.native, 32, L, L - 3)
     rng = np.random.default_rng(100 + k)
     cts = [ctx.encrypt(random_slots(rng, ctx.slots), pk, level=0, scale=q0 / 2 ** 8) for _ in range(k)]
     sparse = _core.rlwe_to_ms_sparse(ctx.native, [c.native for c in cts], conv)
     assert sparse.level == 0 and sparse.k == k and sparse.key_id == conv.sparse_id
     with pytest.raises(KeyMismatchError):        # under the sparse s'_j: no multi-secret key decrypts it
-        _core.ms_decrypt(ctx.native, sparse, msk._obj, 0, 0)
+        _core.ms_decrypt(ctx.native, sparse, msk.native, 0, 0)
     up = _core.ms_mod_raise(ctx.native, sparse, conv, L)
     low = _core.ms_mod_raise(ctx.native, sparse, conv, 0)
     assert up.level == L and up.key_id == msk.key_id and up.scale == cts[0].scale
@@ -133,7 +133,7 @@ def test_msrlwe_to_rlwe_and_batched_rotation(n10):
     k, L = 3, ctx.max_level
     msk = linalg.multi_secret_key(ctx, k)
     back = L - 3
-    conv = _core.batch_conversion_keys(ctx.native, sk.native, msk._obj, 32, L, back)
+    conv = _core.batch_conversion_keys(ctx.native, sk.native, msk.native, 32, L, back)
     rng = np.random.default_rng(5)
     zs = [random_slots(rng, ctx.slots) for _ in range(k)]
     ms = ms_encrypt(ctx, zs, msk, back, 2.0 ** 40)
@@ -145,7 +145,7 @@ def test_msrlwe_to_rlwe_and_batched_rotation(n10):
         assert bits(ctx.decrypt(retag(ctx, ct, is_complex=True), sk), z) >= 28   # measured 29.3 (decryption noise on)
     # one hoisted key switch rotates every chunk
     e = ctx.native
-    g = _core.ms_galois_keys(e, msk._obj, [(e.galois_element(5), back), (e.conjugation_element(), back)])
+    g = _core.ms_galois_keys(e, msk.native, [(e.galois_element(5), back), (e.conjugation_element(), back)])
     rot = _core.ms_apply_galois(e, ms, g, e.galois_element(5))
     for z, got in zip(zs, ms_decode(ctx, rot, msk)):
         assert bits(got, np.roll(z, -5)) >= 27     # measured 29.0 (key-switch noise at 2^40)
@@ -166,7 +166,7 @@ def test_conversion_typed_errors(n10):
     ctx, sk, pk = n10
     L, q0 = ctx.max_level, ctx.modulus(0)
     msk = linalg.multi_secret_key(ctx, 2)
-    conv = _core.batch_conversion_keys(ctx.native, sk.native, msk._obj, 32, L, L - 3)
+    conv = _core.batch_conversion_keys(ctx.native, sk.native, msk.native, 32, L, L - 3)
     rng = np.random.default_rng(9)
     ct = ctx.encrypt(random_slots(rng, ctx.slots), pk, level=0, scale=q0 / 2 ** 8)
     with pytest.raises(ShapeError):              # wrong k
@@ -182,7 +182,7 @@ def test_conversion_typed_errors(n10):
     with pytest.raises(ContextMismatchError):    # keys of another parameter set
         _core.rlwe_to_ms_sparse(ctx12.native, [ct.native, ct.native], conv)
     sparse = _core.rlwe_to_ms_sparse(ctx.native, [ct.native, ct.native], conv)
-    conv2 = _core.batch_conversion_keys(ctx.native, sk.native, msk._obj, 32, L, L - 3)
+    conv2 = _core.batch_conversion_keys(ctx.native, sk.native, msk.native, 32, L, L - 3)
     with pytest.raises(KeyMismatchError):        # raised with other keys than it was converted with
         _core.ms_mod_raise(ctx.native, sparse, conv2, L)
     with pytest.raises(LevelError):
