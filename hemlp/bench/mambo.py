@@ -41,6 +41,25 @@ def _rss_gib() -> tuple:
     return cur, peak
 
 
+def _mem_available_gib() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2.0 ** 20
+    return float("inf")
+
+
+def _wait_for_memory(need_gib: float, log, timeout_s: float = 900.0) -> float:
+    """Wait (up to timeout_s) until the shared machine has need_gib available; returns what is available."""
+    t0 = time.perf_counter()
+    avail = _mem_available_gib()
+    while avail < need_gib and time.perf_counter() - t0 < timeout_s:
+        log(f"waiting for memory: {avail:.1f} GiB available, {need_gib:.1f} needed")
+        time.sleep(20)
+        avail = _mem_available_gib()
+    return avail
+
+
 def _release() -> None:
     gc.collect()
     try:
@@ -62,7 +81,7 @@ def batch_key_estimate(ctx, params, k: int) -> int:
 
 
 def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib: float, allow_insecure: bool,
-        log=print) -> dict:
+        log=print, checkpoint=lambda payload: None) -> dict:
     import numpy as np
 
     import hemlp
@@ -111,8 +130,12 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
                 r["extrapolated_from_d"] = dm
         rows.append(r)
     st["pcmm"] = {"application_level": app_level, "rows": rows, "rss_gib": _rss_gib()}
+    checkpoint(out)
 
-    # ---- 2. single CtS-first bootstrap
+    # ---- 2. single CtS-first bootstrap (≈ 11 GiB at N = 2^16)
+    single_need = 12.0 if ctx.N >= 1 << 16 else 1.0
+    if _wait_for_memory(single_need, log) < single_need:
+        raise MemoryError(f"the shared machine never had {single_need} GiB available for the single bootstrap")
     z = rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n)
     ct = ctx.encrypt(z, sk, level=1)
     t0 = time.perf_counter()
@@ -133,9 +156,10 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         f"{st['single']['max_bits']:.2f} bits")
     del boot, keys, o
     _release()
+    checkpoint(out)
 
     # ---- 3. batches
-    batches = []
+    batches = st["batches"] = []
     s2c = BootParams.for_context(ctx, order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO)
     for k in ks:
         est = batch_key_estimate(ctx, bp, k)
@@ -143,6 +167,14 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
             batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
                             "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + working set > {mem_gib} GiB"})
             log(f"k = {k}: skipped (keys ≈ {est / 2**30:.1f} GiB)")
+            continue
+        # the machine is shared: never start a stage the free memory cannot hold (keys + ≈ 5 GiB working set)
+        avail = _wait_for_memory(est / 2 ** 30 + 5, log)
+        if est / 2 ** 30 + 5 > avail:
+            batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
+                            "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + 5 GiB working set > "
+                                      f"{avail:.1f} GiB available on the shared machine when the stage started"})
+            log(f"k = {k}: skipped ({avail:.1f} GiB available)")
             continue
         zs = [rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n) for _ in range(k)]
         cts = [ctx.encrypt(v, sk, level=1) for v in zs]
@@ -192,7 +224,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         batches.append(rec)
         del mb, mkeys, bkeys, outs, ys
         _release()
-    st["batches"] = batches
+        checkpoint(out)
 
     # ---- derived: d×d layer throughput
     done = [b for b in batches if not b.get("skipped")]
@@ -259,7 +291,9 @@ def main(args) -> int:
     busy = report.busy_warning()
     try:
         payload = run(args.preset, int_list(args.ks), int_list(args.ds), args.threads, args.pcmm_max_d, args.mem_gib,
-                      args.allow_insecure, log=lambda m: print(m, file=sys.stderr, flush=True))
+                      args.allow_insecure, log=lambda m: print(m, file=sys.stderr, flush=True),
+                      checkpoint=(lambda p: report.write_json(args.json, "mambo", p, machine=machine))
+                      if args.json and args.json != "-" else (lambda p: None))
     except HemlpError as e:
         print(f"hemlp.bench mambo: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
