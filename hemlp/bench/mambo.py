@@ -88,6 +88,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
     from hemlp import ckks, linalg
     from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
     from hemlp.bootstrap.batch import BatchBootstrapKeys, BatchBootstrapper
+    from hemlp.bootstrap.keys import dft_plans
     from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper
 
     hemlp.set_num_threads(threads)
@@ -101,6 +102,14 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
            "simd_path": report.simd_info()["path"], "stages": {}, "notes": []}
     st = out["stages"]
     app_level = ctx.max_level - bp.levels_consumed
+
+    def clear_plans():
+        # the cached DFT plans keep every level's encoded diagonals (≈ 2.6 GiB at N = 2^16) after their
+        # bootstrapper is gone: drop them between stages
+        for plan in dft_plans(n, bp.cts_depth, bp.stc_depth):
+            for lt in plan.levels:
+                lt.clear_cache()
+        _release()
 
     # ---- 1. PCMM at the application level and at level 1
     pcmm, pcmm_cpu = {}, {}
@@ -162,7 +171,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         log(f"single CtS-first bootstrap ({name}): {t:.2f} s (first {first:.2f} s), keys {keys.nbytes / 2**30:.2f} "
             f"GiB, {st[name]['max_bits']:.2f} bits")
         del boot, keys, o
-        _release()
+        clear_plans()
         checkpoint(out)
         return t, t_cpu
 
@@ -179,10 +188,10 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
             log(f"k = {k}: skipped (keys ≈ {est / 2**30:.1f} GiB)")
             continue
         # the machine is shared: never start a stage the free memory cannot hold (keys + ≈ 5 GiB working set)
-        avail = _wait_for_memory(est / 2 ** 30 + 5, log)
-        if est / 2 ** 30 + 5 > avail:
+        avail = _wait_for_memory(est / 2 ** 30 + 6, log, timeout_s=300)
+        if est / 2 ** 30 + 6 > avail:
             batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
-                            "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + 5 GiB working set > "
+                            "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + 6 GiB working set > "
                                       f"{avail:.1f} GiB available on the shared machine when the stage started"})
             log(f"k = {k}: skipped ({avail:.1f} GiB available)")
             continue
@@ -206,7 +215,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         log(f"k = {k}: bootstrap_batch {t_batch:.2f} s ({t_batch / k:.2f} s per ciphertext, "
             f"{rec['speedup_vs_single']:.2f}x), keys {bkeys.nbytes / 2**30:.2f} GiB, {bits:.2f} bits")
         del bb, outs
-        _release()
+        clear_plans()
         # S2C-first with the same key objects (the batched CtS keys do not depend on the order)
         mkeys = BatchBootstrapKeys(s2c, k, bkeys.conversion, bkeys.ms_galois, bkeys.galois, bkeys.relin,
                                    bkeys.cts_levels, bkeys.stc_levels, bkeys.conj_level, bkeys.param_hash)
@@ -236,7 +245,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
             f"{k}x{k}: {rec['pcmm_bootstrap_s']:.2f} s ({rec['pcmm_bootstrap_min_max_bits']:.2f} bits)")
         batches.append(rec)
         del mb, mkeys, bkeys, outs, ys
-        _release()
+        clear_plans()
         checkpoint(out)
 
     if repeat_single:
