@@ -303,6 +303,8 @@ class MultiSecretKey:
 
     k = property(lambda self: self._obj.k)
     key_id = property(lambda self: self._obj.key_id)
+    #: the hemlp._core MultiSecretKey (client-side key generation for batched bootstrapping)
+    native = property(lambda self: self._obj)
 
     def __repr__(self):
         return f"MultiSecretKey(k={self.k}, id={self.key_id:016x})"

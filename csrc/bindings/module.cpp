@@ -21,6 +21,7 @@ void bind_ms_conversion(py::module_& m);
 void bind_boot(py::module_& m);
 void bind_lintrans(py::module_& m);
 void bind_polyeval(py::module_& m);
+void bind_batch_boot(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -61,4 +62,5 @@ PYBIND11_MODULE(_core, m) {
   bind_boot(m);
   bind_lintrans(m);
   bind_polyeval(m);
+  bind_batch_boot(m);
 }

@@ -55,6 +55,7 @@ class NativeLinearTransform {
   std::vector<int64_t> steps() const;     // rotation steps used (baby and giant, nonzero), sorted
 
  private:
+  friend struct MsLinearTransformAccess;  // boot/ms_lintrans: the batched (MSRLWE) evaluation reads the layout
   struct Group {
     int64_t giant;
     std::vector<int> baby;  // index into baby_steps_ (-1: the unrotated input)

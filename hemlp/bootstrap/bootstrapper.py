@@ -39,7 +39,7 @@ from hemlp.bootstrap.params import BootParams
 from hemlp.he.reinterpret import retag
 from hemlp.he.subring import subring_trace
 from hemlp.fhe.ckks import Ciphertext, Context
-from hemlp.errors import EncodingError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError
+from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError, ShapeError
 
 from hemlp.bootstrap.evalmod import EvalModParams, eval_mod
 
@@ -75,6 +75,9 @@ class Bootstrapper:
         self.params = keys.params if params is None else params
         p = self.params
         p.validate(ctx)
+        if p.order != "cts_first":
+            raise ParameterError(f"Bootstrapper runs the CtS-first order; order {p.order!r} runs in "
+                                 "hemlp.bootstrap.mambo.MamboBootstrapper")
         if p != keys.params and (p.slot_count(ctx), p.cts_depth, p.stc_depth, p.h) != (
                 keys.params.slot_count(ctx), keys.params.cts_depth, keys.params.stc_depth, keys.params.h):
             raise MissingKeyError("the keys were made for other bootstrapping parameters (slots / depths / h): "

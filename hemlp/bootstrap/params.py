@@ -17,13 +17,17 @@ from hemlp.errors import LevelError, ParameterError
 
 __all__ = ["BootParams", "PRESET_DEPTHS", "preset_levels_consumed"]
 
+#: pipeline orders: CtS-first (Bootstrapper, BatchBootstrapper) and S2C-first (hemlp.bootstrap.mambo)
+ORDERS = ("cts_first", "s2c_first")
+
 #: (CtS depth, StC depth) per preset chain (the chains are laid out for exactly these depths)
 PRESET_DEPTHS = {"N16-boot": (4, 3), "test-N12-boot": (3, 2), "test-N10-boot": (3, 2)}
 
 
 @dataclass(frozen=True)
 class BootParams:
-    """order: "cts_first" (ScaleDown, encapsulation, ModRaise, CoeffToSlot, EvalMod, SlotToCoeff).
+    """order: "cts_first" (ScaleDown, encapsulation, ModRaise, CoeffToSlot, EvalMod, SlotToCoeff) or "s2c_first"
+    (SlotToCoeff at the bottom, ScaleDown, ..., EvalMod; hemlp.bootstrap.mambo, with log_message_ratio 14).
     log_message_ratio R: q0 / Δ0 = 2^R (the coefficient-domain headroom; |m/q0| <= 2^-R).
     K: EvalMod's integer range, |I| < K (h = 32 gives P(|I| >= 16) = 2^-121.7 per coefficient).
     degree, double_angles: the Han–Ki cosine interpolant and its angle doublings.
@@ -44,9 +48,9 @@ class BootParams:
     stc_log_scaling: int = 8
 
     def __post_init__(self):
-        if self.order != "cts_first":
-            raise ParameterError(f"bootstrapping order {self.order!r} is not implemented; use 'cts_first' (the "
-                                 "S2C-first order of BOOTSTRAP.md §1.4 is milestone M5)")
+        if self.order not in ORDERS:
+            raise ParameterError(f"bootstrapping order {self.order!r} is unknown; use one of {ORDERS} ('s2c_first' "
+                                 "runs in hemlp.bootstrap.mambo, BOOTSTRAP.md §1.4)")
         for name in ("log_message_ratio", "K", "degree", "cts_depth", "stc_depth", "h"):
             if int(getattr(self, name)) < 1:
                 raise ParameterError(f"BootParams.{name} must be >= 1, got {getattr(self, name)}")

@@ -194,8 +194,10 @@ def test_typed_errors(env):
         BootParams(cts_depth=3, stc_depth=2).validate(short)
     with pytest.raises(ParameterError, match="no bootstrapping defaults"):
         BootParams.for_context(short)
-    with pytest.raises(ParameterError, match="not implemented"):
-        BootParams(order="s2c_first")
+    with pytest.raises(ParameterError, match="unknown"):
+        BootParams(order="sideways")
+    with pytest.raises(ParameterError, match="CtS-first"):   # S2C-first runs in hemlp.bootstrap.mambo
+        Bootstrapper(ctx, keys, BootParams.for_context(ctx, order="s2c_first"))
 
 
 def test_keys_serialise_and_bootstrap_the_same(env, tmp_path):

@@ -1,0 +1,48 @@
+// Batched (MSRLWE, shared-a) rotations and BSGS linear transforms for batched bootstrapping
+// (BOOTSTRAP.md §3.1): a group (a; b_1..b_k) with b_j + a s_j = m_j + e_j is rotated by one ModUp of the
+// shared a, then k+1 key inner products against a Galois key whose a-part alpha is shared by the k
+// secrets:  alpha_t uniform,  beta_{t,j} = -alpha_t s_j + e + P Qtilde_t psi_g(s_j),
+//   a' = ModDown(sum_t psi(d_t) alpha_t),   b'_j = psi(b_j) + ModDown(sum_t psi(d_t) beta_{t,j}),
+// so b'_j + a' s_j = psi(m_j + e_j) + small. Plaintext products by the same diagonal act on all k+1
+// polynomials. The linear transform is NativeLinearTransform's double-hoisted schedule on k+1
+// polynomials: the a-dependent work (ModUps, the giant steps' ModDown of a) is paid once per group of k.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "boot/lintrans.h"
+#include "ckks/objects.h"
+#include "pcmm/msrlwe.h"
+
+namespace hemlp {
+
+struct MsSwitchKey {
+  uint64_t galois = 0;
+  int level = 0;                          // holds Q_level ∪ P, num_digits(level) digits
+  std::vector<Poly> alpha;                // [t]
+  std::vector<std::vector<Poly>> beta;    // [j][t]
+};
+
+struct MsGaloisKeys {
+  uint64_t param_hash = 0;
+  uint64_t ms_key_id = 0;
+  int k = 0;
+  std::map<uint64_t, MsSwitchKey> keys;  // by Galois element
+};
+
+// Client side: one shared-alpha key per (Galois element, level) pair.
+MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
+                            const std::vector<std::pair<uint64_t, int>>& elements);
+size_t ms_galois_key_bytes(const MsGaloisKeys& keys);
+
+// psi_g applied to every chunk of ct (one hoisted key switch).
+pcmm::MsCiphertext ms_apply_galois(const Context& ctx, const pcmm::MsCiphertext& ct, const MsGaloisKeys& keys,
+                                   uint64_t galois);
+
+// T applied to every chunk of ct (T's diagonals must be encoded over Q_l ∪ P), rescaled by q_l when `rescale`.
+pcmm::MsCiphertext ms_linear_transform(const NativeLinearTransform& T, const pcmm::MsCiphertext& ct,
+                                       const MsGaloisKeys& keys, bool rescale, LinTransCounts* counts = nullptr);
+
+}  // namespace hemlp

@@ -1,0 +1,345 @@
+"""Batched bootstrapping and MaMBo benchmark (issue #17): throughput of k single bootstraps against
+bootstrap_batch, and of a d×d PCMM followed by d bootstraps against MaMBo (PCMM fused at the bottom of an
+S2C-first batched bootstrap).
+
+    python -m hemlp.bench mambo --preset N16-boot --ks 2,4 --ds 256,1024,4096 --json PATH
+
+Stages, in one process, each freeing its keys before the next (peak RSS recorded after each):
+1. PCMM of U (d×d) on d ciphertext rows (one encrypted row repeated: the GEMMs do not care) at the
+   single bootstrap's output level (the conventional position) and at level 1 (MaMBo's), for d up to
+   --pcmm-max-d; larger d extrapolated as d² from the largest measured (marked "extrapolated").
+2. CtS-first single bootstrap (Bootstrapper): first call (diagonal encoding) apart, then timed.
+3. per k: BatchBootstrapKeys; bootstrap_batch (CtS-first, batched CtS); with the same key objects the
+   S2C-first MamboBootstrapper: bootstrap_batch and pcmm_bootstrap on k rows. A k whose keys are estimated
+   above --mem-gib (keys + working set) is skipped and reported.
+Derived throughput for a d×d layer (d ciphertext rows, each refreshed): separate = d / (PCMM at the
+application level + d single bootstraps); MaMBo = d / (PCMM at level 1 + d/k S2C-first batched bootstraps),
+from the measured stage times (stated as derived in the JSON).
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import math
+import sys
+import time
+
+from hemlp.apps.bench import int_list, report
+from hemlp.errors import HemlpError
+
+HELP = "batched bootstrapping and MaMBo: k singles vs bootstrap_batch, PCMM + bootstraps vs MaMBo, keys, RSS"
+
+
+def _rss_gib() -> tuple:
+    cur = peak = 0.0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                cur = int(line.split()[1]) / 2.0 ** 20
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 2.0 ** 20
+    return cur, peak
+
+
+def _mem_available_gib() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2.0 ** 20
+    return float("inf")
+
+
+def _wait_for_memory(need_gib: float, log, timeout_s: float = 900.0) -> float:
+    """Wait (up to timeout_s) until the shared machine has need_gib available; returns what is available."""
+    t0 = time.perf_counter()
+    avail = _mem_available_gib()
+    while avail < need_gib and time.perf_counter() - t0 < timeout_s:
+        log(f"waiting for memory: {avail:.1f} GiB available, {need_gib:.1f} needed")
+        time.sleep(20)
+        avail = _mem_available_gib()
+    return avail
+
+
+def _release() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+def _bits(err: float) -> float:
+    return math.inf if err == 0 else -math.log2(err)
+
+
+def batch_key_estimate(ctx, params, k: int) -> int:
+    """Bytes of BatchBootstrapKeys for k (k+1 polynomials per digit of each CtS key, expanded)."""
+    from hemlp.bootstrap.batch import batched_cts_levels
+
+    one = sum(ctx.params.switch_key_bytes(lv) for lv in batched_cts_levels(ctx, params).values())
+    return (k + 1) * one
+
+
+def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib: float, allow_insecure: bool,
+        log=print, checkpoint=lambda payload: None, repeat_single: bool = True) -> dict:
+    import numpy as np
+
+    import hemlp
+    from hemlp import linalg
+    from hemlp.fhe import ckks
+    from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
+    from hemlp.bootstrap.batch import BatchBootstrapKeys, BatchBootstrapper
+    from hemlp.bootstrap.keys import dft_plans
+    from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper
+
+    hemlp.set_num_threads(threads)
+    ctx = ckks.Context(preset, allow_insecure=allow_insecure)
+    sk, pk = ctx.keygen()
+    bp = BootParams.for_context(ctx)
+    n = bp.slot_count(ctx)
+    rng = np.random.default_rng(1)
+    out = {"peer": "hemlp", "preset": preset, "N": ctx.N, "slots": n, "threads": threads,
+           "security": "128-bit" if ctx.params.is_128_bit_secure else "INSECURE",
+           "simd_path": report.simd_info()["path"], "stages": {}, "notes": []}
+    st = out["stages"]
+    app_level = ctx.max_level - bp.levels_consumed
+
+    def clear_plans():
+        # the cached DFT plans keep every level's encoded diagonals (≈ 2.6 GiB at N = 2^16) after their
+        # bootstrapper is gone: drop them between stages
+        for plan in dft_plans(n, bp.cts_depth, bp.stc_depth):
+            for lt in plan.levels:
+                lt.clear_cache()
+        _release()
+
+    # ---- 1. PCMM at the application level and at level 1
+    pcmm, pcmm_cpu = {}, {}
+    for where, level in (("application", app_level), ("level1", 1)):
+        row = ctx.encrypt(rng.uniform(-1, 1, n), sk, level=level)
+        for d in ds:
+            if d > pcmm_max_d:
+                continue
+            U = rng.uniform(-1, 1, (d, d)) / d
+            X = linalg.CtMatrix(ctx, [row] * d, (d, n), 1, "rlwe")
+            t0, c0 = time.perf_counter(), time.process_time()
+            Y = linalg.pcmm(U, X)
+            pcmm[(where, d)] = time.perf_counter() - t0
+            pcmm_cpu[(where, d)] = time.process_time() - c0
+            del Y, X
+            _release()
+            log(f"PCMM {d}x{d} at level {level} ({where}): {pcmm[(where, d)]:.2f} s")
+    measured = sorted({d for (_, d) in pcmm})
+    rows = []
+    for d in ds:
+        r = {"d": d}
+        for where in ("application", "level1"):
+            if (where, d) in pcmm:
+                r[f"pcmm_{where}_s"] = pcmm[(where, d)]
+                r[f"pcmm_{where}_cpu_s"] = pcmm_cpu[(where, d)]
+            elif measured:
+                dm = max(measured)
+                r[f"pcmm_{where}_s"] = pcmm[(where, dm)] * (d / dm) ** 2
+                r[f"pcmm_{where}_cpu_s"] = pcmm_cpu[(where, dm)] * (d / dm) ** 2
+                r["extrapolated_from_d"] = dm
+        rows.append(r)
+    st["pcmm"] = {"application_level": app_level, "rows": rows, "rss_gib": _rss_gib()}
+    checkpoint(out)
+
+    # ---- 2. single CtS-first bootstrap (≈ 11 GiB at N = 2^16); timed again after the batches (the machine is
+    # shared: the speedups use the faster of the two)
+    single_need = 12.0 if ctx.N >= 1 << 16 else 1.0
+
+    def single_stage(name):
+        if _wait_for_memory(single_need, log) < single_need:
+            raise MemoryError(f"the shared machine never had {single_need} GiB available for the single bootstrap")
+        z = rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n)
+        ct = ctx.encrypt(z, sk, level=1)
+        t0 = time.perf_counter()
+        keys = BootstrapKeys.generate(ctx, sk, bp)
+        kg = time.perf_counter() - t0
+        boot = Bootstrapper(ctx, keys)
+        t0 = time.perf_counter()
+        boot.bootstrap(ct)
+        first = time.perf_counter() - t0
+        t0, c0 = time.perf_counter(), time.process_time()
+        o = boot.bootstrap(ct)
+        t = time.perf_counter() - t0
+        t_cpu = time.process_time() - c0
+        d_out = ctx.decrypt(o, sk)
+        st[name] = {"keygen_s": kg, "first_s": first, "bootstrap_s": t, "bootstrap_cpu_s": t_cpu, "key_bytes": keys.nbytes,
+                    "level_out": o.level, "max_bits": _bits(float(np.max(np.abs(d_out - z)))),
+                    "rss_gib": _rss_gib(), "load_average": report.load_average()}
+        log(f"single CtS-first bootstrap ({name}): {t:.2f} s (first {first:.2f} s), keys {keys.nbytes / 2**30:.2f} "
+            f"GiB, {st[name]['max_bits']:.2f} bits")
+        del boot, keys, o
+        clear_plans()
+        checkpoint(out)
+        return t, t_cpu
+
+    t_single, t_single_cpu = single_stage("single")
+
+    # ---- 3. batches
+    batches = st["batches"] = []
+    s2c = BootParams.for_context(ctx, order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO)
+    for k in ks:
+        est = batch_key_estimate(ctx, bp, k)
+        if est / 2 ** 30 > mem_gib - 6:       # keys + diagonals + working set (≈ 6 GiB at N = 2^16)
+            batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
+                            "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + working set > {mem_gib} GiB"})
+            log(f"k = {k}: skipped (keys ≈ {est / 2**30:.1f} GiB)")
+            continue
+        # the machine is shared: never start a stage the free memory cannot hold (keys + ≈ 5 GiB working set)
+        avail = _wait_for_memory(est / 2 ** 30 + 6, log, timeout_s=300)
+        if est / 2 ** 30 + 6 > avail:
+            batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
+                            "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + 6 GiB working set > "
+                                      f"{avail:.1f} GiB available on the shared machine when the stage started"})
+            log(f"k = {k}: skipped ({avail:.1f} GiB available)")
+            continue
+        zs = [rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n) for _ in range(k)]
+        cts = [ctx.encrypt(v, sk, level=1) for v in zs]
+        t0 = time.perf_counter()
+        bkeys = BatchBootstrapKeys.generate(ctx, sk, k, bp)
+        kg = time.perf_counter() - t0
+        bb = BatchBootstrapper(ctx, bkeys)
+        t0 = time.perf_counter()
+        bb.bootstrap_batch(cts)
+        first = time.perf_counter() - t0
+        t0, c0 = time.perf_counter(), time.process_time()
+        outs = bb.bootstrap_batch(cts)
+        t_batch = time.perf_counter() - t0
+        t_batch_cpu = time.process_time() - c0
+        bits = min(_bits(float(np.max(np.abs(ctx.decrypt(c, sk) - v)))) for c, v in zip(outs, zs))
+        rec = {"k": k, "load_average": report.load_average(), "keygen_s": kg, "key_bytes": bkeys.nbytes, "estimated_key_gib": est / 2 ** 30,
+               "first_s": first, "bootstrap_batch_s": t_batch, "bootstrap_batch_cpu_s": t_batch_cpu, "per_ciphertext_s": t_batch / k,
+               "speedup_vs_single": t_single * k / t_batch, "min_max_bits": bits, "rss_after_batch_gib": _rss_gib()}
+        log(f"k = {k}: bootstrap_batch {t_batch:.2f} s ({t_batch / k:.2f} s per ciphertext, "
+            f"{rec['speedup_vs_single']:.2f}x), keys {bkeys.nbytes / 2**30:.2f} GiB, {bits:.2f} bits")
+        del bb, outs
+        clear_plans()
+        # S2C-first with the same key objects (the batched CtS keys do not depend on the order)
+        mkeys = BatchBootstrapKeys(s2c, k, bkeys.conversion, bkeys.ms_galois, bkeys.galois, bkeys.relin,
+                                   bkeys.cts_levels, bkeys.stc_levels, bkeys.conj_level, bkeys.param_hash)
+        mb = MamboBootstrapper(ctx, mkeys)
+        hi = [ctx.encrypt(v, sk, level=s2c.stc_depth + 1) for v in zs]
+        t0 = time.perf_counter()
+        mb.bootstrap_batch(hi)
+        rec["s2c_first_s"] = time.perf_counter() - t0
+        t0, c0 = time.perf_counter(), time.process_time()
+        outs = mb.bootstrap_batch(hi)
+        rec["s2c_batch_s"] = time.perf_counter() - t0
+        rec["s2c_batch_cpu_s"] = time.process_time() - c0
+        rec["s2c_min_max_bits"] = min(_bits(float(np.max(np.abs(ctx.decrypt(c, sk) - v)))) for c, v in zip(outs, zs))
+        xs = [v.real for v in zs]
+        hr = [ctx.encrypt(x, sk, level=s2c.stc_depth + 1) for x in xs]
+        U = rng.uniform(-1, 1, (k, k)) / k
+        t0, c0 = time.perf_counter(), time.process_time()
+        ys = mb.pcmm_bootstrap(U, hr)
+        rec["pcmm_bootstrap_s"] = time.perf_counter() - t0
+        rec["pcmm_bootstrap_cpu_s"] = time.process_time() - c0
+        want = U @ np.array(xs)
+        rec["pcmm_bootstrap_min_max_bits"] = min(_bits(float(np.max(np.abs(ctx.decrypt(y, sk) - w))))
+                                                 for y, w in zip(ys, want))
+        rec["s2c_level_out"] = ys[0].level
+        rec["rss_after_mambo_gib"] = _rss_gib()
+        log(f"   S2C-first batch {rec['s2c_batch_s']:.2f} s ({rec['s2c_min_max_bits']:.2f} bits); pcmm_bootstrap "
+            f"{k}x{k}: {rec['pcmm_bootstrap_s']:.2f} s ({rec['pcmm_bootstrap_min_max_bits']:.2f} bits)")
+        batches.append(rec)
+        del mb, mkeys, bkeys, outs, ys
+        clear_plans()
+        checkpoint(out)
+
+    if repeat_single:
+        again, again_cpu = single_stage("single_again")
+        t_single, t_single_cpu = min(t_single, again), min(t_single_cpu, again_cpu)
+    st["single_s_used"], st["single_cpu_s_used"] = t_single, t_single_cpu
+    for b in batches:
+        if not b.get("skipped"):
+            b["speedup_vs_single"] = t_single * b["k"] / b["bootstrap_batch_s"]
+            b["s2c_speedup_vs_single"] = t_single * b["k"] / b["s2c_batch_s"]
+            b["cpu_speedup_vs_single"] = t_single_cpu * b["k"] / b["bootstrap_batch_cpu_s"]
+            b["s2c_cpu_speedup_vs_single"] = t_single_cpu * b["k"] / b["s2c_batch_cpu_s"]
+
+    # ---- derived: d×d layer throughput
+    done = [b for b in batches if not b.get("skipped")]
+    layer = []
+    if done:
+        best = min(done, key=lambda b: b["s2c_batch_s"] / b["k"])
+        for r in rows:
+            d = r["d"]
+            sep = r["pcmm_application_s"] + d * t_single
+            mam = r["pcmm_level1_s"] + d * best["s2c_batch_s"] / best["k"]
+            bat = r["pcmm_application_s"] + d * best["bootstrap_batch_s"] / best["k"]
+            sep_cpu = r["pcmm_application_cpu_s"] + d * t_single_cpu
+            mam_cpu = r["pcmm_level1_cpu_s"] + d * best["s2c_batch_cpu_s"] / best["k"]
+            layer.append({"d": d, "k": best["k"], "separate_s": sep, "mambo_s": mam,
+                          "separate_cpu_s": sep_cpu, "mambo_cpu_s": mam_cpu, "mambo_cpu_ratio": sep_cpu / mam_cpu,
+                          "pcmm_then_batched_cts_first_s": bat,
+                          "separate_cts_per_s": d / sep, "mambo_cts_per_s": d / mam,
+                          "mambo_throughput_ratio": sep / mam, "derived": True,
+                          "pcmm_extrapolated": "extrapolated_from_d" in r})
+    out["layer"] = layer
+    out["rss_gib_final"] = _rss_gib()
+    out["peak_rss_gib"] = _rss_gib()[1]
+    return out
+
+
+def print_table(p: dict) -> None:
+    st = p["stages"]
+    s = st["single"]
+    t1 = st.get("single_s_used", s["bootstrap_s"])
+    rows = [["single CtS-first", "1", report.fmt_seconds(t1), f"{1 / t1:.3f}", "1.00",
+             f"{s['key_bytes'] / 2**30:.2f}", report.fmt_bits(s["max_bits"]), "1.00"]]
+    for b in st["batches"]:
+        if b.get("skipped"):
+            rows.append([f"batch k={b['k']}", str(b["k"]), "skipped", "", "", f"≈{b['estimated_key_gib']:.1f}", "", ""])
+            continue
+        rows.append([f"batch CtS-first k={b['k']}", str(b["k"]), report.fmt_seconds(b["bootstrap_batch_s"]),
+                     f"{b['k'] / b['bootstrap_batch_s']:.3f}", report.fmt_ratio(b["speedup_vs_single"]),
+                     f"{b['key_bytes'] / 2**30:.2f}", report.fmt_bits(b["min_max_bits"]),
+                     report.fmt_ratio(b["cpu_speedup_vs_single"])])
+        rows.append([f"batch S2C-first k={b['k']}", str(b["k"]), report.fmt_seconds(b["s2c_batch_s"]),
+                     f"{b['k'] / b['s2c_batch_s']:.3f}",
+                     report.fmt_ratio(b["s2c_speedup_vs_single"]), "same",
+                     report.fmt_bits(b["s2c_min_max_bits"]), report.fmt_ratio(b["s2c_cpu_speedup_vs_single"])])
+    report.table(["pipeline", "k", "time", "ct/s", "vs single", "keys GiB", "bits", "vs single (CPU time)"], rows,
+                 title=f"bootstrapping throughput — {p['preset']} (N={p['N']}, {p['threads']} threads, SIMD "
+                       f"{p['simd_path']}, peak RSS {p['peak_rss_gib']:.2f} GiB)")
+    lrows = [[r["d"], r["k"], report.fmt_seconds(r["separate_s"]), report.fmt_seconds(r["mambo_s"]),
+              report.fmt_ratio(r["mambo_throughput_ratio"]), report.fmt_ratio(r["mambo_cpu_ratio"]),
+              "yes" if r["pcmm_extrapolated"] else "no"]
+             for r in p["layer"]]
+    report.table(["d", "k", "PCMM + d bootstraps", "MaMBo", "throughput ratio", "CPU-time ratio", "PCMM extrapolated"], lrows,
+                 title="d×d layer then refresh (derived from the stage times)")
+    for note in p.get("notes", []):
+        print(f"note: {note}")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--preset", default="N16-boot")
+    parser.add_argument("--ks", default="2,4,8,16", help="batch sizes (skipped when their keys do not fit)")
+    parser.add_argument("--ds", default="256,1024,4096", help="PCMM sizes d (d×d weights, d ciphertext rows)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pcmm-max-d", type=int, default=256, help="largest d measured; larger d extrapolated (d²)")
+    parser.add_argument("--mem-gib", type=float, default=20.0, help="memory budget for keys + working set")
+    parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--allow-insecure", action="store_true")
+
+
+def main(args) -> int:
+    machine = report.machine_info()
+    busy = report.busy_warning()
+    try:
+        payload = run(args.preset, int_list(args.ks), int_list(args.ds), args.threads, args.pcmm_max_d, args.mem_gib,
+                      args.allow_insecure, log=lambda m: print(m, file=sys.stderr, flush=True),
+                      checkpoint=(lambda p: report.write_json(args.json, "mambo", p, machine=machine))
+                      if args.json and args.json != "-" else (lambda p: None))
+    except HemlpError as e:
+        print(f"hemlp.bench mambo: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    if busy:
+        payload["notes"].append(busy)
+    print_table(payload)
+    if args.json:
+        report.save_json(args.json, "mambo", payload, machine=machine)
+    return 0
