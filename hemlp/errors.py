@@ -50,3 +50,17 @@ class SerializationError(HemlpError, ValueError):
 
 class UnsupportedError(HemlpError, NotImplementedError):
     """An operation or model construct hemlp does not support (yet)."""
+
+
+class CalibrationError(HemlpError, ValueError):
+    """Calibration data are missing, of the wrong shape, non-finite or degenerate (e.g. all zeros) where the
+    model's activations need ranges calibrated on representative inputs."""
+
+
+class InputRangeError(EncodingError):
+    """Client side: inputs drive an activation beyond the polynomial's calibrated domain, where it diverges
+    (the decryption would be garbage); raised before encrypting."""
+
+
+class TargetUnreachableError(HemlpError, ValueError):
+    """No activation approximation within the available depth reaches the requested agreement target."""
