@@ -109,6 +109,7 @@ class Plan:
             head.append(f"activations {'chosen for' if fit['searched'] else 'fixed by activation_degree; target'} "
                         f"{fit['target']:.2%} top-1 agreement: simulated plan agrees with the model on "
                         f"{fit['agreement_simulate']:.2%} of {fit['samples']} calibration samples"
+                        + (f" (90 % lower bound {fit['agreement_bound']:.2%})" if fit.get("agreement_bound") else "")
                         + ("" if fit["samples"] >= 1000 else " (not certified: < 1000 samples)"))
         if i.get("layout_estimates"):
             head.append("planner estimates (s per batch): " + ", ".join(

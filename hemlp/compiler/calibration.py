@@ -6,9 +6,10 @@
    width on each side) fitted at low weight, so inputs slightly beyond the calibrated range stay sane;
 3. candidates per activation: degrees 2^k - 1 (depth-optimal with hemlp's BSGS evaluation), each fitted
    by weighted minimax and by Chebyshev interpolation, the smaller core error kept;
-4. the smallest uniform degree whose plan (simulated in float64) agrees with the exact model on
-   ``target_agreement`` of the calibration samples (top-1), then a greedy descent lowering one activation
-   at a time while the target holds (critical-path depth first, then degree);
+4. the smallest uniform degree whose plan (simulated in float64) agrees with the exact model's top-1 on the
+   calibration samples with a one-sided 90 % Clopper-Pearson lower bound >= ``target_agreement`` (with 1 000
+   samples: at most 5 disagreements for 99 %; below MIN_CERTIFY samples, the point estimate), then a greedy
+   descent lowering one activation at a time while the target holds (critical-path depth first);
 5. nothing fits the available depth: TargetUnreachableError when the target was asked for, else the best
    reachable choice with an AgreementWarning.
 
@@ -34,8 +35,11 @@ __all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "
 DEGREES = (3, 7, 15, 31, 63, 127)
 #: calibration samples needed to certify 99 % agreement (95 % Clopper-Pearson bound, <= 4 disagreements)
 MIN_CERTIFY = 1000
-#: below this many samples the search starts at degree 7 (a handful of samples agree at any degree)
+#: below this many samples the search starts at degree 7 and uses the point estimate (a handful of samples
+#: agree at any degree, and no bound reaches 99 %)
 MIN_SEARCH = 200
+#: one-sided confidence of the Clopper-Pearson bound the search requires to reach the target
+CONFIDENCE = 0.9
 RANGED_KINDS = ("relu", "silu", "gelu", "sigmoid", "tanh")
 LINEAR_COST_OPS = ("linear", "conv2d", "avgpool2d", "affine", "mul", "matmul", "batchnorm")
 
@@ -108,6 +112,22 @@ def _degenerate(x: np.ndarray) -> bool:
     return bool(np.ptp(flat) == 0)
 
 
+def agreement_bound(agree: int, n: int, confidence: float = CONFIDENCE) -> float:
+    """One-sided Clopper-Pearson lower bound on the agreement rate after `agree` agreements in `n` samples."""
+    if agree <= 0:
+        return 0.0
+    import mpmath
+
+    lo, hi = 0.0, 1.0
+    for _ in range(50):                            # bisection on P(X >= agree | p) = 1 - confidence
+        mid = (lo + hi) / 2
+        if mpmath.betainc(agree, n - agree + 1, 0, mid, regularized=True) > 1 - confidence:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 def top1(logits: np.ndarray) -> np.ndarray:
     """Predicted class per sample (one output: its sign)."""
     y = np.asarray(logits).reshape(len(logits), -1)
@@ -128,11 +148,18 @@ def _critical_depth(g, choice: dict) -> int:
 
 
 class _Search:
-    def __init__(self, g, X, ref_top, cores, guard, methods):
+    def __init__(self, g, X, ref_top, cores, guard, methods, target):
         self.g, self.X, self.ref_top = g, X, ref_top
         self.cores, self.guard, self.methods = cores, guard, methods
         self._polys: dict = {}
         self._agree: dict = {}
+        self.target, self.n = target, len(X)
+
+    def meets(self, agreement: float) -> bool:
+        """The target holds: the point estimate below MIN_CERTIFY samples, else the Clopper-Pearson bound."""
+        if self.n < MIN_CERTIFY:
+            return agreement >= self.target
+        return agreement_bound(int(round(agreement * self.n)), self.n) >= self.target
 
     def poly(self, n, degree: int) -> ActPoly:
         key = (n.name, degree)
@@ -184,13 +211,13 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
         cores[n.name] = tuple(map(float, rng)) if rng is not None else calibrate(ref[n.inputs[0]], margin)
     method = opts["activation_method"]
     methods = ("minimax", "chebyshev") if method == "auto" else (method,)
-    s = _Search(g, X, ref_top, cores, guard, methods)
+    s = _Search(g, X, ref_top, cores, guard, methods, target)
     fixed = opts["activation_degree"]
     report = dict(target=target, samples=n_samples, searched=fixed is None, max_depth=max_depth)
     if fixed is not None:
         degrees = {n.name: int(per_node_option(fixed, n, 7)) for n in ranged}
         agree = s.agreement(degrees)
-        if agree < target and (explicit_target or explicit_calibration):
+        if not s.meets(agree) and (explicit_target or explicit_calibration):
             warnings.warn(f"with the given activation_degree the plan agrees with the model on {agree:.2%} of "
                           f"{n_samples} calibration samples, below the target {target:.2%}; drop activation_degree "
                           "to let hemlp choose", AgreementWarning, stacklevel=4)
@@ -199,7 +226,9 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
     for n in ranged:
         ap = s.poly(n, degrees[n.name])
         n.attrs["approx"] = ap
-    report.update(agreement=agree, depth=_critical_depth(g, {n.name: n.attrs["approx"] for n in g.nodes
+    report.update(agreement=agree, confidence=CONFIDENCE if n_samples >= MIN_CERTIFY else None,
+                  agreement_bound=agreement_bound(int(round(agree * n_samples)), n_samples)
+                  if n_samples >= MIN_CERTIFY else None, depth=_critical_depth(g, {n.name: n.attrs["approx"] for n in g.nodes
                                                             if n.op == "act"}),
                   activations=[dict(node=n.name, kind=n.attrs["kind"], method=n.attrs["approx"].method,
                                     degree=n.attrs["approx"].degree, depth=n.attrs["approx"].depth,
@@ -225,7 +254,7 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
         a = s.agreement(degrees)
         if best is None or a > best[1]:
             best = (degrees, a)
-        if a >= target:
+        if s.meets(a):
             found = (degrees, a)
             break
     if found is None:
@@ -237,7 +266,8 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
                 "a deeper preset")
         k = max(best[0].values())
         msg = (f"no activation degree within {max_depth} levels reaches {target:.2%} agreement with the model on "
-               f"{n_samples} calibration samples: the best is {best[1]:.2%} (degree {k}, depth {depth(best[0])}). "
+               f"{n_samples} calibration samples" + (" (90 % lower bound)" if n_samples >= MIN_CERTIFY else "")
+               + f": the best is {best[1]:.2%} (degree {k}, depth {depth(best[0])}). "
                "Lower target_agreement, retrain with polynomial activations (x^2, hemlp.compiler.Polynomial) or "
                "BatchNorm before the activations (narrower ranges), or use a deeper preset")
         if explicit_target:
@@ -255,7 +285,7 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
                 continue
             trial = dict(degrees, **{n.name: DEGREES[i - 1]})
             a = s.agreement(trial)
-            if a >= target:
+            if s.meets(a):
                 options.append((depth(trial) - d0, -a, n.name, trial, a))
         if not options:
             return degrees, agree

@@ -292,7 +292,13 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
     default LocalExecutor(), in this process. Residual adds and level drops stay here."""
     ex = LocalExecutor() if executor is None else executor
     vals = {}
-    for s in steps:
+    # free every intermediate after its last use: a layer's ciphertexts can take gigabytes (one per feature)
+    last_use = {}
+    for i, s in enumerate(steps):
+        for name in s.inputs:
+            last_use[name] = i
+    out_name = next(s.out for s in steps if s.op == "output")
+    for i, s in enumerate(steps):
         if s.op == "input":
             if C.level != s.level_out:
                 if C.level < s.level_out:
@@ -307,4 +313,7 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
         if timings is not None and s.op not in ("alias", "output"):
             timings[s.out] = time.perf_counter() - t0
         vals[s.out] = y
-    return vals[next(s.out for s in steps if s.op == "output")]
+        for name in s.inputs:
+            if last_use.get(name) == i and name != out_name:
+                vals.pop(name, None)
+    return vals[out_name]
