@@ -54,7 +54,7 @@ class ActPoly:
     dom_lo: float | None = None   # the polynomial's domain (core + guard band); None: [lo, hi]
     dom_hi: float | None = None
     max_err_domain: float | None = None   # max |p - f| on the whole domain
-    agreement: float | None = None        # measured top-1 agreement when this choice was made (calibration)
+    agreement: float | None = None        # top-1 agreement on the calibration set with only this one approximated
 
     @property
     def domain(self) -> tuple[float, float] | None:
@@ -88,7 +88,7 @@ class ActPoly:
             return f"square({arg})"
         if self.lo is not None:
             guard = "" if self.dom_lo is None else f", guard=[{self.dom_lo:.4g}, {self.dom_hi:.4g}]"
-            agree = "" if self.agreement is None else f", agreement={self.agreement:.2%}"
+            agree = "" if self.agreement is None else f", agreement alone={self.agreement:.2%}"
             return (f"{self.kind}_{self.method}{self.degree}({arg}, range=[{self.lo:.4g}, {self.hi:.4g}]{guard}, "
                     f"max_err={self.max_err:.2g}{agree})")
         if self.form == "square":

@@ -28,6 +28,7 @@ import numpy as np
 
 from hemlp.compiler.activations import ActPoly, approximate, calibrate, exact_poly
 from hemlp.errors import CalibrationError, TargetUnreachableError
+from hemlp.runtime.local import simulate
 
 __all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "as_calibration",
            "choose_activations", "needs_ranges", "per_node_option", "top1", "range_report", "RANGED_KINDS"]
@@ -169,6 +170,17 @@ class _Search:
             self._polys[key] = min(fits, key=lambda a: a.max_err)
         return self._polys[key]
 
+    def alone(self, n, degree: int, ranged) -> float:
+        """Agreement with only activation n approximated (the others exact): its own cost in agreement."""
+        saved = {m.name: m.attrs.pop("approx") for m in ranged if m.name != n.name and "approx" in m.attrs}
+        try:
+            n.attrs["approx"] = self.poly(n, degree)
+            out = self.g.reference(self.X, exact=False)[self.g.output.name]
+            return float(np.mean(top1(out) == self.ref_top))
+        finally:
+            for name, ap in saved.items():
+                self.g.node(name).attrs["approx"] = ap
+
     def agreement(self, degrees: dict) -> float:
         key = tuple(sorted(degrees.items()))
         if key not in self._agree:
@@ -198,7 +210,9 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
             f"calibrated on real inputs: pass calibration=X (CLI: --calibration FILE.npy) with >= {MIN_CERTIFY} "
             "representative samples, preprocessed like the inputs you will encrypt")
     n_samples = len(X)
-    if n_samples < MIN_CERTIFY:
+    from_data = opts["activation_degree"] is None or any(per_node_option(opts["activation_range"], n) is None
+                                                         for n in ranged)
+    if n_samples < MIN_CERTIFY and from_data:
         warnings.warn(f"activation ranges and degrees calibrated on {n_samples} sample(s): at least {MIN_CERTIFY} "
                       f"are needed to certify {target:.0%} agreement; pass calibration=X with more representative "
                       "inputs", CalibrationWarning, stacklevel=4)
@@ -224,8 +238,9 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
     else:
         degrees, agree = _search(s, ranged, target, max_depth, explicit_target, n_samples)
     for n in ranged:
-        ap = s.poly(n, degrees[n.name])
-        n.attrs["approx"] = ap
+        n.attrs["approx"] = s.poly(n, degrees[n.name])
+    for n in ranged:
+        n.attrs["approx"].agreement = s.alone(n, degrees[n.name], ranged)
     report.update(agreement=agree, confidence=CONFIDENCE if n_samples >= MIN_CERTIFY else None,
                   agreement_bound=agreement_bound(int(round(agree * n_samples)), n_samples)
                   if n_samples >= MIN_CERTIFY else None, depth=_critical_depth(g, {n.name: n.attrs["approx"] for n in g.nodes
@@ -233,7 +248,8 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
                   activations=[dict(node=n.name, kind=n.attrs["kind"], method=n.attrs["approx"].method,
                                     degree=n.attrs["approx"].degree, depth=n.attrs["approx"].depth,
                                     range=list(cores[n.name]), domain=list(n.attrs["approx"].domain),
-                                    max_err=n.attrs["approx"].max_err) for n in ranged])
+                                    max_err=n.attrs["approx"].max_err, agreement_alone=n.attrs["approx"].agreement)
+                               for n in ranged])
     return report
 
 
@@ -296,8 +312,6 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
 def range_report(steps, X, weight_bits: int) -> dict:
     """Run the plan in plaintext on rows matrix X and count, per approximated activation, the inputs outside
     its calibrated core and beyond its domain (where the polynomial is garbage)."""
-    from hemlp.runtime.local import simulate
-
     counts: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
