@@ -295,6 +295,7 @@ def merge(paths) -> dict:
     if sweeps:
         rep["sweep"] = sweeps[0]
     rep["total_s"] = sum(p["total_s"] for p in parts)
+    rep["command"] = COMMAND
     rep["machine"]["load_average"] = max((p["machine"]["load_average"] for p in parts), key=lambda la: la[0])
     return rep
 
@@ -367,8 +368,8 @@ def render(rep: dict) -> str:
                      "bench/accuracy_real.png.")
     m = rep["machine"]
     return ("\n".join(lines) + "\n\n" + "\n".join(notes) + f"\n\nMachine: {m['cpus']} CPUs, {m['date']}, load "
-            f"average {', '.join(f'{x:.1f}' for x in m['load_average'])} ({m['note']}); total {rep['total_s'] / 60:.0f} "
-            f"min.  \nCommand: `{rep['command']}`\n")
+            f"average {', '.join(f'{x:.1f}' for x in m['load_average'])} ({m['note']}); {rep['total_s'] / 60:.0f} "
+            f"min of wall-clock time in all (rows run as parallel processes).  \nCommand: `{rep['command']}`\n")
 
 
 def plot(rep: dict, path) -> None:

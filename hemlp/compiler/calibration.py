@@ -232,9 +232,11 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
         degrees = {n.name: int(per_node_option(fixed, n, 7)) for n in ranged}
         agree = s.agreement(degrees)
         if not s.meets(agree) and (explicit_target or explicit_calibration):
+            bound = (f" (90 % lower bound {agreement_bound(int(round(agree * n_samples)), n_samples):.2%})"
+                     if n_samples >= MIN_CERTIFY else "")
             warnings.warn(f"with the given activation_degree the plan agrees with the model on {agree:.2%} of "
-                          f"{n_samples} calibration samples, below the target {target:.2%}; drop activation_degree "
-                          "to let hemlp choose", AgreementWarning, stacklevel=4)
+                          f"{n_samples} calibration samples{bound}, below the target {target:.2%}; drop "
+                          "activation_degree to let hemlp choose", AgreementWarning, stacklevel=4)
     else:
         degrees, agree = _search(s, ranged, target, max_depth, explicit_target, n_samples)
     for n in ranged:

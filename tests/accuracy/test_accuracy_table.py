@@ -52,7 +52,7 @@ def test_render_and_merge_read_the_json(at, tmp_path):
         (tmp_path / f"{i}.json").write_text(json.dumps(p))
     rep = at.merge([tmp_path / "0.json", tmp_path / "1.json"])
     assert [r["name"] for r in rep["rows"]] == ["fhe4dmm-emnist", "hemlp-emnist-cnn", "fhe4dmm-cifar10"]
-    assert rep["total_s"] == 240.0 and rep["machine"]["load_average"][0] == 3.0
+    assert rep["command"] == at.COMMAND and rep["total_s"] == 240.0 and rep["machine"]["load_average"][0] == 3.0
     md = at.render(rep)
     assert "98.77 % (8192)" in md and "98.71 %" in md and "not run¹" in md and "needs ~20 GiB" in md
     assert "Paper: 98.7 %" in md and at.EMNIST_TEST in md and at.CIFAR_JPEG in md
