@@ -56,6 +56,8 @@ def test_render_and_merge_read_the_json(at, tmp_path):
     md = at.render(rep)
     assert "98.77 % (8192)" in md and "98.71 %" in md and "not run¹" in md and "needs ~20 GiB" in md
     assert "Paper: 98.7 %" in md and at.EMNIST_TEST in md and at.CIFAR_JPEG in md
+    short = at.render_readme(rep)
+    assert "98.77 % (8192)" in short and "bench/accuracy_real.md" in short and "`cmd`" not in short
 
 
 def test_readme_quotes_the_table():
@@ -66,7 +68,7 @@ def test_readme_quotes_the_table():
     if not data.is_file():
         pytest.skip("bench/accuracy_real.json not produced yet (scripts/train_deploy.py --table)")
     block = text[text.index(at.README_BEGIN) + len(at.README_BEGIN): text.index(at.README_END)]
-    assert block.strip() == at.render(json.loads(data.read_text())).strip(), \
+    assert block.strip() == at.render_readme(json.loads(data.read_text())).strip(), \
         "README's accuracy table is stale: python scripts/train_deploy.py --table-merge bench/accuracy_real.json " \
         "--table bench/accuracy_real.json --readme"
 
