@@ -356,8 +356,9 @@ def table(rep: dict) -> str:
 
 def render_readme(rep: dict) -> str:
     """The README's block: the table, a pointer to the notes and the command."""
-    skipped = [r["label"] for r in rep["rows"] if r.get("encrypted_skipped")]
-    note = (f"¹ {skipped[0]}: too large for layout (A) on this machine. " if skipped else "")
+    skipped = [r for r in rep["rows"] if r.get("encrypted_skipped")]
+    note = (f"¹ Not run encrypted: one ciphertext per feature in layout (A) needs ~{skipped[0]['memory_estimate_gib']:.0f}"
+            " GiB, beyond this shared machine. " if skipped else "")
     return (table(rep) + f"\n\n{note}Training, preprocessing, machine and the ReLU degree sweep: "
             f"`bench/accuracy_real.md`. Command: `{rep['command']}`\n")
 

@@ -46,7 +46,7 @@ def test_render_and_merge_read_the_json(at, tmp_path):
                agreement_enc_plain=0.999, agreement_enc_sim=1.0)
     a = _part([_row("hemlp-emnist-cnn", "emnist", {at.EMNIST_TEST: enc})])
     b = _part([_row("fhe4dmm-cifar10", "cifar10", {at.CIFAR_JPEG: dict(n=10000, plaintext=0.5, simulated=0.5)},
-                    encrypted_skipped="needs ~20 GiB", eval_key_bytes=None, ms_per_image=None),
+                    encrypted_skipped="needs ~20 GiB", memory_estimate_gib=19.6, eval_key_bytes=None, ms_per_image=None),
                _row("fhe4dmm-emnist", "emnist", {at.EMNIST_TEST: enc}, paper=0.987)], load=3.0)
     for i, p in enumerate((a, b)):
         (tmp_path / f"{i}.json").write_text(json.dumps(p))
