@@ -382,7 +382,9 @@ def render(rep: dict) -> str:
                      f"{d['depth']} ({d['preset']}), simulated agreement {pct(d['agreement'])}; see "
                      "bench/accuracy_real.png.")
         notes += ["", "| fit | degree | plan depth | agreement with PyTorch | accuracy |", "|---|---|---|---|---|"]
-        notes += [f"| {p['method']} | {p['degree']} | {p['depth']} | {pct(p['agreement'])} | {pct(p['accuracy'])} |"
+        fits = {"chebyshev": "Chebyshev interpolation, margin 0.2, no guard (the old default)",
+                "minimax": "minimax, margin 0.05, guard band 0.5"}
+        notes += [f"| {fits.get(p['method'], p['method'])} | {p['degree']} | {p['depth']} | {pct(p['agreement'])} | {pct(p['accuracy'])} |"
                   for p in sw["points"]]
         notes.append(f"| default (target 99 %) | {d['degrees']} | {d['depth']} | {pct(d['agreement'])} | "
                      f"{pct(d['accuracy'])} |")
