@@ -91,7 +91,9 @@ def cifar10_dataset(root, train: bool = True, verify: bool = True, **kwargs):
         if bad:
             raise DatasetCorruptError(
                 "CIFAR-10: md5 mismatch for " + ", ".join(f"{Path(root) / BASE / n} (expected {table[n]})" for n in bad)
-                + f"; the files are corrupted or not the official ones — re-extract {CIFAR10_URL}")
+                + f"; the files are corrupted or not the official ones: re-extract {CIFAR10_URL}, or, for a copy you "
+                "know to hold exact but partial batches, load it unverified with verify=False (train_deploy.py: "
+                "--cifar-unverified), which reports the set as partial")
     md5 = table if table is not None else {n: None for n in FILES}
 
     class _CIFAR10(CIFAR10):  # same loader, md5 table chosen above (official unless synthetic/unverified)
@@ -107,13 +109,31 @@ def cifar10_dataset(root, train: bool = True, verify: bool = True, **kwargs):
         raise DatasetCorruptError(f"CIFAR-10: cannot read {Path(root) / BASE}: {type(exc).__name__}: {exc}") from None
 
 
+class PartialDatasetWarning(UserWarning):
+    """A data set was loaded without verification and holds fewer samples than the official one."""
+
+
+FULL_SIZE = {True: 50000, False: 10000}
+
+
 def load_cifar10(root, train: bool = True, limit: int | None = None, verify: bool = True) -> Data:
-    """CIFAR-10 as arrays: x float32 (n, 3, 32, 32) in [0, 1], y int64."""
+    """CIFAR-10 as arrays: x float32 (n, 3, 32, 32) in [0, 1], y int64.
+
+    verify=False is the explicit opt-in for unverified files (e.g. exact but partial batches): a
+    PartialDatasetWarning states how many images were found, and ``info['partial']`` / the name say so."""
     ds = cifar10_dataset(root, train, verify)
     x, y = np.asarray(ds.data), np.asarray(ds.targets, dtype=np.int64)
+    name, info = "cifar10", {"root": str(root), "train": train, "verified": bool(verify)}
+    if not verify and len(y) != FULL_SIZE[train]:
+        import warnings
+
+        info["partial"] = True
+        name = f"cifar10 {'train' if train else 'test'} (unverified, partial: {len(y)} of {FULL_SIZE[train]} images)"
+        warnings.warn(f"CIFAR-10 loaded without md5 verification (verify=False) from {Path(root) / BASE}: "
+                      f"{len(y)} {'training' if train else 'test'} images instead of {FULL_SIZE[train]}; accuracy on "
+                      "it is not CIFAR-10 accuracy: name the subset when reporting", PartialDatasetWarning, stacklevel=2)
     if limit is not None:
         x, y = x[:limit], y[:limit]
     x = (x.astype(np.float32) / 255.0).transpose(0, 3, 1, 2)
     synthetic = (Path(root) / BASE / SYNTHETIC_MARKER).is_file()
-    return Data(np.ascontiguousarray(x), y, list(ds.classes), "cifar10", synthetic,
-                {"root": str(root), "train": train})
+    return Data(np.ascontiguousarray(x), y, list(ds.classes), name, synthetic, info)

@@ -58,3 +58,17 @@ class MissingDependencyError(HemlpError, ImportError):
 
 class ClientArtefactError(HemlpError, RuntimeError):
     """A client artefact (a compiled model saved with client=True: no weights) was asked to do the server's work."""
+
+
+class CalibrationError(HemlpError, ValueError):
+    """Calibration data are missing, of the wrong shape, non-finite or degenerate (e.g. all zeros) where the
+    model's activations need ranges calibrated on representative inputs."""
+
+
+class InputRangeError(EncodingError):
+    """Client side: inputs drive an activation beyond the polynomial's calibrated domain, where it diverges
+    (the decryption would be garbage); raised before encrypting."""
+
+
+class TargetUnreachableError(HemlpError, ValueError):
+    """No activation approximation within the available depth reaches the requested agreement target."""

@@ -11,9 +11,14 @@
     compiled.save(dir); hemlp.load(dir)              # the server artefact (with the weights)
     compiled.save(dir, client=True)                   # the client artefact: plan, parameters, ranges, no weights
 
-Options: activation_degree (int, or dict by activation kind / node name; default 7),
-activation_range ((lo, hi), or dict by node name; default calibrated), activation_margin (0.2),
-activation_method ("chebyshev" | "lsq" | "minimax"), weight_bits (20), allow_insecure (False),
+Options: calibration (representative inputs (n, *input_shape), >= 1000 to certify; default the example input)
+and target_agreement (0.99): every ReLU/SiLU/GELU/Sigmoid/Tanh gets the cheapest polynomial (degree 2^k - 1,
+minimax or Chebyshev, calibrated range plus a guard band) with which the plan agrees with the model's top-1 on
+that fraction of the calibration samples (hemlp.compiler.calibration); activation_degree (int, or dict by
+activation kind / node name; None: chosen for the target) and activation_range ((lo, hi), or dict by node name;
+default calibrated) override the choice; activation_margin (0.05 of the calibrated width), activation_guard (0.5:
+the low-weight guard band on each side, in widths), activation_method ("auto": the better of "minimax" and
+"chebyshev"; or "minimax" | "chebyshev" | "lsq"), weight_bits (20), allow_insecure (False),
 preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids),
 layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
 the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: layout (A)
@@ -47,30 +52,33 @@ import numpy as np
 from hemlp import layouts
 from hemlp.fhe.ckks import Ciphertext, Context, FloodSpec, Params, PublicKey, SecretKey
 from hemlp.fhe.ckks import load as load_ckks_object
-from hemlp.compiler.activations import approximate, calibrate, exact_poly
+from hemlp.compiler.calibration import as_calibration, choose_activations, top1
 from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
+from hemlp.compiler.params import candidates as preset_candidates
 from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
-from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InsecureParametersError, KeyMismatchError,
-                          LevelError, MissingKeyError, ParameterError, SerializationError, ShapeError,
-                          UnsupportedError)
+from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputRangeError,
+                          InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
+                          ParameterError, SerializationError, ShapeError, UnsupportedError)
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
-from hemlp.layouts.batch_bootstrap import plan_bootstrapped
+from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.resources import Resources, estimate_resources
 from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
+from hemlp.runtime.local import range_report
 from hemlp.runtime.local import simulate as simulate_rows
 from hemlp.threads import set_num_threads
 
 __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 
 #: compile()'s options and their defaults (see the module docstring)
-OPTIONS = dict(activation_degree=7, activation_range=None, activation_margin=0.2, activation_method="chebyshev",
-               weight_bits=20, allow_insecure=False, preset=None, workers=4, layout="auto",
-               encrypted_weights=False, dft_depth=None, bootstrap=False)
+OPTIONS = dict(calibration=None, target_agreement=0.99, activation_degree=None, activation_range=None,
+               activation_margin=0.05, activation_guard=0.5, activation_method="auto", weight_bits=20,
+               allow_insecure=False, preset=None, workers=4, layout="auto", encrypted_weights=False,
+               dft_depth=None, bootstrap=False)
 #: the options a compiled model keeps (the others only steer compilation)
 STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
 
@@ -105,6 +113,13 @@ class Plan:
         head = [f"hemlp plan for {i['model']}: preset {i['preset']} (N=2^{int(math.log2(i['N']))}, {i['slots']} slots, "
                 f"{i['security']}), depth {i['depth']} of {i['max_level']} levels, input encrypted at L{i['top_level']}",
                 ] + lay.plan_header(i)
+        fit = i.get("activation_fit")
+        if fit:
+            head.append(f"activations {'chosen for' if fit['searched'] else 'fixed by activation_degree; target'} "
+                        f"{fit['target']:.2%} top-1 agreement: simulated plan agrees with the model on "
+                        f"{fit['agreement_simulate']:.2%} of {fit['samples']} calibration samples"
+                        + (f" (90 % lower bound {fit['agreement_bound']:.2%})" if fit.get("agreement_bound") else "")
+                        + ("" if fit["samples"] >= 1000 else " (not certified: < 1000 samples)"))
         if i.get("layout_estimates"):
             head.append("planner estimates (s per batch): " + ", ".join(
                 f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}"
@@ -294,10 +309,45 @@ class CompiledModel:
     def capacity(self) -> int:
         return self.layout_impl.capacity
 
-    def encrypt(self, x, key, verbose: bool | None = None):
-        """Encrypt a batch (batch, *input_shape) under the secret key (or a public key). verbose: progress on
-        stderr (None: only on a terminal)."""
+    def range_report(self, x) -> dict:
+        """Per approximated activation, for inputs x (batch, *input_shape) run through the plan in plaintext:
+        values outside the calibrated range, beyond the polynomial's domain (garbage), and those samples."""
         x = self._check_x(x)
+        return range_report(self.steps, x.reshape(x.shape[0], -1).T, self.weight_bits)
+
+    def check_ranges(self, x, on_range: str = "error") -> dict:
+        """Client side, before encrypting (the client holds the plaintext): InputRangeError naming the first
+        offending activation when inputs drive one beyond its polynomial's domain; on_range="warn" warns
+        (RangeWarning) instead, "ignore" skips the check."""
+        if on_range not in ("error", "warn", "ignore"):
+            raise ValueError(f"on_range must be 'error', 'warn' or 'ignore', got {on_range!r}")
+        if on_range == "ignore" or not any(s.act is not None and s.act.lo is not None for s in self.steps):
+            return {}
+        rep = self.range_report(x)
+        bad = [(k, v) for k, v in rep.items() if v["beyond_domain"]]
+        if bad:
+            node, v = bad[0]
+            msg = (f"{len(v['bad_samples'])} of {len(x)} input sample(s) drive activation {node!r} ({v['kind']}, "
+                   f"degree {v['degree']}) to [{v['seen'][0]:.4g}, {v['seen'][1]:.4g}], beyond its polynomial's domain "
+                   f"[{v['domain'][0]:.4g}, {v['domain'][1]:.4g}] (calibrated range [{v['range'][0]:.4g}, "
+                   f"{v['range'][1]:.4g}]): the decrypted outputs would be garbage"
+                   + (f"; {len(bad) - 1} later activation(s) too" if len(bad) > 1 else "")
+                   + ". Preprocess the inputs exactly like the calibration data (same scaling, e.g. /255), or "
+                   "recompile with calibration data covering them; encrypt(..., on_range='warn') to go ahead anyway")
+            if on_range == "error":
+                raise InputRangeError(msg)
+            from hemlp.compiler.activations import RangeWarning
+
+            warnings.warn(msg, RangeWarning, stacklevel=3)
+        return rep
+
+    def encrypt(self, x, key, on_range: str = "error", verbose: bool | None = None):
+        """Encrypt a batch (batch, *input_shape) under the secret key (or a public key). The inputs are first
+        run through the plan in plaintext: InputRangeError if they leave an activation's calibrated domain
+        (on_range="warn": a RangeWarning instead; "ignore": no check). verbose: progress on stderr (None: only on
+        a terminal)."""
+        x = self._check_x(x)
+        self.check_ranges(x, on_range)
         if x.shape[0] > self.capacity:
             raise ShapeError(f"batch of {x.shape[0]} samples exceeds the planned capacity {self.capacity} "
                              f"(batch_size={self.batch_size}); recompile with a larger batch_size or split the batch")
@@ -412,6 +462,9 @@ class CompiledModel:
         """The same plan in plaintext numpy (quantised weights, the same polynomials and layouts)."""
         self._need_weights("simulate()")
         x = self._check_x(x)
+        #: per-activation counts of out-of-range inputs in this call (range_report)
+        self.last_range_report = self.range_report(x) if any(
+            s.act is not None and s.act.lo is not None for s in self.steps) else {}
         y = self.layout_impl.simulate(x.reshape(x.shape[0], -1))
         return y.reshape((x.shape[0],) + self.output_shape)
 
@@ -474,34 +527,6 @@ def _frontend(model, x):
     raise TypeError(f"hemlp.compile takes a torch.nn.Module or an ONNX file path, got {type(model).__name__}")
 
 
-def _per_node(opt, node, default=None):
-    if isinstance(opt, dict):
-        for key in (node.name, node.source.split(":")[0], node.attrs.get("kind")):
-            if key in opt:
-                return opt[key]
-        return default
-    return default if opt is None else opt
-
-
-def _approximate_activations(g, x, opts) -> None:
-    """Calibrate and approximate every activation on the exact float model."""
-    ref = g.reference(x)
-    for n in g.nodes:
-        if n.op != "act":
-            continue
-        kind = n.attrs["kind"]
-        if kind in ("square", "poly"):
-            n.attrs["approx"] = exact_poly(kind, n.attrs.get("coeffs"))
-            continue
-        deg = int(_per_node(opts["activation_degree"], n, 7))
-        rng = _per_node(opts["activation_range"], n, None)
-        if rng is None:
-            lo, hi = calibrate(ref[n.inputs[0]], float(opts["activation_margin"]))
-        else:
-            lo, hi = map(float, rng)
-        n.attrs["approx"] = approximate(kind, lo, hi, deg, opts["activation_method"])
-
-
 def _fhe4dmm_matmuls(steps, slots: int, chunks: int, workers: int) -> list[dict]:
     """Every PCMM as an FHE4DMM product with its Optimal Block Layout and 4D grid (for the distributed runtime)."""
     matmuls = []
@@ -536,23 +561,37 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     if x.ndim < 2:
         raise ShapeError(f"example_input must be a batch (batch, *input_shape), got shape {x.shape}")
     g = fold(_frontend(model_or_onnx_path, x))
-    _approximate_activations(g, x, opts)
+    # activations: ranges from the calibration set (default: the example), degrees for the agreement target
+    calib = x if opts["calibration"] is None else as_calibration(opts["calibration"], g.input.shape)
+    allow = bool(opts["allow_insecure"])
+    if opts["bootstrap"]:
+        # a bootstrapping preset is checked first; the chain's depth is not capped (the planner places bootstraps
+        # and names any single layer deeper than what a bootstrap leaves)
+        boot_preset(opts["preset"], allow)
+        max_depth = 10 ** 6
+    else:
+        max_depth = (choose_preset(0, allow, opts["preset"]) if opts["preset"] else
+                     max(preset_candidates(allow), key=lambda p: p["depth"]))["depth"]
+    fit_report = choose_activations(g, calib, opts, max_depth, "target_agreement" in options,
+                                    opts["calibration"] is not None)
     steps = lower(g)
+    # the simulated plan's agreement on the calibration set; its output magnitude (checked against q_0 below)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y_sim = simulate_rows(steps, calib.reshape(calib.shape[0], -1).T, int(opts["weight_bits"]))
+    max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
+    if fit_report:
+        ref_out = g.reference(calib)[g.output.name]
+        fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(ref_out)))
     if opts["bootstrap"]:      # layout (A) with bootstraps placed by the planner (hemlp.layouts.batch_bootstrap)
         if opts["layout"] not in ("auto", "batch") or opts["encrypted_weights"]:
             raise UnsupportedError("bootstrap=True places bootstraps in layout (A) only so far (layout='batch'); "
                                    "the other layouts are issue #18 item 2")
-        lay, estimates = layouts.choose([layouts.get("batch")], plan_bootstrapped(steps, x, opts, batch_size))
+        lay, estimates = layouts.choose([layouts.get("batch")], plan_bootstrapped(steps, calib, opts, batch_size))
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         pcmm_levels = max(c.pcmm_levels for c in cands)
         depth = depth_of(steps, pcmm_levels)
-        # output magnitude check against q_0 of the candidate preset
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y_sim = simulate_rows(steps, x.reshape(x.shape[0], -1).T, int(opts["weight_bits"]))
-        max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
-        allow = bool(opts["allow_insecure"])
         info = choose_preset(depth, allow, opts["preset"])
         params = Params.preset(info["name"])
         reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
@@ -588,6 +627,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                      chunks=chunks, waste=1.0 - bs / (chunks * slots), weight_bits=int(opts["weight_bits"]),
                      needs_relin=any(s.op in CT_PRODUCT_OPS for s in steps), workers=int(opts["workers"]),
                      matmuls=matmuls, layout=lay.name, layout_estimates=estimates)
+    if fit_report:
+        plan_info["activation_fit"] = fit_report
     plan_info.update(lay.plan_info())
     plan_info["resources"] = estimate_resources(lay).to_json()
     plan = Plan(g, steps, plan_info)

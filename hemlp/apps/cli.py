@@ -158,12 +158,19 @@ def cmd_compile(args, ui: UI):
     model = Path(args.model)
     if not model.exists():
         raise CLIError(f"model file {model} not found")
+    # activation ranges need representative inputs: --calibration (a shape-only compile works only for models
+    # whose activations need no range, e.g. x^2; hemlp.compile raises CalibrationError otherwise)
+    calibration = load_array(args.calibration) if args.calibration else None
     if args.example:
         example = load_array(args.example)
+    elif calibration is not None:
+        example = calibration[:1]
     elif args.input_shape:
         example = np.zeros((1,) + parse_shape(args.input_shape))
     else:
-        raise CLIError("give an example input (--example x.npy, used for activation ranges) or --input-shape C,H,W")
+        raise CLIError("give calibration inputs (--calibration x.npy: >= 1000 representative samples, used for "
+                       "activation ranges), an --example x.npy, or --input-shape C,H,W (models without ranged "
+                       "activations only)")
     if model.suffix == ".onnx":
         src = str(model)
     elif model.suffix in (".pt", ".pth"):
@@ -186,6 +193,10 @@ def cmd_compile(args, ui: UI):
     else:
         raise CLIError(f"{model}: expected an .onnx file or a torch.save'd nn.Module (.pt)")
     options = {}
+    if calibration is not None:
+        options["calibration"] = calibration
+    if args.target_agreement is not None:
+        options["target_agreement"] = args.target_agreement
     if args.preset:
         options["preset"] = args.preset
     if args.layout:
@@ -431,6 +442,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="model.onnx, or a torch.save'd nn.Module (.pt)")
     p.add_argument("--input-shape", help="per-sample input shape, e.g. 1,28,28 (when no --example)")
     p.add_argument("--example", help=".npy with representative inputs (activation ranges)")
+    p.add_argument("--calibration", metavar="FILE.npy",
+                   help="(n, *input_shape) representative inputs, preprocessed like the ones you will encrypt "
+                        "(>= 1000 to certify): activation ranges and degrees are fitted to them")
+    p.add_argument("--target-agreement", type=float, default=None,
+                   help="top-1 agreement with the model to reach on the calibration set (default 0.99)")
     p.add_argument("--batch-size", type=int, default=1, help="samples per encrypted batch")
     p.add_argument("--preset", help="CKKS preset (default: the compiler's 128-bit choice)")
     p.add_argument("--layout", default=None,

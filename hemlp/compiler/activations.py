@@ -7,8 +7,11 @@ polynomials). alpha/beta are folded into the producing PCMM by the lowering (0 l
 degree-d activation costs ceil(log2(d + 1)) levels; a degree-2 polynomial is rewritten as
 sign * u^2 + const (completing the square) and costs 1 level, like x^2.
 
-Methods: "chebyshev" (interpolation at Chebyshev nodes), "lsq" (least squares on a dense grid),
-"minimax" (Lawson's iteratively reweighted least squares, converging to the minimax polynomial).
+Methods (hemlp.compiler.fit): "minimax" (weighted minimax, the default), "chebyshev" (interpolation at
+Chebyshev nodes), "lsq" (least squares on a dense grid). With a guard band the polynomial's domain
+[dom_lo, dom_hi] extends beyond the calibrated core [lo, hi], fitted at low weight: u maps the domain
+onto [-1, 1], and inputs are garbage only beyond the domain. hemlp.compiler.calibration chooses the
+degree of every activation for an agreement target.
 """
 from __future__ import annotations
 
@@ -18,15 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hemlp.compiler.ir import exact_activation
-from hemlp.errors import ParameterError
+from hemlp.compiler.fit import METHODS, fit
 from hemlp.he.polynomial import depth as poly_depth
 
 __all__ = ["ActPoly", "RangeWarning", "approximate", "exact_poly", "METHODS", "DEFAULT_DEGREE"]
 
-METHODS = ("chebyshev", "lsq", "minimax")
 DEFAULT_DEGREE = 7
-DEFAULT_MARGIN = 0.2
+DEFAULT_MARGIN = 0.05
 
 
 class RangeWarning(UserWarning):
@@ -50,6 +51,17 @@ class ActPoly:
     degree: int = 0
     method: str = "exact"
     max_err: float = 0.0      # max |p - f| on [lo, hi]
+    dom_lo: float | None = None   # the polynomial's domain (core + guard band); None: [lo, hi]
+    dom_hi: float | None = None
+    max_err_domain: float | None = None   # max |p - f| on the whole domain
+    agreement: float | None = None        # top-1 agreement on the calibration set with only this one approximated
+
+    @property
+    def domain(self) -> tuple[float, float] | None:
+        """Where the polynomial is valid (beyond it: garbage); None for exact polynomials."""
+        if self.lo is None:
+            return None
+        return (self.lo if self.dom_lo is None else self.dom_lo, self.hi if self.dom_hi is None else self.dom_hi)
 
     @property
     def depth(self) -> int:
@@ -75,8 +87,10 @@ class ActPoly:
         if self.form == "square" and self.kind == "square" and self.alpha == 1 and self.beta == 0:
             return f"square({arg})"
         if self.lo is not None:
-            return (f"{self.kind}_{self.form}{self.degree}({arg}, range=[{self.lo:.4g}, {self.hi:.4g}], "
-                    f"{self.method}, max_err={self.max_err:.2g})")
+            guard = "" if self.dom_lo is None else f", guard=[{self.dom_lo:.4g}, {self.dom_hi:.4g}]"
+            agree = "" if self.agreement is None else f", agreement alone={self.agreement:.2%}"
+            return (f"{self.kind}_{self.method}{self.degree}({arg}, range=[{self.lo:.4g}, {self.hi:.4g}]{guard}, "
+                    f"max_err={self.max_err:.2g}{agree})")
         if self.form == "square":
             return f"{self.kind}_as_square({arg})"
         return f"{self.kind}({arg}, {np.round(self.coeffs, 6).tolist()})"
@@ -84,7 +98,8 @@ class ActPoly:
     def to_json(self) -> dict:
         return dict(kind=self.kind, form=self.form, alpha=self.alpha, beta=self.beta,
                     coeffs=[float(c) for c in self.coeffs], lo=self.lo, hi=self.hi, degree=self.degree,
-                    method=self.method, max_err=self.max_err)
+                    method=self.method, max_err=self.max_err, dom_lo=self.dom_lo, dom_hi=self.dom_hi,
+                    max_err_domain=self.max_err_domain, agreement=self.agreement)
 
     @classmethod
     def from_json(cls, d: dict) -> "ActPoly":
@@ -126,46 +141,18 @@ def calibrate(values: np.ndarray, margin: float) -> tuple[float, float]:
     return lo - margin * w, hi + margin * w
 
 
-def _fit(f, deg: int, method: str) -> np.ndarray:
-    """Chebyshev coefficients on [-1, 1] of a degree-deg approximation of f (f takes u in [-1, 1])."""
-    if method == "chebyshev":
-        return np.polynomial.chebyshev.Chebyshev.interpolate(f, deg).coef
-    grid = np.cos(np.linspace(0, np.pi, 4097))   # dense, clustered at the ends
-    grid = np.concatenate([grid, np.linspace(-1, 1, 2049)])
-    y = f(grid)
-    V = np.polynomial.chebyshev.chebvander(grid, deg)
-    if method == "lsq":
-        return np.linalg.lstsq(V, y, rcond=None)[0]
-    # Lawson: weights w <- w * |err|, normalised; converges to the minimax solution
-    w = np.ones_like(grid) / grid.size
-    c = np.linalg.lstsq(V, y, rcond=None)[0]
-    for _ in range(60):
-        sw = np.sqrt(w)
-        c = np.linalg.lstsq(V * sw[:, None], y * sw, rcond=None)[0]
-        err = np.abs(V @ c - y)
-        w = w * (err + 1e-300)
-        w /= w.sum()
-    return c
-
-
-def approximate(kind: str, lo: float, hi: float, degree: int = DEFAULT_DEGREE, method: str = "chebyshev") -> ActPoly:
-    """Polynomial approximation of a named activation on [lo, hi]."""
-    if method not in METHODS:
-        raise ParameterError(f"activation method {method!r}: choose one of {METHODS}")
+def approximate(kind: str, lo: float, hi: float, degree: int = DEFAULT_DEGREE, method: str = "minimax",
+                guard: float = 0.0) -> ActPoly:
+    """Polynomial approximation of a named activation on [lo, hi] (plus a guard band of `guard` x the width
+    on each side, fitted at low weight; hemlp.compiler.fit)."""
+    r = fit(kind, float(lo), float(hi), int(degree), method, float(guard))
     degree = int(degree)
-    if degree < 1:
-        raise ParameterError(f"activation degree must be >= 1, got {degree}")
-    if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
-        raise ParameterError(f"activation range [{lo}, {hi}] must be finite with lo < hi")
-    alpha, beta = 2.0 / (hi - lo), -(hi + lo) / (hi - lo)
-    f = lambda u: exact_activation(kind, (np.asarray(u) - beta) / alpha)  # noqa: E731
-    c = _fit(f, degree, method)
-    grid = np.linspace(-1, 1, 8193)
-    max_err = float(np.max(np.abs(np.polynomial.chebyshev.chebval(grid, c) - f(grid))))
-    kw = dict(lo=float(lo), hi=float(hi), degree=degree, method=method, max_err=max_err)
+    kw = dict(lo=float(lo), hi=float(hi), degree=degree, method=method, max_err=r.max_err)
+    if guard > 0:
+        kw.update(dom_lo=r.dom_lo, dom_hi=r.dom_hi, max_err_domain=r.max_err_domain)
     if degree <= 2:
         # back to x: p(u(x)) as a power series in x, then complete the square
-        pu = np.polynomial.chebyshev.cheb2poly(c)
-        px = np.polynomial.polynomial.Polynomial(pu)(np.polynomial.polynomial.Polynomial([beta, alpha])).coef
+        pu = np.polynomial.chebyshev.cheb2poly(r.coeffs)
+        px = np.polynomial.polynomial.Polynomial(pu)(np.polynomial.polynomial.Polynomial([r.beta, r.alpha])).coef
         return _as_square(kind, px, **kw)
-    return ActPoly(kind, "cheb", alpha, beta, c, **kw)
+    return ActPoly(kind, "cheb", r.alpha, r.beta, r.coeffs.copy(), **kw)

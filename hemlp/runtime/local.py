@@ -22,28 +22,43 @@ from hemlp.he.polynomial import PolyEvaluator
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
-           "range_check", "add_aligned", "ct_products"]
+           "range_check", "range_report", "add_aligned", "ct_products"]
 
 
-def range_check(step, u):
-    """Warn (RangeWarning) when an approximated activation sees inputs outside its calibrated range."""
+def range_check(step, u, counts: dict | None = None):
+    """Warn (RangeWarning) when an approximated activation sees inputs beyond the polynomial's domain (its
+    calibrated range plus guard band: garbage there). ``counts`` (node -> dict) accumulates, per activation,
+    the values outside the calibrated core, beyond the domain, and the samples (columns) beyond it."""
     ap = step.act
     if ap is None or ap.lo is None:
         return
     x = (u - ap.beta) / ap.alpha
-    tol = 1e-4 * (ap.hi - ap.lo)   # quantised weights move values by ~2^-20 relative
-    out = (x < ap.lo - tol) | (x > ap.hi + tol)
-    if np.any(out):
-        frac = float(np.mean(out))
+    dlo, dhi = ap.domain
+    tol = 1e-4 * (dhi - dlo)   # quantised weights move values by ~2^-20 relative
+    beyond = (x < dlo - tol) | (x > dhi + tol)
+    if counts is not None:
+        c = counts.setdefault(step.node, dict(kind=ap.kind, degree=ap.degree, range=[ap.lo, ap.hi],
+                                              domain=[dlo, dhi], values=0, outside_range=0, beyond_domain=0,
+                                              bad_samples=set(), seen=[np.inf, -np.inf]))
+        c["values"] += int(x.size)
+        c["outside_range"] += int(np.count_nonzero((x < ap.lo - tol) | (x > ap.hi + tol)))
+        c["beyond_domain"] += int(np.count_nonzero(beyond))
+        if x.ndim == 2 and beyond.any():
+            c["bad_samples"].update(np.nonzero(beyond.any(axis=0))[0].tolist())
+        if x.size:
+            c["seen"] = [min(c["seen"][0], float(x.min())), max(c["seen"][1], float(x.max()))]
+    if np.any(beyond):
+        frac = float(np.mean(beyond))
         warnings.warn(
             f"activation {step.node!r} ({ap.kind}, degree {ap.degree}): {frac:.2%} of its inputs lie outside the "
-            f"calibrated range [{ap.lo:.4g}, {ap.hi:.4g}] (seen [{float(x.min()):.4g}, {float(x.max()):.4g}]); the "
-            "polynomial diverges there. Recompile with a representative example input, a larger "
-            "activation_margin or an explicit activation_range", RangeWarning, stacklevel=3)
+            f"calibrated range [{ap.lo:.4g}, {ap.hi:.4g}] and its guard band [{dlo:.4g}, {dhi:.4g}] (seen "
+            f"[{float(x.min()):.4g}, {float(x.max()):.4g}]); the polynomial diverges there and the outputs are "
+            "garbage. Preprocess inputs like the calibration data (e.g. the same scaling), or recompile with "
+            "calibration data that covers them", RangeWarning, stacklevel=3)
 
 
-def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
-    """X: rows matrix (features, batch) -> output rows matrix."""
+def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None = None) -> np.ndarray:
+    """X: rows matrix (features, batch) -> output rows matrix. range_counts: see range_check."""
     vals = {}
     for s in steps:
         if s.op == "input":
@@ -60,7 +75,7 @@ def simulate(steps, X: np.ndarray, weight_bits: int) -> np.ndarray:
             else:
                 y = gather_apply(U, s.index, x, s.bias)
         elif s.op in ("poly", "square"):
-            range_check(s, x)
+            range_check(s, x, range_counts)
             y = s.act.eval_u(x)
         elif s.op == "affine":
             y = x * s.alpha[:, None] + s.beta[:, None]
@@ -280,7 +295,13 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
     default LocalExecutor(), in this process. Residual adds and level drops stay here."""
     ex = LocalExecutor() if executor is None else executor
     vals = {}
-    for s in steps:
+    # free every intermediate after its last use: a layer's ciphertexts can take gigabytes (one per feature)
+    last_use = {}
+    for i, s in enumerate(steps):
+        for name in s.inputs:
+            last_use[name] = i
+    out_name = next(s.out for s in steps if s.op == "output")
+    for i, s in enumerate(steps):
         if s.op == "input":
             if C.level != s.level_out:
                 if C.level < s.level_out:
@@ -295,4 +316,17 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
         if timings is not None and s.op not in ("alias", "output"):
             timings[s.out] = time.perf_counter() - t0
         vals[s.out] = y
-    return vals[next(s.out for s in steps if s.op == "output")]
+        for name in s.inputs:
+            if last_use.get(name) == i and name != out_name:
+                vals.pop(name, None)
+    return vals[out_name]
+
+
+def range_report(steps, X, weight_bits: int) -> dict:
+    """Run the plan in plaintext on rows matrix X and count, per approximated activation, the inputs outside
+    its calibrated core and beyond its domain (where the polynomial is garbage)."""
+    counts: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        simulate(steps, X, weight_bits, range_counts=counts)
+    return counts
