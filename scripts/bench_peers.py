@@ -606,24 +606,33 @@ def cmd_boot(a) -> int:
         except subprocess.TimeoutExpired:
             herr = f"hemlp timed out after {SUBPROCESS_TIMEOUT} s"
     load["after_hemlp"] = report.load_average()
-    # OpenFHE: its own venv (Python 3.10), one process for every thread count; on a shared machine wait (up to
-    # --wait-memory seconds) until it has the memory it needs (10.6-15.6 GiB here), or the OOM killer ends it
+    # OpenFHE: its own venv (Python 3.10), one process per thread count started with OMP_NUM_THREADS at that count
+    # (omp_set_num_threads inside one process did not hold: on a quiet machine its "1 thread" run used 2 cores);
+    # on a shared machine wait (up to --wait-memory seconds) until it has the memory it needs (10.6-15.6 GiB here)
     py, why = ensure_venv("openfhe")
     ofhe, oerr = None, why
-    waited = wait_memory(a.min_free_gib, a.wait_memory) if py else 0.0
-    load["waited_for_memory_s"] = waited
-    if py:
+    waited = 0.0
+    for th in threads if py else []:
+        waited += wait_memory(a.min_free_gib, a.wait_memory)
         env = report.benchmark_env()
-        env["OMP_NUM_THREADS"] = str(max(threads))
-        ofhe, oerr = _run_json([py, str(PEERS_SCRIPTS / "openfhe_boot.py"), "--logn", str(a.logn), "--threads",
-                                a.threads, "--repeats", str(a.repeats), "--seed", str(a.seed)]
-                               + (["--insecure"] if a.insecure else []), env,
-                               f"OpenFHE EvalBootstrap N=2^{a.logn}")
-        if ofhe is not None and "error" in ofhe:
-            ofhe, oerr = None, ofhe["error"]
-        if oerr and "exited -9" in oerr:
-            oerr += ("(SIGKILL: on Linux the kernel's OOM killer, typically - see dmesg; OpenFHE's EvalBootstrap "
-                     "needs more than 15 GiB at N = 2^16)")
+        env["OMP_NUM_THREADS"] = str(th)
+        doc, oerr = _run_json([py, str(PEERS_SCRIPTS / "openfhe_boot.py"), "--logn", str(a.logn), "--threads",
+                               str(th), "--repeats", str(a.repeats), "--seed", str(a.seed)]
+                              + (["--insecure"] if a.insecure else []), env,
+                              f"OpenFHE EvalBootstrap N=2^{a.logn}, {th} thread(s)")
+        if doc is not None and "error" in doc:
+            doc, oerr = None, doc["error"]
+        if doc is None:
+            ofhe = None
+            break
+        if ofhe is None:
+            ofhe = doc
+        else:
+            ofhe["results"] += doc["results"]
+    load["waited_for_memory_s"] = waited
+    if oerr and "exited -9" in oerr:
+        oerr += ("(SIGKILL: on Linux the kernel's OOM killer, typically - see dmesg; OpenFHE's EvalBootstrap "
+                 "needs more than 15 GiB at N = 2^16)")
     load["after_openfhe"] = report.load_average()
 
     def by_threads(doc, th):

@@ -9,6 +9,7 @@
 
 #include "bindings/engine.h"
 #include "boot/lintrans.h"
+#include "bindings/lintrans_counts.h"
 #include "ckks/errors.h"
 
 namespace py = pybind11;
@@ -21,16 +22,6 @@ struct BoundLinearTransform {
   std::shared_ptr<Engine> engine;
   std::unique_ptr<NativeLinearTransform> lt;
 };
-
-py::dict counts_dict(const LinTransCounts& c) {
-  py::dict d;
-  d["modup"] = c.modups;
-  d["inner_product"] = c.inner_products;
-  d["moddown"] = c.moddowns;
-  d["pmult"] = c.pmults;
-  d["rescale"] = c.rescales;
-  return d;
-}
 
 }  // namespace
 
@@ -66,7 +57,7 @@ void bind_lintrans(py::module_& m) {
               py::gil_scoped_release nogil;
               r = t.lt->apply(ct, keys, (Hoisting)hoisting, rescale, &c);
             }
-            return py::make_tuple(std::move(r), counts_dict(c));
+            return py::make_tuple(std::move(r), lintrans_counts_dict(c));
           },
           py::arg("engine"), py::arg("ct"), py::arg("keys"), py::arg("hoisting") = 2, py::arg("rescale") = true)
       .def_property_readonly("level", [](const BoundLinearTransform& t) { return t.lt->level(); })

@@ -431,6 +431,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"hemlp {__version__}", help="print the version and exit")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
+    def model_dir(p):
+        p.add_argument("--insecure", action="store_true",
+                       help="accept a model directory whose parameters are below 128-bit security (testing only)")
+        p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
+
     def common(p, output=True, out_help="output file"):
         p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         p.add_argument("-q", "--quiet", action="store_true", help="no progress or messages on stderr")
@@ -466,34 +471,26 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_compile)
 
     p = sub.add_parser("keygen", help="client: secret key + evaluation keys for a compiled model")
-    p.add_argument("--insecure", action="store_true",
-                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
+    model_dir(p)
     common(p, out_help="key directory (secret.key, eval.keys)")
     p.set_defaults(fn=cmd_keygen)
 
     p = sub.add_parser("encrypt", help="client: encrypt a .npy batch of inputs")
-    p.add_argument("--insecure", action="store_true",
-                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
+    model_dir(p)
     p.add_argument("-k", "--key", required=True, help="secret.key")
     p.add_argument("-i", "--input", required=True, help="inputs .npy (batch, *input_shape)")
     common(p, out_help="ciphertext file")
     p.set_defaults(fn=cmd_encrypt)
 
     p = sub.add_parser("run", help="server: evaluate the model on a ciphertext file (no secret key)")
-    p.add_argument("--insecure", action="store_true",
-                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
+    model_dir(p)
     p.add_argument("-e", "--eval-keys", required=True, help="eval.keys")
     p.add_argument("-i", "--input", required=True, help="ciphertext file")
     common(p, out_help="result ciphertext file")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("decrypt", help="client: decrypt a result ciphertext to .npy")
-    p.add_argument("--insecure", action="store_true",
-                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
+    model_dir(p)
     p.add_argument("-k", "--key", required=True, help="secret.key")
     p.add_argument("-i", "--input", required=True, help="result ciphertext file")
     p.add_argument("-o", "--output", help="output .npy (optional)")
@@ -503,9 +500,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_decrypt)
 
     p = sub.add_parser("batch", help="server: run many ciphertext files as a resumable job, in this process or on Ray")
-    p.add_argument("--insecure", action="store_true",
-                   help="accept a model directory whose parameters are below 128-bit security (testing only)")
-    p.add_argument("compiled", help="the compiled model directory (from `hemlp compile`)")
+    model_dir(p)
     p.add_argument("-e", "--eval-keys", required=True, help="eval.keys (from `hemlp keygen`)")
     p.add_argument("-i", "--inputs", required=True, help="a ciphertext file or a directory of *.ct")
     p.add_argument("--runtime", choices=("local", "ray"),

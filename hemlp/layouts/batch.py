@@ -93,8 +93,8 @@ class Batch(Layout):
             keys = eval_keys.bootstrap_keys
             if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
                 self._boot = (keys, Bootstrapper(ctx, keys))
-            return batch_bootstrap.run(ctx, self.steps, ct.ctm, eval_keys.relin_key, self._boot[1], self.weight_bits,
-                                       timings)
+            return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
+                             boot=self._boot[1])
         if runtime == "ray":
             from hemlp.runtime.ray import run_on_ray   # Ray is optional: imported only when asked for
 

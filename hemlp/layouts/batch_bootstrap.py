@@ -18,28 +18,23 @@ the level a bootstrap lands at (the primes above belong to the bootstrap).
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from dataclasses import replace
 
 import numpy as np
 
-from hemlp.bootstrap import Bootstrapper
 from hemlp.bootstrap.params import PRESET_DEPTHS, preset_levels_consumed
-from hemlp.he.reinterpret import retag
 from hemlp.fhe.ckks import Params
 from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
-from hemlp.errors import EncodingError, LevelError, ParameterError
+from hemlp.errors import EncodingError, ParameterError
 from hemlp.layouts.base import Planned
-from hemlp.linalg import CtMatrix
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, Placement, place_bootstraps
 from hemlp.planner.layouts import estimate_batch
-from hemlp.runtime.local import LocalExecutor, run_step
 from hemlp.runtime.local import simulate as simulate_rows
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
-           "summary", "summary_text", "simulate_padded", "run", "bootstrap_rows"]
+           "summary", "summary_text", "simulate_padded"]
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
 BOOT_PRESETS = dict(secure="N16-boot", insecure="test-N12-boot")
@@ -204,52 +199,3 @@ def summary_text(b: dict) -> str:
 # ---------------------------------------------------------------------------------------
 # Encrypted execution
 # ---------------------------------------------------------------------------------------
-
-def bootstrap_rows(ctx, boot: Bootstrapper, C: CtMatrix, step) -> CtMatrix:
-    """The bootstrap step on every ciphertext of C: re-tag the scale x c, refresh two by two (bootstrap_pair)
-    when level and scale agree, multiply back by c exactly (mul_integer), drop to the planned level."""
-    c = int(step.info["scale_factor"])
-    cts = [retag(ctx, ct, scale=ct.scale * c) if c != 1 else ct for ct in C.cts]
-    out = [None] * len(cts)
-    i = 0
-    while i < len(cts):
-        a = cts[i]
-        b = cts[i + 1] if i + 1 < len(cts) else None
-        if b is not None and not a.is_complex and not b.is_complex and a.level == b.level and a.scale == b.scale:
-            out[i], out[i + 1] = boot.bootstrap_pair(a, b)
-            i += 2
-        else:
-            out[i] = boot.bootstrap(a)
-            i += 1
-    if c != 1:
-        out = [ctx.mul_integer(ct, c) for ct in out]
-    out = [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
-    return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
-
-
-def run(ctx, steps, C: CtMatrix, relin_key, boot: Bootstrapper, weight_bits: int, timings: dict | None = None):
-    """hemlp.runtime.local.run for a program with bootstrap / drop steps (the other steps: run_step)."""
-    ex = LocalExecutor()
-    vals = {}
-    for s in steps:
-        if s.op == "input":
-            if C.level < s.level_out:
-                raise LevelError(f"the input is at level {C.level} but the plan starts at level {s.level_out}")
-            if C.level != s.level_out:
-                C = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in C.cts], C.shape, C.chunks, C.format)
-            vals[s.out] = C
-            continue
-        t0 = time.perf_counter()
-        x = vals[s.inputs[0]]
-        if s.op == "bootstrap":
-            y = bootstrap_rows(ctx, boot, x, s)
-        elif s.op == "drop":
-            y = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in x.cts], x.shape, x.chunks, x.format)
-        else:
-            y = run_step(ctx, s, vals, ex, relin_key, weight_bits)
-        if s.op not in ("alias", "output", "add", "perm") and y.level != s.level_out:
-            raise AssertionError(f"step {s.out}: level {y.level}, planned {s.level_out}")
-        if timings is not None and s.op not in ("alias", "output"):
-            timings[s.out] = time.perf_counter() - t0
-        vals[s.out] = y
-    return vals[next(s.out for s in steps if s.op == "output")]

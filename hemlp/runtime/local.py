@@ -19,10 +19,11 @@ from hemlp.compiler.ir import gather_apply, matmul_index
 from hemlp.errors import LevelError, MissingKeyError
 from hemlp.linalg import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
+from hemlp.he.reinterpret import retag
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
-           "range_check", "range_report", "add_aligned", "ct_products"]
+           "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows"]
 
 
 def range_check(step, u, counts: dict | None = None):
@@ -262,7 +263,29 @@ def _square_many(ctx, C, op: ElementwiseOp, relin_key):
     return CtMatrix(C.ctx, ys, C.shape, C.chunks, C.format)
 
 
-def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int):
+def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
+    """The bootstrap step on every ciphertext of C: re-tag the scale x c, refresh two by two (bootstrap_pair)
+    when level and scale agree, multiply back by c exactly (mul_integer), drop to the planned level."""
+    c = int(step.info["scale_factor"])
+    cts = [retag(ctx, ct, scale=ct.scale * c) if c != 1 else ct for ct in C.cts]
+    out = [None] * len(cts)
+    i = 0
+    while i < len(cts):
+        a = cts[i]
+        b = cts[i + 1] if i + 1 < len(cts) else None
+        if b is not None and not a.is_complex and not b.is_complex and a.level == b.level and a.scale == b.scale:
+            out[i], out[i + 1] = boot.bootstrap_pair(a, b)
+            i += 2
+        else:
+            out[i] = boot.bootstrap(a)
+            i += 1
+    if c != 1:
+        out = [ctx.mul_integer(ct, c) for ct in out]
+    out = [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
+    return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
+
+
+def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
     """One step of a lowered program on ciphertexts: its output CtMatrix from the values it reads (vals, by
     name). The one definition of each step's arithmetic in process; Ray's node-local tasks run it too."""
     x = vals[s.inputs[0]]
@@ -283,14 +306,22 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int):
                      ch, x.format)
     elif s.op in ("alias", "output"):
         y = x
+    elif s.op == "drop":
+        y = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in x.cts], x.shape, x.chunks, x.format)
+    elif s.op == "bootstrap":
+        if boot is None:
+            raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapper (the eval keys' "
+                                  "bootstrapping keys)")
+        y = bootstrap_rows(ctx, boot, x, s)
     else:
         raise AssertionError(s.op)
     return y
 
 
-def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None):
+def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None, boot=None):
     """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix.
     timings (optional): filled with the wall-clock seconds of every step, by step name.
+    boot (optional): the hemlp.bootstrap.Bootstrapper of a plan with bootstrap steps.
     executor (optional): runs the PCMMs and elementwise steps (``pcmm``, ``pcmm_gather``, ``map_cts``);
     default LocalExecutor(), in this process. Residual adds and level drops stay here."""
     ex = LocalExecutor() if executor is None else executor
@@ -310,7 +341,7 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
             vals[s.out] = C
             continue
         t0 = time.perf_counter()
-        y = run_step(ctx, s, vals, ex, relin_key, weight_bits)
+        y = run_step(ctx, s, vals, ex, relin_key, weight_bits, boot=boot)
         if s.op not in ("alias", "output", "add", "perm") and y.level != s.level_out:
             raise AssertionError(f"step {s.out}: level {y.level}, planned {s.level_out}")
         if timings is not None and s.op not in ("alias", "output"):
