@@ -21,7 +21,7 @@ __all__ = ["BootParams", "PRESET_DEPTHS", "preset_levels_consumed"]
 ORDERS = ("cts_first", "s2c_first")
 
 #: (CtS depth, StC depth) per preset chain (the chains are laid out for exactly these depths)
-PRESET_DEPTHS = {"N16-boot": (4, 3), "test-N12-boot": (3, 2), "test-N10-boot": (3, 2)}
+PRESET_DEPTHS = {"N16-boot": (4, 3), "test-N15-boot": (4, 3), "test-N12-boot": (3, 2), "test-N10-boot": (3, 2)}
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,9 @@ _PRESETS = {
     "test-N12-boot": _Preset(12, (60,) + (40,) * 3 + (39,) * 2 + (61,) * 8 + (56,) * 3, (61,) * 3, 3, 40,
                              "INSECURE bootstrapping test chain at N=2^12 (3 application levels, StC 2x39, "
                              "EvalMod 8x61, CtS 3x56): CI only, never for real data"),
+    "test-N15-boot": _Preset(15, (60,) + (40,) * 12 + (39,) * 3 + (61,) * 8 + (56,) * 4, (61,) * 6, 6, 40,
+                             "INSECURE N16-boot chain at N=2^15 (no 128-bit bootstrapping chain fits N=2^15: q0, "
+                             "CtS, EvalMod and StC alone take 889 > 881 bits): make test-slow only"),
     "test-N10-boot": _Preset(10, (60,) + (40,) * 3 + (39,) * 2 + (61,) * 8 + (56,) * 3, (61,) * 3, 3, 40,
                              "INSECURE test-N12-boot chain at N=2^10 for big-integer oracle tests: never for real data"),
 }
