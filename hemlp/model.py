@@ -323,6 +323,9 @@ class CompiledModel:
             raise ValueError(f"on_range must be 'error', 'warn' or 'ignore', got {on_range!r}")
         if on_range == "ignore" or not any(s.act is not None and s.act.lo is not None for s in self.steps):
             return {}
+        if self.client_only:
+            # no weights here to run the plan: check the inputs against the calibration set's input range instead
+            return self._check_input_range(x, on_range)
         rep = self.range_report(x)
         bad = [(k, v) for k, v in rep.items() if v["beyond_domain"]]
         if bad:
@@ -340,6 +343,28 @@ class CompiledModel:
 
             warnings.warn(msg, RangeWarning, stacklevel=3)
         return rep
+
+    def _check_input_range(self, x, on_range: str) -> dict:
+        """Client artefact: inputs outside the calibrated input range widened by half its width on each side (as far
+        as a client without the weights can tell, where activations leave their domains) are refused."""
+        rng = self.plan.info.get("input_range")
+        if rng is None:
+            return {}
+        lo, hi = float(rng[0]), float(rng[1])
+        pad = 0.5 * max(hi - lo, 1e-12)
+        seen = (float(np.min(x)), float(np.max(x)))
+        if seen[0] >= lo - pad and seen[1] <= hi + pad:
+            return {}
+        msg = (f"inputs span [{seen[0]:.4g}, {seen[1]:.4g}], far outside the calibration data's [{lo:.4g}, {hi:.4g}]: "
+               "the activations would leave their polynomials' domains and the decrypted outputs would be garbage. "
+               "Preprocess the inputs exactly like the calibration data (same scaling, e.g. /255); "
+               "encrypt(..., on_range='warn') to go ahead anyway")
+        if on_range == "error":
+            raise InputRangeError(msg)
+        from hemlp.compiler.activations import RangeWarning
+
+        warnings.warn(msg, RangeWarning, stacklevel=3)
+        return {"input": {"seen": seen, "range": (lo, hi)}}
 
     def encrypt(self, x, key, on_range: str = "error", verbose: bool | None = None):
         """Encrypt a batch (batch, *input_shape) under the secret key (or a public key). The inputs are first
@@ -629,6 +654,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                      matmuls=matmuls, layout=lay.name, layout_estimates=estimates)
     if fit_report:
         plan_info["activation_fit"] = fit_report
+    # the calibration inputs' range: what a client artefact (no weights) checks its inputs against
+    plan_info["input_range"] = [float(np.min(calib)), float(np.max(calib))]
     plan_info.update(lay.plan_info())
     plan_info["resources"] = estimate_resources(lay).to_json()
     plan = Plan(g, steps, plan_info)

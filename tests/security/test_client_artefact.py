@@ -90,3 +90,20 @@ def test_overwriting_a_server_directory_with_a_client_artefact_drops_the_weights
     (tmp_path / "m" / "structure.npz").write_bytes(b"PK\x03\x04 damaged")
     with pytest.raises(SerializationError, match="structure.npz"):
         hemlp.load(tmp_path / "m", allow_insecure=True)
+
+
+def test_client_artefact_checks_inputs_against_the_calibrated_input_range(tmp_path):
+    # the client has no weights to run the plan's range check: it checks the inputs against the calibration range
+    from hemlp.compiler.activations import RangeWarning
+    from hemlp.errors import InputRangeError
+
+    x = np.random.default_rng(6).normal(size=(10, 20))
+    cm = hemlp.compile(mlp(torch.nn.ReLU, dims=(20, 16, 4)), x, allow_insecure=True, batch_size=10, layout="batch")
+    cm.save(tmp_path / "client", client=True)
+    client = hemlp.load(tmp_path / "client", allow_insecure=True)
+    sk, _ = client.keygen()
+    client.encrypt(x[::-1] * 0.9, sk)                      # inside the calibrated range: no complaint
+    with pytest.raises(InputRangeError, match="calibration data"):
+        client.encrypt(x * 100, sk)                         # inputs scaled x100 (e.g. raw pixel values)
+    with pytest.warns(RangeWarning):
+        client.encrypt(x * -10, sk, on_range="warn")

@@ -50,11 +50,11 @@ def test_readme_commands_in_a_fresh_venv(tmp_path):
     assert "pip install 'hemlp[ml]'" in p.stderr and "demo: OK" in p.stdout
 
     tests = work / "tests"                                          # `make test`, quick variant
-    (tests / "core").mkdir(parents=True)
+    (tests / "fhe").mkdir(parents=True)
     for f in ("__init__.py", "conftest.py"):
         shutil.copy(REPO / "tests" / f, tests / f)
     for f in ("__init__.py", "conftest.py", "test_encrypt.py", "test_serialize.py"):
-        shutil.copy(REPO / "tests" / "core" / f, tests / "core" / f)
+        shutil.copy(REPO / "tests" / "fhe" / f, tests / "fhe" / f)
     shutil.copy(REPO / "pyproject.toml", work / "pyproject.toml")   # the suite's pytest settings
-    p = run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/core"], cwd=work, env=env)
+    p = run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/fhe"], cwd=work, env=env)
     assert " passed" in p.stdout and " failed" not in p.stdout
