@@ -171,6 +171,21 @@ size_t ms_galois_key_bytes(const MsGaloisKeys& keys) {
   return s * sizeof(u64);
 }
 
+void ms_moddown_into(const Context& ctx, int level, const std::vector<Poly>& u, const std::vector<Poly>& b_add,
+                     pcmm::MsCiphertext& out) {
+  const int k = (int)b_add.size();
+  out.b.resize(k);
+  std::vector<const Poly*> us;
+  std::vector<Poly*> outs;
+  std::vector<const u64*> add;
+  for (int p = 0; p <= k; ++p) {
+    us.push_back(&u[p]);
+    outs.push_back(p == 0 ? &out.a : &out.b[p - 1]);
+    add.push_back(p == 0 ? nullptr : b_add[p - 1].data());
+  }
+  moddown_many(ctx, level, us, outs, add);
+}
+
 pcmm::MsCiphertext ms_apply_galois(const Context& ctx, const pcmm::MsCiphertext& ct, const MsGaloisKeys& keys,
                                    uint64_t galois) {
   check_ms(ctx, ct, keys, "batched rotation");
@@ -185,20 +200,11 @@ pcmm::MsCiphertext ms_apply_galois(const Context& ctx, const pcmm::MsCiphertext&
   copy_metadata(out, ct);
   out.key_id = ct.key_id;
   out.seeded = false;
-  out.b.resize(k);
   std::vector<Poly> pb(k, Poly((size_t)(l + 1) * n));
   for (int j = 0; j < k; ++j)
     for (int q = 0; q <= l; ++q)
       for (size_t x = 0; x < n; ++x) pb[j][(size_t)q * n + x] = ct.b[j][(size_t)q * n + perm[x]];
-  std::vector<const Poly*> us;
-  std::vector<Poly*> outs;
-  std::vector<const u64*> add;
-  for (int p = 0; p <= k; ++p) {
-    us.push_back(&u[p]);
-    outs.push_back(p == 0 ? &out.a : &out.b[p - 1]);
-    add.push_back(p == 0 ? nullptr : pb[p - 1].data());
-  }
-  moddown_many(ctx, l, us, outs, add);
+  ms_moddown_into(ctx, l, u, pb, out);
   return out;
 }
 

@@ -38,6 +38,11 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
 size_t ms_galois_key_bytes(const MsGaloisKeys& keys);
 
 // psi_g applied to every chunk of ct (one hoisted key switch).
+// The batched key switch's last step: out.a = round(u[0] / P), out.b[j] = b_add[j] + round(u[1 + j] / P) over Q_level
+// (u: k + 1 accumulators over Q_level ∪ P in NTT form; b_add: k polynomials over Q_level). out's metadata is kept.
+void ms_moddown_into(const Context& ctx, int level, const std::vector<Poly>& u, const std::vector<Poly>& b_add,
+                     pcmm::MsCiphertext& out);
+
 pcmm::MsCiphertext ms_apply_galois(const Context& ctx, const pcmm::MsCiphertext& ct, const MsGaloisKeys& keys,
                                    uint64_t galois);
 

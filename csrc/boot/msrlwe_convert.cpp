@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "boot/ms_lintrans.h"
 #include "ckks/errors.h"
 #include "ckks/keygen.h"
 #include "ckks/keyswitch.h"
@@ -253,16 +254,7 @@ pcmm::MsCiphertext ms_mod_raise(const Context& ctx, const pcmm::MsCiphertext& ct
   out.key_id = keys.ms_key_id;
   out.level = target;
   out.seeded = false;
-  out.b.resize(k);
-  std::vector<const Poly*> us;
-  std::vector<Poly*> outs;
-  std::vector<const u64*> add;
-  for (int p = 0; p <= k; ++p) {
-    us.push_back(&u[p]);
-    outs.push_back(p == 0 ? &out.a : &out.b[p - 1]);
-    add.push_back(p == 0 ? nullptr : br[p - 1].data());
-  }
-  moddown_many(ctx, target, us, outs, add);
+  ms_moddown_into(ctx, target, u, br, out);
   return out;
 }
 
