@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hemlp-installed
 
-.PHONY: all sysdeps venv build test test-cpp test-slow demo bench clean fuzz fuzz-build fuzz-sysdeps
+.PHONY: all sysdeps venv build test test-cpp test-slow test-readme demo bench clean fuzz fuzz-build fuzz-sysdeps
 
 all: build
 
@@ -43,6 +43,11 @@ test-cpp: build
 
 test-slow: build
 	$(PY) -m pytest -q -p no:cacheprovider -m slow tests
+
+# The README's shell commands as printed, in fresh venvs made from a clean copy of this checkout (slow: installs
+# the project with its extras twice and builds the C++ core; part of test-slow too). Prints each command's seconds.
+test-readme: build
+	$(PY) -m pytest -q -s -p no:cacheprovider -m slow tests/ux/test_readme_commands.py
 
 demo: build
 	$(VENV)/bin/hemlp demo --model mlp

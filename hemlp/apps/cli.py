@@ -262,6 +262,7 @@ def cmd_encrypt(args, ui: UI):
     x = load_array(args.input)
     with ui.step(f"encrypt {tuple(x.shape)}"):
         ct = compiled.encrypt(x, sk, verbose=ui.verbose)
+    out.parent.mkdir(parents=True, exist_ok=True)   # -o cts/x.ct: a directory for `hemlp batch -i cts/`
     ct.save(out)
     ui.result.update(command="encrypt", output=str(out), bytes=fsize(out), input_shape=list(x.shape))
     ui.finish([f"ciphertext: {out} ({human(fsize(out))})"])
@@ -274,6 +275,7 @@ def cmd_run(args, ui: UI):
     ct = load_ciphertext(args.input, compiled)
     with ui.step("run (encrypted)"):
         y = compiled.run(ct, ek, verbose=ui.verbose)
+    out.parent.mkdir(parents=True, exist_ok=True)
     y.save(out)
     ui.result.update(command="run", output=str(out), bytes=fsize(out))
     ui.finish([f"encrypted result: {out} ({human(fsize(out))})"])
@@ -289,6 +291,7 @@ def cmd_decrypt(args, ui: UI):
     with ui.step("decrypt"):
         y = np.asarray(compiled.decrypt(ct, sk))
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
         with open(out, "wb") as f:
             np.save(f, y)
     pred = y.reshape(len(y), -1).argmax(1).tolist() if y.ndim >= 1 and len(y) else []
@@ -356,18 +359,28 @@ def cmd_demo(args, ui: UI):
         from hemlp.models import build
         from hemlp.models.train import predict, shift_augment, train
     except ImportError as exc:
+        if args.export:
+            raise CLIError(f"--export trains a model with torch ({exc}): pip install 'hemlp[ml]'") from None
         ui.msg(f"the model demo needs the ml extras ({exc}); running the core demo instead "
                "(pip install 'hemlp[ml]' for the full one)")
         from hemlp.apps import demo
 
         return demo.main([])
+    from hemlp import progress
+
+    files = None
+    if args.export:
+        out = Path(args.export)
+        files = [check_new(out / f, args.force, "export file") for f in ("model.onnx", "calib.npy", "x.npy")]
     tr, te = load_mnist_sample(True), load_mnist_sample(False, limit=args.samples)
     model = build(args.model, (1, 28, 28), 10, seed=args.seed)
     x_train, y_train = shift_augment(tr.x, tr.y) if args.augment else (tr.x, tr.y)
     with ui.step(f"train {args.model} on {len(tr)} real MNIST digits{' + 6 shifted copies' if args.augment else ''} "
                  f"({args.epochs} epochs)"):
         train(model, x_train, y_train, epochs=args.epochs, lr=1e-2 if args.model == "fhe4dmm" else 2e-3,
-              seed=args.seed, progress=not ui.quiet)
+              seed=args.seed, progress=progress.enabled(ui.verbose))
+    if files is not None:
+        return export_example(model, tr.x[:1000], te.x, files, ui)
     plain = predict(model, te.x).argmax(1)
     fn = compile_fn()
     n = len(te)
@@ -419,6 +432,28 @@ def cmd_demo(args, ui: UI):
                f"encrypted:  {pred[:20].tolist()}{' ...' if n > 20 else ''}",
                f"accuracy on {n} held-out digits: encrypted {acc_enc * 100:.1f} %, plaintext {acc_plain * 100:.1f} %",
                "files exchanged: " + ", ".join(f"{k} {human(v)}" for k, v in sorted(sizes.items()))] + single)
+
+
+def export_example(model, calib, x, files, ui: UI) -> None:
+    """The demo's trained model as ONNX, its calibration digits and a batch of test digits: the inputs of
+    `hemlp compile` / `hemlp encrypt` (the README's command-line section starts here)."""
+    import warnings
+
+    import numpy as np
+    import torch
+
+    onnx_path, calib_path, x_path = files
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.eval(), (torch.as_tensor(x[:1], dtype=torch.float32),), str(onnx_path), dynamo=False,
+                          input_names=["x"], output_names=["logits"], dynamic_axes={"x": {0: "batch"}})
+    np.save(calib_path, np.asarray(calib, dtype=np.float32))
+    np.save(x_path, np.asarray(x, dtype=np.float32))
+    ui.result.update(command="demo", export={str(f): fsize(f) for f in files})
+    ui.finish([f"{onnx_path} ({human(fsize(onnx_path))}): the trained model",
+               f"{calib_path}: {len(calib)} training digits (--calibration of hemlp compile)",
+               f"{x_path}: {len(x)} test digits (hemlp encrypt's input; compile with --batch-size >= {len(x)})"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -530,6 +565,10 @@ def parser() -> argparse.ArgumentParser:
                    help="then classify this many digits one at a time with a batch-1 model (layout P); 0: skip")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the data order (default 0)")
     p.add_argument("--insecure", action="store_true", help="INSECURE small parameters (fast; testing only)")
+    p.add_argument("--export", metavar="DIR",
+                   help="train, then write DIR/model.onnx, DIR/calib.npy (1000 training digits) and DIR/x.npy (the "
+                        "first --samples test digits) for the other commands, and stop")
+    p.add_argument("--force", action="store_true", help="--export: overwrite existing files")
     common(p, output=False)
     p.set_defaults(fn=cmd_demo)
     return ap

@@ -203,6 +203,10 @@ class Layout:
         """Bytes of the ciphertexts a run holds at its peak, the input excluded."""
         return 0
 
+    def prepare_seconds_estimate(self) -> float:
+        """Seconds of prepare(): the server's one-time encoding of what run() reuses (0: nothing to encode)."""
+        return 0.0
+
     def seconds_estimate(self) -> float | None:
         """Seconds per batch, client encryption included (the plan's resources; None: no estimate). Unlike
         estimate() it never declines for a reason other than time."""

@@ -51,7 +51,7 @@ from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMi
                           UnsupportedError)
 from hemlp.layouts.base import Layout, Planned
 from hemlp.linalg import CtMatrix, quantize
-from hemlp.planner.layouts import act_muls, estimate_mlwe
+from hemlp.planner.layouts import act_muls, encode_seconds, estimate_mlwe
 from hemlp.runtime.local import ElementwiseOp, cached_elementwise
 from hemlp.runtime.local import simulate as simulate_rows
 
@@ -650,18 +650,26 @@ class Mlwe(Layout):
     def ciphertexts_out(self) -> tuple:
         return self.program.output.cts, self.output_level()
 
-    def prepared_bytes(self) -> int:
-        # every CoeffToSlot / SlotToCoeff diagonal encoded over Q_l and P at the levels it runs at, once per level
-        prog, N, P = self.program, self.params.N, len(self.params.p)
-        seen, total = set(), 0
+    def _dft_encodings(self) -> list:
+        """(plaintexts, limbs) of every CoeffToSlot / SlotToCoeff DFT level prepare() encodes, once per level."""
+        prog, P = self.program, len(self.params.p)
+        seen, out = set(), []
         for m in prog.steps:
             if m.kind in ("cts", "stc"):
                 plan = prog.cts_plan if m.kind == "cts" else prog.stc_plan
                 for i, lt in enumerate(plan.levels):
                     if (m.kind, i, m.level_in - i) not in seen:
                         seen.add((m.kind, i, m.level_in - i))
-                        total += lt.pmults * N * 8 * (m.level_in - i + 1 + P)
-        return total
+                        out.append((lt.pmults, m.level_in - i + 1 + P))
+        return out
+
+    def prepared_bytes(self) -> int:
+        # every CoeffToSlot / SlotToCoeff diagonal encoded over Q_l and P at the levels it runs at, once per level
+        N = self.params.N
+        return sum(n * N * 8 * limbs for n, limbs in self._dft_encodings())
+
+    def prepare_seconds_estimate(self) -> float:
+        return encode_seconds(sum(n for n, _ in self._dft_encodings()), self.params.N, self.prepared_bytes())
 
     def working_bytes(self) -> int:
         # the largest step: its input and output ciphertexts (real and imaginary parts in the slot domain)

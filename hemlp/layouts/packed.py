@@ -43,7 +43,7 @@ from hemlp.compiler.lower import dense_matrix
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
 from hemlp.linalg import CtMatrix
-from hemlp.planner.layouts import estimate_packed
+from hemlp.planner.layouts import encode_seconds, estimate_packed
 from hemlp.runtime.local import ElementwiseOp, add_aligned, cached_elementwise, range_check
 
 __all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2"]
@@ -599,6 +599,10 @@ class Packed(Layout):
         # every diagonal encoded once at its step's input level (PackedRunner.prepare)
         N = self.params.N
         return sum(len(s.diags) * N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec")
+
+    def prepare_seconds_estimate(self) -> float:
+        diags = sum(len(s.diags) for s in self.program.steps if s.op == "matvec")
+        return encode_seconds(diags, self.params.N, self.prepared_bytes())
 
     def working_bytes(self) -> int:
         # PackedRunner.run keeps every step's ciphertexts until the group is done

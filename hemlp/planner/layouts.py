@@ -16,9 +16,15 @@ Unit costs are per (ring degree x limbs) so they scale to any preset and level:
   both real-slot parts; the client's encryption of ceil(F/k) ciphertexts.
 
 Calibration: ``unit_costs()`` reads the benchmark JSON of the core (``bench/core_N14.json``: rotate,
-8 hoisted rotations, ct x ct + relin + rescale at one thread) and of the PCMM (``bench/pcmm_N14.json``:
+8 hoisted rotations, ct x ct + relin + rescale, encode, and the planner's own ops: ct x pt accumulated into a
+partial sum, rescale, first touch of fresh memory, at one thread) and of the PCMM (``bench/pcmm_N14.json``:
 RLWE PCMM seconds per multiply-accumulate) when they are present in the checkout; otherwise the
 defaults below, which are those files' figures on the 2-core reference machine.
+A diagonal product costs ``pt_mul`` = one ct x pt product and one addition into the partial sum, each a new
+ciphertext (measured 5.9e-9 s per unit; the 3e-9 assumed before, the multiplication's arithmetic alone, made
+layout (P) look twice as fast as it runs: the CIFAR CNN at batch 16 was estimated 21.6 s). Servers encode
+the weight diagonals once (``prepare``): a plaintext's encoding costs N * ``encode`` whatever its level, plus
+its bytes at ``touch`` (new memory, kept: the diagonals of that CNN are 3.5 GB).
 ``mlwe_mac`` (the MLWE PCMM's GEMM multiply-accumulate) runs the same ModGemmPlan kernel as the RLWE
 PCMM, so it takes ``pcmm_mac``'s calibrated value; ModPack key switches are costed as rotations.
 Check of estimate_mlwe against runs (one thread, warm, CPU time since the machine was shared):
@@ -35,11 +41,13 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["unit_costs", "estimate_batch", "estimate_packed", "estimate_mlwe"]
+__all__ = ["unit_costs", "estimate_batch", "estimate_packed", "estimate_mlwe", "encode_seconds"]
 
-#: seconds per (N * limbs) unit, one thread (reference machine, N = 2^14, 7 limbs)
-DEFAULTS = dict(rotate=1.5e-7, rotate_hoisted=1.05e-7, ct_mul=1.75e-7, pt_mul=3e-9, rescale=9e-9,
-                pcmm_mac=1.2e-10, encrypt=6e-8, mlwe_mac=1.2e-10)
+#: seconds per (N * limbs) unit, one thread (reference machine, N = 2^14, 7 limbs); ``encode`` per ring coefficient
+#: (a plaintext's encoding is dominated by its FFT over the slots, not by its limbs); ``touch`` per byte of memory
+#: a process writes for the first time (page faults: what keeping every encoded diagonal costs on top of encoding)
+DEFAULTS = dict(rotate=5.4e-8, rotate_hoisted=6e-8, ct_mul=5e-8, pt_mul=5.9e-9, rescale=7.3e-9,
+                pcmm_mac=1.2e-10, encrypt=3.4e-8, mlwe_mac=1.2e-10, encode=7e-8, touch=1e-9)
 _BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -50,11 +58,17 @@ def unit_costs() -> dict:
         core = json.loads((_BENCH / "core_N14.json").read_text())
         r = next(r for r in core["results"] if r.get("threads") == 1)
         units = 2 ** 14 * (1 + r.get("levels", {}).get("fresh", 6))
-        ops = r["ops"]
-        c["rotate"] = ops["rotate"]["median_s"] / units
-        c["rotate_hoisted"] = ops["rotate_hoisted8"]["median_s"] / 8 / units
-        c["ct_mul"] = ops["mul"]["median_s"] / units
-        c["encrypt"] = ops["encrypt"]["median_s"] / units
+        # CPU seconds of the one-thread run where recorded (the machine may have been shared), else wall-clock
+        op = {k: v.get("cpu_median_s", v["median_s"]) for k, v in r["ops"].items()}
+        c["rotate"] = op["rotate"] / units
+        c["rotate_hoisted"] = op["rotate_hoisted8"] / 8 / units
+        c["ct_mul"] = op["mul"] / units
+        c["encrypt"] = op["encrypt"] / units
+        c["encode"] = op["encode"] / 2 ** 14
+        if "mul_plain_add" in op:         # older core JSON files lack the plan ops: keep the defaults
+            c["pt_mul"] = op["mul_plain_add"] / units
+            c["rescale"] = op["rescale"] / units
+            c["touch"] = op["touch_256mib"] / 2 ** 28
     except (OSError, KeyError, StopIteration, ValueError, TypeError):
         pass
     try:
@@ -67,6 +81,13 @@ def unit_costs() -> dict:
         pass
     c["mlwe_mac"] = c["pcmm_mac"]   # the same exact modular GEMM kernel (ModGemmPlan)
     return c
+
+
+def encode_seconds(plaintexts: int, N: int, kept_bytes: int) -> float:
+    """Seconds to encode `plaintexts` plaintexts of ring degree N that the server keeps (kept_bytes in all):
+    the encodings plus the first touch of the memory that holds them."""
+    c = unit_costs()
+    return plaintexts * N * c["encode"] + kept_bytes * c["touch"]
 
 
 def act_muls(step) -> int:

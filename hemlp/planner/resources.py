@@ -13,9 +13,9 @@ prepared_bytes, working_bytes); the sizes are those of the formats:
   that in memory and for every ciphertext a run produces.
 
 Times use the planner's unit costs (hemlp.planner.layouts.unit_costs): the layout's seconds_estimate() (client
-encryption included) split into encrypt and run, and keygen as a fixed part plus seconds per byte of key material.
-Measured against these estimates (python -m hemlp.bench estimates, bench/estimates.json): bytes exact to 2 %,
-server memory within 0.7-1.1x, times within 0.5-1.8x on the tests' models.
+encryption included) split into encrypt and run, the layout's prepare_seconds_estimate() (the server encodes the
+weights once, before its first batch), and keygen as a fixed part plus seconds per byte of key material.
+Measured against these estimates: python -m hemlp.bench estimates, bench/estimates.json.
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ class Resources:
     keygen_seconds: float = 0.0
     encrypt_seconds: float = 0.0
     run_seconds: float | None = None                 # None: the layout has no time estimate
+    prepare_seconds: float = 0.0                     # the server's one-time encoding of the weights (prepare())
 
     @property
     def eval_key_bytes(self) -> int:
@@ -77,7 +78,9 @@ class Resources:
                 f"  client upload {human_bytes(self.upload_bytes)} per input batch "
                 f"(encrypt ~{self.encrypt_seconds:.3g} s), "
                 f"download {human_bytes(self.download_bytes)}",
-                f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}, run ~{run} per batch (one thread)"]
+                f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}, "
+                + (f"prepare ~{self.prepare_seconds:.3g} s once, " if self.prepare_seconds >= 0.05 else "")
+                + f"run ~{run} per batch (one thread)"]
 
 
 def human_bytes(n: float) -> str:
@@ -113,6 +116,7 @@ def estimate_resources(layout) -> Resources:
     c = unit_costs()
     r.keygen_seconds = KEYGEN_BASE_S + r.eval_key_bytes * KEYGEN_S_PER_BYTE
     r.encrypt_seconds = n_in * N * (top + 1) * c["encrypt"]
+    r.prepare_seconds = float(layout.prepare_seconds_estimate())
     total = layout.seconds_estimate()
     if total is not None:
         r.run_seconds = max(0.0, float(total) - r.encrypt_seconds)

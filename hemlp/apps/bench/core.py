@@ -1,10 +1,11 @@
-"""RNS-CKKS core micro-benchmarks: NTT, encode, encrypt, decrypt, ct×ct, rotations, precision.
+"""RNS-CKKS core micro-benchmarks: NTT, encode, encrypt, decrypt, ct×ct, ct×pt, rotations, rescale, precision.
 
     python -m hemlp.bench core --preset N14-d6 [--threads 1,2] [--repeats R] [--simd scalar,avx2,avx512] --json PATH
 
 Times are medians over R repeats after one warm-up, per thread count (``hemlp.set_num_threads``).
 Precision bits = -log2(max abs error) over all slots for uniform [-1, 1] inputs.  The op keys
-(``ntt``, ``encode``, ...) are the ones ``scripts/bench_peers.py`` uses for the peers too.
+(``ntt``, ``encode``, ...) are the ones ``scripts/bench_peers.py`` uses for the peers too; ``mul_plain_add``
+and ``rescale`` (PLAN_OPS) are hemlp's only: the planner's unit costs (hemlp.planner.layouts.unit_costs).
 
 The SIMD kernels are fixed per process (``HEMLP_SIMD``), so ``--simd`` runs the benchmark once per
 listed path in a child process and prints them side by side with the speed-up over the first one;
@@ -22,7 +23,7 @@ import tempfile
 
 from hemlp.apps.bench import int_list, measure, report
 
-HELP = "RNS-CKKS core ops (NTT, encode/encrypt/decrypt, ct x ct, rotations) and precision"
+HELP = "RNS-CKKS core ops (NTT, encode/encrypt/decrypt, ct x ct, ct x pt, rotations, rescale) and precision"
 
 #: (json key, table label) — the same keys in hemlp's and the peers' JSON
 OPS = [
@@ -33,6 +34,12 @@ OPS = [
     ("mul", "ct x ct + relin + rescale"),
     ("rotate", "rotate (1 step)"),
     ("rotate_hoisted8", "8 hoisted rotations"),
+]
+#: hemlp-only ops (not in the peers' JSON): the planner's unit costs of the diagonal products (hemlp.planner.layouts)
+PLAN_OPS = [
+    ("mul_plain_add", "ct x pt + accumulate"),
+    ("rescale", "rescale"),
+    ("touch_256mib", "write 256 MiB of new memory"),
 ]
 PRECISION = [("mult_bits", "precision mult (bits)"), ("rotate_bits", "precision rotate (bits)")]
 ROT_STEPS = list(range(1, 9))
@@ -92,6 +99,17 @@ class HemlpCore:
     def rotate(self, ct, k: int):
         return self.ctx.rotate(ct, k, self.gks)
 
+    def plain_at(self, ct, x):
+        """x encoded at ct's level and scale q_level (a weight diagonal: the product rescales to ct's scale)."""
+        return self.ctx.encode(x, level=ct.level, scale=float(self.ctx.modulus(ct.level)))
+
+    def mul_plain_add(self, acc, ct, pt):
+        """acc + ct * pt: one term of a diagonal (BSGS) matrix-vector product, as layout (P) runs it."""
+        return self.ctx.add(acc, self.ctx.mul(ct, pt))
+
+    def rescale(self, ct):
+        return self.ctx.rescale(ct)
+
     def rotate_hoisted(self, ct, steps):
         return self.ctx.rotate_hoisted(ct, list(steps), self.gks)
 
@@ -148,6 +166,21 @@ def _real(v, n):
     return v[:n].astype(np.float64)
 
 
+def touch_new_memory(total: int = 2 ** 28) -> None:
+    """Write `total` bytes of memory new to the process (an anonymous mapping, so every page faults in fresh
+    whatever the allocator kept from earlier calls): what a server's prepare() pays on top of encoding for the
+    weight diagonals it keeps (the planner's ``touch`` unit cost)."""
+    import mmap
+
+    import numpy as np
+
+    m = mmap.mmap(-1, total)
+    a = np.frombuffer(m, dtype=np.uint64)
+    a.fill(1)
+    del a
+    m.close()
+
+
 def run_core(preset: str, threads: list[int], repeats: int, seed: int = 1,
              allow_insecure: bool = False, log=print) -> dict:
     """Run the core benchmark and return the JSON payload (without the machine envelope)."""
@@ -172,6 +205,8 @@ def run_core(preset: str, threads: list[int], repeats: int, seed: int = 1,
             pt_x, pt_y = h.encode(x), h.encode(y)
             ct_x = h.encrypt(pt_x, x)
             ct_y = h.encrypt(pt_y, y)
+            pt_w = h.plain_at(ct_x, y)
+            acc = h.ctx.mul(ct_x, pt_w)   # a partial sum of products (their scale: Delta q_level)
             ops = {
                 "ntt": measure(lambda: h.ntt(ntt_in), repeats),
                 "encode": measure(lambda: h.encode(x), repeats),
@@ -180,6 +215,9 @@ def run_core(preset: str, threads: list[int], repeats: int, seed: int = 1,
                 "mul": measure(lambda: h.mul(ct_x, ct_y), repeats),
                 "rotate": measure(lambda: h.rotate(ct_x, 1), repeats),
                 "rotate_hoisted8": measure(lambda: h.rotate_hoisted(ct_x, ROT_STEPS), repeats),
+                "mul_plain_add": measure(lambda: h.mul_plain_add(acc, ct_x, pt_w), repeats),
+                "rescale": measure(lambda: h.rescale(ct_y), repeats),
+                "touch_256mib": measure(touch_new_memory, repeats),
             }
             ops["ntt"]["note"] = "ctx.ntt on one limb (limb 0), new array returned"
 
@@ -225,7 +263,8 @@ def run_core(preset: str, threads: list[int], repeats: int, seed: int = 1,
 def print_core_table(payload: dict) -> None:
     res = payload["results"]
     headers = ["op"] + [f"{r['threads']} thr (ms)" for r in res]
-    rows = [[label] + [report.fmt_ms(r["ops"][key]["median_s"]) for r in res] for key, label in OPS]
+    rows = [[label] + [report.fmt_ms(r["ops"][key]["median_s"]) for r in res] for key, label in OPS + PLAN_OPS
+            if all(key in r["ops"] for r in res)]
     rows += [[label] + [report.fmt_bits(r["precision"][key]) for r in res] for key, label in PRECISION]
     p = payload["preset"]
     title = (f"hemlp core — preset {p.get('name')} (N={p.get('N')}, slots={p.get('slots')}, "

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-OPS = ["ntt", "encode", "encrypt", "decrypt", "mul", "rotate", "rotate_hoisted8"]
+OPS = ["ntt", "encode", "encrypt", "decrypt", "mul", "rotate", "rotate_hoisted8", "mul_plain_add", "rescale",
+       "touch_256mib"]
 PRECISION = ["mult_bits", "rotate_bits"]
 
 
@@ -82,6 +83,7 @@ def test_core_smoke(tmp_path):
         rec = res["ops"][op]
         assert rec["median_s"] > 0, op
         assert all(s > 0 for s in rec["samples"]), op
+        assert rec["cpu_median_s"] > 0, op     # the planner's unit costs read the one-thread CPU times
     for key in PRECISION:
         assert _bits(res["precision"][key]) > 10, (key, res["precision"])
     assert res["ntt_roundtrip_ok"] is True
