@@ -290,6 +290,27 @@ def simd_paths(name: str, command: str) -> str:
     return section("CKKS core per SIMD path (scalar / AVX2 / AVX-512)", name, command, body, d)
 
 
+def estimates(name: str, command: str) -> str:
+    d = load(name)
+    cols = [("eval_key_bytes", "eval keys"), ("upload_bytes", "upload"), ("server_memory_bytes", "server memory"),
+            ("keygen_seconds", "keygen"), ("encrypt_seconds", "encrypt"), ("prepare_seconds", "prepare"),
+            ("run_seconds", "run")]
+
+    def cell(r, k):
+        e, m, q = r["estimated"].get(k), r["measured"].get(k), r["ratio"].get(k)
+        f = sec if k.endswith("seconds") else (lambda v: f"{v / 1e6:.3g} MB")
+        return "–" if m is None or e is None else f"{f(e)} / {f(m)}" + (f" ({q:.2f})" if q is not None else "")
+
+    rows = [[r["case"], f"{r['layout']}, {r['preset']}, {r['batch']}"] + [cell(r, k) for k, _ in cols]
+            for r in d["results"]]
+    off = d.get("off_by_more_than_2x") or []
+    body = table(["model", "layout, preset, batch"] + [f"{label} est / meas (ratio)" for _, label in cols], rows) + \
+        "\n\nEstimates from the plan before any key exists (`compiled.plan.resources`); times are CPU seconds on one " \
+        "thread (the planner's unit costs are the core benchmark's one-thread CPU times), prepare = the server's " \
+        "one-time encoding of the weights, run = one batch. Off by more than 2×: " + ("; ".join(off) or "none") + "."
+    return section("Plan estimates vs measurements", name, command, body, d)
+
+
 def decrypt_noise(name: str, command: str) -> str:
     d = load(name)
     rows = [[r["ciphertext"], r["mode"], "-" if r["log2_sigma"] is None else f"{r['log2_sigma']:.1f}",
@@ -327,6 +348,8 @@ def render() -> str:
         layouts("infer_layouts.json", f"{env} -m hemlp.bench infer --layout-batches 1024,4096 --preset N14-d6 "
                                       "--max-key-gb 4 --max-estimate-s 150 --run-repeats 2 --threads 2 "
                                       "--json bench/infer_layouts.json"),
+        estimates("estimates.json", f"flock /work/wt/big.lock {env} -m hemlp.bench estimates --check "
+                                    "--json bench/estimates.json"),
         weights("weights_N15.json", f"{env} -m hemlp.bench weights --hidden 32 --batch 16 --downsample 2 "
                                     "--json bench/weights_N15.json"),
         ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "

@@ -152,3 +152,27 @@ def test_errors_are_messages_not_tracebacks(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr and "hemlp compile" in p.stderr
     p = hemlp("compile", tmp_path / "nope.onnx", "--input-shape", "1,4,4", "-o", tmp_path / "m", check=False)
     assert p.returncode == 2 and "not found" in p.stderr
+
+
+def test_demo_export_writes_the_command_line_inputs(tmp_path):
+    """`hemlp demo --export DIR` (the README's command-line section starts with it): a trained ONNX model, 1000
+    calibration digits and --samples test digits, which `hemlp compile` and `hemlp encrypt` then read; existing
+    files are kept unless --force."""
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    hemlp("demo", "--model", "mlp", "--export", tmp_path / "ex", "--samples", "4", "--epochs", "1", "--no-augment")
+    x, calib = np.load(tmp_path / "ex" / "x.npy"), np.load(tmp_path / "ex" / "calib.npy")
+    assert x.shape == (4, 1, 28, 28) and calib.shape == (1000, 1, 28, 28) and not np.array_equal(x, calib[:4])
+    import onnx
+
+    graph = onnx.load(str(tmp_path / "ex" / "model.onnx")).graph
+    assert {n.op_type for n in graph.node} >= {"Gemm"}
+    p = hemlp("demo", "--model", "mlp", "--export", tmp_path / "ex", "--samples", "4", "--epochs", "1", check=False)
+    assert p.returncode == 2 and "pass --force" in p.stderr
+    hemlp("compile", tmp_path / "ex" / "model.onnx", "--calibration", tmp_path / "ex" / "calib.npy",
+          "--batch-size", "4", "--preset", "test-N12-d6", "--insecure", "-o", tmp_path / "m")
+    # an output in a directory that does not exist yet (the README encrypts into cts/ for `hemlp batch -i cts/`)
+    hemlp("keygen", tmp_path / "m", "-o", tmp_path / "keys")
+    hemlp("encrypt", tmp_path / "m", "-k", tmp_path / "keys" / "secret.key", "-i", tmp_path / "ex" / "x.npy",
+          "-o", tmp_path / "cts" / "x.ct")
+    assert (tmp_path / "cts" / "x.ct").is_file()
