@@ -75,9 +75,13 @@ def core(name: str, command: str) -> str:
     d = load(name)
     ops = list(d["results"][0]["ops"])
     rows = [[r["threads"]] + [ms(r["ops"][o]["median_s"]) for o in ops] for r in d["results"]]
+    rows += [[f"{r['threads']}, CPU"] + [ms(r["ops"][o]["cpu_median_s"]) for o in ops] for r in d["results"]
+             if all("cpu_median_s" in r["ops"][o] for o in ops)]
     body = table(["threads"] + [f"{o} ms" for o in ops], rows) + \
         f"\n\nPreset {d['preset']['name']}; precision (bits): " + ", ".join(
-            f"{k} {v:.1f}" for k, v in d["results"][0]["precision"].items())
+            f"{k} {v:.1f}" for k, v in d["results"][0]["precision"].items()) + \
+        ". Medians of wall-clock time; the rows marked CPU: of the process's CPU time (less changed by other " \
+        "processes on a shared machine; the planner's unit costs are the one-thread CPU medians)."
     return section("CKKS core (hemlp alone)", name, command, body, d)
 
 
