@@ -592,9 +592,6 @@ class Mlwe(Layout):
         for what, key in (("rotation keys", eval_keys.galois_keys), ("ModPack keys", eval_keys.modpack_keys)):
             if key is not None and key.key_id != ct.key_id:
                 raise KeyMismatchError(f"the {what} and the ciphertext come from different key pairs")
-        if runtime == "ray":
-            raise UnsupportedError("layout (A') (MLWE, small batches) runs in-process: use runtime='local', or "
-                                   "compile with layout='batch' for a sharded large batch")
 
     @property
     def capacity(self) -> int:
@@ -615,14 +612,21 @@ class Mlwe(Layout):
     def _make_runner(self, ctx) -> MlweRunner:
         return MlweRunner(ctx, self.program, self.weight_bits)
 
-    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+    def groups(self, ct) -> list[list[int]]:
+        """One group: every output ciphertext of an MLWE PCMM reads every input ciphertext (a request runs whole;
+        on Ray, one task per request)."""
         prog = self.program
         if ct.ctm.format != "mlwe" or ct.ctm.shape[1] != prog.d3:
             raise ShapeError(f"layout (A') input must be an MLWE matrix with {prog.d3} columns; encrypt it with "
                              "this model's encrypt()")
-        out = self.runner(ctx, self._make_runner).run(ct.ctm.cts, eval_keys.relin_key, eval_keys.galois_keys,
-                                                      eval_keys.modpack_keys, timings)
-        return CtMatrix(ctx, out, (prog.output.rows, prog.d3), 1, "mlwe")
+        return [list(range(len(ct.ctm.cts)))]
+
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict) -> list:
+        return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys,
+                                                       eval_keys.modpack_keys, timings)
+
+    def join_groups(self, ctx, ct, outs: list):
+        return CtMatrix(ctx, outs[0], (self.program.output.rows, self.program.d3), 1, "mlwe")
 
     def simulate(self, X: np.ndarray) -> np.ndarray:
         # the arithmetic of layout (A): the same quantised weights, polynomials and affine maps per feature
