@@ -1,15 +1,16 @@
 """A bootstrapped plan on Ray: its bootstraps spread over 1 and 2 workers vs in process (issue #18 item 2).
 
-    python -m hemlp.bench ray_boot [--width 16] [--workers 1,2] [--repeats 5] [--warmup 1] --json PATH
+    python -m hemlp.bench ray_boot [--width 16] [--workers 1,2] [--rounds 2] [--repeats 3] [--warmup 1] --json PATH
 
 An MLP 6-W-W-3 (SiLU, tanh; degree-3 activations) compiled with bootstrap=True at the insecure test preset
 test-N12-boot (N = 2^12), batch = the slot count (one chunk): every bootstrap step refreshes W ciphertexts in W/2
-pair bootstraps. In process (runtime="local", 1 thread) once, then runtime="ray" on a local Ray with w CPUs for
-every w of --workers: --warmup untimed runs (each worker process builds its Bootstrapper from the keys put once),
-then --repeats timed runs. Recorded per mode: the bootstrap steps' wall seconds (the bootstrap-heavy part: each
+pair bootstraps. In process (runtime="local", 1 thread) after a warm-up run, then runtime="ray" on a fresh local
+Ray with w CPUs for every w of --workers, the worker counts alternating for --rounds blocks: in each block --warmup
+untimed runs (each worker process builds its Bootstrapper from the keys put once), then --repeats timed runs. Recorded per mode: the bootstrap steps' wall seconds (the bootstrap-heavy part: each
 step's tasks submitted at once, one per pair), the other steps', end to end, the tasks' CPU seconds and processes,
 and bit-identity of every output ciphertext with the in-process run; the speed-up of the bootstrap steps from 1 to
-2 workers. The machine's load average before and after every mode is recorded (the speed-up is a wall-time ratio:
+2 workers. "CPU / wall": the CPU seconds the tasks (in process: the run) got per second of their wall time, i.e. the
+share of a core each had (under 100 %: other processes took the rest). The machine's load average before and after every mode is recorded (the speed-up is a wall-time ratio:
 other processes on the same cores lower it).
 """
 from __future__ import annotations
@@ -28,8 +29,9 @@ HELP = "bootstrapped MLP (test-N12-boot) on Ray: bootstrap steps on 1 vs 2 worke
 def add_arguments(p) -> None:
     p.add_argument("--width", type=int, default=16, help="hidden width W (= ciphertexts per bootstrap step)")
     p.add_argument("--workers", default="1,2")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=2, help="blocks per worker count, alternating (a fresh Ray each)")
     p.add_argument("--json", default=None)
 
 
@@ -65,48 +67,61 @@ def main(args) -> int:
     ct = cm.encrypt(x, sk)
     boots = {s.out for s in cm.steps if s.op == "bootstrap"}
     n_boot = sum(s.info["bootstraps"] for s in cm.steps if s.op == "bootstrap")
+    cm.run(ct, ek, threads=1)          # warm-up: the first bootstrap encodes the DFT matrices
     t0, tc = time.perf_counter(), time.process_time()
     ref = cm.run(ct, ek, threads=1)
     local_s, local_cpu = time.perf_counter() - t0, time.process_time() - tc
     lb, lo = _split(ref.layer_seconds, boots)
     modes = [dict(mode="in-process", workers=None, threads=1, end_to_end_s=local_s, cpu_s=local_cpu,
                   bootstrap_steps_s=lb, other_steps_s=lo, bit_identical=True)]
-    rows = [["in-process, 1 thread", f"{lb:.3f} s", f"{lo:.3f} s", f"{local_s:.3f} s", "", "yes", ""]]
-    for w in int_list(args.workers):
-        shutdown_local()
-        if ray.is_initialized():
-            ray.shutdown()
-        load_before = report.load_average()
-        samples, identical = [], True
-        for k in range(args.warmup + args.repeats):
-            st = {}
-            t0 = time.perf_counter()
-            out = cm.run(ct, ek, runtime="ray", num_workers=w, stats=st)
-            wall = time.perf_counter() - t0
-            identical &= all(p.to_bytes() == q.to_bytes() for p, q in zip(ref.ctm.cts, out.ctm.cts, strict=True))
-            if k < args.warmup:
-                continue
-            b, o = _split(out.layer_seconds, boots)
-            tasks = [t for name in boots for t in st[name]["tasks"]]
-            samples.append(dict(end_to_end_s=wall, bootstrap_steps_s=b, other_steps_s=o,
-                                task_cpu_s=sum(t["cpu"] for t in tasks),
-                                task_bootstrap_s=sum(t["bootstrap_seconds"] for t in tasks),
-                                processes=len({t["pid"] for t in tasks}),
-                                keys_loaded=sum(t["keys_loaded"] for t in tasks)))
-        med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
-        modes.append(dict(mode="ray", workers=w, threads=1, bit_identical=identical, samples=samples,
-                          load_average_before=load_before, load_average_after=report.load_average(), **med))
+    rows = [["in-process, 1 thread", f"{lb:.3f} s", f"{lo:.3f} s", f"{local_s:.3f} s", "",
+             f"{local_cpu / local_s:.0%}", "yes", ""]]
+    workers = int_list(args.workers)
+    samples = {w: [] for w in workers}
+    blocks = {w: [] for w in workers}
+    identical = {w: True for w in workers}
+    for _ in range(args.rounds):        # the worker counts alternate, so that the load falls on all of them alike
+        for w in workers:
+            shutdown_local()             # a fresh local Ray with w CPUs (compiled.run starts it)
+            if ray.is_initialized():
+                ray.shutdown()
+            block = dict(load_average_before=report.load_average())
+            for k in range(args.warmup + args.repeats):
+                st = {}
+                t0 = time.perf_counter()
+                out = cm.run(ct, ek, runtime="ray", num_workers=w, stats=st)
+                wall = time.perf_counter() - t0
+                identical[w] &= all(p.to_bytes() == q.to_bytes()
+                                    for p, q in zip(ref.ctm.cts, out.ctm.cts, strict=True))
+                if k < args.warmup:     # each worker process builds its Bootstrapper from the keys once
+                    continue
+                b, o = _split(out.layer_seconds, boots)
+                tasks = [t for name in boots for t in st[name]["tasks"]]
+                samples[w].append(dict(end_to_end_s=wall, bootstrap_steps_s=b, other_steps_s=o,
+                                       task_cpu_s=sum(t["cpu"] for t in tasks),
+                                       task_wall_s=sum(t["seconds"] for t in tasks),
+                                       task_bootstrap_s=sum(t["bootstrap_seconds"] for t in tasks),
+                                       processes=len({t["pid"] for t in tasks}),
+                                       keys_loaded=sum(t["keys_loaded"] for t in tasks)))
+            block["load_average_after"] = report.load_average()
+            blocks[w].append(block)
+    for w in workers:
+        med = {k: statistics.median(s[k] for s in samples[w]) for k in samples[w][0]}
+        modes.append(dict(mode="ray", workers=w, threads=1, bit_identical=identical[w], samples=samples[w],
+                          blocks=blocks[w], **med))
+        la = blocks[w][0]["load_average_before"]
         rows.append([f"Ray, {w} worker(s)", f"{med['bootstrap_steps_s']:.3f} s", f"{med['other_steps_s']:.3f} s",
                      f"{med['end_to_end_s']:.3f} s", f"{med['task_bootstrap_s'] / n_boot:.3f} s",
-                     "yes" if identical else "NO", str(load_before[0] if load_before else "?")])
+                     f"{med['task_cpu_s'] / med['task_wall_s']:.0%}", "yes" if identical[w] else "NO",
+                     str(la[0] if la else "?")])
     shutdown_local()
     by_w = {m["workers"]: m for m in modes if m["mode"] == "ray"}
     speedup = None
     if 1 in by_w and 2 in by_w:
         speedup = dict(bootstrap_steps=by_w[1]["bootstrap_steps_s"] / by_w[2]["bootstrap_steps_s"],
                        end_to_end=by_w[1]["end_to_end_s"] / by_w[2]["end_to_end_s"])
-    report.table(["mode", "bootstrap steps", "other steps", "end to end", "per bootstrap (in task)", "bit-identical",
-                  "load avg before"], rows,
+    report.table(["mode", "bootstrap steps", "other steps", "end to end", "per bootstrap (in task)", "CPU / wall",
+                  "bit-identical", "load avg before"], rows,
                  title=f"bootstrapped MLP 6-{args.width}-{args.width}-3, test-N12-boot, batch {cm.capacity}: "
                        f"{len(boots)} bootstrap steps, {n_boot} pair bootstraps; medians of {args.repeats}")
     if speedup:
@@ -115,7 +130,8 @@ def main(args) -> int:
     if args.json:
         report.save_json(args.json, "ray_boot", dict(
             preset=cm.preset, width=args.width, batch=cm.capacity, bootstrap_steps=len(boots), bootstraps=n_boot,
-            ciphertexts_per_step=args.width, repeats=args.repeats, warmup=args.warmup, modes=modes, speedup=speedup,
+            ciphertexts_per_step=args.width, repeats=args.repeats, warmup=args.warmup, rounds=args.rounds, modes=modes,
+            speedup=speedup,
             notes="wall-time medians; bootstrap steps = the layer_seconds of the plan's bootstrap steps (all their "
                   "tasks submitted at once, one per pair); every Ray worker and the driver use 1 native thread"))
     return 0 if all(m["bit_identical"] for m in modes) else 1
