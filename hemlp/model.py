@@ -476,8 +476,10 @@ class CompiledModel:
         self.layout_impl.check_run(ct, eval_keys, weights, runtime, self.model_id)
         if threads is not None:
             set_num_threads(threads)
-        # model: layouts (P), (A'), (C) ship the model itself to the Ray workers (Layout.run_groups_on_ray)
-        ray = dict(ray_options, address=address, num_workers=num_workers, model=self) if runtime == "ray" else {}
+        # model, load_model: layouts (P), (A'), (C) ship the model to the Ray workers, which load it with this module's
+        # load (Layout.run_groups_on_ray; the runtime sits below the model and does not import it)
+        ray = dict(ray_options, address=address, num_workers=num_workers, model=self,
+                   load_model=load) if runtime == "ray" else {}
         with progress("run", total=self.layout_impl.progress_total(), verbose=verbose, unit="layer") as bar:
             timings = StepTimings(bar)     # each step's seconds, advancing the bar as the layout records them
             out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, runtime, ray)

@@ -213,8 +213,8 @@ class Layout:
         from hemlp.runtime.ray import run_groups   # Ray is optional: imported only when asked for
 
         opts = dict(ray)
-        model = opts.pop("model", None)
-        if model is None:
+        model, load_model = opts.pop("model", None), opts.pop("load_model", None)
+        if model is None or load_model is None:
             raise UnsupportedError(f"layout {self.label} runs on Ray through its compiled model: "
                                    "compiled.run(ct, eval_keys, runtime='ray')")
         unknown = {k for k, v in opts.items() if v is not None} - {"address", "num_workers", "stats"}
@@ -222,7 +222,7 @@ class Layout:
             raise TypeError(f"layout {self.label} on Ray runs its groups as tasks: {sorted(unknown)} are options of "
                             "layout (A) only")
         groups = [[ct.ctm.cts[i] for i in g] for g in self.groups(ct)]
-        outs = run_groups(model, eval_keys, weights, ctx, groups, timings, address=opts.get("address"),
+        outs = run_groups(model, load_model, eval_keys, weights, ctx, groups, timings, address=opts.get("address"),
                           num_workers=opts.get("num_workers"), stats=opts.get("stats"))
         return self.join_groups(ctx, ct, outs)
 

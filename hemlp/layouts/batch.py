@@ -86,7 +86,7 @@ class Batch(Layout):
                                       "eval_keys")
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
-        ray = {k: v for k, v in ray.items() if k != "model"}     # layout (A) runs the steps, not the model's groups
+        ray = {k: v for k, v in ray.items() if k not in ("model", "load_model")}   # layout (A) runs steps, not groups
         if runtime == "ray":
             from hemlp.runtime.ray import run_on_ray   # Ray is optional: imported only when asked for
 

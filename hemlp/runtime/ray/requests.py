@@ -16,7 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import hemlp
 from hemlp import _core
 from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
@@ -34,9 +33,11 @@ class ModelShipment:
     model_id: str
     allow_insecure: bool      # the driver's policy, carried to the workers
     digest: str               # SHA-256 of files and keys: the workers' cache key
+    load_model: object        # load(directory, allow_insecure) -> compiled model (hemlp.model.load, pickled by name:
+                              # the runtime sits below the model and does not import it)
 
     @classmethod
-    def of(cls, compiled, eval_keys) -> "ModelShipment":
+    def of(cls, compiled, load_model, eval_keys) -> "ModelShipment":
         with tempfile.TemporaryDirectory(prefix="hemlp-ship-") as tmp:
             compiled.save(tmp)
             files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
@@ -45,14 +46,14 @@ class ModelShipment:
         for name, data in sorted(files.items()):
             h.update(name.encode() + hashlib.sha256(data).digest())
         h.update(hashlib.sha256(keys).digest())
-        return cls(files, keys, compiled.model_id, bool(compiled.allow_insecure), h.hexdigest())
+        return cls(files, keys, compiled.model_id, bool(compiled.allow_insecure), h.hexdigest(), load_model)
 
     def load(self):
         """(the compiled model, its EvalKeys), read from the shipped bytes."""
         with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
             for name, data in self.files.items():
                 (Path(tmp) / name).write_bytes(data)
-            compiled = hemlp.load(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
+            compiled = self.load_model(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
         return compiled, EvalKeys.from_bytes(self.keys, compiled)
 
 
@@ -61,10 +62,10 @@ _WORKER: dict = {}     # per worker process: loaded models by shipment digest, d
 _WORKER_MAX = 4
 
 
-def shipment_of(compiled, eval_keys) -> ModelShipment:
+def shipment_of(compiled, load_model, eval_keys) -> ModelShipment:
     """The shipment of this model and these keys, kept for the last pair (a service runs many requests with them)."""
     if not _LAST or _LAST[0][0] is not compiled or _LAST[0][1] is not eval_keys:
-        _LAST[:] = [(compiled, eval_keys, ModelShipment.of(compiled, eval_keys))]
+        _LAST[:] = [(compiled, eval_keys, ModelShipment.of(compiled, load_model, eval_keys))]
     return _LAST[0][2]
 
 
@@ -111,13 +112,13 @@ def _remote():
     return _REMOTE["task"]
 
 
-def run_groups(compiled, eval_keys, weights, ctx, groups: list, timings: dict | None = None, *, address=None,
-               num_workers: int | None = None, stats: dict | None = None) -> list:
+def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timings: dict | None = None, *,
+               address=None, num_workers: int | None = None, stats: dict | None = None) -> list:
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
-    doc). timings: each step's seconds summed over the groups (as the in-process run reports them). stats: the
+    doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). timings: each step's seconds summed over the groups (as the in-process run reports them). stats: the
     tasks (process, node, seconds, whether the process loaded the model) and the bytes put."""
     t0 = time.perf_counter()
-    ship = shipment_of(compiled, eval_keys)
+    ship = shipment_of(compiled, load_model, eval_keys)
     wbytes = None if weights is None else weights.to_bytes()
     with ray_session(address, num_workers) as ray:
         holder = [ray.put(ship)]       # in a list: a task fetches it only when its process has not loaded it
