@@ -192,9 +192,10 @@ class Layout:
         computes alone (default: the whole request is one group). Checks the input's shape (ShapeError)."""
         return [list(range(len(ct.ctm.cts)))]
 
-    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict) -> list:
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         """One group's input ciphertexts -> its output ciphertexts: the layout's in-process program, the same
-        arithmetic wherever it runs (so a Ray worker gives the same bits)."""
+        arithmetic wherever it runs (so a Ray worker gives the same bits). part: None (the whole program) or a
+        part of it the layout defines (layout (A′): one activation segment on one ciphertext)."""
         raise NotImplementedError(f"layout {self.name!r} does not run groups")
 
     def join_groups(self, ctx, ct, outs: list):
@@ -210,6 +211,12 @@ class Layout:
     def run_groups_on_ray(self, ctx, ct, eval_keys, weights, timings: dict, ray: dict):
         """run() on Ray: every group a task in a worker that loads the model and the keys once (put once in the
         object store), bit-identical to the in-process run (hemlp.runtime.ray.requests)."""
+        groups = [[ct.ctm.cts[i] for i in g] for g in self.groups(ct)]
+        return self.join_groups(ctx, ct, self.ray_tasks(ctx, groups, eval_keys, weights, timings, ray))
+
+    def ray_tasks(self, ctx, groups: list, eval_keys, weights, timings: dict, ray: dict, part=None) -> list:
+        """run_group(ctx, group, eval_keys, weights, timings, part) on Ray, one task per group of ciphertexts:
+        their output lists. part: what of the program a task runs (None: all; layouts define others)."""
         from hemlp.runtime.ray import run_groups   # Ray is optional: imported only when asked for
 
         opts = dict(ray)
@@ -221,10 +228,8 @@ class Layout:
         if unknown:
             raise TypeError(f"layout {self.label} on Ray runs its groups as tasks: {sorted(unknown)} are options of "
                             "layout (A) only")
-        groups = [[ct.ctm.cts[i] for i in g] for g in self.groups(ct)]
-        outs = run_groups(model, load_model, eval_keys, weights, ctx, groups, timings, address=opts.get("address"),
-                          num_workers=opts.get("num_workers"), stats=opts.get("stats"))
-        return self.join_groups(ctx, ct, outs)
+        return run_groups(model, load_model, eval_keys, weights, ctx, groups, timings, address=opts.get("address"),
+                          num_workers=opts.get("num_workers"), stats=opts.get("stats"), part=part)
 
     # ---- plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:

@@ -418,7 +418,7 @@ class Blocked(Layout):
             raise ShapeError(f"layout (C) input needs {bk * bn} ciphertexts, got {len(ct.ctm.cts)}")
         return [[t * bn + j for t in range(bk)] for j in range(bn)]
 
-    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict) -> list:
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         """Column block j: its b_k input blocks -> its b_m output blocks (BlockedRunner.run on one column)."""
         runner = self.runner(ctx, lambda c: BlockedRunner(c, self.program))
         Y = runner.run([[c] for c in cts], weights, eval_keys.relin_key, eval_keys.galois_keys, timings)

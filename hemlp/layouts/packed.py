@@ -567,7 +567,7 @@ class Packed(Layout):
                              f"({groups} group(s) of {K}), got {len(ct.ctm.cts)}")
         return [list(range(g * K, (g + 1) * K)) for g in range(groups)]
 
-    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict) -> list:
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b

@@ -69,13 +69,19 @@ def test_packed_groups_bit_identical(local_ray):
     assert np.max(np.abs(y - cm.simulate(x))) < 2.0 ** -14 * max(1.0, np.max(np.abs(y)))
 
 
-def test_mlwe_request_bit_identical(local_ray):
-    x = _asym((12, 16), seed=2)
-    cm = hemlp.compile(mlp(dims=(16, 8, 4)), x, batch_size=12, allow_insecure=True, layout="mlwe",
+def test_mlwe_activation_segments_bit_identical(local_ray):
+    """Layout (A′) on Ray: the MLWE PCMMs in the driver, every ciphertext's CoeffToSlot -> x^2 -> SlotToCoeff a
+    task of its own."""
+    x = _asym((100, 64), seed=2)       # B' = 128 columns, k = 32 rows per ciphertext: 64 hidden rows = 2 ciphertexts
+    cm = hemlp.compile(mlp(dims=(64, 64, 10)), x, batch_size=100, allow_insecure=True, layout="mlwe",
                        preset="test-N12-d18")
     ref, out, st, sk = run_both(cm, x)
     assert same(ref, out) and out.ctm.format == "mlwe"
-    assert st["groups"] == 1    # an MLWE PCMM mixes every input ciphertext: a request is one task
+    segs = [s.out for s in cm.mlwe.steps if s.kind == "cts"]
+    assert segs and set(st) == set(segs)
+    for name in segs:
+        assert st[name]["groups"] == 2 and len(st[name]["tasks"]) == 2     # one task per ciphertext
+    assert set(out.layer_seconds) == set(ref.layer_seconds)
     assert np.max(np.abs(cm.decrypt(out, sk) - cm.simulate(x))) < 2.0 ** -16
 
 

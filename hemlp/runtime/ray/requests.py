@@ -84,8 +84,9 @@ def _worker_cached(key, make):
     return _WORKER[key], not hit
 
 
-def group_request_task(digest: str, holder: list, w_digest, w_holder, arr, metas, threads: int = 1):
-    """One group through compiled.layout_impl.run_group in a worker: (output array, metas, task meta)."""
+def group_request_task(digest: str, holder: list, w_digest, w_holder, arr, metas, threads: int = 1, part=None):
+    """One group through compiled.layout_impl.run_group (part: what of the program, None: all) in a worker:
+    (output array, metas, task meta)."""
     ray = import_ray()
     t_start, cpu_start = time.perf_counter(), time.process_time()
     (compiled, keys), loaded = _worker_cached(("model", digest), lambda: ray.get(holder[0]).load())
@@ -96,7 +97,7 @@ def group_request_task(digest: str, holder: list, w_digest, w_holder, arr, metas
     _core.set_num_threads(threads)
     ctx = compiled.context
     timings: dict = {}
-    out = compiled.layout_impl.run_group(ctx, unpack_cts(ctx, arr, metas), keys, weights, timings)
+    out = compiled.layout_impl.run_group(ctx, unpack_cts(ctx, arr, metas), keys, weights, timings, part)
     a, m = pack_cts(out)
     return a, m, dict(node=node_id(), pid=os.getpid(), model_loaded=loaded, timings=timings,
                       seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
@@ -113,9 +114,10 @@ def _remote():
 
 
 def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timings: dict | None = None, *,
-               address=None, num_workers: int | None = None, stats: dict | None = None) -> list:
+               address=None, num_workers: int | None = None, stats: dict | None = None, part=None) -> list:
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
-    doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). timings: each step's seconds summed over the groups (as the in-process run reports them). stats: the
+    doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
+    run_group (what of the program each task runs; None: all). timings: each step's seconds summed over the groups (as the in-process run reports them). stats: the
     tasks (process, node, seconds, whether the process loaded the model) and the bytes put."""
     t0 = time.perf_counter()
     ship = shipment_of(compiled, load_model, eval_keys)
@@ -129,7 +131,7 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
             arr, metas = pack_cts(g)
             sent += arr.nbytes if hasattr(arr, "nbytes") else sum(a.nbytes for a in arr)
             pending.append(task.options(scheduling_strategy="SPREAD").remote(
-                ship.digest, holder, w_digest, w_holder, arr, metas, 1))
+                ship.digest, holder, w_digest, w_holder, arr, metas, 1, part))
         outs, tasks = [], []
         for a_ref, m_ref, t_ref in pending:
             arr, metas, meta = ray.get([a_ref, m_ref, t_ref])
