@@ -192,8 +192,11 @@ def ray_boot(name: str, command: str) -> str:
     body += (f"\n\nMLP 6-{d['width']}-{d['width']}-3 compiled with bootstrap=True ({d['preset']}, batch {d['batch']}): "
              f"{d['bootstrap_steps']} bootstrap steps, {d['bootstraps']} pair bootstraps in all, one Ray task each; "
              f"medians of {d['repeats']} runs in each of {d['rounds']} alternating blocks per worker count."
-             + (f" Bootstrap steps 1 → 2 workers: {sp['bootstrap_steps']:.2f}×, end to end {sp['end_to_end']:.2f}×."
+             + (f" Bootstrap steps 1 → 2 workers: {sp['bootstrap_steps']:.2f}× wall, end to end {sp['end_to_end']:.2f}×."
                 if sp else "")
+             + (f" The bootstrap tasks' CPU seconds, 1 worker / 2 workers: {sp['task_cpu_ratio']:.2f}, so two otherwise "
+                f"idle cores would give about {sp['derived_idle_2_cores']:.2f}× (derived from CPU time, not a wall-time "
+                "measurement)." if sp and "task_cpu_ratio" in sp else "")
              + " Wall-time ratio on a shared 2-core machine: the load average says how many other processes ran, and "
                "CPU / wall the share of a core each task (in process: the run) got.")
     return section("Bootstrapped plan on Ray (layout A, bootstrap=True)", name, command, body, d)
