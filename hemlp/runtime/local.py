@@ -23,8 +23,8 @@ from hemlp.he.reinterpret import retag
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
-           "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units", "bootstrap_unit",
-           "bootstrap_retag"]
+           "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units",
+           "bootstrap_unit", "bootstrap_retag"]
 
 
 def range_check(step, u, counts: dict | None = None):

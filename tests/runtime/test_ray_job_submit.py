@@ -112,7 +112,8 @@ def test_ray_job_submit_of_the_batch_script(head, tmp_path):
     # docs/ray.md: token authentication (Ray >= 2.52 turns it on where ~/.ray/auth_token exists) -> RAY_AUTH_MODE
     submit_env = dict(env, RAY_AUTH_MODE="token") if (Path.home() / ".ray" / "auth_token").exists() else env
     p = subprocess.run([str(RAY), "job", "submit", "--address", address, "--", sys.executable,
-                        str(REPO / "scripts" / "ray_batch_infer.py"), str(tmp_path / "cts"), "-o", str(tmp_path / "out"),
+                        str(REPO / "scripts" / "ray_batch_infer.py"), str(tmp_path / "cts"),
+                        "-o", str(tmp_path / "out"),
                         "--model", str(tmp_path / "model"), "--keys", str(tmp_path / "eval.keys"), "--allow-insecure",
                         "--no-progress", "--json", str(tmp_path / "summary.json")],
                        env=submit_env, capture_output=True, text=True, timeout=600)

@@ -6,12 +6,14 @@ An MLP 6-W-W-3 (SiLU, tanh; degree-3 activations) compiled with bootstrap=True a
 test-N12-boot (N = 2^12), batch = the slot count (one chunk): every bootstrap step refreshes W ciphertexts in W/2
 pair bootstraps. In process (runtime="local", 1 thread) after a warm-up run, then runtime="ray" on a fresh local
 Ray with w CPUs for every w of --workers, the worker counts alternating for --rounds blocks: in each block --warmup
-untimed runs (each worker process builds its Bootstrapper from the keys put once), then --repeats timed runs. Recorded per mode: the bootstrap steps' wall seconds (the bootstrap-heavy part: each
-step's tasks submitted at once, one per pair), the other steps', end to end, the tasks' CPU seconds and processes,
-and bit-identity of every output ciphertext with the in-process run; the speed-up of the bootstrap steps from 1 to
-2 workers. "CPU / wall": the CPU seconds the tasks (in process: the run) got per second of their wall time, i.e. the
-share of a core each had (under 100 %: other processes took the rest). The machine's load average before and after every mode is recorded (the speed-up is a wall-time ratio:
-other processes on the same cores lower it).
+untimed runs (each worker process builds its Bootstrapper from the keys put once), then --repeats timed runs.
+Recorded per mode: the bootstrap steps' wall seconds (the bootstrap-heavy part: each step's tasks submitted at
+once, one per pair), the other steps', end to end, the tasks' CPU seconds and processes, and bit-identity of
+every output ciphertext with the in-process run; the speed-up of the bootstrap steps from 1 to 2 workers.
+"CPU / wall": the CPU seconds the tasks (in process: the run) got per second of their wall time, i.e. the
+share of a core each had (under 100 %: other processes took the rest). The machine's load average before and after
+every block is recorded (the speed-up is a wall-time ratio: other processes on the same cores lower it); so is the
+ratio of the bootstrap tasks' CPU seconds with 1 and 2 workers, from which the speed-up on two idle cores is derived.
 """
 from __future__ import annotations
 

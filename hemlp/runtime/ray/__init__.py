@@ -29,5 +29,6 @@ from hemlp.runtime.ray.run import run_on_ray
 from hemlp.runtime.ray.session import LOCAL_SYSTEM_CONFIG, RuntimeUnavailableError, ray_session
 
 __all__ = ["ray_session", "RuntimeUnavailableError", "LOCAL_SYSTEM_CONFIG", "TUNE_MALLOC_ENV", "RayProgram",
-           "RayExecutor", "run_on_ray", "run_groups", "ray_pcmm", "ray_pcmm_gather", "RayItems", "pack_cts", "unpack_cts",
+           "RayExecutor", "run_on_ray", "run_groups", "ray_pcmm", "ray_pcmm_gather", "RayItems", "pack_cts",
+           "unpack_cts",
            "release_staging"]

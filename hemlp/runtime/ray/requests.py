@@ -117,8 +117,9 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
                address=None, num_workers: int | None = None, stats: dict | None = None, part=None) -> list:
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
     doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
-    run_group (what of the program each task runs; None: all). timings: each step's seconds summed over the groups (as the in-process run reports them). stats: the
-    tasks (process, node, seconds, whether the process loaded the model) and the bytes put."""
+    run_group (what of the program each task runs; None: all). timings: each step's seconds summed over the groups
+    (as the in-process run reports them). stats: the tasks (process, node, seconds, whether the process loaded the
+    model) and the bytes put."""
     t0 = time.perf_counter()
     ship = shipment_of(compiled, load_model, eval_keys)
     wbytes = None if weights is None else weights.to_bytes()

@@ -3,8 +3,9 @@
 ``group_task`` is every task of RayProgram's waves (see hemlp.runtime.ray.program for the kinds: node-local
 "segment" tasks, sharded "pcmm" / "partial" / "reduce" tasks, "ew" row groups); ``elementwise_task`` and
 ``bootstrap_task`` are the per-step executor's (RayExecutor): a group of ciphertexts through one elementwise step,
-one or two ciphertexts through a bootstrap (the Bootstrapper built once per process from the keys put once). Every worker process builds the ``ckks.Context`` once and caches it by the
-parameter hash, and decodes the relinearisation key (put once per run) once by its digest. Tasks are pure: their
+one or two ciphertexts through a bootstrap (the Bootstrapper built once per process from the keys put once). Every
+worker process builds the ``ckks.Context`` once and caches it by the parameter hash, and decodes the
+relinearisation key (put once per run) once by its digest. Tasks are pure: their
 arguments stay referenced by the driver, so a worker killed mid-layer is re-run (TASK_RETRIES) with the same bits.
 """
 from __future__ import annotations
