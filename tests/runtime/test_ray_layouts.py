@@ -11,6 +11,7 @@ ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
 import hemlp  # noqa: E402
+from hemlp.runtime.ray import session  # noqa: E402
 from hemlp.runtime.ray.session import LOCAL_SYSTEM_CONFIG  # noqa: E402
 from tests.compiler.conftest import Square, mlp  # noqa: E402
 
@@ -24,6 +25,7 @@ def _quiet():
 
 @pytest.fixture(scope="module")
 def local_ray():
+    session.shutdown_local()     # a local Ray an earlier test had hemlp start
     if ray.is_initialized():
         ray.shutdown()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
