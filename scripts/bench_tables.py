@@ -357,7 +357,7 @@ def render() -> str:
                                     "--json bench/weights_N15.json"),
         ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "
             "(--batch, --dims, --nodes 2 for the other rows)"),
-        ray_boot("ray_boot.json", f"{env} -m hemlp.bench ray_boot --json bench/ray_boot.json"),
+        ray_boot("ray_boot.json", f"{env} -m hemlp.bench ray_boot --rounds 3 --json bench/ray_boot.json"),
         files("files_N14.json", f"{env} -m hemlp.bench files --preset N14-d6 --json bench/files_N14.json"),
         simd_paths("core_N14_simd_paths_avx2.json", f"{env} -m hemlp.bench core --preset N14-d6 --threads 1 "
                                                     "--simd all --json bench/core_N14_simd_paths_avx2.json"),
