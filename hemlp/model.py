@@ -438,8 +438,9 @@ class CompiledModel:
             threads: int | None = None, weights=None, verbose: bool | None = None, **ray_options):
         """Encrypted inference (server side: ciphertexts and evaluation keys only).
 
-        runtime="local": in this process (threads: native threads). runtime="ray": every PCMM and
-        elementwise step as Ray tasks (hemlp.runtime.ray), bit-identical to "local"; address=None
+        runtime="local": in this process (threads: native threads). runtime="ray": bit-identical to "local";
+        layout (A): every PCMM, elementwise step and bootstrap as Ray tasks (hemlp.runtime.ray); layouts (P), (A′),
+        (C): the request's independent groups (sample groups, column blocks) one task each; address=None
         uses the connected Ray or starts a local one with num_workers CPUs for the call, an address
         ("host:port", "ray://host:10001", "auto") joins that cluster (RuntimeUnavailableError if it
         cannot be reached). Ray options: grid ((p_m, p_n, p_k[, p_s]) or {step: grid}; p_s = 2 puts the two
@@ -475,7 +476,10 @@ class CompiledModel:
         self.layout_impl.check_run(ct, eval_keys, weights, runtime, self.model_id)
         if threads is not None:
             set_num_threads(threads)
-        ray = dict(ray_options, address=address, num_workers=num_workers) if runtime == "ray" else {}
+        # model, load_model: layouts (P), (A'), (C) ship the model to the Ray workers, which load it with this module's
+        # load (Layout.run_groups_on_ray; the runtime sits below the model and does not import it)
+        ray = dict(ray_options, address=address, num_workers=num_workers, model=self,
+                   load_model=load) if runtime == "ray" else {}
         with progress("run", total=self.layout_impl.progress_total(), verbose=verbose, unit="layer") as bar:
             timings = StepTimings(bar)     # each step's seconds, advancing the bar as the layout records them
             out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, runtime, ray)

@@ -180,6 +180,32 @@ def ray(command: str) -> str:
     return f"## Ray runtime (layout A)\n\nSources: the JSON files named in the table.  \nCommand: `{command}`\n\n{body}\n"
 
 
+def ray_boot(name: str, command: str) -> str:
+    d = load(name)
+    rows = []
+    for m in d["modes"]:
+        label = "in-process, 1 thread" if m["mode"] == "in-process" else f"Ray, {m['workers']} worker(s)"
+        per = sec(m["task_bootstrap_s"] / d["bootstraps"]) if "task_bootstrap_s" in m else "–"
+        share = m["task_cpu_s"] / m["task_wall_s"] if "task_wall_s" in m else m["cpu_s"] / m["end_to_end_s"]
+        la = [b["load_average_before"][0] for b in m.get("blocks", []) if b.get("load_average_before")]
+        rows.append([label, sec(m["bootstrap_steps_s"]), sec(m["other_steps_s"]), sec(m["end_to_end_s"]), per,
+                     f"{share:.0%}", "yes" if m["bit_identical"] else "NO", " / ".join(f"{v:.1f}" for v in la) or "–"])
+    sp = d.get("speedup") or {}
+    body = table(["mode", "bootstrap steps", "other steps", "end to end", "one pair bootstrap (in its task)",
+                  "CPU / wall", "bit-identical", "load average (per block)"], rows)
+    body += (f"\n\nMLP 6-{d['width']}-{d['width']}-3 compiled with bootstrap=True ({d['preset']}, batch {d['batch']}): "
+             f"{d['bootstrap_steps']} bootstrap steps, {d['bootstraps']} pair bootstraps in all, one Ray task each; "
+             f"medians of {d['repeats']} runs in each of {d['rounds']} alternating blocks per worker count."
+             + (f" Bootstrap steps 1 → 2 workers: {sp['bootstrap_steps']:.2f}× wall, end to end {sp['end_to_end']:.2f}×."
+                if sp else "")
+             + (f" The bootstrap tasks' CPU seconds, 1 worker / 2 workers: {sp['task_cpu_ratio']:.2f}, so two otherwise "
+                f"idle cores would give about {sp['derived_idle_2_cores']:.2f}× (derived from CPU time, not a wall-time "
+                "measurement)." if sp and "task_cpu_ratio" in sp else "")
+             + " Wall-time ratio on a shared 2-core machine: the load average says how many other processes ran, and "
+               "CPU / wall the share of a core each task (in process: the run) got.")
+    return section("Bootstrapped plan on Ray (layout A, bootstrap=True)", name, command, body, d)
+
+
 def files(name: str, command: str) -> str:
     d = load(name)
     rows = [[op, sec(v["median_s"]), f"{d['bytes'] / v['median_s'] / 1e9:.2f} GB/s"] for op, v in d["ops"].items()]
@@ -358,6 +384,7 @@ def render() -> str:
                                     "--json bench/weights_N15.json"),
         ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "
             "(--batch, --dims, --nodes 2 for the other rows)"),
+        ray_boot("ray_boot.json", f"{env} -m hemlp.bench ray_boot --rounds 3 --json bench/ray_boot.json"),
         files("files_N14.json", f"{env} -m hemlp.bench files --preset N14-d6 --json bench/files_N14.json"),
         simd_paths("core_N14_simd_paths_avx2.json", f"{env} -m hemlp.bench core --preset N14-d6 --threads 1 "
                                                     "--simd all --json bench/core_N14_simd_paths_avx2.json"),

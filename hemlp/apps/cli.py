@@ -248,7 +248,7 @@ def cmd_keygen(args, ui: UI):
         sk, ek = compiled.keygen(verbose=ui.verbose)
     out.mkdir(parents=True, exist_ok=True)
     sk.save(sk_path)
-    ek.save(ek_path)
+    ek.save(ek_path, compiled.context)   # the context serialises a bootstrapped plan's bootstrapping keys
     ui.result.update(command="keygen", secret_key=str(sk_path), eval_keys=str(ek_path),
                      bytes={"secret_key": fsize(sk_path), "eval_keys": fsize(ek_path)})
     ui.finish([f"secret key (keep on the client): {sk_path} ({human(fsize(sk_path))})",

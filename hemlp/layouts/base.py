@@ -7,7 +7,8 @@ client or server call that depends on where the values sit in the ciphertexts is
                                      ShapeError / LevelError when it cannot run them); estimate(); commit()
     keys       key_levels(), keygen(ctx, sk), level_checks(ctx, eval_keys), check_run(...)
     client     capacity, encrypt(ctx, x, key), decrypt(ctx, ctm, sk, batch), encrypt_weights(...)
-    server     prepare(ctx), run(ctx, ct, eval_keys, weights, timings, runtime, ray)
+    server     prepare(ctx), run(ctx, ct, eval_keys, weights, timings, runtime, ray); a request's independent
+               groups: groups(ct), run_group(...), join_groups(...) (run's default, in process or on Ray)
     oracle     simulate(X)
     text       plan_header(info), finish_plan_text(text, info), plan_info()
     resources  key_inventory(), ciphertexts_in(), ciphertexts_out(), prepared_bytes(), working_bytes(): the
@@ -26,6 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from hemlp.errors import ParameterError, UnsupportedError
+from hemlp.linalg import CtMatrix
 
 __all__ = ["Layout", "Planned", "CT_PRODUCT_OPS"]
 
@@ -147,8 +149,6 @@ class Layout:
         """Layout-specific checks of a run's arguments (typed errors, before any work)."""
         if weights is not None:
             raise TypeError("weights= is only for models compiled with encrypted_weights=True")
-        if runtime == "ray":
-            raise UnsupportedError(f"layout {self.label} runs in-process: use runtime='local'")
 
     # ---- client side
     @property
@@ -173,8 +173,63 @@ class Layout:
         return 0.0
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
-        """The encrypted input batch (hemlp.runtime.artifacts.EncryptedBatch) -> output CtMatrix."""
-        raise NotImplementedError
+        """The encrypted input batch (hemlp.runtime.artifacts.EncryptedBatch) -> output CtMatrix. The default runs
+        the request's independent groups (groups / run_group / join_groups): in process one after the other, on
+        Ray (runtime="ray") as one task each (run_groups_on_ray)."""
+        if runtime == "ray":
+            return self.run_groups_on_ray(ctx, ct, eval_keys, weights, timings, ray)
+        outs = []
+        for g in self.groups(ct):
+            t: dict = {}
+            outs.append(self.run_group(ctx, [ct.ctm.cts[i] for i in g], eval_keys, weights, t))
+            for k, v in t.items():
+                timings[k] = timings.get(k, 0.0) + v
+        return self.join_groups(ctx, ct, outs)
+
+    # ---- a request as independent groups (the data-parallel unit of the Ray runtime)
+    def groups(self, ct) -> list[list[int]]:
+        """The independent groups of an input batch: lists of indices into ct.ctm.cts, each of which run_group
+        computes alone (default: the whole request is one group). Checks the input's shape (ShapeError)."""
+        return [list(range(len(ct.ctm.cts)))]
+
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
+        """One group's input ciphertexts -> its output ciphertexts: the layout's in-process program, the same
+        arithmetic wherever it runs (so a Ray worker gives the same bits). part: None (the whole program) or a
+        part of it the layout defines (layout (A′): one activation segment on one ciphertext)."""
+        raise NotImplementedError(f"layout {self.name!r} does not run groups")
+
+    def join_groups(self, ctx, ct, outs: list):
+        """The groups' outputs (in the order of groups(ct)) -> the run's output CtMatrix."""
+        flat = [c for out in outs for c in out]
+        return CtMatrix(ctx, flat, (len(flat), ctx.slots), 1)
+
+    def weights_from_bytes(self, data: bytes, compiled):
+        """A run's weights= argument from its to_bytes() (the Ray workers receive bytes); layouts with plaintext
+        weights take none."""
+        raise ParameterError(f"layout {self.name!r} takes no weights= argument")
+
+    def run_groups_on_ray(self, ctx, ct, eval_keys, weights, timings: dict, ray: dict):
+        """run() on Ray: every group a task in a worker that loads the model and the keys once (put once in the
+        object store), bit-identical to the in-process run (hemlp.runtime.ray.requests)."""
+        groups = [[ct.ctm.cts[i] for i in g] for g in self.groups(ct)]
+        return self.join_groups(ctx, ct, self.ray_tasks(ctx, groups, eval_keys, weights, timings, ray))
+
+    def ray_tasks(self, ctx, groups: list, eval_keys, weights, timings: dict, ray: dict, part=None) -> list:
+        """run_group(ctx, group, eval_keys, weights, timings, part) on Ray, one task per group of ciphertexts:
+        their output lists. part: what of the program a task runs (None: all; layouts define others)."""
+        from hemlp.runtime.ray import run_groups   # Ray is optional: imported only when asked for
+
+        opts = dict(ray)
+        model, load_model = opts.pop("model", None), opts.pop("load_model", None)
+        if model is None or load_model is None:
+            raise UnsupportedError(f"layout {self.label} runs on Ray through its compiled model: "
+                                   "compiled.run(ct, eval_keys, runtime='ray')")
+        unknown = {k for k, v in opts.items() if v is not None} - {"address", "num_workers", "stats"}
+        if unknown:
+            raise TypeError(f"layout {self.label} on Ray runs its groups as tasks: {sorted(unknown)} are options of "
+                            "layout (A) only")
+        return run_groups(model, load_model, eval_keys, weights, ctx, groups, timings, address=opts.get("address"),
+                          num_workers=opts.get("num_workers"), stats=opts.get("stats"), part=part)
 
     # ---- plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:

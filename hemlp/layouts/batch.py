@@ -11,7 +11,7 @@ import numpy as np
 
 from hemlp import linalg
 from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
-from hemlp.errors import MissingKeyError, UnsupportedError
+from hemlp.errors import MissingKeyError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
@@ -84,21 +84,21 @@ class Batch(Layout):
             if getattr(eval_keys, "bootstrap_keys", None) is None:
                 raise MissingKeyError("this plan bootstraps: its eval keys need the bootstrapping keys; use keygen()'s "
                                       "eval_keys")
-            if runtime == "ray":
-                raise UnsupportedError("bootstrapped plans run in process for now (runtime='local'); Ray for them "
-                                       "is issue #18 item 2")
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+        ray = {k: v for k, v in ray.items() if k not in ("model", "load_model")}   # layout (A) runs steps, not groups
+        if runtime == "ray":
+            from hemlp.runtime.ray import run_on_ray   # Ray is optional: imported only when asked for
+
+            # a bootstrapped plan: step by step, every bootstrap a Ray task (the keys shipped once per worker)
+            return run_on_ray(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
+                              bootstrap_keys=eval_keys.bootstrap_keys if self.bootstrapped else None, **ray)
         if self.bootstrapped:
             keys = eval_keys.bootstrap_keys
             if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
                 self._boot = (keys, Bootstrapper(ctx, keys))
             return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
                              boot=self._boot[1])
-        if runtime == "ray":
-            from hemlp.runtime.ray import run_on_ray   # Ray is optional: imported only when asked for
-
-            return run_on_ray(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings, **ray)
         return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:

@@ -294,7 +294,7 @@ class BlockedRunner:
             out = []
             for a in range(lay.b_m):
                 row = []
-                for j in range(lay.b_n):
+                for j in range(len(Y[0])):    # every column block, or the one of a group (run_group)
                     acc = None
                     for t in range(lay.b_k):
                         p = rectangular.matmul(ctx, Wb[a][t], Y[t][j], (m, k, n), galois_keys, relin_key, transforms=tr)
@@ -381,8 +381,6 @@ class Blocked(Layout):
             raise KeyMismatchError(f"the encrypted weights belong to compiled model {weights.model_id}")
         if weights.key_id != ct.key_id:
             raise KeyMismatchError("the encrypted weights and the ciphertext come from different key pairs")
-        if runtime == "ray":
-            raise UnsupportedError("layout (C) (encrypted weights) runs in-process: use runtime='local'")
 
     @property
     def capacity(self) -> int:
@@ -412,17 +410,27 @@ class Blocked(Layout):
         m = prog.layers[-1].W.shape[0]
         return Y[:m, :batch].T
 
-    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
-        prog = self.program
-        bk, bn, _, _ = prog.in_blocks(0)
-        cts = ct.ctm.cts
-        if len(cts) != bk * bn:
-            raise ShapeError(f"layout (C) input needs {bk * bn} ciphertexts, got {len(cts)}")
-        runner = self.runner(ctx, lambda c: BlockedRunner(c, prog))
-        Y = runner.run([cts[t * bn:(t + 1) * bn] for t in range(bk)], weights, eval_keys.relin_key,
-                       eval_keys.galois_keys, timings)
-        out = flat(Y)
+    def groups(self, ct) -> list[list[int]]:
+        """One group per column block j (samples j*block_n ...): every layer's output block (a, j) reads only the
+        input blocks (t, j) of the same column, and the chain keeps one column blocking (no re-blocking)."""
+        bk, bn, _, _ = self.program.in_blocks(0)
+        if len(ct.ctm.cts) != bk * bn:
+            raise ShapeError(f"layout (C) input needs {bk * bn} ciphertexts, got {len(ct.ctm.cts)}")
+        return [[t * bn + j for t in range(bk)] for j in range(bn)]
+
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
+        """Column block j: its b_k input blocks -> its b_m output blocks (BlockedRunner.run on one column)."""
+        runner = self.runner(ctx, lambda c: BlockedRunner(c, self.program))
+        Y = runner.run([[c] for c in cts], weights, eval_keys.relin_key, eval_keys.galois_keys, timings)
+        return [row[0] for row in Y]
+
+    def join_groups(self, ctx, ct, outs: list):
+        """Column groups [j][a] -> the output blocks row-major (a * b_n + j), as flat(Y) of a whole run."""
+        out = [outs[j][a] for a in range(len(outs[0])) for j in range(len(outs))]
         return CtMatrix(ctx, out, (len(out), ctx.slots), 1)
+
+    def weights_from_bytes(self, data: bytes, compiled):
+        return EncryptedWeights.from_bytes(data, compiled)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of the planned batch
         return self.in_groups(self.program.simulate, X, self.batch_size)

@@ -432,41 +432,67 @@ class MlweRunner:
         return [(out[2 * i], out[2 * i + 1]) for i in range(len(parts))]
 
     # ---- the program
-    def run(self, cts: list, relin_key, galois_keys, modpack_keys, timings: dict | None = None) -> list:
-        """Input ciphertexts (the MLWE input matrix) -> the output's coefficient-encoded ciphertexts."""
+    def run(self, cts: list, relin_key, galois_keys, modpack_keys, timings: dict | None = None,
+            segments=None) -> list:
+        """Input ciphertexts (the MLWE input matrix) -> the output's coefficient-encoded ciphertexts.
+        segments (optional): fn(k, j, cts) -> cts running steps k..j (a CoeffToSlot, its activations and the
+        SlotToCoeff: each ciphertext on its own) elsewhere, e.g. one Ray task per ciphertext (run_segment)."""
         ctx, prog = self.ctx, self.prog
         if prog.has_acts and galois_keys is None:
             raise MissingKeyError("layout (A') activations need the CoeffToSlot / SlotToCoeff rotation keys and the "
                                   "conjugation key of this model; use keygen()'s eval_keys")
         if len(cts) != prog.input.cts:
             raise ShapeError(f"layout (A') input needs {prog.input.cts} ciphertexts, got {len(cts)}")
-        val = None
-        for m in prog.steps:
-            t0 = time.perf_counter()
-            if m.kind == "input":
-                if cts[0].level < m.level_out:
-                    raise LevelError(f"the input is at level {cts[0].level} but the plan starts at level {m.level_out}")
-                want = input_scale(ctx, prog)
-                if abs(cts[0].scale / want - 1.0) > 2.0 ** -30:
-                    raise ScaleMismatchError(f"the input is at scale 2^{np.log2(cts[0].scale):.2f}, the plan expects "
-                                             f"2^{np.log2(want):.2f}; encrypt with compiled.encrypt")
-                val = [ctx.drop_level(c, m.level_out) if c.level != m.level_out else c for c in cts]
+        steps, val, k = prog.steps, cts, 0
+        while k < len(steps):
+            m = steps[k]
+            if m.kind == "cts" and segments is not None:
+                j = next(i for i in range(k, len(steps)) if steps[i].kind == "stc")
+                val = segments(k, j, val)
+                if val[0].level != steps[j].level_out:
+                    raise AssertionError(f"step {steps[j].out}: level {val[0].level}, planned {steps[j].level_out}")
+                k = j + 1
                 continue
-            if m.kind == "pcmm":
-                val = self._pcmm(m, val, modpack_keys)
-            elif m.kind == "cts":
-                val = self._cts(val, galois_keys)
-            elif m.kind == "act":
-                val = self._act(m, val, relin_key)
-            elif m.kind == "stc":
-                val = self._stc(val, galois_keys)
-            elif m.kind == "output":
-                continue
-            lv = (val[0][0] if isinstance(val[0], tuple) else val[0]).level
-            if lv != m.level_out:
-                raise AssertionError(f"step {m.out}: level {lv}, planned {m.level_out}")
-            if timings is not None:
-                timings[m.out] = time.perf_counter() - t0
+            val = self._step(m, val, relin_key, galois_keys, modpack_keys, timings)
+            k += 1
+        return val
+
+    def run_segment(self, ct, k: int, j: int, relin_key, galois_keys, timings: dict | None = None) -> list:
+        """Steps k..j (CoeffToSlot, activations, SlotToCoeff) on one ciphertext: [its output]. Each ciphertext of
+        such a segment is independent of the others, and the arithmetic is run()'s, so the same bits."""
+        val = [ct]
+        for m in self.prog.steps[k: j + 1]:
+            if m.kind not in ("cts", "act", "stc"):
+                raise AssertionError(f"step {m.out} ({m.kind}) is not a CoeffToSlot / activation / SlotToCoeff")
+            val = self._step(m, val, relin_key, galois_keys, None, timings)
+        return val
+
+    def _step(self, m, val: list, relin_key, galois_keys, modpack_keys, timings) -> list:
+        ctx, prog = self.ctx, self.prog
+        t0 = time.perf_counter()
+        if m.kind == "input":
+            if val[0].level < m.level_out:
+                raise LevelError(f"the input is at level {val[0].level} but the plan starts at level {m.level_out}")
+            want = input_scale(ctx, prog)
+            if abs(val[0].scale / want - 1.0) > 2.0 ** -30:
+                raise ScaleMismatchError(f"the input is at scale 2^{np.log2(val[0].scale):.2f}, the plan expects "
+                                         f"2^{np.log2(want):.2f}; encrypt with compiled.encrypt")
+            return [ctx.drop_level(c, m.level_out) if c.level != m.level_out else c for c in val]
+        if m.kind == "pcmm":
+            val = self._pcmm(m, val, modpack_keys)
+        elif m.kind == "cts":
+            val = self._cts(val, galois_keys)
+        elif m.kind == "act":
+            val = self._act(m, val, relin_key)
+        elif m.kind == "stc":
+            val = self._stc(val, galois_keys)
+        elif m.kind == "output":
+            return val
+        lv = (val[0][0] if isinstance(val[0], tuple) else val[0]).level
+        if lv != m.level_out:
+            raise AssertionError(f"step {m.out}: level {lv}, planned {m.level_out}")
+        if timings is not None:
+            timings[m.out] = timings.get(m.out, 0.0) + time.perf_counter() - t0
         return val
 
 
@@ -592,9 +618,6 @@ class Mlwe(Layout):
         for what, key in (("rotation keys", eval_keys.galois_keys), ("ModPack keys", eval_keys.modpack_keys)):
             if key is not None and key.key_id != ct.key_id:
                 raise KeyMismatchError(f"the {what} and the ciphertext come from different key pairs")
-        if runtime == "ray":
-            raise UnsupportedError("layout (A') (MLWE, small batches) runs in-process: use runtime='local', or "
-                                   "compile with layout='batch' for a sharded large batch")
 
     @property
     def capacity(self) -> int:
@@ -615,14 +638,43 @@ class Mlwe(Layout):
     def _make_runner(self, ctx) -> MlweRunner:
         return MlweRunner(ctx, self.program, self.weight_bits)
 
-    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+    def groups(self, ct) -> list[list[int]]:
+        """One group: every output ciphertext of an MLWE PCMM reads every input ciphertext."""
         prog = self.program
         if ct.ctm.format != "mlwe" or ct.ctm.shape[1] != prog.d3:
             raise ShapeError(f"layout (A') input must be an MLWE matrix with {prog.d3} columns; encrypt it with "
                              "this model's encrypt()")
+        return [list(range(len(ct.ctm.cts)))]
+
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
+        """The whole program (part None), or part = (k, j): the activation segment k..j on one ciphertext."""
+        runner = self.runner(ctx, self._make_runner)
+        if part is not None:
+            return runner.run_segment(cts[0], *part, eval_keys.relin_key, eval_keys.galois_keys, timings)
+        return runner.run(cts, eval_keys.relin_key, eval_keys.galois_keys, eval_keys.modpack_keys, timings)
+
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+        """On Ray: the PCMMs in this process (one MLWE product mixes every ciphertext), every activation segment
+        (CoeffToSlot, activations, SlotToCoeff) of every ciphertext a task (Layout.ray_tasks); the same bits."""
+        if runtime != "ray":
+            return super().run(ctx, ct, eval_keys, weights, timings, runtime, ray)
+        self.groups(ct)                  # the shape check
+        stats = ray.get("stats")
+
+        def segments(k, j, cts):
+            st = {} if stats is not None else None
+            outs = self.ray_tasks(ctx, [[c] for c in cts], eval_keys, weights, timings, dict(ray, stats=st),
+                                  part=(k, j))
+            if stats is not None:
+                stats[self.program.steps[k].out] = st
+            return [o[0] for o in outs]
+
         out = self.runner(ctx, self._make_runner).run(ct.ctm.cts, eval_keys.relin_key, eval_keys.galois_keys,
-                                                      eval_keys.modpack_keys, timings)
-        return CtMatrix(ctx, out, (prog.output.rows, prog.d3), 1, "mlwe")
+                                                      eval_keys.modpack_keys, timings, segments=segments)
+        return self.join_groups(ctx, ct, [out])
+
+    def join_groups(self, ctx, ct, outs: list):
+        return CtMatrix(ctx, outs[0], (self.program.output.rows, self.program.d3), 1, "mlwe")
 
     def simulate(self, X: np.ndarray) -> np.ndarray:
         # the arithmetic of layout (A): the same quantised weights, polynomials and affine maps per feature

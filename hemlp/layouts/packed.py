@@ -533,10 +533,6 @@ class Packed(Layout):
             raise MissingKeyError("layout (P) needs this model's rotation keys; use keygen()'s eval_keys")
         if gk is not None and gk.key_id != ct.key_id:
             raise KeyMismatchError("the rotation keys and the ciphertext come from different key pairs")
-        if runtime == "ray":
-            raise UnsupportedError("layout (P) (packed small batches) runs in-process: use runtime='local'; "
-                                   "to spread many small requests over Ray use run_batch / `hemlp batch`, "
-                                   "or compile with layout='batch' for a sharded large batch")
 
     @property
     def capacity(self) -> int:
@@ -562,19 +558,17 @@ class Packed(Layout):
     def _make_runner(self, ctx) -> PackedRunner:
         return PackedRunner(ctx, self.program)
 
-    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+    def groups(self, ct) -> list[list[int]]:
+        """The groups of b samples (K ciphertexts each): independent, the same program on each."""
         prog = self.program
         K, groups = prog.input.layout.K, -(-ct.batch // prog.b)
         if len(ct.ctm.cts) != K * groups:
             raise ShapeError(f"layout (P) input of {ct.batch} samples needs {K * groups} ciphertexts "
                              f"({groups} group(s) of {K}), got {len(ct.ctm.cts)}")
-        runner, outs = self.runner(ctx, self._make_runner), []
-        for g in range(groups):          # groups are independent: the same program on each
-            t = {}
-            outs += runner.run(ct.ctm.cts[g * K:(g + 1) * K], eval_keys.relin_key, eval_keys.galois_keys, t)
-            for k, v in t.items():
-                timings[k] = timings.get(k, 0.0) + v
-        return CtMatrix(ctx, outs, (len(outs), ctx.slots), 1)
+        return [list(range(g * K, (g + 1) * K)) for g in range(groups)]
+
+    def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
+        return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b
         return self.in_groups(self.program.simulate, X, self.program.b)

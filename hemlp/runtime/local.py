@@ -23,7 +23,8 @@ from hemlp.he.reinterpret import retag
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
-           "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows"]
+           "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units",
+           "bootstrap_unit", "bootstrap_retag"]
 
 
 def range_check(step, u, counts: dict | None = None):
@@ -233,7 +234,7 @@ def cached_elementwise(cache: dict, ctx, op: ElementwiseOp, relin_key):
 
 class LocalExecutor:
     """In-process execution of the heavy steps (the default of ``run``). Another executor (e.g.
-    hemlp.runtime.ray.RayExecutor) provides the same three methods and gives the same bits."""
+    hemlp.runtime.ray.RayExecutor) provides the same four methods and gives the same bits."""
 
     name = "local"
 
@@ -251,6 +252,12 @@ class LocalExecutor:
             return _square_many(ctx, C, op, relin_key)
         return _map_cts(C, cached_elementwise(self._pe, ctx, op, relin_key))
 
+    def bootstrap(self, ctx, C, step, boot):
+        if boot is None:
+            raise MissingKeyError(f"step {step.out} bootstraps: run the plan with its bootstrapper (the eval keys' "
+                                  "bootstrapping keys)")
+        return bootstrap_rows(ctx, boot, C, step)
+
 
 def _square_many(ctx, C, op: ElementwiseOp, relin_key):
     """elementwise()'s square on every ciphertext, the products in parallel over ciphertexts (native threads); the
@@ -263,25 +270,47 @@ def _square_many(ctx, C, op: ElementwiseOp, relin_key):
     return CtMatrix(C.ctx, ys, C.shape, C.chunks, C.format)
 
 
-def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
-    """The bootstrap step on every ciphertext of C: re-tag the scale x c, refresh two by two (bootstrap_pair)
-    when level and scale agree, multiply back by c exactly (mul_integer), drop to the planned level."""
-    c = int(step.info["scale_factor"])
-    cts = [retag(ctx, ct, scale=ct.scale * c) if c != 1 else ct for ct in C.cts]
-    out = [None] * len(cts)
-    i = 0
+def bootstrap_units(cts) -> list[tuple]:
+    """How the bootstrap step refreshes a list of ciphertexts: (i, i + 1) two by two (bootstrap_pair) when both are
+    real with equal level and scale, else (i,) alone. The Ray runtime spreads these units over its tasks, so a
+    ciphertext is refreshed with the same partner, and so to the same bits, wherever it runs."""
+    units, i = [], 0
     while i < len(cts):
         a = cts[i]
         b = cts[i + 1] if i + 1 < len(cts) else None
         if b is not None and not a.is_complex and not b.is_complex and a.level == b.level and a.scale == b.scale:
-            out[i], out[i + 1] = boot.bootstrap_pair(a, b)
+            units.append((i, i + 1))
             i += 2
         else:
-            out[i] = boot.bootstrap(a)
+            units.append((i,))
             i += 1
+    return units
+
+
+def bootstrap_unit(ctx, boot, cts: list, step) -> list:
+    """One unit of bootstrap_units (one or two ciphertexts, already re-tagged x c by bootstrap_retag): refreshed,
+    multiplied back by c exactly (mul_integer) and dropped to the step's planned level."""
+    c = int(step.info["scale_factor"])
+    out = list(boot.bootstrap_pair(*cts)) if len(cts) == 2 else [boot.bootstrap(cts[0])]
     if c != 1:
         out = [ctx.mul_integer(ct, c) for ct in out]
-    out = [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
+    return [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
+
+
+def bootstrap_retag(ctx, cts: list, step) -> list:
+    """The bootstrap step's input divided by c = step.info["scale_factor"]: a re-tag of the scale (no arithmetic)."""
+    c = int(step.info["scale_factor"])
+    return [retag(ctx, ct, scale=ct.scale * c) if c != 1 else ct for ct in cts]
+
+
+def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
+    """The bootstrap step on every ciphertext of C: re-tag the scale x c, refresh two by two (bootstrap_pair)
+    when level and scale agree, multiply back by c exactly (mul_integer), drop to the planned level."""
+    cts = bootstrap_retag(ctx, C.cts, step)
+    out = [None] * len(cts)
+    for u in bootstrap_units(cts):
+        for i, ct in zip(u, bootstrap_unit(ctx, boot, [cts[i] for i in u], step)):
+            out[i] = ct
     return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
 
 
@@ -309,10 +338,7 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
     elif s.op == "drop":
         y = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in x.cts], x.shape, x.chunks, x.format)
     elif s.op == "bootstrap":
-        if boot is None:
-            raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapper (the eval keys' "
-                                  "bootstrapping keys)")
-        y = bootstrap_rows(ctx, boot, x, s)
+        y = ex.bootstrap(ctx, x, s, boot)
     else:
         raise AssertionError(s.op)
     return y
@@ -322,8 +348,8 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
     """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix.
     timings (optional): filled with the wall-clock seconds of every step, by step name.
     boot (optional): the hemlp.bootstrap.Bootstrapper of a plan with bootstrap steps.
-    executor (optional): runs the PCMMs and elementwise steps (``pcmm``, ``pcmm_gather``, ``map_cts``);
-    default LocalExecutor(), in this process. Residual adds and level drops stay here."""
+    executor (optional): runs the PCMMs, elementwise steps and bootstraps (``pcmm``, ``pcmm_gather``, ``map_cts``,
+    ``bootstrap``); default LocalExecutor(), in this process. Residual adds and level drops stay here."""
     ex = LocalExecutor() if executor is None else executor
     vals = {}
     # free every intermediate after its last use: a layer's ciphertexts can take gigabytes (one per feature)

@@ -147,6 +147,46 @@ def test_keygen_encrypt_run_decrypt_as_separate_processes(tmp_path, onnx_model):
     assert p.returncode == 2 and "secret key" in p.stderr.lower()
 
 
+def test_bootstrapped_model_keys_through_the_cli(tmp_path):
+    """hemlp keygen on a model compiled with bootstrap=True saves its bootstrapping keys in eval.keys (with the
+    model's context), and hemlp run, a separate process, bootstraps with them: the decrypted output agrees with the
+    plan's simulation to the bootstrap's precision."""
+    torch = pytest.importorskip("torch", reason="exporting the test model needs torch: pip install 'hemlp[ml]'")
+    pytest.importorskip("onnx", reason="the ONNX frontend needs onnx: pip install 'hemlp[ml]'")
+    import hemlp as hl
+    from hemlp.runtime.artifacts import EvalKeys
+
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.SiLU(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                              torch.nn.Linear(8, 3)).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.zeros(1, 6),), str(tmp_path / "net.onnx"), dynamo=False, input_names=["x"],
+                          dynamic_axes={"x": {0: "batch"}})
+    rng = np.random.default_rng(11)
+    np.save(tmp_path / "cal.npy", rng.uniform(-1, 1, (48, 6)))
+    x = rng.uniform(-0.9, 0.9, (32, 6))
+    np.save(tmp_path / "x.npy", x)
+    model, keys = tmp_path / "model", tmp_path / "keys"
+    hemlp("compile", tmp_path / "net.onnx", "--calibration", tmp_path / "cal.npy", "--batch-size", 32, "--insecure",
+          "--option", "bootstrap=true", "--option", "activation_degree=3", "-o", model)
+    hemlp("keygen", model, "-o", keys)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hl.load(model, allow_insecure=True)
+        ek = EvalKeys.load(keys / "eval.keys", cm)
+    assert cm.layout_impl.bootstrapped and ek.bootstrap_keys is not None       # saved, and they load
+    hemlp("encrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "x.npy", "-o", tmp_path / "x.ct")
+    hemlp("run", model, "-e", keys / "eval.keys", "-i", tmp_path / "x.ct", "-o", tmp_path / "y.ct")
+    hemlp("decrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "y.ct", "-o", tmp_path / "y.npy")
+    y = np.load(tmp_path / "y.npy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sim = cm.simulate(x)
+    assert y.shape == (32, 3) and np.array_equal(y.argmax(1), sim.argmax(1))
+    assert np.max(np.abs(y - sim)) < 2.0 ** -14
+
+
 def test_errors_are_messages_not_tracebacks(tmp_path):
     p = hemlp("keygen", tmp_path / "missing", "-o", tmp_path / "k", check=False)
     assert p.returncode == 2 and "Traceback" not in p.stderr and "hemlp compile" in p.stderr

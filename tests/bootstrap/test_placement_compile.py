@@ -75,8 +75,6 @@ def test_encrypted_run_with_real_bootstraps_equals_simulate(compiled, data):
         ek.to_bytes()
     with pytest.raises(MissingKeyError, match="bootstrapping keys"):
         compiled.run(compiled.encrypt(x, sk), EvalKeys(compiled.model_id, ek.relin_key))
-    with pytest.raises(UnsupportedError, match="runtime='local'"):
-        compiled.run(compiled.encrypt(x, sk), ek, runtime="ray")
 
 
 def test_simulate_models_the_bootstrap_error_and_is_seeded(compiled, data):

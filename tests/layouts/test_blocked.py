@@ -122,8 +122,8 @@ def test_encrypted_weights_errors():
     sk2, _ = cm.keygen()
     with pytest.raises(KeyMismatchError, match="different key pairs"):
         cm.run(ct, ek, weights=cm.encrypt_weights(sk2))
-    with pytest.raises(UnsupportedError, match="runtime='local'"):
-        cm.run(ct, ek, weights=cm.encrypt_weights(sk), runtime="ray")
+    with pytest.raises(TypeError, match="options of layout \\(A\\) only"):   # layout (C) on Ray: groups, no grids
+        cm.run(ct, ek, weights=cm.encrypt_weights(sk), runtime="ray", cts_per_task=2)
 
     class Res(torch.nn.Module):
         def __init__(self):

@@ -199,8 +199,8 @@ def test_packed_errors():
         cm.encrypt(x[:3, :20], sk)
     with pytest.raises(MissingKeyError, match="rotation keys"):
         cm.run(ct, type(ek)(ek.model_id, ek.relin_key, None))
-    with pytest.raises(UnsupportedError, match="runtime='local'"):
-        cm.run(ct, ek, runtime="ray")
+    with pytest.raises(TypeError, match="options of layout \\(A\\) only"):   # layout (P) on Ray: groups, no grids
+        cm.run(ct, ek, runtime="ray", grid=(1, 1, 1))
     sk2, ek2 = cm.keygen()
     with pytest.raises(KeyMismatchError):
         cm.run(ct, ek2)

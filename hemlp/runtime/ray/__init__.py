@@ -14,6 +14,7 @@ One job per module (data flows down the list; no module imports one above it):
     executor  RayExecutor: the per-step executor of local.run (the fallback)
     run       run_on_ray: RayProgram when it knows every step, else local.run with RayExecutor
     batch     RayItems: whole items of a resumable batch job (hemlp.runtime.jobs) as Ray tasks
+    requests  run_groups: one request's independent groups (layouts P, A', C) as tasks, the model shipped once
 
 docs/ray.md describes how it works and how to run it on a cluster.
 """
@@ -23,9 +24,11 @@ from hemlp.runtime.ray.executor import RayExecutor
 from hemlp.runtime.ray.malloc import TUNE_MALLOC_ENV
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
 from hemlp.runtime.ray.program import RayProgram
+from hemlp.runtime.ray.requests import run_groups
 from hemlp.runtime.ray.run import run_on_ray
 from hemlp.runtime.ray.session import LOCAL_SYSTEM_CONFIG, RuntimeUnavailableError, ray_session
 
 __all__ = ["ray_session", "RuntimeUnavailableError", "LOCAL_SYSTEM_CONFIG", "TUNE_MALLOC_ENV", "RayProgram",
-           "RayExecutor", "run_on_ray", "ray_pcmm", "ray_pcmm_gather", "RayItems", "pack_cts", "unpack_cts",
+           "RayExecutor", "run_on_ray", "run_groups", "ray_pcmm", "ray_pcmm_gather", "RayItems", "pack_cts",
+           "unpack_cts",
            "release_staging"]

@@ -7,9 +7,10 @@ import hashlib
 from hemlp.runtime.ray.malloc import tune_malloc_requested
 from hemlp.runtime.ray.session import import_ray
 
-__all__ = ["RayDriver", "relin_bytes"]
+__all__ = ["RayDriver", "relin_bytes", "bootstrap_key_bytes"]
 
 _LAST_RLK: list = []  # [(relin key, its bytes, their SHA-256)]: the driver's last key sent
+_LAST_BOOT: list = []  # [(bootstrapping keys, context hash, their bytes, SHA-256)]: the last bootstrapping keys sent
 
 
 def relin_bytes(relin_key) -> tuple:
@@ -19,6 +20,15 @@ def relin_bytes(relin_key) -> tuple:
         data = relin_key.to_bytes()
         _LAST_RLK[:] = [(relin_key, data, hashlib.sha256(data).hexdigest())]
     return _LAST_RLK[0][1:]
+
+
+def bootstrap_key_bytes(keys, ctx) -> tuple:
+    """The bootstrapping keys' bytes and digest (the workers build their Bootstrapper once per digest), kept for the
+    last keys: serialising them costs far more than a relinearisation key (every rotation key of CtS and StC)."""
+    if not _LAST_BOOT or _LAST_BOOT[0][0] is not keys or _LAST_BOOT[0][1] != ctx.hash:
+        data = keys.to_bytes(ctx)
+        _LAST_BOOT[:] = [(keys, ctx.hash, data, hashlib.sha256(data).hexdigest())]
+    return _LAST_BOOT[0][2:]
 
 
 class RayDriver:

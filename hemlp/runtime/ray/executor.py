@@ -1,7 +1,9 @@
 """RayExecutor: the per-step executor that ``local.run`` calls, on a connected Ray.
 
 The fallback for programs with steps RayProgram does not know: PCMMs through ``ray_pcmm`` / ``ray_pcmm_gather``,
-elementwise steps as tasks over groups of ciphertexts sent from and returned to the driver (``pack_cts``).
+elementwise steps as tasks over groups of ciphertexts sent from and returned to the driver (``pack_cts``), and a
+bootstrap step as one task per bootstrap (one ciphertext or a pair: ``local.bootstrap_units``), spread over the
+workers, each of which builds its Bootstrapper once from the bootstrapping keys put once per run.
 """
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ import time
 import numpy as np
 
 from hemlp.linalg import CtMatrix
-from hemlp.runtime.local import ElementwiseOp
+from hemlp.errors import MissingKeyError
+from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, bootstrap_units
 from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
-from hemlp.runtime.ray.driver import RayDriver, relin_bytes
+from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
-from hemlp.runtime.ray.tasks import elementwise_remote
+from hemlp.runtime.ray.tasks import bootstrap_remote, elementwise_remote
 
 __all__ = ["RayExecutor"]
 
@@ -27,14 +30,23 @@ class RayExecutor(RayDriver):
     {step name: grid}.
     cts_per_task: ciphertexts per elementwise task (default: the step's ciphertexts spread over
     2 x num_workers tasks). stats: filled per step (PCMM: ray_pcmm's stats; elementwise: tasks, bytes,
-    nodes, phases). tune_malloc: see RayDriver (the elementwise tasks; ray_pcmm's tasks never tune)."""
+    nodes, phases; bootstrap: its tasks' processes, seconds and whether they loaded the keys). tune_malloc: see
+    RayDriver (the elementwise and bootstrap tasks; ray_pcmm's tasks never tune). bootstrap_keys: the
+    hemlp.bootstrap.BootstrapKeys of a plan with bootstrap steps."""
 
     name = "ray"
 
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
-                 threads_per_task: int = 1, tune_malloc: bool | None = None):
+                 threads_per_task: int = 1, tune_malloc: bool | None = None, bootstrap_keys=None):
         super().__init__(num_workers, grid, cts_per_task, threads_per_task, tune_malloc)
         self._params = {}     # phash -> Params bytes
+        self.bootstrap_keys = bootstrap_keys
+        self._boot = None     # (context hash, digest, [ref]) of the bootstrapping keys put in this run
+
+    def _params_of(self, ctx) -> bytes:
+        if ctx.hash not in self._params:
+            self._params[ctx.hash] = ctx.params.to_bytes()
+        return self._params[ctx.hash]
 
     def _grid_for(self, step):
         g = self.grid
@@ -65,9 +77,7 @@ class RayExecutor(RayDriver):
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
         ray = self.ray
         t0 = time.perf_counter()
-        if ctx.hash not in self._params:
-            self._params[ctx.hash] = ctx.params.to_bytes()
-        params = self._params[ctx.hash]
+        params = self._params_of(ctx)
         digest, holder = self._relin(relin_key) if op.needs_relin else (None, None)
         n = len(C.cts)
         per = self.cts_per_task or max(1, -(-n // (2 * self.num_workers)))
@@ -95,4 +105,42 @@ class RayExecutor(RayDriver):
         self.stats[step] = dict(op=op.kind, tasks=len(pending), cts_per_task=per, sent_bytes=sent, result_bytes=got,
                                 nodes=sorted(nodes), seconds=time.perf_counter() - t0,
                                 phases=dict(submit=t_sub - t0, wait_import=time.perf_counter() - t_sub))
+        return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
+
+    def _boot_keys(self, ctx):
+        if self._boot is None or self._boot[0] != ctx.hash:
+            data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
+            self._boot = (ctx.hash, digest, [self.ray.put(data)])   # in a list: tasks fetch it on a cache miss only
+        return self._boot[1], self._boot[2]
+
+    def bootstrap(self, ctx, C, step, boot=None):
+        """A bootstrap step: every bootstrap (unit) a task of its own, so the workers take them as they free up;
+        the results land where local.bootstrap_rows puts them, with the same bits."""
+        if self.bootstrap_keys is None:
+            raise MissingKeyError(f"step {step.out} bootstraps: run the plan with the eval keys' bootstrapping keys")
+        ray = self.ray
+        t0 = time.perf_counter()
+        params = self._params_of(ctx)
+        digest, holder = self._boot_keys(ctx)
+        cts = bootstrap_retag(ctx, C.cts, step)
+        units = bootstrap_units(cts)
+        task = bootstrap_remote()
+        pending, sent = [], 0
+        for u in units:
+            arr, metas = pack_cts([cts[i] for i in u])
+            sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
+            refs = task.options(scheduling_strategy="SPREAD").remote(
+                ctx.hash, params, step, arr, metas, digest, holder, self.threads, self.tune_malloc,
+                ctx.native.min_security_bits)
+            pending.append((u, refs))
+        out, tasks = [None] * len(cts), []
+        for u, (a_ref, m_ref, t_ref) in pending:
+            arr, metas, meta = ray.get([a_ref, m_ref, t_ref])
+            for i, ct in zip(u, unpack_cts(ctx, arr, metas)):
+                out[i] = ct
+            tasks.append(dict(meta, ciphertexts=len(u)))
+            del arr
+        self.stats[step.out] = dict(op="bootstrap", tasks=tasks, bootstraps=len(units), sent_bytes=sent,
+                                    processes=sorted({t["pid"] for t in tasks}),
+                                    seconds=time.perf_counter() - t0)
         return CtMatrix(ctx, out, C.shape, C.chunks, C.format)

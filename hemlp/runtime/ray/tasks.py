@@ -1,9 +1,11 @@
 """What runs in the Ray workers: the task bodies, their per-process caches and their remote-function registry.
 
 ``group_task`` is every task of RayProgram's waves (see hemlp.runtime.ray.program for the kinds: node-local
-"segment" tasks, sharded "pcmm" / "partial" / "reduce" tasks, "ew" row groups); ``elementwise_task`` is the
-per-step executor's (RayExecutor). Every worker process builds the ``ckks.Context`` once and caches it by the
-parameter hash, and decodes the relinearisation key (put once per run) once by its digest. Tasks are pure: their
+"segment" tasks, sharded "pcmm" / "partial" / "reduce" tasks, "ew" row groups); ``elementwise_task`` and
+``bootstrap_task`` are the per-step executor's (RayExecutor): a group of ciphertexts through one elementwise step,
+one or two ciphertexts through a bootstrap (the Bootstrapper built once per process from the keys put once). Every
+worker process builds the ``ckks.Context`` once and caches it by the parameter hash, and decodes the
+relinearisation key (put once per run) once by its digest. Tasks are pure: their
 arguments stay referenced by the driver, so a worker killed mid-layer is re-run (TASK_RETRIES) with the same bits.
 """
 from __future__ import annotations
@@ -16,10 +18,11 @@ import warnings
 import numpy as np
 
 from hemlp import _core
+from hemlp.bootstrap import Bootstrapper, BootstrapKeys
 from hemlp.fhe import ckks
 from hemlp.fhe.ckks import Ciphertext
 from hemlp.linalg import CtMatrix
-from hemlp.runtime.local import ElementwiseOp, LocalExecutor, elementwise, run_step
+from hemlp.runtime.local import ElementwiseOp, LocalExecutor, bootstrap_unit, elementwise, run_step
 from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, import_range, meta_of, pack_cts,
                                       row_pieces, unpack_cts)
 from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
@@ -27,7 +30,8 @@ from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id
 
 __all__ = ["ELEMENTWISE", "group_task", "group_remote", "elementwise_task", "elementwise_remote", "worker_context",
-           "worker_relin_key", "clear_worker_cache", "resolve_metas"]
+           "worker_relin_key", "worker_bootstrapper", "bootstrap_task", "bootstrap_remote", "clear_worker_cache",
+           "resolve_metas"]
 
 #: the steps that act on each ciphertext alone (fused into the task that produced their input)
 ELEMENTWISE = ("square", "poly", "affine")
@@ -83,7 +87,44 @@ def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, me
     return a, m, node_id()
 
 
+def worker_bootstrapper(ray, ctx, digest: str, holder: list):
+    """(the Bootstrapper of the bootstrapping keys the driver put once (holder[0]: their ObjectRef), built once per
+    worker process by digest, whether this call built it)."""
+    key = ("boot", ctx.hash, digest)
+    miss = key not in _WORKER_CACHE
+    return _cache(key, lambda: Bootstrapper(ctx, BootstrapKeys.from_bytes(ray.get(holder[0]), ctx))), miss
+
+
+def bootstrap_task(phash: str, params: bytes, step, arr, metas, boot_digest, boot_holder, threads: int,
+                   tune: bool = False, min_security_bits: int = 128):
+    """One unit of a bootstrap step (one ciphertext, or two refreshed together: local.bootstrap_units) through
+    local.bootstrap_unit, the in-process arithmetic, so the same bits. Returns (array, metas, task meta)."""
+    ray = import_ray()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    if tune:
+        tune_malloc()
+    _core.set_num_threads(threads)
+    ctx = worker_context(phash, params, min_security_bits)
+    boot, miss = worker_bootstrapper(ray, ctx, boot_digest, boot_holder)
+    t0 = time.perf_counter()
+    out = bootstrap_unit(ctx, boot, unpack_cts(ctx, arr, metas), step)
+    t1 = time.perf_counter()
+    a, m = pack_cts(out)
+    return a, m, dict(node=node_id(), pid=os.getpid(), keys_loaded=miss, bootstrap_seconds=t1 - t0,
+                      seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                      span=(time.time() - (time.perf_counter() - t_start), time.time()))
+
+
 _REMOTE = {}
+
+
+def bootstrap_remote():
+    """bootstrap_task as a Ray remote function (made on first use)."""
+    if "boot" not in _REMOTE:
+        ray = import_ray()
+        _REMOTE["boot"] = ray.remote(num_returns=3, max_retries=TASK_RETRIES, retry_exceptions=False,
+                                     num_cpus=1)(bootstrap_task)
+    return _REMOTE["boot"]
 
 
 def elementwise_remote():

@@ -172,6 +172,24 @@ def test_ray_mlp_smoke(tmp_path, nodes):
         assert any(g["grid"] == [1, 1, 1, 2] and g["tasks"] == 2 for g in two["groups"].values())
 
 
+def test_ray_boot_smoke(tmp_path):
+    """bench ray_boot on a narrow bootstrapped MLP (test-N12-boot): in process and on 1 and 2 Ray workers, every
+    output bit-identical, the bootstrap tasks' CPU seconds and the derived idle-core speed-up recorded."""
+    pytest.importorskip("ray")
+    pytest.importorskip("torch")
+    out = tmp_path / "ray_boot.json"
+    r = _run(["-m", "hemlp.bench", "ray_boot", "--width", "4", "--rounds", "1", "--repeats", "1", "--warmup", "0",
+              "--json", str(out)])
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert [m["workers"] for m in doc["modes"]] == [None, 1, 2] and all(m["bit_identical"] for m in doc["modes"])
+    assert doc["bootstraps"] == 2 * doc["bootstrap_steps"]          # 4 ciphertexts per step: 2 pairs
+    ray2 = doc["modes"][2]
+    assert ray2["task_cpu_s"] > 0 and ray2["processes"] >= 1 and ray2["bootstrap_steps_s"] > 0
+    assert doc["speedup"]["derived_idle_2_cores"] == pytest.approx(2 * doc["speedup"]["task_cpu_ratio"])
+    assert "1 -> 2 workers" in r.stdout
+
+
 def test_files_smoke(tmp_path):
     """bench files on a tiny insecure batch: every operation timed and the loaded batch equal to the saved one."""
     out = tmp_path / "files.json"

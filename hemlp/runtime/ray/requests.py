@@ -1,0 +1,150 @@
+"""run_groups: one request's independent groups of ciphertexts as Ray tasks, each through its layout's own program.
+
+The data-parallel form of layouts (P), (A′) and (C) on Ray (the Layout protocol's groups / run_group /
+join_groups: hemlp.layouts.base): the compiled model's files and its evaluation keys are put in the object store
+once per run, every worker process loads them once (cached by their digest: a worker that has them already does not
+even fetch them), and each task runs ``compiled.layout_impl.run_group`` on its group, the in-process code, so the
+same bits as ``runtime="local"``. Encrypted weights (layout (C)) travel the same way. Groups are submitted at once;
+Ray runs as many at a time as there are CPUs. Tasks are pure, so a lost worker's group is re-run (TASK_RETRIES).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from hemlp import _core
+from hemlp.runtime.artifacts import EvalKeys
+from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
+from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id, ray_session
+
+__all__ = ["ModelShipment", "run_groups", "group_request_task", "shipment_of", "clear_request_cache"]
+
+
+@dataclasses.dataclass
+class ModelShipment:
+    """What a worker needs to run a compiled model's groups: the model directory's files and the EvalKeys bytes."""
+
+    files: dict               # the saved model directory's files by name
+    keys: bytes               # EvalKeys.to_bytes(ctx) (bootstrapping keys included)
+    model_id: str
+    allow_insecure: bool      # the driver's policy, carried to the workers
+    digest: str               # SHA-256 of files and keys: the workers' cache key
+    load_model: object        # load(directory, allow_insecure) -> compiled model (hemlp.model.load, pickled by name:
+                              # the runtime sits below the model and does not import it)
+
+    @classmethod
+    def of(cls, compiled, load_model, eval_keys) -> "ModelShipment":
+        with tempfile.TemporaryDirectory(prefix="hemlp-ship-") as tmp:
+            compiled.save(tmp)
+            files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
+        keys = eval_keys.to_bytes(compiled.context)
+        h = hashlib.sha256()
+        for name, data in sorted(files.items()):
+            h.update(name.encode() + hashlib.sha256(data).digest())
+        h.update(hashlib.sha256(keys).digest())
+        return cls(files, keys, compiled.model_id, bool(compiled.allow_insecure), h.hexdigest(), load_model)
+
+    def load(self):
+        """(the compiled model, its EvalKeys), read from the shipped bytes."""
+        with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
+            for name, data in self.files.items():
+                (Path(tmp) / name).write_bytes(data)
+            compiled = self.load_model(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
+        return compiled, EvalKeys.from_bytes(self.keys, compiled)
+
+
+_LAST: list = []       # the driver's last shipment: [(compiled, eval_keys, ModelShipment)]
+_WORKER: dict = {}     # per worker process: loaded models by shipment digest, decoded weights by digest
+_WORKER_MAX = 4
+
+
+def shipment_of(compiled, load_model, eval_keys) -> ModelShipment:
+    """The shipment of this model and these keys, kept for the last pair (a service runs many requests with them)."""
+    if not _LAST or _LAST[0][0] is not compiled or _LAST[0][1] is not eval_keys:
+        _LAST[:] = [(compiled, eval_keys, ModelShipment.of(compiled, load_model, eval_keys))]
+    return _LAST[0][2]
+
+
+def clear_request_cache() -> None:
+    """Forget the driver's last shipment and this process's loaded models."""
+    _LAST.clear()
+    _WORKER.clear()
+
+
+def _worker_cached(key, make):
+    hit = key in _WORKER
+    if not hit:
+        while len(_WORKER) >= _WORKER_MAX:
+            _WORKER.pop(next(iter(_WORKER)))
+        _WORKER[key] = make()
+    return _WORKER[key], not hit
+
+
+def group_request_task(digest: str, holder: list, w_digest, w_holder, arr, metas, threads: int = 1, part=None):
+    """One group through compiled.layout_impl.run_group (part: what of the program, None: all) in a worker:
+    (output array, metas, task meta)."""
+    ray = import_ray()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    (compiled, keys), loaded = _worker_cached(("model", digest), lambda: ray.get(holder[0]).load())
+    weights = None
+    if w_digest is not None:
+        weights, _ = _worker_cached(("weights", digest, w_digest),
+                                    lambda: compiled.layout_impl.weights_from_bytes(ray.get(w_holder[0]), compiled))
+    _core.set_num_threads(threads)
+    ctx = compiled.context
+    timings: dict = {}
+    out = compiled.layout_impl.run_group(ctx, unpack_cts(ctx, arr, metas), keys, weights, timings, part)
+    a, m = pack_cts(out)
+    return a, m, dict(node=node_id(), pid=os.getpid(), model_loaded=loaded, timings=timings,
+                      seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
+
+
+_REMOTE: dict = {}
+
+
+def _remote():
+    if "task" not in _REMOTE:
+        _REMOTE["task"] = import_ray().remote(num_returns=3, max_retries=TASK_RETRIES, retry_exceptions=False,
+                                              num_cpus=1)(group_request_task)
+    return _REMOTE["task"]
+
+
+def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timings: dict | None = None, *,
+               address=None, num_workers: int | None = None, stats: dict | None = None, part=None) -> list:
+    """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
+    doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
+    run_group (what of the program each task runs; None: all). timings: each step's seconds summed over the groups
+    (as the in-process run reports them). stats: the tasks (process, node, seconds, whether the process loaded the
+    model) and the bytes put."""
+    t0 = time.perf_counter()
+    ship = shipment_of(compiled, load_model, eval_keys)
+    wbytes = None if weights is None else weights.to_bytes()
+    with ray_session(address, num_workers) as ray:
+        holder = [ray.put(ship)]       # in a list: a task fetches it only when its process has not loaded it
+        w_digest, w_holder = (None, None) if wbytes is None else (hashlib.sha256(wbytes).hexdigest(),
+                                                                   [ray.put(wbytes)])
+        task, pending, sent = _remote(), [], 0
+        for g in groups:
+            arr, metas = pack_cts(g)
+            sent += arr.nbytes if hasattr(arr, "nbytes") else sum(a.nbytes for a in arr)
+            pending.append(task.options(scheduling_strategy="SPREAD").remote(
+                ship.digest, holder, w_digest, w_holder, arr, metas, 1, part))
+        outs, tasks = [], []
+        for a_ref, m_ref, t_ref in pending:
+            arr, metas, meta = ray.get([a_ref, m_ref, t_ref])
+            outs.append(unpack_cts(ctx, arr, metas))
+            tasks.append(meta)
+            if timings is not None:
+                for k, v in meta["timings"].items():
+                    timings[k] = timings.get(k, 0.0) + v
+            del arr
+        del holder
+    if stats is not None:
+        stats.update(groups=len(groups), tasks=tasks, processes=sorted({t["pid"] for t in tasks}), sent_bytes=sent,
+                     shipment_bytes=sum(map(len, ship.files.values())) + len(ship.keys),
+                     weights_bytes=0 if wbytes is None else len(wbytes), seconds=time.perf_counter() - t0)
+    return outs

@@ -1,0 +1,125 @@
+"""Every layout on Ray (issue #18 item 2), bit-identical to the in-process runtime on a local Ray of 2 CPUs:
+layouts (P), (A′) and (C) as their requests' independent groups (sample groups, column blocks), one task each,
+with the model and keys loaded once per worker process; a bootstrapped layout (A) plan with every bootstrap a
+task, the bootstrapping keys built into a Bootstrapper once per worker process. Small test presets only."""
+import warnings
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+
+import hemlp  # noqa: E402
+from hemlp.runtime.ray import session  # noqa: E402
+from hemlp.runtime.ray.session import LOCAL_SYSTEM_CONFIG  # noqa: E402
+from tests.compiler.conftest import Square, mlp  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # insecure test presets, calibration on few samples
+        yield
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    session.shutdown_local()     # a local Ray an earlier test had hemlp start
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _system_config=LOCAL_SYSTEM_CONFIG)
+    yield
+    ray.shutdown()
+
+
+def _asym(shape, seed):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=shape) * 0.6 + rng.uniform(-0.3, 0.5, size=shape[-1])   # asymmetric per feature
+
+
+def same(a, b) -> bool:
+    A, B = a.ctm, b.ctm
+    return A.shape == B.shape and A.format == B.format and all(
+        p.to_bytes() == q.to_bytes() for p, q in zip(A.cts, B.cts, strict=True))
+
+
+def run_both(cm, x, encrypted_weights=False):
+    """(the in-process output, the Ray output, the Ray stats, the secret key)."""
+    sk, ek = cm.keygen()
+    ct = cm.encrypt(x, sk)
+    w = cm.encrypt_weights(sk) if encrypted_weights else None
+    ref = cm.run(ct, ek, weights=w)
+    st = {}
+    out = cm.run(ct, ek, weights=w, runtime="ray", num_workers=2, stats=st)
+    return ref, out, st, sk
+
+
+def test_packed_groups_bit_identical(local_ray):
+    x = _asym((24, 256), seed=1)      # 256 features in 2048 slots: 8 samples per group, 3 groups
+    cm = hemlp.compile(mlp(dims=(256, 16, 4)), x, batch_size=24, allow_insecure=True, layout="packed")
+    assert cm.layout_impl.program.b == 8
+    ref, out, st, sk = run_both(cm, x)
+    assert same(ref, out)
+    assert st["groups"] == 3 and len(st["tasks"]) == 3
+    # every process that ran a group loaded the model and keys once (a second group in it reused them)
+    loads = sum(t["model_loaded"] for t in st["tasks"])
+    assert 1 <= loads <= len(st["processes"])
+    assert set(out.layer_seconds) == set(ref.layer_seconds)
+    y = cm.decrypt(out, sk)
+    assert np.max(np.abs(y - cm.simulate(x))) < 2.0 ** -14 * max(1.0, np.max(np.abs(y)))
+
+
+def test_mlwe_activation_segments_bit_identical(local_ray):
+    """Layout (A′) on Ray: the MLWE PCMMs in the driver, every ciphertext's CoeffToSlot -> x^2 -> SlotToCoeff a
+    task of its own."""
+    x = _asym((100, 64), seed=2)       # B' = 128 columns, k = 32 rows per ciphertext: 64 hidden rows = 2 ciphertexts
+    cm = hemlp.compile(mlp(dims=(64, 64, 10)), x, batch_size=100, allow_insecure=True, layout="mlwe",
+                       preset="test-N12-d18")
+    ref, out, st, sk = run_both(cm, x)
+    assert same(ref, out) and out.ctm.format == "mlwe"
+    segs = [s.out for s in cm.mlwe.steps if s.kind == "cts"]
+    assert segs and set(st) == set(segs)
+    for name in segs:
+        assert st[name]["groups"] == 2 and len(st[name]["tasks"]) == 2     # one task per ciphertext
+    assert set(out.layer_seconds) == set(ref.layer_seconds)
+    assert np.max(np.abs(cm.decrypt(out, sk) - cm.simulate(x))) < 2.0 ** -16
+
+
+def test_blocked_column_groups_bit_identical(local_ray):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 6), Square()).eval()
+    x = _asym((512, 10), seed=3)
+    cm = hemlp.compile(model, x, batch_size=512, allow_insecure=True, encrypted_weights=True)
+    assert cm.layout_impl.program.in_blocks(0)[:2] == (2, 2)     # 2 reduction x 2 column blocks
+    ref, out, st, sk = run_both(cm, x, encrypted_weights=True)
+    assert same(ref, out)
+    assert st["groups"] == 2 and st["weights_bytes"] > 0        # the encrypted weights are shipped once
+    ys = cm.simulate(x)
+    assert np.max(np.abs(cm.decrypt(out, sk) - ys)) < 2.0 ** -16 * max(1.0, np.max(np.abs(ys)))
+
+
+def boot_mlp():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.SiLU(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                               torch.nn.Linear(8, 3))
+
+
+def test_bootstrapped_plan_bit_identical(local_ray):
+    rng = np.random.default_rng(11)
+    cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.9, 0.9, (32, 6))
+    cm = hemlp.compile(boot_mlp(), cal, batch_size=32, bootstrap=True, allow_insecure=True, activation_degree=3)
+    boots = [s.out for s in cm.steps if s.op == "bootstrap"]
+    assert len(boots) >= 2
+    ref, out, st, sk = run_both(cm, x)
+    assert same(ref, out)
+    pids, loads = set(), 0
+    for name in boots:
+        b = st[name]
+        assert b["op"] == "bootstrap" and b["bootstraps"] == 4 and len(b["tasks"]) == 4   # 8 ciphertexts, in pairs
+        pids.update(t["pid"] for t in b["tasks"])
+        loads += sum(t["keys_loaded"] for t in b["tasks"])
+    assert 1 <= loads <= len(pids)     # the bootstrapping keys are decoded once per worker process
+    y, sim = cm.decrypt(out, sk), cm.simulate(x)
+    assert np.array_equal(y.argmax(1), sim.argmax(1)) and np.max(np.abs(y - sim)) < 2.0 ** -14
