@@ -252,6 +252,7 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     for s in new:
         if s.op in ("bootstrap", "mambo"):
             s.info["lowering"] = low.reason
+            s.info["family_totals"] = dict(low.totals)
     top = next(s.level_out for s in new if s.op == "input")
     preset = dict(info, depth=info["depth"])
     return Planned(new, params, preset, depth_of(steps), reserve, top, bs, opts, max_out)
@@ -287,7 +288,8 @@ def summary(steps, params, batch: int) -> dict | None:
                noise_bits=boots[0].info["noise_bits"])
     if "lowering" in boots[0].info:
         out.update(lowering=boots[0].info["lowering"], order=boots[0].info.get("order", "cts_first"),
-                   k=boots[0].info.get("k", 1))
+                   k=boots[0].info.get("k", 1), family=boots[0].info.get("family", "single (CtS-first)"),
+                   family_totals=boots[0].info.get("family_totals", {}))
     return out
 
 

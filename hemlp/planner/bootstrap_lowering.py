@@ -302,7 +302,7 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
                                    boot_seconds=lambda v, lv, split=split: split(v, lv)[0])
             p = replace(p, method="dp")
         totals[family_label("s2c_first", k)] = p.total
-        plans.append((p.total * (1.0 + (AUTO_MARGIN if mambo == "auto" and batch_bootstrap == "auto" else 0.0)),
+        plans.append((p.total * (1.0 + (AUTO_MARGIN if batch_bootstrap == "auto" and mambo is not True else 0.0)),
                       "s2c_first", k, p))
     if not plans:
         raise LevelError("no bootstrap placement for the forced pipeline: " + "; ".join(
