@@ -213,10 +213,49 @@ class MamboBootstrapper:
         else:
             lows = [scale_down(self.ctx, y, R) for y in Y.cts]
             outs = self._in_batches(lows, self.ctx.default_scale, cts[0].is_complex)
+        return self._finish(outs, c, bias, U.shape[0])
+
+    def _finish(self, outs: list, c: float, bias, d1: int) -> list:
+        """Refreshed U·X/c at Δ -> U·X (+ bias) at Δ/c (a re-tag, exact)."""
         outs = [retag(self.ctx, o, scale=o.scale / c) for o in outs]
         if bias is not None:
             b = np.asarray(bias, dtype=np.float64).reshape(-1)
-            if b.shape[0] != U.shape[0]:
-                raise ShapeError(f"pcmm_bootstrap: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
+            if b.shape[0] != d1:
+                raise ShapeError(f"pcmm_bootstrap: bias has {b.shape[0]} entries for {d1} output rows")
             outs = [self.ctx.add(o, float(v)) if v != 0 else o for o, v in zip(outs, b)]
         return outs
+
+    def pcmm_bootstrap_pairs(self, U, cts_a: list, cts_b: list, bias=None, weight_bits: int = 20,
+                             x_bound: float = 1.0, c: float | None = None) -> tuple:
+        """pcmm_bootstrap of two real row sets of one shape (e.g. two chunks of a layout (A) batch) in one pass:
+        a_r + i·b_r joined before SlotToCoeff (exact), so every SlotToCoeff, the PCMM and every refresh carry both
+        (U is real: U·(A + iB) = U·A + i·U·B), split after. Returns (outputs of A, outputs of B), as pcmm_bootstrap's."""
+        U = np.asarray(U, dtype=np.float64)
+        if len(cts_a) != len(cts_b):
+            raise ShapeError(f"pcmm_bootstrap_pairs: {len(cts_a)} and {len(cts_b)} rows; the two sets must match")
+        if U.ndim != 2 or U.shape[1] != len(cts_a):
+            raise ShapeError(f"pcmm_bootstrap: U must be d1 x d2 with d2 = {len(cts_a)} (the ciphertexts); got "
+                             f"shape {U.shape}")
+        if c is None:
+            c = self.scale_divisor(U, x_bound)
+        elif not (c >= 1 and math.log2(c).is_integer()):
+            raise ParameterError(f"pcmm_bootstrap: c must be a power of two >= 1, got {c}")
+        d = self.params.stc_depth
+        self._check_inputs(list(cts_a) + list(cts_b), d + 1, "pcmm_bootstrap_pairs")
+        if cts_a[0].is_complex:
+            raise EncodingError("pcmm_bootstrap_pairs joins real rows; complex ones run in pcmm_bootstrap")
+        lv = min(ct.level for ct in list(cts_a) + list(cts_b))
+        drop = lambda ct: self.ctx.drop_level(ct, lv) if ct.level > lv else ct  # noqa: E731
+        joined = [dft.join_real_imag(self.ctx, drop(a), drop(b)) for a, b in zip(cts_a, cts_b)]
+        rows = [self.slot_to_coeff_bottom(ct, d + 1) for ct in joined]
+        X = linalg.CtMatrix(self.ctx, rows, (len(rows), self.ctx.N), 1, "rlwe")
+        Y = linalg.pcmm(U / c, X, weight_bits=weight_bits, rescale=True)
+        R = self.params.log_message_ratio
+        lows = [scale_down(self.ctx, y, R) for y in Y.cts]
+        outs = self._in_batches(lows, self.ctx.default_scale / 2, True)
+        ya, yb = [], []
+        for o in outs:
+            re, im = dft.split_real_imag(self.ctx, o, self.keys.galois)
+            ya.append(re)
+            yb.append(im)
+        return self._finish(ya, c, bias, U.shape[0]), self._finish(yb, c, bias, U.shape[0])

@@ -99,14 +99,15 @@ def _value(steps, x: np.ndarray, name: str, weight_bits: int) -> np.ndarray:
 
 
 def mambo_candidates(steps, chunks: int) -> dict:
-    """{value: input ciphertexts} of the values MaMBo may produce: a dense PCMM's output (no im2col gather, which
-    pcmm_bootstrap does not run) read by exactly one step, so that its refreshed version is the only one needed."""
+    """{value: SlotToCoeffs of its inputs} of the values MaMBo may produce: a dense PCMM's output (no im2col gather,
+    which pcmm_bootstrap does not run) read by exactly one step, so that its refreshed version is the only one
+    needed. Two chunks of a row share one SlotToCoeff (runtime.local.mambo_rows), an odd last chunk has its own."""
     readers: dict = {}
     for s in steps:
         for v in s.inputs:
             readers[v] = readers.get(v, 0) + 1
     rows = {s.out: s.rows for s in steps}
-    return {s.out: rows[s.inputs[0]] * chunks for s in steps
+    return {s.out: rows[s.inputs[0]] * (chunks // 2 + chunks % 2) for s in steps
             if s.op == "pcmm" and s.index is None and readers.get(s.out, 0) == 1}
 
 

@@ -132,9 +132,10 @@ class PipelineCosts:
         return self.stc_fraction * self.single.seconds
 
     def mambo_seconds(self, k: int, inputs: int, outputs: int, pcmm_per_limb: float) -> float:
-        """MaMBo for a PCMM with `inputs` -> `outputs` real ciphertexts (rows x chunks): SlotToCoeff of every input
-        (unpaired: a PCMM mixes rows), the PCMM at level 1 (2 limbs), the batched refresh of the outputs joined two
-        by two without its SlotToCoeff."""
+        """MaMBo for a PCMM whose input rows need `inputs` SlotToCoeffs (rows x chunks, two chunks of a row joined:
+        a PCMM mixes rows, so rows cannot be joined) and that produces `outputs` real ciphertexts: the SlotToCoeffs,
+        the PCMM at level 1 (2 limbs), the batched refresh of the outputs joined two by two without its
+        SlotToCoeff."""
         calls = self.s2c_boot(k).bootstraps_for(outputs)
         refresh = calls * (self.batch_call_seconds(k) - k * self.stc_seconds())
         return inputs * self.stc_seconds() + 2 * pcmm_per_limb + refresh
@@ -227,7 +228,7 @@ def check_modes(mambo, batch_bootstrap) -> None:
 def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm_inputs: dict,
                      mambo="auto", batch_bootstrap="auto", max_key_bytes: int = MAX_BATCH_KEY_BYTES) -> Lowering:
     """nodes: the level DAG (hemlp.planner.bootstrap_placement.LevelNode, CtS-first frame); pcmm_inputs: {value:
-    input ciphertexts} of the values MaMBo may produce (a dense PCMM's output read by one node only).
+    SlotToCoeffs of its input rows} of the values MaMBo may produce (a dense PCMM's output read by one node only).
     mambo / batch_bootstrap: 'auto' (by the estimates), True / False (forced), batch_bootstrap an int k (forced)."""
     from dataclasses import replace
 

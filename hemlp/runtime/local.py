@@ -268,10 +268,10 @@ def _square_many(ctx, C, op: ElementwiseOp, relin_key):
 def _check_boot_kind(boot, step) -> None:
     order = step.info.get("order", "cts_first")
     have = getattr(getattr(boot, "params", None), "order", None)
-    if have != order:
+    if have is not None and have != order:
         raise MissingKeyError(f"step {step.out} runs the {order} bootstrapping pipeline, but the run's bootstrapper "
                               f"is for {have}: use the eval keys this plan's keygen() makes")
-    if order == "s2c_first" and boot.k != int(step.info.get("k", 1)):
+    if order == "s2c_first" and getattr(boot, "k", None) not in (None, int(step.info.get("k", 1))):
         raise MissingKeyError(f"step {step.out} is planned for batches of k = {step.info.get('k')} but the "
                               f"bootstrapping keys are for k = {boot.k}: use the eval keys this plan's keygen() makes")
 
@@ -308,24 +308,33 @@ def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
 
 
 def mambo_rows(ctx, boot, C: CtMatrix, step, weight_bits: int) -> CtMatrix:
-    """The MaMBo step (hemlp.bootstrap.mambo.MamboBootstrapper.pcmm_bootstrap) on the PCMM's input C, one call per
-    chunk (U mixes rows, not chunks): U·X / c refreshed in pairs, re-tagged and multiplied back by c exactly (as a
+    """The MaMBo step (hemlp.bootstrap.mambo.MamboBootstrapper) on the PCMM's input C: U mixes rows, not chunks, so
+    two chunks of real rows share every SlotToCoeff and refresh (pcmm_bootstrap_pairs), a last odd chunk joins its
+    output rows two by two (pcmm_bootstrap(pair=True)); U·X / c re-tagged and multiplied back by c exactly (as a
     bootstrap step), the bias added, dropped to the planned level."""
     _check_boot_kind(boot, step)
     c = int(step.info["scale_factor"])
     ch, d1 = C.chunks, step.U.shape[0]
+    real = not any(ct.is_complex for ct in C.cts)
+    chunk = lambda j: [C.cts[r * ch + j] for r in range(C.shape[0])]  # noqa: E731
     out = [None] * (d1 * ch)
-    for j in range(ch):
-        rows = [C.cts[r * ch + j] for r in range(C.shape[0])]
-        ys = boot.pcmm_bootstrap(step.U, rows, weight_bits=weight_bits, c=float(c),
-                                 pair=not any(ct.is_complex for ct in rows))
-        for r, y in enumerate(ys):
-            y = retag(ctx, y, scale=y.scale * c)           # slots U·X / c at scale Δ ...
-            if c != 1:
-                y = ctx.mul_integer(y, c)                  # ... U·X at scale Δ (as bootstrap_rows)
-            if step.bias is not None and step.bias[r] != 0:
-                y = ctx.add(y, float(step.bias[r]))
-            out[r * ch + j] = ctx.drop_level(y, step.level_out) if y.level > step.level_out else y
+    j = 0
+    while j < ch:
+        if real and j + 1 < ch:
+            done = zip((j, j + 1), boot.pcmm_bootstrap_pairs(step.U, chunk(j), chunk(j + 1), weight_bits=weight_bits,
+                                                             c=float(c)))
+            j += 2
+        else:
+            done = [(j, boot.pcmm_bootstrap(step.U, chunk(j), weight_bits=weight_bits, c=float(c), pair=real))]
+            j += 1
+        for jj, ys in done:
+            for r, y in enumerate(ys):
+                y = retag(ctx, y, scale=y.scale * c)           # slots U·X / c at scale Δ ...
+                if c != 1:
+                    y = ctx.mul_integer(y, c)                  # ... U·X at scale Δ (as bootstrap_rows)
+                if step.bias is not None and step.bias[r] != 0:
+                    y = ctx.add(y, float(step.bias[r]))
+                out[r * ch + jj] = ctx.drop_level(y, step.level_out) if y.level > step.level_out else y
     return CtMatrix(ctx, out, (d1, C.shape[1]), ch, C.format)
 
 

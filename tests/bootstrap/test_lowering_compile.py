@@ -45,17 +45,22 @@ def mlp():
                                torch.nn.Linear(8, 3))
 
 
+#: test-N10-boot has 512 slots: 1100 samples are 3 chunks, so MaMBo runs two chunks joined (pcmm_bootstrap_pairs)
+#: and the third with its output rows joined (pcmm_bootstrap(pair=True))
+BIG = 1100
+
+
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(17)
     # asymmetric: shifted uniform, so no sign symmetry hides a wrong pairing or a swapped half
-    return rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.6, 0.9, (40, 6))
+    return rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.6, 0.9, (40, 6)), rng.uniform(-0.6, 0.9, (BIG, 6))
 
 
-def compile_(model, x, **kw):
+def compile_(model, x, batch_size=40, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return hemlp.compile(model, x, batch_size=40, bootstrap=True, allow_insecure=True, **kw)
+        return hemlp.compile(model, x, batch_size=batch_size, bootstrap=True, allow_insecure=True, **kw)
 
 
 def run(cm, x):
@@ -65,17 +70,17 @@ def run(cm, x):
 
 @pytest.fixture(scope="module")
 def mambo(data):
-    return compile_(square_net(), data[0], preset="test-N10-boot", mambo=True, batch_bootstrap=2)
+    return compile_(square_net(), data[0], BIG, preset="test-N10-boot", mambo=True, batch_bootstrap=2)
 
 
 @pytest.fixture(scope="module")
 def mambo_run(mambo, data):
-    return run(mambo, data[1])
+    return run(mambo, data[2])
 
 
 @pytest.fixture(scope="module")
 def unlowered(data):
-    return compile_(square_net(), data[0], preset="test-N10-boot", mambo=False, batch_bootstrap=False)
+    return compile_(square_net(), data[0], BIG, preset="test-N10-boot", mambo=False, batch_bootstrap=False)
 
 
 def test_the_mambo_plan_fuses_pcmm_and_refresh_and_prints_the_choice(mambo):
@@ -98,7 +103,7 @@ def test_the_mambo_plan_fuses_pcmm_and_refresh_and_prints_the_choice(mambo):
 
 
 def test_mambo_run_equals_simulate_the_unlowered_plan_and_numpy(mambo, mambo_run, unlowered, data):
-    x = data[1]
+    x = data[2]
     y, _, _ = mambo_run
     sim = mambo.simulate(x)
     ref = mambo.reference(x)
@@ -168,6 +173,36 @@ def test_auto_takes_the_cheapest_printed_estimate(data):
         assert r["kind"] in ("single", "batched", "mambo") and r["single_seconds"] > 0 and r.get("reason")
 
 
+def expanding_net():
+    """6 -> 16 -> 16 -> 16 -> 3 with x^2: the first layer expands (6 input rows, 16 output rows)."""
+    torch.manual_seed(6)
+    layers = []
+    for a, b in zip((6, 16, 16, 16), (16, 16, 16, 3)):
+        layers += [torch.nn.Linear(a, b), Square()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def test_auto_lowers_to_mambo_where_its_estimate_is_lower(data):
+    """Two chunks (1024 samples at 512 slots): MaMBo joins the chunks of each input row, so the expanding layer's 6
+    input SlotToCoeffs against 16 refreshed pairs: the planner's estimates decide, the printed reason says why, and
+    the run (whatever was chosen) equals simulate."""
+    x = data[2][:1024]
+    cm = compile_(expanding_net(), data[0], 1024, preset="test-N10-boot")
+    b = cm.plan.info["bootstrap"]
+    assert b["order"] == "s2c_first"
+    rows = [r for r in b["placements"] if r.get("mambo_seconds") is not None]
+    assert rows, b["placements"]
+    for r in rows:
+        if r["kind"] == "mambo":
+            assert r["mambo_seconds"] < r["batched_seconds"] and "MaMBo pays" in r["reason"]
+        else:
+            assert r["mambo_seconds"] >= r["batched_seconds"] and "does not pay" in r["reason"]
+    assert any(r["kind"] == "mambo" for r in rows), "with the measured ratios MaMBo pays for 6 -> 16 at 2 chunks"
+    y, _, _ = run(cm, x)
+    assert np.max(np.abs(y - cm.simulate(x))) < 2.0 ** -16
+    assert np.max(np.abs(y - cm.reference(x))) < 2.0 ** -14
+
+
 def test_errors(mambo, mambo_run, unlowered, data):
     _, sk, ek = mambo_run
     with pytest.raises(ParameterError, match="need bootstrap=True"):
@@ -177,10 +212,10 @@ def test_errors(mambo, mambo_run, unlowered, data):
     with pytest.raises(UnsupportedError, match="do not serialise yet"):
         ek.to_bytes(mambo.context)
     with pytest.raises(UnsupportedError, match="runtime='local'"):
-        mambo.run(mambo.encrypt(data[1], sk), ek, runtime="ray")
+        mambo.run(mambo.encrypt(data[2], sk), ek, runtime="ray")
     wrong = EvalKeys(mambo.model_id, ek.relin_key, bootstrap_keys=BootstrapKeys.generate(mambo.context, sk))
     with pytest.raises(MissingKeyError, match="s2c_first pipeline and need BatchBootstrapKeys"):
-        mambo.run(mambo.encrypt(data[1], sk), wrong)
+        mambo.run(mambo.encrypt(data[2], sk), wrong)
 
 
 def test_save_and_load_keep_the_lowered_plan(mambo, data, tmp_path):
@@ -189,4 +224,4 @@ def test_save_and_load_keep_the_lowered_plan(mambo, data, tmp_path):
     assert loaded.model_id == mambo.model_id
     assert [s.op for s in loaded.steps] == [s.op for s in mambo.steps]
     assert "MaMBo k=2" in str(loaded.plan)
-    assert np.array_equal(loaded.simulate(data[1]), mambo.simulate(data[1]))
+    assert np.array_equal(loaded.simulate(data[2][:64]), mambo.simulate(data[2][:64]))
