@@ -595,7 +595,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     calib = x if opts["calibration"] is None else as_calibration(opts["calibration"], g.input.shape)
     allow = bool(opts["allow_insecure"])
     check_modes(opts["mambo"], opts["batch_bootstrap"])
-    if not opts["bootstrap"] and (opts["mambo"] not in ("auto", False) or opts["batch_bootstrap"] not in ("auto", False)):
+    forced = opts["mambo"] not in ("auto", False) or opts["batch_bootstrap"] not in ("auto", False)
+    if not opts["bootstrap"] and forced:
         raise ParameterError(f"mambo={opts['mambo']!r} / batch_bootstrap={opts['batch_bootstrap']!r} choose how "
                              "bootstraps run: they need bootstrap=True")
     if opts["bootstrap"]:

@@ -229,7 +229,8 @@ class MamboBootstrapper:
                              x_bound: float = 1.0, c: float | None = None) -> tuple:
         """pcmm_bootstrap of two real row sets of one shape (e.g. two chunks of a layout (A) batch) in one pass:
         a_r + i·b_r joined before SlotToCoeff (exact), so every SlotToCoeff, the PCMM and every refresh carry both
-        (U is real: U·(A + iB) = U·A + i·U·B), split after. Returns (outputs of A, outputs of B), as pcmm_bootstrap's."""
+        (U is real: U·(A + iB) = U·A + i·U·B), split after. Returns (outputs of A, outputs of B), as
+        pcmm_bootstrap's."""
         U = np.asarray(U, dtype=np.float64)
         if len(cts_a) != len(cts_b):
             raise ShapeError(f"pcmm_bootstrap_pairs: {len(cts_a)} and {len(cts_b)} rows; the two sets must match")

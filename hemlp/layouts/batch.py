@@ -99,9 +99,10 @@ class Batch(Layout):
                 raise MissingKeyError(f"this plan's bootstraps run the {self.boot_order} pipeline and need "
                                       f"{want.__name__}; the eval keys hold {type(bk).__name__}: use this plan's "
                                       "keygen()")
-            if want is BatchBootstrapKeys and bk.k != batch_bootstrap.boot_batch_size(self.steps):
-                raise MissingKeyError(f"this plan bootstraps in batches of k = {batch_bootstrap.boot_batch_size(self.steps)}"
-                                      f"; the bootstrapping keys are for k = {bk.k}: use this plan's keygen()")
+            k = batch_bootstrap.boot_batch_size(self.steps)
+            if want is BatchBootstrapKeys and bk.k != k:
+                raise MissingKeyError(f"this plan bootstraps in batches of k = {k}; the bootstrapping keys are for "
+                                      f"k = {bk.k}: use this plan's keygen()")
             if runtime == "ray" and self.boot_order == "s2c_first":
                 raise UnsupportedError("batched bootstrapping and MaMBo steps run in process (runtime='local'); "
                                        "compile with mambo=False, batch_bootstrap=False for single bootstraps")

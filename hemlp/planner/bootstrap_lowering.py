@@ -249,7 +249,8 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
     if batch_bootstrap is True:
         ks = costs.batch_sizes(max_key_bytes)
         if not ks:
-            raise UnsupportedError(f"batch_bootstrap=True: no batch size fits — measured k {sorted(costs.rho) or 'none'} "
+            raise UnsupportedError(f"batch_bootstrap=True: no batch size fits — measured k "
+                                   f"{sorted(costs.rho) or 'none'} "
                                    f"({costs.source}); keys above {max_key_bytes / 2 ** 30:.0f} GiB are not planned. "
                                    "Use batch_bootstrap='auto' or False")
     elif isinstance(batch_bootstrap, int) and not isinstance(batch_bootstrap, bool):
