@@ -43,8 +43,10 @@ MAX_BATCH_KEY_BYTES = 12 * 2 ** 30
 
 
 def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> tuple[dict, dict, dict, str]:
-    """({k: rho(k)}, {k: key bytes}, {k: measured bits of the S2C batch / of pcmm_bootstrap}, source) from the
-    bench/mambo_*.json of `preset`, else of the nearest ring size; empty dicts when there is none."""
+    """({k: rho(k)}, {k: key bytes}, {k: (bits of the S2C batch, of pcmm_bootstrap) minus the bits of the single
+    bootstrap measured in the same run}, source) from the bench/mambo_*.json of `preset`, else of the nearest ring
+    size; empty dicts when there is none. The bits are relative because the runs measure them in different ways
+    (bench/mambo_N16.json with the decryption noise, bench/boot_*.json without)."""
     found = []
     if bench_dir is not None and Path(bench_dir).is_dir():
         for path in sorted(Path(bench_dir).glob("mambo_*.json")):
@@ -54,6 +56,7 @@ def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR
                     continue
                 st = d["stages"]
                 single = float(st.get("single_cpu_s_used") or st["single"]["bootstrap_cpu_s"])
+                single_bits = float(st["single"]["max_bits"])
                 rho, keys, bits = {}, {}, {}
                 for b in st.get("batches", []):
                     if "s2c_batch_cpu_s" not in b:
@@ -61,7 +64,8 @@ def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR
                     k = int(b["k"])
                     rho[k] = float(b["s2c_batch_cpu_s"]) / (k * single)
                     keys[k] = int(b["key_bytes"])
-                    bits[k] = (float(b.get("s2c_min_max_bits", 0.0)), float(b.get("pcmm_bootstrap_min_max_bits", 0.0)))
+                    bits[k] = (float(b["s2c_min_max_bits"]) - single_bits,
+                               float(b["pcmm_bootstrap_min_max_bits"]) - single_bits)
                 if rho:
                     found.append((d["preset"] == preset, -abs(math.log2(int(d["N"])) - math.log2(N)),
                                   int(d.get("threads", 2)) == 1, path.name, d["preset"], rho, keys, bits))
@@ -83,7 +87,7 @@ class PipelineCosts:
     stc_depth: int
     rho: dict = field(default_factory=dict)         # k -> S2C-first batch of k / k single bootstraps
     key_bytes: dict = field(default_factory=dict)   # k -> bytes of the batch keys (measured at this preset)
-    bits: dict = field(default_factory=dict)        # k -> (S2C batch bits, pcmm_bootstrap bits), measured
+    bits: dict = field(default_factory=dict)        # k -> (S2C batch, pcmm_bootstrap) bits - single bits, measured
     source: str = ""
     stc_fraction: float = STC_BOTTOM_FRACTION
 
@@ -120,13 +124,19 @@ class PipelineCosts:
         return BootstrapCost(s.levels_after, s.seconds * self.ratio(k), s.seconds * self.ratio(k) * self.pair_factor(),
                              src, self.s2c_bits(k), batch=int(k), batch_seconds=self.batch_call_seconds(k))
 
-    def s2c_bits(self, k: int) -> Optional[float]:
+    def _bits(self, k: int, i: int) -> Optional[float]:
+        """The single bootstrap's precision (BootstrapCost.precision_bits) plus the measured difference of the
+        pipeline (None: either is not measured)."""
         b = self.bits.get(k) or (self.bits[min(self.bits)] if self.bits else None)
-        return None if b is None or not b[0] else b[0]
+        if b is None or self.single.precision_bits is None:
+            return None
+        return self.single.precision_bits + b[i]
+
+    def s2c_bits(self, k: int) -> Optional[float]:
+        return self._bits(k, 0)
 
     def mambo_bits(self, k: int) -> Optional[float]:
-        b = self.bits.get(k) or (self.bits[min(self.bits)] if self.bits else None)
-        return None if b is None or not b[1] else b[1]
+        return self._bits(k, 1)
 
     def stc_seconds(self) -> float:
         return self.stc_fraction * self.single.seconds
