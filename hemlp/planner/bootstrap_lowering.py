@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from hemlp.planner.bootstrap_placement import BOOT_BENCH_DIR, BootstrapCost
+from hemlp.errors import LevelError, ParameterError, UnsupportedError
+from hemlp.planner.bootstrap_placement import BOOT_BENCH_DIR, BootstrapCost, evaluate_placement, place_bootstraps
 
 __all__ = ["PipelineCosts", "STC_BOTTOM_FRACTION", "MAX_BATCH_KEY_BYTES", "batch_ratios"]
 
@@ -223,8 +224,6 @@ def family_label(order: str, k: int) -> str:
 
 def check_modes(mambo, batch_bootstrap) -> None:
     """Typed errors for option values that are not modes."""
-    from hemlp.errors import ParameterError
-
     if not any(mambo is m for m in MODES) and mambo != "auto":
         raise ParameterError(f"mambo={mambo!r}: use 'auto' (the planner decides), True (every linear layer whose "
                              "output is refreshed runs as MaMBo) or False")
@@ -232,7 +231,8 @@ def check_modes(mambo, batch_bootstrap) -> None:
         isinstance(batch_bootstrap, int) and batch_bootstrap >= 2)
     if not ok:
         raise ParameterError(f"batch_bootstrap={batch_bootstrap!r}: use 'auto', True (batched, the planner picks k), "
-                             "False (one bootstrap per call) or an int k >= 2 (ciphertexts per batch)")
+                             "False (one bootstrap per call) or an int k >= 2 (complex bootstraps per call, two real "
+                             "ciphertexts each)")
 
 
 def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm_inputs: dict,
@@ -240,11 +240,6 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
     """nodes: the level DAG (hemlp.planner.bootstrap_placement.LevelNode, CtS-first frame); pcmm_inputs: {value:
     SlotToCoeffs of its input rows} of the values MaMBo may produce (a dense PCMM's output read by one node only).
     mambo / batch_bootstrap: 'auto' (by the estimates), True / False (forced), batch_bootstrap an int k (forced)."""
-    from dataclasses import replace
-
-    from hemlp.errors import LevelError, UnsupportedError
-    from hemlp.planner.bootstrap_placement import evaluate_placement, place_bootstraps
-
     check_modes(mambo, batch_bootstrap)
     single = costs.single
     stc = costs.stc_depth
@@ -266,8 +261,6 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
     elif isinstance(batch_bootstrap, int) and not isinstance(batch_bootstrap, bool):
         kb = costs.key_bytes.get(batch_bootstrap)
         if kb is not None and kb > max_key_bytes:
-            from hemlp.errors import ParameterError
-
             raise ParameterError(f"batch_bootstrap={batch_bootstrap}: its keys take {kb / 2 ** 30:.1f} GiB, above the "
                                  f"{max_key_bytes / 2 ** 30:.0f} GiB planned for keys; use a smaller k")
         ks = [batch_bootstrap]
@@ -289,7 +282,7 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
             if v not in pcmm_inputs or mambo is False or lvl >= La:
                 return batched, None
             p = shifted_by[v]
-            sep = p.cost(lvl + 1) + batched
+            sep = costs.separate_seconds(k, n_out, p.cost_per_limb, lvl + 1 + stc)
             mam = costs.mambo_seconds(k, pcmm_inputs[v], n_out, p.cost_per_limb)
             use = mambo is True or mam < sep
             return (mam - p.cost(lvl + 1) if use else batched), (use, mam, sep)
