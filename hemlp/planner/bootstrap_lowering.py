@@ -44,7 +44,7 @@ MAX_BATCH_KEY_BYTES = 12 * 2 ** 30
 
 
 def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> tuple[dict, dict, dict, str]:
-    """({k: rho(k)}, {k: key bytes}, {k: (bits of the S2C batch, of pcmm_bootstrap) minus the bits of the single
+    """({k: rho(k)}, {k: key bytes, "single": the single bootstrap's key bytes}, {k: (bits of the S2C batch, of pcmm_bootstrap) minus the bits of the single
     bootstrap measured in the same run}, source) from the bench/mambo_*.json of `preset`, else of the nearest ring
     size; empty dicts when there is none. The bits are relative because the runs measure them in different ways
     (bench/mambo_N16.json with the decryption noise, bench/boot_*.json without)."""
@@ -58,7 +58,8 @@ def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR
                 st = d["stages"]
                 single = float(st.get("single_cpu_s_used") or st["single"]["bootstrap_cpu_s"])
                 single_bits = float(st["single"]["max_bits"])
-                rho, keys, bits = {}, {}, {}
+                rho, bits = {}, {}
+                keys = {"single": int(st["single"]["key_bytes"])}     # the CtS-first single bootstrap's keys
                 for b in st.get("batches", []):
                     if "s2c_batch_cpu_s" not in b:
                         continue
@@ -91,12 +92,25 @@ class PipelineCosts:
     bits: dict = field(default_factory=dict)        # k -> (S2C batch, pcmm_bootstrap) bits - single bits, measured
     source: str = ""
     stc_fraction: float = STC_BOTTOM_FRACTION
+    single_key_bytes: Optional[int] = None          # the single bootstrap's keys, measured in the same run
+
+    def key_note(self, order: str, k: int) -> str:
+        """The measured key bytes of the chosen family beside the single one's ('' when not measured here)."""
+        gib = 2.0 ** -30
+        single = "" if self.single_key_bytes is None else f"single {self.single_key_bytes * gib:.2f} GiB"
+        if order == "cts_first":
+            return f"bootstrapping keys {single} (measured, {self.source})" if single else ""
+        if k not in self.key_bytes:
+            return ""
+        return (f"bootstrapping keys k={k} {self.key_bytes[k] * gib:.2f} GiB" + (f" vs {single}" if single else "")
+                + f" (measured, {self.source})")
 
     @classmethod
     def for_preset(cls, params, single: BootstrapCost, stc_depth: int,
                    bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> "PipelineCosts":
         rho, keys, bits, src = batch_ratios(getattr(params, "name", ""), params.N, bench_dir)
-        return cls(single, int(stc_depth), rho, keys, bits, src)
+        single_keys = keys.pop("single", None)
+        return cls(single, int(stc_depth), rho, keys, bits, src, single_key_bytes=single_keys)
 
     # ---- the candidates
     def batch_sizes(self, max_key_bytes: int = MAX_BATCH_KEY_BYTES) -> list[int]:
@@ -348,6 +362,9 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
     reason = (f"{label}: the cheapest estimate of " + ", ".join(
         f"{f} {t:.3g} s" if isinstance(t, float) else f"{f} ({t})" for f, t in totals.items())
         + (f" (forced: {', '.join(forced)})" if forced else ""))
+    note = costs.key_note(order, k)
+    if note:
+        reason += "; " + note
     low = Lowering(order, k, placement, choices, totals, stc if order == "s2c_first" else 0, reason, costs)
     if mambo is True and not low.mambo_values:
         raise UnsupportedError("mambo=True, but no bootstrap of the placement refreshes the output of a dense linear "

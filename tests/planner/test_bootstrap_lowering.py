@@ -140,6 +140,7 @@ def test_ratios_are_read_from_the_mambo_benchmark():
     single = d["stages"]["single_cpu_s_used"]
     rho, keys, bits, src = batch_ratios("test-N12-boot", 4096)
     assert "mambo_N12" in src
+    assert keys.pop("single") == d["stages"]["single"]["key_bytes"]
     for b in d["stages"]["batches"]:
         assert rho[b["k"]] == pytest.approx(b["s2c_batch_cpu_s"] / (b["k"] * single))
         assert keys[b["k"]] == b["key_bytes"]
