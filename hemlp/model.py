@@ -23,7 +23,11 @@ preset (None: smallest fitting), workers (4: processor count of the reported FHE
 layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
 the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: layout (A)
 on a bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
-bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap).
+bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap), mambo and batch_bootstrap
+(with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering): mambo=True runs every
+dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched bootstrap), False never;
+batch_bootstrap=True refreshes in batches of the measured k that is cheapest and fits memory, an int k >= 2 in
+batches of k, False one bootstrap (pair) per call. A forced choice that cannot run is a typed error.
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
 slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
@@ -65,6 +69,7 @@ from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
 from hemlp.planner import grid_4d, obl, obl_bruteforce
+from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import Resources, estimate_resources
 from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
@@ -78,7 +83,7 @@ __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 OPTIONS = dict(calibration=None, target_agreement=0.99, activation_degree=None, activation_range=None,
                activation_margin=0.05, activation_guard=0.5, activation_method="auto", weight_bits=20,
                allow_insecure=False, preset=None, workers=4, layout="auto", encrypted_weights=False,
-               dft_depth=None, bootstrap=False)
+               dft_depth=None, bootstrap=False, mambo="auto", batch_bootstrap="auto")
 #: the options a compiled model keeps (the others only steer compilation)
 STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
 
@@ -593,6 +598,11 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     # activations: ranges from the calibration set (default: the example), degrees for the agreement target
     calib = x if opts["calibration"] is None else as_calibration(opts["calibration"], g.input.shape)
     allow = bool(opts["allow_insecure"])
+    check_modes(opts["mambo"], opts["batch_bootstrap"])
+    forced = opts["mambo"] not in ("auto", False) or opts["batch_bootstrap"] not in ("auto", False)
+    if not opts["bootstrap"] and forced:
+        raise ParameterError(f"mambo={opts['mambo']!r} / batch_bootstrap={opts['batch_bootstrap']!r} choose how "
+                             "bootstraps run: they need bootstrap=True")
     if opts["bootstrap"]:
         # a bootstrapping preset is checked first; the chain's depth is not capped (the planner places bootstraps
         # and names any single layer deeper than what a bootstrap leaves)

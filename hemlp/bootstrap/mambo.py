@@ -35,7 +35,7 @@ from hemlp.bootstrap.evalmod import eval_mod
 from hemlp.bootstrap.modraise import scale_down
 from hemlp.he.reinterpret import retag
 from hemlp.fhe.ckks import Ciphertext, Context
-from hemlp.errors import LevelError, ParameterError, ScaleMismatchError, ShapeError
+from hemlp.errors import EncodingError, LevelError, ParameterError, ScaleMismatchError, ShapeError
 from hemlp import linalg
 
 __all__ = ["MamboBootstrapper", "S2C_LOG_MESSAGE_RATIO"]
@@ -129,42 +129,134 @@ class MamboBootstrapper:
             out += self._refresh_lows(chunk, out_scale, is_complex)[:real]
         return out
 
+    # ---- pairing (two real ciphertexts in one complex bootstrap, as Bootstrapper.bootstrap_pair)
+    def _join_pairs(self, cts: list) -> list:
+        """Real ciphertexts (one level, scale and encoding) -> ceil(len/2) complex ones a + i·b (exact: a + X^(N/2)·b,
+        no level). Coefficient-encoded rows (after SlotToCoeff) join the same way: a real slot vector's coefficient
+        vector fills only the first half of the coefficients, and X^(N/2) moves b's into the second half."""
+        out = []
+        for i in range(0, len(cts), 2):
+            a = cts[i]
+            if i + 1 == len(cts):
+                out.append(retag(self.ctx, a, is_complex=True))
+                continue
+            enc = a.encoding
+            sa, sb = (retag(self.ctx, c, encoding="slot", slots=self.n) if enc == "coeff" else c
+                      for c in (a, cts[i + 1]))
+            j = dft.join_real_imag(self.ctx, sa, sb)
+            out.append(retag(self.ctx, j, encoding="coeff") if enc == "coeff" else j)
+        return out
+
+    def _split_pairs(self, outs: list, count: int) -> list:
+        """Refreshed a + i·b (scale Δ/2) -> a, b at scale Δ exactly (one conjugation each); count real outputs."""
+        res = []
+        for o in outs:
+            re, im = dft.split_real_imag(self.ctx, o, self.keys.galois)
+            res += [re, im]
+        return res[:count]
+
     # ---- entry points
-    def bootstrap_batch(self, cts: list) -> list:
+    def bootstrap_batch(self, cts: list, pair: bool = False) -> list:
         """S2C-first bootstrap of len(cts) ciphertexts (k at a time): fresh slot-encoded ciphertexts at
-        output_level with scale 2^log_scale exactly."""
+        output_level with scale 2^log_scale exactly. pair=True (real inputs only): two real ciphertexts share one
+        complex bootstrap (joined before SlotToCoeff, split with a conjugation after), so k complex bootstraps
+        refresh 2k real ciphertexts."""
         d = self.params.stc_depth
         self._check_inputs(cts, d, "bootstrap_batch")
         R = self.params.log_message_ratio
+        if pair:
+            if cts[0].is_complex:
+                raise EncodingError("bootstrap_batch(pair=True) packs real ciphertexts two by two; complex ones are "
+                                    "refreshed with pair=False")
+            lows = [scale_down(self.ctx, self.slot_to_coeff_bottom(j, d), R)
+                    for j in self._join_pairs([self.ctx.drop_level(c, d) if c.level > d else c for c in cts])]
+            return self._split_pairs(self._in_batches(lows, self.ctx.default_scale / 2, True), len(cts))
         lows = [scale_down(self.ctx, self.slot_to_coeff_bottom(ct, d), R) for ct in cts]
         return self._in_batches(lows, self.ctx.default_scale, cts[0].is_complex)
 
-    def pcmm_bootstrap(self, U, cts: list, bias=None, weight_bits: int = 20, x_bound: float = 1.0) -> list:
+    @staticmethod
+    def scale_divisor(U, x_bound: float) -> float:
+        """c = 2^ceil(log2(max(1, ‖U‖_∞→∞·x_bound))): U·X/c stays within EvalMod's range |x| <= 1."""
+        bnd = float(np.max(np.sum(np.abs(np.asarray(U, dtype=np.float64)), axis=1))) * float(x_bound)
+        return 2.0 ** max(0, math.ceil(math.log2(bnd))) if bnd > 0 else 1.0
+
+    def pcmm_bootstrap(self, U, cts: list, bias=None, weight_bits: int = 20, x_bound: float = 1.0,
+                       c: float | None = None, pair: bool = False) -> list:
         """Enc(U·X + bias) refreshed, X's rows the ciphertexts cts (d2 = len(cts) = U's columns): U.shape[0]
         ciphertexts at output_level with scale Δ/c, c = 2^ceil(log2(max(1, ‖U‖_∞→∞·x_bound))) (exact; the values
         are U·X + bias). x_bound: a bound on |X| over every slot (real and imaginary parts), which keeps U·X/c
-        inside EvalMod's range. The PCMM runs at level 1 on the coefficient-encoded rows (hemlp.linalg.pcmm,
-        weights quantised to weight_bits)."""
+        inside EvalMod's range. c: a power of two given directly instead (e.g. from calibrated data: the caller
+        vouches that |U·X| <= c). The PCMM runs at level 1 on the coefficient-encoded rows (hemlp.linalg.pcmm,
+        weights quantised to weight_bits). pair=True (real inputs): the output rows are joined two by two after
+        the PCMM (a + i·b in the coefficients, exact) and share one complex refresh, split after."""
         U = np.asarray(U, dtype=np.float64)
         if U.ndim != 2 or U.shape[1] != len(cts):
             raise ShapeError(f"pcmm_bootstrap: U must be d1 x d2 with d2 = {len(cts)} (the ciphertexts); got "
                              f"shape {U.shape}")
         if not x_bound > 0:
             raise ParameterError("pcmm_bootstrap: x_bound must be > 0")
+        if c is None:
+            c = self.scale_divisor(U, x_bound)
+        elif not (c >= 1 and math.log2(c).is_integer()):
+            raise ParameterError(f"pcmm_bootstrap: c must be a power of two >= 1, got {c}")
         d = self.params.stc_depth
         self._check_inputs(cts, d + 1, "pcmm_bootstrap")
-        bnd = float(np.max(np.sum(np.abs(U), axis=1))) * float(x_bound)
-        c = 2.0 ** max(0, math.ceil(math.log2(bnd))) if bnd > 0 else 1.0
+        if pair and cts[0].is_complex:
+            raise EncodingError("pcmm_bootstrap(pair=True) packs real rows two by two; use pair=False for complex ones")
         rows = [self.slot_to_coeff_bottom(ct, d + 1) for ct in cts]          # level 1, coefficient-encoded
         X = linalg.CtMatrix(self.ctx, rows, (len(rows), self.ctx.N), 1, "rlwe")
         Y = linalg.pcmm(U / c, X, weight_bits=weight_bits, rescale=True)    # level 0, scale tracked exactly
         R = self.params.log_message_ratio
-        lows = [scale_down(self.ctx, y, R) for y in Y.cts]
-        outs = self._in_batches(lows, self.ctx.default_scale, cts[0].is_complex)
+        if pair:
+            lows = [scale_down(self.ctx, y, R) for y in self._join_pairs(list(Y.cts))]
+            outs = self._split_pairs(self._in_batches(lows, self.ctx.default_scale / 2, True), len(Y.cts))
+        else:
+            lows = [scale_down(self.ctx, y, R) for y in Y.cts]
+            outs = self._in_batches(lows, self.ctx.default_scale, cts[0].is_complex)
+        return self._finish(outs, c, bias, U.shape[0])
+
+    def _finish(self, outs: list, c: float, bias, d1: int) -> list:
+        """Refreshed U·X/c at Δ -> U·X (+ bias) at Δ/c (a re-tag, exact)."""
         outs = [retag(self.ctx, o, scale=o.scale / c) for o in outs]
         if bias is not None:
             b = np.asarray(bias, dtype=np.float64).reshape(-1)
-            if b.shape[0] != U.shape[0]:
-                raise ShapeError(f"pcmm_bootstrap: bias has {b.shape[0]} entries for {U.shape[0]} output rows")
+            if b.shape[0] != d1:
+                raise ShapeError(f"pcmm_bootstrap: bias has {b.shape[0]} entries for {d1} output rows")
             outs = [self.ctx.add(o, float(v)) if v != 0 else o for o, v in zip(outs, b)]
         return outs
+
+    def pcmm_bootstrap_pairs(self, U, cts_a: list, cts_b: list, bias=None, weight_bits: int = 20,
+                             x_bound: float = 1.0, c: float | None = None) -> tuple:
+        """pcmm_bootstrap of two real row sets of one shape (e.g. two chunks of a layout (A) batch) in one pass:
+        a_r + i·b_r joined before SlotToCoeff (exact), so every SlotToCoeff, the PCMM and every refresh carry both
+        (U is real: U·(A + iB) = U·A + i·U·B), split after. Returns (outputs of A, outputs of B), as
+        pcmm_bootstrap's."""
+        U = np.asarray(U, dtype=np.float64)
+        if len(cts_a) != len(cts_b):
+            raise ShapeError(f"pcmm_bootstrap_pairs: {len(cts_a)} and {len(cts_b)} rows; the two sets must match")
+        if U.ndim != 2 or U.shape[1] != len(cts_a):
+            raise ShapeError(f"pcmm_bootstrap: U must be d1 x d2 with d2 = {len(cts_a)} (the ciphertexts); got "
+                             f"shape {U.shape}")
+        if c is None:
+            c = self.scale_divisor(U, x_bound)
+        elif not (c >= 1 and math.log2(c).is_integer()):
+            raise ParameterError(f"pcmm_bootstrap: c must be a power of two >= 1, got {c}")
+        d = self.params.stc_depth
+        self._check_inputs(list(cts_a) + list(cts_b), d + 1, "pcmm_bootstrap_pairs")
+        if cts_a[0].is_complex:
+            raise EncodingError("pcmm_bootstrap_pairs joins real rows; complex ones run in pcmm_bootstrap")
+        lv = min(ct.level for ct in list(cts_a) + list(cts_b))
+        drop = lambda ct: self.ctx.drop_level(ct, lv) if ct.level > lv else ct  # noqa: E731
+        joined = [dft.join_real_imag(self.ctx, drop(a), drop(b)) for a, b in zip(cts_a, cts_b)]
+        rows = [self.slot_to_coeff_bottom(ct, d + 1) for ct in joined]
+        X = linalg.CtMatrix(self.ctx, rows, (len(rows), self.ctx.N), 1, "rlwe")
+        Y = linalg.pcmm(U / c, X, weight_bits=weight_bits, rescale=True)
+        R = self.params.log_message_ratio
+        lows = [scale_down(self.ctx, y, R) for y in Y.cts]
+        outs = self._in_batches(lows, self.ctx.default_scale / 2, True)
+        ya, yb = [], []
+        for o in outs:
+            re, im = dft.split_real_imag(self.ctx, o, self.keys.galois)
+            ya.append(re)
+            yb.append(im)
+        return self._finish(ya, c, bias, U.shape[0]), self._finish(yb, c, bias, U.shape[0])

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from hemlp import linalg
-from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
-from hemlp.errors import MissingKeyError
+from hemlp.bootstrap import BatchBootstrapKeys, BootParams, Bootstrapper, BootstrapKeys, MamboBootstrapper
+from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO
+from hemlp.errors import MissingKeyError, UnsupportedError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
@@ -23,7 +24,7 @@ __all__ = ["Batch"]
 
 class Batch(Layout):
     name, label = "batch", "(A)"
-    _boot = None        # (BootstrapKeys, Bootstrapper) of the last bootstrapped run
+    _boot = None        # (keys, Bootstrapper or MamboBootstrapper) of the last bootstrapped run
 
     def estimate(self) -> float:
         b = batch_bootstrap.summary(self.steps, self.params, self.batch_size)
@@ -71,19 +72,40 @@ class Batch(Layout):
     def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
         return linalg.decrypt_matrix(ctx, ctm, sk)[:, :batch].T
 
+    @property
+    def boot_order(self) -> str | None:
+        """"cts_first" (single bootstraps) / "s2c_first" (batched bootstraps and MaMBo) / None (no bootstrap)."""
+        return batch_bootstrap.boot_order(self.steps)
+
     def keygen(self, ctx, sk) -> tuple:
         rlk, gk, mp = super().keygen(ctx, sk)
         if not self.bootstrapped:
             return rlk, gk, mp
+        if self.boot_order == "s2c_first":
+            bp = BootParams.for_context(ctx, order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO)
+            return rlk, gk, mp, BatchBootstrapKeys.generate(ctx, sk, batch_bootstrap.boot_batch_size(self.steps), bp)
         return rlk, gk, mp, BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx))
 
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
         if weights is not None:
             raise TypeError("weights= is only for models compiled with encrypted_weights=True")
         if self.bootstrapped:
-            if getattr(eval_keys, "bootstrap_keys", None) is None:
+            bk = getattr(eval_keys, "bootstrap_keys", None)
+            if bk is None:
                 raise MissingKeyError("this plan bootstraps: its eval keys need the bootstrapping keys; use keygen()'s "
                                       "eval_keys")
+            want = BatchBootstrapKeys if self.boot_order == "s2c_first" else BootstrapKeys
+            if not isinstance(bk, want):
+                raise MissingKeyError(f"this plan's bootstraps run the {self.boot_order} pipeline and need "
+                                      f"{want.__name__}; the eval keys hold {type(bk).__name__}: use this plan's "
+                                      "keygen()")
+            k = batch_bootstrap.boot_batch_size(self.steps)
+            if want is BatchBootstrapKeys and bk.k != k:
+                raise MissingKeyError(f"this plan bootstraps in batches of k = {k}; the bootstrapping keys are for "
+                                      f"k = {bk.k}: use this plan's keygen()")
+            if runtime == "ray" and self.boot_order == "s2c_first":
+                raise UnsupportedError("batched bootstrapping and MaMBo steps run in process (runtime='local'); "
+                                       "compile with mambo=False, batch_bootstrap=False for single bootstraps")
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
         ray = {k: v for k, v in ray.items() if k not in ("model", "load_model")}   # layout (A) runs steps, not groups
@@ -96,7 +118,8 @@ class Batch(Layout):
         if self.bootstrapped:
             keys = eval_keys.bootstrap_keys
             if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
-                self._boot = (keys, Bootstrapper(ctx, keys))
+                make = MamboBootstrapper if isinstance(keys, BatchBootstrapKeys) else Bootstrapper
+                self._boot = (keys, make(ctx, keys))
             return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
                              boot=self._boot[1])
         return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)

@@ -10,6 +10,14 @@ places the bootstraps, and the placement is written back into the program as two
                with bootstrap_pair)
     drop       out = in at a lower level                  (a reader that is cheaper lower; free)
 
+    mambo      out = pcmm_bootstrap(U, in; c) * c + bias  a dense PCMM and the refresh of its output fused (MaMBo,
+               hemlp.bootstrap.mambo): level_in -> the S2C-first bootstrap's output level
+
+Which pipeline runs the bootstraps (hemlp.planner.bootstrap_lowering, compile options ``mambo`` and
+``batch_bootstrap``): single CtS-first bootstraps (paired), or the S2C-first family with a batch size k (batched
+bootstraps and MaMBo layers); a bootstrap step's info names its kind, k, order, its estimate and the alternatives'.
+The S2C-first family's levels are planned in a frame stc_depth levels up and shifted back here.
+
 Every step keeps exact level_in / level_out, so the program runs with the usual level checks, saves and
 loads like any other layout (A) program, and ``simulate`` models each bootstrap (hemlp.runtime.bootstrap_sim).
 Presets: the bootstrapping chains of hemlp.bootstrap.params.PRESET_DEPTHS; the input is encrypted at most at
@@ -29,17 +37,23 @@ from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
 from hemlp.errors import EncodingError, ParameterError
 from hemlp.layouts.base import Planned
-from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, Placement, place_bootstraps
+from hemlp.linalg import quantize
+from hemlp.planner.bootstrap_lowering import Lowering, PipelineCosts, choose_pipelines
+from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, Placement
 from hemlp.planner.layouts import estimate_batch
 from hemlp.runtime.local import simulate as simulate_rows
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
-           "summary", "summary_text", "simulate_padded"]
+           "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
+           "boot_order", "boot_batch_size"]
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
 BOOT_PRESETS = dict(secure="N16-boot", insecure="test-N12-boot")
 #: bootstrap error when no measurement of the preset exists (BOOTSTRAP.md §0: >= 20 bits)
 DEFAULT_NOISE_BITS = 20.0
+#: the S2C-first order's message ratio (hemlp.bootstrap.mambo.S2C_LOG_MESSAGE_RATIO; repeated here so the
+#: planner side does not import the native core): the EvalMod inputs are the slot values, |x| <= 1
+S2C_LOG_MESSAGE_RATIO = 14
 
 
 def boot_preset(preset, allow_insecure: bool) -> dict:
@@ -84,12 +98,28 @@ def _value(steps, x: np.ndarray, name: str, weight_bits: int) -> np.ndarray:
         return simulate_rows(probe, x, weight_bits)
 
 
-def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits: float, slots: int) -> list[Step]:
-    """The program with the placement's bootstrap and drop steps, every step at its planned levels."""
+def mambo_candidates(steps, chunks: int) -> dict:
+    """{value: SlotToCoeffs of its inputs} of the values MaMBo may produce: a dense PCMM's output (no im2col gather,
+    which pcmm_bootstrap does not run) read by exactly one step, so that its refreshed version is the only one
+    needed. Two chunks of a row share one SlotToCoeff (runtime.local.mambo_rows), an odd last chunk has its own."""
+    readers: dict = {}
+    for s in steps:
+        for v in s.inputs:
+            readers[v] = readers.get(v, 0) + 1
+    rows = {s.out: s.rows for s in steps}
+    return {s.out: rows[s.inputs[0]] * (chunks // 2 + chunks % 2) for s in steps
+            if s.op == "pcmm" and s.index is None and readers.get(s.out, 0) == 1}
+
+
+def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits: float, slots: int,
+                    lowering: Lowering | None = None) -> list[Step]:
+    """The program with the placement's bootstrap and drop steps, every step at its planned levels (the lowering's
+    frame shifted to the ciphertexts' levels; its choices written into each bootstrap step's info)."""
     by_name = {s.out: s for s in steps}
     decisions = dict(zip((n.name for n in placement.nodes), placement.decisions))
     outs = {n.name: n.level_out for n in placement.nodes}
     boots = {(b.before, b.value): b for b in placement.bootstraps}
+    off = 0 if lowering is None else lowering.level_offset
     current: dict = {}      # value -> name of its current version (after bootstraps)
     stored: dict = {}       # current version -> level
     drops: dict = {}
@@ -99,11 +129,16 @@ def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits
         for v in d.boot:
             b = boots[(s.out, v)]
             name = f"{v}#boot{len(out)}"
-            out.append(Step("bootstrap", name, [current[v]], by_name[v].rows, "", level_in=stored[current[v]],
-                            level_out=placement.levels_after,
-                            info=dict(scale_factor=scale_factors[v], noise_bits=float(noise_bits), seed=len(out),
-                                      slots=slots, value=v, before=s.out, ciphertexts=b.ciphertexts,
-                                      bootstraps=b.bootstraps, seconds=b.seconds, cost_source=placement.cost_source)))
+            info = dict(scale_factor=scale_factors[v], noise_bits=float(noise_bits), seed=len(out),
+                        slots=slots, value=v, before=s.out, ciphertexts=b.ciphertexts,
+                        bootstraps=b.bootstraps, seconds=b.seconds, cost_source=placement.cost_source)
+            if lowering is not None:
+                ch = lowering.choices[(s.out, v)]
+                info.update(order=lowering.order, family=lowering.label, **ch.to_json())
+                if ch.kind != "mambo":
+                    info["seconds"] = ch.seconds
+            out.append(Step("bootstrap", name, [current[v]], by_name[v].rows, "", level_in=stored[current[v]] + off,
+                            level_out=placement.levels_after + off, info=info))
             current[v] = name
             stored[name] = placement.levels_after
         inputs = []
@@ -112,19 +147,60 @@ def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits
             if r < stored[src]:
                 key = (src, r)
                 if key not in drops:
-                    drops[key] = f"{src}#L{r}"
-                    out.append(Step("drop", drops[key], [src], by_name[v].rows, "", level_in=stored[src],
-                                    level_out=r))
+                    drops[key] = f"{src}#L{r + off}"
+                    out.append(Step("drop", drops[key], [src], by_name[v].rows, "", level_in=stored[src] + off,
+                                    level_out=r + off))
                     stored[drops[key]] = r
                 src = drops[key]
             inputs.append(src)
         t = replace(s, inputs=inputs if s.op != "input" else list(s.inputs), info=dict(s.info))
-        t.level_in = d.reads[0] if s.op == "input" else max(d.reads)
-        t.level_out = outs[s.out]
+        t.level_in = (d.reads[0] if s.op == "input" else max(d.reads)) + off
+        t.level_out = outs[s.out] + off
         out.append(t)
         current[s.out] = t.out
-        stored[t.out] = t.level_out
+        stored[t.out] = outs[s.out]
     return out
+
+
+def lower_mambo(steps: list, factors: dict) -> list[Step]:
+    """Every bootstrap step of kind "mambo" and the PCMM it refreshes -> one "mambo" step (at the bootstrap's
+    place, reading the PCMM's input; factors: value -> the power of two c with |U·X| <= c on the calibration data)."""
+    producers = {s.out: s for s in steps}
+    fused = {s.inputs[0] for s in steps if s.op == "bootstrap" and s.info.get("kind") == "mambo"}
+    out = []
+    for s in steps:
+        if s.out in fused:
+            continue
+        if s.op == "bootstrap" and s.info.get("kind") == "mambo":
+            p = producers[s.inputs[0]]
+            if p.op != "pcmm" or p.index is not None:
+                raise AssertionError(f"MaMBo lowering of {s.out}: its input {p.out} is a {p.op}, not a dense PCMM")
+            info = dict(s.info, scale_factor=factors[p.out], pcmm=p.out, pcmm_level=p.level_in)
+            out.append(Step("mambo", s.out, list(p.inputs), p.rows, p.node, U=p.U, bias=p.bias, level_in=p.level_in,
+                            level_out=s.level_out, info=info))
+            continue
+        out.append(s)
+    return out
+
+
+def boot_order(steps) -> str | None:
+    """"cts_first" / "s2c_first": the bootstrapping order of a program's bootstrap steps (None: no bootstrap)."""
+    b = bootstrap_steps(steps)
+    return None if not b else b[0].info.get("order", "cts_first")
+
+
+def boot_batch_size(steps) -> int:
+    """k of the S2C-first family's keys (1 for CtS-first single bootstraps)."""
+    b = bootstrap_steps(steps)
+    return int(b[0].info.get("k", 1)) if b else 1
+
+
+def _scale_factor(peak: float, margin: float, limit: float, what: str, params) -> int:
+    f = 1 if peak * margin <= 1.0 else 2 ** math.ceil(math.log2(peak * margin))
+    if f > limit:
+        raise EncodingError(f"{what} reaches {peak:.4g} on the example input: too large to bootstrap at scale "
+                            f"2^{params.log_scale:g} (at most {limit:g}); normalise the layer's weights or inputs")
+    return f
 
 
 def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
@@ -140,21 +216,44 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     max_out = float(np.max(np.abs(y))) if y.size else 0.0
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     bs = int(batch_size) if batch_size is not None else params.N // 2
-    placement = place_bootstraps(level_dag(steps, params, bs), boot, min_output_level=reserve)
+    chunks = -(-bs // (params.N // 2))
+    costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[info["name"]][1])
+    low = choose_pipelines(level_dag(steps, params, bs), costs, min_output_level=reserve,
+                           pcmm_inputs=mambo_candidates(steps, chunks), mambo=opts.get("mambo", "auto"),
+                           batch_bootstrap=opts.get("batch_bootstrap", "auto"))
+    placement = low.placement
     margin = 1.0 + float(opts["activation_margin"])
     X = np.concatenate([X, np.zeros((X.shape[0], 1))], axis=1)    # + the padding slots' zero-input sample
-    factors = {}
-    limit = params.q[0] / 2.0 ** (8 + params.log_scale)      # ScaleDown from level 0: c * Δ * 2^R <= q0
+    R = 8 if low.order == "cts_first" else S2C_LOG_MESSAGE_RATIO
+    limit = params.q[0] / 2.0 ** (R + params.log_scale)      # ScaleDown: c * Δ * 2^R <= q0
+    factors, mfactors = {}, {}
+    by_name = {s.out: s for s in steps}
     for b in placement.bootstraps:
         if b.value in factors:
             continue
-        peak = float(np.max(np.abs(_value(steps, X, b.value, wb)))) * margin
-        factors[b.value] = 1 if peak <= 1.0 else 2 ** math.ceil(math.log2(peak))
-        if factors[b.value] > limit:
-            raise EncodingError(f"value {b.value!r} reaches {peak / margin:.4g} on the example input: too large to "
-                                f"bootstrap at scale 2^{params.log_scale:g} (at most {limit:g}); normalise the "
-                                "layer's weights or inputs")
-    new = apply_placement(steps, placement, factors, boot.precision_bits or DEFAULT_NOISE_BITS, params.N // 2)
+        peak = float(np.max(np.abs(_value(steps, X, b.value, wb))))
+        factors[b.value] = _scale_factor(peak, margin, limit, f"value {b.value!r}", params)
+        if b.value in low.mambo_values:         # MaMBo refreshes U·X before the bias is added
+            p = by_name[b.value]
+            Uq, delta = quantize(p.U, wb)
+            ux = (Uq / delta) @ _value(steps, X, p.inputs[0], wb)
+            mfactors[b.value] = _scale_factor(float(np.max(np.abs(ux))), margin, 2.0 ** 62,
+                                              f"the product of layer {b.value!r}", params)
+    if low.order == "cts_first":
+        bits = boot.precision_bits or DEFAULT_NOISE_BITS
+    else:
+        bits = costs.s2c_bits(low.k) or DEFAULT_NOISE_BITS
+    new = apply_placement(steps, placement, factors, bits, params.N // 2, low)
+    if low.mambo_values:
+        mb_bits = costs.mambo_bits(low.k) or DEFAULT_NOISE_BITS
+        for s in new:
+            if s.op == "bootstrap" and s.info.get("kind") == "mambo":
+                s.info["noise_bits"] = float(mb_bits)
+        new = lower_mambo(new, mfactors)
+    for s in new:
+        if s.op in ("bootstrap", "mambo"):
+            s.info["lowering"] = low.reason
+            s.info["family_totals"] = dict(low.totals)
     top = next(s.level_out for s in new if s.op == "input")
     preset = dict(info, depth=info["depth"])
     return Planned(new, params, preset, depth_of(steps), reserve, top, bs, opts, max_out)
@@ -165,7 +264,8 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
 # ---------------------------------------------------------------------------------------
 
 def bootstrap_steps(steps) -> list:
-    return [s for s in steps if s.op == "bootstrap"]
+    """The steps that refresh ciphertexts: placed bootstraps and MaMBo layers."""
+    return [s for s in steps if s.op in ("bootstrap", "mambo")]
 
 
 def summary(steps, params, batch: int) -> dict | None:
@@ -174,25 +274,57 @@ def summary(steps, params, batch: int) -> dict | None:
     if not boots:
         return None
     layers = estimate_batch(steps, params, batch)
-    rows = [dict(value=s.info["value"], before=s.info["before"], level_before=s.level_in, level_after=s.level_out,
+    rows = []
+    for s in boots:
+        r = dict(value=s.info["value"], before=s.info["before"], level_before=s.level_in, level_after=s.level_out,
                  ciphertexts=s.info["ciphertexts"], bootstraps=s.info["bootstraps"], seconds=s.info["seconds"],
-                 scale_factor=s.info["scale_factor"]) for s in boots]
+                 scale_factor=s.info["scale_factor"], kind=s.info.get("kind", "single"), k=s.info.get("k", 1))
+        for key in ("single_seconds", "batched_seconds", "mambo_seconds", "reason"):
+            if key in s.info:
+                r[key] = s.info[key]
+        rows.append(r)
     boot_s = sum(r["seconds"] for r in rows)
-    return dict(placements=rows, levels_after=boots[0].level_out, boot_seconds=boot_s, layer_seconds=layers,
-                total_seconds=boot_s + layers, cost_source=boots[0].info.get("cost_source", ""),
-                noise_bits=boots[0].info["noise_bits"])
+    out = dict(placements=rows, levels_after=boots[0].level_out, boot_seconds=boot_s, layer_seconds=layers,
+               total_seconds=boot_s + layers, cost_source=boots[0].info.get("cost_source", ""),
+               noise_bits=boots[0].info["noise_bits"])
+    if "lowering" in boots[0].info:
+        out.update(lowering=boots[0].info["lowering"], order=boots[0].info.get("order", "cts_first"),
+                   k=boots[0].info.get("k", 1), family=boots[0].info.get("family", "single (CtS-first)"),
+                   family_totals=boots[0].info.get("family_totals", {}))
+    return out
+
+
+def _choice_text(r: dict) -> str:
+    kind, k = r.get("kind", "single"), r.get("k", 1)
+    if kind == "mambo":
+        what = f"MaMBo k={k} (the PCMM fused)"
+    elif kind == "batched":
+        what = f"batched k={k}"
+    else:
+        what = "single" + (" (S2C-first)" if k == 1 and r.get("batched_seconds") == r["seconds"] else "")
+    est = [f"~{r['seconds']:.3g} s"]
+    if "single_seconds" in r and kind != "single":
+        est.append(f"single ~{r['single_seconds']:.3g} s")
+    if r.get("batched_seconds") is not None and kind in ("single", "mambo") and r["batched_seconds"] != r["seconds"]:
+        est.append(("PCMM + batched" if kind == "mambo" or r.get("mambo_seconds") is not None else "batched")
+                   + f" ~{r['batched_seconds']:.3g} s")
+    if r.get("mambo_seconds") is not None and kind != "mambo":
+        est.append(f"MaMBo ~{r['mambo_seconds']:.3g} s")
+    return f"{what}: " + ", ".join(est) + (f" — {r['reason']}" if r.get("reason") else "")
 
 
 def summary_text(b: dict) -> str:
     calls = sum(r["bootstraps"] for r in b["placements"])
-    lines = [f"# bootstrapping: {len(b['placements'])} point(s), {calls} bootstrap(s), each lands at level "
+    lines = [f"# bootstrapping: {len(b['placements'])} point(s), {calls} bootstrap call(s), each lands at level "
              f"{b['levels_after']}; estimated {b['boot_seconds']:.3g} s bootstrapping + {b['layer_seconds']:.3g} s "
              f"layers = {b['total_seconds']:.3g} s per batch (1 thread)",
              f"#   bootstrap time: {b['cost_source']}; simulated error 2^-{b['noise_bits']:.1f} x c per bootstrap"]
+    if b.get("lowering"):
+        lines.append(f"#   pipeline: {b['lowering']}")
     for r in b["placements"]:
         lines.append(f"#   bootstrap {r['value']} before {r['before']}: level {r['level_before']} -> "
-                     f"{r['level_after']}, {r['ciphertexts']} ciphertext(s) in {r['bootstraps']} bootstrap(s), "
-                     f"~{r['seconds']:.3g} s, input divided by c = {r['scale_factor']:g}")
+                     f"{r['level_after']}, {r['ciphertexts']} ciphertext(s) in {r['bootstraps']} call(s), "
+                     f"input divided by c = {r['scale_factor']:g}; " + _choice_text(r))
     return "\n".join(lines)
 
 

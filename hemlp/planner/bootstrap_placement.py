@@ -60,9 +60,10 @@ class LevelNode:
     depth: int = 0
     ciphertexts: int = 1
     cost_per_limb: float = 0.0
+    limb_offset: int = 0        # levels below the planner's level 0 (a frame shifted up: the S2C-first order)
 
     def cost(self, level: int) -> float:
-        return self.cost_per_limb * (level + 1)
+        return self.cost_per_limb * (level + 1 + self.limb_offset)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,8 @@ class BootstrapCost:
     pair_seconds: Optional[float] = None
     source: str = "given"
     precision_bits: Optional[float] = None
+    batch: int = 1                          # complex bootstraps per call (batched bootstrapping)
+    batch_seconds: Optional[float] = None   # seconds of one call of `batch` (paired) bootstraps; None: not batched
 
     def __post_init__(self):
         if isinstance(self.levels_after, bool) or not isinstance(self.levels_after, int) or self.levels_after < 0:
@@ -86,14 +89,18 @@ class BootstrapCost:
     def seconds_for(self, ciphertexts: int) -> float:
         """Time to refresh `ciphertexts` real ciphertexts (in pairs when pair_seconds is known)."""
         n = int(ciphertexts)
+        if self.batch_seconds is not None:
+            return self.bootstraps_for(n) * self.batch_seconds
         if self.pair_seconds is None:
             return n * self.seconds
         return (n // 2) * self.pair_seconds + (n % 2) * self.seconds
 
     def bootstraps_for(self, ciphertexts: int) -> int:
-        """Bootstrap calls for `ciphertexts` real ciphertexts."""
+        """Bootstrap calls for `ciphertexts` real ciphertexts (batched: calls of `batch` complex bootstraps, the
+        last one padded)."""
         n = int(ciphertexts)
-        return n if self.pair_seconds is None else n // 2 + n % 2
+        m = n if self.pair_seconds is None else n // 2 + n % 2
+        return -(-m // self.batch) if self.batch_seconds is not None else m
 
     @classmethod
     def from_params(cls, params, levels_consumed: int, threads: int = 1,
@@ -218,7 +225,8 @@ class _Problem:
     """The validated DAG: node order, last readers, budgets."""
 
     def __init__(self, nodes: Sequence[LevelNode], boot: BootstrapCost, top_level: Optional[int],
-                 min_output_level: int):
+                 min_output_level: int, boot_seconds=None):
+        self.boot_fn = boot_seconds
         if not isinstance(boot, BootstrapCost):
             raise ParameterError("boot must be a BootstrapCost (BootstrapCost.from_params(params))")
         self.nodes = list(nodes)
@@ -274,6 +282,13 @@ class _Problem:
             self.live.append(tuple(v for v in produced if self.last.get(v, -1) > i))
         self.by_name = {n.name: n for n in self.nodes}
 
+    def boot_cost(self, value: str, stored_level: int) -> float:
+        """Seconds to refresh `value` stored at `stored_level`: the caller's boot_seconds(value, level) when
+        given (e.g. MaMBo, whose cost depends on the producing PCMM's level), else BootstrapCost.seconds_for."""
+        if self.boot_fn is not None:
+            return float(self.boot_fn(value, stored_level))
+        return self.boot.seconds_for(self.by_name[value].ciphertexts)
+
     def distinct_inputs(self, n: LevelNode) -> tuple:
         return tuple(dict.fromkeys(n.inputs))
 
@@ -310,7 +325,7 @@ def _step(pb: _Problem, i: int, d: Decision, stored: dict) -> Optional[tuple[flo
     for v in d.boot:
         src = pb.by_name[v]
         placed.append(PlacedBootstrap(v, n.name, stored[v], pb.L, src.ciphertexts,
-                                      pb.boot.bootstraps_for(src.ciphertexts), pb.boot.seconds_for(src.ciphertexts)))
+                                      pb.boot.bootstraps_for(src.ciphertexts), pb.boot_cost(v, stored[v])))
         boot_s += placed[-1].seconds
         stored[v] = pb.L
     want = 1 if n.op == "input" else len(n.inputs)
@@ -347,9 +362,10 @@ def _build(pb: _Problem, decisions: Sequence[Decision], method: str) -> Optional
 
 
 def evaluate_placement(nodes: Sequence[LevelNode], boot: BootstrapCost, decisions: Sequence[Decision], *,
-                       top_level: Optional[int] = None, min_output_level: int = 0) -> Optional[Placement]:
+                       top_level: Optional[int] = None, min_output_level: int = 0,
+                       boot_seconds=None) -> Optional[Placement]:
     """The placement a decision sequence (one Decision per node) describes, or None if it breaks a level rule."""
-    pb = _Problem(nodes, boot, top_level, min_output_level)
+    pb = _Problem(nodes, boot, top_level, min_output_level, boot_seconds)
     if len(decisions) != len(pb.nodes):
         raise ShapeError(f"{len(decisions)} decisions for {len(pb.nodes)} nodes")
     return _build(pb, decisions, "given")
@@ -381,11 +397,12 @@ def _choices(pb: _Problem, i: int, levels: Mapping[str, int]):
 
 
 def place_bootstraps(nodes: Sequence[LevelNode], boot: BootstrapCost, *, top_level: Optional[int] = None,
-                     min_output_level: int = 0) -> Placement:
+                     min_output_level: int = 0, boot_seconds=None) -> Placement:
     """The cheapest placement (bootstraps + layer times), by DP over the stored levels of the live values
     after each node. Raises LevelError when no placement exists (a layer deeper than a bootstrap's levels
-    is named before any search)."""
-    pb = _Problem(nodes, boot, top_level, min_output_level)
+    is named before any search). boot_seconds(value, stored level): the seconds of refreshing a value when
+    they depend on more than its ciphertext count (default BootstrapCost.seconds_for)."""
+    pb = _Problem(nodes, boot, top_level, min_output_level, boot_seconds)
     # state: levels of pb.live[i-1] (a tuple) -> (cost, previous state, decision)
     frontier: dict[tuple, tuple[float, Optional[tuple], Optional[Decision]]] = {(): (0.0, None, None)}
     history: list[dict] = []
@@ -400,7 +417,7 @@ def place_bootstraps(nodes: Sequence[LevelNode], boot: BootstrapCost, *, top_lev
                 if res is None:
                     continue
                 out, secs = res
-                total = cost + secs + sum(pb.boot.seconds_for(pb.by_name[v].ciphertexts) for v in d.boot)
+                total = cost + secs + sum(pb.boot_cost(v, levels[v]) for v in d.boot)
                 after = dict(st)
                 after[n.name] = out
                 key = tuple(after[v] for v in pb.live[i])
@@ -436,10 +453,11 @@ def _no_placement(pb: _Problem, n: LevelNode) -> str:
 # ---------------------------------------------------------------------------------------
 
 def place_bootstraps_exhaustive(nodes: Sequence[LevelNode], boot: BootstrapCost, *,
-                                top_level: Optional[int] = None, min_output_level: int = 0) -> Placement:
+                                top_level: Optional[int] = None, min_output_level: int = 0,
+                                boot_seconds=None) -> Placement:
     """Every decision sequence (bootstrap subsets of each node's inputs x read levels in [0, levels after]),
     each priced from scratch by the evaluator; the cheapest. Exponential: small DAGs only."""
-    pb = _Problem(nodes, boot, top_level, min_output_level)
+    pb = _Problem(nodes, boot, top_level, min_output_level, boot_seconds)
     per_node = []
     for n in pb.nodes:
         if n.op == "input":

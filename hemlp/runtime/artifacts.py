@@ -16,7 +16,7 @@ import numpy as np
 
 from hemlp.bootstrap import BootstrapKeys
 from hemlp.fhe.ckks import GaloisKeys, Params, RelinKey, from_bytes
-from hemlp.errors import KeyMismatchError, SerializationError
+from hemlp.errors import KeyMismatchError, SerializationError, UnsupportedError
 from hemlp.linalg import CtMatrix, ModPackKeys
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.fhe.serialize import register_sealed, seal_intact, sealed
@@ -123,6 +123,10 @@ class EvalKeys:
             if ctx is None:
                 raise TypeError("EvalKeys with bootstrapping keys serialise with their context: to_bytes(ctx) / "
                                 "save(path, ctx)")
+            if not isinstance(self.bootstrap_keys, BootstrapKeys):
+                raise UnsupportedError("the batched bootstrapping / MaMBo keys (hemlp.bootstrap.BatchBootstrapKeys) do "
+                                       "not serialise yet: run the plan in the process that made its keys, or compile "
+                                       "with mambo=False, batch_bootstrap=False (single bootstraps, whose keys do)")
             bb = self.bootstrap_keys.to_bytes(ctx)
         header = dict(model_id=self.model_id, has_relin=self.relin_key is not None, relin_bytes=len(rb),
                       galois_bytes=len(gb), modpack_bytes=len(mb))

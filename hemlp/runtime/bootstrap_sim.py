@@ -11,7 +11,13 @@ encrypted run (issue #18, item 1):
   the scale (measured: bench/boot_*.json), multiplied by c when the result is multiplied back by c; the
   simulation adds Gaussian noise of that size, seeded per step (the same numbers on every call).
 
-A step: op "bootstrap", info = {"scale_factor": c, "noise_bits": b, "seed": s, "slots": n}.
+A step: op "bootstrap", info = {"scale_factor": c, "noise_bits": b, "seed": s, "slots": n, "order": ...}.
+
+The S2C-first order (batched bootstraps and MaMBo, hemlp.bootstrap.mambo) feeds EvalMod the slot values themselves
+(SlotToCoeff runs first), so its range is |x / c| <= 1 in every slot instead of the coefficient bound. A MaMBo
+step (op "mambo": the PCMM fused into the refresh of its output) is modelled as what it replaces: the PCMM with the
+quantised weights, the refresh of U·X (range-checked against its c, error 2^-noise_bits x c, the bits measured for
+pcmm_bootstrap), then the bias added exactly.
 """
 from __future__ import annotations
 
@@ -19,8 +25,9 @@ import numpy as np
 
 from hemlp.bootstrap import max_coefficient
 from hemlp.errors import EncodingError
+from hemlp.linalg import quantize
 
-__all__ = ["simulate_bootstrap", "input_range"]
+__all__ = ["simulate_bootstrap", "simulate_mambo", "input_range"]
 
 
 def input_range(x: np.ndarray, slots: int) -> float:
@@ -41,12 +48,27 @@ def simulate_bootstrap(step, x: np.ndarray) -> np.ndarray:
     """x (rows matrix) after the bootstrap step: range-checked, with the bootstrap's error added."""
     info = step.info
     c = float(info["scale_factor"])
-    m = input_range(x / c, int(info["slots"]))
+    if info.get("order", "cts_first") == "s2c_first":
+        m = float(np.max(np.abs(x))) / c if x.size else 0.0
+        what = "largest value"
+        need = "values <= 1 in the S2C-first order"
+    else:
+        m = input_range(x / c, int(info["slots"]))
+        what = "largest coefficient"
+        need = "coefficients <= 1 in units of the scale"
     if m > 1.0:
         raise EncodingError(
-            f"bootstrap {step.out!r}: its input's largest coefficient is {m * c:.4g}, above the {c:g} the plan "
-            f"divides by (EvalMod needs coefficients <= 1 in units of the scale, else the result wraps around). "
+            f"bootstrap {step.out!r}: its input's {what} is {m * c:.4g}, above the {c:g} the plan "
+            f"divides by (EvalMod needs {need}, else the result wraps around). "
             f"The input batch is outside the range the model was compiled for: recompile with a representative "
             f"example input (or a larger activation_margin)")
     rng = np.random.default_rng(int(info["seed"]))
     return x + rng.normal(0.0, c * 2.0 ** -float(info["noise_bits"]), size=x.shape)
+
+
+def simulate_mambo(step, x: np.ndarray, weight_bits: int) -> np.ndarray:
+    """x (the PCMM's input rows) after a MaMBo step: U·x with the quantised weights, refreshed like an S2C-first
+    bootstrap of U·x (range check and error, see simulate_bootstrap), then + bias."""
+    Uq, delta = quantize(step.U, weight_bits)
+    y = simulate_bootstrap(step, (Uq / delta) @ x)
+    return y if step.bias is None else y + step.bias[:, None]

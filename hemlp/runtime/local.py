@@ -20,11 +20,11 @@ from hemlp.errors import LevelError, MissingKeyError
 from hemlp.linalg import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
 from hemlp.he.reinterpret import retag
-from hemlp.runtime.bootstrap_sim import simulate_bootstrap
+from hemlp.runtime.bootstrap_sim import simulate_bootstrap, simulate_mambo
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
            "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units",
-           "bootstrap_unit", "bootstrap_retag"]
+           "bootstrap_unit", "bootstrap_retag", "mambo_rows"]
 
 
 def range_check(step, u, counts: dict | None = None):
@@ -94,6 +94,8 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
             y = x
         elif s.op == "bootstrap":     # placed by hemlp.planner.bootstrap_placement (bootstrap=True)
             y = simulate_bootstrap(s, x)
+        elif s.op == "mambo":         # a PCMM fused into its output's refresh (hemlp.planner.bootstrap_lowering)
+            y = simulate_mambo(s, x, weight_bits)
         else:
             raise AssertionError(s.op)
         vals[s.out] = y
@@ -305,13 +307,64 @@ def bootstrap_retag(ctx, cts: list, step) -> list:
 
 def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
     """The bootstrap step on every ciphertext of C: re-tag the scale x c, refresh two by two (bootstrap_pair)
-    when level and scale agree, multiply back by c exactly (mul_integer), drop to the planned level."""
+    when level and scale agree, or the S2C-first batched pipeline with pairs (MamboBootstrapper.bootstrap_batch(
+    pair=True), k pairs per call); multiply back by c exactly (mul_integer), drop to the planned level."""
+    _check_boot_kind(boot, step)
     cts = bootstrap_retag(ctx, C.cts, step)
+    if step.info.get("order") == "s2c_first":
+        c = int(step.info["scale_factor"])
+        out = boot.bootstrap_batch(cts, pair=not any(ct.is_complex for ct in cts))
+        if c != 1:
+            out = [ctx.mul_integer(ct, c) for ct in out]
+        out = [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
+        return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
     out = [None] * len(cts)
     for u in bootstrap_units(cts):
         for i, ct in zip(u, bootstrap_unit(ctx, boot, [cts[i] for i in u], step)):
             out[i] = ct
     return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
+
+
+def _check_boot_kind(boot, step) -> None:
+    order = step.info.get("order", "cts_first")
+    have = getattr(getattr(boot, "params", None), "order", None)
+    if have is not None and have != order:
+        raise MissingKeyError(f"step {step.out} runs the {order} bootstrapping pipeline, but the run's bootstrapper "
+                              f"is for {have}: use the eval keys this plan's keygen() makes")
+    if order == "s2c_first" and getattr(boot, "k", None) not in (None, int(step.info.get("k", 1))):
+        raise MissingKeyError(f"step {step.out} is planned for batches of k = {step.info.get('k')} but the "
+                              f"bootstrapping keys are for k = {boot.k}: use the eval keys this plan's keygen() makes")
+
+
+def mambo_rows(ctx, boot, C: CtMatrix, step, weight_bits: int) -> CtMatrix:
+    """The MaMBo step (hemlp.bootstrap.mambo.MamboBootstrapper) on the PCMM's input C: U mixes rows, not chunks, so
+    two chunks of real rows share every SlotToCoeff and refresh (pcmm_bootstrap_pairs), a last odd chunk joins its
+    output rows two by two (pcmm_bootstrap(pair=True)); U·X / c re-tagged and multiplied back by c exactly (as a
+    bootstrap step), the bias added, dropped to the planned level."""
+    _check_boot_kind(boot, step)
+    c = int(step.info["scale_factor"])
+    ch, d1 = C.chunks, step.U.shape[0]
+    real = not any(ct.is_complex for ct in C.cts)
+    chunk = lambda j: [C.cts[r * ch + j] for r in range(C.shape[0])]  # noqa: E731
+    out = [None] * (d1 * ch)
+    j = 0
+    while j < ch:
+        if real and j + 1 < ch:
+            done = zip((j, j + 1), boot.pcmm_bootstrap_pairs(step.U, chunk(j), chunk(j + 1), weight_bits=weight_bits,
+                                                             c=float(c)))
+            j += 2
+        else:
+            done = [(j, boot.pcmm_bootstrap(step.U, chunk(j), weight_bits=weight_bits, c=float(c), pair=real))]
+            j += 1
+        for jj, ys in done:
+            for r, y in enumerate(ys):
+                y = retag(ctx, y, scale=y.scale * c)           # slots U·X / c at scale Δ ...
+                if c != 1:
+                    y = ctx.mul_integer(y, c)                  # ... U·X at scale Δ (as bootstrap_rows)
+                if step.bias is not None and step.bias[r] != 0:
+                    y = ctx.add(y, float(step.bias[r]))
+                out[r * ch + jj] = ctx.drop_level(y, step.level_out) if y.level > step.level_out else y
+    return CtMatrix(ctx, out, (d1, C.shape[1]), ch, C.format)
 
 
 def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
@@ -339,6 +392,11 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
         y = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in x.cts], x.shape, x.chunks, x.format)
     elif s.op == "bootstrap":
         y = ex.bootstrap(ctx, x, s, boot)
+    elif s.op == "mambo":
+        if boot is None:
+            raise MissingKeyError(f"step {s.out} runs MaMBo: run the plan with its bootstrapper (the eval keys' "
+                                  "bootstrapping keys)")
+        y = mambo_rows(ctx, boot, x, s, weight_bits)
     else:
         raise AssertionError(s.op)
     return y
@@ -347,9 +405,10 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
 def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None, boot=None):
     """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix.
     timings (optional): filled with the wall-clock seconds of every step, by step name.
-    boot (optional): the hemlp.bootstrap.Bootstrapper of a plan with bootstrap steps.
+    boot (optional): the hemlp.bootstrap.Bootstrapper (CtS-first single bootstraps) or MamboBootstrapper (S2C-first
+    batched bootstraps and MaMBo steps) of a plan with bootstrap steps.
     executor (optional): runs the PCMMs, elementwise steps and bootstraps (``pcmm``, ``pcmm_gather``, ``map_cts``,
-    ``bootstrap``); default LocalExecutor(), in this process. Residual adds and level drops stay here."""
+    ``bootstrap``); default LocalExecutor(), in this process. Residual adds, level drops and MaMBo steps stay here."""
     ex = LocalExecutor() if executor is None else executor
     vals = {}
     # free every intermediate after its last use: a layer's ciphertexts can take gigabytes (one per feature)

@@ -31,7 +31,9 @@ def data():
 
 @pytest.fixture(scope="module")
 def compiled(data):
-    return hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, activation_degree=3)
+    # single CtS-first bootstraps (paired), forced: the batched / MaMBo lowering is tested in test_lowering_compile
+    return hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, activation_degree=3,
+                         mambo=False, batch_bootstrap=False)
 
 
 def test_the_plan_places_bootstraps_and_prints_them(compiled):
