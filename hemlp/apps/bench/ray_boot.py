@@ -63,7 +63,9 @@ def main(args) -> int:
     cal = rng.uniform(-1, 1, (64, 6))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cm = hemlp.compile(model(args.width), cal, bootstrap=True, mambo=False, batch_bootstrap=False, allow_insecure=True, activation_degree=3)
+        # single (CtS-first) bootstraps: Ray runs that pipeline (the S2C-first batched one runs in process)
+        cm = hemlp.compile(model(args.width), cal, bootstrap=True, mambo=False, batch_bootstrap=False,
+                           allow_insecure=True, activation_degree=3)
         sk, ek = cm.keygen()
     x = rng.uniform(-0.9, 0.9, (cm.capacity, 6))
     ct = cm.encrypt(x, sk)
