@@ -15,10 +15,10 @@ from hemlp.models.train import accuracy, predict, train  # noqa: E402
 
 
 def test_fhe4dmm_shapes_and_depth():
-    for name, shape, f1, f2 in (("emnist", (1, 28, 28), 64, 16), ("cifar10", (3, 32, 32), 6400, 128)):
+    for name, shape, f1, f2 in (("emnist", (1, 28, 28), 320, 64), ("cifar10", (3, 32, 32), 6400, 128)):
         m = FHE4DMMNet(name)
         cfg = CONFIGS[name]
-        assert cfg.f1 == f1 and cfg.f2 == f2  # BRIEF 6.5: EMNIST F1=64, CIFAR-10 F1=6400=64*10*10, F2=128
+        assert cfg.f1 == f1 and cfg.f2 == f2  # EMNIST: E2DM 5x8x8 conv, F2=64; CIFAR-10 F1=6400=64*10*10, F2=128
         convs = [x for x in m if isinstance(x, torch.nn.Conv2d)]
         lins = [x for x in m if isinstance(x, torch.nn.Linear)]
         squares = [x for x in m if isinstance(x, Square)]
