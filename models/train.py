@@ -78,6 +78,30 @@ class RandomAffine:
                 f"+-{self.scale:g}, shear +-{self.shear:g})")
 
 
+class RandomCropFlip:
+    """Random translation by up to `pad` pixels (a crop of the zero-padded image) and a horizontal flip with
+    probability 1/2, for every image of a batch (NCHW tensor), drawn from the training's seeded generator."""
+
+    def __init__(self, pad: int = 3):
+        self.pad = pad
+
+    def __call__(self, xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        n, _, h, w = xb.shape
+        p = self.pad
+        padded = torch.nn.functional.pad(xb, (p, p, p, p))
+        dy = torch.randint(0, 2 * p + 1, (n,), generator=gen)
+        dx = torch.randint(0, 2 * p + 1, (n,), generator=gen)
+        rows = (dy[:, None] + torch.arange(h)[None, :])[:, None, :, None].expand(n, xb.shape[1], h, w + 2 * p)
+        out = padded.gather(2, rows)
+        cols = (dx[:, None] + torch.arange(w)[None, :])[:, None, None, :].expand(n, xb.shape[1], h, w)
+        out = out.gather(3, cols)
+        flip = torch.rand(n, generator=gen) < 0.5
+        return torch.where(flip[:, None, None, None], out.flip(3), out)
+
+    def describe(self) -> str:
+        return f"a fresh random shift of up to {self.pad} px (zero padding) and horizontal flip of every batch"
+
+
 def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch_size: int = 64,
           lr: float = 2e-3, seed: int = 0, threads: int = 2, x_val=None, y_val=None, progress: bool = True,
           weight_decay: float = 1e-4, clip: float = 1.0, callback=None, transform=None) -> list[dict]:
