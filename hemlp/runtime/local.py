@@ -348,7 +348,8 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
         if block is not None:
             idx = chains[i]
             B = steps[idx[-1]]
-            y = streamed.run_chain(ctx, steps, idx, vals[s.inputs[0]], ex, relin_key, weight_bits, block, timings)
+            y = streamed.run_chain(ctx, steps, idx, vals[s.inputs[0]], ex, relin_key, weight_bits, block,
+                                   ElementwiseOp.from_step, timings)
             if y.level != B.level_out:
                 raise AssertionError(f"step {B.out}: level {y.level}, planned {B.level_out}")
             vals[B.out] = y

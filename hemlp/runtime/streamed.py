@@ -83,18 +83,18 @@ def _native_pcmm(ctx):
 
 
 def run_chain(ctx, steps, idx: list, X: CtMatrix, ex, relin_key, weight_bits: int, block_rows: int,
-              timings: dict | None = None) -> CtMatrix:
-    """The chain steps[idx] on X (A's input) by blocks of block_rows rows of U_A; returns B's output."""
+              make_op, timings: dict | None = None) -> CtMatrix:
+    """The chain steps[idx] on X (A's input) by blocks of block_rows rows of U_A; returns B's output.
+    ex: the executor whose map_cts applies the row-wise steps; make_op(step): the step's op for it (the caller's,
+    hemlp.runtime.local.ElementwiseOp.from_step)."""
     A, mids, B = steps[idx[0]], [steps[k] for k in idx[1:-1]], steps[idx[-1]]
-    from hemlp.runtime.local import ElementwiseOp   # local imports this module: no cycle at import time
-
     t = {steps[k].out: 0.0 for k in idx}
     ch, d1 = X.chunks, A.U.shape[0]
     P = _blocks_of(A)
     index_a = np.arange(X.shape[0])[:, None] if A.index is None else np.asarray(A.index)
     _, delta_a = quantize(A.U, weight_bits)
     _, delta_b = quantize(B.U, weight_bits)
-    ops = [None if m.op == "alias" else ElementwiseOp.from_step(m) for m in mids]
+    ops = [None if m.op == "alias" else make_op(m) for m in mids]
     acc = None
     for r0 in range(0, d1, block_rows):
         r1 = min(d1, r0 + block_rows)
