@@ -264,13 +264,23 @@ def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale
 
 
 def gathered_product(ctx, U, index, row, chunks: int, level: int, slot_encoded: bool, weight_bits: int, bias,
-                     rescale: bool, native) -> list:
+                     rescale: bool, native, *, delta: float | None = None, defer_rescale: bool = False) -> list:
     """pcmm_gather's body over any row source (the Ray runtime's in-place PCMM reads object-store views): U
     quantised, K chosen, the inputs laid out (i, p, j) as row(r, j) (None for index -1: a zero row), then
     native(plan, inputs, P * chunks, K, factor, rescale, fused bias) -> native ciphertexts, and a bias that is not
-    fused (coefficient encoding) added as an encoded constant. Returns the d1 * P * chunks output Ciphertexts."""
-    Uq, delta = quantize(U, weight_bits)
+    fused (coefficient encoding) added as an encoded constant. Returns the d1 * P * chunks output Ciphertexts.
+
+    For a product computed by blocks (hemlp.runtime.streamed): ``delta`` quantises U, a block of a larger matrix,
+    with the whole matrix's step (quantize's Delta_U), so its entries are the whole's; ``defer_rescale`` (with
+    rescale) multiplies by the rescale's K but leaves the rescale and the bias to the caller, who sums such partial
+    products over blocks of d2 (exact mod q) and rescales once: the same bits as the whole product."""
+    if delta is None:
+        Uq, delta = quantize(U, weight_bits)
+    else:
+        Uq = np.rint(np.asarray(U, dtype=np.float64) * delta).astype(np.int64)
     K = max(1, round(ctx.modulus(level) / delta)) if rescale else 1
+    if defer_rescale:
+        rescale, bias = False, None
     plan = _core.ModGemmPlan(Uq, int(weight_bits))
     d2, P = index.shape
     # inputs laid out (i, p, j): the P output blocks become extra column panels of one product

@@ -49,13 +49,67 @@ def shift_augment(x: np.ndarray, y: np.ndarray, shifts=SHIFTS):
     return np.ascontiguousarray(np.concatenate(xs)), np.concatenate(ys)
 
 
+class RandomAffine:
+    """A random small affine distortion of every image of a batch (NCHW tensor), drawn from the training's seeded
+    generator: rotation within +-degrees, shear within +-shear, scale within 1 +- scale and a shift within +-shift
+    pixels; bilinear resampling, zeros outside. Handwritten digits keep their labels under these."""
+
+    def __init__(self, degrees: float = 12.0, shift: float = 2.5, scale: float = 0.1, shear: float = 0.15):
+        self.degrees, self.shift, self.scale, self.shear = degrees, shift, scale, shear
+
+    def __call__(self, xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        import torch.nn.functional as F
+
+        n, _, h, w = xb.shape
+        u = lambda *shape: torch.rand(*shape, generator=gen) * 2 - 1  # noqa: E731
+        a = u(n) * self.degrees * np.pi / 180
+        s = 1 + u(n) * self.scale
+        sh = u(n) * self.shear
+        t = u(n, 2) * self.shift * 2 / torch.tensor([w, h], dtype=torch.float32)
+        th = torch.zeros(n, 2, 3)
+        th[:, 0, 0], th[:, 0, 1] = torch.cos(a) / s, (sh - torch.sin(a)) / s
+        th[:, 1, 0], th[:, 1, 1] = torch.sin(a) / s, torch.cos(a) / s
+        th[:, :, 2] = t
+        grid = F.affine_grid(th, list(xb.shape), align_corners=False)
+        return F.grid_sample(xb, grid, align_corners=False, padding_mode="zeros")
+
+    def describe(self) -> str:
+        return (f"random affine per batch (rotation +-{self.degrees:g} deg, shift +-{self.shift:g} px, scale "
+                f"+-{self.scale:g}, shear +-{self.shear:g})")
+
+
+class RandomCropFlip:
+    """Random translation by up to `pad` pixels (a crop of the zero-padded image) and a horizontal flip with
+    probability 1/2, for every image of a batch (NCHW tensor), drawn from the training's seeded generator."""
+
+    def __init__(self, pad: int = 3):
+        self.pad = pad
+
+    def __call__(self, xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        n, _, h, w = xb.shape
+        p = self.pad
+        padded = torch.nn.functional.pad(xb, (p, p, p, p))
+        dy = torch.randint(0, 2 * p + 1, (n,), generator=gen)
+        dx = torch.randint(0, 2 * p + 1, (n,), generator=gen)
+        rows = (dy[:, None] + torch.arange(h)[None, :])[:, None, :, None].expand(n, xb.shape[1], h, w + 2 * p)
+        out = padded.gather(2, rows)
+        cols = (dx[:, None] + torch.arange(w)[None, :])[:, None, None, :].expand(n, xb.shape[1], h, w)
+        out = out.gather(3, cols)
+        flip = torch.rand(n, generator=gen) < 0.5
+        return torch.where(flip[:, None, None, None], out.flip(3), out)
+
+    def describe(self) -> str:
+        return f"a fresh random shift of up to {self.pad} px (zero padding) and horizontal flip of every batch"
+
+
 def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch_size: int = 64,
           lr: float = 2e-3, seed: int = 0, threads: int = 2, x_val=None, y_val=None, progress: bool = True,
-          weight_decay: float = 1e-4, clip: float = 1.0, callback=None) -> list[dict]:
+          weight_decay: float = 1e-4, clip: float = 1.0, callback=None, transform=None) -> list[dict]:
     """Adam + cosine schedule + gradient clipping (squares make early steps explosive).
 
     Returns one dict per epoch: loss, train accuracy, validation accuracy, seconds. `callback`
-    receives each dict (e.g. for W&B logging). Deterministic for a given seed and thread count."""
+    receives each dict (e.g. for W&B logging). `transform(xb, generator)` (e.g. RandomAffine()) distorts every
+    training batch afresh. Deterministic for a given seed and thread count."""
     from tqdm.auto import tqdm
 
     set_determinism(seed, threads)
@@ -74,6 +128,8 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
         for i in range(0, len(yt), batch_size):
             idx = perm[i : i + batch_size]
             xb, yb = xt[idx], yt[idx]
+            if transform is not None:
+                xb = transform(xb, gen)
             opt.zero_grad(set_to_none=True)
             out = model(xb)
             loss = loss_fn(out, yb)

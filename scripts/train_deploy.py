@@ -487,7 +487,7 @@ def parser() -> argparse.ArgumentParser:
                     help="produce the real-data accuracy table (needs --data-root; default bench/accuracy_real.json)")
     ap.add_argument("--table-rows", default=None,
                     help="comma-separated subset of the table rows (fhe4dmm-emnist, hemlp-emnist-cnn, fhe4dmm-cifar10, "
-                         "hemlp-cifar-cnn, sweep)")
+                         "hemlp-cifar-wide, sweep)")
     ap.add_argument("--cache-dir", default=None, help="--table: where decoded JPEG images are cached (.npz)")
     ap.add_argument("--max-gib", type=float, default=None,
                     help="--table: skip encrypted runs whose layout-(A) ciphertexts would exceed this many GiB")

@@ -16,6 +16,7 @@ from hemlp.errors import MissingKeyError, UnsupportedError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
+from hemlp.runtime import streamed
 from hemlp.runtime.local import run as run_local
 from hemlp.runtime.local import simulate as simulate_rows
 
@@ -145,7 +146,8 @@ class Batch(Layout):
         return next(s.rows for s in self.steps if s.op == "output") * self.chunks, self.output_level()
 
     def working_bytes(self) -> int:
-        # hemlp.runtime.local.run keeps every step's output until the run returns
-        ct = lambda lv: 2 * self.params.N * (lv + 1) * 8  # noqa: E731
-        return sum(s.rows * self.chunks * ct(s.level_out) for s in self.steps
-                   if s.op not in ("input", "alias", "output") and s.level_out is not None)
+        # hemlp.runtime.local.run frees each layer after its last reader and runs wide conv/FC -> x² -> FC chains by
+        # blocks of features (hemlp.runtime.streamed): its peak of live ciphertexts, less the input
+        inp = next(s for s in self.steps if s.op == "input")
+        return max(0, streamed.peak_bytes(self.steps, self.params.N, self.chunks)
+                   - inp.rows * self.chunks * streamed.ct_bytes(self.params.N, inp.level_out))

@@ -20,6 +20,7 @@ from hemlp.errors import LevelError, MissingKeyError
 from hemlp.linalg import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
 from hemlp.he.reinterpret import retag
+from hemlp.runtime import streamed
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap, simulate_mambo
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
@@ -402,13 +403,17 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
     return y
 
 
-def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None, boot=None):
+def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None, boot=None,
+        stream_bytes: int | None = streamed.DEFAULT_STREAM_BYTES):
     """C: CtMatrix (features x batch) at the program's input level -> output CtMatrix.
     timings (optional): filled with the wall-clock seconds of every step, by step name.
     boot (optional): the hemlp.bootstrap.Bootstrapper (CtS-first single bootstraps) or MamboBootstrapper (S2C-first
     batched bootstraps and MaMBo steps) of a plan with bootstrap steps.
     executor (optional): runs the PCMMs, elementwise steps and bootstraps (``pcmm``, ``pcmm_gather``, ``map_cts``,
-    ``bootstrap``); default LocalExecutor(), in this process. Residual adds, level drops and MaMBo steps stay here."""
+    ``bootstrap``); default LocalExecutor(), in this process. Residual adds, level drops and MaMBo steps stay here.
+    stream_bytes: in process, a chain pcmm -> row-wise steps -> dense pcmm whose intermediate layers would hold
+    more ciphertext bytes than this runs by blocks of features of about this size (hemlp.runtime.streamed: the
+    same bits); None runs every layer whole."""
     ex = LocalExecutor() if executor is None else executor
     vals = {}
     # free every intermediate after its last use: a layer's ciphertexts can take gigabytes (one per feature)
@@ -417,7 +422,28 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
         for name in s.inputs:
             last_use[name] = i
     out_name = next(s.out for s in steps if s.op == "output")
+    chains = streamed.find_chains(steps, last_use, out_name) if isinstance(ex, LocalExecutor) else {}
+    skip_to = -1
     for i, s in enumerate(steps):
+        if i <= skip_to:
+            continue
+        block = None
+        if i in chains and C.format == "rlwe" and C.encoding == "slot":
+            block = streamed.chain_block_rows(steps, chains[i], ctx.N, C.chunks, stream_bytes)
+        if block is not None:
+            idx = chains[i]
+            B = steps[idx[-1]]
+            y = streamed.run_chain(ctx, steps, idx, vals[s.inputs[0]], ex, relin_key, weight_bits, block,
+                                   ElementwiseOp.from_step, timings)
+            if y.level != B.level_out:
+                raise AssertionError(f"step {B.out}: level {y.level}, planned {B.level_out}")
+            vals[B.out] = y
+            for k in idx:
+                for name in steps[k].inputs:
+                    if last_use.get(name) == k and name != out_name:
+                        vals.pop(name, None)
+            skip_to = idx[-1]
+            continue
         if s.op == "input":
             if C.level != s.level_out:
                 if C.level < s.level_out:

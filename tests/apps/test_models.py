@@ -15,10 +15,10 @@ from hemlp.models.train import accuracy, predict, train  # noqa: E402
 
 
 def test_fhe4dmm_shapes_and_depth():
-    for name, shape, f1, f2 in (("emnist", (1, 28, 28), 64, 16), ("cifar10", (3, 32, 32), 6400, 128)):
+    for name, shape, f1, f2 in (("emnist", (1, 28, 28), 320, 64), ("cifar10", (3, 32, 32), 6400, 128)):
         m = FHE4DMMNet(name)
         cfg = CONFIGS[name]
-        assert cfg.f1 == f1 and cfg.f2 == f2  # BRIEF 6.5: EMNIST F1=64, CIFAR-10 F1=6400=64*10*10, F2=128
+        assert cfg.f1 == f1 and cfg.f2 == f2  # EMNIST: E2DM 5x8x8 conv, F2=64; CIFAR-10 F1=6400=64*10*10, F2=128
         convs = [x for x in m if isinstance(x, torch.nn.Conv2d)]
         lins = [x for x in m if isinstance(x, torch.nn.Linear)]
         squares = [x for x in m if isinstance(x, Square)]
@@ -100,3 +100,24 @@ def test_onnx_export_ops():
         ops = {n.op_type for n in g.graph.node}
         assert ops <= {"Conv", "Mul", "Add", "Flatten", "Gemm", "AveragePool", "Reshape", "Constant", "MatMul"}, ops
         assert "Relu" not in ops
+
+
+def test_batch_transforms_are_seeded_and_keep_the_image():
+    from hemlp.models.train import RandomAffine, RandomCropFlip
+
+    x = torch.rand(6, 2, 12, 10)
+    for t in (RandomAffine(), RandomCropFlip(2)):
+        a, b = t(x, torch.Generator().manual_seed(3)), t(x, torch.Generator().manual_seed(3))
+        assert a.shape == x.shape and torch.equal(a, b) and not torch.equal(a, x)
+    # no distortion: the identity (up to float rounding of the sampling grid)
+    assert torch.allclose(RandomAffine(0, 0, 0, 0)(x, torch.Generator().manual_seed(0)), x, atol=1e-5)
+    # no shift: every image is itself or its mirror, and both occur
+    y = RandomCropFlip(0)(x, torch.Generator().manual_seed(1))
+    same = [torch.equal(y[i], x[i]) for i in range(6)]
+    mirrored = [torch.equal(y[i], x[i].flip(2)) for i in range(6)]
+    assert all(s or m for s, m in zip(same, mirrored)) and any(same) and any(mirrored)
+    # a shift by (1, 1) of a crop keeps the interior: output pixel (i, j) is input (i + dy - p, j + dx - p)
+    z = RandomCropFlip(1)(x[:1], torch.Generator().manual_seed(5))
+    hits = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) for flip in (False, True)
+            if torch.equal((z[0].flip(2) if flip else z[0])[:, 1:-1, 1:-1], x[0, :, 1 + dy:11 + dy, 1 + dx:9 + dx])]
+    assert hits
