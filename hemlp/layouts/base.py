@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from hemlp.errors import ParameterError, UnsupportedError
-from hemlp.linalg import CtMatrix
+from hemlp.pcmm import CtMatrix
 
 __all__ = ["Layout", "Planned", "CT_PRODUCT_OPS"]
 
@@ -40,7 +40,7 @@ class Planned:
     """What compile() hands every candidate layout: the lowered steps with their levels planned for the
     default preset, and that preset."""
     steps: list
-    params: object          # hemlp.fhe.ckks.Params
+    params: object          # hemlp.fhe.Params
     preset: dict            # hemlp.compiler.params.choose_preset's entry (name, depth, security)
     depth: int
     reserve: int            # levels kept for the output's magnitude
@@ -143,7 +143,7 @@ class Layout:
         lv = self.key_levels()
         return [("relinearisation key", eval_keys.relin_key, lv["relin"], "relin_key"),
                 ("rotation keys", eval_keys.galois_keys, lv["rotation"], "rotation_keys"),
-                ("ModPack keys", eval_keys.modpack_keys, lv.get("modpack"), "linalg.modpack_keys")]
+                ("ModPack keys", eval_keys.modpack_keys, lv.get("modpack"), "pcmm.modpack_keys")]
 
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
         """Layout-specific checks of a run's arguments (typed errors, before any work)."""

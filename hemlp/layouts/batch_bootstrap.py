@@ -32,12 +32,12 @@ from dataclasses import replace
 import numpy as np
 
 from hemlp.bootstrap.params import PRESET_DEPTHS, preset_levels_consumed
-from hemlp.fhe.ckks import Params
+from hemlp.fhe import Params
 from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
 from hemlp.errors import EncodingError, ParameterError
 from hemlp.layouts.base import Planned
-from hemlp.linalg import quantize
+from hemlp.pcmm import quantize
 from hemlp.planner.bootstrap_lowering import Lowering, PipelineCosts, choose_pipelines
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, Placement
 from hemlp.planner.layouts import estimate_batch

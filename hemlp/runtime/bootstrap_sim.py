@@ -25,7 +25,7 @@ import numpy as np
 
 from hemlp.bootstrap import max_coefficient
 from hemlp.errors import EncodingError
-from hemlp.linalg import quantize
+from hemlp.pcmm import quantize
 
 __all__ = ["simulate_bootstrap", "simulate_mambo", "input_range"]
 

@@ -7,7 +7,7 @@ features, two such layers (the convolution and its square) take ~14 GiB at N = 2
 
 runs block by block of A's output rows (a block of A's rows needs only those rows of U_A): the row-wise steps act
 on each ciphertext alone, and B's partial products K (U_B[:, block] X_block) mod q are summed over the blocks and
-rescaled once, the bias added after the rescale, as the native PCMM does (hemlp.linalg.gathered_product with
+rescaled once, the bias added after the rescale, as the native PCMM does (hemlp.pcmm.gathered_product with
 ``delta`` / ``defer_rescale``). Every operation is exact modular arithmetic on one ciphertext, or a sum mod q, so
 the output has the same bits as the whole-layer run (tests/runtime/test_streamed.py checks it).
 """
@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 
-from hemlp import _core, linalg
-from hemlp.fhe.ckks import Ciphertext
-from hemlp.linalg import CtMatrix, quantize
+from hemlp import _core, pcmm
+from hemlp.fhe import Ciphertext
+from hemlp.pcmm import CtMatrix, quantize
 
 __all__ = ["DEFAULT_STREAM_BYTES", "find_chains", "chain_block_rows", "run_chain", "peak_bytes"]
 
@@ -99,7 +99,7 @@ def run_chain(ctx, steps, idx: list, X: CtMatrix, ex, relin_key, weight_bits: in
     for r0 in range(0, d1, block_rows):
         r1 = min(d1, r0 + block_rows)
         t0 = time.perf_counter()
-        cts = linalg.gathered_product(ctx, A.U[r0:r1], index_a, lambda r, j: X.cts[r * ch + j].native, ch, X.level,
+        cts = pcmm.gathered_product(ctx, A.U[r0:r1], index_a, lambda r, j: X.cts[r * ch + j].native, ch, X.level,
                                       X.encoding == "slot", weight_bits,
                                       None if A.bias is None else A.bias[r0:r1], True, _native_pcmm(ctx),
                                       delta=delta_a)
@@ -112,7 +112,7 @@ def run_chain(ctx, steps, idx: list, X: CtMatrix, ex, relin_key, weight_bits: in
             t[m.out] += time.perf_counter() - t0
         t0 = time.perf_counter()
         a0, a1 = r0 * P, r1 * P
-        part = linalg.gathered_product(ctx, B.U[:, a0:a1], np.arange(a1 - a0)[:, None],
+        part = pcmm.gathered_product(ctx, B.U[:, a0:a1], np.arange(a1 - a0)[:, None],
                                        lambda r, j: Y.cts[r * ch + j].native, ch, Y.level, Y.encoding == "slot",
                                        weight_bits, None, True, _native_pcmm(ctx), delta=delta_b,
                                        defer_rescale=True)

@@ -20,7 +20,7 @@ from hemlp.errors import EncodingError, MissingKeyError, ParameterError, Unsuppo
 from hemlp.runtime.artifacts import EvalKeys
 
 torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.filterwarnings("ignore::hemlp.fhe.ckks.InsecureParametersWarning"),
+pytestmark = [pytest.mark.filterwarnings("ignore::hemlp.fhe.InsecureParametersWarning"),
               pytest.mark.filterwarnings("ignore::hemlp.compiler.calibration.CalibrationWarning")]
 
 

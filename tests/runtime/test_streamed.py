@@ -68,7 +68,7 @@ def test_streamed_chain_has_the_same_bits(act, slots_factor):
     assert same_bits(blocks, whole)
     assert set(s.out for s in cm.steps if s.op not in ("input", "alias", "output")) <= set(t)
     # and the two agree with the plaintext plan (the bits are right, not only equal)
-    y = hemlp.linalg.decrypt_matrix(cm.context, blocks, sk)[:, :n].T
+    y = hemlp.pcmm.decrypt_matrix(cm.context, blocks, sk)[:, :n].T
     assert np.max(np.abs(y - cm.simulate(x).reshape(n, -1))) < 1e-2 * np.max(np.abs(y))
 
 

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from hemlp.linalg import CtMatrix
+from hemlp.pcmm import CtMatrix
 from hemlp.errors import MissingKeyError
 from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, bootstrap_units
 from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
