@@ -70,8 +70,8 @@ def _tile_rows(cts_by_row, d2):
 
 def main(args) -> int:
     import hemlp
-    from hemlp import linalg
-    from hemlp.fhe import ckks
+    from hemlp import pcmm
+    from hemlp import fhe
 
     try:
         import threadpoolctl  # noqa: F401
@@ -82,7 +82,7 @@ def main(args) -> int:
     warn = report.busy_warning()
     if warn:
         print("warning:", warn)
-    ctx = ckks.Context(ckks.Params.preset(args.preset), allow_insecure=args.allow_insecure)
+    ctx = fhe.Context(fhe.Params.preset(args.preset), allow_insecure=args.allow_insecure)
     sk, pk = ctx.keygen()
     N, slots, level = ctx.N, ctx.slots, args.level
     rng = np.random.default_rng(0)
@@ -91,8 +91,8 @@ def main(args) -> int:
     distinct = 8
     rows = []
     results = []
-    mk = linalg.modpack_keys(ctx, sk, 2)
-    msk = linalg.multi_secret_key(ctx, 4)
+    mk = pcmm.modpack_keys(ctx, sk, 2)
+    msk = pcmm.multi_secret_key(ctx, 4)
     for d in sizes:
         U = rng.normal(0, 1 / math.sqrt(d), (d, d))
         wanted = set(args.d3.split(","))
@@ -100,22 +100,22 @@ def main(args) -> int:
             setups = {}
             M = rng.uniform(-1, 1, (distinct, d3))
             if d3 == slots:
-                base = linalg.encrypt_matrix(ctx, M, sk, level=level)
-                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
-                mb = linalg.encrypt_matrix(ctx, np.repeat(M, 1, axis=0), sk, format="mlwe", encoding="coeff",
+                base = pcmm.encrypt_matrix(ctx, M, sk, level=level)
+                setups["rlwe"] = pcmm.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+                mb = pcmm.encrypt_matrix(ctx, np.repeat(M, 1, axis=0), sk, format="mlwe", encoding="coeff",
                                            level=level)
-                setups["mlwe"] = linalg.CtMatrix(ctx, _tile_rows(mb.cts, d // 2), (d, d3), 1, "mlwe")
+                setups["mlwe"] = pcmm.CtMatrix(ctx, _tile_rows(mb.cts, d // 2), (d, d3), 1, "mlwe")
             elif d3 == N:
-                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
-                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+                base = pcmm.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = pcmm.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
             else:
                 Mf = rng.uniform(-1, 1, (d, d3)) if d <= 1024 else None
                 if Mf is not None:
-                    C = linalg.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
+                    C = pcmm.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
                     setups["msrlwe"] = C
                     setups["msrlwe+pre"] = C
-                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
-                setups["rlwe"] = linalg.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
+                base = pcmm.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = pcmm.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
                                                        for j in range(4)], (d, d3), 4, "rlwe")
             A = rng.uniform(-1, 1, (d, d3))
             for th in threads:
@@ -127,16 +127,16 @@ def main(args) -> int:
                         kw["keys"] = mk
                     if fmt == "msrlwe+pre":
                         t0 = time.perf_counter()
-                        kw["precomputed"] = linalg.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits)
+                        kw["precomputed"] = pcmm.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits)
                         t_pre = time.perf_counter() - t0
-                    out = linalg.pcmm(U, C, **kw)
-                    m = measure(lambda: linalg.pcmm(U, C, **kw), args.repeats)
+                    out = pcmm.pcmm(U, C, **kw)
+                    m = measure(lambda: pcmm.pcmm(U, C, **kw), args.repeats)
                     # correctness on the first rows
                     if fmt.startswith("msrlwe"):
-                        got = linalg.decrypt_matrix(ctx, out, msk)[:4]
+                        got = pcmm.decrypt_matrix(ctx, out, msk)[:4]
                         want = U[:4] @ Mf
                     else:
-                        got = linalg.decrypt_matrix(ctx, out, sk)[:4]
+                        got = pcmm.decrypt_matrix(ctx, out, sk)[:4]
                         Mt = np.stack([M[i % distinct] for i in range(d)])
                         if fmt == "rlwe" and d3 == 4 * N:
                             Mt = np.stack([M[i % distinct] for i in range(d)])
