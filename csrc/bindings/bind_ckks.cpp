@@ -420,6 +420,7 @@ void bind_ckks(py::module_& m) {
         Seed s{};
         const bool seeded = !seed.is_none();
         if (seeded) s = to_seed(seed.cast<py::bytes>());
+        py::gil_scoped_release r;  // the copy, the residue checks and the seed expansion need no Python
         return import_ciphertext(e.ctx, views, level, scale, slots, encoding, is_complex, key_id, seeded ? &s : nullptr);
       });
 }

@@ -17,12 +17,17 @@ Poly import_poly(const Context& ctx, PolyView a, int level, bool ext, const char
     fail(ErrorKind::Serialization, std::string(what) + ": expected a (" + std::to_string(limbs) + ", " +
                                        std::to_string(n) + ") array of residues; the data is truncated or "
                                                            "belongs to other parameters");
-  Poly p(a.data, a.data + limbs * n);
+  // one pass over the source: each limb is copied, then checked while it is still in cache (a memory-mapped
+  // file is read once)
+  Poly p;
+  p.reserve(limbs * n);
   for (size_t k = 0; k < limbs; ++k) {
     const uint64_t q = ctx.modulus(ext ? ctx.qp_index(level, (int)k) : (int)k).q;
+    p.insert(p.end(), a.data + k * n, a.data + (k + 1) * n);  // reserved: a plain copy, nothing zeroed first
     const uint64_t* d = p.data() + k * n;
-    for (size_t i = 0; i < n; ++i)
-      if (d[i] >= q) fail(ErrorKind::Serialization, std::string(what) + ": residue out of range; the data is corrupted");
+    uint64_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad |= (uint64_t)(d[i] >= q);
+    if (bad) fail(ErrorKind::Serialization, std::string(what) + ": residue out of range; the data is corrupted");
   }
   return p;
 }

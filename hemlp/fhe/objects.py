@@ -156,12 +156,13 @@ def _key_id(h: dict) -> int:
         raise SerializationError("malformed key id: the data is corrupted") from None
 
 
-def from_bytes(data: bytes, ctx=None):
-    """Load any serialised hemlp object; everything but Params needs the context to load into."""
+def from_bytes(data: bytes, ctx=None, checksum: bool = True):
+    """Load any serialised hemlp object; everything but Params needs the context to load into. checksum=False:
+    for an object nested in a container whose checksum was checked (serialize.reading)."""
     # one integrity check; the arrays are views into data (the native import copies them)
-    obj_type, phash, h, arrays = ser.unpack(data, None, copy=False)
+    obj_type, phash, h, arrays = ser.unpack(data, None, copy=False, checksum=checksum)
     if obj_type == "params":
-        return Params.from_bytes(data)
+        return Params.from_bytes(data, checksum=checksum)
     if ctx is None:
         raise ParameterError(f"loading a {obj_type} needs the Context it belongs to: from_bytes(data, ctx)")
     ser.check_context(obj_type, phash, ctx.hash)

@@ -171,8 +171,8 @@ class Params:
         return ser.pack("params", self.hash, header, [])
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Params":
-        _, phash, h, _ = ser.unpack(data, None, "params")
+    def from_bytes(cls, data: bytes, checksum: bool = True) -> "Params":
+        _, phash, h, _ = ser.unpack(data, None, "params", checksum=checksum)
         try:
             p = cls(ser.field(h, "log_n", int), [int(b) for b in ser.field(h, "q_bits", list)],
                     [int(b) for b in ser.field(h, "p_bits", list)], ser.field(h, "alpha", int),

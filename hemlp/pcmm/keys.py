@@ -105,6 +105,8 @@ class ModPackKeys:
     nbytes = property(lambda self: sum(key.nbytes for key in self._keys))
     #: the k native switching keys (``hemlp._core``), for the native MLWE PCMM
     native = property(lambda self: self._keys)
+    #: SHA-256 (hex) of the parameter set the keys were made under (None when made without a context)
+    param_hash = property(lambda self: None if self._ctx is None else self._ctx.hash)
 
     def __repr__(self):
         return f"ModPackKeys(k={self.k}, level={self.level})"

@@ -9,7 +9,6 @@ N / d3 rows per ciphertext (hemlp.pcmm.mlwe); MSRLWE encrypts the chunks of a ro
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -17,7 +16,7 @@ from hemlp import _core
 from hemlp.errors import EncodingError, SerializationError, ShapeError
 from hemlp.fhe import Ciphertext, Context, from_bytes
 from hemlp.fhe import serialize as ser
-from hemlp.fhe.files import write_atomic
+from hemlp.fhe.files import map_file, write_atomic
 
 __all__ = ["FORMATS", "CtMatrix", "MsRow", "choose_format"]
 
@@ -59,37 +58,57 @@ class CtMatrix:
         return self.cts[i * self.chunks : (i + 1) * self.chunks]
 
     def __repr__(self):
-        return (f"CtMatrix({self.shape[0]}x{self.shape[1]}, format={self.format}, chunks={self.chunks}, encoding={self.encoding}, "
-                f"{len(self.cts)} ciphertexts, level={self.level}, scale=2^{math.log2(self.scale):.2f})")
+        return (f"CtMatrix({self.shape[0]}x{self.shape[1]}, format={self.format}, chunks={self.chunks}, "
+                f"encoding={self.encoding}, {len(self.cts)} ciphertexts, level={self.level}, scale=2^{math.log2(self.scale):.2f})")
 
     def to_bytes(self) -> bytes:
         return b"".join(self.to_parts())
 
     def to_parts(self) -> list:
-        """to_bytes() as a list of buffers (its ciphertexts' blobs are not copied into one payload first: a
-        container that nests this matrix, like an encrypted batch file, joins everything once)."""
+        """to_bytes() as a list of buffers (its ciphertexts' blobs are not copied into one payload first: the
+        caller joins once, or writes the parts to a file one by one)."""
+        header, parts = self.element_parts()
+        return ser.pack_parts("ct_matrix", self.ctx.hash, header, [parts])
+
+    def element_parts(self) -> tuple:
+        """(header, buffers): the matrix's header fields (shape, chunks, format, each element's size) and its
+        elements serialised one after the other, each a container of its own (Ciphertext or MsRow): what a
+        ct_matrix container holds, and what an encrypted batch file (hemlp.runtime.artifacts) nests directly."""
         parts = [c.to_parts() if hasattr(c, "to_parts") else [c.to_bytes()] for c in self.cts]
         header = dict(shape=list(self.shape), chunks=self.chunks, format=self.format,
                       sizes=[sum(memoryview(b).nbytes for b in ps) for ps in parts])
-        return ser.pack_parts("ct_matrix", self.ctx.hash, header, [[b for ps in parts for b in ps]])
+        return header, [b for ps in parts for b in ps]
 
     def save(self, path) -> None:
         write_atomic(path, self.to_parts())
 
     @classmethod
     def from_bytes(cls, data: bytes, ctx: Context) -> "CtMatrix":
-        _, _, h, arrays = ser.unpack(data, ctx.hash, "ct_matrix", copy=False)  # read in place
-        shape, chunks = ser.field(h, "shape", list), ser.field(h, "chunks", int)
-        sizes, fmt = ser.field(h, "sizes", list), ser.field(h, "format", str)
-        if (len(arrays) != 1 or len(shape) != 2 or fmt not in FORMATS or chunks < 1
-                or not all(isinstance(s, int) and s > 0 for s in sizes + shape)
+        with ser.reading(data, "ct_matrix", ctx.hash) as (_, _, h, arrays):  # read in place
+            if len(arrays) != 1:
+                raise SerializationError("ct_matrix: header does not match the data; the file is corrupted")
+            return cls.from_elements(h, arrays[0], ctx)
+
+    @classmethod
+    def from_elements(cls, header: dict, payload, ctx: Context, checksum: bool = False) -> "CtMatrix":
+        """The matrix from element_parts()' header and the concatenated elements (any buffer, read in place; the
+        native imports copy). checksum=False: the enclosing container's checksum covers the elements (the default,
+        for callers inside serialize.reading)."""
+        if not isinstance(header, dict):
+            raise SerializationError("ct_matrix: malformed header; the file is corrupted")
+        shape, chunks = ser.field(header, "shape", list), ser.field(header, "chunks", int)
+        sizes, fmt = ser.field(header, "sizes", list), ser.field(header, "format", str)
+        raw = memoryview(payload).cast("B")
+        if (len(shape) != 2 or fmt not in FORMATS or chunks < 1
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes + shape)
                 or (fmt == "mlwe" and (shape[1] >= ctx.N or ctx.N % shape[1]))
-                or len(sizes) != _count(fmt, shape, chunks, ctx) or sum(sizes) != arrays[0].size):
+                or len(sizes) != _count(fmt, shape, chunks, ctx) or sum(sizes) != raw.nbytes):
             raise SerializationError("ct_matrix: header does not match the data; the file is corrupted")
-        raw, cts, off = memoryview(arrays[0]), [], 0  # each ciphertext's blob is a view, checked on its own
+        cts, off = [], 0  # each element's blob is a view, its structure checked on its own
         for s in sizes:
             blob = raw[off : off + s]
-            cts.append(MsRow.from_bytes(blob, ctx) if fmt == "msrlwe" else from_bytes(blob, ctx))
+            cts.append(MsRow.from_bytes(blob, ctx, checksum=checksum) if fmt == "msrlwe"
+                       else from_bytes(blob, ctx, checksum=checksum))
             off += s
         if fmt != "msrlwe" and not all(isinstance(c, Ciphertext) for c in cts):
             raise SerializationError("ct_matrix: an element is not a ciphertext")
@@ -97,11 +116,8 @@ class CtMatrix:
 
     @classmethod
     def load(cls, path, ctx: Context) -> "CtMatrix":
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise SerializationError(f"cannot read {path}: {exc.strerror}") from None
-        return cls.from_bytes(data, ctx)
+        with map_file(path, "ct_matrix") as data:
+            return cls.from_bytes(data, ctx)
 
 
 class MsRow:
@@ -127,8 +143,8 @@ class MsRow:
         return ser.pack("ciphertext", self._ctx.hash, header, arrays)
 
     @classmethod
-    def from_bytes(cls, data: bytes, ctx: Context) -> "MsRow":
-        _, _, h, arrays = ser.unpack(data, ctx.hash, "ciphertext")
+    def from_bytes(cls, data: bytes, ctx: Context, checksum: bool = True) -> "MsRow":
+        _, _, h, arrays = ser.unpack(data, ctx.hash, "ciphertext", copy=False, checksum=checksum)
         k, seed = ser.field(h, "k", int), h.get("seed")
         if k < 1 or len(arrays) != k + (0 if seed else 1) or (seed is not None and not isinstance(seed, str)):
             raise SerializationError("MSRLWE row: array count does not match the header")
