@@ -1,6 +1,7 @@
 #include "ckks/import.h"
 
 #include <cmath>
+#include <exception>
 #include <string>
 
 #include "ckks/errors.h"
@@ -117,6 +118,25 @@ Ciphertext import_ciphertext(const Context& ctx, const std::vector<PolyView>& po
   }
   if (c.polys.size() < 2 || c.polys.size() > 3) fail(ErrorKind::Serialization, "ciphertext: must have 2 or 3 polynomials");
   return c;
+}
+
+std::vector<Ciphertext> import_ciphertexts(const Context& ctx, const std::vector<CiphertextRecord>& records) {
+  const long count = (long)records.size();
+  std::vector<Ciphertext> out((size_t)count);
+  std::vector<std::exception_ptr> errors((size_t)count);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long i = 0; i < count; ++i) {
+    const CiphertextRecord& r = records[(size_t)i];
+    try {  // no exception may leave an OpenMP region: kept, and the first rethrown after it
+      out[(size_t)i] = import_ciphertext(ctx, r.polys, r.level, r.scale, r.slots, r.encoding, r.is_complex, r.key_id,
+                                         r.seeded ? &r.seed : nullptr);
+    } catch (...) {
+      errors[(size_t)i] = std::current_exception();
+    }
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
 }
 
 }  // namespace hemlp

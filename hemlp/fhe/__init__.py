@@ -15,9 +15,10 @@ Nothing here imports a higher layer (he, bootstrap, pcmm, layouts, model, runtim
 """
 from hemlp.errors import InsecureParametersWarning, UnsafeDecryptionWarning
 from hemlp.fhe.context import Context
-from hemlp.fhe.objects import Ciphertext, GaloisKeys, Plaintext, PublicKey, RelinKey, SecretKey, from_bytes, load
+from hemlp.fhe.objects import (Ciphertext, GaloisKeys, Plaintext, PublicKey, RelinKey, SecretKey, ciphertexts_from_bytes,
+                               from_bytes, load)
 from hemlp.fhe.params import DECRYPT_NOISE_MODES, FloodSpec, Params, set_default_decrypt_noise
 
 __all__ = ["Params", "Context", "Plaintext", "Ciphertext", "SecretKey", "PublicKey", "RelinKey", "GaloisKeys",
            "from_bytes", "load", "InsecureParametersWarning", "UnsafeDecryptionWarning", "FloodSpec",
-           "DECRYPT_NOISE_MODES", "set_default_decrypt_noise"]
+           "DECRYPT_NOISE_MODES", "set_default_decrypt_noise", "ciphertexts_from_bytes"]

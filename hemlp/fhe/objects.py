@@ -17,7 +17,8 @@ from hemlp.fhe import serialize as ser
 from hemlp.fhe.files import write_atomic
 from hemlp.fhe.params import Params
 
-__all__ = ["Plaintext", "Ciphertext", "SecretKey", "PublicKey", "RelinKey", "GaloisKeys", "from_bytes", "load"]
+__all__ = ["Plaintext", "Ciphertext", "SecretKey", "PublicKey", "RelinKey", "GaloisKeys", "from_bytes", "load",
+           "ciphertexts_from_bytes"]
 
 
 class _Wrapped:
@@ -156,6 +157,50 @@ def _key_id(h: dict) -> int:
         raise SerializationError("malformed key id: the data is corrupted") from None
 
 
+def _typed(exc: Exception, what: str) -> Exception:
+    """A ValueError / TypeError from parsing or the native import as a typed hemlp error (kept when it is one)."""
+    if isinstance(exc, SerializationError) or type(exc).__module__ == "hemlp.errors":
+        return exc
+    return SerializationError(f"invalid {what} data: {exc}")
+
+
+def _ciphertext_record(h: dict, arrays: list) -> tuple:
+    """The native import's arguments for one serialised ciphertext: (polys, level, scale, slots, encoding,
+    is_complex, key_id, seed or None), the header fields type-checked (the native import checks their values)."""
+    seed = h.get("seed")
+    if seed is not None and not isinstance(seed, str):
+        raise SerializationError("malformed seed")
+    enc = ser.field(h, "encoding", int)
+    try:
+        scale = float.fromhex(ser.field(h, "scale", str))
+    except ValueError:
+        raise SerializationError("malformed scale: the data is corrupted") from None
+    if not math.isfinite(scale):
+        raise SerializationError("malformed scale: the data is corrupted")
+    return (list(arrays), ser.field(h, "level", int), scale, ser.field(h, "slots", int), enc,
+            ser.field(h, "is_complex", bool), _key_id(h), None if seed is None else bytes.fromhex(seed))
+
+
+def ciphertexts_from_bytes(blobs, ctx, checksum: bool = True) -> list:
+    """Many serialised ciphertexts (the elements of an encrypted matrix or batch) into ctx at once: each parsed and
+    checked as from_bytes checks it, then all imported in parallel on the native threads (each copied once from
+    its buffer; seeded ones expanded). checksum=False: the blobs are nested in a container whose checksum was
+    checked (serialize.reading)."""
+    records = []
+    for blob in blobs:
+        obj_type, phash, h, arrays = ser.unpack(blob, None, "ciphertext", copy=False, checksum=checksum)
+        ser.check_context(obj_type, phash, ctx.hash)
+        try:
+            records.append(_ciphertext_record(h, arrays))
+        except (ValueError, TypeError) as exc:
+            raise _typed(exc, "ciphertext") from None
+    try:
+        objs = ctx.native.import_ciphertexts(records)
+    except (ValueError, TypeError) as exc:
+        raise _typed(exc, "ciphertext") from None
+    return [ctx.wrap(Ciphertext, o) for o in objs]
+
+
 def from_bytes(data: bytes, ctx=None, checksum: bool = True):
     """Load any serialised hemlp object; everything but Params needs the context to load into. checksum=False:
     for an object nested in a container whose checksum was checked (serialize.reading)."""
@@ -169,20 +214,7 @@ def from_bytes(data: bytes, ctx=None, checksum: bool = True):
     e = ctx.native
     try:
         if obj_type == "ciphertext":
-            seed = h.get("seed")
-            if seed is not None and not isinstance(seed, str):
-                raise SerializationError("malformed seed")
-            enc = ser.field(h, "encoding", int)
-            try:
-                scale = float.fromhex(ser.field(h, "scale", str))
-            except ValueError:
-                raise SerializationError("malformed scale: the data is corrupted") from None
-            if not math.isfinite(scale):
-                raise SerializationError("malformed scale: the data is corrupted")
-            obj = e.import_ciphertext(list(arrays), ser.field(h, "level", int), scale, ser.field(h, "slots", int),
-                                      enc, ser.field(h, "is_complex", bool), _key_id(h),
-                                      None if seed is None else bytes.fromhex(seed))
-            return ctx.wrap(Ciphertext, obj)
+            return ctx.wrap(Ciphertext, e.import_ciphertext(*_ciphertext_record(h, arrays)))
         if obj_type == "secret_key":
             if len(arrays) != 1:
                 raise SerializationError("secret key: wrong number of arrays")
@@ -223,9 +255,7 @@ def from_bytes(data: bytes, ctx=None, checksum: bool = True):
                 return ctx.wrap(RelinKey, keys[0])
             return ctx.wrap(GaloisKeys, e.make_galois_keys(keys, _key_id(h)))
     except (ValueError, TypeError) as exc:
-        if isinstance(exc, (SerializationError,)) or type(exc).__module__ == "hemlp.errors":
-            raise
-        raise SerializationError(f"invalid {obj_type} data: {exc}") from None
+        raise _typed(exc, obj_type) from None
     raise SerializationError(f"cannot load a {obj_type} with hemlp.fhe.from_bytes (use its own module's loader)")
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from hemlp import _core
 from hemlp.errors import EncodingError, SerializationError, ShapeError
-from hemlp.fhe import Ciphertext, Context, from_bytes
+from hemlp.fhe import Context, ciphertexts_from_bytes
 from hemlp.fhe import serialize as ser
 from hemlp.fhe.files import map_file, write_atomic
 
@@ -104,14 +104,14 @@ class CtMatrix:
                 or (fmt == "mlwe" and (shape[1] >= ctx.N or ctx.N % shape[1]))
                 or len(sizes) != _count(fmt, shape, chunks, ctx) or sum(sizes) != raw.nbytes):
             raise SerializationError("ct_matrix: header does not match the data; the file is corrupted")
-        cts, off = [], 0  # each element's blob is a view, its structure checked on its own
+        blobs, off = [], 0  # each element's blob is a view, its structure checked on its own
         for s in sizes:
-            blob = raw[off : off + s]
-            cts.append(MsRow.from_bytes(blob, ctx, checksum=checksum) if fmt == "msrlwe"
-                       else from_bytes(blob, ctx, checksum=checksum))
+            blobs.append(raw[off : off + s])
             off += s
-        if fmt != "msrlwe" and not all(isinstance(c, Ciphertext) for c in cts):
-            raise SerializationError("ct_matrix: an element is not a ciphertext")
+        if fmt == "msrlwe":
+            cts = [MsRow.from_bytes(b, ctx, checksum=checksum) for b in blobs]
+        else:  # imported in parallel on the native threads
+            cts = ciphertexts_from_bytes(blobs, ctx, checksum=checksum)
         return cls(ctx, cts, tuple(shape), chunks, fmt)
 
     @classmethod
