@@ -43,7 +43,7 @@ def test_every_seed_loads(loaders):
 
 
 def test_recompute_checksums_reaches_the_parsers(loaders):
-    """An edit inside a ciphertext nested in a ciphertext matrix nested in an encrypted batch: without resealing the
+    """An edit inside a ciphertext nested in an encrypted batch: without resealing the
     outer checksum refuses it; resealed (innermost first), the ciphertext's own parser does."""
     blob = T.seeds_of(loaders.root, "encrypted_batch")[0]
     i = blob.index(b'"level": ', blob.index(b"HEMLP\x00", 200))  # the first ciphertext's header
