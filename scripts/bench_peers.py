@@ -503,8 +503,7 @@ def cmd_pcmm(a) -> int:
     import numpy as np
 
     import hemlp
-    from hemlp import pcmm
-    from hemlp import fhe
+    from hemlp import fhe, pcmm
     from hemlp.apps.bench import measure
 
     py, why = ensure_venv("openfhe")

@@ -38,8 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import hemlp
-from hemlp import pcmm
-from hemlp import fhe
+from hemlp import fhe, pcmm
 from hemlp.errors import HemlpError, SerializationError, ShapeError
 from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
 from hemlp.fhe.files import write_atomic

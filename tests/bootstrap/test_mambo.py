@@ -14,8 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import pcmm
-from hemlp import fhe
+from hemlp import fhe, pcmm
 from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
 from hemlp.bootstrap.batch import BatchBootstrapKeys
 from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper

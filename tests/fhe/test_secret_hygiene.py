@@ -6,8 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import pcmm
-from hemlp import fhe
+from hemlp import fhe, pcmm
 from hemlp.errors import ParameterError
 
 

@@ -135,8 +135,7 @@ class Targets:
 
     def __init__(self, root):
         import hemlp
-        from hemlp import pcmm
-        from hemlp import fhe
+        from hemlp import fhe, pcmm
         from hemlp.fhe import serialize
         from hemlp.bootstrap.keys import BootstrapKeys
         from hemlp.errors import HemlpError

@@ -70,8 +70,7 @@ def _tile_rows(cts_by_row, d2):
 
 def main(args) -> int:
     import hemlp
-    from hemlp import pcmm
-    from hemlp import fhe
+    from hemlp import fhe, pcmm
 
     try:
         import threadpoolctl  # noqa: F401

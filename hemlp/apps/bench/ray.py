@@ -80,8 +80,7 @@ def main(args) -> int:
     if args.model == "mlp":
         return main_mlp(args)
     import hemlp
-    from hemlp import pcmm
-    from hemlp import fhe
+    from hemlp import fhe, pcmm
     from hemlp.runtime import ray as rr
 
     import ray
