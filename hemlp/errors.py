@@ -72,3 +72,12 @@ class InputRangeError(EncodingError):
 
 class TargetUnreachableError(HemlpError, ValueError):
     """No activation approximation within the available depth reaches the requested agreement target."""
+
+
+class InsecureParametersWarning(UserWarning):
+    """Emitted whenever a context below 128-bit security is built (tests only)."""
+
+
+class UnsafeDecryptionWarning(UserWarning):
+    """Emitted when decryption adds no noise (noise="none"): the output then reveals the secret key to anyone who
+    also holds the ciphertext (Li–Micciancio). For tests and precision measurements only."""

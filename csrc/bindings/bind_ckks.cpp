@@ -420,6 +420,42 @@ void bind_ckks(py::module_& m) {
         Seed s{};
         const bool seeded = !seed.is_none();
         if (seeded) s = to_seed(seed.cast<py::bytes>());
+        py::gil_scoped_release r;  // the copy, the residue checks and the seed expansion need no Python
         return import_ciphertext(e.ctx, views, level, scale, slots, encoding, is_complex, key_id, seeded ? &s : nullptr);
+      })
+      // many ciphertexts at once, in parallel on the native threads: records of (polys, level, scale, slots,
+      // encoding, is_complex, key_id, seed or None), the arrays read in place (each copied once, when imported)
+      .def("import_ciphertexts", [](const Engine& e, py::list records) {
+        std::vector<U64Arr> arrays;  // keep the (maybe converted) arrays alive while the views are read
+        std::vector<CiphertextRecord> recs;
+        std::vector<size_t> first;   // index in `arrays` of each record's first polynomial
+        for (auto item : records) {
+          auto t = item.cast<py::tuple>();
+          if (t.size() != 8) throw py::value_error("import_ciphertexts: a record has 8 fields");
+          CiphertextRecord r;
+          first.push_back(arrays.size());
+          for (auto p : t[0].cast<py::list>()) arrays.push_back(p.cast<U64Arr>());
+          r.level = t[1].cast<int>();
+          r.scale = t[2].cast<double>();
+          r.slots = t[3].cast<int>();
+          r.encoding = t[4].cast<int>();
+          r.is_complex = t[5].cast<bool>();
+          r.key_id = t[6].cast<uint64_t>();
+          r.seeded = !t[7].is_none();
+          if (r.seeded) r.seed = to_seed(t[7].cast<py::bytes>());
+          recs.push_back(std::move(r));
+        }
+        for (size_t i = 0; i < recs.size(); ++i) {
+          const size_t end = i + 1 < recs.size() ? first[i + 1] : arrays.size();
+          for (size_t j = first[i]; j < end; ++j) recs[i].polys.push_back(view_of(arrays[j]));
+        }
+        std::vector<Ciphertext> out;
+        {
+          py::gil_scoped_release r;
+          out = import_ciphertexts(e.ctx, recs);
+        }
+        py::list result;
+        for (auto& c : out) result.append(py::cast(std::move(c)));
+        return result;
       });
 }

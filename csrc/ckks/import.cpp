@@ -1,6 +1,7 @@
 #include "ckks/import.h"
 
 #include <cmath>
+#include <exception>
 #include <string>
 
 #include "ckks/errors.h"
@@ -17,12 +18,17 @@ Poly import_poly(const Context& ctx, PolyView a, int level, bool ext, const char
     fail(ErrorKind::Serialization, std::string(what) + ": expected a (" + std::to_string(limbs) + ", " +
                                        std::to_string(n) + ") array of residues; the data is truncated or "
                                                            "belongs to other parameters");
-  Poly p(a.data, a.data + limbs * n);
+  // one pass over the source: each limb is copied, then checked while it is still in cache (a memory-mapped
+  // file is read once)
+  Poly p;
+  p.reserve(limbs * n);
   for (size_t k = 0; k < limbs; ++k) {
     const uint64_t q = ctx.modulus(ext ? ctx.qp_index(level, (int)k) : (int)k).q;
+    p.insert(p.end(), a.data + k * n, a.data + (k + 1) * n);  // reserved: a plain copy, nothing zeroed first
     const uint64_t* d = p.data() + k * n;
-    for (size_t i = 0; i < n; ++i)
-      if (d[i] >= q) fail(ErrorKind::Serialization, std::string(what) + ": residue out of range; the data is corrupted");
+    uint64_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad |= (uint64_t)(d[i] >= q);
+    if (bad) fail(ErrorKind::Serialization, std::string(what) + ": residue out of range; the data is corrupted");
   }
   return p;
 }
@@ -112,6 +118,25 @@ Ciphertext import_ciphertext(const Context& ctx, const std::vector<PolyView>& po
   }
   if (c.polys.size() < 2 || c.polys.size() > 3) fail(ErrorKind::Serialization, "ciphertext: must have 2 or 3 polynomials");
   return c;
+}
+
+std::vector<Ciphertext> import_ciphertexts(const Context& ctx, const std::vector<CiphertextRecord>& records) {
+  const long count = (long)records.size();
+  std::vector<Ciphertext> out((size_t)count);
+  std::vector<std::exception_ptr> errors((size_t)count);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long i = 0; i < count; ++i) {
+    const CiphertextRecord& r = records[(size_t)i];
+    try {  // no exception may leave an OpenMP region: kept, and the first rethrown after it
+      out[(size_t)i] = import_ciphertext(ctx, r.polys, r.level, r.scale, r.slots, r.encoding, r.is_complex, r.key_id,
+                                         r.seeded ? &r.seed : nullptr);
+    } catch (...) {
+      errors[(size_t)i] = std::current_exception();
+    }
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return out;
 }
 
 }  // namespace hemlp

@@ -33,4 +33,22 @@ SwitchKey import_switch_key(const Context& ctx, const std::vector<PolyView>& bs,
 Ciphertext import_ciphertext(const Context& ctx, const std::vector<PolyView>& polys, int level, double scale,
                              int slots, int encoding, bool is_complex, uint64_t key_id, const Seed* seed);
 
+// One serialised ciphertext's fields, for import_ciphertexts.
+struct CiphertextRecord {
+  std::vector<PolyView> polys;
+  int level = 0;
+  double scale = 0;
+  int slots = 0;
+  int encoding = 0;
+  bool is_complex = false;
+  uint64_t key_id = 0;
+  bool seeded = false;
+  Seed seed{};
+};
+
+// Many ciphertexts (an encrypted matrix or batch file), each checked as import_ciphertext checks it, in parallel
+// over the ciphertexts (the copies and the seed expansions are the work); when records are invalid, the error of
+// the first one (in order) is thrown.
+std::vector<Ciphertext> import_ciphertexts(const Context& ctx, const std::vector<CiphertextRecord>& records);
+
 }  // namespace hemlp

@@ -48,8 +48,18 @@ void uniform_from_seed_into(const Context& ctx, const Seed& seed, int limbs, boo
 }
 
 Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level) {
-  Poly out((size_t)limbs * ctx.n());
-  uniform_from_seed_into(ctx, seed, limbs, ext, level, out.data());
+  // Each limb is drawn into a cache-resident buffer and appended to the reserved output: the output's memory is
+  // written once (a zero-initialised Poly would be written twice, and fresh pages cost the most; imported seeded
+  // ciphertexts expand one such polynomial each).
+  const size_t n = ctx.n();
+  Poly out;
+  out.reserve((size_t)limbs * n);
+  std::vector<u64> limb(n);
+  Prng prng(seed);
+  for (int k = 0; k < limbs; ++k) {
+    prng.uniform_mod(ctx.modulus(ext ? ctx.qp_index(level, k) : k).q, limb.data(), n);
+    out.insert(out.end(), limb.begin(), limb.end());
+  }
   return out;
 }
 

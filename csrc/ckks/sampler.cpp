@@ -88,11 +88,14 @@ void Prng::uniform_mod(uint64_t q, uint64_t* out, size_t n) {
     const uint8_t* p = buf_.data() + pos_;
     const size_t avail = (buf_.size() - pos_) / 8;
     size_t k = 0;
+    // branch-free: every candidate is stored, the index advances only past accepted ones (the acceptance rate is
+    // about 1/2 for primes just above a power of two, so a branch on it mispredicts half the time)
     for (; k < avail && i < n; ++k) {
       uint64_t v;
       std::memcpy(&v, p + 8 * k, 8);
       v &= mask;
-      if (v < q) out[i++] = v;
+      out[i] = v;
+      i += (size_t)(v < q);
     }
     pos_ += 8 * k;
   }

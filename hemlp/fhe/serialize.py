@@ -1,30 +1,43 @@
-"""Versioned, checksummed container for every object hemlp writes to disk or the wire.
+"""The one container of every object hemlp writes to disk or the wire: scheme objects (parameters, ciphertexts,
+keys), encrypted matrices, bootstrapping keys and the client/server artefacts (evaluation keys, encrypted batches,
+encrypted weights) alike.
 
 Layout (little-endian):
     magic b"HEMLP\\0" | u16 format version | u8 object type | 32-byte parameter hash |
     u32 header length | header (UTF-8 JSON) | u64 payload length | payload | 32-byte SHA-256
-The SHA-256 covers everything before it. Loading checks magic, version, type, checksum,
-parameter hash, header fields and payload sizes before any data reaches the native core
-(which validates every residue again), so truncated, corrupted or foreign bytes raise
-SerializationError / ContextMismatchError and never crash or decode to garbage.
+The SHA-256 covers everything before it. The header describes the payload's arrays ("arrays": dtype and shape of
+each, in order) plus the object's own fields (an artefact's "model_id" binds it to one compiled model). From
+version 3 on the header is padded with spaces so that the payload starts 8-byte aligned (from the magic): uint64
+residues are read in place, also when the container is memory-mapped. Loading checks magic, version, type,
+checksum, parameter hash, header fields and payload sizes, so truncated, corrupted or foreign bytes raise
+SerializationError / ContextMismatchError and never crash or decode to garbage; the native core validates every
+residue again. A large container's checksum is computed while its objects are parsed (reading()): nothing it
+holds is returned unless the checksum matches.
 
-Versions: 1 = the first format; 2 = switching keys (relin_key, galois_keys) carry a "levels" header
-field (one per key: the highest level it switches; its arrays hold level + 1 + |P| limbs). Version 1
-files still load (their keys are top-level keys); files of newer versions are refused by name.
+Versions: 1 = the first format; 2 = switching keys (relin_key, galois_keys) carry a "levels" header field (one per
+key: the highest level it switches; its arrays hold level + 1 + |P| limbs); 3 = the client/server artefacts are
+object types of this container (eval_keys, encrypted_batch, encrypted_weights: before, a container of their own,
+b"HEMLPC\\0\\1", which read_legacy_artefact still reads) and headers are padded for alignment. Versions 1 and 2
+still load; files of newer versions are refused by name.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import struct
+import threading
 
 import numpy as np
 
-from hemlp.errors import ContextMismatchError, SerializationError
+from hemlp.errors import ContextMismatchError, HemlpError, SerializationError
+
+__all__ = ["MAGIC", "VERSION", "READS", "TYPES", "pack", "pack_parts", "unpack", "reading", "field", "check_context",
+           "peek_type", "peek_version", "read_legacy_artefact", "recompute_checksums", "seal_intact", "sealed"]
 
 MAGIC = b"HEMLP\x00"
-VERSION = 2
-READS = (1, 2)  # versions this code loads
+VERSION = 3
+READS = (1, 2, 3)  # versions this code loads
 TYPES = {
     "params": 1,
     "ciphertext": 2,
@@ -33,11 +46,25 @@ TYPES = {
     "relin_key": 5,
     "galois_keys": 6,
     "ct_matrix": 7,
+    "eval_keys": 8,
+    "encrypted_batch": 9,
+    "encrypted_weights": 10,
     "bootstrap_keys": 16,
 }
 TYPE_NAMES = {v: k for k, v in TYPES.items()}
+#: the client/server artefacts: object types of this container since version 3
+ARTEFACT_TYPES = ("eval_keys", "encrypted_batch", "encrypted_weights")
 _PREFIX = struct.Struct("<6sHB32sI")
 _MAX_HEADER = 1 << 24
+_ALIGN = 8
+#: containers at least this large are checksummed in a thread while their objects are parsed (hashlib releases
+#: the GIL): the SHA-256 pass and the native import then run on two cores
+_THREADED_CHECKSUM_BYTES = 1 << 24
+
+#: the artefact container before version 3 (hemlp.runtime.artifacts): magic | u32 header length | JSON header
+#: (with "kind" and "version": 1) | u64 payload length | payload | SHA-256; read_legacy_artefact reads it
+LEGACY_ARTEFACT_MAGIC = b"HEMLPC\x00\x01"
+LEGACY_ARTEFACT_VERSION = 1
 
 
 def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list, version: int = VERSION) -> bytes:
@@ -48,8 +75,8 @@ def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list, version
 
 def pack_parts(obj_type: str, param_hash_hex: str, header: dict, arrays: list, version: int = VERSION) -> list:
     """pack() as a list of buffers whose concatenation is the serialised object: the arrays' memory is not
-    copied (the caller joins once, or nests the parts in another container). An element of `arrays` may also be
-    a list of bytes-like chunks: one uint8 array, their concatenation (a matrix of serialised ciphertexts)."""
+    copied (the caller joins once, or writes the parts to a file one by one). An element of `arrays` may also be
+    a list of bytes-like chunks: one uint8 array, their concatenation (e.g. the serialised ciphertexts of a matrix)."""
     if version not in READS:
         raise ValueError(f"cannot write format version {version}; this hemlp writes {READS}")
     bufs, specs = [], []
@@ -65,6 +92,8 @@ def pack_parts(obj_type: str, param_hash_hex: str, header: dict, arrays: list, v
     header = dict(header)
     header["arrays"] = specs
     hbytes = json.dumps(header, sort_keys=True).encode()
+    if version >= 3:  # spaces after the JSON: the payload starts 8-byte aligned
+        hbytes += b" " * (-(_PREFIX.size + len(hbytes) + 8) % _ALIGN)
     head = (_PREFIX.pack(MAGIC, version, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes)) + hbytes
             + struct.pack("<Q", sum(b.nbytes for b in bufs)))
     return sealed(head, bufs)
@@ -85,7 +114,7 @@ def seal_intact(data: memoryview) -> bool:
 
 #: the sealed container formats: magic -> offset of the u32 header length (then header, u64 payload length,
 #: payload, SHA-256); other modules with a sealed format of this shape register theirs (register_sealed)
-SEALED_FORMATS = {MAGIC: _PREFIX.size - 4}
+SEALED_FORMATS = {MAGIC: _PREFIX.size - 4, LEGACY_ARTEFACT_MAGIC: len(LEGACY_ARTEFACT_MAGIC)}
 
 
 def register_sealed(magic: bytes, header_length_offset: int) -> None:
@@ -158,28 +187,35 @@ def check_context(obj_type: str, phash_hex: str, expected_hash_hex: str) -> None
         )
 
 
-def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None, copy: bool = True):
-    """Returns (type, param_hash_hex, header, arrays); raises SerializationError on any defect. data: bytes or
-    any contiguous buffer, read in place (no copy of the whole). copy=False: the arrays are read-only views into
-    data (for callers that copy them anyway, e.g. into native ciphertexts)."""
+def _view(data) -> memoryview:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise SerializationError(f"expected bytes, got {type(data).__name__}")
     try:
-        data = memoryview(data).cast("B")
+        return memoryview(data).cast("B")
     except TypeError:  # a non-contiguous view
-        data = memoryview(bytes(data))
+        return memoryview(bytes(data))
+
+
+def _check_prefix(data: memoryview) -> None:
+    """Magic, version and minimal length: what must hold before a checksum means anything."""
     if len(data) < _PREFIX.size + 8 + 32:
         raise SerializationError("data too short to be a hemlp object: it is truncated or not a hemlp file")
-    magic, version, tcode, phash, hlen = _PREFIX.unpack_from(data, 0)
+    magic, version = _PREFIX.unpack_from(data, 0)[:2]
     if magic != MAGIC:
         raise SerializationError("not a hemlp object (bad magic bytes); check the file you are loading")
     if version not in READS:
-        raise SerializationError(
-            f"format version {version} is not supported by this hemlp (reads versions "
-            f"{', '.join(map(str, READS))}); re-export the object with a matching hemlp version"
-        )
-    if not seal_intact(data):
-        raise SerializationError("checksum mismatch: the data is corrupted or truncated; re-transfer the file")
+        fix = ("it was written by a newer hemlp: upgrade hemlp to load it, or re-export it with this version"
+               if version > VERSION else "re-export the object with a matching hemlp version")
+        raise SerializationError(f"format version {version} is not supported by this hemlp (reads versions "
+                                 f"{', '.join(map(str, READS))}); {fix}")
+
+
+_CHECKSUM_MISMATCH = "checksum mismatch: the data is corrupted or truncated; re-transfer the file"
+
+
+def _parse(data: memoryview, expected_hash_hex: str | None, expected_type: str | None, copy: bool):
+    """Everything unpack checks after the checksum: type, parameter hash, header, array layout."""
+    tcode, phash, hlen = _PREFIX.unpack_from(data, 0)[2:]
     if tcode not in TYPE_NAMES:
         raise SerializationError(f"unknown object type code {tcode}")
     obj_type = TYPE_NAMES[tcode]
@@ -210,7 +246,7 @@ def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None
             if dt.kind not in "iuf" or dt.itemsize > 8 or any(s < 0 for s in shape):
                 raise ValueError("bad array spec")
             count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        except (TypeError, ValueError, IndexError, OverflowError):
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError):
             raise SerializationError("malformed array description in the header") from None
         nbytes = count * dt.itemsize
         if nbytes < 0 or off + nbytes > len(data) - 32:
@@ -221,6 +257,93 @@ def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None
     if off != len(data) - 32:
         raise SerializationError("trailing bytes after the arrays: the data is corrupted")
     return obj_type, phash_hex, header, arrays
+
+
+def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None, copy: bool = True,
+           checksum: bool = True):
+    """Returns (type, param_hash_hex, header, arrays); raises SerializationError on any defect. data: bytes or
+    any contiguous buffer, read in place (no copy of the whole). copy=False: the arrays are read-only views into
+    data (for callers that copy them anyway, e.g. into native ciphertexts). checksum=False skips the SHA-256 check:
+    only for an object nested in a container whose checksum, which covers these bytes, was checked (reading())."""
+    data = _view(data)
+    _check_prefix(data)
+    if checksum and not seal_intact(data):
+        raise SerializationError(_CHECKSUM_MISMATCH)
+    return _parse(data, expected_hash_hex, expected_type, copy)
+
+
+class _Checksum:
+    """The seal check of one container, in a thread for large ones (hashlib releases the GIL while it hashes)."""
+
+    def __init__(self, data: memoryview):
+        self._data, self._ok, self._thread = data, None, None
+        if len(data) >= _THREADED_CHECKSUM_BYTES:
+            self._thread = threading.Thread(target=self._run, name="hemlp-checksum", daemon=True)
+            self._thread.start()
+        else:
+            self._run()
+
+    def _run(self):
+        self._ok = seal_intact(self._data)
+
+    def ok(self) -> bool:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return bool(self._ok)
+
+
+@contextlib.contextmanager
+def reading(data, expected_type: str, expected_hash_hex: str | None = None):
+    """Read a container while its checksum is computed: yields (type, param_hash_hex, header, arrays) with the
+    arrays as read-only views into data, for the caller to turn into objects inside the block (objects nested in
+    the payload load with checksum=False: this checksum covers them). On leaving the block the checksum must
+    match, else SerializationError, also when the block failed (corruption explains the failure): nothing parsed
+    from corrupted bytes escapes. Large containers are hashed on a second core meanwhile; the native core
+    validates every residue it imports regardless."""
+    data = _view(data)
+    _check_prefix(data)
+    check = _Checksum(data)
+    try:
+        yield _parse(data, expected_hash_hex, expected_type, copy=False)
+    except (HemlpError, ValueError, TypeError):
+        if not check.ok():
+            raise SerializationError(_CHECKSUM_MISMATCH) from None
+        raise
+    finally:
+        intact = check.ok()  # always joined: the thread never outlives the block (nor the buffer's mapping)
+    if not intact:
+        raise SerializationError(_CHECKSUM_MISMATCH)
+
+
+def read_legacy_artefact(data, kind: str):
+    """(header, payload view) of an artefact file in the container before version 3 (b"HEMLPC\\0\\1", see
+    LEGACY_ARTEFACT_MAGIC), with its checks: checksum, lengths, JSON header, kind and version."""
+    try:
+        data = memoryview(data).cast("B")
+        if bytes(data[: len(LEGACY_ARTEFACT_MAGIC)]) != LEGACY_ARTEFACT_MAGIC:
+            raise SerializationError(f"not a hemlp {kind} file (bad magic)")
+        if len(data) < len(LEGACY_ARTEFACT_MAGIC) + 4 + 8 + 32 or not seal_intact(data):
+            raise SerializationError(f"the {kind} file is truncated or corrupted (checksum mismatch)")
+        off = len(LEGACY_ARTEFACT_MAGIC)
+        (hl,) = struct.unpack_from("<I", data, off)
+        off += 4
+        header = json.loads(bytes(data[off: off + hl]).decode())
+        off += hl
+        (pl,) = struct.unpack_from("<Q", data, off)
+        off += 8
+        payload = data[off: off + pl]
+        if off + pl + 32 != len(data):
+            raise SerializationError(f"the {kind} file has inconsistent lengths")
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, TypeError, RecursionError):
+        raise SerializationError(f"the {kind} file is corrupted") from None
+    if not isinstance(header, dict):
+        raise SerializationError(f"the {kind} file's header is not a JSON object: the file is corrupted")
+    if header.get("kind") != kind:
+        raise SerializationError(f"expected a {kind} file, got a {header.get('kind')!r} file")
+    if header.get("version") != LEGACY_ARTEFACT_VERSION:
+        raise SerializationError(f"{kind} file format version {header.get('version')} is not supported")
+    return header, payload
 
 
 def field(header: dict, name: str, kind):

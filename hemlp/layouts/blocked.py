@@ -31,7 +31,7 @@ from hemlp.fhe import Ciphertext, from_bytes
 from hemlp.compiler.lower import dense_matrix
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, SerializationError, ShapeError,
                           UnsupportedError)
-from hemlp.fhe.files import read_file, write_atomic
+from hemlp.fhe.files import map_file, write_atomic
 from hemlp.layouts.base import Layout
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.chain import plan_chain
@@ -213,21 +213,30 @@ class EncryptedWeights:
         return f"EncryptedWeights(model={self.model_id}, {len(self.layers)} layers, {n} ciphertexts)"
 
     def to_bytes(self) -> bytes:
-        blobs, shape = [], []
+        return b"".join(self.to_parts())
+
+    def to_parts(self) -> list:
+        parts, shape = [], []
         for W, b in self.layers:
             shape.append([len(W), len(W[0]), len(b)])
-            blobs += [c.to_bytes() for c in flat(W) + list(b)]
-        return artifacts.pack("encrypted_weights",
-                              dict(model_id=self.model_id, shape=shape, sizes=[len(x) for x in blobs]),
-                              b"".join(blobs))
+            parts += [c.to_parts() for c in flat(W) + list(b)]
+        sizes = [sum(memoryview(x).nbytes for x in ps) for ps in parts]
+        return artifacts.pack_parts("encrypted_weights", self.layers[0][0][0][0].param_hash,
+                                    dict(model_id=self.model_id, shape=shape, sizes=sizes),
+                                    [x for ps in parts for x in ps])
 
     def save(self, path) -> None:
-        write_atomic(path, self.to_bytes())
+        write_atomic(path, self.to_parts())
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EncryptedWeights":
-        h, payload = artifacts.unpack_for(data, "encrypted_weights", compiled,
-                                          "encrypt them with this model's encrypt_weights")
+        with artifacts.reading(data, "encrypted_weights", compiled,
+                               "encrypt them with this model's encrypt_weights") as (h, payload, _):
+            return cls._from_payload(h, memoryview(payload), compiled)
+
+    @classmethod
+    def _from_payload(cls, h: dict, payload: memoryview, compiled) -> "EncryptedWeights":
+        """The ciphertexts nested in the payload (checked by the enclosing container's checksum)."""
         sizes, shape = h.get("sizes"), h.get("shape")
         try:
             total = sum(a * b + c for a, b, c in shape)
@@ -238,7 +247,7 @@ class EncryptedWeights:
             raise SerializationError("encrypted_weights: the header does not match the payload; the file is corrupted")
         cts, off = [], 0
         for s in sizes:
-            c = from_bytes(payload[off: off + s], compiled.context)
+            c = from_bytes(payload[off: off + s], compiled.context, checksum=False)
             if not isinstance(c, Ciphertext):
                 raise SerializationError("encrypted_weights: an element is not a ciphertext")
             cts.append(c)
@@ -253,7 +262,8 @@ class EncryptedWeights:
 
     @classmethod
     def load(cls, path, compiled) -> "EncryptedWeights":
-        return cls.from_bytes(read_file(path, "encrypted_weights"), compiled)
+        with map_file(path, "encrypted_weights") as data:
+            return cls.from_bytes(data, compiled)
 
 
 class BlockedRunner:

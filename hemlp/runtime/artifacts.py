@@ -1,88 +1,69 @@
 """Client/server artefacts: evaluation keys and encrypted batches (the compiled-model directory: hemlp.model).
 
-Evaluation keys (EvalKeys.save) and encrypted batches (EncryptedBatch.save) are single files in a
-checksummed container: magic | header length | JSON header | payload length | payload | SHA-256.
-Both carry the model id, so keys or ciphertexts of another compiled model are refused
-(KeyMismatchError). The secret key is saved by the client with sk.save(path) and never enters
-these files.
+Evaluation keys (EvalKeys.save), encrypted batches (EncryptedBatch.save) and encrypted weights (layout C,
+hemlp.layouts.blocked) are single files, object types of the one checksummed container (hemlp.fhe.serialize:
+eval_keys, encrypted_batch, encrypted_weights). Their header carries the model id, so keys or ciphertexts of
+another compiled model are refused (KeyMismatchError), and the container the parameter hash. Files of the
+container before (b"HEMLPC\\0\\1", format version 1) still load. The secret key is saved by the client with
+sk.save(path) and never enters these files. An encrypted batch file is memory-mapped when loaded: its checksum
+is computed on a second core while its ciphertexts are imported, each copied once from the mapping.
 """
 from __future__ import annotations
 
-import json
-import struct
-from pathlib import Path
-
-import numpy as np
+import contextlib
 
 from hemlp.bootstrap import BootstrapKeys
-from hemlp.fhe import GaloisKeys, Params, RelinKey, from_bytes
 from hemlp.errors import KeyMismatchError, SerializationError, UnsupportedError
+from hemlp.fhe import GaloisKeys, RelinKey, from_bytes
+from hemlp.fhe import serialize as ser
+from hemlp.fhe.files import map_file, write_atomic
 from hemlp.pcmm import CtMatrix, ModPackKeys
-from hemlp.fhe.files import read_file, write_atomic
-from hemlp.fhe.serialize import register_sealed, seal_intact, sealed
 
-MAGIC = b"HEMLPC\x00\x01"
+#: the version of a compiled-model directory's plan.json (hemlp.model); the files here are versioned by the
+#: container (hemlp.fhe.serialize.VERSION)
 FORMAT_VERSION = 1
-register_sealed(MAGIC, len(MAGIC))  # recompute_checksums (fuzzing) knows this container's layout
+#: a parameter hash of zeros: an artefact bound to no parameter set (an EvalKeys without any key)
+NO_PARAMS = "00" * 32
 
 
-def pack(kind: str, header: dict, payload) -> bytes:
-    """payload: bytes-like, or a list of bytes-like parts (joined once, with the container)."""
-    return b"".join(pack_parts(kind, header, payload))
+def pack_parts(kind: str, param_hash: str, header: dict, payload) -> list:
+    """An artefact of `kind` (hemlp.fhe.serialize.ARTEFACT_TYPES) as a list of buffers (written to a file one by
+    one, never joined in memory): header plus the payload (bytes-like, or a list of bytes-like parts) as one
+    byte array."""
+    parts = payload if isinstance(payload, list) else [payload]
+    return ser.pack_parts(kind, param_hash, header, [parts])
 
 
-def pack_parts(kind: str, header: dict, payload) -> list:
-    """pack() as a list of buffers (written to a file one by one, never joined in memory)."""
-    parts = [memoryview(p).cast("B") for p in (payload if isinstance(payload, list) else [payload])]
-    h = json.dumps(dict(header, kind=kind, version=FORMAT_VERSION), sort_keys=True).encode()
-    head = MAGIC + struct.pack("<I", len(h)) + h + struct.pack("<Q", sum(p.nbytes for p in parts))
-    return sealed(head, parts)
+def pack(kind: str, param_hash: str, header: dict, payload) -> bytes:
+    return b"".join(pack_parts(kind, param_hash, header, payload))
 
 
-def unpack(data, kind: str):
-    """(header, payload): the payload is a read-only view into data (no copy)."""
-    try:
-        data = memoryview(data).cast("B")
-        if bytes(data[: len(MAGIC)]) != MAGIC:
-            raise SerializationError(f"not a hemlp {kind} file (bad magic)")
-        if len(data) < len(MAGIC) + 4 + 8 + 32 or not seal_intact(data):
-            raise SerializationError(f"the {kind} file is truncated or corrupted (checksum mismatch)")
-        off = len(MAGIC)
-        (hl,) = struct.unpack_from("<I", data, off)
-        off += 4
-        header = json.loads(bytes(data[off: off + hl]).decode())
-        off += hl
-        (pl,) = struct.unpack_from("<Q", data, off)
-        off += 8
-        payload = data[off: off + pl]
-        if off + pl + 32 != len(data):
-            raise SerializationError(f"the {kind} file has inconsistent lengths")
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, TypeError, RecursionError):
-        raise SerializationError(f"the {kind} file is corrupted") from None
-    if not isinstance(header, dict):
-        raise SerializationError(f"the {kind} file's header is not a JSON object: the file is corrupted")
-    if header.get("kind") != kind:
-        raise SerializationError(f"expected a {kind} file, got a {header.get('kind')!r} file")
-    if header.get("version") != FORMAT_VERSION:
-        raise SerializationError(f"{kind} file format version {header.get('version')} is not supported")
-    return header, payload
+@contextlib.contextmanager
+def reading(data, kind: str, compiled, fix: str = ""):
+    """Read an artefact of `kind` that must belong to `compiled`: yields (header, payload view, legacy), legacy
+    True for a file of the container before version 3 (its payload nests the objects as that container did). The
+    payload is read in place; its checksum is verified by the end of the block (serialize.reading)."""
+    view = memoryview(data).cast("B") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    if isinstance(view, memoryview) and bytes(view[:len(ser.LEGACY_ARTEFACT_MAGIC)]) == ser.LEGACY_ARTEFACT_MAGIC:
+        h, payload = ser.read_legacy_artefact(view, kind)
+        _check_model(h, kind, compiled, fix)
+        yield h, payload, True
+        return
+    with ser.reading(data, kind) as (_, phash, h, arrays):
+        _check_model(h, kind, compiled, fix)
+        if phash != NO_PARAMS:
+            ser.check_context(kind, phash, compiled.context.hash)
+        if len(arrays) != 1 or arrays[0].dtype.itemsize != 1 or arrays[0].ndim != 1:
+            raise SerializationError(f"{kind}: the payload is not one byte array; the file is corrupted")
+        yield h, arrays[0], False
 
 
-def unpack_for(data: bytes, kind: str, compiled, fix: str = ""):
-    """unpack() plus the check that the file belongs to this compiled model."""
-    h, payload = unpack(data, kind)
+def _check_model(h: dict, kind: str, compiled, fix: str) -> None:
+    if not isinstance(h.get("model_id"), str):
+        raise SerializationError(f"the {kind.replace('_', ' ')} file has no model id; the file is corrupted")
     if h.get("model_id") != compiled.model_id:
         raise KeyMismatchError(f"this {kind.replace('_', ' ')} file belongs to compiled model {h.get('model_id')}, "
                                f"not {compiled.model_id}" + (f"; {fix}" if fix else ""))
-    return h, payload
-
-
-def _read(path, kind):
-    return read_file(path, kind)
-
-
-def _write(path, data):
-    write_atomic(path, data)
 
 
 class EvalKeys:
@@ -132,14 +113,27 @@ class EvalKeys:
                       galois_bytes=len(gb), modpack_bytes=len(mb))
         if bb:
             header["bootstrap_bytes"] = len(bb)
-        return pack("eval_keys", header, rb + gb + mb + bb)
+        return pack("eval_keys", self._param_hash(ctx), header, [rb, gb, mb, bb])
+
+    def _param_hash(self, ctx) -> str:
+        if ctx is not None:
+            return ctx.hash
+        for k in (self.relin_key, self.galois_keys, self.modpack_keys):
+            if k is not None and k.param_hash is not None:
+                return k.param_hash
+        return NO_PARAMS
 
     def save(self, path, ctx=None) -> None:
-        _write(path, self.to_bytes(ctx))
+        write_atomic(path, self.to_bytes(ctx))
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EvalKeys":
-        h, payload = unpack_for(data, "eval_keys", compiled, "generate keys with this model's keygen()")
+        with reading(data, "eval_keys", compiled, "generate keys with this model's keygen()") as (h, payload, _):
+            return cls._from_payload(h, memoryview(payload), compiled)
+
+    @classmethod
+    def _from_payload(cls, h: dict, payload: memoryview, compiled) -> "EvalKeys":
+        """The keys nested in the payload (checked by the enclosing container's checksum)."""
         nr, ng = h.get("relin_bytes", len(payload) if h.get("has_relin") else 0), h.get("galois_bytes", 0)
         nm, nb = h.get("modpack_bytes", 0), h.get("bootstrap_bytes", 0)
         if not (isinstance(nr, int) and isinstance(ng, int) and isinstance(nm, int) and isinstance(nb, int)
@@ -147,11 +141,11 @@ class EvalKeys:
             raise SerializationError("eval_keys: the header does not match the payload; the file is corrupted")
         rlk = gk = None
         if h.get("has_relin"):
-            rlk = from_bytes(payload[:nr], compiled.context)
+            rlk = from_bytes(payload[:nr], compiled.context, checksum=False)
             if not isinstance(rlk, RelinKey):
                 raise SerializationError("eval_keys: the payload is not a relinearisation key")
         if ng:
-            gk = from_bytes(payload[nr:nr + ng], compiled.context)
+            gk = from_bytes(payload[nr:nr + ng], compiled.context, checksum=False)
             if not isinstance(gk, GaloisKeys):
                 raise SerializationError("eval_keys: the second payload is not a set of rotation keys")
         mp = bk = None
@@ -163,7 +157,8 @@ class EvalKeys:
 
     @classmethod
     def load(cls, path, compiled) -> "EvalKeys":
-        return cls.from_bytes(_read(path, "eval_keys"), compiled)
+        with map_file(path, "eval_keys") as data:
+            return cls.from_bytes(data, compiled)
 
 
 class EncryptedBatch:
@@ -185,26 +180,34 @@ class EncryptedBatch:
         return b"".join(self.to_parts())
 
     def to_parts(self) -> list:
-        return pack_parts("encrypted_batch", dict(model_id=self.model_id, batch=self.batch, shape=list(self.shape),
-                                                  stage=self.stage), self.ctm.to_parts())
+        """The file as a list of buffers: the header (model id, batch, shape, stage and the matrix's header) and
+        the ciphertexts' own containers, their polynomials as views of the native memory (no copy)."""
+        matrix, parts = self.ctm.element_parts()
+        header = dict(model_id=self.model_id, batch=self.batch, shape=list(self.shape), stage=self.stage, matrix=matrix)
+        return pack_parts("encrypted_batch", self.ctm.ctx.hash, header, parts)
 
     def save(self, path) -> None:
-        _write(path, self.to_parts())  # the ciphertexts' memory straight to the file, never one big buffer
+        write_atomic(path, self.to_parts())  # the ciphertexts' memory straight to the file, never one big buffer
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EncryptedBatch":
-        h, payload = unpack(data, "encrypted_batch")
-        if h.get("model_id") != compiled.model_id:
-            raise KeyMismatchError(f"this encrypted batch belongs to compiled model {h.get('model_id')}, not "
-                                   f"{compiled.model_id}")
-        batch, shape, stage = h.get("batch"), h.get("shape"), h.get("stage", "input")
-        if (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or not isinstance(shape, list)
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)
-                or stage not in ("input", "output")):
-            raise SerializationError("encrypted_batch: malformed header (batch, shape or stage); the file is corrupted")
-        ctm = CtMatrix.from_bytes(payload, compiled.context)
-        return cls(h["model_id"], ctm, batch, tuple(shape), stage)
+        """data: bytes or any buffer (a memory-mapped file: load), read in place; each ciphertext is copied once,
+        into its native object."""
+        with reading(data, "encrypted_batch", compiled) as (h, payload, legacy):
+            batch, shape, stage = h.get("batch"), h.get("shape"), h.get("stage", "input")
+            if (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or not isinstance(shape, list)
+                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)
+                    or stage not in ("input", "output")):
+                raise SerializationError("encrypted_batch: malformed header (batch, shape or stage); the file is "
+                                         "corrupted")
+            if legacy:  # version 1 nested a ct_matrix container
+                ctm = CtMatrix.from_bytes(payload, compiled.context)
+            else:
+                ctm = CtMatrix.from_elements(h.get("matrix"), payload, compiled.context)
+            return cls(h["model_id"], ctm, batch, tuple(shape), stage)
 
     @classmethod
     def load(cls, path, compiled) -> "EncryptedBatch":
-        return cls.from_bytes(_read(path, "encrypted_batch"), compiled)
+        """The batch file, memory-mapped: one SHA-256 pass (on a second core) while the ciphertexts are imported."""
+        with map_file(path, "encrypted_batch") as data:
+            return cls.from_bytes(data, compiled)

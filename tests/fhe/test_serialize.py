@@ -138,6 +138,9 @@ def _layout(obj_type: str, phash: str, header: dict, arrays: list, version: int 
 
     header = dict(header, arrays=[[a.dtype.str, list(a.shape)] for a in arrays])
     h = json.dumps(header, sort_keys=True).encode()
+    prefix = 6 + 2 + 1 + 32 + 4                     # magic, version, type, parameter hash, header length
+    if version >= 3:                                # spaces after the JSON: the payload starts 8-byte aligned
+        h += b" " * (-(prefix + len(h) + 8) % 8)
     payload = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)
     body = (serialize.MAGIC + struct.pack("<HB", version, serialize.TYPES[obj_type]) + bytes.fromhex(phash)
             + struct.pack("<I", len(h)) + h + struct.pack("<Q", len(payload)) + payload)

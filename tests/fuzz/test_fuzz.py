@@ -4,6 +4,7 @@ target in the slow suite (`make test-slow`; `make fuzz` runs the same from the c
 Python level: Atheris (coverage-guided) over the loaders of tests/fuzz/targets.py, seeded with real files of
 every kind, each input resealed (serialize.recompute_checksums) so the parsers meet the mutations. Native level:
 the libFuzzer + ASan/UBSan targets of tests/fuzz/cpp (built by `make fuzz-build` with clang)."""
+import json
 import os
 import shutil
 import subprocess
@@ -42,7 +43,7 @@ def test_every_seed_loads(loaders):
 
 
 def test_recompute_checksums_reaches_the_parsers(loaders):
-    """An edit inside a ciphertext nested in a ciphertext matrix nested in an encrypted batch: without resealing the
+    """An edit inside a ciphertext nested in an encrypted batch: without resealing the
     outer checksum refuses it; resealed (innermost first), the ciphertext's own parser does."""
     blob = T.seeds_of(loaders.root, "encrypted_batch")[0]
     i = blob.index(b'"level": ', blob.index(b"HEMLP\x00", 200))  # the first ciphertext's header
@@ -140,12 +141,20 @@ def test_atheris_100k(name, corpus, tmp_path):
 
 
 def _sealed_artifact(header: bytes, payload: bytes = b"") -> bytes:
+    """An artefact in the container before version 3 (b"HEMLPC\\0\\1"), which still loads."""
     import struct
 
-    from hemlp.runtime import artifacts
-
-    head = artifacts.MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload))
+    head = serialize.LEGACY_ARTEFACT_MAGIC + struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload))
     return serialize.recompute_checksums(head + payload + b"\0" * 32)
+
+
+def _sealed_container(kind: str, header: bytes, phash: str) -> bytes:
+    """An artefact in the one container (version 3), with a hand-written header and an empty payload."""
+    import struct
+
+    head = (serialize.MAGIC + struct.pack("<HB", serialize.VERSION, serialize.TYPES[kind]) + bytes.fromhex(phash)
+            + struct.pack("<I", len(header)) + header + struct.pack("<Q", 0))
+    return serialize.recompute_checksums(head + b"\0" * 32)
 
 
 def _sealed_object(header: bytes, ctx) -> bytes:
@@ -168,6 +177,20 @@ def test_hostile_headers_are_typed_errors(loaders):
             loaders.loaders["encrypted_batch"](_sealed_artifact(h))
         with pytest.raises(SerializationError):
             loaders.loaders["eval_keys"](_sealed_artifact(h))
+    # the same defects in the one container (version 3): the artefact fields next to the array list
+    for kind in ("encrypted_batch", "eval_keys", "encrypted_weights"):
+        model = "blocked" if kind == "encrypted_weights" else "packed"
+        mid = json.loads((loaders.root / "models" / model / "plan.json").read_text())["model_id"]
+        phash = serialize.unpack(T.seeds_of(loaders.root, kind)[0], None)[1]
+        own = {"encrypted_batch": (b'"batch": "8", "shape": [4]', b'"batch": 8, "shape": [4], "matrix": 3',
+                                   b'"batch": 8, "shape": [4], "matrix": {"shape": [1, 1], "chunks": 1, '
+                                   b'"format": "rlwe", "sizes": [true]}'),
+               "eval_keys": (b'"relin_bytes": -1, "has_relin": true', b'"galois_bytes": 5'),
+               "encrypted_weights": (b'"shape": [[1, 1, "x"]], "sizes": {}', b'"shape": 7, "sizes": [1]')}[kind]
+        for header in (b"[1, 2]", deep, b'{"arrays": []}', b'{"arrays": [], "model_id": "%s"}',
+                       *(b'{"arrays": [["|u1", [0]]], "model_id": "%s", ' + f + b"}" for f in own)):
+            with pytest.raises(SerializationError):
+                loaders.loaders[kind](_sealed_container(kind, header.replace(b"%s", mid.encode()), phash))
     ctx10 = T.test_context()
     for header in (b"[1]", deep, b'{"arrays": {}}', b'{"arrays": [["<u8", [-1]]]}', b'{"arrays": [[1, 2, 3]]}',
                    b'{"arrays": [], "level": "0"}'):

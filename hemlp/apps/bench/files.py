@@ -5,7 +5,9 @@
 The compiled MLP 784-128-64-10 (x², layout "batch"), one batch of `--batch` random images encrypted with the
 secret key (seeded ciphertexts, as the client writes them): EncryptedBatch.to_bytes / from_bytes in memory and
 save / load through a file in a temporary folder, each the median of `--repeats` runs after one warm-up. Every
-loaded batch is checked to be the same ciphertexts (bytes) as the one saved.
+loaded batch is checked to be the same ciphertexts (bytes) as the one saved. load maps the file (no copy), checks
+its one SHA-256 on a second thread and imports the ciphertexts in parallel on the native threads, each copied once
+(and its seeded half expanded) into native memory; save writes the native polynomials' memory part by part.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ def main(args) -> int:
 
     import hemlp
     from hemlp import fhe
+    from hemlp.fhe import serialize
     from hemlp.runtime.artifacts import EncryptedBatch
 
     warn = report.busy_warning()
@@ -72,5 +75,7 @@ def main(args) -> int:
                        f"{size / 2**20:.1f} MiB), median of {args.repeats}; loaded = saved: {'yes' if ok else 'NO'}")
     if args.json:
         report.write_json(args.json, "files", dict(batch=args.batch, dims=dims, preset=cm.preset, bytes=size,
-                                                   ciphertexts=len(ct.ctm.cts), ops=ops, round_trip_equal=ok))
+                                                   ciphertexts=len(ct.ctm.cts), ops=ops, round_trip_equal=ok,
+                                                   container_version=serialize.VERSION,
+                                                   threads=hemlp.get_num_threads()))
     return 0 if ok else 1

@@ -3,7 +3,8 @@
 //
 // The context is tiny (N = 16, three q primes, one P prime) so that a whole valid object fits in a few hundred
 // bytes and the fuzzer reaches the deep paths (NTT of a secret, seed expansion). Input: one byte picks the object
-// kind, one byte of flags (bit 0: reduce the residues mod their primes, so the import gets past the range check),
+// kind, one byte of flags (bit 0: reduce the residues mod their primes, so the import gets past the range check;
+// bit 3: ciphertexts through the batch import),
 // then the fields, then the residues as 64-bit words, split into polynomials of `rows` rows. A hemlp::Error is the
 // expected outcome of a bad input; any other exception aborts (a finding), as do sanitizer reports.
 #include <cstdint>
@@ -79,7 +80,23 @@ void one(const uint8_t* data, size_t size) {
       const size_t rows = in.take<uint8_t>() % 8;
       auto w = in.words();
       auto polys = split(ctx, w, count, rows, reduce);
-      (void)import_ciphertext(ctx, polys, level, scale, slots, encoding, flags & 4, 7, seeded ? &s : nullptr);
+      if (flags & 8) {  // the batch import (encrypted matrices and batch files): this record, then a copy one level down
+        CiphertextRecord r;
+        r.polys = polys;
+        r.level = level;
+        r.scale = scale;
+        r.slots = slots;
+        r.encoding = encoding;
+        r.is_complex = flags & 4;
+        r.key_id = 7;
+        r.seeded = seeded;
+        r.seed = s;
+        CiphertextRecord lower = r;
+        lower.level = level - 1;
+        (void)import_ciphertexts(ctx, {r, lower});
+      } else {
+        (void)import_ciphertext(ctx, polys, level, scale, slots, encoding, flags & 4, 7, seeded ? &s : nullptr);
+      }
       break;
     }
     case 1: {  // secret key
