@@ -26,7 +26,7 @@ from hemlp.fhe.files import write_atomic
 from hemlp.errors import (ContextMismatchError, EncodingError, KeyMismatchError, ParameterError, SerializationError,
                           ShapeError)
 
-__all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format", "quantize",
+__all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "drop_matrix", "choose_format", "quantize",
            "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey", "modpack_keys",
            "msrlwe_conversion_keys", "to_msrlwe", "extract_lwe"]
 
@@ -204,14 +204,20 @@ def quantize(U: np.ndarray, weight_bits: int):
 
 
 def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20, bias=None,
-         rescale: bool = True, precomputed: "PcmmPrecomputed | None" = None) -> CtMatrix:
+         rescale: bool = True, precomputed: "PcmmPrecomputed | None" = None, level: int | None = None) -> CtMatrix:
     """Enc(U @ M + bias[:, None]) from a plaintext U (d1 x d2) and an encrypted M (d2 x d3).
 
     Server side: needs no keys for the RLWE format. One level is used (the rescale).
-    weight_bits: precision of the quantised weights (|U~| <= 2^weight_bits)."""
+    weight_bits: precision of the quantised weights (|U~| <= 2^weight_bits).
+    level: run the product at this level (RLWE: the rows' primes above it are dropped first). A PCMM costs one
+    GEMM per prime, part and digit, so a fresh matrix at the top of the chain pays for primes the rest of the
+    computation never uses: pass the lowest level it needs (1 when only this rescale follows; 0 with
+    rescale=False), or let the compiler plan it (hemlp.compile encrypts at the planned level)."""
     _check_format(format)
     if not isinstance(C, CtMatrix):
         raise TypeError("pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
+    if level is not None:
+        C = drop_matrix(C, level)
     U = np.asarray(U, dtype=np.float64)
     if U.ndim != 2:
         raise ShapeError(f"pcmm: U must be 2-D, got shape {U.shape}")
@@ -228,6 +234,23 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
     if precomputed is not None:
         raise EncodingError("pcmm: precomputed U*A applies to MSRLWE matrices (shared, seeded a-parts)")
     return pcmm_gather(U, C, np.arange(C.shape[0])[:, None], weight_bits=weight_bits, bias=bias, rescale=rescale)
+
+
+def drop_matrix(C: CtMatrix, level: int) -> CtMatrix:
+    """C with every RLWE row dropped to `level` (no scale change; the same matrix when already there)."""
+    from hemlp.errors import LevelError
+
+    if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
+        raise TypeError(f"level must be an integer, got {type(level).__name__}")
+    level = int(level)
+    if level == C.level:
+        return C
+    if not 0 <= level < C.level:
+        raise LevelError(f"pcmm: cannot run at level {level}: the encrypted matrix is at level {C.level} "
+                         f"(levels only go down; encrypt at level >= {level})")
+    if C.format != "rlwe":
+        raise EncodingError(f"pcmm: level= drops RLWE rows; encrypt this {C.format!r} matrix at level {level} instead")
+    return CtMatrix(C.ctx, [C.ctx.drop_level(c, level) for c in C.cts], C.shape, C.chunks, C.format)
 
 
 def pcmm_gather(U, C: CtMatrix, index, weight_bits: int = 20, bias=None, rescale: bool = True) -> CtMatrix:

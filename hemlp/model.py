@@ -23,7 +23,10 @@ preset (None: smallest fitting), workers (4: processor count of the reported FHE
 layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
 the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: layout (A)
 on a bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
-bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap).
+bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap), final_rescale (True;
+False: layout (A) runs a final linear layer at level 0 without its rescale, so the whole chain sits one level lower,
+the client encrypts one prime less and every PCMM runs one GEMM per part and digit less; that layer's weights are
+quantised to the bits that keep the output under q_0, at most weight_bits: hemlp.compiler.params.unrescaled_weight_bits).
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
 slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
@@ -57,7 +60,8 @@ from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import candidates as preset_candidates
-from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
+from hemlp.compiler.params import (choose_preset, depth_of, final_pcmm, output_reserve, plan_levels, unrescaled,
+                                   unrescaled_weight_bits)
 from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputRangeError,
                           InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
                           ParameterError, SerializationError, ShapeError, UnsupportedError)
@@ -78,7 +82,7 @@ __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 OPTIONS = dict(calibration=None, target_agreement=0.99, activation_degree=None, activation_range=None,
                activation_margin=0.05, activation_guard=0.5, activation_method="auto", weight_bits=20,
                allow_insecure=False, preset=None, workers=4, layout="auto", encrypted_weights=False,
-               dft_depth=None, bootstrap=False)
+               dft_depth=None, bootstrap=False, final_rescale=True)
 #: the options a compiled model keeps (the others only steer compilation)
 STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
 
@@ -615,11 +619,25 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         lay, estimates = layouts.choose([layouts.get("batch")], plan_bootstrapped(steps, calib, opts, batch_size))
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
+        last = None
+        if not opts["final_rescale"]:
+            if opts["layout"] not in ("auto", "batch") or opts["encrypted_weights"]:
+                raise UnsupportedError("final_rescale=False plans layout (A) only (layout='batch')")
+            cands = [layouts.get("batch")]
+            last = final_pcmm(steps)
+            if last is None:
+                raise UnsupportedError("final_rescale=False needs a model whose output is a linear layer")
+            last.info["rescale"] = False
         pcmm_levels = max(c.pcmm_levels for c in cands)
         depth = depth_of(steps, pcmm_levels)
         info = choose_preset(depth, allow, opts["preset"])
         params = Params.preset(info["name"])
-        reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
+        q0_bits = int(math.log2(params.q[0]))
+        # an unrescaled final layer keeps its output under q_0 through its weight bits: no reserve level
+        reserve = 0 if last is not None else output_reserve(max_out, params.log_scale, q0_bits)
+        if last is not None:
+            last.info["weight_bits"] = unrescaled_weight_bits(last, max_out, params.log_scale, q0_bits,
+                                                              int(opts["weight_bits"]))
         if reserve:
             info = choose_preset(depth, allow, opts["preset"], reserve=reserve)
             params = Params.preset(info["name"])
@@ -646,6 +664,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                 n.notes.append(f"(input map of {s.info['folded_affine']} folded in)")
             if s.op == "affine" and s.info.get("note"):
                 n.notes.append(s.info["note"])
+            if unrescaled(s):
+                n.notes.append(f"(not rescaled: weights {s.info['weight_bits']} bits keep the output under q_0)")
     matmuls = _fhe4dmm_matmuls(steps, slots, chunks, opts["workers"]) if lay.fhe4dmm_grids else []
     plan_info = dict(model=g.name, preset=info["name"], N=params.N, slots=slots, security=info["security"],
                      depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,
