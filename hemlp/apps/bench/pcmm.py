@@ -15,6 +15,13 @@ counts seen inside the cap are recorded (``gemm_blas_threads``). Rows of the
 encrypted matrix repeat a few distinct encryptions (the timing does not depend on the data);
 each product is checked against numpy on its first rows. `--baseline` adds the Halevi–Shoup
 diagonal method (hemlp.baselines) for the d3 = N/2 shape when that module is present.
+
+`--fresh` (d list, default 256) adds d x d @ Enc(d x N/2) from a fresh ciphertext, a batch of N/2 samples:
+  fresh-top      encrypt_matrix's default level (the top of the chain) and linalg.pcmm as is: every prime
+  compiled       hemlp.compile of the one-layer model (layout A): the client encrypts at the planned level (1),
+                 the server's run (cm.run) is timed
+  compiled-L0    the same with final_rescale=False: the layer runs unrescaled at level 0 (weights quantised to fit
+                 q_0; the row records the bits used)
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ def add_arguments(p) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--weight-bits", type=int, default=12)
     p.add_argument("--baseline", action="store_true")
+    p.add_argument("--fresh", default="256", help="comma list of d for the fresh-ciphertext rows ('' for none)")
     p.add_argument("--json", default=None)
 
 
@@ -151,6 +159,10 @@ def main(args) -> int:
                     rows.append([f"{d}x{d} @ {d}x{label}", fmt, th, report.fmt_seconds(m["median_s"]),
                                  report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]),
                                  report.fmt_bits(rec["bits"])])
+    for d in [int(v) for v in args.fresh.split(",") if v.strip()]:
+        results_f, rows_f = _fresh_rows(ctx, sk, d, threads, args, rng)
+        results += results_f
+        rows += rows_f
     if args.baseline:
         # Halevi-Shoup diagonals (BSGS, hoisted) on the d3 = N/2 shape: the d x d3 batch packs as d-slot
         # blocks, slots/d vectors per ciphertext, so d3*d/slots independent column-packs of equal work.
@@ -181,3 +193,53 @@ def main(args) -> int:
     if args.json:
         report.write_json(args.json, "pcmm", {"preset": args.preset, "results": results})
     return 0
+
+
+def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
+    """d x d @ Enc(d x N/2) from a fresh ciphertext: at the top level as encrypt_matrix makes it, and through the
+    compiler (the client encrypts at the planned level; final_rescale True and False)."""
+    import warnings
+
+    import torch
+
+    import hemlp
+    from hemlp import linalg
+
+    slots = ctx.slots
+    U = rng.normal(0, 1 / math.sqrt(d), (d, d))
+    X = rng.uniform(-1, 1, (slots, d))   # the batch: one sample per slot, d features
+    A = X.T.copy()
+    layer = torch.nn.Sequential(torch.nn.Linear(d, d, bias=False)).eval()
+    with torch.no_grad():
+        layer[0].weight.copy_(torch.as_tensor(U))
+    compiled = {}
+    for name, fr in (("compiled", True), ("compiled-L0", False)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cm = hemlp.compile(layer, X, batch_size=slots, preset=args.preset, layout="batch",
+                               weight_bits=args.weight_bits, final_rescale=fr, allow_insecure=args.allow_insecure)
+        csk, ek = cm.keygen()
+        compiled[name] = (cm, csk, ek, cm.encrypt(X, csk))
+    top = linalg.encrypt_matrix(ctx, A, sk)   # the top level: encrypt_matrix's default
+    results, rows = [], []
+    for th in threads:
+        hemlp.set_num_threads(th)
+        t_gemm, gemm_blas = fp64_gemm_seconds(U, A, th, args.repeats)
+        runs = {"fresh-top": (lambda: linalg.pcmm(U, top, weight_bits=args.weight_bits), top.level, args.weight_bits,
+                              lambda out: linalg.decrypt_matrix(ctx, out, sk))}
+        for name, (cm, csk, ek, ct) in compiled.items():
+            last = next(s for s in cm.steps if s.op == "pcmm")
+            runs[name] = ((lambda cm=cm, ek=ek, ct=ct: cm.run(ct, ek)), cm.plan.info["top_level"],
+                          last.info.get("weight_bits", args.weight_bits),
+                          (lambda out, cm=cm, csk=csk: cm.decrypt(out, csk).T))
+        for name, (fn, level, bits, dec) in runs.items():
+            out = fn()
+            m = measure(fn, args.repeats)
+            err = dec(out) - U @ A
+            rec = dict(d=d, d3=slots, d3_label="N/2", format="rlwe", path=name, threads=th, pcmm_s=m["median_s"],
+                       gemm_s=t_gemm, gemm_blas_threads=gemm_blas, ratio=m["median_s"] / t_gemm, bits=_bits(err),
+                       level=level, weight_bits=bits, fresh=True)
+            results.append(rec)
+            rows.append([f"{d}x{d} @ {d}xN/2 fresh", f"{name} (L{level})", th, report.fmt_seconds(m["median_s"]),
+                         report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]), report.fmt_bits(rec["bits"])])
+    return results, rows
