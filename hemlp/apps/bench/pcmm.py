@@ -204,6 +204,7 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
 
     import hemlp
     from hemlp import linalg
+    from hemlp.errors import LevelError
 
     slots = ctx.slots
     U = rng.normal(0, 1 / math.sqrt(d), (d, d))
@@ -212,16 +213,20 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
     layer = torch.nn.Sequential(torch.nn.Linear(d, d, bias=False)).eval()
     with torch.no_grad():
         layer[0].weight.copy_(torch.as_tensor(U))
-    compiled = {}
+    compiled, results, rows = {}, [], []
     for name, fr in (("compiled", True), ("compiled-L0", False)):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cm = hemlp.compile(layer, X, batch_size=slots, preset=args.preset, layout="batch",
-                               weight_bits=args.weight_bits, final_rescale=fr, allow_insecure=args.allow_insecure)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                cm = hemlp.compile(layer, X, batch_size=slots, preset=args.preset, layout="batch",
+                                   weight_bits=args.weight_bits, final_rescale=fr, allow_insecure=args.allow_insecure)
+        except LevelError as exc:  # q_0 too small for the unrescaled output at >= 6 weight bits: recorded
+            results.append(dict(d=d, d3=slots, d3_label="N/2", format="rlwe", path=name, fresh=True, skipped=str(exc)))
+            rows.append([f"{d}x{d} @ {d}xN/2 fresh", name, "-", "skipped", "-", "-", "-"])
+            continue
         csk, ek = cm.keygen()
         compiled[name] = (cm, csk, ek, cm.encrypt(X, csk))
     top = linalg.encrypt_matrix(ctx, A, sk)   # the top level: encrypt_matrix's default
-    results, rows = [], []
     for th in threads:
         hemlp.set_num_threads(th)
         t_gemm, gemm_blas = fp64_gemm_seconds(U, A, th, args.repeats)
