@@ -25,19 +25,21 @@ def measure(fn, repeats: int, warmup: int = 1) -> dict:
     """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; return the median and samples.
 
     The result is the per-op record every subcommand writes to JSON:
-    ``{"median_s", "min_s", "repeats", "samples"}``.
+    ``{"median_s", "min_s", "repeats", "samples", "cpu_median_s", "cpu_samples"}`` (CPU: process time).
     """
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     for _ in range(warmup):
         fn()
-    samples = []
+    samples, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    # CPU seconds of the whole process (every thread): on a loaded machine the 1-thread CPU time is the robust figure
     return {"median_s": statistics.median(samples), "min_s": min(samples),
-            "repeats": repeats, "samples": samples}
+            "repeats": repeats, "samples": samples, "cpu_median_s": statistics.median(cpu), "cpu_samples": cpu}
 
 
 def int_list(s: str) -> list[int]:

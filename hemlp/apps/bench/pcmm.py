@@ -11,7 +11,8 @@ For d1 = d2 = d and d3 in {N/2 (slots), N, 4N}, times one PCMM per format at the
 next to numpy's float64 GEMM of the same shape (d x d @ d x d3) and the ratio. The GEMM runs with
 the same thread count as the PCMM: ``hemlp.set_num_threads`` does not reach numpy's own (bundled)
 OpenBLAS, so the baseline is capped with ``threadpoolctl.threadpool_limits`` and the BLAS thread
-counts seen inside the cap are recorded (``gemm_blas_threads``). Rows of the
+counts seen inside the cap are recorded (``gemm_blas_threads``); CPU seconds are recorded beside wall time
+(``pcmm_cpu_s``, ``gemm_cpu_s``, ``cpu_ratio``: at one thread the ratio a loaded machine does not skew). Rows of the
 encrypted matrix repeat a few distinct encryptions (the timing does not depend on the data);
 each product is checked against numpy on its first rows. `--baseline` adds the Halevi–Shoup
 diagonal method (hemlp.baselines) for the d3 = N/2 shape when that module is present.
@@ -64,12 +65,18 @@ def _blas_threads() -> list:
 
 def fp64_gemm_seconds(U, A, threads: int, repeats: int) -> tuple[float, list]:
     """Median time of numpy's U @ A with every BLAS capped at `threads`, and the caps as seen."""
+    t, seen, _ = fp64_gemm_times(U, A, threads, repeats)
+    return t, seen
+
+
+def fp64_gemm_times(U, A, threads: int, repeats: int) -> tuple[float, list, float]:
+    """fp64_gemm_seconds plus the median CPU seconds (the load-robust figure at one thread)."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=threads, user_api="blas"):
         seen = _blas_threads()
-        t = measure(lambda: U @ A, repeats)["median_s"]
-    return t, seen
+        m = measure(lambda: U @ A, repeats)
+    return m["median_s"], seen, m["cpu_median_s"]
 
 
 def _tile_rows(cts_by_row, d2):
@@ -128,7 +135,7 @@ def main(args) -> int:
             A = rng.uniform(-1, 1, (d, d3))
             for th in threads:
                 hemlp.set_num_threads(th)
-                t_gemm, gemm_blas = fp64_gemm_seconds(U, A, th, args.repeats)
+                t_gemm, gemm_blas, c_gemm = fp64_gemm_times(U, A, th, args.repeats)
                 for fmt, C in setups.items():
                     kw = dict(weight_bits=args.weight_bits)
                     if fmt == "mlwe":
@@ -151,6 +158,7 @@ def main(args) -> int:
                         want = U[:4] @ Mt
                     rec = dict(d=d, d3=d3, d3_label=label, format=fmt, threads=th, pcmm_s=m["median_s"],
                                gemm_s=t_gemm, gemm_blas_threads=gemm_blas, ratio=m["median_s"] / t_gemm,
+                               pcmm_cpu_s=m["cpu_median_s"], gemm_cpu_s=c_gemm, cpu_ratio=m["cpu_median_s"] / c_gemm,
                                bits=_bits(got - want),
                                level=level, weight_bits=args.weight_bits)
                     if fmt == "msrlwe+pre":
@@ -229,7 +237,7 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
     top = linalg.encrypt_matrix(ctx, A, sk)   # the top level: encrypt_matrix's default
     for th in threads:
         hemlp.set_num_threads(th)
-        t_gemm, gemm_blas = fp64_gemm_seconds(U, A, th, args.repeats)
+        t_gemm, gemm_blas, c_gemm = fp64_gemm_times(U, A, th, args.repeats)
         runs = {"fresh-top": (lambda: linalg.pcmm(U, top, weight_bits=args.weight_bits), top.level, args.weight_bits,
                               lambda out: linalg.decrypt_matrix(ctx, out, sk))}
         for name, (cm, csk, ek, ct) in compiled.items():
@@ -243,8 +251,10 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
             err = dec(out) - U @ A
             rec = dict(d=d, d3=slots, d3_label="N/2", format="rlwe", path=name, threads=th, pcmm_s=m["median_s"],
                        gemm_s=t_gemm, gemm_blas_threads=gemm_blas, ratio=m["median_s"] / t_gemm, bits=_bits(err),
-                       level=level, weight_bits=bits, fresh=True)
+                       level=level, weight_bits=bits, fresh=True, pcmm_cpu_s=m["cpu_median_s"], gemm_cpu_s=c_gemm,
+                       cpu_ratio=m["cpu_median_s"] / c_gemm)
             results.append(rec)
             rows.append([f"{d}x{d} @ {d}xN/2 fresh", f"{name} (L{level})", th, report.fmt_seconds(m["median_s"]),
-                         report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]), report.fmt_bits(rec["bits"])])
+                         report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]) + f" (CPU {rec['cpu_ratio']:.1f}x)",
+                         report.fmt_bits(rec["bits"])])
     return results, rows
