@@ -3,7 +3,8 @@
     python -m hemlp.bench pcmm [--preset N14-d6] [--level 1] [--sizes 256,1024] [--threads 1,2] --json PATH
 
 For d1 = d2 = d and d3 in {N/2 (slots), N, 4N}, times one PCMM per format at the given level
-(the lowest level a PCMM can run at is 1: it rescales once):
+(the lowest level a rescaled PCMM can run at is 1; --level 0 --no-rescale times the unrescaled products of
+compile(..., final_rescale=False), scale in.scale * Delta_U under q_0):
   rlwe       k = 1, slot encoding for d3 = N/2, coefficient encoding for d3 >= N
   mlwe       k = 2 rows per ciphertext for d3 = N/2 (coefficient encoding, ModPack included)
   msrlwe     shared a-part for d3 = 4N (k' = 4), online (a- and b-part GEMMs)
@@ -45,6 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--d3", default="N/2,N,4N", help="comma list of column counts among N/2, N, 4N")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--weight-bits", type=int, default=12)
+    p.add_argument("--no-rescale", action="store_true",
+                   help="products without their rescale (with --level 0: the unrescaled final layer of final_rescale=False)")
     p.add_argument("--baseline", action="store_true")
     p.add_argument("--fresh", default="256", help="comma list of d for the fresh-ciphertext rows ('' for none)")
     p.add_argument("--json", default=None)
@@ -132,12 +135,16 @@ def main(args) -> int:
                 base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
                 setups["rlwe"] = linalg.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
                                                        for j in range(4)], (d, d3), 4, "rlwe")
+            if args.no_rescale:
+                setups.pop("msrlwe+pre", None)  # the precomputed U*A includes the rescale's K
             A = rng.uniform(-1, 1, (d, d3))
             for th in threads:
                 hemlp.set_num_threads(th)
                 t_gemm, gemm_blas, c_gemm = fp64_gemm_times(U, A, th, args.repeats)
                 for fmt, C in setups.items():
                     kw = dict(weight_bits=args.weight_bits)
+                    if args.no_rescale:
+                        kw["rescale"] = False
                     if fmt == "mlwe":
                         kw["keys"] = mk
                     if fmt == "msrlwe+pre":
@@ -160,7 +167,7 @@ def main(args) -> int:
                                gemm_s=t_gemm, gemm_blas_threads=gemm_blas, ratio=m["median_s"] / t_gemm,
                                pcmm_cpu_s=m["cpu_median_s"], gemm_cpu_s=c_gemm, cpu_ratio=m["cpu_median_s"] / c_gemm,
                                bits=_bits(got - want),
-                               level=level, weight_bits=args.weight_bits)
+                               level=level, weight_bits=args.weight_bits, rescale=not args.no_rescale)
                     if fmt == "msrlwe+pre":
                         rec["precompute_s"] = t_pre
                     results.append(rec)
