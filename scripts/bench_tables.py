@@ -340,7 +340,7 @@ def render() -> str:
         core("core_N14.json", f"{env} -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json"),
         peers_pcmm("peers_pcmm.json", "scripts/bench_peers.py pcmm --sizes 64,256 --json bench/peers_pcmm.json"),
         pcmm("pcmm_N14.json", "PCMM formats vs fp64 GEMM",
-             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256,1024 --json bench/pcmm_N14.json"),
+             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256 --json bench/pcmm_N14.json"),
         pcmm("pcmm_4096_N14.json", "PCMM formats vs fp64 GEMM, 4096 rows",
              f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 4096 --d3 N/2,N --threads 1 --json bench/pcmm_4096_N14.json"),
         pcmm("pcmm_hs_N14.json", "PCMM vs the rotation baseline (Halevi–Shoup, BSGS + hoisting)",
