@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 import hemlp
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.datasets import load_mnist_sample
 from hemlp.runtime.artifacts import EncryptedBatch
 
@@ -34,7 +34,7 @@ if args.action == "encrypt":
     compiled.encrypt(digits.x, sk).save(outbox / "x.ct")
     print(f"sent {outbox / 'eval.keys'} and {outbox / 'x.ct'} ({n} encrypted digits)")
 else:
-    sk = ckks.load(private / "secret.key", compiled.context)
+    sk = fhe.load(private / "secret.key", compiled.context)
     y = EncryptedBatch.load(args.work / "to_client" / "y.ct", compiled)
     logits = np.asarray(compiled.decrypt(y, sk)).reshape(n, -1)
     pred = logits.argmax(1)

@@ -3,7 +3,7 @@
 Public API: ``hemlp.compile`` (a torch module or an ONNX file -> CompiledModel), ``hemlp.load`` (a saved compiled
 model), ``hemlp.set_num_threads`` and the typed errors of hemlp.errors. Layers (data flows one way; each imports
 only the ones below it, tests/test_architecture.py):
-model -> compiler -> layouts -> runtime -> bootstrap -> he (building blocks) / linalg (PCMM) -> fhe (the scheme)
+model -> compiler -> layouts -> runtime -> bootstrap -> he (building blocks) / pcmm (PCMM) -> fhe (the scheme)
 -> hemlp._core (C++); apps (cli, demo, bench) on top; baselines for comparison only.
 
 Importing hemlp changes no environment variable and no import path. compile / load (and the native core behind
@@ -30,9 +30,9 @@ def load(path, allow_insecure: bool = False):
     return model.load(path, allow_insecure=allow_insecure)
 
 
-def __getattr__(name):  # lazy subpackages: hemlp.fhe, hemlp.linalg, ... (they load the native core)
+def __getattr__(name):  # lazy subpackages: hemlp.fhe, hemlp.pcmm, ... (they load the native core)
     import importlib
 
-    if name in {"fhe", "he", "linalg", "bootstrap", "planner", "baselines", "model", "layouts", "apps"}:
+    if name in {"fhe", "he", "pcmm", "bootstrap", "planner", "baselines", "model", "layouts", "apps"}:
         return importlib.import_module(f"hemlp.{name}")
     raise AttributeError(f"module 'hemlp' has no attribute {name!r}")

@@ -53,8 +53,8 @@ from pathlib import Path
 import numpy as np
 
 from hemlp import layouts
-from hemlp.fhe.ckks import Ciphertext, Context, FloodSpec, Params, PublicKey, SecretKey
-from hemlp.fhe.ckks import load as load_ckks_object
+from hemlp.fhe import Ciphertext, Context, FloodSpec, Params, PublicKey, SecretKey
+from hemlp.fhe import load as load_ckks_object
 from hemlp.compiler.calibration import as_calibration, choose_activations, top1
 from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
@@ -692,7 +692,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
 #     plan.json     format version, model id, preset, options, input/output shapes, batch size, layout,
 #                   the printable plan, and every step's metadata (ops, levels, activations)
 #     weights.npz   the step arrays (weights, im2col indices, biases, affine maps)
-#     params.bin    the CKKS parameters (hemlp.fhe.ckks.Params.to_bytes)
+#     params.bin    the CKKS parameters (hemlp.fhe.Params.to_bytes)
 # The client artefact (save(..., client=True); plan.json says "artefact": "client") has structure.npz instead of
 # weights.npz: the index arrays as they are and, for every value array, its zero pattern (bool) only.
 # ---------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 try:
     from hemlp.apps.bench import report  # noqa: E402
-    from hemlp.apps.bench.core import OPS, PRECISION  # noqa: E402  (constants only, no hemlp.fhe.ckks)
+    from hemlp.apps.bench.core import OPS, PRECISION  # noqa: E402  (constants only, no hemlp.fhe)
 except ImportError:  # hemlp itself does not import (core mid-rebuild): peers must still run
     import ast
     import importlib.util
@@ -503,26 +503,25 @@ def cmd_pcmm(a) -> int:
     import numpy as np
 
     import hemlp
-    from hemlp import linalg
-    from hemlp.fhe import ckks
+    from hemlp import fhe, pcmm
     from hemlp.apps.bench import measure
 
     py, why = ensure_venv("openfhe")
     cfg = CONFIGS[a.logn]
     rows = []
     results = []
-    ctx = ckks.Context(cfg["preset"])
+    ctx = fhe.Context(cfg["preset"])
     sk, pk = ctx.keygen()
     rng = np.random.default_rng(0)
     for d in _ints(a.sizes):
         U = rng.normal(0, 1 / math.sqrt(d), (d, d))
         M = rng.uniform(-1, 1, (8, ctx.slots))
-        base = linalg.encrypt_matrix(ctx, M, pk, level=a.limbs - 1)
-        C = linalg.CtMatrix(ctx, [base.cts[i % 8] for i in range(d)], (d, ctx.slots), 1, "rlwe")
+        base = pcmm.encrypt_matrix(ctx, M, pk, level=a.limbs - 1)
+        C = pcmm.CtMatrix(ctx, [base.cts[i % 8] for i in range(d)], (d, ctx.slots), 1, "rlwe")
         for th in _ints(a.threads):
             hemlp.set_num_threads(th)
-            m = measure(lambda: linalg.pcmm(U, C, weight_bits=a.weight_bits), a.repeats)
-            got = linalg.decrypt_matrix(ctx, linalg.pcmm(U, C, weight_bits=a.weight_bits), sk)[:2]
+            m = measure(lambda: pcmm.pcmm(U, C, weight_bits=a.weight_bits), a.repeats)
+            got = pcmm.decrypt_matrix(ctx, pcmm.pcmm(U, C, weight_bits=a.weight_bits), sk)[:2]
             want = U[:2] @ np.stack([M[i % 8] for i in range(d)])
             hb = -math.log2(float(np.max(np.abs(got - want))))
             peer, perr = (None, why)

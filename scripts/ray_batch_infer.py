@@ -61,9 +61,9 @@ def make_job(args):
     if args.model:
         return ModelJob.from_paths(args.model, args.keys, args.allow_insecure)
     if args.allow_insecure:
-        from hemlp.fhe import ckks
+        from hemlp import fhe
 
-        warnings.warn("INSECURE test parameters: for tests only, never for real data", ckks.InsecureParametersWarning)
+        warnings.warn("INSECURE test parameters: for tests only, never for real data", fhe.InsecureParametersWarning)
     return WeightsJob.from_files(args.weights, preset=args.preset, params=args.params, bias=args.bias,
                                  weight_bits=args.weight_bits, allow_insecure=args.allow_insecure)
 

@@ -27,13 +27,13 @@ def exact_decryption_for_precision_tests():
     """The suite measures the precision of homomorphic operations, so in-process contexts decrypt exactly by
     default (noise="none"). Production contexts add IND-CPA-D noise ("standard"): tests/fhe/test_decrypt_noise.py
     checks that default in a fresh interpreter, and every subprocess test (CLI, benchmarks) runs with it."""
-    from hemlp.fhe import ckks
+    from hemlp import fhe
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ckks.UnsafeDecryptionWarning)
-        ckks.set_default_decrypt_noise("none")
+        warnings.simplefilter("ignore", fhe.UnsafeDecryptionWarning)
+        fhe.set_default_decrypt_noise("none")
     yield
-    ckks.set_default_decrypt_noise("standard")
+    fhe.set_default_decrypt_noise("standard")
 
 
 @pytest.fixture
@@ -42,8 +42,8 @@ def rng():
 
 
 def make_ctx(name="test-N12"):
-    from hemlp.fhe import ckks
+    from hemlp import fhe
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ckks.Context(name, allow_insecure=True)
+        return fhe.Context(name, allow_insecure=True)

@@ -28,16 +28,16 @@ CLEAN = ("hemlp", "hemlp.model", "hemlp.fhe.files", "hemlp.threads", "hemlp.erro
 LAYERS = {
     "hemlp.fhe": ("hemlp.fhe",),                                               # the scheme: nothing above it
     "hemlp.he": ("hemlp.fhe", "hemlp.he"),                                     # building blocks on the scheme
-    "hemlp.linalg": ("hemlp.fhe",),                                            # PCMM on the scheme
-    "hemlp.bootstrap": ("hemlp.fhe", "hemlp.he", "hemlp.linalg", "hemlp.bootstrap"),
+    "hemlp.pcmm": ("hemlp.fhe", "hemlp.pcmm"),                                 # PCMM on the scheme
+    "hemlp.bootstrap": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap"),
     "hemlp.baselines": ("hemlp.fhe", "hemlp.he", "hemlp.baselines"),           # comparison code only
     "hemlp.planner": ("hemlp.planner",),                                       # pure Python: no scheme, no Ray
     "hemlp.compiler": ("hemlp.fhe", "hemlp.he", "hemlp.planner", "hemlp.compiler"),
     # executes plans (their bootstrap steps included: hemlp.bootstrap is a building block below it); no layout logic
-    "hemlp.runtime": ("hemlp.fhe", "hemlp.he", "hemlp.linalg", "hemlp.bootstrap", "hemlp.planner", "hemlp.compiler",
+    "hemlp.runtime": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap", "hemlp.planner", "hemlp.compiler",
                       "hemlp.runtime"),
     # resumable batch jobs take a compiled-model directory (hemlp.load): the one runtime module above the model
-    "hemlp.runtime.jobs": ("hemlp", "hemlp.fhe", "hemlp.linalg", "hemlp.runtime"),
+    "hemlp.runtime.jobs": ("hemlp", "hemlp.fhe", "hemlp.pcmm", "hemlp.runtime"),
 }
 #: the only packages that may import the applications and the comparison baselines
 APPS = ("hemlp.apps", "hemlp.bench")
@@ -212,7 +212,7 @@ def _private_uses(select) -> dict[str, list[str]]:
 
 def test_the_scanner_sees_the_package():
     """The checks below are only as good as the graph: it must hold the modules and their known edges."""
-    assert {"hemlp.model", "hemlp.layouts.packed", "hemlp.runtime.local", "hemlp.fhe.ckks"} <= set(MODULES)
+    assert {"hemlp.model", "hemlp.layouts.packed", "hemlp.runtime.local", "hemlp.fhe"} <= set(MODULES)
     assert ("hemlp.layouts.base", False) in {(t, fn) for t, fn, _ in SCANS["hemlp.layouts.packed"].edges}
     assert ("hemlp.model", True) in {(t, fn) for t, fn, _ in SCANS["hemlp"].edges}   # compile() loads it lazily
 
@@ -220,7 +220,7 @@ def test_the_scanner_sees_the_package():
 def test_the_checks_catch_what_they_forbid(tmp_path):
     """A cycle hidden in a function and a private import are found (the checks can fail)."""
     a, b = tmp_path / "a.py", tmp_path / "b.py"
-    a.write_text("from hemlp.layouts import base\nfrom hemlp.fhe.ckks import _atomic_write\nx = obj._secret\n")
+    a.write_text("from hemlp.layouts import base\nfrom hemlp.fhe import _atomic_write\nx = obj._secret\n")
     v = _scan("hemlp.layouts.a", a)
     assert any("_atomic_write" in p for p in v.private) and any("._secret" in p for p in v.private)
     b.write_text("def f():\n    from hemlp.model import compile\n")
@@ -277,12 +277,12 @@ def test_the_layer_rule_catches_an_upward_import(tmp_path):
 def test_the_foundation_is_the_leaf_utilities():
     found = _foundation(SCANS)
     assert {"hemlp.errors", "hemlp.threads"} <= found
-    assert not found & {"hemlp.model", "hemlp.linalg", "hemlp"}
+    assert not found & {"hemlp.model", "hemlp.pcmm", "hemlp"}
 
 
 def test_every_layer_imports_only_the_layers_below_it():
     """fhe imports no building block; he no bootstrapping, layout, model or runtime; and so on up (LAYERS)."""
-    assert {"hemlp.fhe.ckks", "hemlp.he.lintrans", "hemlp.he.ccmm.rectangular", "hemlp.bootstrap.bootstrapper",
+    assert {"hemlp.fhe", "hemlp.he.lintrans", "hemlp.he.ccmm.rectangular", "hemlp.bootstrap.bootstrapper",
             "hemlp.apps.cli", "hemlp.apps.bench.core"} <= set(MODULES)
     assert _layer_violations(SCANS) == []
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 
 
 def _client_setup(workdir: Path, preset: str, d: int, rng):
-    ctx = ckks.Context(preset)
+    ctx = fhe.Context(preset)
     sk, pk = ctx.keygen()
     ctx.params.to_bytes()
     (workdir / "params.bin").write_bytes(ctx.params.to_bytes())
@@ -34,11 +34,11 @@ def _client_setup(workdir: Path, preset: str, d: int, rng):
 def _server_compute(workdir: Path, W: np.ndarray, b: np.ndarray) -> float:
     """Runs with no secret key: loads params, evaluation keys and the ciphertext from files."""
     t0 = time.perf_counter()
-    params = ckks.Params.from_bytes((workdir / "params.bin").read_bytes())
-    ctx = ckks.Context(params)
-    rlk = ckks.load(workdir / "relin.key", ctx)
-    gk = ckks.load(workdir / "rotation.key", ctx)
-    x = ckks.load(workdir / "x.ct", ctx)
+    params = fhe.Params.from_bytes((workdir / "params.bin").read_bytes())
+    ctx = fhe.Context(params)
+    rlk = fhe.load(workdir / "relin.key", ctx)
+    gk = fhe.load(workdir / "rotation.key", ctx)
+    x = fhe.load(workdir / "x.ct", ctx)
     d = W.shape[0]
     reps = ctx.slots // d
     rots = ctx.rotate_hoisted(x, list(range(d)), gk)  # one decomposition shared by all rotations
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             print(f"    {f.name:14s} {f.stat().st_size / 1e6:8.2f} MB")
         t_server = _server_compute(work, W, b)
         print(f"server: y = (W x + b)^2 on ciphertexts only (no secret key) in {t_server:.2f} s")
-        y_ct = ckks.load(work / "y.ct", ctx)
+        y_ct = fhe.load(work / "y.ct", ctx)
         got = ctx.decrypt(y_ct, sk)[:d]
     want = (W @ x + b) ** 2
     err = np.max(np.abs(got - want))

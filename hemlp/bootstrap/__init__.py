@@ -1,4 +1,4 @@
-"""CKKS bootstrapping on hemlp.fhe.ckks (layered as Lattigo's ckks -> bootstrapping).
+"""CKKS bootstrapping on hemlp.fhe (layered as Lattigo's ckks -> bootstrapping).
 
 Built on the building blocks of hemlp.he (special_fft, reinterpret, subring, dft: the homomorphic
 CoeffToSlot / SlotToCoeff; polynomial: BSGS polynomial evaluation):

@@ -5,7 +5,7 @@
     per hoisted rotation, k+1 inner products) → MSRLWE(s_j) → RLWE(s) at EvalMod's level (k keys)
     → per ciphertext: re/im split, EvalMod ×2, join, SlotToCoeff
 
-    msk = linalg.multi_secret_key(ctx, k)                        # client side; s_1..s_k, never sent
+    msk = pcmm.multi_secret_key(ctx, k)                          # client side; s_1..s_k, never sent
     keys = BatchBootstrapKeys.generate(ctx, sk, k)               # (msk drawn inside when not given)
     bb = BatchBootstrapper(ctx, keys)
     outs = bb.bootstrap_batch([ct_1, ..., ct_k])                 # as k Bootstrapper.bootstrap calls
@@ -34,10 +34,10 @@ from hemlp.bootstrap.keys import dft_plans
 from hemlp.bootstrap.modraise import scale_down
 from hemlp.bootstrap.params import BootParams
 from hemlp.he.reinterpret import retag
-from hemlp.fhe.ckks import Ciphertext, Context, GaloisKeys, RelinKey, SecretKey
+from hemlp.fhe import Ciphertext, Context, GaloisKeys, RelinKey, SecretKey
 from hemlp.errors import (ContextMismatchError, KeyMismatchError, LevelError, MissingKeyError, ParameterError,
                           ScaleMismatchError, ShapeError)
-from hemlp.linalg import MultiSecretKey, multi_secret_key
+from hemlp.pcmm import MultiSecretKey, multi_secret_key
 
 __all__ = ["BatchBootstrapKeys", "BatchBootstrapper", "MsBatch", "batched_cts_levels"]
 

@@ -38,7 +38,7 @@ from hemlp.bootstrap.modraise import dense_to_sparse, mod_raise, scale_down
 from hemlp.bootstrap.params import BootParams
 from hemlp.he.reinterpret import retag
 from hemlp.he.subring import subring_trace
-from hemlp.fhe.ckks import Ciphertext, Context
+from hemlp.fhe import Ciphertext, Context
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError, ShapeError
 
 from hemlp.bootstrap.evalmod import EvalModParams, eval_mod

@@ -33,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 
 from hemlp import _core
-from hemlp.fhe.ckks import Ciphertext, Context, RelinKey
+from hemlp.fhe import Ciphertext, Context, RelinKey
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError
 from hemlp.he.polynomial import depth as poly_depth
 from hemlp.he.polynomial import PolyEvaluator, evaluate_native

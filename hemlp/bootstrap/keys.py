@@ -20,7 +20,7 @@ from hemlp.he import dft
 from hemlp.bootstrap.modraise import EncapsulationKeys
 from hemlp.bootstrap.params import BootParams
 from hemlp.he.subring import subring_trace_steps
-from hemlp.fhe.ckks import Context, GaloisKeys, RelinKey, SecretKey
+from hemlp.fhe import Context, GaloisKeys, RelinKey, SecretKey
 from hemlp.errors import ContextMismatchError, MissingKeyError, ParameterError
 
 __all__ = ["BootstrapKeys", "dft_plans", "rotation_levels", "seed_max_level"]
@@ -153,7 +153,7 @@ class BootstrapKeys:
     @classmethod
     def from_bytes(cls, data: bytes, ctx: Context, seeded="auto") -> "BootstrapKeys":
         """seeded: as in generate (the a-halves travel as seeds either way)."""
-        from hemlp.fhe import ckks
+        from hemlp import fhe
         from hemlp.fhe import serialize as ser
         from hemlp.errors import SerializationError
 
@@ -167,8 +167,8 @@ class BootstrapKeys:
             if type(exc).__module__ == "hemlp.errors":
                 raise
             raise SerializationError(f"bootstrap keys: malformed header ({exc})") from None
-        galois = ckks.from_bytes(arrays[0].tobytes(), ctx)
-        relin = ckks.from_bytes(arrays[1].tobytes(), ctx)
+        galois = fhe.from_bytes(arrays[0].tobytes(), ctx)
+        relin = fhe.from_bytes(arrays[1].tobytes(), ctx)
         if not isinstance(galois, GaloisKeys) or not isinstance(relin, RelinKey):
             raise SerializationError("bootstrap keys: the embedded keys have the wrong types; the data is corrupted")
         _core.seed_galois_keys(galois.native, seed_max_level(ctx, params, seeded))

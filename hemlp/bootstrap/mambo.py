@@ -13,7 +13,7 @@ S_out = Δ·q0/Δ0' and the joined result is re-tagged Δ (no SlotToCoeff follow
 MaMBo, pcmm_bootstrap(U, [ct_1..ct_d2]) = Bootstrap(U·X) with X's rows the ciphertexts:
 
     each input: drop to level stc_depth + 1, SlotToCoeff (levels stc_depth+1 → 1)
-    PCMM at level 1 (2 limbs, hemlp.linalg.pcmm on the coefficient-encoded rows, exact weights at weight_bits,
+    PCMM at level 1 (2 limbs, hemlp.pcmm.pcmm on the coefficient-encoded rows, exact weights at weight_bits,
     one rescale → level 0; U is divided by c = 2^ceil(log2(‖U‖_∞→∞·x_bound)) so |U·X/c| <= 1)
     then the S2C-first batched pipeline above, k outputs at a time; the outputs are re-tagged Δ/c (exact:
     c is a power of two, so the values are U·X) and the bias added at the output level (exact constant add).
@@ -34,9 +34,9 @@ from hemlp.bootstrap.batch import BatchBootstrapKeys, BatchBootstrapper
 from hemlp.bootstrap.evalmod import eval_mod
 from hemlp.bootstrap.modraise import scale_down
 from hemlp.he.reinterpret import retag
-from hemlp.fhe.ckks import Ciphertext, Context
+from hemlp.fhe import Ciphertext, Context
 from hemlp.errors import LevelError, ParameterError, ScaleMismatchError, ShapeError
-from hemlp import linalg
+from hemlp import pcmm
 
 __all__ = ["MamboBootstrapper", "S2C_LOG_MESSAGE_RATIO"]
 
@@ -143,7 +143,7 @@ class MamboBootstrapper:
         """Enc(U·X + bias) refreshed, X's rows the ciphertexts cts (d2 = len(cts) = U's columns): U.shape[0]
         ciphertexts at output_level with scale Δ/c, c = 2^ceil(log2(max(1, ‖U‖_∞→∞·x_bound))) (exact; the values
         are U·X + bias). x_bound: a bound on |X| over every slot (real and imaginary parts), which keeps U·X/c
-        inside EvalMod's range. The PCMM runs at level 1 on the coefficient-encoded rows (hemlp.linalg.pcmm,
+        inside EvalMod's range. The PCMM runs at level 1 on the coefficient-encoded rows (hemlp.pcmm.pcmm,
         weights quantised to weight_bits)."""
         U = np.asarray(U, dtype=np.float64)
         if U.ndim != 2 or U.shape[1] != len(cts):
@@ -156,8 +156,8 @@ class MamboBootstrapper:
         bnd = float(np.max(np.sum(np.abs(U), axis=1))) * float(x_bound)
         c = 2.0 ** max(0, math.ceil(math.log2(bnd))) if bnd > 0 else 1.0
         rows = [self.slot_to_coeff_bottom(ct, d + 1) for ct in cts]          # level 1, coefficient-encoded
-        X = linalg.CtMatrix(self.ctx, rows, (len(rows), self.ctx.N), 1, "rlwe")
-        Y = linalg.pcmm(U / c, X, weight_bits=weight_bits, rescale=True)    # level 0, scale tracked exactly
+        X = pcmm.CtMatrix(self.ctx, rows, (len(rows), self.ctx.N), 1, "rlwe")
+        Y = pcmm.pcmm(U / c, X, weight_bits=weight_bits, rescale=True)      # level 0, scale tracked exactly
         R = self.params.log_message_ratio
         lows = [scale_down(self.ctx, y, R) for y in Y.cts]
         outs = self._in_batches(lows, self.ctx.default_scale, cts[0].is_complex)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from hemlp import _core
-from hemlp.fhe.ckks import Ciphertext, Context, SecretKey
+from hemlp.fhe import Ciphertext, Context, SecretKey
 from hemlp.errors import ContextMismatchError, LevelError, MissingKeyError, ScaleMismatchError
 
 __all__ = ["EncapsulationKeys", "scale_down", "scale_down_factor", "dense_to_sparse", "mod_raise"]

@@ -193,7 +193,7 @@ def dense_conv_weight(w: np.ndarray, groups: int) -> np.ndarray:
 
 
 def gather_apply(U, index, X, bias=None):
-    """Rows semantics of linalg.pcmm_gather on a plaintext rows matrix X (d, B)."""
+    """Rows semantics of pcmm.pcmm_gather on a plaintext rows matrix X (d, B)."""
     Xz = np.concatenate([X, np.zeros((1, X.shape[1]))], axis=0)
     G = Xz[index]                                # (d2, P, B), -1 -> zero row
     out = np.einsum("ri,ipb->rpb", U, G).reshape(U.shape[0] * index.shape[1], X.shape[1])

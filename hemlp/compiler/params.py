@@ -4,7 +4,7 @@ Costs: PCMM 1 level (its rescale), square 1, polynomial of degree d ceil(log2(d 
 residual add 0 when the branches are at different levels (the higher one is brought to the other's
 scale with one set_scale inside its spare level) and 1 otherwise.
 
-``choose_preset`` picks the smallest 128-bit preset of ``ckks.Params.presets()`` whose depth fits
+``choose_preset`` picks the smallest 128-bit preset of ``fhe.Params.presets()`` whose depth fits
 (with allow_insecure=True the test presets test-N12 then test-N12-d6 are tried first) and raises
 LevelError naming the missing level count when none does.
 """
@@ -88,7 +88,7 @@ def depth_of(steps, pcmm_levels: int = 1) -> int:
 
 
 def candidates(allow_insecure: bool) -> list[dict]:
-    from hemlp.fhe.ckks import Params
+    from hemlp.fhe import Params
 
     ps = Params.presets()
     # *-flood presets (2^55 scales for noise-flooded decryption) are chosen by name only, never by depth
@@ -101,7 +101,7 @@ def candidates(allow_insecure: bool) -> list[dict]:
 def choose_preset(depth: int, allow_insecure: bool = False, preset: str | None = None,
                   reserve: int = 0) -> dict:
     """The preset to use for a program of the given depth (+ `reserve` levels kept at the output)."""
-    from hemlp.fhe.ckks import Params
+    from hemlp.fhe import Params
 
     need = depth + reserve
     if preset is not None:

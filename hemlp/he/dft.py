@@ -66,7 +66,7 @@ import math
 from hemlp.he.lintrans import LinearTransform
 from hemlp.he import special_fft as sf
 from hemlp.he.reinterpret import mul_monomial, retag
-from hemlp.fhe.ckks import Ciphertext, Context, GaloisKeys
+from hemlp.fhe import Ciphertext, Context, GaloisKeys
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ShapeError
 
 __all__ = ["DFTPlan", "plan_coeff_to_slot", "plan_slot_to_coeff", "dft_rotation_steps", "coeff_to_slot",

@@ -21,7 +21,7 @@ input's slots beyond its columns must be zero, and the output's slots beyond its
 Offsets are kept as signed representatives in (-n/2, n/2], so contiguous diagonal bands
 around 0 (σ, block-diagonal matrices) give short baby and giant ranges.
 
-Native evaluation (the default with a hemlp.fhe.ckks.Context): the whole schedule runs in one call of
+Native evaluation (the default with a hemlp.fhe.Context): the whole schedule runs in one call of
 hemlp._core.LinearTransform (csrc/boot/lintrans.h), with the diagonals encoded once per (context,
 level) over Q_level ∪ P. hoisting="double" (Bossuat et al. EC'21) keeps the baby steps in Q_level ∪ P
 (no ModDown per baby step), accumulates each giant group there, brings only c1 down per giant step and
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hemlp import _core
-from hemlp.fhe.ckks import Ciphertext, Context, GaloisKeys
+from hemlp.fhe import Ciphertext, Context, GaloisKeys
 from hemlp.errors import MissingKeyError, ParameterError, ShapeError
 
 __all__ = ["diagonals", "plan", "shared_n1", "Plan", "LinearTransform", "rotation_steps", "apply", "OpCounter",
@@ -368,7 +368,7 @@ class OpCounter:
         return self.ctx.rotate_hoisted(ct, steps, keys)
 
     def mul(self, a, b, relin_key=None):
-        from hemlp.fhe.ckks import Ciphertext
+        from hemlp.fhe import Ciphertext
 
         self.counts["cmult" if isinstance(b, Ciphertext) else "pmult"] += 1
         return self.ctx.mul(a, b, relin_key)

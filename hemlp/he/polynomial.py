@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from hemlp import _core
-from hemlp.fhe.ckks import Ciphertext, RelinKey
+from hemlp.fhe import Ciphertext, RelinKey
 from hemlp.errors import EncodingError, LevelError, MissingKeyError
 
 __all__ = ["PolyEvaluator", "depth", "evaluate", "evaluate_native", "cheb_to_power", "power_to_cheb"]

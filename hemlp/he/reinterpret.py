@@ -1,4 +1,4 @@
-"""Exact, level-free ciphertext operations the homomorphic DFT needs on top of hemlp.fhe.ckks.
+"""Exact, level-free ciphertext operations the homomorphic DFT needs on top of hemlp.fhe.
 
 - retag: the same polynomials under other metadata (slot count, encoding, scale, complex flag).
   CoeffToSlot reads a coefficient-encoded ciphertext as a slot-encoded one (the bits do not
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hemlp.fhe.ckks import Ciphertext, Context
+from hemlp.fhe import Ciphertext, Context
 
 __all__ = ["retag", "mul_monomial"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from hemlp.he.reinterpret import retag
 from hemlp.he.special_fft import log2_exact
-from hemlp.fhe.ckks import Ciphertext, Context, GaloisKeys
+from hemlp.fhe import Ciphertext, Context, GaloisKeys
 from hemlp.errors import MissingKeyError, ShapeError
 
 __all__ = ["subring_trace_steps", "subring_trace"]

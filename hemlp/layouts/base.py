@@ -38,7 +38,7 @@ class Planned:
     """What compile() hands every candidate layout: the lowered steps with their levels planned for the
     default preset, and that preset."""
     steps: list
-    params: object          # hemlp.fhe.ckks.Params
+    params: object          # hemlp.fhe.Params
     preset: dict            # hemlp.compiler.params.choose_preset's entry (name, depth, security)
     depth: int
     reserve: int            # levels kept for the output's magnitude
@@ -141,7 +141,7 @@ class Layout:
         lv = self.key_levels()
         return [("relinearisation key", eval_keys.relin_key, lv["relin"], "relin_key"),
                 ("rotation keys", eval_keys.galois_keys, lv["rotation"], "rotation_keys"),
-                ("ModPack keys", eval_keys.modpack_keys, lv.get("modpack"), "linalg.modpack_keys")]
+                ("ModPack keys", eval_keys.modpack_keys, lv.get("modpack"), "pcmm.modpack_keys")]
 
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
         """Layout-specific checks of a run's arguments (typed errors, before any work)."""

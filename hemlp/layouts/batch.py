@@ -1,6 +1,6 @@
 """Layout (A): one feature per RLWE ciphertext, the batch along the slots.
 
-Every linear layer is a PCMM-as-GEMM (hemlp.linalg.pcmm: no rotations), every activation acts on the
+Every linear layer is a PCMM-as-GEMM (hemlp.pcmm.pcmm: no rotations), every activation acts on the
 slots as they are, so the eval keys are at most a relinearisation key. Best for large batches: a batch of
 B samples takes ceil(B / slots) chunks per feature. The steps are the program (hemlp.runtime.local runs them
 in process, hemlp.runtime.ray on Ray with FHE4DMM grids).
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hemlp import linalg
+from hemlp import pcmm
 from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
 from hemlp.errors import MissingKeyError, UnsupportedError
 from hemlp.compiler.params import unrescaled
@@ -67,10 +67,10 @@ class Batch(Layout):
         return -(-self.batch_size // slots) * slots
 
     def encrypt(self, ctx, x, key, level: int):
-        return linalg.encrypt_matrix(ctx, x.reshape(x.shape[0], -1).T, key, level=level)
+        return pcmm.encrypt_matrix(ctx, x.reshape(x.shape[0], -1).T, key, level=level)
 
     def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
-        return linalg.decrypt_matrix(ctx, ctm, sk)[:, :batch].T
+        return pcmm.decrypt_matrix(ctx, ctm, sk)[:, :batch].T
 
     def keygen(self, ctx, sk) -> tuple:
         rlk, gk, mp = super().keygen(ctx, sk)

@@ -24,7 +24,7 @@ from dataclasses import replace
 import numpy as np
 
 from hemlp.bootstrap.params import PRESET_DEPTHS, preset_levels_consumed
-from hemlp.fhe.ckks import Params
+from hemlp.fhe import Params
 from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
 from hemlp.errors import EncodingError, ParameterError

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hemlp.he.ccmm import rectangular
-from hemlp.fhe.ckks import Ciphertext, from_bytes
+from hemlp.fhe import Ciphertext, from_bytes
 from hemlp.compiler.lower import dense_matrix
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, SerializationError, ShapeError,
                           UnsupportedError)
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import Layout
-from hemlp.linalg import CtMatrix
+from hemlp.pcmm import CtMatrix
 from hemlp.planner.chain import plan_chain
 from hemlp.planner.layouts import unit_costs
 from hemlp.runtime import artifacts

@@ -3,10 +3,10 @@
 Layout (A) puts the batch along the N/2 slots, so a batch B < N/2 leaves slots empty in every one of the
 features' ciphertexts. Layout (A′) puts the batch along the *coefficients* instead, B' = B rounded up to a
 power of two (at least the smallest power of two >= √N) columns, and k = N/B' feature rows interleaved
-per ciphertext (row k·g + u, column t -> coefficient t·k + u of ciphertext g; hemlp.linalg's MLWE format):
+per ciphertext (row k·g + u, column t -> coefficient t·k + u of ciphertext g; hemlp.pcmm's MLWE format):
 a tensor of F features takes ceil(F/k) ciphertexts instead of F.
 
-* Linear layer: one MLWE PCMM (hemlp.linalg / csrc/pcmm/mlwe.cpp): ModDecomp (free), two exact modular
+* Linear layer: one MLWE PCMM (hemlp.pcmm / csrc/pcmm/mlwe.cpp): ModDecomp (free), two exact modular
   GEMMs per limb (a-parts N columns, b-parts B' columns), ModPack (k key switches per output ciphertext,
   one ModDown), one rescale: **1 level**. The output is coefficient-encoded in the same interleaving.
 * Activations need slots. A maximal run of elementwise steps (x², the compiled polynomial, affine maps)
@@ -40,17 +40,17 @@ from typing import Optional
 
 import numpy as np
 
-from hemlp import _core, linalg
+from hemlp import _core, pcmm
 from hemlp.he.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
                           plan_slot_to_coeff, slot_to_coeff, split_real_imag)
 from hemlp.he.special_fft import bit_reverse
-from hemlp.fhe.ckks import Ciphertext, Params
+from hemlp.fhe import Ciphertext, Params
 from hemlp.compiler.lower import dense_matrix
 from hemlp.compiler.params import candidates, choose_preset, output_reserve, step_cost
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError,
                           UnsupportedError)
 from hemlp.layouts.base import Layout, Planned
-from hemlp.linalg import CtMatrix, quantize
+from hemlp.pcmm import CtMatrix, quantize
 from hemlp.planner.layouts import act_muls, estimate_mlwe
 from hemlp.runtime.local import ElementwiseOp, cached_elementwise
 from hemlp.runtime.local import simulate as simulate_rows
@@ -306,7 +306,7 @@ class MlweProgram:
 
     # ------------------------------------------------------------------ client-side packing
     def pack(self, X: np.ndarray) -> np.ndarray:
-        """Samples (B, F) -> the rows matrix (F, B') with zero padding columns (hemlp.linalg MLWE input)."""
+        """Samples (B, F) -> the rows matrix (F, B') with zero padding columns (hemlp.pcmm MLWE input)."""
         X = np.asarray(X, dtype=np.float64).reshape(X.shape[0], -1)
         if X.shape[0] > self.d3:
             raise ShapeError(f"layout (A') was planned for up to {self.d3} samples (B'), got {X.shape[0]}; "
@@ -571,7 +571,7 @@ class Mlwe(Layout):
             gk = ctx.rotation_keys(sk, prog.rotations(), level=lv["rotation"]).merge(
                 ctx.conjugation_key(sk, level=lv["conjugation"]))
         if prog.has_pcmm():
-            mp = linalg.modpack_keys(ctx, sk, prog.k, level=lv["modpack"])
+            mp = pcmm.modpack_keys(ctx, sk, prog.k, level=lv["modpack"])
         return rlk, gk, mp
 
     def level_checks(self, ctx, eval_keys) -> list:
@@ -602,11 +602,11 @@ class Mlwe(Layout):
 
     def encrypt(self, ctx, x, key, level: int):   # rows (features) interleaved k per coefficient-encoded ciphertext
         prog = self.program
-        return linalg.encrypt_matrix(ctx, prog.pack(x), key, format="mlwe", encoding="coeff", level=level,
+        return pcmm.encrypt_matrix(ctx, prog.pack(x), key, format="mlwe", encoding="coeff", level=level,
                                      scale=input_scale(ctx, prog))
 
     def decrypt(self, ctx, ctm, sk, batch: int) -> np.ndarray:
-        rows = linalg.decrypt_matrix(ctx, ctm, sk)     # (features, B') from the coefficients
+        rows = pcmm.decrypt_matrix(ctx, ctm, sk)       # (features, B') from the coefficients
         return rows[:, :batch].T
 
     def prepare(self, ctx) -> float:

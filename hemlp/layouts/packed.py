@@ -42,7 +42,7 @@ import numpy as np
 from hemlp.compiler.lower import dense_matrix
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
-from hemlp.linalg import CtMatrix
+from hemlp.pcmm import CtMatrix
 from hemlp.planner.layouts import estimate_packed
 from hemlp.runtime.local import ElementwiseOp, add_aligned, cached_elementwise, range_check
 

@@ -98,7 +98,7 @@ class BootstrapCost:
     @classmethod
     def from_params(cls, params, levels_consumed: int, threads: int = 1,
                     bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> "BootstrapCost":
-        """For a bootstrapping preset (hemlp.fhe.ckks.Params) whose bootstrap consumes `levels_consumed` levels
+        """For a bootstrapping preset (hemlp.fhe.Params) whose bootstrap consumes `levels_consumed` levels
         (hemlp.bootstrap.params.preset_levels_consumed; passed in so the planner stays free of the native core):
         levels after = L - levels_consumed; seconds from bench/boot_*.json of that preset at `threads` (median),
         else scaled from the nearest measured preset by N·log2(N)·(L + 1)^2."""

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from hemlp.bootstrap import BootstrapKeys
-from hemlp.fhe.ckks import GaloisKeys, Params, RelinKey, from_bytes
+from hemlp.fhe import GaloisKeys, Params, RelinKey, from_bytes
 from hemlp.errors import KeyMismatchError, SerializationError
-from hemlp.linalg import CtMatrix, ModPackKeys
+from hemlp.pcmm import CtMatrix, ModPackKeys
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.fhe.serialize import register_sealed, seal_intact, sealed
 

@@ -38,8 +38,7 @@ from pathlib import Path
 import numpy as np
 
 import hemlp
-from hemlp import linalg
-from hemlp.fhe import ckks
+from hemlp import fhe, pcmm
 from hemlp.errors import HemlpError, SerializationError, ShapeError
 from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
 from hemlp.fhe.files import write_atomic
@@ -98,7 +97,7 @@ class WeightsJob:
     """out = pcmm(W, in) (+ bias): the input files are CtMatrix files (CtMatrix.save)."""
 
     weights: np.ndarray
-    params: bytes                      # ckks.Params.to_bytes(): workers rebuild the context from it
+    params: bytes                      # fhe.Params.to_bytes(): workers rebuild the context from it
     bias: np.ndarray | None = None
     weight_bits: int = 20
     allow_insecure: bool = False
@@ -115,13 +114,13 @@ class WeightsJob:
         if (preset is None) == (params is None):
             raise ValueError("give exactly one of preset (a Params.preset name) or params (a params file)")
         if preset is not None:
-            pbytes = ckks.Params.preset(preset).to_bytes()
+            pbytes = fhe.Params.preset(preset).to_bytes()
         else:
             try:
                 pbytes = Path(params).read_bytes()
             except OSError as exc:
                 raise SerializationError(f"cannot read the parameters file {params}: {exc.strerror}") from None
-            ckks.Params.from_bytes(pbytes)  # validate here, not in every worker
+            fhe.Params.from_bytes(pbytes)   # validate here, not in every worker
         return cls(W, pbytes, b, int(weight_bits), bool(allow_insecure))
 
     @property
@@ -133,14 +132,14 @@ class WeightsJob:
     def context(self):
         def make():
             with warnings.catch_warnings():  # warned once by the driver, not once per worker
-                warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-                return ckks.Context(ckks.Params.from_bytes(self.params), allow_insecure=self.allow_insecure)
+                warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
+                return fhe.Context(fhe.Params.from_bytes(self.params), allow_insecure=self.allow_insecure)
 
         return _cached(("ctx", self.params, self.allow_insecure), make)
 
     def process(self, data: bytes) -> bytes:
-        C = linalg.CtMatrix.from_bytes(data, self.context())
-        return linalg.pcmm(self.weights, C, weight_bits=self.weight_bits, bias=self.bias).to_bytes()
+        C = pcmm.CtMatrix.from_bytes(data, self.context())
+        return pcmm.pcmm(self.weights, C, weight_bits=self.weight_bits, bias=self.bias).to_bytes()
 
 
 @dataclasses.dataclass

@@ -1,9 +1,9 @@
 """Executors of a lowered program (layout A: rows = features, columns = batch).
 
-* ``simulate`` — the same steps in plaintext float64 numpy: quantised weights (hemlp.linalg.quantize),
+* ``simulate`` — the same steps in plaintext float64 numpy: quantised weights (hemlp.pcmm.quantize),
   the same polynomials and the same row layouts; warns (RangeWarning) when an approximated
   activation sees inputs outside its calibrated range.
-* ``run`` — the same steps on ciphertexts (hemlp.linalg PCMMs, hemlp.he.polynomial), in process by default;
+* ``run`` — the same steps on ciphertexts (hemlp.pcmm PCMMs, hemlp.he.polynomial), in process by default;
   an injectable executor runs the PCMMs and elementwise steps elsewhere (hemlp.runtime.ray).
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ import warnings
 
 import numpy as np
 
-from hemlp import linalg
+from hemlp import pcmm
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, matmul_index
 from hemlp.errors import LevelError, MissingKeyError
-from hemlp.linalg import CtMatrix, quantize
+from hemlp.pcmm import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
 from hemlp.he.reinterpret import retag
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap
@@ -241,10 +241,10 @@ class LocalExecutor:
         self._pe = {}
 
     def pcmm(self, U, C, *, bias=None, weight_bits: int = 20, step=None, rescale: bool = True):
-        return linalg.pcmm(U, C, bias=bias, weight_bits=weight_bits, rescale=rescale)
+        return pcmm.pcmm(U, C, bias=bias, weight_bits=weight_bits, rescale=rescale)
 
     def pcmm_gather(self, U, C, index, *, bias=None, weight_bits: int = 20, step=None, rescale: bool = True):
-        return linalg.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias, rescale=rescale)
+        return pcmm.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias, rescale=rescale)
 
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
         if op.kind == "square" and relin_key is not None and len(C.cts) > 1:

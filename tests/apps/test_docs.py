@@ -1,5 +1,5 @@
 """The docs quote their sources: docs/benchmarks.md is the rendering of bench/*.json (scripts/bench_tables.py),
-the preset table of docs/security.md is hemlp.fhe.ckks.Params.presets(), and the README stays a short front page."""
+the preset table of docs/security.md is hemlp.fhe.Params.presets(), and the README stays a short front page."""
 import importlib.util
 import re
 from pathlib import Path
@@ -38,7 +38,7 @@ def test_every_benchmark_section_names_an_existing_json_file():
 
 
 def test_security_doc_preset_table_is_the_code():
-    from hemlp.fhe.ckks import Params
+    from hemlp.fhe import Params
 
     text = (ROOT / "docs" / "security.md").read_text()
     rows = re.findall(r"^\| `([\w-]+)` \| 2\^(\d+) \| (\d+) \| ([\d.]+) \| (\d+) \| ([\w-]+) \|$", text, re.M)

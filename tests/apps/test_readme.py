@@ -66,7 +66,7 @@ def test_readme_snippets_use_only_names_they_or_earlier_snippets_define():
         assert not used - defined, f"README block under {heading!r} uses undefined names {sorted(used - defined)}"
 
 
-def test_readme_linalg_snippet_runs_as_printed():
+def test_readme_scheme_and_pcmm_snippet_runs_as_printed():
     """The block under "The scheme and the matrix layer directly" on its own, as printed (128-bit N14-d6)."""
     block = next(code for heading, code in _python_blocks() if heading.startswith("The scheme and the matrix layer"))
     env: dict = {}

@@ -18,8 +18,8 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import _core, linalg
-from hemlp.fhe import ckks
+from hemlp import _core, pcmm
+from hemlp import fhe
 from hemlp.bootstrap import BootstrapKeys, Bootstrapper, slot_coefficients
 from hemlp.he import dft
 from hemlp.he import special_fft as sf
@@ -34,7 +34,7 @@ RANDOM_BITS = 21.5
 def make(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context(name, allow_insecure=True)
+        ctx = fhe.Context(name, allow_insecure=True)
     sk, pk = ctx.keygen()
     return ctx, sk, pk
 
@@ -101,7 +101,7 @@ def n10():
 def test_rlwe_to_msrlwe_then_mod_raise_keeps_messages_mod_q0(n10, k):
     ctx, sk, pk = n10
     L, q0 = ctx.max_level, ctx.modulus(0)
-    msk = linalg.multi_secret_key(ctx, k)
+    msk = pcmm.multi_secret_key(ctx, k)
     conv = _core.batch_conversion_keys(ctx.native, sk.native, msk.native, 32, L, L - 3)
     rng = np.random.default_rng(100 + k)
     cts = [ctx.encrypt(random_slots(rng, ctx.slots), pk, level=0, scale=q0 / 2 ** 8) for _ in range(k)]
@@ -132,7 +132,7 @@ def test_rlwe_to_msrlwe_then_mod_raise_keeps_messages_mod_q0(n10, k):
 def test_msrlwe_to_rlwe_and_batched_rotation(n10):
     ctx, sk, pk = n10
     k, L = 3, ctx.max_level
-    msk = linalg.multi_secret_key(ctx, k)
+    msk = pcmm.multi_secret_key(ctx, k)
     back = L - 3
     conv = _core.batch_conversion_keys(ctx.native, sk.native, msk.native, 32, L, back)
     rng = np.random.default_rng(5)
@@ -140,7 +140,7 @@ def test_msrlwe_to_rlwe_and_batched_rotation(n10):
     ms = ms_encrypt(ctx, zs, msk, back, 2.0 ** 40)
     for z, got in zip(zs, ms_decode(ctx, ms, msk)):
         assert bits(got, z) >= 30
-    cts = [ctx.wrap(ckks.Ciphertext, o) for o in _core.ms_to_rlwe_back(ctx.native, ms, conv)]
+    cts = [ctx.wrap(fhe.Ciphertext, o) for o in _core.ms_to_rlwe_back(ctx.native, ms, conv)]
     for z, ct in zip(zs, cts):
         assert ct.level == back and ct.scale == 2.0 ** 40 and ct.native.key_id == sk.key_id
         # measured 29.3 on 60-bit EvalMod primes; 26.8-27.4 over seeds on the 61-bit ones (the key switch lands
@@ -168,7 +168,7 @@ def test_msrlwe_to_rlwe_and_batched_rotation(n10):
 def test_conversion_typed_errors(n10):
     ctx, sk, pk = n10
     L, q0 = ctx.max_level, ctx.modulus(0)
-    msk = linalg.multi_secret_key(ctx, 2)
+    msk = pcmm.multi_secret_key(ctx, 2)
     conv = _core.batch_conversion_keys(ctx.native, sk.native, msk.native, 32, L, L - 3)
     rng = np.random.default_rng(9)
     ct = ctx.encrypt(random_slots(rng, ctx.slots), pk, level=0, scale=q0 / 2 ** 8)
@@ -198,7 +198,7 @@ def test_conversion_typed_errors(n10):
 def n12():
     ctx, sk, pk = make("test-N12-boot")
     single = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk))
-    msk = linalg.multi_secret_key(ctx, 2)
+    msk = pcmm.multi_secret_key(ctx, 2)
     keys = BatchBootstrapKeys.generate(ctx, sk, 2, msk=msk)
     return ctx, sk, pk, single, msk, BatchBootstrapper(ctx, keys)
 

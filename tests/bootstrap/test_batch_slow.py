@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.bootstrap import BootParams
 from hemlp.bootstrap.batch import BatchBootstrapKeys, BatchBootstrapper
 from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper
@@ -28,7 +28,7 @@ def bits(got, want) -> float:
 def test_batch_and_mambo_n16():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context("N16-boot")
+        ctx = fhe.Context("N16-boot")
     sk, pk = ctx.keygen()
     bp = BootParams.for_context(ctx)
     keys = BatchBootstrapKeys.generate(ctx, sk, 2, bp)

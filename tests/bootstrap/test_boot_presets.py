@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.errors import InsecureParametersError
 
 
@@ -18,15 +18,15 @@ def exact_log2(primes) -> float:
 
 
 def test_n16_bound_is_1747_and_lattigo_1767_is_refused():
-    assert ckks.Params.preset("N16-boot").max_log_qp_128 == 1747
-    old = ckks.Params(16, (60,) + (40,) * 13 + (39,) * 3 + (60,) * 8 + (56,) * 4, (61,) * 6, alpha=6, name="N16QP1767")
+    assert fhe.Params.preset("N16-boot").max_log_qp_128 == 1747
+    old = fhe.Params(16, (60,) + (40,) * 13 + (39,) * 3 + (60,) * 8 + (56,) * 4, (61,) * 6, alpha=6, name="N16QP1767")
     assert old.log_qp > 1747 and not old.is_128_bit_secure
     with pytest.raises(InsecureParametersError, match="1747"):
-        ckks.Context(old)
+        fhe.Context(old)
 
 
 def test_n16_boot_is_set_b_minus_one_level():
-    p = ckks.Params.preset("N16-boot")
+    p = fhe.Params.preset("N16-boot")
     bits = [round(math.log2(q)) for q in p.q]
     assert bits == [60] + [40] * 12 + [39] * 3 + [61] * 8 + [56] * 4
     assert [round(math.log2(q)) for q in p.p] == [61] * 6 and p.alpha == 6
@@ -38,7 +38,7 @@ def test_n16_boot_is_set_b_minus_one_level():
 
 @pytest.mark.parametrize("name", ["N16-boot", "test-N12-boot", "test-N10-boot"])
 def test_structure(name):
-    p = ckks.Params.preset(name)
+    p = fhe.Params.preset(name)
     assert len(set(p.q + p.p)) == len(p.q) + len(p.p)
     # the encapsulation key lives on {q0, p0}: <= 121 bits for h = 32 at 128-bit
     assert exact_log2([p.q[0], p.p[0]]) <= 121
@@ -52,22 +52,22 @@ def test_structure(name):
 
 @pytest.mark.parametrize("name,log_n", [("test-N12-boot", 12), ("test-N10-boot", 10)])
 def test_test_chains_are_loudly_insecure(name, log_n):
-    p = ckks.Params.preset(name)
+    p = fhe.Params.preset(name)
     assert p.log_n == log_n and not p.is_128_bit_secure
     assert [round(math.log2(q)) for q in p.q] == [60] + [40] * 3 + [39] * 2 + [61] * 8 + [56] * 3
     assert [round(math.log2(q)) for q in p.p] == [61] * 3 and p.alpha == 3
     with pytest.raises(InsecureParametersError):
-        ckks.Context(name)
+        fhe.Context(name)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        ckks.Context(name, allow_insecure=True)
+        fhe.Context(name, allow_insecure=True)
     assert any("INSECURE" in str(x.message) for x in w)
-    note = next(d["note"] for d in ckks.Params.presets() if d["name"] == name)
+    note = next(d["note"] for d in fhe.Params.presets() if d["name"] == name)
     assert note.startswith("INSECURE")
 
 
 def test_every_secure_preset_is_under_the_table():
-    for d in ckks.Params.presets():
-        p = ckks.Params.preset(d["name"])
+    for d in fhe.Params.presets():
+        p = fhe.Params.preset(d["name"])
         if d["security"] == "128-bit":
             assert exact_log2(p.q + p.p) <= p.max_log_qp_128, d["name"]

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.bootstrap import BootstrapKeys, Bootstrapper
 
 
@@ -43,7 +43,7 @@ def check_full_bootstrap(preset: str, min_bits: float, min_levels: int, max_rss_
     _reset_peak_rss()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context(preset, allow_insecure=preset.startswith("test-"), decrypt_noise="none")
+        ctx = fhe.Context(preset, allow_insecure=preset.startswith("test-"), decrypt_noise="none")
     sk, pk = ctx.keygen()
     boot = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk))
     rng = np.random.default_rng(16)

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper, max_coefficient, slot_coefficients
 from hemlp.he import special_fft as sf
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError, ShapeError
@@ -33,7 +33,7 @@ def bits(got, want) -> float:
 def env():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context("test-N12-boot", allow_insecure=True)
+        ctx = fhe.Context("test-N12-boot", allow_insecure=True)
     sk, pk = ctx.keygen()
     keys = BootstrapKeys.generate(ctx, sk)
     return ctx, sk, pk, keys, Bootstrapper(ctx, keys)
@@ -157,7 +157,7 @@ def test_stc_scaling_gains_precision(env):
 def test_sparse_slots():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context("test-N12-boot", allow_insecure=True)
+        ctx = fhe.Context("test-N12-boot", allow_insecure=True)
     sk, pk = ctx.keygen()
     bp = BootParams.for_context(ctx, slots=256)
     boot = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk, bp))
@@ -190,7 +190,7 @@ def test_typed_errors(env):
         Bootstrapper(ctx, low_relin)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        short = ckks.Context("test-N12-d6", allow_insecure=True)
+        short = fhe.Context("test-N12-d6", allow_insecure=True)
     with pytest.raises(LevelError, match="needs 13 levels"):
         BootParams(cts_depth=3, stc_depth=2).validate(short)
     with pytest.raises(ParameterError, match="no bootstrapping defaults"):

@@ -7,7 +7,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.bootstrap.evalmod import (EvalModParams, eval_mod, hanki_coefficients, max_input_scale, reference,
                                      scale_chain)
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ScaleMismatchError
@@ -89,11 +89,11 @@ def test_T5a_accuracy_R14_s2c_first():
 
 @pytest.fixture(scope="module")
 def env():
-    params = ckks.Params(log_n=12, q_bits=[60, 40, 40, 40, 39, 39] + [60] * 8, p_bits=[61, 61, 61], alpha=3,
+    params = fhe.Params(log_n=12, q_bits=[60, 40, 40, 40, 39, 39] + [60] * 8, p_bits=[61, 61, 61], alpha=3,
                          log_scale=40, name="test-evalmod")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context(params, allow_insecure=True)
+        ctx = fhe.Context(params, allow_insecure=True)
     sk, _ = ctx.keygen()
     return ctx, sk, ctx.relin_key(sk)
 

@@ -5,7 +5,7 @@
   max, >= 23 mean (measured 22.0-22.1 / 23.6-23.7); output level L − 11, scale 2^40 exactly; real stays real.
 - pcmm_bootstrap(U, X) = Bootstrap(U·X + b) against numpy U @ X + b (d1 = 3 and 4 with k = 2: the last batch
   padded): >= 18 bits absolute with |U·X| up to ≈ 3 (measured 19.4-20.1; c = 4 costs 2 bits of the 2^40
-  scale) and the same plaintext, within 2^-16.5, as linalg.pcmm at an application level followed by a CtS-first
+  scale) and the same plaintext, within 2^-16.5, as pcmm.pcmm at an application level followed by a CtS-first
   single bootstrap (which itself reaches 17.7-19 bits on these inputs: >= 17 asserted).
 """
 import math
@@ -14,8 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import linalg
-from hemlp.fhe import ckks
+from hemlp import fhe, pcmm
 from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
 from hemlp.bootstrap.batch import BatchBootstrapKeys
 from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper
@@ -31,7 +30,7 @@ def bits(got, want) -> float:
 def env():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context("test-N12-boot", allow_insecure=True)
+        ctx = fhe.Context("test-N12-boot", allow_insecure=True)
     sk, pk = ctx.keygen()
     bp = BootParams.for_context(ctx, order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO)
     mb = MamboBootstrapper(ctx, BatchBootstrapKeys.generate(ctx, sk, 2, bp))
@@ -74,9 +73,9 @@ def test_pcmm_bootstrap_equals_pcmm_then_bootstrap(env, d1):
     ys = mb.pcmm_bootstrap(U, cts, bias=b)
     assert len(ys) == d1
     single = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk))
-    C = linalg.CtMatrix(ctx, [ctx.encrypt(x, pk, level=5) for x in X], (d2, ctx.slots), 1, "rlwe")
+    C = pcmm.CtMatrix(ctx, [ctx.encrypt(x, pk, level=5) for x in X], (d2, ctx.slots), 1, "rlwe")
     c = 2.0 ** math.ceil(math.log2(np.max(np.sum(np.abs(U), axis=1))))
-    sep = linalg.pcmm(U / c, C, bias=b / c)                     # the conventional order: PCMM, then bootstrap
+    sep = pcmm.pcmm(U / c, C, bias=b / c)                       # the conventional order: PCMM, then bootstrap
     for r in range(d1):
         y = ys[r]
         assert y.level == mb.output_level and y.scale == 2.0 ** 40 / c and not y.is_complex   # scale Δ/c exactly

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.bootstrap.modraise import EncapsulationKeys, dense_to_sparse, mod_raise, scale_down, scale_down_factor
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError
 
@@ -20,7 +20,7 @@ from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ScaleMis
 def make(name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context(name, allow_insecure=True)
+        ctx = fhe.Context(name, allow_insecure=True)
     sk, pk = ctx.keygen()
     return ctx, sk, pk
 

@@ -14,7 +14,7 @@ from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterEr
 from hemlp.runtime.artifacts import EvalKeys
 
 torch = pytest.importorskip("torch")
-pytestmark = pytest.mark.filterwarnings("ignore::hemlp.fhe.ckks.InsecureParametersWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::hemlp.fhe.InsecureParametersWarning")
 
 
 def mlp():

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(autouse=True)
 def _quiet_insecure():
-    from hemlp.fhe.ckks import InsecureParametersWarning
+    from hemlp.fhe import InsecureParametersWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InsecureParametersWarning)

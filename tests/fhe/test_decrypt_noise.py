@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.errors import InsecureParametersError, ParameterError
 from tests.conftest import make_ctx
 
@@ -18,12 +18,12 @@ from tests.conftest import make_ctx
 def _ctx(name, mode="standard"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ckks.Context(name, allow_insecure=True, decrypt_noise=mode)
+        return fhe.Context(name, allow_insecure=True, decrypt_noise=mode)
 
 
 def _exact(ctx, ct, sk):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ckks.UnsafeDecryptionWarning)
+        warnings.simplefilter("ignore", fhe.UnsafeDecryptionWarning)
         return ctx.decrypt(ct, sk, noise="none")
 
 
@@ -37,8 +37,8 @@ def test_production_default_is_standard():
     import subprocess
     import sys
 
-    code = ("import warnings; warnings.simplefilter('ignore'); from hemlp.fhe import ckks; "
-            "print(ckks.Context('test-N10', allow_insecure=True).decrypt_noise)")
+    code = ("import warnings; warnings.simplefilter('ignore'); from hemlp import fhe; "
+            "print(fhe.Context('test-N10', allow_insecure=True).decrypt_noise)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "standard"
 
@@ -115,7 +115,7 @@ def test_li_micciancio_key_recovery_needs_an_exact_decryption(rng):
     got = recover(ctx.decrypt(ct, sk))                                # standard noise
     assert np.count_nonzero(got == true_s) < ctx.N // 4                # ~ chance level
     assert not np.array_equal(got, true_s)
-    flood = ckks.FloodSpec(bound_log2=math.log2(ctx.native.fresh_noise_bound))
+    flood = fhe.FloodSpec(bound_log2=math.log2(ctx.native.fresh_noise_bound))
     got = recover(ctx.decrypt(ct, sk, noise="flood", flood=flood))     # flooded (LMSS)
     assert np.count_nonzero(got == true_s) < ctx.N // 4
 
@@ -134,12 +134,12 @@ def test_scaling_attack_needs_sigma_tied_to_the_trusted_bound():
     t_log2 = math.log2(ctx.native.fresh_noise_bound) + math.log2(k)    # the client's bound for "k·(fresh)"
     tied = np.rint(ctx.decrypt(ct, sk, bound_log2=t_log2) * scale / k)
     assert np.mean(tied == e) < 0.2
-    flooded = np.rint(ctx.decrypt(ct, sk, noise="flood", flood=ckks.FloodSpec(bound_log2=t_log2)) * scale / k)
+    flooded = np.rint(ctx.decrypt(ct, sk, noise="flood", flood=fhe.FloodSpec(bound_log2=t_log2)) * scale / k)
     assert np.mean(flooded == e) < 0.01
 
 
 def test_flood_mode_sigma_and_precision_floor(rng):
-    spec = ckks.FloodSpec(bound_log2=10, stat_security=30, queries=1)
+    spec = fhe.FloodSpec(bound_log2=10, stat_security=30, queries=1)
     ctx = _ctx("test-N12")
     assert spec.log2_sigma(ctx.N) == pytest.approx(0.5 * math.log2(12) + 15 + 10)
     sk, pk = ctx.keygen()
@@ -150,7 +150,7 @@ def test_flood_mode_sigma_and_precision_floor(rng):
     assert 2.0 ** -(info["est_bits"] + 1) < err < 2.0 ** -(info["est_bits"] - 4)
     with pytest.raises(ParameterError, match="min_precision_bits"):
         ctx.decrypt(ctx.encrypt(x, pk), sk, noise="flood",
-                    flood=ckks.FloodSpec(bound_log2=10, min_precision_bits=12))
+                    flood=fhe.FloodSpec(bound_log2=10, min_precision_bits=12))
     with pytest.raises(ParameterError, match="FloodSpec"):
         ctx.decrypt(ctx.encrypt(x, pk), sk, noise="flood")
     with pytest.raises(ParameterError, match="flood=FloodSpec"):
@@ -165,7 +165,7 @@ def test_native_entry_points_default_to_noise(rng):
     ct = ctx.encrypt(rng.uniform(-1, 1, ctx.slots), pk)
     a = ctx.native.decrypt(ct.native, sk.native)   # no mode given: standard, never exact
     b = ctx.native.decrypt(ct.native, sk.native)
-    pa, pb = ctx.decode(ctx.wrap(ckks.Plaintext, a)), ctx.decode(ctx.wrap(ckks.Plaintext, b))
+    pa, pb = ctx.decode(ctx.wrap(fhe.Plaintext, a)), ctx.decode(ctx.wrap(fhe.Plaintext, b))
     assert not np.array_equal(pa, pb)
     with pytest.raises(ParameterError, match="flood decryption needs sigma"):
         ctx.native.decrypt(ct.native, sk.native, 2, 0)
@@ -174,9 +174,9 @@ def test_native_entry_points_default_to_noise(rng):
 def test_client_policy_is_enforced_natively():
     from hemlp import _core
 
-    weak = ckks.Params(10, (50, 40, 40, 40), (51, 51), 2, 40, name="published-by-server")
+    weak = fhe.Params(10, (50, 40, 40, 40), (51, 51), 2, 40, name="published-by-server")
     with pytest.raises(InsecureParametersError, match="published-by-server.*128-bit"):
         _core.Engine(weak.native)
     with pytest.raises(ParameterError, match="min_bits"):
-        _core.Engine(ckks.Params.preset("N14-d6").native, min_security_bits=192)
-    assert _core.Engine(ckks.Params.preset("N14-d6").native).min_security_bits == 128
+        _core.Engine(fhe.Params.preset("N14-d6").native, min_security_bits=192)
+    assert _core.Engine(fhe.Params.preset("N14-d6").native).min_security_bits == 128

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from tests.conftest import bits
 
 
@@ -32,7 +32,7 @@ def test_seeded_ciphertext_equals_expanded_form(t12, rng):
     blob = ct.to_bytes()
     expanded = ctx.add(ct, ctx.encrypt(np.zeros(100), t12.sk, level=ct.level))  # unseeded result
     assert len(blob) < 0.6 * len(expanded.to_bytes())
-    back = ckks.from_bytes(blob, ctx)
+    back = fhe.from_bytes(blob, ctx)
     assert np.array_equal(back._obj.poly(1), ct._obj.poly(1))  # a regenerated from the seed
     assert np.array_equal(back._obj.poly(0), ct._obj.poly(0))
 
@@ -87,4 +87,4 @@ def test_keys_and_ciphertexts_of_other_contexts_are_rejected(t12, t10):
     with pytest.raises(ContextMismatchError):
         t12.ctx.encrypt([1.0], t10.pk)
     with pytest.raises(ContextMismatchError):
-        ckks.from_bytes(ct.to_bytes(), t12.ctx)
+        fhe.from_bytes(ct.to_bytes(), t12.ctx)

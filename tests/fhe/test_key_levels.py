@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks, serialize
+from hemlp import fhe
+from hemlp.fhe import serialize
 from hemlp.errors import HemlpError, LevelError, ParameterError, SerializationError
 from tests.conftest import bits, make_ctx
 from tests.conftest import switch_key_bytes as key_bytes
@@ -183,19 +184,19 @@ def test_serialisation_keeps_the_level(t12, rng, tmp_path):
     rlk = ctx.relin_key(t12.sk, level=2)
     for obj in (gk1, mixed, rlk):
         obj.save(tmp_path / "k.bin")
-        back = ckks.load(tmp_path / "k.bin", ctx)
+        back = fhe.load(tmp_path / "k.bin", ctx)
         assert type(back) is type(obj) and back.level == obj.level
         assert back.to_bytes() == obj.to_bytes()
-        if isinstance(obj, ckks.GaloisKeys):
+        if isinstance(obj, fhe.GaloisKeys):
             assert back.levels == obj.levels
     assert mixed.level == 1 and sorted(mixed.levels.values()) == [1, 1, 2, 3]
     h = serialize.unpack(mixed.to_bytes(), ctx.hash)[2]
     assert sorted(h["levels"]) == [1, 1, 2, 3]
     # the reloaded keys work at their levels
-    back = ckks.from_bytes(mixed.to_bytes(), ctx)
-    check_ops(ctx, t12.sk, t12.pk, ckks.from_bytes(gk1.to_bytes(), ctx).merge(ctx.conjugation_key(t12.sk, level=1))
+    back = fhe.from_bytes(mixed.to_bytes(), ctx)
+    check_ops(ctx, t12.sk, t12.pk, fhe.from_bytes(gk1.to_bytes(), ctx).merge(ctx.conjugation_key(t12.sk, level=1))
               .merge(ctx.rotation_keys(t12.sk, [5, 1000], level=1)),
-              ckks.from_bytes(rlk.to_bytes(), ctx), 1, rng)
+              fhe.from_bytes(rlk.to_bytes(), ctx), 1, rng)
     x = data(ctx, rng)
     ct = ctx.encrypt(x, t12.pk, level=3)
     assert bits(ctx.decrypt(ctx.rotate(ct, 5, back), t12.sk) - np.roll(x, -5)) > 20  # the top-level key
@@ -230,24 +231,24 @@ def test_tampered_level_field_is_rejected(t12, levels, match):
     blob = ctx.relin_key(t12.sk, level=1).to_bytes()
     bad = _repack(blob, ctx, lambda h: h.__setitem__("levels", levels))
     with pytest.raises(SerializationError, match=match):
-        ckks.from_bytes(bad, ctx)
+        fhe.from_bytes(bad, ctx)
 
 
 def test_missing_truncated_or_flipped_level_field(t12):
     ctx = t12.ctx
     blob = ctx.rotation_keys(t12.sk, [1, 3], level=1).to_bytes()
     with pytest.raises(SerializationError, match="misses field 'levels'"):
-        ckks.from_bytes(_repack(blob, ctx, lambda h: h.pop("levels")), ctx)
+        fhe.from_bytes(_repack(blob, ctx, lambda h: h.pop("levels")), ctx)
     with pytest.raises(SerializationError, match="levels"):  # not a list
-        ckks.from_bytes(_repack(blob, ctx, lambda h: h.__setitem__("levels", 1)), ctx)
+        fhe.from_bytes(_repack(blob, ctx, lambda h: h.__setitem__("levels", 1)), ctx)
     i = blob.index(b'"levels": [1, 1]')
     flipped = bytearray(blob)
     flipped[i + len('"levels": [')] = ord("2")       # without re-checksumming: the checksum catches it
     with pytest.raises(SerializationError, match="checksum"):
-        ckks.from_bytes(bytes(flipped), ctx)
+        fhe.from_bytes(bytes(flipped), ctx)
     for cut in (i + 5, len(blob) // 2, len(blob) - 1):
         with pytest.raises(SerializationError):
-            ckks.from_bytes(blob[:cut], ctx)
+            fhe.from_bytes(blob[:cut], ctx)
 
 
 def test_native_import_rejects_a_level_that_does_not_fit_the_limbs(t12):
@@ -277,7 +278,7 @@ def test_fuzzed_level_fields_never_crash(t12):
     for _ in range(300):
         levels = [pool[int(rnd.integers(len(pool)))] for _ in range(int(rnd.integers(0, 3)))]
         try:
-            k = ckks.from_bytes(_repack(blob, ctx, lambda h: h.__setitem__("levels", levels)), ctx)
+            k = fhe.from_bytes(_repack(blob, ctx, lambda h: h.__setitem__("levels", levels)), ctx)
         except HemlpError:
             continue
         assert levels == [2] and k.level == 2
@@ -292,34 +293,34 @@ def test_version_1_files_still_load_as_top_level_keys(t12, rng):
     gk = ctx.rotation_keys(t12.sk, [1])
     v1 = _repack(gk.to_bytes(), ctx, lambda h: h.pop("levels"), version=1)
     assert serialize.peek_version(v1) == 1
-    back = ckks.from_bytes(v1, ctx)
+    back = fhe.from_bytes(v1, ctx)
     assert back.level == ctx.max_level
     assert bits(ctx.decrypt(ctx.rotate(ct, 1, back), t12.sk) - np.roll(x, -1)) > 20
     rv1 = _repack(t12.rlk.to_bytes(), ctx, lambda h: h.pop("levels"), version=1)
-    assert ckks.from_bytes(rv1, ctx).level == ctx.max_level
+    assert fhe.from_bytes(rv1, ctx).level == ctx.max_level
     # a version 1 header around level-limited arrays does not fit the top level: refused
     low = _repack(ctx.rotation_keys(t12.sk, [1], level=1).to_bytes(), ctx, lambda h: h.pop("levels"), version=1)
     with pytest.raises(SerializationError):
-        ckks.from_bytes(low, ctx)
+        fhe.from_bytes(low, ctx)
     # newer versions are refused by number
     body = bytearray(gk.to_bytes()[:-32])
     struct.pack_into("<H", body, 6, 3)
     with pytest.raises(SerializationError, match="format version 3 is not supported.*reads versions 1, 2"):
-        ckks.from_bytes(bytes(body) + hashlib.sha256(bytes(body)).digest(), ctx)
+        fhe.from_bytes(bytes(body) + hashlib.sha256(bytes(body)).digest(), ctx)
 
 
 CHILD = r"""
 import sys, warnings
-from hemlp.fhe import ckks
+from hemlp import fhe
 d = sys.argv[1]
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    ctx = ckks.Context("test-N12-d6", allow_insecure=True)
-gk = ckks.load(f"{d}/gk.bin", ctx)
-rlk = ckks.load(f"{d}/rlk.bin", ctx)
+    ctx = fhe.Context("test-N12-d6", allow_insecure=True)
+gk = fhe.load(f"{d}/gk.bin", ctx)
+rlk = fhe.load(f"{d}/rlk.bin", ctx)
 for lv in map(int, sys.argv[2].split(",")):
-    a, b = ckks.load(f"{d}/a{lv}.bin", ctx), ckks.load(f"{d}/b{lv}.bin", ctx)
-    r = ckks.load(f"{d}/r0.bin", ctx) if lv == 0 else a
+    a, b = fhe.load(f"{d}/a{lv}.bin", ctx), fhe.load(f"{d}/b{lv}.bin", ctx)
+    r = fhe.load(f"{d}/r0.bin", ctx) if lv == 0 else a
     open(f"{d}/rot{lv}.bin", "wb").write(ctx.rotate(r, 5, gk).to_bytes())
     for i, c in enumerate(ctx.rotate_hoisted(r, [1, -2, 1000], gk)):
         open(f"{d}/h{lv}_{i}.bin", "wb").write(c.to_bytes())
@@ -355,7 +356,7 @@ def test_simd_and_scalar_paths_agree_on_level_limited_keys(d6, rng, tmp_path):
     assert r.returncode == 0, r.stderr
 
     def same(ct, name):
-        scalar = ckks.load(tmp_path / name, ctx)
+        scalar = fhe.load(tmp_path / name, ctx)
         assert ct.to_bytes() == scalar.to_bytes(), name
         return ctx.decrypt(scalar, d6.sk)
 

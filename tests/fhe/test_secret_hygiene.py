@@ -6,15 +6,14 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import linalg
-from hemlp.fhe import ckks
+from hemlp import fhe, pcmm
 from hemlp.errors import ParameterError
 
 
 def _ctx(name="test-N12"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ckks.Context(name, allow_insecure=True)
+        return fhe.Context(name, allow_insecure=True)
 
 
 def test_secret_key_file_is_owner_only_from_creation(tmp_path):
@@ -28,24 +27,24 @@ def test_secret_key_file_is_owner_only_from_creation(tmp_path):
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "secret.key").stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "public.key").stat().st_mode) == 0o666  # public material keeps the old mode
-    back = ckks.load(tmp_path / "secret.key", ctx)
+    back = fhe.load(tmp_path / "secret.key", ctx)
     assert back.key_id == sk.key_id
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
 
 
 def test_msrlwe_session_seed_is_single_use(rng):
     ctx = _ctx()
-    msk = linalg.multi_secret_key(ctx, 2)
+    msk = pcmm.multi_secret_key(ctx, 2)
     M = rng.uniform(-1, 1, (3, ctx.slots + 5))
     seed = bytes(range(32))
-    linalg.encrypt_matrix(ctx, M, msk, session_seed=seed)
+    pcmm.encrypt_matrix(ctx, M, msk, session_seed=seed)
     with pytest.raises(ParameterError, match="session seed was already used"):
-        linalg.encrypt_matrix(ctx, -M, msk, session_seed=seed)
+        pcmm.encrypt_matrix(ctx, -M, msk, session_seed=seed)
     # fresh randomness (the default) never collides; another key may use the seed once
-    a = linalg.encrypt_matrix(ctx, M, msk)
-    b = linalg.encrypt_matrix(ctx, M, msk)
+    a = pcmm.encrypt_matrix(ctx, M, msk)
+    b = pcmm.encrypt_matrix(ctx, M, msk)
     assert a.session != b.session
-    linalg.encrypt_matrix(ctx, M, linalg.multi_secret_key(ctx, 2), session_seed=seed)
+    pcmm.encrypt_matrix(ctx, M, pcmm.multi_secret_key(ctx, 2), session_seed=seed)
 
 
 def test_sigma_other_than_the_sampler_s_is_refused():

@@ -2,14 +2,14 @@
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from tests.conftest import bits
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,min_bits", [("N14-d6", 20), ("N15-d10", 23)])
 def test_secure_preset_ops(name, min_bits, rng):
-    ctx = ckks.Context(name)
+    ctx = fhe.Context(name)
     sk, pk = ctx.keygen()
     rlk, gk = ctx.relin_key(sk), ctx.rotation_keys(sk, [1, -3])
     x, y = rng.uniform(-1, 1, ctx.slots), rng.uniform(-1, 1, ctx.slots)

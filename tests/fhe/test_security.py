@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.errors import InsecureParametersError, ParameterError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,7 +15,7 @@ HE_STANDARD_128 = {13: 218, 14: 438, 15: 881, 16: 1747}  # N = 2^16: OpenFHE's c
 
 @pytest.mark.parametrize("name", ["N14-d6", "N15-d10", "N16-boot"])
 def test_presets_are_128_bit_secure_including_p(name):
-    p = ckks.Params.preset(name)
+    p = fhe.Params.preset(name)
     qp = 1
     for q in p.q + p.p:
         qp *= q
@@ -26,35 +26,35 @@ def test_presets_are_128_bit_secure_including_p(name):
 
 def test_insecure_presets_need_explicit_opt_in():
     with pytest.raises(InsecureParametersError, match="allow_insecure"):
-        ckks.Context("test-N12")
+        fhe.Context("test-N12")
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("default")
-        ckks.Context("test-N10", allow_insecure=True)
-    assert any(issubclass(x.category, ckks.InsecureParametersWarning) and "INSECURE" in str(x.message) for x in w)
+        fhe.Context("test-N10", allow_insecure=True)
+    assert any(issubclass(x.category, fhe.InsecureParametersWarning) and "INSECURE" in str(x.message) for x in w)
 
 
 def test_custom_parameters_over_the_table_are_refused():
-    p = ckks.Params(13, [60, 60, 60, 60], [60], alpha=4)  # 300 bits > 218 at N=2^13
+    p = fhe.Params(13, [60, 60, 60, 60], [60], alpha=4)   # 300 bits > 218 at N=2^13
     assert not p.is_128_bit_secure
     with pytest.raises(InsecureParametersError, match="218"):
-        ckks.Context(p)
+        fhe.Context(p)
 
 
 def test_sparse_secret_is_not_covered_by_the_standard():
-    p = ckks.Params(14, [60, 40], [60], alpha=2, secret_hw=64)
+    p = fhe.Params(14, [60, 40], [60], alpha=2, secret_hw=64)
     with pytest.raises(InsecureParametersError):
-        ckks.Context(p)
+        fhe.Context(p)
 
 
 def test_invalid_parameters():
     with pytest.raises(ParameterError, match="alpha"):
-        ckks.Params(12, [50, 40], [51], alpha=3)
+        fhe.Params(12, [50, 40], [51], alpha=3)
     with pytest.raises(ParameterError, match="p_bits"):
-        ckks.Params(12, [50, 40], [], alpha=1)
+        fhe.Params(12, [50, 40], [], alpha=1)
     with pytest.raises(ParameterError, match="unknown preset"):
-        ckks.Params.preset("N99")
+        fhe.Params.preset("N99")
     with pytest.raises(ParameterError):
-        ckks.Params(12, [70], [51])
+        fhe.Params(12, [70], [51])
 
 
 def test_sigma_below_3_2_is_refused():

@@ -5,7 +5,8 @@ import struct
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks, serialize
+from hemlp import fhe
+from hemlp.fhe import serialize
 from hemlp.errors import ContextMismatchError, HemlpError, SerializationError
 from tests.conftest import bits
 
@@ -24,28 +25,28 @@ def test_round_trips(t10, objs, tmp_path):
     for name in ("ct", "seeded", "sk", "pk", "rlk", "gk"):
         path = tmp_path / f"{name}.bin"
         objs[name].save(path)
-        back = ckks.load(path, ctx)
+        back = fhe.load(path, ctx)
         assert type(back) is type(objs[name])
         assert back.to_bytes() == objs[name].to_bytes()
-    ct = ckks.load(tmp_path / "ct.bin", ctx)
-    sk = ckks.load(tmp_path / "sk.bin", ctx)
+    ct = fhe.load(tmp_path / "ct.bin", ctx)
+    sk = fhe.load(tmp_path / "sk.bin", ctx)
     assert bits(ctx.decrypt(ct, sk) - objs["x"]) > 20
-    p = ckks.from_bytes(ctx.params.to_bytes())
+    p = fhe.from_bytes(ctx.params.to_bytes())
     assert p.hash == ctx.params.hash
     # a rotation with reloaded keys
-    gk = ckks.load(tmp_path / "gk.bin", ctx)
+    gk = fhe.load(tmp_path / "gk.bin", ctx)
     assert bits(ctx.decrypt(ctx.rotate(ct, 1, gk), sk) - np.roll(objs["x"], -1)) > 18
 
 
 def test_wrong_context_and_type(t10, t12, objs):
     with pytest.raises(ContextMismatchError):
-        ckks.from_bytes(objs["ct"].to_bytes(), t12.ctx)
+        fhe.from_bytes(objs["ct"].to_bytes(), t12.ctx)
     with pytest.raises(SerializationError, match="expected a serialised ciphertext"):
         serialize.unpack(objs["sk"].to_bytes(), None, "ciphertext")
     with pytest.raises(SerializationError, match="magic"):
-        ckks.from_bytes(b"PK\x03\x04" + b"\0" * 200, t10.ctx)
+        fhe.from_bytes(b"PK\x03\x04" + b"\0" * 200, t10.ctx)
     with pytest.raises(SerializationError, match="cannot read"):
-        ckks.load("/nonexistent/file.bin", t10.ctx)
+        fhe.load("/nonexistent/file.bin", t10.ctx)
 
 
 def _reseal(body: bytes) -> bytes:
@@ -54,7 +55,7 @@ def _reseal(body: bytes) -> bytes:
 
 def _check_load(blob, ctx):
     try:
-        ckks.from_bytes(blob, ctx)
+        fhe.from_bytes(blob, ctx)
     except HemlpError:
         pass  # typed error: fine
 
@@ -99,10 +100,10 @@ def test_structural_corruptions_are_named(t10, objs):
     body = bytearray(objs["ct"].to_bytes()[:-32])
     body[-8:] = b"\xff" * 8  # last residue >= q
     with pytest.raises(SerializationError, match="out of range"):
-        ckks.from_bytes(_reseal(bytes(body)), ctx)
+        fhe.from_bytes(_reseal(bytes(body)), ctx)
     blob = objs["ct"].to_bytes()
     with pytest.raises(SerializationError, match="checksum|truncated"):
-        ckks.from_bytes(blob[:-100], ctx)
+        fhe.from_bytes(blob[:-100], ctx)
 
 
 def test_poly_view_is_a_read_only_view_that_keeps_the_ciphertext_alive(t10):
@@ -147,7 +148,7 @@ def test_zero_copy_packing_writes_the_documented_layout(t10, objs, tmp_path):
     """pack_parts / to_parts (buffers hashed and written without an intermediate copy) give exactly the bytes of
     the documented layout, for plain arrays, ciphertexts (seeded and not) and a matrix of ciphertexts; unpack
     reads any buffer in place, with copy=False as read-only views; a matrix saved part by part loads back."""
-    from hemlp.linalg import CtMatrix
+    from hemlp.pcmm import CtMatrix
 
     ctx = t10.ctx
     phash = ctx.hash
@@ -186,12 +187,12 @@ def test_seed_expansion_known_answer():
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-        ctx = ckks.Context(ckks.Params.preset("test-N10"), allow_insecure=True)
+        warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
+        ctx = fhe.Context(fhe.Params.preset("test-N10"), allow_insecure=True)
     c0 = np.zeros((2, ctx.N), dtype=np.uint64)
     header = dict(level=1, scale=(2.0 ** 30).hex(), slots=ctx.N // 2, encoding=0, is_complex=False,
                   key_id=f"{12345:016x}", seed="00112233445566778899aabbccddeeff" * 2)
-    a = ckks.from_bytes(serialize.pack("ciphertext", ctx.hash, header, [c0]), ctx)._obj.poly(1)
+    a = fhe.from_bytes(serialize.pack("ciphertext", ctx.hash, header, [c0]), ctx)._obj.poly(1)
     assert a[0, :3].tolist() == [1043845045192113, 65553900113939, 694512736089249]
     assert hashlib.sha256(a.tobytes()).hexdigest() == (
         "3f154479a633e3b5b3705a528b114a699b211afb60e788b7a1b351edef828a62")

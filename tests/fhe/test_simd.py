@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp._core import ring
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,10 +38,10 @@ GEMM_CASES = [
 CHILD = r"""
 import sys, warnings
 import numpy as np
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp._core import ring
 import hemlp._core as core
-from hemlp import linalg
+from hemlp import pcmm
 d, path = sys.argv[1], sys.argv[2]
 assert ring.simd_path() == path, (ring.simd_path(), path)
 LIFT_CASES = [tuple(map(int, c.split(":"))) for c in sys.argv[5].split(",")]
@@ -65,16 +65,16 @@ for i, cfg in enumerate(g["cfgs"]):
 np.savez(f"{d}/{path}.npz", **out)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    ctx = ckks.Context("test-N12", allow_insecure=True)
-ct, ct2 = ckks.load(f"{d}/ct.bin", ctx), ckks.load(f"{d}/ct2.bin", ctx)
-rlk, gk = ckks.load(f"{d}/rlk.bin", ctx), ckks.load(f"{d}/gk.bin", ctx)
+    ctx = fhe.Context("test-N12", allow_insecure=True)
+ct, ct2 = fhe.load(f"{d}/ct.bin", ctx), fhe.load(f"{d}/ct2.bin", ctx)
+rlk, gk = fhe.load(f"{d}/rlk.bin", ctx), fhe.load(f"{d}/gk.bin", ctx)
 cts = {
     "tensor": ctx.mul(ct, ct2),                                         # tensor product (3 parts)
     "relin": ctx.relinearize(ctx.mul(ct, ct2), rlk),                    # key switch + add
     "rescale": ctx.rescale(ctx.add(ct, ct2)),                           # rescale (sub_mul_shoup)
     # PCMM: K folded into the GEMM recombination, rows written in place, then the rescale's centred lift
-    "pcmm": linalg.pcmm(np.array([[0.75, -1.5], [0.3, 2.0], [-0.9, 0.1]]),
-                        linalg.CtMatrix(ctx, [ct, ct2], (2, ctx.slots), 1, "rlwe"), weight_bits=14).cts[2],
+    "pcmm": pcmm.pcmm(np.array([[0.75, -1.5], [0.3, 2.0], [-0.9, 0.1]]),
+                        pcmm.CtMatrix(ctx, [ct, ct2], (2, ctx.slots), 1, "rlwe"), weight_bits=14).cts[2],
     "fused": ctx.mul(ct, ct2, relin_key=rlk, rescale=True),             # ModDown + rescale fused
     "rot": ctx.rotate(ct, 3, gk),
 }
@@ -176,7 +176,7 @@ def test_every_simd_path_is_bit_identical_to_scalar(tmp_path, t12):
         assert np.array_equal(ref[f"gemm_{i}"], want.astype(np.uint64))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fused = ckks.load(tmp_path / "scalar_fused.bin", ctx)
+        fused = fhe.load(tmp_path / "scalar_fused.bin", ctx)
     x, y = ctx.decrypt(ct, t12.sk), ctx.decrypt(ct2, t12.sk)
     assert np.max(np.abs(ctx.decrypt(fused, t12.sk) - x * y)) < 2.0**-15
 

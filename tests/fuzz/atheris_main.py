@@ -26,8 +26,9 @@ import atheris
 
 with atheris.instrument_imports(include=["hemlp"]):
     import hemlp  # noqa: F401
-    from hemlp import linalg  # noqa: F401
-    from hemlp.fhe import ckks, serialize
+    from hemlp import pcmm    # noqa: F401
+    from hemlp import fhe
+    from hemlp.fhe import serialize
     from hemlp.bootstrap import keys  # noqa: F401
     from hemlp.layouts import blocked  # noqa: F401
     from hemlp.runtime import artifacts, jobs  # noqa: F401

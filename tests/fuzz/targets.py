@@ -34,11 +34,11 @@ def _quiet():
 
 
 def _ctx(name=PRESET):
-    from hemlp.fhe import ckks
+    from hemlp import fhe
 
     with warnings.catch_warnings():
         _quiet()
-        return ckks.Context(name, allow_insecure=True)
+        return fhe.Context(name, allow_insecure=True)
 
 
 def test_context():
@@ -51,7 +51,7 @@ def build_corpus(root) -> dict:
     import torch
 
     import hemlp
-    from hemlp import linalg
+    from hemlp import pcmm
     from hemlp.bootstrap.keys import BootstrapKeys, EncapsulationKeys
     from hemlp.bootstrap.params import BootParams
     from hemlp.runtime.artifacts import EvalKeys
@@ -70,15 +70,15 @@ def build_corpus(root) -> dict:
         seeds["public_key"] += [pk.to_bytes()]
         seeds["relin_key"] += [ctx.relin_key(sk).to_bytes(), ctx.relin_key(sk, level=1).to_bytes()]
         seeds["galois_keys"] += [ctx.rotation_keys(sk, [1, -3]).to_bytes()]
-        mp = linalg.modpack_keys(ctx, sk, 4)
+        mp = pcmm.modpack_keys(ctx, sk, 4)
         seeds["modpack_keys"] += [mp.to_bytes()]
-        msk = linalg.multi_secret_key(ctx, 2)
+        msk = pcmm.multi_secret_key(ctx, 2)
         seeds["multi_secret_key"] += [msk.to_bytes()]
         M = rng.uniform(-1, 1, (3, 8))
-        seeds["ct_matrix"] += [linalg.encrypt_matrix(ctx, M, sk, level=1).to_bytes(),
-                               linalg.encrypt_matrix(ctx, M, pk, level=1).to_bytes()]
+        seeds["ct_matrix"] += [pcmm.encrypt_matrix(ctx, M, sk, level=1).to_bytes(),
+                               pcmm.encrypt_matrix(ctx, M, pk, level=1).to_bytes()]
         try:
-            seeds["ct_matrix"].append(linalg.encrypt_matrix(ctx, rng.uniform(-1, 1, (2, ctx.N)), msk, level=1,
+            seeds["ct_matrix"].append(pcmm.encrypt_matrix(ctx, rng.uniform(-1, 1, (2, ctx.N)), msk, level=1,
                                                             format="msrlwe").to_bytes())
         except Exception:  # noqa: BLE001  (an encrypt_matrix without the MSRLWE path: the other seeds remain)
             pass
@@ -107,7 +107,7 @@ def build_corpus(root) -> dict:
         wsk, _ = cmw.keygen()
         seeds["encrypted_weights"] += [cmw.encrypt_weights(wsk).to_bytes()]
         # EvalKeys with ModPack keys (what layout A' sends), under the packed model's id
-        seeds["eval_keys"].append(EvalKeys(cm.model_id, None, None, linalg.modpack_keys(cm.context, csk, 2)).to_bytes())
+        seeds["eval_keys"].append(EvalKeys(cm.model_id, None, None, pcmm.modpack_keys(cm.context, csk, 2)).to_bytes())
 
         buf = io.BytesIO()
         np.save(buf, rng.normal(size=(3, 4)))
@@ -135,8 +135,8 @@ class Targets:
 
     def __init__(self, root):
         import hemlp
-        from hemlp import linalg
-        from hemlp.fhe import ckks, serialize
+        from hemlp import fhe, pcmm
+        from hemlp.fhe import serialize
         from hemlp.bootstrap.keys import BootstrapKeys
         from hemlp.errors import HemlpError
         from hemlp.layouts.blocked import EncryptedWeights
@@ -170,13 +170,13 @@ class Targets:
             p.write_bytes(data)
             return jobs.WeightsJob.from_files(p, preset=PRESET, allow_insecure=True)
 
-        typed = {"params": ckks.Params.from_bytes,
-                 "ciphertext": lambda b: ckks.from_bytes(b, ctx), "secret_key": lambda b: ckks.from_bytes(b, ctx),
-                 "public_key": lambda b: ckks.from_bytes(b, ctx), "relin_key": lambda b: ckks.from_bytes(b, ctx),
-                 "galois_keys": lambda b: ckks.from_bytes(b, ctx),
-                 "modpack_keys": lambda b: linalg.ModPackKeys.from_bytes(b, ctx),
-                 "multi_secret_key": lambda b: linalg.MultiSecretKey.from_bytes(b, ctx),
-                 "ct_matrix": lambda b: linalg.CtMatrix.from_bytes(b, ctx),
+        typed = {"params": fhe.Params.from_bytes,
+                 "ciphertext": lambda b: fhe.from_bytes(b, ctx), "secret_key": lambda b: fhe.from_bytes(b, ctx),
+                 "public_key": lambda b: fhe.from_bytes(b, ctx), "relin_key": lambda b: fhe.from_bytes(b, ctx),
+                 "galois_keys": lambda b: fhe.from_bytes(b, ctx),
+                 "modpack_keys": lambda b: pcmm.ModPackKeys.from_bytes(b, ctx),
+                 "multi_secret_key": lambda b: pcmm.MultiSecretKey.from_bytes(b, ctx),
+                 "ct_matrix": lambda b: pcmm.CtMatrix.from_bytes(b, ctx),
                  "eval_keys": lambda b: EvalKeys.from_bytes(b, packed),
                  "encrypted_batch": lambda b: EncryptedBatch.from_bytes(b, packed),
                  "encrypted_weights": lambda b: EncryptedWeights.from_bytes(b, blocked),

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.he.lintrans import OpCounter
 from hemlp.he import dft
 from hemlp.he import special_fft as sf
@@ -63,10 +63,10 @@ def slot_order(v, br):
 
 class Env:
     def __init__(self):
-        params = ckks.Params(LOG_N, (60,) + (40,) * 9, (61, 61), alpha=2, log_scale=40, name="test-N11-d9")
+        params = fhe.Params(LOG_N, (60,) + (40,) * 9, (61, 61), alpha=2, log_scale=40, name="test-N11-d9")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.ctx = ckks.Context(params, allow_insecure=True)
+            self.ctx = fhe.Context(params, allow_insecure=True)
         self.sk, self.pk = self.ctx.keygen()
         self.plans = {c: (dft.plan_coeff_to_slot(c[0], c[1], c[2]), dft.plan_slot_to_coeff(c[0], c[1], c[2]))
                       for c in CONFIGS}

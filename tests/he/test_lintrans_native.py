@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.he import lintrans as lt
 from hemlp.he import dft
 from hemlp.he import special_fft as sf
@@ -32,13 +32,13 @@ BANDED_OFFSETS = [0, 1, 2, 7, -3, 40, -41, 333, -1000, 1024]
 
 
 def params():
-    return ckks.Params(LOG_N, (60,) + (40,) * 9, (61, 61), alpha=2, log_scale=40, name="test-N12-d9")
+    return fhe.Params(LOG_N, (60,) + (40,) * 9, (61, 61), alpha=2, log_scale=40, name="test-N12-d9")
 
 
 def make_context():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ckks.Context(params(), allow_insecure=True)
+        return fhe.Context(params(), allow_insecure=True)
 
 
 def rel_bits(got, expected) -> float:
@@ -249,7 +249,7 @@ def test_bad_input_gets_typed_errors(env, rng):
         L.apply(ctx, ct, ctx.rotation_keys(ctx.keygen()[0], L.steps))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        other = ckks.Context(ckks.Params(LOG_N, (60,) + (40,) * 5, (61, 61), alpha=2, log_scale=40), True)
+        other = fhe.Context(fhe.Params(LOG_N, (60,) + (40,) * 5, (61, 61), alpha=2, log_scale=40), True)
     with pytest.raises(ContextMismatchError):
         L.apply(ctx, other.encrypt(np.ones(FULL), other.keygen()[1], level=4), env.keys)
 
@@ -259,16 +259,16 @@ import sys, warnings
 import numpy as np
 sys.path.insert(0, sys.argv[2])
 from tests.he.test_lintrans_native import make_context
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.he import lintrans as lt
 d = sys.argv[1]
 ctx = make_context()
-ct = ckks.load(f"{d}/ct.bin", ctx)
-gk = ckks.load(f"{d}/gk.bin", ctx)
+ct = fhe.load(f"{d}/ct.bin", ctx)
+gk = fhe.load(f"{d}/gk.bin", ctx)
 for name in ("banded", "naive"):
     z = np.load(f"{d}/{name}.npz")
     L = lt.LinearTransform({int(k): z[k] for k in z.files}, int(z[z.files[0]].size), bsgs=name == "banded")
-    c = ct if L.n == ct.slots else ckks.load(f"{d}/ct64.bin", ctx)
+    c = ct if L.n == ct.slots else fhe.load(f"{d}/ct64.bin", ctx)
     for h in ("single", "double"):
         open(f"{d}/{name}_{h}.bin", "wb").write(L.apply(ctx, c, gk, hoisting=h).to_bytes())
 """

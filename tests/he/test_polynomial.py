@@ -4,7 +4,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.he import polynomial
 from hemlp.errors import LevelError
 
@@ -13,7 +13,7 @@ from hemlp.errors import LevelError
 def env():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context("test-N12-d6", allow_insecure=True)
+        ctx = fhe.Context("test-N12-d6", allow_insecure=True)
     sk, _ = ctx.keygen()
     rlk = ctx.relin_key(sk)
     x = np.random.default_rng(5).uniform(-1, 1, ctx.slots)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hemlp import _core
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.he import polynomial
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ScaleMismatchError
 
@@ -17,7 +17,7 @@ from hemlp.errors import EncodingError, LevelError, MissingKeyError, ScaleMismat
 def env():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ctx = ckks.Context("test-N12-d6", allow_insecure=True)
+        ctx = fhe.Context("test-N12-d6", allow_insecure=True)
     sk, _ = ctx.keygen()
     x = np.random.default_rng(11).uniform(-1, 1, ctx.slots)
     return ctx, sk, ctx.relin_key(sk), x, ctx.encrypt(x, sk)

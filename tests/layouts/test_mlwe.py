@@ -29,12 +29,12 @@ def test_cts_activation_stc_keeps_coefficients_in_place():
     """CoeffToSlot (bit-reversed) puts coefficient j + i*coefficient N/2+j into slot rev(j); an elementwise map
     commutes with that permutation and SlotToCoeff (bit-reversed) reads slot rev(j) back into coefficients j and
     N/2 + j: CtS -> split -> x^2 -> join -> StC squares every coefficient in place."""
-    from hemlp.fhe import ckks
+    from hemlp import fhe
     from hemlp.he.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
                               plan_slot_to_coeff, slot_to_coeff, split_real_imag)
     from hemlp.he.special_fft import bit_reverse
 
-    ctx = ckks.Context("test-N12-d6", allow_insecure=True)
+    ctx = fhe.Context("test-N12-d6", allow_insecure=True)
     N, n = ctx.N, ctx.slots
     sk, _ = ctx.keygen()
     cts, stc = plan_coeff_to_slot(n, 2), plan_slot_to_coeff(n, 2)
@@ -277,7 +277,7 @@ def test_activation_first_and_last():
 
 
 def test_key_levels_and_missing_keys():
-    from hemlp import linalg
+    from hemlp import pcmm
     from hemlp.errors import MissingKeyError
     from hemlp.runtime.artifacts import EvalKeys
 
@@ -287,7 +287,7 @@ def test_key_levels_and_missing_keys():
     lv = cm.key_levels["modpack"]
     assert ek.modpack_keys.level == lv == cm.top_level < cm.context.max_level
     ct = cm.encrypt(_x(200, 64), sk)
-    low = EvalKeys(cm.model_id, None, None, linalg.modpack_keys(cm.context, sk, cm.mlwe.k, level=lv - 1))
+    low = EvalKeys(cm.model_id, None, None, pcmm.modpack_keys(cm.context, sk, cm.mlwe.k, level=lv - 1))
     with pytest.raises(LevelError, match="ModPack keys: generated for levels <= "):
         cm.run(ct, low)
     with pytest.raises(MissingKeyError, match="ModPack keys"):

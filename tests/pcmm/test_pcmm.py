@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hemlp import _core, linalg
+from hemlp import _core, pcmm
 from hemlp.errors import ContextMismatchError, EncodingError, LevelError, ShapeError
 from tests.conftest import bits, make_ctx
 
@@ -22,10 +22,10 @@ def asym(rows, cols, rng):
 def test_output_polynomials_equal_big_integer_products(env, rng):
     ctx, sk, pk = env
     M = asym(5, ctx.slots, rng)
-    C = linalg.encrypt_matrix(ctx, M, pk)
+    C = pcmm.encrypt_matrix(ctx, M, pk)
     U = rng.normal(size=(3, 5))
-    Y = linalg.pcmm(U, C, rescale=False, weight_bits=12)
-    Uq, _ = linalg.quantize(U, 12)
+    Y = pcmm.pcmm(U, C, rescale=False, weight_bits=12)
+    Uq, _ = pcmm.quantize(U, 12)
     for k in range(C.level + 1):
         q = ctx.modulus(k)
         for part in range(2):
@@ -38,10 +38,10 @@ def test_output_polynomials_equal_big_integer_products(env, rng):
 def test_ntt_and_coefficient_domain_paths_are_bit_identical(env, rng):
     """k = 1 commutes with the NTT: GEMM on coefficients then NTT == GEMM on NTT values."""
     ctx, sk, pk = env
-    C = linalg.encrypt_matrix(ctx, asym(6, ctx.slots, rng), sk)
+    C = pcmm.encrypt_matrix(ctx, asym(6, ctx.slots, rng), sk)
     U = rng.normal(size=(4, 6))
-    Y = linalg.pcmm(U, C, rescale=False, weight_bits=16)
-    Uq, _ = linalg.quantize(U, 16)
+    Y = pcmm.pcmm(U, C, rescale=False, weight_bits=16)
+    Uq, _ = pcmm.quantize(U, 16)
     for k in range(C.level + 1):
         q = ctx.modulus(k)
         for part in range(2):
@@ -58,11 +58,11 @@ def test_decrypts_to_the_product(env, rng, encoding):
     M = asym(24, d3, rng)
     U = rng.normal(0, 0.5, (10, 24))
     b = rng.normal(size=10)
-    C = linalg.encrypt_matrix(ctx, M, pk, encoding=encoding)
-    Y = linalg.pcmm(U, C, bias=b, weight_bits=24)
+    C = pcmm.encrypt_matrix(ctx, M, pk, encoding=encoding)
+    Y = pcmm.pcmm(U, C, bias=b, weight_bits=24)
     assert Y.shape == (10, d3) and Y.level == C.level - 1
     assert abs(Y.scale / C.scale - 1) < 2**-14
-    got = linalg.decrypt_matrix(ctx, Y, sk)
+    got = pcmm.decrypt_matrix(ctx, Y, sk)
     assert bits(got - (U @ M + b[:, None])) > 14
 
 
@@ -70,10 +70,10 @@ def test_chained_products_and_quantisation_bound(env, rng):
     ctx, sk, pk = env
     M = asym(16, ctx.slots, rng)
     U1, U2 = rng.normal(0, 0.3, (16, 16)), rng.normal(0, 0.3, (8, 16))
-    C = linalg.encrypt_matrix(ctx, M, sk)
-    Y = linalg.pcmm(U2, linalg.pcmm(U1, C))
+    C = pcmm.encrypt_matrix(ctx, M, sk)
+    Y = pcmm.pcmm(U2, pcmm.pcmm(U1, C))
     assert Y.level == C.level - 2
-    assert bits(linalg.decrypt_matrix(ctx, Y, sk) - U2 @ U1 @ M) > 12
+    assert bits(pcmm.decrypt_matrix(ctx, Y, sk) - U2 @ U1 @ M) > 12
 
 
 def test_noise_is_a_row_sum_without_ring_expansion(env, rng):
@@ -81,13 +81,13 @@ def test_noise_is_a_row_sum_without_ring_expansion(env, rng):
     ctx, sk, pk = env
     d2 = 64
     M = rng.uniform(-1, 1, (d2, ctx.slots))
-    C = linalg.encrypt_matrix(ctx, M, pk, scale=2.0**30)
-    fresh = linalg.decrypt_matrix(ctx, C, sk) - M
+    C = pcmm.encrypt_matrix(ctx, M, pk, scale=2.0**30)
+    fresh = pcmm.decrypt_matrix(ctx, C, sk) - M
     sigma_in = np.std(fresh)
     U = rng.normal(size=(4, d2))
-    Uq, delta = linalg.quantize(U, 20)
-    Y = linalg.pcmm(U, C, weight_bits=20, rescale=False)
-    err = linalg.decrypt_matrix(ctx, Y, sk) - (Uq / delta) @ M
+    Uq, delta = pcmm.quantize(U, 20)
+    Y = pcmm.pcmm(U, C, weight_bits=20, rescale=False)
+    err = pcmm.decrypt_matrix(ctx, Y, sk) - (Uq / delta) @ M
     for r in range(4):
         predicted = np.linalg.norm(Uq[r] / delta) * sigma_in
         assert 0.5 < np.std(err[r]) / predicted < 2.0
@@ -95,31 +95,31 @@ def test_noise_is_a_row_sum_without_ring_expansion(env, rng):
 
 def test_bad_inputs(env, rng):
     ctx, sk, pk = env
-    C = linalg.encrypt_matrix(ctx, rng.normal(size=(4, 8)), sk)
+    C = pcmm.encrypt_matrix(ctx, rng.normal(size=(4, 8)), sk)
     with pytest.raises(ShapeError, match="columns must equal"):
-        linalg.pcmm(np.ones((2, 5)), C)
+        pcmm.pcmm(np.ones((2, 5)), C)
     with pytest.raises(ShapeError):
-        linalg.encrypt_matrix(ctx, np.ones(5), sk)
+        pcmm.encrypt_matrix(ctx, np.ones(5), sk)
     with pytest.raises(EncodingError, match="format 'rlwe'"):
-        linalg.pcmm(np.ones((2, 4)), C, format="mlwe")
+        pcmm.pcmm(np.ones((2, 4)), C, format="mlwe")
     with pytest.raises(EncodingError):
-        linalg.pcmm(np.full((2, 4), np.nan), C)
-    low = linalg.encrypt_matrix(ctx, rng.normal(size=(4, 8)), sk, level=0)
+        pcmm.pcmm(np.full((2, 4), np.nan), C)
+    low = pcmm.encrypt_matrix(ctx, rng.normal(size=(4, 8)), sk, level=0)
     with pytest.raises(LevelError, match="level 0"):
-        linalg.pcmm(np.ones((2, 4)), low)
+        pcmm.pcmm(np.ones((2, 4)), low)
     other = make_ctx("test-N12")
     with pytest.raises(ContextMismatchError):
-        linalg.decrypt_matrix(other, C, other.keygen()[0])
+        pcmm.decrypt_matrix(other, C, other.keygen()[0])
 
 
 def test_ct_matrix_serialisation(env, rng, tmp_path):
     ctx, sk, pk = env
     M = asym(3, 40, rng)
-    C = linalg.encrypt_matrix(ctx, M, pk)
+    C = pcmm.encrypt_matrix(ctx, M, pk)
     C.save(tmp_path / "m.bin")
-    back = linalg.CtMatrix.load(tmp_path / "m.bin", ctx)
+    back = pcmm.CtMatrix.load(tmp_path / "m.bin", ctx)
     assert back.shape == (3, 40)
-    assert bits(linalg.decrypt_matrix(ctx, back, sk) - M) > 20
+    assert bits(pcmm.decrypt_matrix(ctx, back, sk) - M) > 20
 
 
 def test_gathered_product_is_a_convolution(env, rng):
@@ -128,7 +128,7 @@ def test_gathered_product_is_a_convolution(env, rng):
     L, cin, cout, k = 6, 2, 3, 3
     X = rng.normal(size=(cin * L, 50))  # rows (ci, position)
     W = rng.normal(size=(cout, cin, k))
-    C = linalg.encrypt_matrix(ctx, X, pk)
+    C = pcmm.encrypt_matrix(ctx, X, pk)
     index = np.full((cin * k, L), -1)
     for p in range(L):
         for ci in range(cin):
@@ -136,7 +136,7 @@ def test_gathered_product_is_a_convolution(env, rng):
                 src = p + t - 1
                 if 0 <= src < L:
                     index[ci * k + t, p] = ci * L + src
-    Y = linalg.pcmm_gather(W.reshape(cout, cin * k), C, index, weight_bits=24)
+    Y = pcmm.pcmm_gather(W.reshape(cout, cin * k), C, index, weight_bits=24)
     want = np.zeros((cout * L, 50))
     for co in range(cout):
         for p in range(L):
@@ -145,17 +145,17 @@ def test_gathered_product_is_a_convolution(env, rng):
                     src = p + t - 1
                     if 0 <= src < L:
                         want[co * L + p] += W[co, ci, t] * X[ci * L + src]
-    assert bits(linalg.decrypt_matrix(ctx, Y, sk) - want) > 14
+    assert bits(pcmm.decrypt_matrix(ctx, Y, sk) - want) > 14
 
 
 def test_epilogue_per_part_is_bit_identical_to_the_whole_ciphertext_path(env, rng):
     """x K, rescale and a slot-encoded bias act on each polynomial alone (the bias on c0): the Ray runtime's
     part split (pcmm_epilogue_part on limb-major parts) gives the native PCMM's exact bits."""
     ctx, sk, pk = env
-    C = linalg.encrypt_matrix(ctx, asym(6, ctx.slots, rng), pk)
+    C = pcmm.encrypt_matrix(ctx, asym(6, ctx.slots, rng), pk)
     U, b = rng.normal(size=(4, 6)), rng.normal(size=4)
-    want = linalg.pcmm(U, C, weight_bits=14, bias=b)  # native: GEMM, x K, rescale_many, add_const
-    Uq, delta = linalg.quantize(U, 14)
+    want = pcmm.pcmm(U, C, weight_bits=14, bias=b)    # native: GEMM, x K, rescale_many, add_const
+    Uq, delta = pcmm.quantize(U, 14)
     level, scale = C.level, C.cts[0].scale
     K = max(1, round(ctx.modulus(level) / delta))
     for part in (0, 1):
@@ -177,9 +177,9 @@ def test_product_over_row_views_is_the_native_pcmm(env, rng):
     """pcmm_rlwe_rows (the Ray runtime's in-place PCMM) on (limbs, N) views of each part: the same bits as
     pcmm_rlwe on the ciphertexts, with zero rows (padding) and strided limb-major views; bad rows are refused."""
     ctx, sk, pk = env
-    C = linalg.encrypt_matrix(ctx, asym(5, ctx.slots, rng), pk)
+    C = pcmm.encrypt_matrix(ctx, asym(5, ctx.slots, rng), pk)
     U, b = rng.normal(size=(3, 6)), rng.normal(size=3)
-    Uq, delta = linalg.quantize(U, 16)
+    Uq, delta = pcmm.quantize(U, 16)
     level = C.level
     K = max(1, round(ctx.modulus(level) / delta))
     plan = _core.ModGemmPlan(Uq, 16)
@@ -273,24 +273,24 @@ def test_level_argument_drops_rows_first(env, rng):
     unrescaled product at level 0 decrypts to U @ M at scale in.scale * Delta_U."""
     ctx, sk, pk = env
     M = asym(6, ctx.slots, rng)
-    C = linalg.encrypt_matrix(ctx, M, pk)            # the top level (3 for test-N10)
+    C = pcmm.encrypt_matrix(ctx, M, pk)              # the top level (3 for test-N10)
     U = rng.normal(0, 0.4, size=(4, 6))
     bias = np.array([0.5, -0.25, 0.125, 1.0])
-    Y = linalg.pcmm(U, C, weight_bits=14, bias=bias, level=1)
-    dropped = linalg.drop_matrix(C, 1)
+    Y = pcmm.pcmm(U, C, weight_bits=14, bias=bias, level=1)
+    dropped = pcmm.drop_matrix(C, 1)
     assert dropped.level == 1 and C.level == ctx.max_level
-    Z = linalg.pcmm(U, dropped, weight_bits=14, bias=bias)
+    Z = pcmm.pcmm(U, dropped, weight_bits=14, bias=bias)
     assert Y.level == 0 and all(a.to_bytes() == b.to_bytes() for a, b in zip(Y.cts, Z.cts))
     want = U @ M + bias[:, None]
-    assert bits(linalg.decrypt_matrix(ctx, Y, sk) - want) > 11   # 14-bit weights: measured 13.9 bits
+    assert bits(pcmm.decrypt_matrix(ctx, Y, sk) - want) > 11     # 14-bit weights: measured 13.9 bits
     # q_0 = 2^50 at scale 2^40: 6-bit weights (Delta_U = 2^5) keep |y| * scale under q_0 / 2
-    Y0 = linalg.pcmm(U, C, weight_bits=6, rescale=False, level=0)
-    Uq, delta = linalg.quantize(U, 6)
+    Y0 = pcmm.pcmm(U, C, weight_bits=6, rescale=False, level=0)
+    Uq, delta = pcmm.quantize(U, 6)
     assert Y0.level == 0 and Y0.scale == pytest.approx(C.scale * delta)
-    assert bits(linalg.decrypt_matrix(ctx, Y0, sk) - Uq @ M / delta) > 20  # quantised weights: only CKKS noise (26.6)
+    assert bits(pcmm.decrypt_matrix(ctx, Y0, sk) - Uq @ M / delta) > 20    # quantised weights: only CKKS noise (26.6)
     with pytest.raises(LevelError, match="a PCMM needs one level"):
-        linalg.pcmm(U, C, level=0)                   # rescaling at level 0
+        pcmm.pcmm(U, C, level=0)                     # rescaling at level 0
     with pytest.raises(LevelError, match="levels only go down"):
-        linalg.pcmm(U, dropped, level=2)
+        pcmm.pcmm(U, dropped, level=2)
     with pytest.raises(TypeError, match="level must be an integer"):
-        linalg.pcmm(U, C, level=1.0)
+        pcmm.pcmm(U, C, level=1.0)

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from hemlp.fhe.ckks import Params
+from hemlp.fhe import Params
 from hemlp.bootstrap.params import preset_levels_consumed
 from hemlp.errors import LevelError, ParameterError, ShapeError
 from hemlp.planner.bootstrap_placement import (BOOT_BENCH_DIR, BootstrapCost, Decision, LevelNode,

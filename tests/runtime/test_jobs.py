@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hemlp import linalg
+from hemlp import pcmm
 from hemlp.errors import InsecureParametersError
 from hemlp.runtime import jobs as batch
 from tests.conftest import make_ctx
@@ -28,7 +28,7 @@ def data(tmp_path_factory):
     Ms = {}
     for i in range(5):
         Ms[f"x{i}.ct"] = rng.uniform(-1, 1, (4, 20))
-        linalg.encrypt_matrix(ctx, Ms[f"x{i}.ct"], sk, level=2).save(d / "in" / f"x{i}.ct")
+        pcmm.encrypt_matrix(ctx, Ms[f"x{i}.ct"], sk, level=2).save(d / "in" / f"x{i}.ct")
     good = (d / "in" / "x0.ct").read_bytes()
     (d / "in" / "x9_corrupt.ct").write_bytes(good[: len(good) // 2])  # truncated mid-file
     W, b = rng.normal(size=(3, 4)), rng.normal(size=3)
@@ -47,8 +47,8 @@ def check_outputs(data, out: Path, names):
     assert files == sorted(list(names) + [batch.MANIFEST]), "every item exactly once, no temp files"
     ctx = data["ctx"]
     for n in names:
-        C = linalg.CtMatrix.load(data["dir"] / "in" / n, ctx)
-        want = linalg.pcmm(data["W"], C, bias=data["b"]).to_bytes()
+        C = pcmm.CtMatrix.load(data["dir"] / "in" / n, ctx)
+        want = pcmm.pcmm(data["W"], C, bias=data["b"]).to_bytes()
         assert (out / n).read_bytes() == want  # PCMM is deterministic: byte-identical to in-process
 
 

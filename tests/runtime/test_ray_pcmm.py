@@ -1,4 +1,4 @@
-"""ray_pcmm: bit-identical to linalg.pcmm on every grid, on two raylets, through a worker crash."""
+"""ray_pcmm: bit-identical to pcmm.pcmm on every grid, on two raylets, through a worker crash."""
 import os
 import socket
 
@@ -9,7 +9,7 @@ from tests.conftest import make_ctx
 
 ray = pytest.importorskip("ray")
 
-from hemlp import linalg  # noqa: E402
+from hemlp import pcmm    # noqa: E402
 from hemlp.runtime import ray as rr  # noqa: E402
 from hemlp.runtime.ray import cost, session  # noqa: E402
 from tests.runtime import faults  # noqa: E402
@@ -21,7 +21,7 @@ def setup():
     sk, _ = ctx.keygen()
     rng = np.random.default_rng(7)
     M = rng.uniform(-1, 1, (6, 1100))  # 2 slot chunks per row
-    C = linalg.encrypt_matrix(ctx, M, sk, level=2)
+    C = pcmm.encrypt_matrix(ctx, M, sk, level=2)
     U, b = rng.normal(size=(5, 6)), rng.normal(size=5)
     return ctx, sk, M, C, U, b
 
@@ -50,7 +50,7 @@ class TestLocal:
         ctx, sk, M, C, U, b = setup
         st = {}
         got = rr.ray_pcmm(U, C, grid=grid, bias=b, stats=st)
-        assert same(got, linalg.pcmm(U, C, bias=b))
+        assert same(got, pcmm.pcmm(U, C, bias=b))
         pm, pn, pk = st["grid"]
         assert st["tasks"] == (C.level + 1) * pm * pn * (2 * pk - 1)  # leaves + tree adds
         assert st["moved_bytes"]["inputs"] == st["w3d_bytes"]["inputs"]
@@ -63,20 +63,20 @@ class TestLocal:
 
     def test_coefficient_encoding_and_weight_bits(self, session, setup):
         ctx, sk, M, C, U, b = setup
-        Cc = linalg.encrypt_matrix(ctx, M[:, :700], sk, encoding="coeff", level=3)
+        Cc = pcmm.encrypt_matrix(ctx, M[:, :700], sk, encoding="coeff", level=3)
         got = rr.ray_pcmm(U, Cc, grid=(2, 1, 2), weight_bits=12)
-        assert same(got, linalg.pcmm(U, Cc, weight_bits=12))
-        err = linalg.decrypt_matrix(ctx, got, sk) - U @ M[:, :700]
+        assert same(got, pcmm.pcmm(U, Cc, weight_bits=12))
+        err = pcmm.decrypt_matrix(ctx, got, sk) - U @ M[:, :700]
         assert np.max(np.abs(err)) < 1e-2
 
     @pytest.mark.parametrize("grid", [None, (2, 4, 1), (1, 2, 3)])
     def test_msrlwe_bit_identical(self, session, setup, grid):
         ctx, sk, M, C, U, b = setup
-        msk = linalg.multi_secret_key(ctx, 3)
-        Cm = linalg.encrypt_matrix(ctx, np.tile(M[:, :512], (1, 3)), msk, level=2)
+        msk = pcmm.multi_secret_key(ctx, 3)
+        Cm = pcmm.encrypt_matrix(ctx, np.tile(M[:, :512], (1, 3)), msk, level=2)
         st = {}
         got = rr.ray_pcmm(U, Cm, grid=grid, bias=b, stats=st)
-        assert got.format == "msrlwe" and same(got, linalg.pcmm(U, Cm, bias=b))
+        assert got.format == "msrlwe" and same(got, pcmm.pcmm(U, Cm, bias=b))
         assert st["tasks"] == 3 * st["grid"][0] * st["grid"][1] * (2 * st["grid"][2] - 1)
 
     @pytest.mark.parametrize("grid", [(1, 1, 1), (2, 3, 2)])
@@ -85,14 +85,14 @@ class TestLocal:
         index = np.array([[0, 5, -1], [1, -1, 2], [3, 3, 4], [-1, 0, 1]])  # padding and repeated rows
         Ug = U[:, :4]
         got = rr.ray_pcmm_gather(Ug, C, index, grid=grid, bias=b)
-        assert got.shape == (15, C.shape[1]) and same(got, linalg.pcmm_gather(Ug, C, index, bias=b))
+        assert got.shape == (15, C.shape[1]) and same(got, pcmm.pcmm_gather(Ug, C, index, bias=b))
 
     def test_worker_killed_mid_product(self, session, setup):
         ctx, sk, M, C, U, b = setup
         session.unlink()  # the first task to run now creates the marker and os._exit()s its worker
         got = rr.ray_pcmm(U, C, grid=(2, 1, 2), bias=b)
         assert session.exists(), "no worker died: the fault was not injected"
-        assert same(got, linalg.pcmm(U, C, bias=b))
+        assert same(got, pcmm.pcmm(U, C, bias=b))
 
     def test_errors(self, session, setup):
         ctx, sk, M, C, U, b = setup
@@ -102,7 +102,7 @@ class TestLocal:
             rr.ray_pcmm(U[:, :4], C)
         with pytest.raises(ShapeError, match="splits more"):
             rr.ray_pcmm(U, C, grid=(6, 1, 1))
-        C0 = linalg.encrypt_matrix(ctx, M[:2], sk, level=0)
+        C0 = pcmm.encrypt_matrix(ctx, M[:2], sk, level=0)
         with pytest.raises(LevelError):
             rr.ray_pcmm(U[:, :2], C0)
 
@@ -120,7 +120,7 @@ def test_two_raylets_both_used(setup):
         st = {}
         got = rr.ray_pcmm(U, C, address=cluster.address, num_workers=2, grid=(2, 2, 1), bias=b, stats=st)
         assert not ray.is_initialized(), "ray_pcmm must disconnect from a cluster it joined"
-        assert same(got, linalg.pcmm(U, C, bias=b))
+        assert same(got, pcmm.pcmm(U, C, bias=b))
         assert len(st["nodes"]) == 2, f"tasks ran on {st['nodes']} only"
     finally:
         if ray.is_initialized():
@@ -160,12 +160,12 @@ def test_weight_term_is_plaintext_sized():
     ctx = make_ctx("test-N10")
     sk, _ = ctx.keygen()
     rng = np.random.default_rng(1)
-    C = linalg.encrypt_matrix(ctx, rng.uniform(-1, 1, (4, 300)), sk, level=1)
+    C = pcmm.encrypt_matrix(ctx, rng.uniform(-1, 1, (4, 300)), sk, level=1)
     U = rng.normal(size=(3, 4))
     st = {}
     with rr.ray_session(num_workers=2):
         got = rr.ray_pcmm(U, C, grid=(1, 2, 1) if C.chunks > 1 else (3, 1, 1), stats=st)
-    assert same(got, linalg.pcmm(U, C))
+    assert same(got, pcmm.pcmm(U, C))
     pm, pn, pk = st["grid"]
     assert st["w3d_bytes"]["weights"] == st["moved_bytes"]["weights"] == pn * (C.level + 1) * U.size * 8
     assert st["w3d_literal_bytes"]["weights"] == pn * U.size * st["ciphertext_bytes"]

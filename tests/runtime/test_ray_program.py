@@ -21,7 +21,7 @@ from tests.compiler.conftest import SmallCNN, mlp  # noqa: E402
 
 @pytest.fixture(autouse=True)
 def _quiet_insecure():
-    from hemlp.fhe.ckks import InsecureParametersWarning
+    from hemlp.fhe import InsecureParametersWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", InsecureParametersWarning)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hemlp
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.errors import ClientArtefactError, ParameterError
 
 torch = pytest.importorskip("torch")
@@ -19,7 +19,7 @@ from tests.compiler.conftest import mlp  # noqa: E402
 @pytest.fixture(autouse=True)
 def _quiet():
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
+        warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
         yield
 
 
@@ -82,7 +82,7 @@ def test_decryption_uses_the_plan_bound(model):
     assert ctx.noise_bound_log2 == t  # decrypt_settings restored
     # flood: FloodSpec(bound_log2 = the plan's t), LMSS s = 30, one query
     y = cm.decrypt(out, sk, noise="flood")
-    sigma_log2 = ckks.FloodSpec(bound_log2=t).log2_sigma(ctx.N)
+    sigma_log2 = fhe.FloodSpec(bound_log2=t).log2_sigma(ctx.N)
     assert np.max(np.abs(y - exact)) > 2.0 ** (sigma_log2 - 40 - 4)
 
 
@@ -107,19 +107,19 @@ def test_flood_without_a_plan_bound_is_refused(tmp_path):
     assert cm.noise_bound_log2 is None
     with pytest.raises(ParameterError, match="estimate_noise"):
         cm.decrypt(out, sk, noise="flood")
-    y = cm.decrypt(out, sk, noise="flood", flood=ckks.FloodSpec(bound_log2=11))
+    y = cm.decrypt(out, sk, noise="flood", flood=fhe.FloodSpec(bound_log2=11))
     assert y.shape == (2, 4)
 
 
 def test_flood_preset_keeps_twenty_bits():
     """N14-flood (128-bit, 2^55 scales): LMSS flooding with s = 30, one query, over the fresh bound keeps about
     20 bits per slot; N14-d6 (2^40) keeps about 5 and is refused at min_precision_bits = 16."""
-    p = ckks.Params.preset("N14-flood")
+    p = fhe.Params.preset("N14-flood")
     assert p.is_128_bit_secure and p.log_scale == 55 and p.max_level == 4
-    ctx = ckks.Context("N14-flood", decrypt_noise="standard")
+    ctx = fhe.Context("N14-flood", decrypt_noise="standard")
     sk, pk = ctx.keygen()
     x = np.random.default_rng(2).uniform(-1, 1, ctx.slots)
-    spec = ckks.FloodSpec(bound_log2=math.log2(ctx.native.fresh_noise_bound), min_precision_bits=16)
+    spec = fhe.FloodSpec(bound_log2=math.log2(ctx.native.fresh_noise_bound), min_precision_bits=16)
     ct = ctx.encrypt(x, pk)
     y, info = ctx.decrypt(ct, sk, noise="flood", flood=spec, info=True)
     assert info["est_bits"] > 19
@@ -128,7 +128,7 @@ def test_flood_preset_keeps_twenty_bits():
     sq = ctx.rescale(ctx.mul(ct, ct, ctx.relin_key(sk)))  # one level of arithmetic at 2^55 scales
     y2 = ctx.decrypt(sq, sk, noise="flood", flood=spec)
     assert -math.log2(np.max(np.abs(y2 - x * x))) > 15
-    d6 = ckks.Context("N14-d6", decrypt_noise="standard")
+    d6 = fhe.Context("N14-d6", decrypt_noise="standard")
     sk6, pk6 = d6.keygen()
     with pytest.raises(ParameterError, match="min_precision_bits"):
         d6.decrypt(d6.encrypt(x, pk6), sk6, noise="flood", flood=spec)

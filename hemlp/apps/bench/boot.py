@@ -65,12 +65,12 @@ def run_boot(preset: str, threads: list[int], repeats: int, seed: int = 1, slots
     import numpy as np
 
     import hemlp
-    from hemlp.fhe import ckks
+    from hemlp import fhe
     from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
 
     # precision of bootstrapping itself: decrypted without the client's IND-CPA-D noise (a measurement, not a
     # deployment; that noise is chosen per application, docs/security.md)
-    ctx = ckks.Context(preset, allow_insecure=allow_insecure, decrypt_noise="none")
+    ctx = fhe.Context(preset, allow_insecure=allow_insecure, decrypt_noise="none")
     sk, pk = ctx.keygen()
     bp = BootParams.for_context(ctx, **({} if slots is None else {"slots": slots}))
     n = bp.slot_count(ctx)

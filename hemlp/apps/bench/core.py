@@ -47,12 +47,12 @@ class HemlpCore:
 
     def __init__(self, preset: str, allow_insecure: bool = False):
         import hemlp
-        from hemlp.fhe import ckks
+        from hemlp import fhe
 
-        self.hemlp, self.ckks = hemlp, ckks
+        self.hemlp, self.ckks = hemlp, fhe
         self.notes: list[str] = []
-        self.params = ckks.Params.preset(preset)
-        self.ctx = ckks.Context(self.params, allow_insecure=allow_insecure)
+        self.params = fhe.Params.preset(preset)
+        self.ctx = fhe.Context(self.params, allow_insecure=allow_insecure)
         self.sk, self.pk = self.ctx.keygen()
         self.rlk = self.ctx.relin_key(self.sk)
         self.gks = self.ctx.rotation_keys(self.sk, ROT_STEPS)
@@ -305,15 +305,15 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     try:
-        from hemlp.fhe import ckks
+        from hemlp import fhe
     except ImportError as e:
-        print(f"hemlp.bench core: cannot import hemlp.fhe.ckks ({e}); build it with `make build`",
+        print(f"hemlp.bench core: cannot import hemlp.fhe ({e}); build it with `make build`",
               file=sys.stderr)
         return 1
     if args.list_presets:
         report.table(["name", "N", "depth", "log_qp", "security", "slots"],
                      [[d.get(k) for k in ("name", "N", "depth", "log_qp", "security", "slots")]
-                      for d in ckks.Params.presets()], title="hemlp CKKS presets")
+                      for d in fhe.Params.presets()], title="hemlp CKKS presets")
         return 0
     if args.repeats < 1:
         print("--repeats must be >= 1", file=sys.stderr)

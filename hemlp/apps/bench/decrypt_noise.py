@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from hemlp.fhe import ckks
+from hemlp import fhe
 from hemlp.apps.bench import measure
 from hemlp.apps.bench.report import fmt_ms, table, write_json
 
@@ -32,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-        ctx = ckks.Context(args.preset, allow_insecure=args.allow_insecure, decrypt_noise="standard")
+        warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
+        ctx = fhe.Context(args.preset, allow_insecure=args.allow_insecure, decrypt_noise="standard")
     sk, pk = ctx.keygen()
     rlk = ctx.relin_key(sk)
     rng = np.random.default_rng(7)
@@ -42,10 +42,10 @@ def main(args) -> int:
     deep = fresh
     for _ in range(min(args.depth, ctx.max_level)):
         deep = ctx.mul(deep, deep, relin_key=rlk, rescale=True)
-    flood = ckks.FloodSpec(bound_log2=args.bound_log2, stat_security=30, queries=1)
+    flood = fhe.FloodSpec(bound_log2=args.bound_log2, stat_security=30, queries=1)
     rows, out = [], []
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ckks.UnsafeDecryptionWarning)
+        warnings.simplefilter("ignore", fhe.UnsafeDecryptionWarning)
         for label, ct in (("fresh", fresh), (f"after {min(args.depth, ctx.max_level)} squarings", deep)):
             ref = ctx.decrypt(ct, sk, noise="none")
             for mode in ("none", "standard", "flood"):

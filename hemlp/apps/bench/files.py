@@ -32,7 +32,7 @@ def main(args) -> int:
     import warnings
 
     import hemlp
-    from hemlp.fhe import ckks
+    from hemlp import fhe
     from hemlp.runtime.artifacts import EncryptedBatch
 
     warn = report.busy_warning()
@@ -42,7 +42,7 @@ def main(args) -> int:
     x = np.random.default_rng(0).uniform(0, 1, (args.batch, dims[0]))
     with warnings.catch_warnings():
         if args.allow_insecure:
-            warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
+            warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
         cm = hemlp.compile(square_mlp(dims), x, batch_size=args.batch, preset=args.preset,
                            allow_insecure=args.allow_insecure, layout="batch")
         sk, _ = cm.keygen()

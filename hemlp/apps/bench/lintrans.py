@@ -63,7 +63,7 @@ def rss_gib() -> float:
 
 def main(args) -> int:
     from hemlp import _core
-    from hemlp.fhe import ckks
+    from hemlp import fhe
     from hemlp.he.lintrans import choose_hoisting
     from hemlp.he import dft
 
@@ -71,9 +71,9 @@ def main(args) -> int:
     if warn:
         print("warning:", warn)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-        params = ckks.Params(args.log_n, SET_B_Q, SET_B_P, alpha=6, log_scale=40, name=f"set-B-N{args.log_n}")
-        ctx = ckks.Context(params, allow_insecure=True)
+        warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
+        params = fhe.Params(args.log_n, SET_B_Q, SET_B_P, alpha=6, log_scale=40, name=f"set-B-N{args.log_n}")
+        ctx = fhe.Context(params, allow_insecure=True)
     n = args.slots or ctx.slots
     plan = (dft.plan_coeff_to_slot if args.direction == "cts" else dft.plan_slot_to_coeff)(n, args.depth)
     top = args.top if args.top is not None else (28 if args.direction == "cts" else 16)

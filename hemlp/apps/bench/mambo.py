@@ -85,15 +85,15 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
     import numpy as np
 
     import hemlp
-    from hemlp import linalg
-    from hemlp.fhe import ckks
+    from hemlp import pcmm as pcmm_pkg
+    from hemlp import fhe
     from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
     from hemlp.bootstrap.batch import BatchBootstrapKeys, BatchBootstrapper
     from hemlp.bootstrap.keys import dft_plans
     from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper
 
     hemlp.set_num_threads(threads)
-    ctx = ckks.Context(preset, allow_insecure=allow_insecure)
+    ctx = fhe.Context(preset, allow_insecure=allow_insecure)
     sk, pk = ctx.keygen()
     bp = BootParams.for_context(ctx)
     n = bp.slot_count(ctx)
@@ -120,9 +120,9 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
             if d > pcmm_max_d:
                 continue
             U = rng.uniform(-1, 1, (d, d)) / d
-            X = linalg.CtMatrix(ctx, [row] * d, (d, n), 1, "rlwe")
+            X = pcmm_pkg.CtMatrix(ctx, [row] * d, (d, n), 1, "rlwe")
             t0, c0 = time.perf_counter(), time.process_time()
-            Y = linalg.pcmm(U, X)
+            Y = pcmm_pkg.pcmm(U, X)
             pcmm[(where, d)] = time.perf_counter() - t0
             pcmm_cpu[(where, d)] = time.process_time() - c0
             del Y, X

@@ -19,7 +19,7 @@ each product is checked against numpy on its first rows. `--baseline` adds the H
 diagonal method (hemlp.baselines) for the d3 = N/2 shape when that module is present.
 
 `--fresh` (d list, default 256) adds d x d @ Enc(d x N/2) from a fresh ciphertext, a batch of N/2 samples:
-  fresh-top      encrypt_matrix's default level (the top of the chain) and linalg.pcmm as is: every prime
+  fresh-top      encrypt_matrix's default level (the top of the chain) and pcmm.pcmm as is: every prime
   compiled       hemlp.compile of the one-layer model (layout A): the client encrypts at the planned level (1),
                  the server's run (cm.run) is timed
   compiled-L0    the same with final_rescale=False: the layer runs unrescaled at level 0 (weights quantised to fit
@@ -88,8 +88,7 @@ def _tile_rows(cts_by_row, d2):
 
 def main(args) -> int:
     import hemlp
-    from hemlp import linalg
-    from hemlp.fhe import ckks
+    from hemlp import fhe, pcmm
 
     try:
         import threadpoolctl  # noqa: F401
@@ -100,7 +99,7 @@ def main(args) -> int:
     warn = report.busy_warning()
     if warn:
         print("warning:", warn)
-    ctx = ckks.Context(ckks.Params.preset(args.preset), allow_insecure=args.allow_insecure)
+    ctx = fhe.Context(fhe.Params.preset(args.preset), allow_insecure=args.allow_insecure)
     sk, pk = ctx.keygen()
     N, slots, level = ctx.N, ctx.slots, args.level
     rng = np.random.default_rng(0)
@@ -109,8 +108,8 @@ def main(args) -> int:
     distinct = 8
     rows = []
     results = []
-    mk = linalg.modpack_keys(ctx, sk, 2)
-    msk = linalg.multi_secret_key(ctx, 4)
+    mk = pcmm.modpack_keys(ctx, sk, 2)
+    msk = pcmm.multi_secret_key(ctx, 4)
     for d in sizes:
         U = rng.normal(0, 1 / math.sqrt(d), (d, d))
         wanted = set(args.d3.split(","))
@@ -118,22 +117,22 @@ def main(args) -> int:
             setups = {}
             M = rng.uniform(-1, 1, (distinct, d3))
             if d3 == slots:
-                base = linalg.encrypt_matrix(ctx, M, sk, level=level)
-                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
-                mb = linalg.encrypt_matrix(ctx, np.repeat(M, 1, axis=0), sk, format="mlwe", encoding="coeff",
+                base = pcmm.encrypt_matrix(ctx, M, sk, level=level)
+                setups["rlwe"] = pcmm.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+                mb = pcmm.encrypt_matrix(ctx, np.repeat(M, 1, axis=0), sk, format="mlwe", encoding="coeff",
                                            level=level)
-                setups["mlwe"] = linalg.CtMatrix(ctx, _tile_rows(mb.cts, d // 2), (d, d3), 1, "mlwe")
+                setups["mlwe"] = pcmm.CtMatrix(ctx, _tile_rows(mb.cts, d // 2), (d, d3), 1, "mlwe")
             elif d3 == N:
-                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
-                setups["rlwe"] = linalg.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
+                base = pcmm.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = pcmm.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
             else:
                 Mf = rng.uniform(-1, 1, (d, d3)) if d <= 1024 else None
                 if Mf is not None:
-                    C = linalg.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
+                    C = pcmm.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
                     setups["msrlwe"] = C
                     setups["msrlwe+pre"] = C
-                base = linalg.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
-                setups["rlwe"] = linalg.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
+                base = pcmm.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
+                setups["rlwe"] = pcmm.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
                                                        for j in range(4)], (d, d3), 4, "rlwe")
             if args.no_rescale:
                 setups.pop("msrlwe+pre", None)  # the precomputed U*A includes the rescale's K
@@ -149,16 +148,16 @@ def main(args) -> int:
                         kw["keys"] = mk
                     if fmt == "msrlwe+pre":
                         t0 = time.perf_counter()
-                        kw["precomputed"] = linalg.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits)
+                        kw["precomputed"] = pcmm.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits)
                         t_pre = time.perf_counter() - t0
-                    out = linalg.pcmm(U, C, **kw)
-                    m = measure(lambda: linalg.pcmm(U, C, **kw), args.repeats)
+                    out = pcmm.pcmm(U, C, **kw)
+                    m = measure(lambda: pcmm.pcmm(U, C, **kw), args.repeats)
                     # correctness on the first rows
                     if fmt.startswith("msrlwe"):
-                        got = linalg.decrypt_matrix(ctx, out, msk)[:4]
+                        got = pcmm.decrypt_matrix(ctx, out, msk)[:4]
                         want = U[:4] @ Mf
                     else:
-                        got = linalg.decrypt_matrix(ctx, out, sk)[:4]
+                        got = pcmm.decrypt_matrix(ctx, out, sk)[:4]
                         Mt = np.stack([M[i % distinct] for i in range(d)])
                         if fmt == "rlwe" and d3 == 4 * N:
                             Mt = np.stack([M[i % distinct] for i in range(d)])
@@ -218,7 +217,7 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
     import torch
 
     import hemlp
-    from hemlp import linalg
+    from hemlp import pcmm
     from hemlp.errors import LevelError
 
     slots = ctx.slots
@@ -241,12 +240,12 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
             continue
         csk, ek = cm.keygen()
         compiled[name] = (cm, csk, ek, cm.encrypt(X, csk))
-    top = linalg.encrypt_matrix(ctx, A, sk)   # the top level: encrypt_matrix's default
+    top = pcmm.encrypt_matrix(ctx, A, sk)     # the top level: encrypt_matrix's default
     for th in threads:
         hemlp.set_num_threads(th)
         t_gemm, gemm_blas, c_gemm = fp64_gemm_times(U, A, th, args.repeats)
-        runs = {"fresh-top": (lambda: linalg.pcmm(U, top, weight_bits=args.weight_bits), top.level, args.weight_bits,
-                              lambda out: linalg.decrypt_matrix(ctx, out, sk))}
+        runs = {"fresh-top": (lambda: pcmm.pcmm(U, top, weight_bits=args.weight_bits), top.level, args.weight_bits,
+                              lambda out: pcmm.decrypt_matrix(ctx, out, sk))}
         for name, (cm, csk, ek, ct) in compiled.items():
             last = next(s for s in cm.steps if s.op == "pcmm")
             runs[name] = ((lambda cm=cm, ek=ek, ct=ct: cm.run(ct, ek)), cm.plan.info["top_level"],

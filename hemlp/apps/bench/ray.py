@@ -19,7 +19,7 @@ every argument, return and driver put) next to planner.grid.pcmm_store_bytes and
 literally (every block, weights too, an H-sized ciphertext).
 
 Default (--model pcmm): one d x d weight matrix times an encrypted d x (chunks * slots) matrix (RLWE,
-slot encoding). In-process: linalg.pcmm with 1 and 2 native threads. Ray: ray_pcmm on a fresh local
+slot encoding). In-process: pcmm.pcmm with 1 and 2 native threads. Ray: ray_pcmm on a fresh local
 Ray with w CPUs and the planner's grid for w workers (plus any --grids on the largest w); each result
 is checked bit-identical to in-process. Recorded per Ray run: the grid, task count, bytes ray.put by
 the driver, bytes the tasks read and wrote through the object store (inputs / weights / partial
@@ -80,8 +80,7 @@ def main(args) -> int:
     if args.model == "mlp":
         return main_mlp(args)
     import hemlp
-    from hemlp import linalg
-    from hemlp.fhe import ckks
+    from hemlp import fhe, pcmm
     from hemlp.runtime import ray as rr
 
     import ray
@@ -89,14 +88,14 @@ def main(args) -> int:
     warn = report.busy_warning()
     if warn:
         print("warning:", warn)
-    ctx = ckks.Context(ckks.Params.preset(args.preset), allow_insecure=args.allow_insecure)
+    ctx = fhe.Context(fhe.Params.preset(args.preset), allow_insecure=args.allow_insecure)
     sk, _ = ctx.keygen()
     rng = np.random.default_rng(0)
     d, c = args.d, args.chunks
     distinct = min(d, 8)  # the timing does not depend on the data: tile a few encryptions
     M = rng.uniform(-1, 1, (distinct, c * ctx.slots))
-    base = linalg.encrypt_matrix(ctx, M, sk, level=args.level)
-    C = linalg.CtMatrix(ctx, [base.cts[(i % distinct) * c + j] for i in range(d) for j in range(c)],
+    base = pcmm.encrypt_matrix(ctx, M, sk, level=args.level)
+    C = pcmm.CtMatrix(ctx, [base.cts[(i % distinct) * c + j] for i in range(d) for j in range(c)],
                         (d, c * ctx.slots), c, "rlwe")
     U = rng.normal(0, 1 / math.sqrt(d), (d, d))
     kw = dict(weight_bits=args.weight_bits)
@@ -104,10 +103,10 @@ def main(args) -> int:
     local = {}
     for th in (1, 2):
         hemlp.set_num_threads(th)  # the driver's own threads; Ray tasks pin themselves to 1
-        local[th] = measure(lambda: linalg.pcmm(U, C, **kw), args.repeats)["median_s"]
+        local[th] = measure(lambda: pcmm.pcmm(U, C, **kw), args.repeats)["median_s"]
         results.append(dict(mode="in-process", threads=th, seconds=local[th]))
         rows.append([f"in-process, {th} thread(s)", report.fmt_seconds(local[th]), "", "", "", "", ""])
-    ref = linalg.pcmm(U, C, **kw)
+    ref = pcmm.pcmm(U, C, **kw)
     H = 2 * (args.level + 1) * ctx.N * 8
     workers = [int(x) for x in args.workers.split(",")]
     runs = [(w, None) for w in workers]
@@ -200,7 +199,7 @@ def main_mlp(args) -> int:
     import warnings
 
     import hemlp
-    from hemlp.fhe import ckks
+    from hemlp import fhe
     from hemlp.planner.grid import w3d
     from hemlp.planner.obl import Layout
 
@@ -211,13 +210,13 @@ def main_mlp(args) -> int:
     if warn:
         print("warning:", warn)
     dims = [int(v) for v in args.dims.split(",")]
-    slots = ckks.Params.preset(args.preset).N // 2
+    slots = fhe.Params.preset(args.preset).N // 2
     batch = args.batch or slots
     net = square_mlp(dims)
     x = np.random.default_rng(0).uniform(0, 1, (batch, dims[0]))
     with warnings.catch_warnings():
         if args.allow_insecure:
-            warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
+            warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
         cm = hemlp.compile(net, x, batch_size=batch, preset=args.preset, allow_insecure=args.allow_insecure,
                            layout="batch")
         sk, ek = cm.keygen()

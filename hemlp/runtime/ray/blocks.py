@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from hemlp import _core
-from hemlp.fhe.ckks import Ciphertext
+from hemlp.fhe import Ciphertext
 from hemlp.errors import LevelError
 
 __all__ = ["PARTS", "Block", "Dist", "pack_cts", "unpack_cts", "staging_buffer", "release_staging", "ct_bytes",

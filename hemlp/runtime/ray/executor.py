@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from hemlp.linalg import CtMatrix
+from hemlp.pcmm import CtMatrix
 from hemlp.runtime.local import ElementwiseOp
 from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
 from hemlp.runtime.ray.driver import RayDriver, relin_bytes

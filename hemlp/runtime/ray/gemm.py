@@ -2,8 +2,8 @@
 
 ``block_product``: U~[R, T] X[T, J] mod q_l over a task's input blocks (one ModGemmPlan, the blocks' rows as views).
 ``epilogue``: x K, the rescale and the slot-encoded bias per polynomial part (``_core.pcmm_epilogue_part``, the same
-arithmetic as ``linalg.pcmm``'s native epilogue, so the same bits). ``pcmm_in_place``: a node-local task's PCMM that
-reads its input blocks where they lie (``linalg.gathered_product`` over row views).
+arithmetic as ``pcmm.pcmm``'s native epilogue, so the same bits). ``pcmm_in_place``: a node-local task's PCMM that
+reads its input blocks where they lie (``pcmm.gathered_product`` over row views).
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from hemlp import _core, linalg
+from hemlp import _core, pcmm
 from hemlp.errors import LevelError, ShapeError
-from hemlp.linalg import CtMatrix
+from hemlp.pcmm import CtMatrix
 from hemlp.runtime.ray.blocks import limb_rows
 
 __all__ = ["block_product", "out_meta", "epilogue", "pcmm_in_meta", "pcmm_in_place"]
@@ -104,7 +104,7 @@ def out_meta(ctx, spec) -> tuple:
 
 def epilogue(ctx, spec, Ys: dict, secs: dict, head: str) -> dict:
     """{part: Z (L - 1, count, N)}: x K, rescale and, in slot encoding, the bias (a constant on c0), per part in one
-    native kernel: the same arithmetic as linalg.pcmm's native epilogue. Y is consumed (x K in place)."""
+    native kernel: the same arithmetic as pcmm.pcmm's native epilogue. Y is consumed (x K in place)."""
     t0 = time.perf_counter()
     level, enc = spec["in_meta"][0], spec["in_meta"][3]
     bias, P, (g0, g1) = spec["bias"], spec["P"], spec["out_rows"]
@@ -135,7 +135,7 @@ def pcmm_in_meta(spec, metas_per_block) -> dict:
 
 
 def pcmm_in_place(ctx, s, blocks: list, shape: tuple, chunks: int, bits: int):
-    """PCMM step s read straight from its input's store blocks, no import: linalg.pcmm_gather's product over
+    """PCMM step s read straight from its input's store blocks, no import: pcmm.pcmm_gather's product over
     (limbs, N) views of each block's rows, ct-major lists or limb-major arrays alike (pcmm_rlwe_rows: pcmm_rlwe over
     row memory, the same arithmetic and threads, so the same bits)."""
     U = np.asarray(s.U, dtype=np.float64)
@@ -156,6 +156,6 @@ def pcmm_in_place(ctx, s, blocks: list, shape: tuple, chunks: int, bits: int):
         return _core.pcmm_rlwe_rows(ctx.native, plan, [r and r[0] for r in rows], [r and r[1] for r in rows], *args,
                                     *meta)
 
-    cts = linalg.gathered_product(ctx, U, index, lambda r, j: where[r, j], chunks, level, meta[3] == 0, bits, s.bias,
+    cts = pcmm.gathered_product(ctx, U, index, lambda r, j: where[r, j], chunks, level, meta[3] == 0, bits, s.bias,
                                   True, native)
     return CtMatrix(ctx, cts, (d1 * index.shape[1], shape[1]), chunks, "rlwe")

@@ -1,9 +1,9 @@
 """One PCMM sharded over a Ray cluster (``ray_pcmm``, ``ray_pcmm_gather``): exact modular GEMMs per (row block,
-column block, reduction block, RNS limb), bit-identical to ``hemlp.linalg.pcmm`` for the RLWE and MSRLWE formats.
+column block, reduction block, RNS limb), bit-identical to ``hemlp.pcmm.pcmm`` for the RLWE and MSRLWE formats.
 
 An encrypted matrix stacks, per limb k, into X_k = (d2, columns, parts, N) residues mod q_k (RLWE: the c chunks of
 a row, 2 polynomials each; MSRLWE: the k + 1 polynomials a, b_0.. of a row). The product is Y_k = K (U~ X_k) mod
-q_k, followed by the same import / rescale / bias steps as ``linalg.pcmm``. The processor grid [p_m, p_n, p_k]
+q_k, followed by the same import / rescale / bias steps as ``pcmm.pcmm``. The processor grid [p_m, p_n, p_k]
 (planner, eq. 5) splits the output rows, the columns and the reduction dimension d2; limbs are an extra
 independent axis. Partial sums over reduction blocks are added mod q in a binary tree. Blocks travel as uint64
 numpy arrays through the object store (one ray.put per input block, zero-copy reads in the tasks). Every task is
@@ -18,10 +18,10 @@ import time
 
 import numpy as np
 
-from hemlp import _core, linalg
-from hemlp.fhe.ckks import Ciphertext
+from hemlp import _core, pcmm
+from hemlp.fhe import Ciphertext
 from hemlp.errors import EncodingError, LevelError, ShapeError
-from hemlp.linalg import CtMatrix, MsRow
+from hemlp.pcmm import CtMatrix, MsRow
 from hemlp.runtime.ray.blocks import splits
 from hemlp.runtime.ray.cost import grid_dims
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id, ray_session
@@ -67,9 +67,9 @@ def _remote(name: str):
 
 def _check(U, C, weight_bits: int, gathered: bool = False):
     if not isinstance(C, CtMatrix):
-        raise TypeError("ray_pcmm: C must be a CtMatrix (see hemlp.linalg.encrypt_matrix)")
+        raise TypeError("ray_pcmm: C must be a CtMatrix (see hemlp.pcmm.encrypt_matrix)")
     if C.format not in ("rlwe", "msrlwe"):
-        raise EncodingError(f"ray_pcmm shards RLWE and MSRLWE matrices; this one is {C.format!r} (use linalg.pcmm)")
+        raise EncodingError(f"ray_pcmm shards RLWE and MSRLWE matrices; this one is {C.format!r} (use pcmm.pcmm)")
     U = np.asarray(U, dtype=np.float64)
     if U.ndim != 2:
         raise ShapeError(f"pcmm: U must be 2-D, got shape {U.shape}")
@@ -119,7 +119,7 @@ def _stack_limbs(C) -> np.ndarray:
 
 def _stack_gathered(C, index: np.ndarray) -> np.ndarray:
     """(L, d2, P c, 2, N): column p c + j of gathered row i is chunk j of C's row index[i, p] (zeros
-    for -1), the (i, p, j) order of linalg.pcmm_gather, so output row r, column p c + j is row r P + p."""
+    for -1), the (i, p, j) order of pcmm.pcmm_gather, so output row r, column p c + j is row r P + p."""
     ctx, L, c = C.ctx, C.level + 1, C.chunks
     d2, P = index.shape
     X = np.zeros((L, d2, P * c, 2, ctx.N), dtype=np.uint64)
@@ -134,7 +134,7 @@ def _stack_gathered(C, index: np.ndarray) -> np.ndarray:
 
 
 def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
-    """Native objects from the product residues, rescaled and biased exactly as linalg.pcmm does."""
+    """Native objects from the product residues, rescaled and biased exactly as pcmm.pcmm does."""
     ctx, ref, level = C.ctx, C.cts[0].native, C.level
     d1 = out.shape[0]
     b = None
@@ -179,8 +179,8 @@ def _tree_sum(ray, refs: list, q: int):
 
 def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None, grid=None,
              weight_bits: int = 20, bias=None, stats: dict | None = None):
-    """Enc(U @ M + bias[:, None]) on Ray; bit-identical to linalg.pcmm(U, C, weight_bits=..., bias=...)
-    for RLWE and MSRLWE matrices (MLWE needs key switches: use linalg.pcmm).
+    """Enc(U @ M + bias[:, None]) on Ray; bit-identical to pcmm.pcmm(U, C, weight_bits=..., bias=...)
+    for RLWE and MSRLWE matrices (MLWE needs key switches: use pcmm.pcmm).
 
     address: None = the running Ray / a local one started here (num_workers CPUs), or a cluster
     address ("host:port", "ray://host:10001", "auto"). grid: a planner Grid or (p_m, p_n, p_k)
@@ -193,14 +193,14 @@ def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None
 
 def ray_pcmm_gather(U, C, index, *, address: str | None = None, num_workers: int | None = None, grid=None,
                     weight_bits: int = 20, bias=None, stats: dict | None = None):
-    """linalg.pcmm_gather on Ray, bit-identical: out[r P + p] = sum_i U[r, i] C.row(index[i, p]) (+ bias[r]).
+    """pcmm.pcmm_gather on Ray, bit-identical: out[r P + p] = sum_i U[r, i] C.row(index[i, p]) (+ bias[r]).
 
     The P gathered blocks become P c extra columns of one product (a convolution as im2col over
     ciphertext rows), so the grid's column axis also splits the output positions."""
     t0 = time.perf_counter()
     U = _check(U, C, weight_bits, gathered=True)
     if C.format != "rlwe":
-        raise EncodingError("pcmm_gather works on RLWE matrices; convert with linalg.to_rlwe first")
+        raise EncodingError("pcmm_gather works on RLWE matrices; convert with pcmm.to_rlwe first")
     index = np.asarray(index)
     if index.ndim != 2 or index.shape[0] != U.shape[1]:
         raise ShapeError(f"pcmm_gather: U {U.shape} needs an index of shape ({U.shape[1]}, P), got {index.shape}")
@@ -214,7 +214,7 @@ def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_
     """The sharded product of U with the stacked residues X; P_out output rows per row of U."""
     ctx, level = C.ctx, C.level
     d1, d2 = U.shape
-    Uq, delta = linalg.quantize(U, weight_bits)
+    Uq, delta = pcmm.quantize(U, weight_bits)
     K = max(1, round(ctx.modulus(level) / delta))
     ref = C.cts[0].native
     c, P = X.shape[2], X.shape[3]

@@ -36,9 +36,9 @@ import time
 
 import numpy as np
 
-from hemlp import linalg
+from hemlp import pcmm
 from hemlp.errors import LevelError, ShapeError
-from hemlp.linalg import CtMatrix
+from hemlp.pcmm import CtMatrix
 from hemlp.planner.grid import grid_store, pcmm_store_bytes
 from hemlp.runtime.local import ElementwiseOp
 from hemlp.runtime.ray.blocks import (PARTS, Block, Dist, ct_bytes, export_block, import_block, meta_of, row_pieces,
@@ -278,7 +278,7 @@ class RayProgram(RayDriver):
             raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
         if all(b.metas is not None for b in X.blocks):  # the client's input: checked before any task (tasks check
             pcmm_in_meta(dict(level=meta[0], factor=1.0), [b.metas for b in X.blocks])  # computed blocks)
-        Uq, delta = linalg.quantize(U, weight_bits)
+        Uq, delta = pcmm.quantize(U, weight_bits)
         K = max(1, round(ctx.modulus(meta[0]) / delta))
         bias = None if s.bias is None else np.asarray(s.bias, dtype=np.float64).reshape(-1)
         rows, cols, reds = splits(d1, pm), splits(c, pn), splits(d2, pk)

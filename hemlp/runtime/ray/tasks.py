@@ -2,7 +2,7 @@
 
 ``group_task`` is every task of RayProgram's waves (see hemlp.runtime.ray.program for the kinds: node-local
 "segment" tasks, sharded "pcmm" / "partial" / "reduce" tasks, "ew" row groups); ``elementwise_task`` is the
-per-step executor's (RayExecutor). Every worker process builds the ``ckks.Context`` once and caches it by the
+per-step executor's (RayExecutor). Every worker process builds the ``fhe.Context`` once and caches it by the
 parameter hash, and decodes the relinearisation key (put once per run) once by its digest. Tasks are pure: their
 arguments stay referenced by the driver, so a worker killed mid-layer is re-run (TASK_RETRIES) with the same bits.
 """
@@ -16,9 +16,9 @@ import warnings
 import numpy as np
 
 from hemlp import _core
-from hemlp.fhe import ckks
-from hemlp.fhe.ckks import Ciphertext
-from hemlp.linalg import CtMatrix
+from hemlp import fhe
+from hemlp.fhe import Ciphertext
+from hemlp.pcmm import CtMatrix
 from hemlp.runtime.local import ElementwiseOp, LocalExecutor, elementwise, run_step
 from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, import_range, meta_of, pack_cts,
                                       row_pieces, unpack_cts)
@@ -51,20 +51,20 @@ def clear_worker_cache() -> None:
 
 
 def worker_context(phash: str, params: bytes, min_security_bits: int = 128):
-    """The ckks.Context of these parameters, built once per worker process under the driver's security policy
+    """The fhe.Context of these parameters, built once per worker process under the driver's security policy
     (min_security_bits of the driver's context: a worker never lowers it on the user's behalf)."""
     def make():
-        p = ckks.Params.from_bytes(params)
+        p = fhe.Params.from_bytes(params)
         with warnings.catch_warnings():  # the driver already accepted (and warned about) these parameters
-            warnings.simplefilter("ignore", ckks.InsecureParametersWarning)
-            return ckks.Context(p, allow_insecure=min_security_bits == 0)
+            warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
+            return fhe.Context(p, allow_insecure=min_security_bits == 0)
 
     return _cache(("ctx", phash, min_security_bits), make)
 
 
 def worker_relin_key(ray, ctx, digest: str, holder: list):
     """The relinearisation key the driver put once (holder[0]: its ObjectRef), decoded once per process by digest."""
-    return _cache(("rlk", ctx.hash, digest), lambda: ckks.from_bytes(ray.get(holder[0]), ctx))
+    return _cache(("rlk", ctx.hash, digest), lambda: fhe.from_bytes(ray.get(holder[0]), ctx))
 
 
 def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, metas, rlk_digest, rlk_holder,
@@ -119,7 +119,7 @@ def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     t0 = time.perf_counter()
     objs = _core.cts_from_parts(ctx.native, Z[0].reshape(shape), Z[1].reshape(shape), *meta)
     cts = [ctx.wrap(Ciphertext, o) for o in objs]
-    if coeff_bias:  # an encoded constant, as linalg.pcmm_gather does in coefficient encoding
+    if coeff_bias:  # an encoded constant, as pcmm.pcmm_gather does in coefficient encoding
         cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
     cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
