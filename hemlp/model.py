@@ -27,7 +27,10 @@ bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_boot
 (with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering): mambo=True runs every
 dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched bootstrap), False never;
 batch_bootstrap=True refreshes in batches of the measured k that is cheapest and fits memory, an int k >= 2 in
-batches of k, False one bootstrap (pair) per call. A forced choice that cannot run is a typed error.
+batches of k, False one bootstrap (pair) per call. A forced choice that cannot run is a typed error. final_rescale (True;
+False: layout (A) runs a final linear layer at level 0 without its rescale, so the whole chain sits one level lower,
+the client encrypts one prime less and every PCMM runs one GEMM per part and digit less; that layer's weights are
+quantised to the bits that keep the output under q_0, at most weight_bits: hemlp.compiler.params.unrescaled_weight_bits).
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
 slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
@@ -61,7 +64,8 @@ from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
 from hemlp.compiler.params import candidates as preset_candidates
-from hemlp.compiler.params import choose_preset, depth_of, output_reserve, plan_levels
+from hemlp.compiler.params import (choose_preset, depth_of, final_pcmm, output_reserve, plan_levels, unrescaled,
+                                   unrescaled_weight_bits)
 from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputRangeError,
                           InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
                           ParameterError, SerializationError, ShapeError, UnsupportedError)
@@ -83,7 +87,7 @@ __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 OPTIONS = dict(calibration=None, target_agreement=0.99, activation_degree=None, activation_range=None,
                activation_margin=0.05, activation_guard=0.5, activation_method="auto", weight_bits=20,
                allow_insecure=False, preset=None, workers=4, layout="auto", encrypted_weights=False,
-               dft_depth=None, bootstrap=False, mambo="auto", batch_bootstrap="auto")
+               dft_depth=None, bootstrap=False, mambo="auto", batch_bootstrap="auto", final_rescale=True)
 #: the options a compiled model keeps (the others only steer compilation)
 STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
 
@@ -629,11 +633,25 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         lay, estimates = layouts.choose([layouts.get("batch")], plan_bootstrapped(steps, calib, opts, batch_size))
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
+        last = None
+        if not opts["final_rescale"]:
+            if opts["layout"] not in ("auto", "batch") or opts["encrypted_weights"]:
+                raise UnsupportedError("final_rescale=False plans layout (A) only (layout='batch')")
+            cands = [layouts.get("batch")]
+            last = final_pcmm(steps)
+            if last is None:
+                raise UnsupportedError("final_rescale=False needs a model whose output is a linear layer")
+            last.info["rescale"] = False
         pcmm_levels = max(c.pcmm_levels for c in cands)
         depth = depth_of(steps, pcmm_levels)
         info = choose_preset(depth, allow, opts["preset"])
         params = Params.preset(info["name"])
-        reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
+        q0_bits = int(math.log2(params.q[0]))
+        # an unrescaled final layer keeps its output under q_0 through its weight bits: no reserve level
+        reserve = 0 if last is not None else output_reserve(max_out, params.log_scale, q0_bits)
+        if last is not None:
+            last.info["weight_bits"] = unrescaled_weight_bits(last, max_out, params.log_scale, q0_bits,
+                                                              int(opts["weight_bits"]))
         if reserve:
             info = choose_preset(depth, allow, opts["preset"], reserve=reserve)
             params = Params.preset(info["name"])
@@ -660,6 +678,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                 n.notes.append(f"(input map of {s.info['folded_affine']} folded in)")
             if s.op == "affine" and s.info.get("note"):
                 n.notes.append(s.info["note"])
+            if unrescaled(s):
+                n.notes.append(f"(not rescaled: weights {s.info['weight_bits']} bits keep the output under q_0)")
     matmuls = _fhe4dmm_matmuls(steps, slots, chunks, opts["workers"]) if lay.fhe4dmm_grids else []
     plan_info = dict(model=g.name, preset=info["name"], N=params.N, slots=slots, security=info["security"],
                      depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,

@@ -36,6 +36,11 @@ def machine(d: dict) -> str:
         else "scalar"
     env = m.get("env", {})
     scalar = " (HEMLP_DISABLE_AVX512=1)" if env.get("HEMLP_DISABLE_AVX512") == "1" else ""
+    path = (m.get("simd") or {}).get("path")
+    if path:   # the kernels hemlp ran (HEMLP_SIMD may force a narrower path than the CPU has)
+        scalar += f", hemlp SIMD path {path}" + (f" (HEMLP_SIMD={env['HEMLP_SIMD']})" if env.get("HEMLP_SIMD") else "")
+    if env.get("OPENBLAS_CORETYPE"):
+        scalar += f", OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}"
     return (f"{cpu.get('model', '?')}, {cpu.get('logical_cores', '?')} cores, {simd} CPU{scalar}; "
             f"{m.get('date', '?')[:10]}; load average {', '.join(f'{x:.1f}' for x in la) if la else '?'}")
 
@@ -96,10 +101,23 @@ def peers_pcmm(name: str, command: str) -> str:
 
 def pcmm(name: str, title: str, command: str) -> str:
     d = load(name)
-    rows = [[r["d"], r["d3_label"], r["format"], r["threads"], sec(r["pcmm_s"]),
-             sec(r["gemm_s"]) if r.get("gemm_s") else "–", f"{r['ratio']:.1f}×" if r.get("ratio") else "–",
-             f"{r['bits']:.1f}" if r.get("bits") is not None else "–"] for r in d["results"]]
-    body = table(["d1 = d2", "d3", "format", "threads", "PCMM", "fp64 GEMM", "PCMM / GEMM", "bits"], rows)
+    cpu = any("cpu_ratio" in r for r in d["results"])
+    rows = []
+    for r in d["results"]:
+        # fresh-ciphertext rows name their path (fresh-top, compiled, compiled-L0) and level
+        fmt = f"{r['format']}, {r['path']}" if r.get("path") else r["format"]
+        if r.get("level") is not None:
+            fmt += f" (L{r['level']}{', not rescaled' if r.get('rescale') is False or r.get('path') == 'compiled-L0' else ''}" \
+                   f"{', ' + str(r['weight_bits']) + '-bit weights' if r.get('weight_bits') else ''})"
+        if r.get("skipped"):
+            rows.append([r["d"], r["d3_label"], fmt, "–", "skipped", "–", "–"] + (["–"] if cpu else []) + ["–"])
+            continue
+        rows.append([r["d"], r["d3_label"], fmt, r["threads"], sec(r["pcmm_s"]),
+                     sec(r["gemm_s"]) if r.get("gemm_s") else "–", f"{r['ratio']:.1f}×" if r.get("ratio") else "–"]
+                    + ([f"{r['cpu_ratio']:.1f}×" if r.get("cpu_ratio") else "–"] if cpu else [])
+                    + [f"{r['bits']:.1f}" if r.get("bits") is not None else "–"])
+    body = table(["d1 = d2", "d3", "format", "threads", "PCMM", "fp64 GEMM", "PCMM / GEMM"]
+                 + (["CPU ratio"] if cpu else []) + ["bits"], rows)
     return section(title, name, command, body, d)
 
 
@@ -112,7 +130,7 @@ def modgemm(name: str, command: str) -> str:
     return section("Exact modular GEMM vs fp64 GEMM", name, command, body)
 
 
-def infer(name: str, command: str) -> str:
+def infer(name: str, command: str, title: str = "Encrypted inference (MNIST MLP 784-128-64-10, x²)") -> str:
     d = load(name)
     s = d["single_image"]
     rows = [["encrypted vs plaintext top-1 agreement", f"{d['agreement']:.1%} of {d['n_agreement']} (layout {'A'})"],
@@ -127,8 +145,13 @@ def infer(name: str, command: str) -> str:
             ["accuracy plain / simulated / encrypted (held-out digits)",
              f"{d['accuracy_plain']:.1%} / {d['accuracy_simulated']:.1%} / {d['accuracy_encrypted']:.1%}"],
             ["max abs(encrypted − simulated) logit", f"{d['max_abs_err_vs_simulate']:.2g}"]]
+    u = d.get("final_rescale_false")
+    if u:
+        rows.append(["final_rescale=False (last layer unrescaled at L0)", f"skipped: {u['skipped']}" if "skipped" in u
+                     else f"input L{u['top_level']}, {sec(u['run_s'])} ({u['run_ms_per_image']:.2f} ms per image), "
+                          f"agreement {u['agreement']:.1%}"])
     body = table(["metric", "value"], rows) + f"\n\nPreset {d['preset']}, {d['threads']} threads."
-    return section("Encrypted inference (MNIST MLP 784-128-64-10, x²)", name, command, body, d)
+    return section(title, name, command, body, d)
 
 
 def layouts(name: str, command: str) -> str:
@@ -372,13 +395,16 @@ def render() -> str:
         core("core_N14.json", f"{env} -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json"),
         peers_pcmm("peers_pcmm.json", "scripts/bench_peers.py pcmm --sizes 64,256 --json bench/peers_pcmm.json"),
         pcmm("pcmm_N14.json", "PCMM formats vs fp64 GEMM",
-             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256,1024 --json bench/pcmm_N14.json"),
+             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256 --json bench/pcmm_N14.json"),
         pcmm("pcmm_4096_N14.json", "PCMM formats vs fp64 GEMM, 4096 rows",
              f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 4096 --d3 N/2,N --threads 1 --json bench/pcmm_4096_N14.json"),
         pcmm("pcmm_hs_N14.json", "PCMM vs the rotation baseline (Halevi–Shoup, BSGS + hoisting)",
              f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256 --threads 1 --baseline --json bench/pcmm_hs_N14.json"),
         modgemm("modgemm.json", "scripts/bench_modgemm.py --json bench/modgemm.json"),
         infer("infer_N14.json", f"{env} -m hemlp.bench infer --preset N14-d6 --batch 4096 --json bench/infer_N14.json"),
+        infer("infer_N14_avx2.json", "env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=Haswell HEMLP_SIMD=avx2 .venv/bin/python "
+                                     "-m hemlp.bench infer --preset N14-d6 --batch 4096 --json bench/infer_N14_avx2.json",
+              "Encrypted inference on the AVX2 path (AVX-512 CPU forced to AVX2 kernels: a proxy for AVX2-only CPUs)"),
         layouts("infer_layouts.json", f"{env} -m hemlp.bench infer --layout-batches 1024,4096 --preset N14-d6 "
                                       "--max-key-gb 4 --max-estimate-s 150 --run-repeats 2 --threads 2 "
                                       "--json bench/infer_layouts.json"),

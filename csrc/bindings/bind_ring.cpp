@@ -7,6 +7,7 @@
 #include "ring/primes.h"
 #include "ring/rns.h"
 #include "ring/simd.h"
+#include "ring/vecops.h"
 
 namespace py = pybind11;
 using namespace hemlp::ring;
@@ -53,6 +54,16 @@ void bind_ring(py::module_& m) {
     conv.convert(in.data(), o.data(), n);
     return out;
   }, py::arg("x"), py::arg("from_moduli"), py::arg("to_moduli"), py::arg("centred") = false);
+  m.def("centred_lift", [](Arr x, uint64_t from, uint64_t p) {
+    if (x.ndim() != 1) throw py::value_error("centred_lift: x must be 1-D");
+    if (from < 3 || p < 3 || from >= (uint64_t(1) << 62) || p >= (uint64_t(1) << 62))
+      throw py::value_error("centred_lift: moduli must be in [3, 2^62)");
+    check_residues(x, from, "centred_lift");
+    Arr out(x.size());
+    centred_lift_vec(x.data(), from, p, out.mutable_data(), (size_t)x.size());
+    return out;
+  }, py::arg("x"), py::arg("from_modulus"), py::arg("to_modulus"),
+     "The centred lift of residues mod from_modulus (x > from/2 stands for x - from), reduced mod to_modulus.");
   m.def("galois_ntt_permutation", &galois_ntt_permutation);
   m.def("galois_element_rotation", &galois_element_rotation);
   m.def("galois_coeff", [](Arr a, uint64_t g, int log_n, uint64_t q) {

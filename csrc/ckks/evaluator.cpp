@@ -291,7 +291,7 @@ void Evaluator::rescale_poly(const u64* in, size_t in_stride, int l, u64* out, s
   for (int i = 0; i < l; ++i) {
     const u64 qi = ctx_.modulus(i).q;
     u64* t = out + (size_t)i * out_stride;  // reuse the output limb as scratch
-    for (size_t x = 0; x < n; ++x) t[x] = ring::centred_mod(last[x], ql, qi);
+    ring::centred_lift_vec(last.data(), ql, qi, t, n);
     ctx_.ntt(i).forward(t);
     const u64 w = ctx_.q_inv_mod_q(l, i), wp = ring::shoup_precompute(w, qi);
     ring::sub_mul_shoup_vec(in + (size_t)i * in_stride, t, w, wp, qi, nullptr, t, n);

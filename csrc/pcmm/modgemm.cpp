@@ -528,11 +528,26 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
 }
 
 void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint64_t* C, size_t ldc,
-                        const ModGemmConfig& cfg_in) const {
+                        const ModGemmConfig& cfg) const {
+  if (n == 0) {
+    check_config(q, cfg);
+    return;
+  }
+  if (C == nullptr) throw std::invalid_argument("modgemm: null X or C");
+  if (ldc < n) throw std::invalid_argument("modgemm: ldc < n");
+  std::vector<uint64_t*> rows(d1_);
+  for (size_t i = 0; i < d1_; ++i) rows[i] = C + i * ldc;
+  apply_rows(Xrows, n, q, rows.data(), 1, cfg);
+}
+
+void ModGemmPlan::apply_rows(const uint64_t* const* Xrows, size_t n, uint64_t q, uint64_t* const* Crows,
+                             uint64_t mult, const ModGemmConfig& cfg_in) const {
   const ModGemmConfig cfg = check_config(q, cfg_in);
   if (n == 0) return;
-  if (Xrows == nullptr || C == nullptr) throw std::invalid_argument("modgemm: null X or C");
-  if (ldc < n) throw std::invalid_argument("modgemm: ldc < n");
+  if (Xrows == nullptr || Crows == nullptr) throw std::invalid_argument("modgemm: null X or C");
+  if (mult >= q) throw std::invalid_argument("modgemm: the multiplier must be reduced mod q");
+  for (size_t i = 0; i < d1_; ++i)
+    if (Crows[i] == nullptr) throw std::invalid_argument("modgemm: C row " + std::to_string(i) + " is null");
   for (size_t k = 0; k < d2_; ++k)
     if (Xrows[k] == nullptr) throw std::invalid_argument("modgemm: X row " + std::to_string(k) + " is null");
 
@@ -579,7 +594,7 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
   std::vector<double> Pr(nterm);
   for (int s = 0; s < TU; ++s)
     for (int t = 0; t < T; ++t) {
-      uint64_t p = 1;
+      uint64_t p = mult;  // mult * 2^(us+wt) mod q
       for (int e = 0; e < u * s + w * t; ++e) p = (p << 1) >= q ? (p << 1) - q : (p << 1);
       P[size_t(s) * T + t] = make_shoup(p, q);
       Pr[size_t(s) * T + t] = static_cast<double>(static_cast<long double>(p) / static_cast<long double>(q));
@@ -603,7 +618,7 @@ void ModGemmPlan::apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint
     const size_t ldx = size_t(T) * jn;
     for (size_t jb = 0; jb < jn; jb += kChunk) {
       const size_t m = std::min(kChunk, jn - jb);
-      uint64_t* cr = C + i * ldc + j0 + jb;
+      uint64_t* cr = Crows[i] + j0 + jb;
       std::fill(cr, cr + m, uint64_t(0));  // the output row doubles as the accumulator
       for (int s = 0; s < TU; ++s)
         for (int t = 0; t < T; ++t) {

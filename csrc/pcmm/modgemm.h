@@ -72,6 +72,15 @@ class ModGemmPlan {
   // Same with an explicit split (tests and tuning); cfg is validated by check_config().
   void apply(const uint64_t* const* Xrows, size_t n, uint64_t q, uint64_t* C, size_t ldc,
              const ModGemmConfig& cfg) const;
+  // C = mult * U * X mod q (mult < q) with output row i at Crows[i] (n words each, rows must not overlap X):
+  // the factor is folded into the recombination constants 2^(us+wt) mod q, so scaling the product (a PCMM's
+  // K) costs nothing, and the rows go straight to their ciphertexts. Same checks and threading as apply().
+  void apply_rows(const uint64_t* const* Xrows, size_t n, uint64_t q, uint64_t* const* Crows, uint64_t mult,
+                  const ModGemmConfig& cfg) const;
+  void apply_rows(const uint64_t* const* Xrows, size_t n, uint64_t q, uint64_t* const* Crows,
+                  uint64_t mult = 1) const {
+    apply_rows(Xrows, n, q, Crows, mult, config(q));
+  }
 
   ModGemmConfig config(uint64_t q) const { return choose_modgemm_config(d2_, bU_, q); }
   int limb_bits(uint64_t q) const { return config(q).w; }  // the w chosen for this q

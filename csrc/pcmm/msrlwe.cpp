@@ -117,20 +117,15 @@ void gemm_polys(const Context& ctx, const ModGemmPlan& plan, const std::vector<c
                 int64_t K, const std::vector<u64*>& out) {
   const size_t n = ctx.n(), d1 = plan.rows(), d2 = plan.cols();
   const std::vector<u64> zeros(n, 0);
-  std::vector<u64> C(d1 * n);
   std::vector<const uint64_t*> lr(d2);
+  std::vector<u64*> cr(d1);
   for (int k = 0; k <= level; ++k) {
     const u64 q = ctx.modulus(k).q;
     int64_t km = K % (int64_t)q;
-    const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km, wp = ring::shoup_precompute(w, q);
+    const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km;
     for (size_t i = 0; i < d2; ++i) lr[i] = rows[i] ? rows[i] + (size_t)k * n : zeros.data();
-    plan.apply(lr.data(), n, q, C.data(), n);
-#pragma omp parallel for schedule(static)
-    for (long r = 0; r < (long)d1; ++r) {
-      u64* dst = out[r] + (size_t)k * n;
-      const u64* src = C.data() + (size_t)r * n;
-      for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(src[x], w, wp, q);
-    }
+    for (size_t r = 0; r < d1; ++r) cr[r] = out[r] + (size_t)k * n;
+    plan.apply_rows(lr.data(), n, q, cr.data(), w);  // K folded into the recombination
   }
 }
 }  // namespace

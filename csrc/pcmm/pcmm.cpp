@@ -80,23 +80,19 @@ std::vector<Ciphertext> pcmm_rlwe_rows(const Context& ctx, const ModGemmPlan& pl
   const size_t units = (size_t)limbs * chunks * 2;
   const int threads = omp_get_max_threads();
   const bool by_unit = threads > 1 && units >= (size_t)threads;
-  auto run_unit = [&](size_t u, std::vector<const uint64_t*>& rows, std::vector<u64>& C) {
+  // Each unit writes its d1 output rows straight into the ciphertexts, K folded into the GEMM's recombination.
+  auto run_unit = [&](size_t u, std::vector<const uint64_t*>& rows, std::vector<u64*>& crows) {
     const int k = (int)(u / (chunks * 2)), part = (int)(u % 2);
     const size_t j = (u / 2) % chunks;
     const u64 q = ctx.modulus(k).q;
     int64_t km = K % (int64_t)q;
-    const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km, wp = ring::shoup_precompute(w, q);
+    const u64 w = km < 0 ? (u64)(km + (int64_t)q) : (u64)km;
     for (size_t i = 0; i < d2; ++i) {
       const InputRow& c = inputs[i * chunks + j];
       rows[i] = c.part[part] ? c.part[part] + (size_t)k * c.limb_stride[part] : zeros.data();
     }
-    plan.apply(rows.data(), n, q, C.data(), n);
-#pragma omp parallel for schedule(static) if (!by_unit)
-    for (long r = 0; r < (long)d1; ++r) {
-      u64* dst = out[r * chunks + j].polys[part].data() + (size_t)k * n;
-      const u64* src = C.data() + (size_t)r * n;
-      for (size_t x = 0; x < n; ++x) dst[x] = ring::mul_shoup(src[x], w, wp, q);
-    }
+    for (size_t r = 0; r < d1; ++r) crows[r] = out[r * chunks + j].polys[part].data() + (size_t)k * n;
+    plan.apply_rows(rows.data(), n, q, crows.data(), w);
   };
   if (by_unit) {
     openblas_set_num_threads(1);  // DGEMM in the calling thread; restored below
@@ -104,11 +100,11 @@ std::vector<Ciphertext> pcmm_rlwe_rows(const Context& ctx, const ModGemmPlan& pl
 #pragma omp parallel
     {
       std::vector<const uint64_t*> rows(d2);
-      std::vector<u64> C(d1 * n);
+      std::vector<u64*> crows(d1);
 #pragma omp for schedule(dynamic, 1)
       for (long u = 0; u < (long)units; ++u) {
         try {
-          run_unit((size_t)u, rows, C);
+          run_unit((size_t)u, rows, crows);
         } catch (...) {  // exceptions must not leave an OpenMP region
 #pragma omp critical(hemlp_pcmm_error)
           if (!err) err = std::current_exception();
@@ -119,8 +115,8 @@ std::vector<Ciphertext> pcmm_rlwe_rows(const Context& ctx, const ModGemmPlan& pl
     if (err) std::rethrow_exception(err);
   } else {
     std::vector<const uint64_t*> rows(d2);
-    std::vector<u64> C(d1 * n);
-    for (size_t u = 0; u < units; ++u) run_unit(u, rows, C);
+    std::vector<u64*> crows(d1);
+    for (size_t u = 0; u < units; ++u) run_unit(u, rows, crows);
   }
   if (rescale) {
     Evaluator ev(ctx);

@@ -55,6 +55,21 @@ HEMLP_AVX512_FN void add_mul_shoup_avx512(const uint64_t* a, const uint64_t* b, 
   }
 }
 
+// x mod p for any 64-bit x: a Shoup product by 1 lands in [0, 2p), one conditional subtraction.
+HEMLP_AVX512_FN void centred_lift_avx512(const uint64_t* x, uint64_t from, uint64_t pv, uint64_t* dst, size_t n) {
+  const __m512i p = _mm512_set1_epi64((long long)pv), F = _mm512_set1_epi64((long long)from),
+                half = _mm512_set1_epi64((long long)(from >> 1)), one = _mm512_set1_epi64(1),
+                onep = _mm512_set1_epi64((long long)shoup_precompute(1, pv));
+  for (size_t i = 0; i < n; i += 8) {
+    const __m512i v = _mm512_loadu_si512(x + i);
+    const __mmask8 neg = _mm512_cmpgt_epu64_mask(v, half);
+    const __m512i m = _mm512_mask_sub_epi64(v, neg, F, v);  // |centred value|
+    const __m512i r = reduce_once(mul_shoup_lazy(m, one, onep, p), p);
+    // -r mod p: p - r in (0, p], and p itself maps to 0
+    _mm512_storeu_si512(dst + i, _mm512_mask_mov_epi64(r, neg, reduce_once(_mm512_sub_epi64(p, r), p)));
+  }
+}
+
 HEMLP_AVX512_FN void tensor_avx512(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
                                    uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
   const Wide W(qv);
@@ -125,6 +140,18 @@ HEMLP_AVX2_FN void add_mul_shoup_avx2(const uint64_t* a, const uint64_t* b, uint
   }
 }
 
+HEMLP_AVX2_FN void centred_lift_avx2(const uint64_t* x, uint64_t from, uint64_t pv, uint64_t* dst, size_t n) {
+  const __m256i p = set1(pv), F = set1(from), half = set1(from >> 1), one = set1(1),
+                onep = set1(shoup_precompute(1, pv));
+  for (size_t i = 0; i < n; i += 4) {
+    const __m256i v = load(x + i);
+    const __m256i neg = cmplt_epu64(half, v);  // all-ones where v > from/2
+    const __m256i m = _mm256_blendv_epi8(v, _mm256_sub_epi64(F, v), neg);
+    const __m256i r = avx2::reduce_once(avx2::mul_shoup_lazy(m, one, onep, p), p);
+    store(dst + i, _mm256_blendv_epi8(r, avx2::reduce_once(_mm256_sub_epi64(p, r), p), neg));
+  }
+}
+
 HEMLP_AVX2_FN void tensor_avx2(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
                                uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
   const Wide2 W(qv);
@@ -181,6 +208,22 @@ void add_mul_shoup_vec(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_
   if (HEMLP_AVX2_OK(n)) return add_mul_shoup_avx2(a, b, w, wp, q, dst, n);
 #endif
   for (size_t i = 0; i < n; ++i) dst[i] = add_mod(a[i], mul_shoup(b[i], w, wp, q), q);
+}
+
+void centred_lift_vec(const uint64_t* x, uint64_t from, uint64_t p, uint64_t* dst, size_t n) {
+#if HEMLP_HAVE_AVX512_KERNELS
+  if (HEMLP_SIMD_OK(n)) return centred_lift_avx512(x, from, p, dst, n);
+#endif
+#if HEMLP_HAVE_AVX2_KERNELS
+  if (HEMLP_AVX2_OK(n)) return centred_lift_avx2(x, from, p, dst, n);
+#endif
+  const uint64_t half = from >> 1, onep = shoup_precompute(1, p);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t v = x[i];
+    const bool neg = v > half;
+    const uint64_t r = mul_shoup(neg ? from - v : v, 1, onep, p);
+    dst[i] = neg && r ? p - r : r;
+  }
 }
 
 void permute_vec(const uint64_t* src, const uint32_t* perm, uint64_t* dst, size_t n) {

@@ -17,6 +17,9 @@ void add_vec(const uint64_t* a, const uint64_t* b, uint64_t q, uint64_t* dst, si
 // dst = a + b * w mod q (w < q, Shoup companion wp)
 void add_mul_shoup_vec(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t q, uint64_t* dst,
                        size_t n);
+// dst = centred lift of x (residues mod `from`) reduced mod p: x <= from/2 stays x, x > from/2 stands for
+// x - from; both reduced mod p with a Shoup product (no division). from, p < 2^62, x < from.
+void centred_lift_vec(const uint64_t* x, uint64_t from, uint64_t p, uint64_t* dst, size_t n);
 // dst[i] = src[perm[i]] (dst must not alias src)
 void permute_vec(const uint64_t* src, const uint32_t* perm, uint64_t* dst, size_t n);
 // CKKS tensor product of (a0, a1) and (b0, b1): d0 = a0 b0, d1 = a0 b1 + a1 b0, d2 = a1 b1 (mod q)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hemlp.errors import LevelError, ParameterError
 
 TEST_PRESETS = ("test-N12", "test-N12-d6")
@@ -19,7 +21,7 @@ TEST_PRESETS = ("test-N12", "test-N12-d6")
 
 def step_cost(step) -> int:
     if step.op == "pcmm":
-        return 1
+        return 0 if unrescaled(step) else 1
     if step.op in ("square", "affine", "mul", "matmul"):
         return 1
     if step.op == "poly":
@@ -43,10 +45,41 @@ def plan_levels(steps, top: int, pcmm_levels: int = 1) -> int:
             s.level_out = s.level_in - 1
         else:
             s.level_in = lv[s.inputs[0]]
-            s.level_out = s.level_in - (pcmm_levels if s.op == "pcmm" else step_cost(s))
+            s.level_out = s.level_in - (pcmm_levels if s.op == "pcmm" and not unrescaled(s) else step_cost(s))
         lv[s.out] = s.level_out
     out = next(s for s in steps if s.op == "output")
     return out.level_out
+
+
+def unrescaled(step) -> bool:
+    """A PCMM the planner runs without its rescale (final_rescale=False): it costs no level."""
+    return step.op == "pcmm" and step.info.get("rescale") is False
+
+
+def final_pcmm(steps):
+    """The PCMM whose output is the program's output (through aliases), or None."""
+    by_out = {s.out: s for s in steps}
+    s = by_out[next(s for s in steps if s.op == "output").inputs[0]]
+    while s.op == "alias":
+        s = by_out[s.inputs[0]]
+    return s if s.op == "pcmm" else None
+
+
+def unrescaled_weight_bits(step, max_abs_out: float, log_scale: float, q0_bits: int, weight_bits: int,
+                           headroom_bits: int = 4) -> int:
+    """Weight bits of a final PCMM run unrescaled at level 0: its output scale is the input's (~2^log_scale) times
+    Delta_U = 2^floor(bits - log2 max|U|), which must keep |y| * scale under q_0 with `headroom_bits` to spare
+    (the rule of output_reserve). The configured weight_bits when they fit, else fewer; LevelError below 6."""
+    amax = float(np.max(np.abs(step.U))) if step.U is not None and step.U.size else 0.0
+    if amax == 0.0:
+        return weight_bits
+    room = q0_bits - headroom_bits - math.log2(max(max_abs_out, 1e-30) * 2.0) - log_scale  # log2 Delta_U allowed
+    bits = min(int(weight_bits), math.floor(room + math.log2(amax)))
+    if bits < 6:
+        raise LevelError(f"final_rescale=False: the output (|y| up to {max_abs_out:.3g}) at scale 2^{log_scale:g} "
+                         f"leaves {room:.1f} bits under q_0 (2^{q0_bits}) for the last layer's weights, which would "
+                         f"be quantised to {bits} < 6 bits; keep final_rescale=True")
+    return bits
 
 
 def depth_of(steps, pcmm_levels: int = 1) -> int:

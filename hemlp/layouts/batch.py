@@ -13,6 +13,7 @@ from hemlp import pcmm
 from hemlp.bootstrap import BatchBootstrapKeys, BootParams, Bootstrapper, BootstrapKeys, MamboBootstrapper
 from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO
 from hemlp.errors import MissingKeyError, UnsupportedError
+from hemlp.compiler.params import unrescaled
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
@@ -90,6 +91,10 @@ class Batch(Layout):
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
         if weights is not None:
             raise TypeError("weights= is only for models compiled with encrypted_weights=True")
+        if runtime == "ray" and any(unrescaled(s) for s in self.steps):
+            raise UnsupportedError("this plan runs its final layer unrescaled (compile(..., final_rescale=False)), "
+                                   "which the Ray runtime does not do yet; run it with runtime='local' or compile "
+                                   "with final_rescale=True")
         if self.bootstrapped:
             bk = getattr(eval_keys, "bootstrap_keys", None)
             if bk is None:

@@ -16,7 +16,7 @@
 
 Built on hemlp.fhe only (tests/test_architecture.py).
 """
-from hemlp.pcmm.dispatch import decrypt_matrix, encrypt_matrix, pcmm
+from hemlp.pcmm.dispatch import decrypt_matrix, drop_matrix, encrypt_matrix, pcmm
 from hemlp.pcmm.keys import (ConversionKeys, ModPackKeys, MsrlweConversionKeys, MultiSecretKey, conversion_keys,
                              modpack_keys, msrlwe_conversion_keys, multi_secret_key)
 from hemlp.pcmm.matrix import FORMATS, CtMatrix, MsRow, choose_format
@@ -27,4 +27,4 @@ from hemlp.pcmm.rlwe import extract_lwe, gathered_product, pcmm_gather
 __all__ = ["CtMatrix", "encrypt_matrix", "decrypt_matrix", "pcmm", "pcmm_gather", "choose_format", "quantize",
            "multi_secret_key", "conversion_keys", "to_rlwe", "PcmmPrecomputed", "MultiSecretKey", "modpack_keys",
            "msrlwe_conversion_keys", "to_msrlwe", "extract_lwe", "ModPackKeys", "ConversionKeys", "MsRow",
-           "MsrlweConversionKeys", "gathered_product", "FORMATS"]
+           "MsrlweConversionKeys", "gathered_product", "FORMATS", "drop_matrix"]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from hemlp.errors import ContextMismatchError, EncodingError, KeyMismatchError, ShapeError
+from hemlp.errors import ContextMismatchError, EncodingError, KeyMismatchError, LevelError, ShapeError
 from hemlp.fhe import Context, SecretKey
 from hemlp.pcmm import mlwe, msrlwe, rlwe
 from hemlp.pcmm.keys import MultiSecretKey
 from hemlp.pcmm.matrix import FORMATS, CtMatrix
 from hemlp.pcmm.msrlwe import PcmmPrecomputed
 
-__all__ = ["encrypt_matrix", "decrypt_matrix", "pcmm"]
+__all__ = ["encrypt_matrix", "decrypt_matrix", "pcmm", "drop_matrix"]
 
 
 def _check_format(fmt: str) -> str:
@@ -65,14 +65,20 @@ def decrypt_matrix(ctx: Context, C: CtMatrix, sk: SecretKey) -> np.ndarray:
 
 
 def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20, bias=None,
-         rescale: bool = True, precomputed: PcmmPrecomputed | None = None) -> CtMatrix:
+         rescale: bool = True, precomputed: PcmmPrecomputed | None = None, level: int | None = None) -> CtMatrix:
     """Enc(U @ M + bias[:, None]) from a plaintext U (d1 x d2) and an encrypted M (d2 x d3).
 
     Server side: needs no keys for the RLWE format. One level is used (the rescale).
-    weight_bits: precision of the quantised weights (|U~| <= 2^weight_bits)."""
+    weight_bits: precision of the quantised weights (|U~| <= 2^weight_bits).
+    level: run the product at this level (RLWE: the rows' primes above it are dropped first). A PCMM costs one
+    GEMM per prime, part and digit, so a fresh matrix at the top of the chain pays for primes the rest of the
+    computation never uses: pass the lowest level it needs (1 when only this rescale follows; 0 with
+    rescale=False), or let the compiler plan it (hemlp.compile encrypts at the planned level)."""
     _check_format(format)
     if not isinstance(C, CtMatrix):
         raise TypeError("pcmm: C must be a CtMatrix (see hemlp.pcmm.encrypt_matrix)")
+    if level is not None:
+        C = drop_matrix(C, level)
     U = np.asarray(U, dtype=np.float64)
     if U.ndim != 2:
         raise ShapeError(f"pcmm: U must be 2-D, got shape {U.shape}")
@@ -89,3 +95,18 @@ def pcmm(U, C: CtMatrix, keys=None, format: str = "auto", weight_bits: int = 20,
     if precomputed is not None:
         raise EncodingError("pcmm: precomputed U*A applies to MSRLWE matrices (shared, seeded a-parts)")
     return rlwe.pcmm_gather(U, C, np.arange(C.shape[0])[:, None], weight_bits=weight_bits, bias=bias, rescale=rescale)
+
+
+def drop_matrix(C: CtMatrix, level: int) -> CtMatrix:
+    """C with every RLWE row dropped to `level` (no scale change; the same matrix when already there)."""
+    if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
+        raise TypeError(f"level must be an integer, got {type(level).__name__}")
+    level = int(level)
+    if level == C.level:
+        return C
+    if not 0 <= level < C.level:
+        raise LevelError(f"pcmm: cannot run at level {level}: the encrypted matrix is at level {C.level} "
+                         f"(levels only go down; encrypt at level >= {level})")
+    if C.format != "rlwe":
+        raise EncodingError(f"pcmm: level= drops RLWE rows; encrypt this {C.format!r} matrix at level {level} instead")
+    return CtMatrix(C.ctx, [C.ctx.drop_level(c, level) for c in C.cts], C.shape, C.chunks, C.format)

@@ -69,7 +69,7 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
             continue
         x = vals[s.inputs[0]]
         if s.op == "pcmm":
-            Uq, delta = quantize(s.U, weight_bits)
+            Uq, delta = quantize(s.U, s.info.get("weight_bits", weight_bits))
             U = Uq / delta
             if s.index is None:
                 y = U @ x
@@ -244,11 +244,11 @@ class LocalExecutor:
     def __init__(self):
         self._pe = {}
 
-    def pcmm(self, U, C, *, bias=None, weight_bits: int = 20, step=None):
-        return pcmm.pcmm(U, C, bias=bias, weight_bits=weight_bits)
+    def pcmm(self, U, C, *, bias=None, weight_bits: int = 20, step=None, rescale: bool = True):
+        return pcmm.pcmm(U, C, bias=bias, weight_bits=weight_bits, rescale=rescale)
 
-    def pcmm_gather(self, U, C, index, *, bias=None, weight_bits: int = 20, step=None):
-        return pcmm.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias)
+    def pcmm_gather(self, U, C, index, *, bias=None, weight_bits: int = 20, step=None, rescale: bool = True):
+        return pcmm.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias, rescale=rescale)
 
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
         if op.kind == "square" and relin_key is not None and len(C.cts) > 1:
@@ -373,10 +373,13 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
     name). The one definition of each step's arithmetic in process; Ray's node-local tasks run it too."""
     x = vals[s.inputs[0]]
     if s.op == "pcmm":
+        bits = s.info.get("weight_bits", weight_bits)
+        # an unrescaled final PCMM (final_rescale=False) runs in process only (layouts/batch.py checks)
+        kw = dict(rescale=False) if s.info.get("rescale") is False else {}
         if s.index is None:
-            y = ex.pcmm(s.U, x, bias=s.bias, weight_bits=weight_bits, step=s.out)
+            y = ex.pcmm(s.U, x, bias=s.bias, weight_bits=bits, step=s.out, **kw)
         else:
-            y = ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=weight_bits, step=s.out)
+            y = ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=bits, step=s.out, **kw)
     elif s.op in ("square", "poly", "affine"):
         y = ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
     elif s.op == "add":

@@ -26,6 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 # sizes that are not multiples of the 256-coefficient base-conversion block
 NTT_CASES = [(30, 4), (40, 5), (50, 10), (60, 12), (61, 13), (45, 15)]
 BC_SOURCES = (1, 3, 7)  # source primes of the base conversions
+# centred lifts (the rescale's): (bits of the source prime, bits of the target prime), larger into smaller too
+LIFT_BITS = [(40, 60), (60, 40), (61, 30), (45, 45)]
 # modular GEMM: (d1, d2, n, bits of q, bU, config overrides)
 GEMM_CASES = [
     (5, 37, 70, 61, 8, {}),                      # one K-block, recombination only
@@ -39,8 +41,10 @@ import numpy as np
 from hemlp import fhe
 from hemlp._core import ring
 import hemlp._core as core
+from hemlp import pcmm
 d, path = sys.argv[1], sys.argv[2]
 assert ring.simd_path() == path, (ring.simd_path(), path)
+LIFT_CASES = [tuple(map(int, c.split(":"))) for c in sys.argv[5].split(",")]
 out = {}
 for bits, log_n in [tuple(map(int, c.split(":"))) for c in sys.argv[3].split(",")]:
     q = ring.ntt_primes(bits, log_n, 1)[0]
@@ -53,6 +57,8 @@ for bits, log_n in [tuple(map(int, c.split(":"))) for c in sys.argv[3].split(","
         x = np.load(f"{d}/bc_in_{bits}_{log_n}_{k}.npy")
         out[f"bcc_{bits}_{log_n}_{k}"] = ring.base_convert(x, frm, to, centred=True)
         out[f"bc_{bits}_{log_n}_{k}"] = ring.base_convert(x, frm, to, centred=False)
+for i, (frm, to) in enumerate(LIFT_CASES):
+    out[f"lift_{i}"] = ring.centred_lift(np.load(f"{d}/lift_{i}.npy"), frm, to)
 g = np.load(f"{d}/gemm.npz", allow_pickle=True)
 for i, cfg in enumerate(g["cfgs"]):
     out[f"gemm_{i}"] = core.modgemm(g[f"U{i}"], g[f"X{i}"], int(g["qs"][i]), int(g["bUs"][i]), **cfg)
@@ -66,6 +72,9 @@ cts = {
     "tensor": ctx.mul(ct, ct2),                                         # tensor product (3 parts)
     "relin": ctx.relinearize(ctx.mul(ct, ct2), rlk),                    # key switch + add
     "rescale": ctx.rescale(ctx.add(ct, ct2)),                           # rescale (sub_mul_shoup)
+    # PCMM: K folded into the GEMM recombination, rows written in place, then the rescale's centred lift
+    "pcmm": pcmm.pcmm(np.array([[0.75, -1.5], [0.3, 2.0], [-0.9, 0.1]]),
+                        pcmm.CtMatrix(ctx, [ct, ct2], (2, ctx.slots), 1, "rlwe"), weight_bits=14).cts[2],
     "fused": ctx.mul(ct, ct2, relin_key=rlk, rescale=True),             # ModDown + rescale fused
     "rot": ctx.rotate(ct, 3, gk),
 }
@@ -74,18 +83,27 @@ for i, c in enumerate(ctx.rotate_hoisted(ct2, [1, 2, 5], gk)):
 for name, c in cts.items():
     open(f"{d}/{path}_{name}.bin", "wb").write(c.to_bytes())
 """
-CT_NAMES = ["tensor", "relin", "rescale", "fused", "rot", "hoisted0", "hoisted1", "hoisted2"]
+CT_NAMES = ["tensor", "relin", "rescale", "pcmm", "fused", "rot", "hoisted0", "hoisted1", "hoisted2"]
 
 
 def _paths():
     return [p.strip() for p in ring.simd_available().split(",")]
 
 
+def _lift_moduli():
+    out = []
+    for a, b in LIFT_BITS:
+        frm = ring.ntt_primes(a, 10, 1)[0]
+        out.append((frm, ring.ntt_primes(b, 10, 1, [frm])[0]))
+    return out
+
+
 def _run_child(tmp_path, path):
     env = dict(os.environ, HEMLP_SIMD=path, PYTHONPATH=str(REPO))
     env.pop("HEMLP_DISABLE_AVX512", None)
     r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), path,
-                        ",".join(f"{b}:{n}" for b, n in NTT_CASES), ",".join(map(str, BC_SOURCES))],
+                        ",".join(f"{b}:{n}" for b, n in NTT_CASES), ",".join(map(str, BC_SOURCES)),
+                        ",".join(f"{a}:{b}" for a, b in _lift_moduli())],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{path}: {r.stderr}"
 
@@ -109,6 +127,10 @@ def test_every_simd_path_is_bit_identical_to_scalar(tmp_path, t12):
             x[:, 2] = [f // 2 for f in frm]  # the centred lift's boundary
             x[:, 3] = [f // 2 + 1 for f in frm]
             np.save(tmp_path / f"bc_in_{bits}_{log_n}_{k}.npy", x)
+    for i, (frm, _) in enumerate(_lift_moduli()):
+        x = rng.integers(0, frm, 1024, dtype=np.uint64)  # a multiple of 8: the vector kernels run
+        x[:5] = [0, 1, frm - 1, frm // 2, frm // 2 + 1]  # the centred lift's boundary
+        np.save(tmp_path / f"lift_{i}.npy", x)
     gemm = {"cfgs": np.array([c[5] for c in GEMM_CASES], dtype=object), "qs": [], "bUs": []}
     for i, (d1, d2, n, qbits, bU, _) in enumerate(GEMM_CASES):
         q = ring.ntt_primes(qbits, 10, 1)[0]
@@ -144,6 +166,10 @@ def test_every_simd_path_is_bit_identical_to_scalar(tmp_path, t12):
         q = ring.ntt_primes(bits, log_n, 1)[0]
         a = np.load(tmp_path / f"ntt_in_{bits}_{log_n}.npy")
         assert np.array_equal(ring.ntt(ref[f"fwd_{bits}_{log_n}"], q, log_n, inverse=True), a)
+    for i, (frm, to) in enumerate(_lift_moduli()):
+        x = np.load(tmp_path / f"lift_{i}.npy").astype(object)
+        want = np.array([(int(v) - frm if v > frm // 2 else int(v)) % to for v in x], dtype=object)
+        assert np.array_equal(ref[f"lift_{i}"], want.astype(np.uint64))
     for i, (_, _, _, _, _, _) in enumerate(GEMM_CASES):
         q = gemm["qs"][i]
         want = (gemm[f"U{i}"].astype(object) @ gemm[f"X{i}"].astype(object)) % q

@@ -266,3 +266,31 @@ def test_block_import_round_trip_and_corruption(env, rng):
         _core.cts_from_parts(ctx._e, parts[0], parts[1][:, :2], *meta)
     with pytest.raises(SerializationError, match="level"):
         _core.cts_from_parts(ctx._e, parts[0], parts[1], ctx.max_level + 1, *meta[1:])
+
+
+def test_level_argument_drops_rows_first(env, rng):
+    """pcmm(level=l) == pcmm of the rows dropped to l: bit-identical, one prime per level fewer in the output; the
+    unrescaled product at level 0 decrypts to U @ M at scale in.scale * Delta_U."""
+    ctx, sk, pk = env
+    M = asym(6, ctx.slots, rng)
+    C = pcmm.encrypt_matrix(ctx, M, pk)              # the top level (3 for test-N10)
+    U = rng.normal(0, 0.4, size=(4, 6))
+    bias = np.array([0.5, -0.25, 0.125, 1.0])
+    Y = pcmm.pcmm(U, C, weight_bits=14, bias=bias, level=1)
+    dropped = pcmm.drop_matrix(C, 1)
+    assert dropped.level == 1 and C.level == ctx.max_level
+    Z = pcmm.pcmm(U, dropped, weight_bits=14, bias=bias)
+    assert Y.level == 0 and all(a.to_bytes() == b.to_bytes() for a, b in zip(Y.cts, Z.cts))
+    want = U @ M + bias[:, None]
+    assert bits(pcmm.decrypt_matrix(ctx, Y, sk) - want) > 11     # 14-bit weights: measured 13.9 bits
+    # q_0 = 2^50 at scale 2^40: 6-bit weights (Delta_U = 2^5) keep |y| * scale under q_0 / 2
+    Y0 = pcmm.pcmm(U, C, weight_bits=6, rescale=False, level=0)
+    Uq, delta = pcmm.quantize(U, 6)
+    assert Y0.level == 0 and Y0.scale == pytest.approx(C.scale * delta)
+    assert bits(pcmm.decrypt_matrix(ctx, Y0, sk) - Uq @ M / delta) > 20    # quantised weights: only CKKS noise (26.6)
+    with pytest.raises(LevelError, match="a PCMM needs one level"):
+        pcmm.pcmm(U, C, level=0)                     # rescaling at level 0
+    with pytest.raises(LevelError, match="levels only go down"):
+        pcmm.pcmm(U, dropped, level=2)
+    with pytest.raises(TypeError, match="level must be an integer"):
+        pcmm.pcmm(U, C, level=1.0)

@@ -25,7 +25,7 @@ def measure(fn, repeats: int, warmup: int = 1) -> dict:
     """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times; return the median and samples.
 
     The result is the per-op record every subcommand writes to JSON:
-    ``{"median_s", "min_s", "repeats", "samples", "cpu_median_s"}``; ``cpu_median_s`` is the median of the
+    ``{"median_s", "min_s", "repeats", "samples", "cpu_median_s", "cpu_samples"}``; ``cpu_median_s`` is the median of the
     process's CPU seconds per call, which other processes on a shared machine change less than wall-clock time
     (the planner's unit costs take it from one-thread runs).
     """
@@ -39,8 +39,9 @@ def measure(fn, repeats: int, warmup: int = 1) -> dict:
         fn()
         samples.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
+    # CPU seconds of the whole process (every thread): on a loaded machine the 1-thread CPU time is the robust figure
     return {"median_s": statistics.median(samples), "min_s": min(samples),
-            "repeats": repeats, "samples": samples, "cpu_median_s": statistics.median(cpu)}
+            "repeats": repeats, "samples": samples, "cpu_median_s": statistics.median(cpu), "cpu_samples": cpu}
 
 
 def int_list(s: str) -> list[int]:

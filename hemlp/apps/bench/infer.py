@@ -41,6 +41,8 @@ def add_arguments(p) -> None:
     p.add_argument("--single", action=argparse_bool(), default=True)
     p.add_argument("--single-images", type=int, default=50, help="images run one at a time (batch-1 model)")
     p.add_argument("--json", default=None)
+    p.add_argument("--unrescaled-final", action=argparse_bool(), default=True,
+                   help="also run the batch compiled with final_rescale=False (last layer at level 0, one level less)")
     p.add_argument("--layout-batches", default=None,
                    help="comma-separated batch sizes: compare layouts (A) / (P) / (A') per batch instead")
     p.add_argument("--mlwe-preset", default=None, help="preset of layout (A') (default: the planner's choice)")
@@ -116,6 +118,10 @@ def main(args) -> int:
     sim_acc = float(np.mean(sim[:n_test].argmax(1) == te.y[:n_test]))
     max_err = float(np.max(np.abs(y - sim)))
 
+    unrescaled = None
+    if args.unrescaled_final:
+        unrescaled = _unrescaled_final(hemlp, model, tr, xb, plain, sim, opts, args.run_repeats)
+
     single = None
     if args.single:
         single = _single_image(hemlp, model, tr, xb, plain, opts, args.single_images)
@@ -125,7 +131,8 @@ def main(args) -> int:
                decrypt_s=t_dec, run_ms_per_image=1e3 * t_run / len(xb), run_s_samples=run_samples,
                single_image_run_s=None if single is None else single["run_s_median"], single_image=single,
                agreement=agree, accuracy_plain=plain_acc, accuracy_simulated=sim_acc, accuracy_encrypted=enc_acc,
-               max_abs_err_vs_simulate=max_err, threads=args.threads, plan=str(compiled.plan))
+               max_abs_err_vs_simulate=max_err, threads=args.threads, plan=str(compiled.plan),
+               final_rescale_false=unrescaled)
     rows = [["batch", len(xb)], ["encrypted/plaintext top-1 agreement", f"{100 * agree:.2f} % of {len(xb)}"],
             ["held-out accuracy plain / sim / enc", f"{100 * plain_acc:.1f} / {100 * sim_acc:.1f} / {100 * enc_acc:.1f} %"],
             ["client encrypt", report.fmt_seconds(t_enc)], ["server run (median of %d)" % len(run_samples), report.fmt_seconds(t_run)],
@@ -137,12 +144,44 @@ def main(args) -> int:
              f"{100 * single['agreement']:.1f} % of {single['n']}"],
             ["single image keys / upload", "-" if single is None else
              f"{single['eval_key_bytes'] / 1e6:.1f} MB / {single['input_bytes'] / 1e6:.1f} MB"],
+            ["final_rescale=False: input level / run / per image / agreement", "-" if unrescaled is None else
+             "skipped (the logits leave too few weight bits under q_0)" if "skipped" in unrescaled else
+             f"L{unrescaled['top_level']} / {report.fmt_seconds(unrescaled['run_s'])} / "
+             f"{unrescaled['run_ms_per_image']:.3f} ms / {100 * unrescaled['agreement']:.2f} %"],
             ["decrypt", report.fmt_seconds(t_dec)], ["evaluation keys", f"{key_bytes / 1e6:.1f} MB"],
             ["max |encrypted - simulated|", f"{max_err:.2e}"]]
     report.table(["MLP 784-128-64-10 (x^2)", f"{args.preset}, {args.threads} threads"], rows)
     if args.json:
         report.write_json(args.json, "infer", res)
     return 0
+
+
+def _unrescaled_final(hemlp, model, tr, xb, plain, sim, opts, repeats: int) -> dict:
+    """The batch compiled with final_rescale=False: the last layer unrescaled at level 0, the input one level lower."""
+    import torch
+
+    from hemlp.errors import LevelError
+
+    try:
+        cm = hemlp.compile(model, torch.as_tensor(tr.x[:512]), batch_size=len(xb), final_rescale=False, **opts)
+    except LevelError as exc:   # the logits too large for q_0 at fewer than 6 weight bits: recorded, not run
+        return dict(skipped=str(exc))
+    sk, ek = cm.keygen()
+    t0 = time.perf_counter()
+    ct = cm.encrypt(xb, sk)
+    t_enc = time.perf_counter() - t0
+    samples = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        out = cm.run(ct, ek)
+        samples.append(time.perf_counter() - t0)
+    y = cm.decrypt(out, sk)
+    last = next(s for s in reversed(cm.steps) if s.op == "pcmm")
+    t_run = float(np.median(samples))
+    return dict(top_level=cm.plan.info["top_level"], last_layer_weight_bits=last.info.get("weight_bits"),
+                encrypt_s=t_enc, run_s=t_run, run_s_samples=samples, run_ms_per_image=1e3 * t_run / len(xb),
+                agreement=float(np.mean(y.argmax(1) == plain.argmax(1))),
+                max_abs_err_vs_default_simulate=float(np.max(np.abs(y - sim))))
 
 
 def _single_image(hemlp, model, tr, xb, plain, opts, n_images: int) -> dict:
