@@ -406,6 +406,10 @@ def test_sharding_rule_weighs_a_wave_against_the_work(monkeypatch):
 
     from hemlp.compiler.lower import Step
 
+    # the rule at a stated PCMM cost (1.2e-10 s per multiply-accumulate, the exact GEMM before session 9's kernel
+    # work), not at whatever bench/pcmm_N14.json measured last: a faster kernel moves the break-even width
+    costs = dict(cost.unit_costs(), pcmm_mac=1.2e-10)
+    monkeypatch.setattr(cost, "unit_costs", lambda: costs)
     ctx = SimpleNamespace(N=2 ** 14)
     wide = Step("pcmm", "l0", ["x"], 128, U=np.zeros((128, 784)), level_out=4)
     small = Step("pcmm", "l2", ["h"], 64, U=np.zeros((64, 128)), level_out=2)
