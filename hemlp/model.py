@@ -27,10 +27,11 @@ bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_boot
 (with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering): mambo=True runs every
 dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched bootstrap), False never;
 batch_bootstrap=True refreshes in batches of the measured k that is cheapest and fits memory, an int k >= 2 in
-batches of k, False one bootstrap (pair) per call. A forced choice that cannot run is a typed error. final_rescale (True;
-False: layout (A) runs a final linear layer at level 0 without its rescale, so the whole chain sits one level lower,
-the client encrypts one prime less and every PCMM runs one GEMM per part and digit less; that layer's weights are
-quantised to the bits that keep the output under q_0, at most weight_bits: hemlp.compiler.params.unrescaled_weight_bits).
+batches of k, False one bootstrap (pair) per call. A forced choice that cannot run is a typed error.
+final_rescale (True; False: layout (A) runs a final linear layer at level 0 without its rescale, so the whole chain
+sits one level lower, the client encrypts one prime less and every PCMM runs one GEMM per part and digit less; that
+layer's weights are quantised to the bits that keep the output under q_0, at most weight_bits:
+hemlp.compiler.params.unrescaled_weight_bits).
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
 slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
@@ -132,7 +133,8 @@ class Plan:
         if i.get("layout_estimates"):
             head.append("planner estimates (s per batch): " + ", ".join(
                 f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}"
-                for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}")
+                for k, v in i["layout_estimates"].items()) + f" -> layout {i['layout']}"
+                + (f" ({i['layout_reason']})" if i.get("layout_reason") else ""))
         if i.get("resources"):
             head += self.resources.lines(i["batch_size"])
         self.text = lay.finish_plan_text(format_graph(self.graph, "\n".join(head)), i)
@@ -630,7 +632,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         if opts["layout"] not in ("auto", "batch") or opts["encrypted_weights"]:
             raise UnsupportedError("bootstrap=True places bootstraps in layout (A) only so far (layout='batch'); "
                                    "the other layouts are issue #18 item 2")
-        lay, estimates = layouts.choose([layouts.get("batch")], plan_bootstrapped(steps, calib, opts, batch_size))
+        lay, estimates, why = layouts.choose([layouts.get("batch")],
+                                             plan_bootstrapped(steps, calib, opts, batch_size))
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         last = None
@@ -660,7 +663,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         bs = int(batch_size) if batch_size is not None else params.N // 2
         if bs < 1:
             raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
-        lay, estimates = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
+        lay, estimates, why = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
                                                                max_out))
     info, params, depth, top, reserve = lay.preset_info, lay.params, lay.depth, lay.top_level, lay.reserve
     opts = dict(lay.options)
@@ -685,7 +688,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                      depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,
                      chunks=chunks, waste=1.0 - bs / (chunks * slots), weight_bits=int(opts["weight_bits"]),
                      needs_relin=any(s.op in CT_PRODUCT_OPS for s in steps), workers=int(opts["workers"]),
-                     matmuls=matmuls, layout=lay.name, layout_estimates=estimates)
+                     matmuls=matmuls, layout=lay.name, layout_estimates=estimates, layout_reason=why)
     if fit_report:
         plan_info["activation_fit"] = fit_report
     # the calibration inputs' range: what a client artefact (no weights) checks its inputs against

@@ -16,6 +16,7 @@ from hemlp.layouts.batch import Batch
 from hemlp.layouts.blocked import Blocked
 from hemlp.layouts.mlwe import Mlwe
 from hemlp.layouts.packed import Packed
+from hemlp.planner.resources import estimate_resources
 
 __all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "choose"]
 
@@ -44,14 +45,20 @@ def candidates(layout: str, encrypted_weights: bool, batch_given: bool) -> list[
     return kind if batch_given else kind[:1]
 
 
-def choose(cands: list[type[Layout]], planned: Planned) -> tuple[Layout, dict]:
-    """(the chosen layout, the planner's estimates by name): a single candidate is planned as asked (its errors
-    propagate); several are planned, the ones that cannot run the model are listed with the reason, and the one
-    with the lowest estimate is taken."""
+#: layouts whose time estimates are this close to the fastest count as a tie, broken by server memory
+TIME_TIE = 0.10
+
+
+def choose(cands: list[type[Layout]], planned: Planned) -> tuple[Layout, dict, str]:
+    """(the chosen layout, the planner's estimates by name, why): a single candidate is planned as asked (its
+    errors propagate); several are planned, the ones that cannot run the model are listed with the reason, and the
+    one with the lowest time estimate is taken -- unless another is within TIME_TIE of it and needs less server
+    memory: the estimates are good to ~2x, and at equal speed the memory decides how much a server can hold
+    (the CIFAR CNN at batch 16: layout (A) 29.6 s and ~19 GB, (P) 29.9 s and ~6 GB)."""
     if len(cands) == 1:
         lay = cands[0].plan(planned)
         lay.commit()
-        return lay, {}
+        return lay, {}, ""
     est, built = {}, {}
     for c in cands:
         try:
@@ -60,7 +67,13 @@ def choose(cands: list[type[Layout]], planned: Planned) -> tuple[Layout, dict]:
             est[c.name] = f"not possible: {exc}"
             continue
         est[c.name] = built[c.name].estimate()
-    best = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
+    fastest = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
+    ties = [k for k, v in est.items() if isinstance(v, float) and v <= est[fastest] * (1 + TIME_TIE)]
+    memory = {k: estimate_resources(built[k]).server_memory_bytes for k in ties}
+    best = min(ties, key=lambda k: (memory[k], est[k]))
+    why = "" if best == fastest else (
+        f"{best} is within {TIME_TIE:.0%} of {fastest}'s time and needs less server memory "
+        f"(~{memory[best] / 1e9:.3g} GB against ~{memory[fastest] / 1e9:.3g} GB)")
     lay = built[best]
     lay.commit()
-    return lay, est
+    return lay, est, why
