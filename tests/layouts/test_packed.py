@@ -311,3 +311,20 @@ def test_batches_larger_than_one_group():
     assert y.shape == (20, 7)
     assert np.max(np.abs(y - ys)) < 2.0 ** -14 * max(1.0, np.max(np.abs(ys)))
     assert np.max(np.abs(ys - torch_out(model, x))) < 1e-4
+
+
+def test_auto_layout_breaks_a_time_tie_by_server_memory(monkeypatch):
+    """Two layouts whose time estimates lie within layouts.TIME_TIE: the one needing less server memory is taken
+    and the plan says why; with the tie band at zero the fastest estimate is taken as before."""
+    from hemlp import layouts
+    from hemlp.apps.bench.estimates import compile_case
+
+    cm = compile_case(dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16)[0]    # (A) and (P) within ~1 %
+    est = cm.plan.info["layout_estimates"]
+    assert abs(est["batch"] - est["packed"]) <= layouts.TIME_TIE * min(est["batch"], est["packed"])
+    assert cm.layout == "packed"
+    if est["batch"] < est["packed"]:
+        assert "less server memory" in str(cm.plan)
+    monkeypatch.setattr(layouts, "TIME_TIE", 0.0)
+    fastest = compile_case(dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16)[0]
+    assert fastest.layout == min(("batch", "packed"), key=est.get)
