@@ -392,6 +392,9 @@ def render() -> str:
         peers_core("peers_core_scalar.json", "CKKS core vs peers, scalar kernels",
                    "HEMLP_DISABLE_AVX512=1 scripts/bench_peers.py core --logn 14,15 --threads 1,2 --repeats 5 --rounds 2 "
                    "--json bench/peers_core_scalar.json"),
+        peers_core("peers_core_avx2.json", "CKKS core vs peers, hemlp's AVX2 kernels",
+                   "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE HEMLP_SIMD=avx2 .venv/bin/python scripts/bench_peers.py "
+                   "core --logn 14,15 --threads 1,2 --repeats 5 --rounds 2 --json bench/peers_core_avx2.json"),
         core("core_N14.json", f"{env} -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json"),
         peers_pcmm("peers_pcmm.json", "scripts/bench_peers.py pcmm --sizes 64,256 --json bench/peers_pcmm.json"),
         pcmm("pcmm_N14.json", "PCMM formats vs fp64 GEMM",

@@ -22,6 +22,7 @@ activation, the inputs outside the calibrated core and beyond the polynomial's d
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -113,15 +114,25 @@ def _degenerate(x: np.ndarray) -> bool:
 
 
 def agreement_bound(agree: int, n: int, confidence: float = CONFIDENCE) -> float:
-    """One-sided Clopper-Pearson lower bound on the agreement rate after `agree` agreements in `n` samples."""
+    """One-sided Clopper-Pearson lower bound on the agreement rate after `agree` agreements in `n` samples.
+
+    The binomial tail P(X >= agree | p) is summed in log space with numpy (exact up to float rounding for any n;
+    mpmath's incomplete beta failed to converge at n ~ 8 000)."""
+    agree, n = int(agree), int(n)
     if agree <= 0:
         return 0.0
-    import mpmath
+    k = np.arange(agree, n + 1, dtype=np.float64)
+    log_comb = math.lgamma(n + 1) - np.array([math.lgamma(x + 1) + math.lgamma(n - x + 1) for x in k])
+
+    def tail(p: float) -> float:                   # P(X >= agree | p), X ~ Binomial(n, p)
+        t = log_comb + k * math.log(p) + (n - k) * math.log1p(-p)
+        m = float(t.max())
+        return math.exp(m) * float(np.exp(t - m).sum())
 
     lo, hi = 0.0, 1.0
     for _ in range(50):                            # bisection on P(X >= agree | p) = 1 - confidence
         mid = (lo + hi) / 2
-        if mpmath.betainc(agree, n - agree + 1, 0, mid, regularized=True) > 1 - confidence:
+        if tail(mid) > 1 - confidence:
             hi = mid
         else:
             lo = mid

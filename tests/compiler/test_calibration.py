@@ -286,3 +286,29 @@ def test_cli_compile_needs_calibration_for_relu(tmp_path):
     p = cli("compile", tmp_path / "m.onnx", "--calibration", tmp_path / "bad.npy", "--insecure", "-o", tmp_path / "c")
     # the model's frontend sees the calibration's first sample: its error names the feature mismatch
     assert p.returncode != 0 and "expects 4 features, the input has 5" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_agreement_bound_is_clopper_pearson_at_any_sample_count():
+    """The lower bound equals the Clopper-Pearson bound from mpmath's regularised incomplete beta where that
+    converges (n = 100, 1 000), and stays finite and ordered at calibration sets of 8 000 and 60 000 samples, where
+    the incomplete beta failed to converge and compile() crashed."""
+    import mpmath
+
+    from hemlp.compiler.calibration import CONFIDENCE, agreement_bound
+
+    def reference(a, n):
+        lo, hi = 0.0, 1.0
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            if mpmath.betainc(a, n - a + 1, 0, mid, regularized=True) > 1 - CONFIDENCE:
+                hi = mid
+            else:
+                lo = mid
+        return lo
+
+    for a, n in ((95, 100), (990, 1000), (1000, 1000)):
+        assert abs(agreement_bound(a, n) - reference(a, n)) < 1e-9
+    big = [agreement_bound(a, 8000) for a in (7900, 7990, 8000)]
+    assert 0.98 < big[0] < big[1] < big[2] < 1.0 and big[1] < 7990 / 8000
+    assert 0.9999 < agreement_bound(60000, 60000) < 1.0
+    assert agreement_bound(0, 10) == 0.0
