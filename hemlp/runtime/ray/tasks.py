@@ -118,22 +118,23 @@ def bootstrap_task(phash: str, params: bytes, step, arr, metas, boot_digest, boo
 _REMOTE = {}
 
 
+def _remote(key: str, fn):
+    """fn as a Ray remote function of three returns on one CPU, made on first use (importing this module does not
+    need ray)."""
+    if key not in _REMOTE:
+        _REMOTE[key] = import_ray().remote(num_returns=3, max_retries=TASK_RETRIES, retry_exceptions=False,
+                                           num_cpus=1)(fn)
+    return _REMOTE[key]
+
+
 def bootstrap_remote():
-    """bootstrap_task as a Ray remote function (made on first use)."""
-    if "boot" not in _REMOTE:
-        ray = import_ray()
-        _REMOTE["boot"] = ray.remote(num_returns=3, max_retries=TASK_RETRIES, retry_exceptions=False,
-                                     num_cpus=1)(bootstrap_task)
-    return _REMOTE["boot"]
+    """bootstrap_task as a Ray remote function."""
+    return _remote("boot", bootstrap_task)
 
 
 def elementwise_remote():
-    """elementwise_task as a Ray remote function (made on first use: importing this module does not need ray)."""
-    if "ew" not in _REMOTE:
-        ray = import_ray()
-        _REMOTE["ew"] = ray.remote(num_returns=3, max_retries=TASK_RETRIES, retry_exceptions=False,
-                                   num_cpus=1)(elementwise_task)
-    return _REMOTE["ew"]
+    """elementwise_task as a Ray remote function."""
+    return _remote("ew", elementwise_task)
 
 
 def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> list:
