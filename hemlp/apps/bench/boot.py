@@ -193,9 +193,4 @@ def main(args) -> int:
     except HemlpError as e:  # typed errors carry their own fix in the message
         print(f"hemlp.bench boot: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    if busy:
-        payload["notes"].append(busy)
-    print_boot_table(payload)
-    if args.json:
-        report.save_json(args.json, "boot", payload, machine=machine)
-    return 0
+    return report.publish(payload, "boot", args.json, machine, busy, print_boot_table)

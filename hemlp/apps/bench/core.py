@@ -369,12 +369,7 @@ def main(args) -> int:
             print(f"hemlp.bench core: --simd {args.simd}: this CPU has {', '.join(have)}", file=sys.stderr)
             return 2
         payload = run_simd_paths(args, paths, log=lambda m: print(m, file=sys.stderr, flush=True))
-        if busy:
-            payload["notes"].append(busy)
-        print_simd_table(payload)
-        if args.json:
-            report.save_json(args.json, "core", payload, machine=machine)
-        return 0
+        return report.publish(payload, "core", args.json, machine, busy, print_simd_table)
     try:
         payload = run_core(args.preset, threads, args.repeats, seed=args.seed,
                            allow_insecure=args.allow_insecure,
@@ -387,9 +382,4 @@ def main(args) -> int:
                 print("(pass --allow-insecure for the test presets)", file=sys.stderr)
             return 2
         raise
-    if busy:
-        payload["notes"].append(busy)
-    print_core_table(payload)
-    if args.json:
-        report.save_json(args.json, "core", payload, machine=machine)
-    return 0
+    return report.publish(payload, "core", args.json, machine, busy, print_core_table)

@@ -118,9 +118,4 @@ def main(args) -> int:
     busy = report.busy_warning()
     payload = run(args.cases.split(","), args.modes.split(","), args.repeats, args.threads,
                   log=lambda m: print(m, file=sys.stderr, flush=True))
-    if busy:
-        payload["notes"].append(busy)
-    print_table(payload)
-    if args.json:
-        report.save_json(args.json, "lowering", payload, machine=machine)
-    return 0
+    return report.publish(payload, "lowering", args.json, machine, busy, print_table)

@@ -337,9 +337,4 @@ def main(args) -> int:
     except HemlpError as e:
         print(f"hemlp.bench mambo: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    if busy:
-        payload["notes"].append(busy)
-    print_table(payload)
-    if args.json:
-        report.save_json(args.json, "mambo", payload, machine=machine)
-    return 0
+    return report.publish(payload, "mambo", args.json, machine, busy, print_table)

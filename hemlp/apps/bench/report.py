@@ -184,6 +184,17 @@ def write_json(path, subcommand: str, payload: dict, machine: dict | None = None
     return doc
 
 
+def publish(payload: dict, subcommand: str, json_path, machine: dict | None, busy: str | None, print_table) -> int:
+    """The end of a bench run: the busy-machine warning among the payload's notes, the table, the JSON (when a
+    path was given); returns the exit status 0."""
+    if busy:
+        payload["notes"].append(busy)
+    print_table(payload)
+    if json_path:
+        save_json(json_path, subcommand, payload, machine=machine)
+    return 0
+
+
 def save_json(path, subcommand: str, payload: dict, machine: dict | None = None) -> dict:
     """write_json, then say where the file went (nothing extra when the JSON itself goes to stdout)."""
     doc = write_json(path, subcommand, payload, machine)
