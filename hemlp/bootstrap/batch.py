@@ -29,6 +29,7 @@ import numpy as np
 from hemlp import _core
 from hemlp.he.lintrans import LinearTransform
 from hemlp.he import dft
+from hemlp.bootstrap.bootstrapper import check_input
 from hemlp.bootstrap.evalmod import EvalModParams, eval_mod
 from hemlp.bootstrap.keys import dft_plans
 from hemlp.bootstrap.modraise import scale_down
@@ -232,17 +233,9 @@ class BatchBootstrapper:
         if len(cts) != self.k:
             raise ShapeError(f"these batch keys refresh exactly k = {self.k} ciphertexts at once; got {len(cts)}. "
                              f"Pad the batch (e.g. with a copy of a ciphertext) or make keys for k = {len(cts)}")
-        R = self.params.log_message_ratio
         for i, ct in enumerate(cts):
-            what = f"ciphertext {i}"
-            self.ctx.unwrap(ct, Ciphertext, what)
-            if ct.encoding != "slot" or ct.slots != self.n:
-                raise ShapeError(f"batched bootstrapping refreshes slot-encoded ciphertexts with {self.n} slots; the "
-                                 f"{what} has {ct.encoding} encoding with {ct.slots} slots")
-            if ct.size != 2:
-                raise ShapeError(f"the {what} has {ct.size} polynomials: relinearise it first")
-            if ct.level == 0 and ct.scale * 2.0 ** R > self.q0:
-                raise ScaleMismatchError(f"the {what} is at level 0 with scale 2^{math.log2(ct.scale):.1f} > q0/2^{R}")
+            check_input(self.ctx, ct, self.n, self.q0, self.params.log_message_ratio, f"ciphertext {i}",
+                        "batched bootstrapping")
         ref = cts[0]
         for i, ct in enumerate(cts[1:], 1):
             if ct.level != ref.level:

@@ -65,6 +65,23 @@ def max_coefficient(z) -> float:
     return float(np.max(np.abs(slot_coefficients(z))))
 
 
+def check_input(ctx: Context, ct: Ciphertext, slots: int, q0: int, log_message_ratio: int, what: str,
+                who: str) -> None:
+    """What every bootstrapping pipeline (single, batched, MaMBo) asks of an input ciphertext: this context's,
+    slot-encoded with `slots` slots, two polynomials, and at level 0 a scale that leaves q0 / 2^log_message_ratio of
+    room for the message."""
+    ctx.unwrap(ct, Ciphertext, what)
+    if ct.encoding != "slot" or ct.slots != slots:
+        raise ShapeError(f"{who} refreshes slot-encoded ciphertexts with {slots} slots; the {what} "
+                         f"has {ct.encoding} encoding with {ct.slots} slots")
+    if ct.size != 2:
+        raise ShapeError(f"the {what} has {ct.size} polynomials: relinearise it first")
+    R = log_message_ratio
+    if ct.level == 0 and ct.scale * 2.0 ** R > q0:
+        raise ScaleMismatchError(f"the {what} is at level 0 with scale 2^{math.log2(ct.scale):.1f} > q0/2^{R}: "
+                                 "bootstrap it from level >= 1 (or at a smaller scale)")
+
+
 class Bootstrapper:
     """Refreshes ciphertexts of one context with one key set (see the module doc)."""
 
@@ -120,16 +137,7 @@ class Bootstrapper:
 
     # ---- the pipeline
     def _check(self, ct: Ciphertext, what: str = "ciphertext") -> None:
-        self.ctx.unwrap(ct, Ciphertext, what)
-        if ct.encoding != "slot" or ct.slots != self.n:
-            raise ShapeError(f"this bootstrapper refreshes slot-encoded ciphertexts with {self.n} slots; the {what} "
-                             f"has {ct.encoding} encoding with {ct.slots} slots")
-        if ct.size != 2:
-            raise ShapeError(f"the {what} has {ct.size} polynomials: relinearise it first")
-        R = self.params.log_message_ratio
-        if ct.level == 0 and ct.scale * 2.0 ** R > self.q0:
-            raise ScaleMismatchError(f"the {what} is at level 0 with scale 2^{math.log2(ct.scale):.1f} > q0/2^{R}: "
-                                     "bootstrap it from level >= 1 (or at a smaller scale)")
+        check_input(self.ctx, ct, self.n, self.q0, self.params.log_message_ratio, what, "this bootstrapper")
 
     def _refresh(self, ct: Ciphertext, out_scale: float, is_complex: bool) -> Ciphertext:
         ctx, p, keys = self.ctx, self.params, self.keys
