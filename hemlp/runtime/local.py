@@ -293,8 +293,14 @@ def bootstrap_units(cts) -> list[tuple]:
 def bootstrap_unit(ctx, boot, cts: list, step) -> list:
     """One unit of bootstrap_units (one or two ciphertexts, already re-tagged x c by bootstrap_retag): refreshed,
     multiplied back by c exactly (mul_integer) and dropped to the step's planned level."""
+    return bootstrap_restore(ctx, list(boot.bootstrap_pair(*cts)) if len(cts) == 2 else [boot.bootstrap(cts[0])],
+                             step)
+
+
+def bootstrap_restore(ctx, out: list, step) -> list:
+    """Refreshed ciphertexts of the bootstrap step multiplied back by c = step.info["scale_factor"] exactly
+    (mul_integer) and dropped to the step's planned level."""
     c = int(step.info["scale_factor"])
-    out = list(boot.bootstrap_pair(*cts)) if len(cts) == 2 else [boot.bootstrap(cts[0])]
     if c != 1:
         out = [ctx.mul_integer(ct, c) for ct in out]
     return [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
@@ -313,11 +319,7 @@ def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
     _check_boot_kind(boot, step)
     cts = bootstrap_retag(ctx, C.cts, step)
     if step.info.get("order") == "s2c_first":
-        c = int(step.info["scale_factor"])
-        out = boot.bootstrap_batch(cts, pair=not any(ct.is_complex for ct in cts))
-        if c != 1:
-            out = [ctx.mul_integer(ct, c) for ct in out]
-        out = [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
+        out = bootstrap_restore(ctx, boot.bootstrap_batch(cts, pair=not any(ct.is_complex for ct in cts)), step)
         return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
     out = [None] * len(cts)
     for u in bootstrap_units(cts):
