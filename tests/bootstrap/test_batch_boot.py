@@ -221,9 +221,11 @@ def test_batched_coeff_to_slot_equals_single(n12):
         want_single = ctx.decrypt(want_ct, sk)
         x = slot_coefficients(z)
         w = (x[:n] + 1j * x[n:])[rev] * bb.cts_factor       # R·U^-1·z, last level scaled
-        # measured: batched 27.9 bits, single 27.9, between them 27.8 (absolute, scale 2^40, values ≈ 2^-11)
+        # measured over 48 fresh encryptions: batched 27.2–28.1 bits, single 27.9–28.2, between them 27.3–27.8
+        # (absolute, scale 2^40, values ≈ 2^-11); batched may trail single by up to 0.6 bits (a max over 2048 slots
+        # of independent noise), so 1.0 bit of slack, not 0.5 (which CI once broke at 0.68)
         assert bits(got[j], w) >= 26.5
-        assert bits(got[j], w) >= bits(want_single, w) - 0.5
+        assert bits(got[j], w) >= bits(want_single, w) - 1.0
         assert bits(got[j], want_single) >= 26.5
     # the a-dependent work is shared: per level, one ModUp for the baby steps plus one per giant step, for any k;
     # k + 1 inner products per rotation
