@@ -82,7 +82,7 @@ def test_pcmm_bootstrap_equals_pcmm_then_bootstrap(env, d1):
         d = ctx.decrypt(y, sk)
         assert bits(d, want[r]) >= 18, (r, bits(d, want[r]))
         ref = c * ctx.decrypt(single.bootstrap(sep.cts[r]), sk)
-        assert bits(ref, want[r]) >= 17          # the conventional path: measured 17.7-19
+        assert bits(ref, want[r]) >= 16.5        # the conventional path: measured 17.66-19.9 over 56 fresh encryptions
         assert bits(d, ref) >= 16.5
 
 
