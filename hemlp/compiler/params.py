@@ -17,6 +17,7 @@ import numpy as np
 from hemlp.errors import LevelError, ParameterError
 
 TEST_PRESETS = ("test-N12", "test-N12-d6")
+BY_NAME_ONLY = ("N14-pcmm",)
 
 
 def step_cost(step) -> int:
@@ -91,8 +92,10 @@ def candidates(allow_insecure: bool) -> list[dict]:
     from hemlp.fhe import Params
 
     ps = Params.presets()
-    # *-flood presets (2^55 scales for noise-flooded decryption) are chosen by name only, never by depth
-    secure = sorted((p for p in ps if p["security"] == "128-bit" and not p["name"].endswith("-flood")),
+    # *-flood presets (2^55 scales for noise-flooded decryption) and N14-pcmm (2^25 scales, small primes for fast
+    # PCMMs) trade precision for something else: chosen by name only, never by depth
+    secure = sorted((p for p in ps if p["security"] == "128-bit" and p["name"] not in BY_NAME_ONLY
+                     and not p["name"].endswith("-flood")),
                     key=lambda p: (p["N"], p["depth"]))
     tests = [p for name in TEST_PRESETS for p in ps if p["name"] == name] if allow_insecure else []
     return tests + secure
