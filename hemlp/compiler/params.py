@@ -4,7 +4,8 @@ Costs: PCMM 1 level (its rescale), square 1, polynomial of degree d ceil(log2(d 
 residual add 0 when the branches are at different levels (the higher one is brought to the other's
 scale with one set_scale inside its spare level) and 1 otherwise.
 
-``choose_preset`` picks the smallest 128-bit preset of ``fhe.Params.presets()`` whose depth fits
+``choose_preset`` picks the smallest 128-bit preset of ``fhe.Params.presets()`` whose depth fits, except the
+ones that trade precision for something else (*-flood, N14-pcmm: by name only)
 (with allow_insecure=True the test presets test-N12 then test-N12-d6 are tried first) and raises
 LevelError naming the missing level count when none does.
 """
