@@ -17,9 +17,11 @@ alpha = 3).  OpenFHE: FIXEDMANUAL, HYBRID, NumLargeDigits = ceil((L+1)/alpha), H
 (HEStd_NotSet only if the exact ring dimension is refused; reported).  TenSEAL/SEAL: the same
 Q chain plus SEAL's single special prime (<= 60 bits), i.e. dnum = L+1; reported.
 
-Every benchmark subprocess runs without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE; OpenFHE's threads
-are set with OMP_NUM_THREADS, TenSEAL's with its context ``n_threads``, hemlp's with
-``hemlp.set_num_threads``.
+Every benchmark subprocess runs without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE and with the same
+OpenMP wait policy (OMP_WAIT_POLICY, default PASSIVE as hemlp's CLI sets it: threads spinning at
+barriers made every 2-thread op 2-5x slower than 1 thread whenever another process used a core,
+e.g. one round of bench/peers_core_avx2.json's N = 2^15 run); OpenFHE's threads are set with
+OMP_NUM_THREADS, TenSEAL's with its context ``n_threads``, hemlp's with ``hemlp.set_num_threads``.
 """
 from __future__ import annotations
 
@@ -486,7 +488,7 @@ def cmd_core(a) -> int:
             print(f"  N=2^{tg['logn']} {tg['threads']}t  {tg['op']:<12} vs {PEER_LABEL[tg['peer']]:<8} "
                   f"{what:>10}  {bound:<8}  {tg['status']}")
     payload = {"configs": {str(k): CONFIGS[k] for k in lognlist}, "repeats": a.repeats,
-               "rounds": a.rounds,
+               "rounds": a.rounds, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                "seed": a.seed, "peers": names, "runs": runs, "targets": all_targets,
                "load_average_after": report.load_average(), "warnings": [busy] if busy else []}
     if busy:
@@ -741,6 +743,7 @@ def main(argv=None) -> int:
     bo.add_argument("--insecure", action="store_true",
                     help="smoke test at a small N: hemlp's insecure test chain and OpenFHE's HEStd_NotSet")
     a = ap.parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # every peer's subprocess inherits it (report.benchmark_env)
     if a.cmd == "boot":
         return cmd_boot(a)
     if a.cmd == "core":

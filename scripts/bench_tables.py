@@ -106,6 +106,8 @@ def pcmm(name: str, title: str, command: str) -> str:
     for r in d["results"]:
         # fresh-ciphertext rows name their path (fresh-top, compiled, compiled-L0) and level
         fmt = f"{r['format']}, {r['path']}" if r.get("path") else r["format"]
+        if r.get("preset"):  # a run of several presets side by side
+            fmt = f"{r['preset']}: {fmt}"
         if r.get("level") is not None:
             fmt += f" (L{r['level']}{', not rescaled' if r.get('rescale') is False or r.get('path') == 'compiled-L0' else ''}" \
                    f"{', ' + str(r['weight_bits']) + '-bit weights' if r.get('weight_bits') else ''})"
@@ -399,6 +401,9 @@ def render() -> str:
         peers_pcmm("peers_pcmm.json", "scripts/bench_peers.py pcmm --sizes 64,256 --json bench/peers_pcmm.json"),
         pcmm("pcmm_N14.json", "PCMM formats vs fp64 GEMM",
              f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256 --json bench/pcmm_N14.json"),
+        pcmm("pcmm_small_primes_N14.json", "PCMM on small primes (N14-pcmm) beside N14-d6",
+             f"{env} -m hemlp.bench pcmm --preset N14-d6,N14-pcmm --sizes 256 --d3 N/2 --fresh 256 --repeats 5 "
+             "--json bench/pcmm_small_primes_N14.json"),
         pcmm("pcmm_4096_N14.json", "PCMM formats vs fp64 GEMM, 4096 rows",
              f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 4096 --d3 N/2,N --threads 1 --json bench/pcmm_4096_N14.json"),
         pcmm("pcmm_hs_N14.json", "PCMM vs the rotation baseline (Halevi–Shoup, BSGS + hoisting)",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "ckks/errors.h"
 #include "ckks/keygen.h"
@@ -245,15 +246,12 @@ void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]) 
   for (int job = 0; job < 2 * l; ++job) {
     const int j = job / l, i = job % l;
     const u64 qi = ctx.modulus(i).q, pm = ctx.p_mod_q(i), pmp = ring::shoup_precompute(pm, qi);
-    u64* __restrict r = out[j]->data() + (size_t)i * n;
-    const u64* __restrict y = wl.data() + (size_t)j * n;
-    const Modulus& mi = ctx.modulus(i);
-    const u64 half = ql.q >> 1, ql_mod = ql.q % qi;
-    for (size_t x = 0; x < n; ++x) {  // centred residue of y mod q_i without a division
-      u64 v = mi.reduce128(y[x]);
-      if (y[x] > half) v = ring::sub_mod(v, ql_mod, qi);
-      r[x] = ring::add_mod(r[x], ring::mul_shoup(v, pm, pmp, qi), qi);
-    }
+    u64* r = out[j]->data() + (size_t)i * n;
+    // r += P * (centred residue of y mod q_i), with the vector kernels of the active SIMD path
+    thread_local std::vector<u64> lift;
+    lift.resize(n);
+    ring::centred_lift_vec(wl.data() + (size_t)j * n, ql.q, qi, lift.data(), n);
+    ring::add_mul_shoup_vec(r, lift.data(), pm, pmp, qi, r, n);
     ctx.ntt(i).forward(r);
     ring::sub_mul_shoup_vec(u[j]->data() + (size_t)i * n, r, inv[i], invp[i], qi, nullptr, r, n);
   }

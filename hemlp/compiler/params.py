@@ -4,7 +4,8 @@ Costs: PCMM 1 level (its rescale), square 1, polynomial of degree d ceil(log2(d 
 residual add 0 when the branches are at different levels (the higher one is brought to the other's
 scale with one set_scale inside its spare level) and 1 otherwise.
 
-``choose_preset`` picks the smallest 128-bit preset of ``fhe.Params.presets()`` whose depth fits
+``choose_preset`` picks the smallest 128-bit preset of ``fhe.Params.presets()`` whose depth fits, except the
+ones that trade precision for something else (*-flood, N14-pcmm: by name only)
 (with allow_insecure=True the test presets test-N12 then test-N12-d6 are tried first) and raises
 LevelError naming the missing level count when none does.
 """
@@ -17,6 +18,7 @@ import numpy as np
 from hemlp.errors import LevelError, ParameterError
 
 TEST_PRESETS = ("test-N12", "test-N12-d6")
+BY_NAME_ONLY = ("N14-pcmm",)
 
 
 def step_cost(step) -> int:
@@ -91,8 +93,10 @@ def candidates(allow_insecure: bool) -> list[dict]:
     from hemlp.fhe import Params
 
     ps = Params.presets()
-    # *-flood presets (2^55 scales for noise-flooded decryption) are chosen by name only, never by depth
-    secure = sorted((p for p in ps if p["security"] == "128-bit" and not p["name"].endswith("-flood")),
+    # *-flood presets (2^55 scales for noise-flooded decryption) and N14-pcmm (2^25 scales, small primes for fast
+    # PCMMs) trade precision for something else: chosen by name only, never by depth
+    secure = sorted((p for p in ps if p["security"] == "128-bit" and p["name"] not in BY_NAME_ONLY
+                     and not p["name"].endswith("-flood")),
                     key=lambda p: (p["N"], p["depth"]))
     tests = [p for name in TEST_PRESETS for p in ps if p["name"] == name] if allow_insecure else []
     return tests + secure

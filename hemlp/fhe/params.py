@@ -95,6 +95,14 @@ _PRESETS = {
     # ~20 bits per slot (log2 Δ >= p + ½log2(12τ) + s/2 + log2 t + ½log2 n); 4 levels fit 438 bits at N = 2^14
     "N14-flood": _Preset(14, (60,) + (55,) * 4, (60, 60), 2, 55,
                          "leveled, depth 4 at 2^55 scales: noise-flooded decryption (LMSS, s = 30) keeps ~20 bits"),
+    # #20: every prime <= 33 bits, so an exact PCMM GEMM takes one digit per limb and part (12-bit weights, 256-row
+    # blocks: 2^8 * 2^12 * 2^32 < 2^53) where N14-d6's 60- and 41-bit primes take two: half the GEMM passes. The
+    # price is the 2^25 scale (q_0 ~ 2^32 keeps 7 bits above it): every error relative to the scale, the decryption
+    # noise first, is 2^15 larger than at 2^40 (bench/pcmm_small_primes_N14.json: a compiled 256x256 PCMM keeps
+    # ~4.6 bits against N14-d6's ~9.2). Chosen by name only (hemlp.compiler.params.BY_NAME_ONLY).
+    "N14-pcmm": _Preset(14, (32,) + (25,) * 10, (60, 60), 2, 25,
+                        "leveled, depth 10 at 2^25 scales, every prime <= 33 bits: half the GEMM passes of N14-d6 in "
+                        "a PCMM, ~15 bits less precision per value (fast, coarse PCMM networks)"),
     "test-N12": _Preset(12, (50, 40, 40, 40), (51, 51), 2, 40, "INSECURE test set T: fast tests, beta = 2 digits"),
     "test-N12-d6": _Preset(12, (60,) + (40,) * 6, (60, 60), 2, 40, "INSECURE N14-d6 chain at N=2^12: fast model tests"),
     "test-N12-d18": _Preset(12, (60,) + (40,) * 18, (60, 60), 2, 40,

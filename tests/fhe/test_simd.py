@@ -33,6 +33,7 @@ GEMM_CASES = [
     (5, 37, 70, 61, 8, {}),                      # one K-block, recombination only
     (7, 64, 33, 50, 12, {"w": 3, "u": 2, "kb": 5}),   # many K-blocks: int64 accumulation
     (3, 1100, 9, 40, 33, {"w": 20}),             # kb = 1: > 511 blocks, the int64 fold
+    (4, 256, 40, 33, 12, {}),                    # a 33-bit prime in one digit (N14-pcmm): 2^8 2^12 2^32 < 2^53
 ]
 
 CHILD = r"""
@@ -138,6 +139,8 @@ def test_every_simd_path_is_bit_identical_to_scalar(tmp_path, t12):
         U[0, : min(d2, 3)] = [-(1 << bU), 1 << bU, -1][: min(d2, 3)]
         X = rng.integers(0, q, size=(d2, n), dtype=np.uint64)
         X[0, :2] = [q - 1, 0]
+        if d2 == 256:  # the one-digit case at its exactness edge: 256 maximal products of one sign
+            U[1], X[:, 2] = 1 << bU, q // 2
         gemm.update({f"U{i}": U, f"X{i}": X})
         gemm["qs"].append(q)
         gemm["bUs"].append(bU)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from hemlp.apps.bench import subcommands
@@ -24,6 +25,9 @@ def _top_parser(subs: dict[str, str]) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    # Sleeping OpenMP waiters, as hemlp's CLI and `make bench` choose (hemlp.apps.cli.main): spinning ones made 2-thread
+    # ops 2-5x slower than 1 thread whenever another process used a core. Before the native core loads; overridable.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     argv = list(sys.argv[1:] if argv is None else argv)
     subs = subcommands()
     top = _top_parser(subs)

@@ -1,6 +1,6 @@
 """PCMM (plaintext x encrypted matrix) as exact modular GEMMs vs float64 GEMM and rotations.
 
-    python -m hemlp.bench pcmm [--preset N14-d6] [--level 1] [--sizes 256,1024] [--threads 1,2] --json PATH
+    python -m hemlp.bench pcmm [--preset N14-d6[,N14-pcmm]] [--level 1] [--sizes 256,1024] [--threads 1,2] --json PATH
 
 For d1 = d2 = d and d3 in {N/2 (slots), N, 4N}, times one PCMM per format at the given level
 (the lowest level a rescaled PCMM can run at is 1; --level 0 --no-rescale times the unrescaled products of
@@ -38,7 +38,7 @@ HELP = "PCMM formats vs float64 GEMM (and the rotation baseline)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--preset", default="N14-d6")
+    p.add_argument("--preset", default="N14-d6", help="a preset, or a comma list run side by side (rows name it)")
     p.add_argument("--allow-insecure", action="store_true")
     p.add_argument("--level", type=int, default=1)
     p.add_argument("--sizes", default="256,1024", help="comma list of d1 = d2 (4096 is heavy: ~10 GB)")
@@ -87,9 +87,6 @@ def _tile_rows(cts_by_row, d2):
 
 
 def main(args) -> int:
-    import hemlp
-    from hemlp import fhe, pcmm
-
     try:
         import threadpoolctl  # noqa: F401
     except ImportError:
@@ -99,7 +96,30 @@ def main(args) -> int:
     warn = report.busy_warning()
     if warn:
         print("warning:", warn)
-    ctx = fhe.Context(fhe.Params.preset(args.preset), allow_insecure=args.allow_insecure)
+    presets = [p.strip() for p in args.preset.split(",") if p.strip()]
+    results, rows = [], []
+    for preset in presets:  # several presets: side by side in one run, each row naming its preset
+        res, rws = _run_preset(preset, args)
+        if len(presets) > 1:
+            for r in res:
+                r["preset"] = preset
+            rws = [[f"{r[0]} [{preset}]"] + r[1:] for r in rws]
+        results += res
+        rows += rws
+    report.table(["shape", "format", "thr", "PCMM", "fp64 GEMM", "ratio", "bits"], rows,
+                 title=f"PCMM at level {args.level} ({args.preset}, weights {args.weight_bits} bits)")
+    if args.json:
+        report.write_json(args.json, "pcmm", {"preset": args.preset, "results": results,
+                                              "notes": [warn] if warn else []})
+    return 0
+
+
+def _run_preset(preset: str, args) -> tuple[list, list]:
+    """Every row of the benchmark for one preset: (results, table rows)."""
+    import hemlp
+    from hemlp import fhe, pcmm
+
+    ctx = fhe.Context(fhe.Params.preset(preset), allow_insecure=args.allow_insecure)
     sk, pk = ctx.keygen()
     N, slots, level = ctx.N, ctx.slots, args.level
     rng = np.random.default_rng(0)
@@ -174,7 +194,7 @@ def main(args) -> int:
                                  report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]),
                                  report.fmt_bits(rec["bits"])])
     for d in [int(v) for v in args.fresh.split(",") if v.strip()]:
-        results_f, rows_f = _fresh_rows(ctx, sk, d, threads, args, rng)
+        results_f, rows_f = _fresh_rows(ctx, sk, d, threads, args, rng, preset)
         results += results_f
         rows += rows_f
     if args.baseline:
@@ -202,14 +222,10 @@ def main(args) -> int:
                 rows.append([f"{d}x{d} @ {d}xN/2", "HS diagonals", th,
                              f"{report.fmt_seconds(total)} ({packs} x {report.fmt_seconds(m['median_s'])})",
                              report.fmt_seconds(t_gemm), report.fmt_ratio(rec["ratio"]), report.fmt_bits(rec["bits"])])
-    report.table(["shape", "format", "thr", "PCMM", "fp64 GEMM", "ratio", "bits"], rows,
-                 title=f"PCMM at level {level} ({args.preset}, N=2^{ctx.params.log_n}, weights {args.weight_bits} bits)")
-    if args.json:
-        report.write_json(args.json, "pcmm", {"preset": args.preset, "results": results})
-    return 0
+    return results, rows
 
 
-def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
+def _fresh_rows(ctx, sk, d: int, threads: list, args, rng, preset: str) -> tuple[list, list]:
     """d x d @ Enc(d x N/2) from a fresh ciphertext: at the top level as encrypt_matrix makes it, and through the
     compiler (the client encrypts at the planned level; final_rescale True and False)."""
     import warnings
@@ -232,7 +248,7 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng) -> tuple[list, list]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cm = hemlp.compile(layer, X, batch_size=slots, preset=args.preset, layout="batch",
+                cm = hemlp.compile(layer, X, batch_size=slots, preset=preset, layout="batch",
                                    weight_bits=args.weight_bits, final_rescale=fr, allow_insecure=args.allow_insecure)
         except LevelError as exc:  # q_0 too small for the unrescaled output at >= 6 weight bits: recorded
             results.append(dict(d=d, d3=slots, d3_label="N/2", format="rlwe", path=name, fresh=True, skipped=str(exc)))

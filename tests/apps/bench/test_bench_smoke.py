@@ -24,8 +24,9 @@ def _env():
     return env
 
 
-def _run(args, timeout=600):
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=_env(), capture_output=True,
+def _run(args, timeout=600, drop=()):
+    env = {k: v for k, v in _env().items() if k not in drop}
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -72,10 +73,11 @@ def test_report_json_envelope(tmp_path):
 def test_core_smoke(tmp_path):
     out = tmp_path / "core.json"
     r = _run(["-m", "hemlp.bench", "core", "--preset", "test-N12", "--repeats", "1",
-              "--threads", "1", "--json", str(out), "--allow-insecure"])
+              "--threads", "1", "--json", str(out), "--allow-insecure"], drop=("OMP_WAIT_POLICY",))
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     doc = json.loads(out.read_text())
     assert doc["subcommand"] == "core"
+    assert doc["machine"]["env"]["OMP_WAIT_POLICY"] == "PASSIVE"  # the benchmarks' default, as the CLI's
     assert doc["machine"]["cpu"]["model"]
     (res,) = doc["results"]
     assert res["threads"] == 1
