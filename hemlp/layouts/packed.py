@@ -39,12 +39,16 @@ from typing import Optional
 
 import numpy as np
 
+from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
 from hemlp.compiler.lower import dense_matrix
+from hemlp.he.reinterpret import retag
+from hemlp.layouts import batch_bootstrap
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.layouts import encode_seconds, estimate_packed
-from hemlp.runtime.local import ElementwiseOp, add_aligned, cached_elementwise, range_check
+from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
+from hemlp.runtime.local import ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise, range_check
 
 __all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2"]
 
@@ -203,7 +207,7 @@ class PackedProgram:
                     raise UnsupportedError(f"layout (P): the {what} {s.out} joins tensors in different layouts "
                                            f"({La.describe()} and {Lb.describe()}); use layout='batch'")
                 self.steps.append(PackedStep(s.op, s.out, list(s.inputs), La, s))
-            elif s.op in ("alias", "output"):
+            elif s.op in ("alias", "output", "drop", "bootstrap"):   # drop / bootstrap: placed by the planner
                 self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
             elif s.op in ("matmul", "perm"):
                 what = "ciphertext x ciphertext matrix product" if s.op == "matmul" else "row permutation (transpose)"
@@ -214,6 +218,18 @@ class PackedProgram:
             lay[s.out] = self.steps[-1].layout
         self.input = self.steps[0]
         self.output = self.steps[-1]
+        periods = [self.slot_period(t.layout) for t in self.steps if t.op == "bootstrap"]
+        #: the bootstrapper's slot count: every refreshed value repeats with it (None: no bootstrap)
+        self.boot_slots = max(2, max(periods)) if periods else None
+
+    def slot_period(self, L: PackedLayout) -> int:
+        """The smallest power-of-two n such that the slots of a value in layout L repeat every n slots (b
+        interleaved samples: a per-sample period p is p*b slots)."""
+        idx = L.index(self.S1)
+        p = 1
+        while p < self.S1 and not np.array_equal(idx, idx[:, np.arange(self.S1) % p]):
+            p *= 2
+        return p * self.b
 
     def _matvec(self, s, Lin: PackedLayout) -> PackedStep:
         W = dense_matrix(s, Lin.features)
@@ -329,6 +345,10 @@ class PackedProgram:
     # ------------------------------------------------------------------ plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:
         """The same slot program on numpy slot vectors; X: (B, F_in) -> (B, F_out)."""
+        return self.unpack(np.stack(self.values(X)[self.output.out]), X.shape[0])
+
+    def values(self, X: np.ndarray) -> dict:
+        """Every step's slot vectors (a list of the layout's K vectors of `slots` values) for X (B <= b samples)."""
         vals = {}
         for s in self.steps:
             if s.op == "input":
@@ -349,10 +369,12 @@ class PackedProgram:
                 y = [u + v for u, v in zip(x, vals[s.inputs[1]])]
             elif s.op == "mul":
                 y = [u * v for u, v in zip(x, vals[s.inputs[1]])]
+            elif s.op == "bootstrap":
+                y = simulate_packed_bootstrap(s.src, x, self.boot_slots)
             else:
                 y = x
             vals[s.out] = y
-        return self.unpack(np.stack(vals[self.output.out]), X.shape[0])
+        return vals
 
     def _matvec_plain(self, s: PackedStep, x: list) -> np.ndarray:
         b = self.b
@@ -452,8 +474,26 @@ class PackedRunner:
         fn = cached_elementwise(self._pe, ctx, ElementwiseOp.from_step(s.src), relin_key)
         return [fn(0, ct) for ct in x]
 
-    def run(self, cts: list, relin_key, galois_keys, timings: dict | None = None) -> list:
-        """Input ciphertexts (the input layout's K) -> output ciphertext list."""
+    def _bootstrap(self, s, x: list, boot) -> list:
+        """The bootstrap step: every ciphertext divided by c (a re-tag of the scale) and read with the program's
+        boot_slots slots (its slots repeat with that period), refreshed (two real ones per bootstrap_pair), multiplied
+        back by c exactly, dropped to the planned level and read with all slots again."""
+        if boot is None:
+            raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
+                                  "eval_keys)")
+        ctx, n = self.ctx, self.prog.boot_slots
+        c = int(s.src.info["scale_factor"])
+        cts = [retag(ctx, ct, scale=ct.scale * c, slots=n) if (c != 1 or n != ct.slots) else ct for ct in x]
+        out = [None] * len(cts)
+        for u in bootstrap_units(cts):
+            res = boot.bootstrap_pair(*(cts[i] for i in u)) if len(u) == 2 else [boot.bootstrap(cts[u[0]])]
+            for i, ct in zip(u, bootstrap_restore(ctx, list(res), s.src)):
+                out[i] = retag(ctx, ct, slots=ctx.slots) if n != ctx.slots else ct
+        return out
+
+    def run(self, cts: list, relin_key, galois_keys, timings: dict | None = None, boot=None) -> list:
+        """Input ciphertexts (the input layout's K) -> output ciphertext list. boot: the Bootstrapper of a program
+        with bootstrap steps."""
         ctx = self.ctx
         if self.prog.rotations() and galois_keys is None:
             raise MissingKeyError("layout (P) needs the rotation keys of this model: use keygen()'s eval_keys")
@@ -475,6 +515,10 @@ class PackedRunner:
                 A = CtMatrix(ctx, x, (len(x), ctx.slots), 1)
                 B = CtMatrix(ctx, vals[s.inputs[1]], (len(x), ctx.slots), 1)
                 y = add_aligned(ctx, A, B, s.src.level_out).cts
+            elif s.op == "drop":
+                y = [ctx.drop_level(c, s.src.level_out) for c in x]
+            elif s.op == "bootstrap":
+                y = self._bootstrap(s, x, boot)
             elif s.op == "mul":
                 if relin_key is None:
                     raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
@@ -496,33 +540,62 @@ class Packed(Layout):
     """Layout (P): the features of b samples in the slots of one ciphertext (BSGS diagonal products)."""
 
     name, label = "packed", "(P)"
+    _boot = None        # (keys, Bootstrapper) of the last bootstrapped run
 
     def build_program(self) -> PackedProgram:
         return PackedProgram(self.steps, self.params.N // 2, self.batch_size)
 
+    @property
+    def bootstrapped(self) -> bool:
+        """True when the planner placed bootstraps in the program (compile(..., bootstrap=True))."""
+        return bool(batch_bootstrap.bootstrap_steps(self.steps))
+
+    def _boot_summary(self):
+        return batch_bootstrap.summary(self.steps, self.params, self.batch_size,
+                                       layer_seconds=estimate_packed(self.program, self.steps, self.params))
+
     def estimate(self) -> float:
-        return estimate_packed(self.program, self.steps, self.params)
+        b = self._boot_summary()
+        return estimate_packed(self.program, self.steps, self.params) + (0.0 if b is None else b["boot_seconds"])
 
     def plan_info(self) -> dict:
         prog = self.program
-        return dict(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
+        info = dict(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
+        b = self._boot_summary()
+        if b is not None:
+            b["boot_slots"] = prog.boot_slots
+            info["bootstrap"] = b
+        return info
 
     @staticmethod
     def plan_header(info: dict) -> list[str]:
         return list(info["packed"]) + ["eval keys: " + ("relinearisation key + " if info["needs_relin"] else "")
-                                       + f"{info['rotation_keys']} rotation keys"]
+                                       + f"{info['rotation_keys']} rotation keys"
+                                       + (" + bootstrapping keys" if info.get("bootstrap") else "")]
 
     @staticmethod
     def finish_plan_text(text: str, info: dict) -> str:   # the same layers, executed as slot diagonal products
-        return text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
+        text = text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
+        b = info.get("bootstrap")
+        if b:
+            text += "\n" + batch_bootstrap.summary_text(b)
+            text += (f"\n#   layout (P): each bootstrap refreshes the packed ciphertext with {b['boot_slots']} slots "
+                     "(its slots repeat with that period: a sparse bootstrap)")
+        return text
 
     def key_levels(self) -> dict:
         return dict(relin=self.relin_level(), rotation=self.program.rotation_level())
+
+    def boot_params(self, ctx) -> BootParams:
+        """The bootstrapping parameters of the program: the preset's, with the program's slot count."""
+        return BootParams.for_context(ctx, slots=self.program.boot_slots)
 
     def keygen(self, ctx, sk) -> tuple:
         rlk, _, _ = super().keygen(ctx, sk)
         rots = self.program.rotations()
         gk = ctx.rotation_keys(sk, rots, level=self.key_levels()["rotation"]) if rots else None
+        if self.bootstrapped:
+            return rlk, gk, None, BootstrapKeys.generate(ctx, sk, self.boot_params(ctx))
         return rlk, gk, None
 
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
@@ -533,6 +606,14 @@ class Packed(Layout):
             raise MissingKeyError("layout (P) needs this model's rotation keys; use keygen()'s eval_keys")
         if gk is not None and gk.key_id != ct.key_id:
             raise KeyMismatchError("the rotation keys and the ciphertext come from different key pairs")
+        if self.bootstrapped:
+            bk = getattr(eval_keys, "bootstrap_keys", None)
+            if not isinstance(bk, BootstrapKeys):
+                raise MissingKeyError("this plan bootstraps: its eval keys need the bootstrapping keys "
+                                      f"(BootstrapKeys for {self.program.boot_slots} slots); use keygen()'s eval_keys")
+            if bk.params.slots != self.program.boot_slots:
+                raise MissingKeyError(f"this plan bootstraps with {self.program.boot_slots} slots; the bootstrapping "
+                                      f"keys are for {bk.params.slots or 'all'} slots: use this plan's keygen()")
 
     @property
     def capacity(self) -> int:
@@ -568,7 +649,14 @@ class Packed(Layout):
         return [list(range(g * K, (g + 1) * K)) for g in range(groups)]
 
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
-        return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings)
+        boot = None
+        if self.bootstrapped:
+            keys = eval_keys.bootstrap_keys
+            if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
+                self._boot = (keys, Bootstrapper(ctx, keys))
+            boot = self._boot[1]
+        return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings,
+                                                       boot=boot)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b
         return self.in_groups(self.program.simulate, X, self.program.b)
