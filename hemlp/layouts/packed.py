@@ -43,6 +43,8 @@ from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
 from hemlp.compiler.lower import dense_matrix
 from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
+from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entries, dense_entries,
+                                           diagonals_from_entries, grid_period, grid_positions)
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
 from hemlp.pcmm import CtMatrix
@@ -64,11 +66,22 @@ class PackedLayout:
     period: int        # per: p; rep: the class modulus m' of the consuming layer
     K: int = 1         # rep: number of ciphertexts
     c: int = 1         # rep: positions per class and ciphertext
+    grid: Optional[tuple] = None   # per: (C, H, W, H0, W0) multiplexed image placement (None: position = feature)
+
+    def positions(self) -> np.ndarray:
+        """per: the position of every feature within the period."""
+        if self.grid is None:
+            return np.arange(self.features)
+        return grid_positions(self.grid)
 
     def index(self, S1: int) -> np.ndarray:
         """(K, S1) feature index held at every per-sample position (-1 = zero padding)."""
         i = np.arange(S1)
         if self.kind == "per":
+            if self.grid is not None:
+                one = np.full(self.period, -1)
+                one[self.positions()] = np.arange(self.features)
+                return one[i % self.period][None, :]
             j = i % self.period
             return np.where(j < self.features, j, -1)[None, :]
         rows = []
@@ -79,6 +92,9 @@ class PackedLayout:
 
     def describe(self) -> str:
         if self.kind == "per":
+            if self.grid is not None:
+                C, H, W, H0, W0 = self.grid
+                return f"per({self.period}, {C}x{H}x{W} multiplexed on {H0}x{W0}, gap {H0 // H})"
             return f"per({self.period})"
         return f"rep(K={self.K}, c={self.c}, m'={self.period})"
 
@@ -127,6 +143,11 @@ class PackedStep:
         baby = [g for g in self.baby if g]
         giant = [h for h in self.giant if h]
         return dict(pt_mul=len(self.diags), rot_hoisted=len(baby), rot=len(giant) + len(self.reduce))
+
+
+def diag_vector(d) -> np.ndarray:
+    """A diagonal as its dense per-sample vector (sparse ones are kept as SparseDiag until used)."""
+    return d.dense() if isinstance(d, SparseDiag) else d
 
 
 def _rot(v: np.ndarray, r: int) -> np.ndarray:
@@ -231,7 +252,23 @@ class PackedProgram:
             p *= 2
         return p * self.b
 
+    def _out_layout(self, s, Lin: PackedLayout) -> PackedLayout:
+        """A conv / avgpool's output on the input's image grid (multiplexed: packed_diagonals), a plain per(m')
+        when the output is not a whole-gap subsampling of that grid."""
+        m = s.rows
+        Cin, H, W = s.info["in_shape"]
+        Co, Ho, Wo = s.info["out_shape"]
+        H0, W0 = (Lin.grid[3], Lin.grid[4]) if Lin.grid is not None else (H, W)
+        g = H0 // Ho if Ho and H0 % Ho == 0 else 0
+        if g > 1 and W0 % Wo == 0 and W0 // Wo == g:
+            grid = (Co, Ho, Wo, H0, W0)
+            return PackedLayout("per", m, grid_period(grid), grid=grid)
+        return PackedLayout("per", m, pow2(m))
+
     def _matvec(self, s, Lin: PackedLayout) -> PackedStep:
+        structured = s.index is not None and "in_shape" in s.info and "out_shape" in s.info
+        if Lin.kind == "per" and (structured or Lin.grid is not None):
+            return self._sparse_matvec(s, Lin, structured)
         W = dense_matrix(s, Lin.features)
         m, n = W.shape
         if n != Lin.features:
@@ -274,6 +311,44 @@ class PackedProgram:
             diags[(h, g)] = _rot(d, -g1 * h)
         red = [mp << e for e in range(int(math.log2(n_p // mp)))] if mp < n_p else []
         return PackedStep("matvec", s.out, list(s.inputs), out, s, method="bsgs", g1=g1, diags=diags, reduce=red,
+                          bias=bias)
+
+    def _sparse_matvec(self, s, Lin: PackedLayout, structured: bool) -> PackedStep:
+        """A linear layer on a per input from its nonzero entries (hemlp.layouts.packed_diagonals): convs and
+        avgpools from their im2col structure onto the input's image grid, dense layers reading a multiplexed
+        layout from their matrix; only the nonzero diagonals, BSGS split for their offsets."""
+        m = s.rows
+        if structured:
+            Cin, H, W = s.info["in_shape"]
+            if Cin * H * W != Lin.features:
+                raise ShapeError(f"layer {s.out}: its input shape {Cin}x{H}x{W} does not match the {Lin.features} "
+                                 "features of its input")
+            out = self._out_layout(s, Lin)
+            rows, cols, vals = conv_entries(s.U, s.index)
+        else:
+            Wd = dense_matrix(s, Lin.features)
+            if Wd.shape[1] != Lin.features:
+                raise ShapeError(f"layer {s.out}: the weight takes {Wd.shape[1]} features, its input has "
+                                 f"{Lin.features}")
+            out = PackedLayout("per", m, pow2(m))
+            rows, cols, vals = dense_entries(Wd)
+        self._check_fits(out.period, f"layer {s.out}")
+        S1 = self.S1
+        diags, red = diagonals_from_entries(rows, cols, vals, out.positions(), out.period, Lin.positions(),
+                                            Lin.period, S1)
+        g1 = bsgs_split(diags)
+        bsgs = {}
+        for j, d in diags.items():
+            h, g = divmod(j, g1)
+            bsgs[(h, g)] = d.rotated(-g1 * h)
+        bias = None
+        if s.bias is not None:
+            bfull = np.asarray(s.bias, dtype=np.float64)
+            if s.index is not None:                      # conv: one bias per output channel, P positions each
+                bfull = np.repeat(bfull, s.index.shape[1])
+            idx = out.index(S1)[0]
+            bias = np.where(idx >= 0, bfull[np.maximum(idx, 0)], 0.0)
+        return PackedStep("matvec", s.out, list(s.inputs), out, s, method="bsgs", g1=g1, diags=bsgs, reduce=red,
                           bias=bias)
 
     # ------------------------------------------------------------------ facts
@@ -384,7 +459,8 @@ class PackedProgram:
             v = x[0]
             z = 0.0
             for h in s.giant:
-                inner = sum(_rot(v, g * b) * self.spread(s.diags[(h, g)]) for g in s.baby if (h, g) in s.diags)
+                inner = sum(_rot(v, g * b) * self.spread(diag_vector(s.diags[(h, g)])) for g in s.baby
+                            if (h, g) in s.diags)
                 z = z + _rot(inner, s.g1 * h * b)
         for r in s.reduce:
             z = z + _rot(z, r * b)
@@ -409,7 +485,7 @@ class PackedRunner:
         pt = self._pts.get(k)
         if pt is None:
             ctx = self.ctx
-            pt = ctx.encode(self.prog.spread(vec), level=level, scale=float(ctx.modulus(level)))
+            pt = ctx.encode(self.prog.spread(diag_vector(vec)), level=level, scale=float(ctx.modulus(level)))
             self._pts[k] = pt
         return pt
 
