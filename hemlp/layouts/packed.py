@@ -52,7 +52,8 @@ from hemlp.planner.layouts import encode_seconds, estimate_packed
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
 from hemlp.runtime.local import ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise, range_check
 
-__all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2"]
+__all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2", "diag_vector",
+           "cached_diagonals", "MAX_CACHED_DIAGONAL_BYTES"]
 
 
 def pow2(n: int) -> int:
@@ -473,11 +474,34 @@ def plan_packed(steps, slots: int, batch: int) -> PackedProgram:
     return PackedProgram(steps, slots, batch)
 
 
+#: bytes of encoded diagonals a runner keeps (in program order); the others are encoded when used and dropped.
+#: The ResNet-20-like plan at N16-boot has 15.8 GB of them (scripts/plan_resnet20_packed.py), more than the 2-core
+#: 24 GiB machine can keep beside the keys
+MAX_CACHED_DIAGONAL_BYTES = 6 * 2 ** 30
+
+
+def cached_diagonals(prog, N: int, budget: int | None = None) -> set:
+    """{(step, key)}: the diagonals PackedRunner keeps encoded, in program order while they fit `budget` bytes
+    (None: MAX_CACHED_DIAGONAL_BYTES)."""
+    budget = MAX_CACHED_DIAGONAL_BYTES if budget is None else int(budget)
+    keep, used = set(), 0
+    for s in prog.steps:
+        if s.op == "matvec":
+            size = N * 8 * (s.src.level_in + 1)
+            for key in s.diags:
+                if used + size > budget:
+                    return keep
+                keep.add((s.out, key))
+                used += size
+    return keep
+
+
 class PackedRunner:
     def __init__(self, ctx, prog):
         self.ctx, self.prog = ctx, prog
         self._pts: dict = {}
         self._pe = {}
+        self._keep = cached_diagonals(prog, ctx.N)
 
     # ---- plaintexts
     def _pt(self, step, key, vec, level: int):
@@ -486,16 +510,19 @@ class PackedRunner:
         if pt is None:
             ctx = self.ctx
             pt = ctx.encode(self.prog.spread(diag_vector(vec)), level=level, scale=float(ctx.modulus(level)))
-            self._pts[k] = pt
+            if (step.out, key) in self._keep:
+                self._pts[k] = pt
         return pt
 
     def prepare(self) -> float:
-        """Encode every diagonal now (seconds spent); run() would otherwise do it on first use."""
+        """Encode the diagonals that are kept (cached_diagonals) now (seconds spent); run() would otherwise do it on
+        first use."""
         t0 = time.perf_counter()
         for s in self.prog.steps:
             if s.op == "matvec":
                 for key, d in s.diags.items():
-                    self._pt(s, key, d, s.src.level_in)
+                    if (s.out, key) in self._keep:
+                        self._pt(s, key, d, s.src.level_in)
         return time.perf_counter() - t0
 
     @property
@@ -632,7 +659,8 @@ class Packed(Layout):
 
     def estimate(self) -> float:
         b = self._boot_summary()
-        return estimate_packed(self.program, self.steps, self.params) + (0.0 if b is None else b["boot_seconds"])
+        return estimate_packed(self.program, self.steps, self.params) + (0.0 if b is None else b["boot_seconds"]) \
+            + encode_seconds(self.uncached_diagonals(), self.params.N, 0) * self.program.groups
 
     def plan_info(self) -> dict:
         prog = self.program
@@ -754,12 +782,19 @@ class Packed(Layout):
         return self.program.output.layout.K * self.program.groups, self.output_level()
 
     def prepared_bytes(self) -> int:
-        # every diagonal encoded once at its step's input level (PackedRunner.prepare)
+        # the diagonals PackedRunner keeps, each encoded once at its step's input level (cached_diagonals)
         N = self.params.N
-        return sum(len(s.diags) * N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec")
+        keep = cached_diagonals(self.program, N)
+        return sum(N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec"
+                   for key in s.diags if (s.out, key) in keep)
+
+    def uncached_diagonals(self) -> int:
+        """Diagonals encoded anew on every run (beyond the runner's cache budget)."""
+        keep = cached_diagonals(self.program, self.params.N)
+        return sum(1 for s in self.program.steps if s.op == "matvec" for key in s.diags if (s.out, key) not in keep)
 
     def prepare_seconds_estimate(self) -> float:
-        diags = sum(len(s.diags) for s in self.program.steps if s.op == "matvec")
+        diags = sum(len(s.diags) for s in self.program.steps if s.op == "matvec") - self.uncached_diagonals()
         return encode_seconds(diags, self.params.N, self.prepared_bytes())
 
     def working_bytes(self) -> int:

@@ -109,7 +109,7 @@ def diagonals_from_entries(rows, cols, vals, pos_out: np.ndarray, period_out: in
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, js.size]):
         p = ps[lo:hi]
         full = (p[None, :] + L * np.arange(reps)[:, None]).reshape(-1)
-        diags[int(js[lo])] = SparseDiag(full, np.tile(w[lo:hi], reps), S1)
+        diags[int(js[lo])] = SparseDiag(full.astype(np.int32), np.tile(w[lo:hi], reps), S1)
     red = [period_out << e for e in range(int(math.log2(period_in // period_out)))] if period_out < period_in else []
     return diags, red
 

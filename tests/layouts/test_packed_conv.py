@@ -108,3 +108,23 @@ def test_strided_net_on_the_multiplexed_layout_encrypted_equals_simulate():
     y = cm.decrypt(cm.run(cm.encrypt(x[:2], sk), ek, threads=1), sk)
     # 20 fresh key sets / encryptions: |y - sim| between 2^-24.6 and 2^-22.5; asserted with 3 bits of margin
     assert np.max(np.abs(y - sim)) < 2.0 ** -19.5
+
+
+def test_diagonals_beyond_the_cache_budget_are_encoded_when_used(monkeypatch):
+    from hemlp.layouts import packed
+
+    torch.manual_seed(4)
+    x = np.random.default_rng(9).uniform(-1, 1, (16, 2, 8, 8))
+    cm = compile_quiet(Strided(), x, layout="packed", preset="test-N12-d6", batch_size=2, allow_insecure=True)
+    lay = cm.layout_impl
+    full = lay.prepared_bytes()
+    assert lay.uncached_diagonals() == 0
+    monkeypatch.setattr(packed, "MAX_CACHED_DIAGONAL_BYTES", full // 3)
+    assert 0 < lay.prepared_bytes() <= full // 3 and lay.uncached_diagonals() > 0
+    sim = cm.simulate(x[:2])
+    sk, ek = cm.keygen()
+    y = cm.decrypt(cm.run(cm.encrypt(x[:2], sk), ek, threads=1), sk)
+    assert np.max(np.abs(y - sim)) < 2.0 ** -19.5        # as above: the same arithmetic, encoded later
+    r = packed.PackedRunner(cm.context, lay.program)
+    r.prepare()
+    assert 0 < r.cached_bytes <= full // 3
