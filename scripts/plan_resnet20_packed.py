@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 import hemlp
-from hemlp.bootstrap.params import PRESET_DEPTHS, preset_levels_consumed
+from hemlp.bootstrap import BootParams
+from hemlp.bootstrap.keys import rotation_levels
 from hemlp.planner.bootstrap_lowering import batch_ratios
 from hemlp.planner.bootstrap_placement import BOOT_BENCH_DIR
 
@@ -89,12 +90,22 @@ def main():
     res = info["resources"]
     _, keys, _, src = batch_ratios(a.preset, cm.context.params.N, BOOT_BENCH_DIR)
     boot_keys = keys.get("single")
+    ctx, P = cm.context, cm.context.params
+
+    def boot_key_bytes(slots):
+        """Switching keys of a bootstrapper with `slots` slots (Galois keys at their levels, the conjugation and
+        relinearisation keys at EvalMod's level), as serialised (a-halves as seeds); the encapsulation keys aside."""
+        bp = BootParams.for_context(ctx, slots=slots)
+        em = ctx.max_level - bp.cts_depth
+        return sum(P.switch_key_bytes(lv) for lv in rotation_levels(ctx, bp).values()) + 2 * P.switch_key_bytes(em)
     out = dict(preset=a.preset, degree=a.degree, boot_slots=prog.boot_slots, depth=info["depth"],
                levels_after=b["levels_after"], bootstraps=len(b["placements"]),
                boot_seconds=b["boot_seconds"], layer_seconds=b["layer_seconds"], total_seconds=b["total_seconds"],
                cost_source=b["cost_source"], rotation_keys=info["rotation_keys"],
                eval_key_bytes_without_bootstrap=res.get("eval_key_bytes"),
                bootstrap_key_bytes_full_slots=boot_keys, bootstrap_key_source=src,
+               bootstrap_switch_key_bytes_full=boot_key_bytes(None),
+               bootstrap_switch_key_bytes_sparse=boot_key_bytes(prog.boot_slots),
                prepared_bytes=cm.layout_impl.prepared_bytes(),
                all_diagonal_bytes=sum(len(s.diags) * cm.context.params.N * 8 * (s.src.level_in + 1)
                                       for s in prog.steps if s.op == "matvec"),
@@ -111,7 +122,9 @@ def main():
           f"{b['total_seconds']:.1f} s per image (1 thread; {b['cost_source']}); with the "
           f"{out['uncached_diagonals']} diagonals beyond the runner's cache encoded per run: {out['estimate_seconds']:.1f} s")
     print(f"keys: {info['rotation_keys']} rotation keys + relin = {res.get('eval_key_bytes', 0) / 1e9:.2f} GB, "
-          f"bootstrapping keys (full slots, measured) {(boot_keys or 0) / 1e9:.2f} GB; encoded diagonals "
+          f"bootstrapping keys (full slots, measured) {(boot_keys or 0) / 1e9:.2f} GB, "
+          f"switching keys counted: full slots {out['bootstrap_switch_key_bytes_full'] / 1e9:.2f} GB, "
+          f"{prog.boot_slots} slots {out['bootstrap_switch_key_bytes_sparse'] / 1e9:.2f} GB; encoded diagonals "
           f"{out['all_diagonal_bytes'] / 1e9:.2f} GB, {out['prepared_bytes'] / 1e9:.2f} GB kept; compile {compile_s:.0f} s, peak RSS {out['peak_rss_gb']:.2f} GB")
     if a.json:
         with open(a.json, "w") as f:

@@ -81,9 +81,9 @@ def lower(g: Graph) -> list[Step]:
             w = dense_conv_weight(np.asarray(a["weight"], dtype=np.float64), a.get("groups", 1))
             idx, _ = conv2d_index(in_shape, w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
             # the shapes let layout (P) build the conv's nonzero diagonals from its structure (packed_diagonals)
+            bias = None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64)
             steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=w.reshape(w.shape[0], -1),
-                              index=idx, bias=None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64),
-                              info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
+                              index=idx, bias=bias, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
         elif n.op == "avgpool2d":
             in_shape = g.node(n.inputs[0]).shape
             C = in_shape[0]

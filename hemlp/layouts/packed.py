@@ -50,10 +50,11 @@ from hemlp.layouts.base import Layout
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.layouts import encode_seconds, estimate_packed
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
-from hemlp.runtime.local import ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise, range_check
+from hemlp.runtime.local import (ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise,
+                                 range_check)
 
-__all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2", "diag_vector",
-           "cached_diagonals", "MAX_CACHED_DIAGONAL_BYTES"]
+__all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2",
+           "diag_vector", "cached_diagonals", "MAX_CACHED_DIAGONAL_BYTES"]
 
 
 def pow2(n: int) -> int:

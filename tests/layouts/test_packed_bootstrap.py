@@ -176,3 +176,12 @@ def test_exhausted_levels_without_bootstrap_are_a_level_error():
     with pytest.raises(UnsupportedError, match="layout \\(P\\)"):
         compile_quiet(mlp(), xc, batch_size=2, allow_insecure=True, activation_degree=3, layout="packed",
                       bootstrap=True, preset="test-N10-boot", mambo=True)
+
+
+def test_save_and_load_keep_the_packed_bootstrapped_plan(mlp_model, tmp_path):
+    cm, _, x = mlp_model
+    cm.save(tmp_path / "m")
+    loaded = hemlp.load(tmp_path / "m", allow_insecure=True)
+    assert loaded.model_id == cm.model_id and loaded.layout == "packed"
+    assert "# bootstrapping:" in str(loaded.plan) and loaded.layout_impl.program.boot_slots == 16
+    assert np.array_equal(loaded.simulate(x), cm.simulate(x))
