@@ -4,7 +4,8 @@ counts. Random weights (the trained model is another task): the counts and the p
 and the activation degree only; the scale factors c depend on the value ranges, so a trained model's plan differs
 there (not in time).
 
-    PYTHONPATH=. python scripts/plan_resnet20_packed.py [--degree 7] [--calib 4] [--json bench/plan_resnet20_packed.json]
+    PYTHONPATH=. python scripts/plan_resnet20_packed.py [--degree 7] [--calib 4] \
+        [--json bench/plan_resnet20_packed.json]
 """
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def main():
         bp = BootParams.for_context(ctx, slots=slots)
         em = ctx.max_level - bp.cts_depth
         return sum(P.switch_key_bytes(lv) for lv in rotation_levels(ctx, bp).values()) + 2 * P.switch_key_bytes(em)
-    out = dict(preset=a.preset, degree=a.degree, boot_slots=prog.boot_slots, depth=info["depth"],
+    out = dict(schema="hemlp-bench/1", subcommand="plan_resnet20_packed", preset=a.preset, degree=a.degree,
+               boot_slots=prog.boot_slots, depth=info["depth"],
                levels_after=b["levels_after"], bootstraps=len(b["placements"]),
                boot_seconds=b["boot_seconds"], layer_seconds=b["layer_seconds"], total_seconds=b["total_seconds"],
                cost_source=b["cost_source"], rotation_keys=info["rotation_keys"],
@@ -120,12 +122,14 @@ def main():
     print(f"bootstraps: {out['bootstraps']} ({prog.boot_slots} slots each), {b['levels_after']} levels after; "
           f"estimated {b['boot_seconds']:.1f} s bootstrapping + {b['layer_seconds']:.1f} s layers = "
           f"{b['total_seconds']:.1f} s per image (1 thread; {b['cost_source']}); with the "
-          f"{out['uncached_diagonals']} diagonals beyond the runner's cache encoded per run: {out['estimate_seconds']:.1f} s")
+          f"{out['uncached_diagonals']} diagonals beyond the runner's cache encoded per run: "
+          f"{out['estimate_seconds']:.1f} s")
     print(f"keys: {info['rotation_keys']} rotation keys + relin = {res.get('eval_key_bytes', 0) / 1e9:.2f} GB, "
           f"bootstrapping keys (full slots, measured) {(boot_keys or 0) / 1e9:.2f} GB, "
           f"switching keys counted: full slots {out['bootstrap_switch_key_bytes_full'] / 1e9:.2f} GB, "
           f"{prog.boot_slots} slots {out['bootstrap_switch_key_bytes_sparse'] / 1e9:.2f} GB; encoded diagonals "
-          f"{out['all_diagonal_bytes'] / 1e9:.2f} GB, {out['prepared_bytes'] / 1e9:.2f} GB kept; compile {compile_s:.0f} s, peak RSS {out['peak_rss_gb']:.2f} GB")
+          f"{out['all_diagonal_bytes'] / 1e9:.2f} GB, {out['prepared_bytes'] / 1e9:.2f} GB kept; compile "
+          f"{compile_s:.0f} s, peak RSS {out['peak_rss_gb']:.2f} GB")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
