@@ -61,11 +61,18 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Pl
     bs = 1 if batch_size is None else int(batch_size)
     prog = PackedProgram(steps, params.N // 2, bs)
     X = x.reshape(x.shape[0], -1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        vals = [prog.values(X[i: i + prog.b]) for i in range(0, len(X), prog.b)]
-    y = np.concatenate([prog.unpack(np.stack(v[prog.output.out]), min(prog.b, len(X) - g * prog.b))
-                        for g, v in enumerate(vals)])
+    # per value, the largest slot magnitude over the calibration groups: every slot of a value's ciphertexts (pad
+    # positions and zero samples included) enters EvalMod; one group's values are held at a time
+    peaks: dict = {}
+    ys = []
+    for i in range(0, len(X), prog.b):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            v = prog.values(X[i: i + prog.b])
+        for name, vecs in v.items():
+            peaks[name] = max(peaks.get(name, 0.0), max(float(np.max(np.abs(u))) for u in vecs))
+        ys.append(prog.unpack(np.stack(v[prog.output.out]), min(prog.b, len(X) - i)))
+    y = np.concatenate(ys)
     max_out = float(np.max(np.abs(y))) if y.size else 0.0
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     placement = place_bootstraps(packed_level_dag(prog, params, boot.levels_after), boot, min_output_level=reserve)
@@ -74,9 +81,7 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Pl
     factors = {}
     for b in placement.bootstraps:
         if b.value not in factors:
-            # every slot of the value's ciphertexts (pad positions and zero samples included) enters EvalMod
-            peak = max(float(np.max(np.abs(np.stack(v[b.value])))) for v in vals)
-            factors[b.value] = scale_factor(peak, margin, limit, f"value {b.value!r}", params)
+            factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)
     bits = boot.precision_bits or DEFAULT_NOISE_BITS
     new = apply_placement(steps, placement, factors, bits, params.N // 2)
     for s in new:
