@@ -23,7 +23,8 @@ preset (None: smallest fitting), workers (4: processor count of the reported FHE
 layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
 the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: layout (A)
 on a bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
-bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap), mambo and batch_bootstrap
+bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap; with layout="packed" layout
+(P), one sample by default: hemlp.layouts.packed_bootstrap), mambo and batch_bootstrap
 (with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering): mambo=True runs every
 dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched bootstrap), False never;
 batch_bootstrap=True refreshes in batches of the measured k that is cheapest and fits memory, an int k >= 2 in
@@ -73,6 +74,7 @@ from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputR
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
+from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import Resources, estimate_resources
@@ -629,11 +631,18 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         ref_out = g.reference(calib)[g.output.name]
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(ref_out)))
     if opts["bootstrap"]:      # layout (A) with bootstraps placed by the planner (hemlp.layouts.batch_bootstrap)
-        if opts["layout"] not in ("auto", "batch") or opts["encrypted_weights"]:
-            raise UnsupportedError("bootstrap=True places bootstraps in layout (A) only so far (layout='batch'); "
-                                   "the other layouts are issue #18 item 2")
-        lay, estimates, why = layouts.choose([layouts.get("batch")],
-                                             plan_bootstrapped(steps, calib, opts, batch_size))
+        if opts["layout"] not in ("auto", "batch", "packed") or opts["encrypted_weights"]:
+            raise UnsupportedError("bootstrap=True places bootstraps in layouts (A) and (P) only so far "
+                                   "(layout='batch' or 'packed'); layouts (A') and (C) are issue #18 item 2")
+        if opts["layout"] == "packed":      # the single-image layout (hemlp.layouts.packed_bootstrap)
+            if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
+                raise UnsupportedError("layout (P) refreshes one packed ciphertext per value with single CtS-first "
+                                       "bootstraps: mambo=True / batch_bootstrap are layout (A) options")
+            lay, estimates, why = layouts.choose([layouts.get("packed")],
+                                                 plan_packed_bootstrapped(steps, calib, opts, batch_size))
+        else:
+            lay, estimates, why = layouts.choose([layouts.get("batch")],
+                                                 plan_bootstrapped(steps, calib, opts, batch_size))
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         last = None

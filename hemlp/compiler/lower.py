@@ -80,8 +80,10 @@ def lower(g: Graph) -> list[Step]:
             in_shape = g.node(n.inputs[0]).shape
             w = dense_conv_weight(np.asarray(a["weight"], dtype=np.float64), a.get("groups", 1))
             idx, _ = conv2d_index(in_shape, w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
+            # the shapes let layout (P) build the conv's nonzero diagonals from its structure (packed_diagonals)
+            bias = None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64)
             steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=w.reshape(w.shape[0], -1),
-                              index=idx, bias=None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64)))
+                              index=idx, bias=bias, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
         elif n.op == "avgpool2d":
             in_shape = g.node(n.inputs[0]).shape
             C = in_shape[0]
@@ -92,7 +94,7 @@ def lower(g: Graph) -> list[Step]:
                 idx = np.concatenate([np.where(idx1 >= 0, idx1 + c * HW, -1) for c in range(C)], axis=1)
                 k = a["kernel"][0] * a["kernel"][1]
                 steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=np.full((1, k), 1.0 / k),
-                                  index=idx))
+                                  index=idx, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
             else:
                 M = avgpool_matrix(in_shape, a["kernel"], a["stride"], a["padding"], False)
                 steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=M))

@@ -45,7 +45,7 @@ from hemlp.runtime.local import simulate as simulate_rows
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
-           "boot_order", "boot_batch_size"]
+           "boot_order", "boot_batch_size", "scale_factor", "DEFAULT_NOISE_BITS"]
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
 BOOT_PRESETS = dict(secure="N16-boot", insecure="test-N12-boot")
@@ -195,7 +195,8 @@ def boot_batch_size(steps) -> int:
     return int(b[0].info.get("k", 1)) if b else 1
 
 
-def _scale_factor(peak: float, margin: float, limit: float, what: str, params) -> int:
+def scale_factor(peak: float, margin: float, limit: float, what: str, params) -> int:
+    """The power of two c >= peak * margin (1 when the values are within 1) a bootstrap divides its input by."""
     f = 1 if peak * margin <= 1.0 else 2 ** math.ceil(math.log2(peak * margin))
     if f > limit:
         raise EncodingError(f"{what} reaches {peak:.4g} on the example input: too large to bootstrap at scale "
@@ -232,12 +233,12 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
         if b.value in factors:
             continue
         peak = float(np.max(np.abs(_value(steps, X, b.value, wb))))
-        factors[b.value] = _scale_factor(peak, margin, limit, f"value {b.value!r}", params)
+        factors[b.value] = scale_factor(peak, margin, limit, f"value {b.value!r}", params)
         if b.value in low.mambo_values:         # MaMBo refreshes U·X before the bias is added
             p = by_name[b.value]
             Uq, delta = quantize(p.U, wb)
             ux = (Uq / delta) @ _value(steps, X, p.inputs[0], wb)
-            mfactors[b.value] = _scale_factor(float(np.max(np.abs(ux))), margin, 2.0 ** 62,
+            mfactors[b.value] = scale_factor(float(np.max(np.abs(ux))), margin, 2.0 ** 62,
                                               f"the product of layer {b.value!r}", params)
     if low.order == "cts_first":
         bits = boot.precision_bits or DEFAULT_NOISE_BITS
@@ -268,12 +269,13 @@ def bootstrap_steps(steps) -> list:
     return [s for s in steps if s.op in ("bootstrap", "mambo")]
 
 
-def summary(steps, params, batch: int) -> dict | None:
-    """The placement as saved in the plan's info (None: no bootstrap in the program)."""
+def summary(steps, params, batch: int, layer_seconds: float | None = None) -> dict | None:
+    """The placement as saved in the plan's info (None: no bootstrap in the program). layer_seconds: the layers'
+    estimate (default: layout (A)'s, hemlp.planner.layouts.estimate_batch)."""
     boots = bootstrap_steps(steps)
     if not boots:
         return None
-    layers = estimate_batch(steps, params, batch)
+    layers = estimate_batch(steps, params, batch) if layer_seconds is None else float(layer_seconds)
     rows = []
     for s in boots:
         r = dict(value=s.info["value"], before=s.info["before"], level_before=s.level_in, level_after=s.level_out,

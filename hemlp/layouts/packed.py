@@ -39,14 +39,22 @@ from typing import Optional
 
 import numpy as np
 
+from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
 from hemlp.compiler.lower import dense_matrix
+from hemlp.he.reinterpret import retag
+from hemlp.layouts import batch_bootstrap
+from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entries, dense_entries,
+                                           diagonals_from_entries, grid_period, grid_positions)
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.layouts import encode_seconds, estimate_packed
-from hemlp.runtime.local import ElementwiseOp, add_aligned, cached_elementwise, range_check
+from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
+from hemlp.runtime.local import (ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise,
+                                 range_check)
 
-__all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2"]
+__all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2",
+           "diag_vector", "cached_diagonals", "MAX_CACHED_DIAGONAL_BYTES"]
 
 
 def pow2(n: int) -> int:
@@ -60,11 +68,22 @@ class PackedLayout:
     period: int        # per: p; rep: the class modulus m' of the consuming layer
     K: int = 1         # rep: number of ciphertexts
     c: int = 1         # rep: positions per class and ciphertext
+    grid: Optional[tuple] = None   # per: (C, H, W, H0, W0) multiplexed image placement (None: position = feature)
+
+    def positions(self) -> np.ndarray:
+        """per: the position of every feature within the period."""
+        if self.grid is None:
+            return np.arange(self.features)
+        return grid_positions(self.grid)
 
     def index(self, S1: int) -> np.ndarray:
         """(K, S1) feature index held at every per-sample position (-1 = zero padding)."""
         i = np.arange(S1)
         if self.kind == "per":
+            if self.grid is not None:
+                one = np.full(self.period, -1)
+                one[self.positions()] = np.arange(self.features)
+                return one[i % self.period][None, :]
             j = i % self.period
             return np.where(j < self.features, j, -1)[None, :]
         rows = []
@@ -75,6 +94,9 @@ class PackedLayout:
 
     def describe(self) -> str:
         if self.kind == "per":
+            if self.grid is not None:
+                C, H, W, H0, W0 = self.grid
+                return f"per({self.period}, {C}x{H}x{W} multiplexed on {H0}x{W0}, gap {H0 // H})"
             return f"per({self.period})"
         return f"rep(K={self.K}, c={self.c}, m'={self.period})"
 
@@ -123,6 +145,11 @@ class PackedStep:
         baby = [g for g in self.baby if g]
         giant = [h for h in self.giant if h]
         return dict(pt_mul=len(self.diags), rot_hoisted=len(baby), rot=len(giant) + len(self.reduce))
+
+
+def diag_vector(d) -> np.ndarray:
+    """A diagonal as its dense per-sample vector (sparse ones are kept as SparseDiag until used)."""
+    return d.dense() if isinstance(d, SparseDiag) else d
 
 
 def _rot(v: np.ndarray, r: int) -> np.ndarray:
@@ -203,7 +230,7 @@ class PackedProgram:
                     raise UnsupportedError(f"layout (P): the {what} {s.out} joins tensors in different layouts "
                                            f"({La.describe()} and {Lb.describe()}); use layout='batch'")
                 self.steps.append(PackedStep(s.op, s.out, list(s.inputs), La, s))
-            elif s.op in ("alias", "output"):
+            elif s.op in ("alias", "output", "drop", "bootstrap"):   # drop / bootstrap: placed by the planner
                 self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
             elif s.op in ("matmul", "perm"):
                 what = "ciphertext x ciphertext matrix product" if s.op == "matmul" else "row permutation (transpose)"
@@ -214,8 +241,36 @@ class PackedProgram:
             lay[s.out] = self.steps[-1].layout
         self.input = self.steps[0]
         self.output = self.steps[-1]
+        periods = [self.slot_period(t.layout) for t in self.steps if t.op == "bootstrap"]
+        #: the bootstrapper's slot count: every refreshed value repeats with it (None: no bootstrap)
+        self.boot_slots = max(2, max(periods)) if periods else None
+
+    def slot_period(self, L: PackedLayout) -> int:
+        """The smallest power-of-two n such that the slots of a value in layout L repeat every n slots (b
+        interleaved samples: a per-sample period p is p*b slots)."""
+        idx = L.index(self.S1)
+        p = 1
+        while p < self.S1 and not np.array_equal(idx, idx[:, np.arange(self.S1) % p]):
+            p *= 2
+        return p * self.b
+
+    def _out_layout(self, s, Lin: PackedLayout) -> PackedLayout:
+        """A conv / avgpool's output on the input's image grid (multiplexed: packed_diagonals), a plain per(m')
+        when the output is not a whole-gap subsampling of that grid."""
+        m = s.rows
+        Cin, H, W = s.info["in_shape"]
+        Co, Ho, Wo = s.info["out_shape"]
+        H0, W0 = (Lin.grid[3], Lin.grid[4]) if Lin.grid is not None else (H, W)
+        g = H0 // Ho if Ho and H0 % Ho == 0 else 0
+        if g > 1 and W0 % Wo == 0 and W0 // Wo == g:
+            grid = (Co, Ho, Wo, H0, W0)
+            return PackedLayout("per", m, grid_period(grid), grid=grid)
+        return PackedLayout("per", m, pow2(m))
 
     def _matvec(self, s, Lin: PackedLayout) -> PackedStep:
+        structured = s.index is not None and "in_shape" in s.info and "out_shape" in s.info
+        if Lin.kind == "per" and (structured or Lin.grid is not None):
+            return self._sparse_matvec(s, Lin, structured)
         W = dense_matrix(s, Lin.features)
         m, n = W.shape
         if n != Lin.features:
@@ -258,6 +313,44 @@ class PackedProgram:
             diags[(h, g)] = _rot(d, -g1 * h)
         red = [mp << e for e in range(int(math.log2(n_p // mp)))] if mp < n_p else []
         return PackedStep("matvec", s.out, list(s.inputs), out, s, method="bsgs", g1=g1, diags=diags, reduce=red,
+                          bias=bias)
+
+    def _sparse_matvec(self, s, Lin: PackedLayout, structured: bool) -> PackedStep:
+        """A linear layer on a per input from its nonzero entries (hemlp.layouts.packed_diagonals): convs and
+        avgpools from their im2col structure onto the input's image grid, dense layers reading a multiplexed
+        layout from their matrix; only the nonzero diagonals, BSGS split for their offsets."""
+        m = s.rows
+        if structured:
+            Cin, H, W = s.info["in_shape"]
+            if Cin * H * W != Lin.features:
+                raise ShapeError(f"layer {s.out}: its input shape {Cin}x{H}x{W} does not match the {Lin.features} "
+                                 "features of its input")
+            out = self._out_layout(s, Lin)
+            rows, cols, vals = conv_entries(s.U, s.index)
+        else:
+            Wd = dense_matrix(s, Lin.features)
+            if Wd.shape[1] != Lin.features:
+                raise ShapeError(f"layer {s.out}: the weight takes {Wd.shape[1]} features, its input has "
+                                 f"{Lin.features}")
+            out = PackedLayout("per", m, pow2(m))
+            rows, cols, vals = dense_entries(Wd)
+        self._check_fits(out.period, f"layer {s.out}")
+        S1 = self.S1
+        diags, red = diagonals_from_entries(rows, cols, vals, out.positions(), out.period, Lin.positions(),
+                                            Lin.period, S1)
+        g1 = bsgs_split(diags)
+        bsgs = {}
+        for j, d in diags.items():
+            h, g = divmod(j, g1)
+            bsgs[(h, g)] = d.rotated(-g1 * h)
+        bias = None
+        if s.bias is not None:
+            bfull = np.asarray(s.bias, dtype=np.float64)
+            if s.index is not None:                      # conv: one bias per output channel, P positions each
+                bfull = np.repeat(bfull, s.index.shape[1])
+            idx = out.index(S1)[0]
+            bias = np.where(idx >= 0, bfull[np.maximum(idx, 0)], 0.0)
+        return PackedStep("matvec", s.out, list(s.inputs), out, s, method="bsgs", g1=g1, diags=bsgs, reduce=red,
                           bias=bias)
 
     # ------------------------------------------------------------------ facts
@@ -329,6 +422,10 @@ class PackedProgram:
     # ------------------------------------------------------------------ plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:
         """The same slot program on numpy slot vectors; X: (B, F_in) -> (B, F_out)."""
+        return self.unpack(np.stack(self.values(X)[self.output.out]), X.shape[0])
+
+    def values(self, X: np.ndarray) -> dict:
+        """Every step's slot vectors (a list of the layout's K vectors of `slots` values) for X (B <= b samples)."""
         vals = {}
         for s in self.steps:
             if s.op == "input":
@@ -349,10 +446,12 @@ class PackedProgram:
                 y = [u + v for u, v in zip(x, vals[s.inputs[1]])]
             elif s.op == "mul":
                 y = [u * v for u, v in zip(x, vals[s.inputs[1]])]
+            elif s.op == "bootstrap":
+                y = simulate_packed_bootstrap(s.src, x, self.boot_slots)
             else:
                 y = x
             vals[s.out] = y
-        return self.unpack(np.stack(vals[self.output.out]), X.shape[0])
+        return vals
 
     def _matvec_plain(self, s: PackedStep, x: list) -> np.ndarray:
         b = self.b
@@ -362,7 +461,8 @@ class PackedProgram:
             v = x[0]
             z = 0.0
             for h in s.giant:
-                inner = sum(_rot(v, g * b) * self.spread(s.diags[(h, g)]) for g in s.baby if (h, g) in s.diags)
+                inner = sum(_rot(v, g * b) * self.spread(diag_vector(s.diags[(h, g)])) for g in s.baby
+                            if (h, g) in s.diags)
                 z = z + _rot(inner, s.g1 * h * b)
         for r in s.reduce:
             z = z + _rot(z, r * b)
@@ -375,11 +475,34 @@ def plan_packed(steps, slots: int, batch: int) -> PackedProgram:
     return PackedProgram(steps, slots, batch)
 
 
+#: bytes of encoded diagonals a runner keeps (in program order); the others are encoded when used and dropped.
+#: The ResNet-20-like plan at N16-boot has 15.8 GB of them (scripts/plan_resnet20_packed.py), more than the 2-core
+#: 24 GiB machine can keep beside the keys
+MAX_CACHED_DIAGONAL_BYTES = 6 * 2 ** 30
+
+
+def cached_diagonals(prog, N: int, budget: int | None = None) -> set:
+    """{(step, key)}: the diagonals PackedRunner keeps encoded, in program order while they fit `budget` bytes
+    (None: MAX_CACHED_DIAGONAL_BYTES)."""
+    budget = MAX_CACHED_DIAGONAL_BYTES if budget is None else int(budget)
+    keep, used = set(), 0
+    for s in prog.steps:
+        if s.op == "matvec":
+            size = N * 8 * (s.src.level_in + 1)
+            for key in s.diags:
+                if used + size > budget:
+                    return keep
+                keep.add((s.out, key))
+                used += size
+    return keep
+
+
 class PackedRunner:
     def __init__(self, ctx, prog):
         self.ctx, self.prog = ctx, prog
         self._pts: dict = {}
         self._pe = {}
+        self._keep = cached_diagonals(prog, ctx.N)
 
     # ---- plaintexts
     def _pt(self, step, key, vec, level: int):
@@ -387,17 +510,20 @@ class PackedRunner:
         pt = self._pts.get(k)
         if pt is None:
             ctx = self.ctx
-            pt = ctx.encode(self.prog.spread(vec), level=level, scale=float(ctx.modulus(level)))
-            self._pts[k] = pt
+            pt = ctx.encode(self.prog.spread(diag_vector(vec)), level=level, scale=float(ctx.modulus(level)))
+            if (step.out, key) in self._keep:
+                self._pts[k] = pt
         return pt
 
     def prepare(self) -> float:
-        """Encode every diagonal now (seconds spent); run() would otherwise do it on first use."""
+        """Encode the diagonals that are kept (cached_diagonals) now (seconds spent); run() would otherwise do it on
+        first use."""
         t0 = time.perf_counter()
         for s in self.prog.steps:
             if s.op == "matvec":
                 for key, d in s.diags.items():
-                    self._pt(s, key, d, s.src.level_in)
+                    if (s.out, key) in self._keep:
+                        self._pt(s, key, d, s.src.level_in)
         return time.perf_counter() - t0
 
     @property
@@ -452,8 +578,26 @@ class PackedRunner:
         fn = cached_elementwise(self._pe, ctx, ElementwiseOp.from_step(s.src), relin_key)
         return [fn(0, ct) for ct in x]
 
-    def run(self, cts: list, relin_key, galois_keys, timings: dict | None = None) -> list:
-        """Input ciphertexts (the input layout's K) -> output ciphertext list."""
+    def _bootstrap(self, s, x: list, boot) -> list:
+        """The bootstrap step: every ciphertext divided by c (a re-tag of the scale) and read with the program's
+        boot_slots slots (its slots repeat with that period), refreshed (two real ones per bootstrap_pair), multiplied
+        back by c exactly, dropped to the planned level and read with all slots again."""
+        if boot is None:
+            raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
+                                  "eval_keys)")
+        ctx, n = self.ctx, self.prog.boot_slots
+        c = int(s.src.info["scale_factor"])
+        cts = [retag(ctx, ct, scale=ct.scale * c, slots=n) if (c != 1 or n != ct.slots) else ct for ct in x]
+        out = [None] * len(cts)
+        for u in bootstrap_units(cts):
+            res = boot.bootstrap_pair(*(cts[i] for i in u)) if len(u) == 2 else [boot.bootstrap(cts[u[0]])]
+            for i, ct in zip(u, bootstrap_restore(ctx, list(res), s.src)):
+                out[i] = retag(ctx, ct, slots=ctx.slots) if n != ctx.slots else ct
+        return out
+
+    def run(self, cts: list, relin_key, galois_keys, timings: dict | None = None, boot=None) -> list:
+        """Input ciphertexts (the input layout's K) -> output ciphertext list. boot: the Bootstrapper of a program
+        with bootstrap steps."""
         ctx = self.ctx
         if self.prog.rotations() and galois_keys is None:
             raise MissingKeyError("layout (P) needs the rotation keys of this model: use keygen()'s eval_keys")
@@ -475,6 +619,10 @@ class PackedRunner:
                 A = CtMatrix(ctx, x, (len(x), ctx.slots), 1)
                 B = CtMatrix(ctx, vals[s.inputs[1]], (len(x), ctx.slots), 1)
                 y = add_aligned(ctx, A, B, s.src.level_out).cts
+            elif s.op == "drop":
+                y = [ctx.drop_level(c, s.src.level_out) for c in x]
+            elif s.op == "bootstrap":
+                y = self._bootstrap(s, x, boot)
             elif s.op == "mul":
                 if relin_key is None:
                     raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
@@ -496,33 +644,63 @@ class Packed(Layout):
     """Layout (P): the features of b samples in the slots of one ciphertext (BSGS diagonal products)."""
 
     name, label = "packed", "(P)"
+    _boot = None        # (keys, Bootstrapper) of the last bootstrapped run
 
     def build_program(self) -> PackedProgram:
         return PackedProgram(self.steps, self.params.N // 2, self.batch_size)
 
+    @property
+    def bootstrapped(self) -> bool:
+        """True when the planner placed bootstraps in the program (compile(..., bootstrap=True))."""
+        return bool(batch_bootstrap.bootstrap_steps(self.steps))
+
+    def _boot_summary(self):
+        return batch_bootstrap.summary(self.steps, self.params, self.batch_size,
+                                       layer_seconds=estimate_packed(self.program, self.steps, self.params))
+
     def estimate(self) -> float:
-        return estimate_packed(self.program, self.steps, self.params)
+        b = self._boot_summary()
+        return estimate_packed(self.program, self.steps, self.params) + (0.0 if b is None else b["boot_seconds"]) \
+            + encode_seconds(self.uncached_diagonals(), self.params.N, 0) * self.program.groups
 
     def plan_info(self) -> dict:
         prog = self.program
-        return dict(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
+        info = dict(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
+        b = self._boot_summary()
+        if b is not None:
+            b["boot_slots"] = prog.boot_slots
+            info["bootstrap"] = b
+        return info
 
     @staticmethod
     def plan_header(info: dict) -> list[str]:
         return list(info["packed"]) + ["eval keys: " + ("relinearisation key + " if info["needs_relin"] else "")
-                                       + f"{info['rotation_keys']} rotation keys"]
+                                       + f"{info['rotation_keys']} rotation keys"
+                                       + (" + bootstrapping keys" if info.get("bootstrap") else "")]
 
     @staticmethod
     def finish_plan_text(text: str, info: dict) -> str:   # the same layers, executed as slot diagonal products
-        return text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
+        text = text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
+        b = info.get("bootstrap")
+        if b:
+            text += "\n" + batch_bootstrap.summary_text(b)
+            text += (f"\n#   layout (P): each bootstrap refreshes the packed ciphertext with {b['boot_slots']} slots "
+                     "(its slots repeat with that period: a sparse bootstrap)")
+        return text
 
     def key_levels(self) -> dict:
         return dict(relin=self.relin_level(), rotation=self.program.rotation_level())
+
+    def boot_params(self, ctx) -> BootParams:
+        """The bootstrapping parameters of the program: the preset's, with the program's slot count."""
+        return BootParams.for_context(ctx, slots=self.program.boot_slots)
 
     def keygen(self, ctx, sk) -> tuple:
         rlk, _, _ = super().keygen(ctx, sk)
         rots = self.program.rotations()
         gk = ctx.rotation_keys(sk, rots, level=self.key_levels()["rotation"]) if rots else None
+        if self.bootstrapped:
+            return rlk, gk, None, BootstrapKeys.generate(ctx, sk, self.boot_params(ctx))
         return rlk, gk, None
 
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
@@ -533,6 +711,14 @@ class Packed(Layout):
             raise MissingKeyError("layout (P) needs this model's rotation keys; use keygen()'s eval_keys")
         if gk is not None and gk.key_id != ct.key_id:
             raise KeyMismatchError("the rotation keys and the ciphertext come from different key pairs")
+        if self.bootstrapped:
+            bk = getattr(eval_keys, "bootstrap_keys", None)
+            if not isinstance(bk, BootstrapKeys):
+                raise MissingKeyError("this plan bootstraps: its eval keys need the bootstrapping keys "
+                                      f"(BootstrapKeys for {self.program.boot_slots} slots); use keygen()'s eval_keys")
+            if bk.params.slots != self.program.boot_slots:
+                raise MissingKeyError(f"this plan bootstraps with {self.program.boot_slots} slots; the bootstrapping "
+                                      f"keys are for {bk.params.slots or 'all'} slots: use this plan's keygen()")
 
     @property
     def capacity(self) -> int:
@@ -568,7 +754,14 @@ class Packed(Layout):
         return [list(range(g * K, (g + 1) * K)) for g in range(groups)]
 
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
-        return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings)
+        boot = None
+        if self.bootstrapped:
+            keys = eval_keys.bootstrap_keys
+            if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
+                self._boot = (keys, Bootstrapper(ctx, keys))
+            boot = self._boot[1]
+        return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings,
+                                                       boot=boot)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b
         return self.in_groups(self.program.simulate, X, self.program.b)
@@ -590,12 +783,19 @@ class Packed(Layout):
         return self.program.output.layout.K * self.program.groups, self.output_level()
 
     def prepared_bytes(self) -> int:
-        # every diagonal encoded once at its step's input level (PackedRunner.prepare)
+        # the diagonals PackedRunner keeps, each encoded once at its step's input level (cached_diagonals)
         N = self.params.N
-        return sum(len(s.diags) * N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec")
+        keep = cached_diagonals(self.program, N)
+        return sum(N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec"
+                   for key in s.diags if (s.out, key) in keep)
+
+    def uncached_diagonals(self) -> int:
+        """Diagonals encoded anew on every run (beyond the runner's cache budget)."""
+        keep = cached_diagonals(self.program, self.params.N)
+        return sum(1 for s in self.program.steps if s.op == "matvec" for key in s.diags if (s.out, key) not in keep)
 
     def prepare_seconds_estimate(self) -> float:
-        diags = sum(len(s.diags) for s in self.program.steps if s.op == "matvec")
+        diags = sum(len(s.diags) for s in self.program.steps if s.op == "matvec") - self.uncached_diagonals()
         return encode_seconds(diags, self.params.N, self.prepared_bytes())
 
     def working_bytes(self) -> int:

@@ -41,7 +41,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["unit_costs", "estimate_batch", "estimate_packed", "estimate_mlwe", "encode_seconds"]
+__all__ = ["unit_costs", "estimate_batch", "estimate_packed", "packed_step_seconds", "estimate_mlwe", "encode_seconds"]
 
 #: seconds per (N * limbs) unit, one thread (reference machine, N = 2^14, 7 limbs); ``encode`` per ring coefficient
 #: (a plaintext's encoding is dominated by its FFT over the slots, not by its limbs); ``touch`` per byte of memory
@@ -125,26 +125,41 @@ def estimate_batch(steps, params, batch: int) -> float:
     return t
 
 
+def packed_step_seconds(prog, s, params, level: int) -> float:
+    """Seconds of one step of a layout (P) program (a hemlp.layouts.packed.PackedStep) run at `level`, one group
+    of prog.b samples (the giant-step and reduction rotations follow the products' rescale: `level` limbs)."""
+    c, N = unit_costs(), params.N
+    u = N * (level + 1)
+    if s.op == "matvec":
+        k = s.count()
+        groups = max(1, len(s.giant))
+        return (u * (k["pt_mul"] * c["pt_mul"] + k["rot_hoisted"] * c["rotate_hoisted"] + groups * c["rescale"])
+                + N * level * k["rot"] * c["rotate"])
+    if s.op in ("square", "poly"):
+        return s.layout.K * act_muls(s.src) * u * c["ct_mul"]
+    if s.op == "affine":
+        return s.layout.K * u * (c["pt_mul"] + c["rescale"])
+    if s.op == "mul":
+        return s.layout.K * u * c["ct_mul"]
+    if s.op == "input":          # the client's encryption of the input layout's K ciphertexts
+        return s.layout.K * u * c["encrypt"]
+    return 0.0
+
+
 def estimate_packed(prog, steps, params) -> float:
     """Seconds for one batch (up to prog.b samples) in layout (P), the client's input encryption included
-    (the replicated input layout trades server rotations for K input ciphertexts)."""
-    c, N = unit_costs(), params.N
-    top = prog.input.src.level_out if prog.input.src.level_out is not None else params.max_level
-    t = prog.input.layout.K * N * (top + 1) * c["encrypt"]
+    (the replicated input layout trades server rotations for K input ciphertexts); bootstraps not included
+    (hemlp.layouts.packed adds the placement's estimate)."""
+    t = 0.0
     for s in prog.steps:
-        lv = s.src.level_in if s.src.level_in is not None else params.max_level
-        u = N * (lv + 1)
-        if s.op == "matvec":
-            k = s.count()
-            groups = max(1, len(s.giant))
-            t += u * (k["pt_mul"] * c["pt_mul"] + k["rot_hoisted"] * c["rotate_hoisted"] + groups * c["rescale"])
-            t += N * lv * k["rot"] * c["rotate"]
-        elif s.op in ("square", "poly"):
-            t += s.layout.K * act_muls(s.src) * u * c["ct_mul"]
-        elif s.op == "affine":
-            t += s.layout.K * u * (c["pt_mul"] + c["rescale"])
-        elif s.op == "mul":
-            t += s.layout.K * u * c["ct_mul"]
+        if s.op in ("bootstrap", "drop"):
+            continue
+        if s.op == "input":
+            lv = s.src.level_out
+        else:
+            lv = s.src.level_in
+        lv = lv if lv is not None else params.max_level
+        t += packed_step_seconds(prog, s, params, lv)
     return t * prog.groups
 
 

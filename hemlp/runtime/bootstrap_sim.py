@@ -18,6 +18,10 @@ The S2C-first order (batched bootstraps and MaMBo, hemlp.bootstrap.mambo) feeds 
 step (op "mambo": the PCMM fused into the refresh of its output) is modelled as what it replaces: the PCMM with the
 quantised weights, the refresh of U·X (range-checked against its c, error 2^-noise_bits x c, the bits measured for
 pcmm_bootstrap), then the bias added exactly.
+
+Layout (P) (``simulate_packed_bootstrap``): a packed value's ciphertext holds a slot vector that repeats every n
+slots and is refreshed by an n-slot (sparse) bootstrap: the range check is on the coefficients of its first n slots
+(what Bootstrapper.check_input_range sees), and the error, drawn for those n slots, repeats with them.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from hemlp.bootstrap import max_coefficient
 from hemlp.errors import EncodingError
 from hemlp.pcmm import quantize
 
-__all__ = ["simulate_bootstrap", "simulate_mambo", "input_range"]
+__all__ = ["simulate_bootstrap", "simulate_mambo", "input_range", "simulate_packed_bootstrap"]
 
 
 def input_range(x: np.ndarray, slots: int) -> float:
@@ -72,3 +76,25 @@ def simulate_mambo(step, x: np.ndarray, weight_bits: int) -> np.ndarray:
     Uq, delta = quantize(step.U, weight_bits)
     y = simulate_bootstrap(step, (Uq / delta) @ x)
     return y if step.bias is None else y + step.bias[:, None]
+
+
+def simulate_packed_bootstrap(step, vecs: list, n: int) -> list:
+    """Layout (P): slot vectors (each repeating every n slots) after the bootstrap step, refreshed with n slots."""
+    info = step.info
+    c = float(info["scale_factor"])
+    rng = np.random.default_rng(int(info["seed"]))
+    out = []
+    for v in vecs:
+        z = np.asarray(v, dtype=np.float64)[:n]
+        reps = v.size // n
+        if not np.allclose(np.tile(z, reps), v, rtol=0, atol=1e-9 * (1 + float(np.max(np.abs(v))))):
+            raise AssertionError(f"bootstrap {step.out!r}: the packed value does not repeat every {n} slots")
+        m = max_coefficient(z / c)
+        if m > 1.0:
+            raise EncodingError(
+                f"bootstrap {step.out!r}: its input's largest coefficient is {m * c:.4g}, above the {c:g} the plan "
+                f"divides by (EvalMod needs coefficients <= 1 in units of the scale, else the result wraps around). "
+                f"The input is outside the range the model was compiled for: recompile with a representative "
+                f"example input (or a larger activation_margin)")
+        out.append(np.tile(z + rng.normal(0.0, c * 2.0 ** -float(info["noise_bits"]), size=n), reps))
+    return out

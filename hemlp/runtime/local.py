@@ -60,8 +60,11 @@ def range_check(step, u, counts: dict | None = None):
             "calibration data that covers them", RangeWarning, stacklevel=3)
 
 
-def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None = None) -> np.ndarray:
-    """X: rows matrix (features, batch) -> output rows matrix. range_counts: see range_check."""
+def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None = None,
+             bootstraps: bool = True) -> np.ndarray:
+    """X: rows matrix (features, batch) -> output rows matrix. range_counts: see range_check. bootstraps=False:
+    bootstrap (and MaMBo) steps refresh exactly, without their range check and error (their layout (A) model): what
+    range_report needs for the activations of any layout."""
     vals = {}
     for s in steps:
         if s.op == "input":
@@ -94,9 +97,13 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
         elif s.op in ("alias", "output", "drop"):
             y = x
         elif s.op == "bootstrap":     # placed by hemlp.planner.bootstrap_placement (bootstrap=True)
-            y = simulate_bootstrap(s, x)
+            y = simulate_bootstrap(s, x) if bootstraps else x
         elif s.op == "mambo":         # a PCMM fused into its output's refresh (hemlp.planner.bootstrap_lowering)
-            y = simulate_mambo(s, x, weight_bits)
+            if bootstraps:
+                y = simulate_mambo(s, x, weight_bits)
+            else:
+                Uq, delta = quantize(s.U, weight_bits)
+                y = (Uq / delta) @ x + (0.0 if s.bias is None else s.bias[:, None])
         else:
             raise AssertionError(s.op)
         vals[s.out] = y
@@ -475,5 +482,7 @@ def range_report(steps, X, weight_bits: int) -> dict:
     counts: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        simulate(steps, X, weight_bits, range_counts=counts)
+        # the bootstraps as exact refreshes: their range and error are each layout's own simulate's business
+        # (layout (A)'s per-row coefficient check would be wrong, and slow, for layout (P)'s packed ciphertexts)
+        simulate(steps, X, weight_bits, range_counts=counts, bootstraps=False)
     return counts

@@ -319,12 +319,16 @@ def test_auto_layout_breaks_a_time_tie_by_server_memory(monkeypatch):
     from hemlp import layouts
     from hemlp.apps.bench.estimates import compile_case
 
-    cm = compile_case(dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16)[0]    # (A) and (P) within ~1 %
+    from hemlp.layouts.packed import Packed
+
+    cm = compile_case(dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16)[0]
     est = cm.plan.info["layout_estimates"]
-    assert abs(est["batch"] - est["packed"]) <= layouts.TIME_TIE * min(est["batch"], est["packed"])
-    assert cm.layout == "packed"
-    if est["batch"] < est["packed"]:
-        assert "less server memory" in str(cm.plan)
+    # (P)'s convs run on their nonzero diagonals only (hemlp.layouts.packed_diagonals): far faster than (A) here
+    # (1.8 s vs 29.6 s); give (P) an estimate 5 % above (A)'s to make a tie
+    assert est["packed"] < est["batch"] and cm.layout == "packed"
+    monkeypatch.setattr(Packed, "estimate", lambda self: est["batch"] * 1.05)
+    tied = compile_case(dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16)[0]
+    assert tied.layout == "packed" and "less server memory" in str(tied.plan)
     monkeypatch.setattr(layouts, "TIME_TIE", 0.0)
     fastest = compile_case(dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16)[0]
-    assert fastest.layout == min(("batch", "packed"), key=est.get)
+    assert fastest.layout == "batch"

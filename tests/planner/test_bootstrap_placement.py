@@ -221,3 +221,35 @@ def test_cost_model_from_the_bootstrapping_parameters_and_the_benchmarks():
     assert est.bootstraps_for(5) == 3
     with pytest.raises(ParameterError, match="not a bootstrapping preset"):
         BootstrapCost.from_params(Params.preset("N14-d6"), preset_levels_consumed("N14-d6"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dp_equals_exhaustive_on_layout_p_chains(seed):
+    """Layout (P)'s level DAG (hemlp.layouts.packed_bootstrap.packed_level_dag: costs from the packed program's
+    diagonal products and rotations) placed by the same DP: equal to exhaustive search."""
+    import numpy as np
+
+    from hemlp.compiler.lower import Step
+    from hemlp.layouts.packed import PackedProgram
+    from hemlp.layouts.packed_bootstrap import packed_level_dag
+
+    rng = random.Random(200 + seed)
+    nrng = np.random.default_rng(seed)
+    widths = [rng.choice([4, 8, 16]) for _ in range(3)]
+    steps, prev, n = [Step("input", "x", [], 16)], "x", 16
+    for i, m in enumerate(widths):
+        steps.append(Step("pcmm", f"l{i}", [prev], m, U=nrng.normal(size=(m, n))))
+        prev, n = f"l{i}", m
+        if i < len(widths) - 1:
+            steps.append(Step("square", f"a{i}", [prev], m))
+            prev = f"a{i}"
+    steps.append(Step("output", "y", [prev], n))
+    params = Params.preset("test-N10-boot")
+    L = rng.choice([1, 2])
+    nodes = packed_level_dag(PackedProgram(steps, params.N // 2, rng.choice([1, 2])), params, L)
+    assert all(nd.cost_per_limb > 0 for nd in nodes if nd.op == "op")
+    boot = BootstrapCost(L, nodes[1].cost_per_limb * rng.randint(2, 40))
+    dp = place_bootstraps(nodes, boot)
+    ex = place_bootstraps_exhaustive(nodes, boot)
+    assert dp.total == pytest.approx(ex.total, rel=1e-12)
+    assert len(dp.bootstraps) >= -(-5 // L) - 1       # 5 levels of layers: the input and each bootstrap give L

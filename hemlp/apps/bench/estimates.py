@@ -34,8 +34,8 @@ CASES = [
     ("mlp-packed", dict(layout="packed"), ("mlp", (64, 32, 10)), 2),
     ("mlp-mlwe", dict(layout="mlwe", preset="test-N12-d18"), ("mlp", (64, 32, 16, 10)), 300),
     ("mlp-blocked", dict(encrypted_weights=True), ("mlp", (16, 8, 4)), 4),
-    # the README's CIFAR-10 CNN (hemlp.models.CifarCNN, 32x32x3) at batch 16, 128-bit: layout (P) with 6 160 weight
-    # diagonals (3.5 GB encoded) and 126 rotation keys; its server peaks at ~6 GB (run it alone on a shared machine)
+    # the README's CIFAR-10 CNN (hemlp.models.CifarCNN, 32x32x3) at batch 16, 128-bit: layout (P), its convs from their
+    # nonzero diagonals (242 weight diagonals, 44 rotation keys; the server peaks at ~1 GB)
     ("cifar-cnn-packed", dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16),
 ]
 QUICK = ("cnn-batch", "mlp-packed")

@@ -1,0 +1,93 @@
+"""Layout (P) with bootstraps (compile(..., layout="packed", bootstrap=True); issue #18 item 1 for layout P).
+
+The same placement DP as layout (A) (hemlp.planner.bootstrap_placement) on the same level DAG: one LevelNode
+per lowered step, its depth, the ciphertexts of its packed value (1, or the replicated input's K) and its time
+per limb from layout (P)'s unit costs (hemlp.planner.layouts.packed_step_seconds of the packed step: its
+diagonal products, hoisted baby-step and giant-step rotations). The placement is written back into the lowered
+steps by hemlp.layouts.batch_bootstrap.apply_placement (bootstrap and drop steps at exact levels), and
+hemlp.layouts.packed runs them on the packed ciphertexts:
+
+    bootstrap  out = Bootstrapper.bootstrap(in / c) * c     (c: a power of two above the calibrated slot values)
+
+Only the single CtS-first pipeline is planned here: one packed value is one ciphertext, so there is nothing to
+batch (k ciphertexts per call) and no PCMM to fuse (MaMBo); a value of two or more ciphertexts (the replicated
+input) is refreshed two by two with bootstrap_pair.
+
+Sparse slots: a per(p) value of b interleaved samples repeats every n = p*b slots, and a full-slot ciphertext
+whose slots repeat with period n is, read with n slots, the sparse encoding of its first n slots (the message
+polynomial lies in the subring Z[X^(N/2n)]; the bootstrapper's subring trace removes what the noise has outside).
+So the program bootstraps with n = the largest period of any refreshed value (a power of two, so every other
+refreshed value repeats with it too): fewer CoeffToSlot / SlotToCoeff diagonals than full slots when the tensors
+are small. The time estimate stays the full-slot measurement (an upper bound) and the simulated error the
+measured full-slot precision.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+from hemlp.bootstrap.params import preset_levels_consumed
+from hemlp.compiler.params import depth_of, output_reserve, step_cost
+from hemlp.fhe import Params
+from hemlp.layouts.base import Planned
+from hemlp.layouts.batch_bootstrap import DEFAULT_NOISE_BITS, apply_placement, boot_preset, scale_factor
+from hemlp.layouts.packed import PackedProgram
+from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
+from hemlp.planner.layouts import packed_step_seconds
+
+__all__ = ["packed_level_dag", "plan_packed_bootstrapped"]
+
+
+def packed_level_dag(prog: PackedProgram, params, levels_after: int) -> list[LevelNode]:
+    """One LevelNode per step of the layout (P) program: its depth, the ciphertexts of its value and its seconds
+    per limb (the step priced at the level a bootstrap lands at, divided by that level's limbs)."""
+    nodes = []
+    for s in prog.steps:
+        per_limb = packed_step_seconds(prog, s, params, levels_after) * prog.groups / (levels_after + 1)
+        op = s.op if s.op in ("input", "output", "add") else "op"
+        depth = step_cost(s.src) if op == "op" else 0
+        nodes.append(LevelNode(s.out, op, tuple(s.inputs), depth, s.layout.K * prog.groups, per_limb))
+    return nodes
+
+
+def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
+    """The layout (P) program with bootstraps for a lowered model. batch_size None: one sample (the single-image
+    layout)."""
+    info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
+    params = Params.preset(info["name"])
+    boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
+    bs = 1 if batch_size is None else int(batch_size)
+    prog = PackedProgram(steps, params.N // 2, bs)
+    X = x.reshape(x.shape[0], -1)
+    # per value, the largest slot magnitude over the calibration groups: every slot of a value's ciphertexts (pad
+    # positions and zero samples included) enters EvalMod; one group's values are held at a time
+    peaks: dict = {}
+    ys = []
+    for i in range(0, len(X), prog.b):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            v = prog.values(X[i: i + prog.b])
+        for name, vecs in v.items():
+            peaks[name] = max(peaks.get(name, 0.0), max(float(np.max(np.abs(u))) for u in vecs))
+        ys.append(prog.unpack(np.stack(v[prog.output.out]), min(prog.b, len(X) - i)))
+    y = np.concatenate(ys)
+    max_out = float(np.max(np.abs(y))) if y.size else 0.0
+    reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
+    placement = place_bootstraps(packed_level_dag(prog, params, boot.levels_after), boot, min_output_level=reserve)
+    margin = 1.0 + float(opts["activation_margin"])
+    limit = params.q[0] / 2.0 ** (8 + params.log_scale)      # ScaleDown: c * Δ * 2^R <= q0 (R = 8, CtS-first)
+    factors = {}
+    for b in placement.bootstraps:
+        if b.value not in factors:
+            factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)
+    bits = boot.precision_bits or DEFAULT_NOISE_BITS
+    new = apply_placement(steps, placement, factors, bits, params.N // 2)
+    for s in new:
+        if s.op == "bootstrap":
+            s.info["order"], s.info["kind"], s.info["k"] = "cts_first", "single", 1
+            s.info["lowering"] = ("single (CtS-first): layout (P) refreshes one packed ciphertext per value (nothing "
+                                  "to batch, no PCMM to fuse)")
+    top = next(s.level_out for s in new if s.op == "input")
+    return Planned(new, params, dict(info), depth_of(steps), reserve, top, bs, opts, max_out)

@@ -1,0 +1,132 @@
+"""Layout (P) linear layers from their nonzero entries: only the generalised diagonals that hold a weight, built
+without the dense matrix, and a baby-step / giant-step split chosen for that sparse set of diagonal offsets.
+
+A convolution on a 32x32x16 tensor is a 16384 x 16384 matrix with 16384 generalised diagonals when densified, but
+only (2C - 1) x 9 of them are nonzero in the channel-major ordering (one per channel difference and kernel offset):
+an entry (output feature r, input feature c) lies on the diagonal j = pos_in(c) - pos_out(r) (mod the period). The
+entries come straight from the layer's structure (the im2col gather of the lowered step: kernel offsets x channel
+pairs), so the cost is the number of weights times the output positions, never the dense size.
+
+**Multiplexed (gap) placement for strided layers** (Lee et al., "Low-complexity deep convolutional neural networks
+on FHE using multiplexed parallel convolutions", 2022): in a plain channel-major ordering a stride-2 conv's output
+position (co, ho, wo) = co*Ho*Wo + ho*Wo + wo moves at half the speed of its input position, so the offsets depend
+on (ho, wo) and nearly every diagonal is nonzero. Instead, every tensor of an image stage stays on the input's
+H0 x W0 grid: a tensor of C channels at H x W (gap g = H0 / H) puts feature (c, h, w) at
+
+    pos = (c // g^2) * H0*W0 + (h*g + (c % g^2) // g) * W0 + (w*g + c % g)
+
+i.e. g^2 channels share one H0 x W0 block, interleaved in the gaps the stride left (g = 1 is the plain
+channel-major ordering). A stride-s conv from gap g to gap g*s then has offsets
+(Δblock)*H0*W0 + (dh*g + Δa)*W0 + (dw*g + Δb), a few hundred for a CIFAR stage instead of thousands, and the output
+is clean (the diagonals are zero off the output positions), so no mask and no extra level: the plaintext products
+themselves select. Global average pooling to 1x1 lands at gap H0, i.e. back at pos = c (plain).
+
+BSGS over a sparse offset set J: j = g1*h + g, the baby rotations {j mod g1} hoisted on the input, the giant ones
+{j div g1} after the products' rescale; g1 (a power of two) minimises the number of rotations.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["grid_positions", "grid_period", "SparseDiag", "conv_entries", "dense_entries", "diagonals_from_entries",
+           "bsgs_split"]
+
+
+def grid_positions(grid: tuple) -> np.ndarray:
+    """Position of every feature (c, h, w) in channel-major order of a tensor on a grid (C, H, W, H0, W0)."""
+    C, H, W, H0, W0 = grid
+    g = H0 // H
+    c, h, w = np.meshgrid(np.arange(C), np.arange(H), np.arange(W), indexing="ij")
+    return ((c // (g * g)) * H0 * W0 + (h * g + (c % (g * g)) // g) * W0 + (w * g + c % g)).reshape(-1)
+
+
+def grid_period(grid: tuple) -> int:
+    C, H, W, H0, W0 = grid
+    g = H0 // H
+    blocks = -(-C // (g * g))
+    return 1 << max(0, int(blocks * H0 * W0 - 1).bit_length())
+
+
+@dataclass
+class SparseDiag:
+    """A per-sample diagonal vector of `size` values, zero except at `positions`."""
+
+    positions: np.ndarray
+    values: np.ndarray
+    size: int
+
+    def dense(self) -> np.ndarray:
+        d = np.zeros(self.size)
+        d[self.positions] = self.values
+        return d
+
+    def rotated(self, r: int) -> "SparseDiag":
+        """The vector rotated left by r (np.roll(d, -r))."""
+        return SparseDiag((self.positions - int(r)) % self.size, self.values, self.size)
+
+
+def conv_entries(U: np.ndarray, index: np.ndarray):
+    """(rows, cols, weights) of a lowered conv / avgpool step: output row co*P + p reads input idx[i, p] with
+    weight U[co, i] (idx -1: zero padding, no entry)."""
+    idx = np.asarray(index)
+    P = idx.shape[1]
+    ii, pp = np.nonzero(idx >= 0)
+    cols = idx[ii, pp]
+    U = np.asarray(U, dtype=np.float64)
+    rows = (np.arange(U.shape[0])[:, None] * P + pp[None, :]).reshape(-1)
+    return rows, np.broadcast_to(cols, (U.shape[0], cols.size)).reshape(-1), U[:, ii].reshape(-1)
+
+
+def dense_entries(W: np.ndarray):
+    """(rows, cols, weights) of the nonzero entries of a dense matrix."""
+    rows, cols = np.nonzero(W)
+    return rows, cols, W[rows, cols]
+
+
+def diagonals_from_entries(rows, cols, vals, pos_out: np.ndarray, period_out: int, pos_in: np.ndarray,
+                           period_in: int, S1: int) -> tuple[dict, list]:
+    """The nonzero generalised diagonals {j: SparseDiag over S1 positions} with z = sum_j d_j * rot(v, j) and the
+    rotate-and-sum amounts that follow (input period larger than the output's: the partial sums of an output sit
+    in several copies of the output period and are summed). The input repeats with period_in; the result repeats
+    with period_out and is zero off the output positions."""
+    po, pi = pos_out[rows].astype(np.int64), pos_in[cols].astype(np.int64)
+    L, Pmin = max(period_in, period_out), min(period_in, period_out)
+    j = (pi - po) % Pmin
+    i = po if period_out >= period_in else (pi - j) % period_in
+    key = j * L + i
+    uk, inv = np.unique(key, return_inverse=True)
+    w = np.zeros(uk.size)
+    np.add.at(w, inv, vals)
+    keep = w != 0
+    uk, w = uk[keep], w[keep]
+    js, ps = uk // L, uk % L
+    reps = S1 // L
+    diags = {}
+    bounds = np.flatnonzero(np.diff(js)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, js.size]):
+        p = ps[lo:hi]
+        full = (p[None, :] + L * np.arange(reps)[:, None]).reshape(-1)
+        diags[int(js[lo])] = SparseDiag(full.astype(np.int32), np.tile(w[lo:hi], reps), S1)
+    red = [period_out << e for e in range(int(math.log2(period_in // period_out)))] if period_out < period_in else []
+    return diags, red
+
+
+def bsgs_split(offsets) -> int:
+    """The baby-step size g1 (a power of two) with the fewest rotations for the offsets j = g1*h + g: nonzero
+    baby steps {j mod g1} (hoisted) plus nonzero giant steps {j div g1}; ties: fewer giant steps."""
+    J = np.asarray(sorted(offsets), dtype=np.int64)
+    if J.size == 0:
+        return 1
+    best = None
+    g1 = 1
+    while g1 <= max(1, int(J.max()) * 2):
+        baby = np.unique(J % g1)
+        giant = np.unique(J // g1)
+        cost = (int(np.count_nonzero(baby)) + int(np.count_nonzero(giant)), int(np.count_nonzero(giant)))
+        if best is None or cost < best[0]:
+            best = (cost, g1)
+        g1 *= 2
+    return best[1]
