@@ -292,6 +292,12 @@ class BatchBootstrapKeys:
             back_level, level = ser.field(c, "back_level", int), ser.field(c, "level", int)
             if not 0 <= back_level <= ctx.max_level or any(not 0 <= lv <= ctx.max_level for _, lv, _ in ms_keys):
                 raise ValueError("a key level outside this context's chain")
+            if any(not 0 < g < 2 * ctx.N or g % 2 == 0 for g, _, _ in ms_keys):
+                raise ValueError("a Galois element outside the odd residues below 2N")
+            seeds = [*small_seeds, big_a_seed, *(s for ss in back_seeds for s in ss),
+                     *(s for _, _, ss in ms_keys for s in ss)]
+            if any(len(s) != 32 for s in seeds) or any(not 0 <= v < 2 ** 64 for v in ids.values()):
+                raise ValueError("a seed that is not 32 bytes or a key id that is not 64 bits")
             back_digits = ctx.params.native.num_digits(back_level)
             counts = [2, k * k, k, k * back_digits, sum(k * ctx.params.native.num_digits(lv) for _, lv, _ in ms_keys)]
         except (TypeError, ValueError, AttributeError) as exc:
