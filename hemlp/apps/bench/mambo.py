@@ -4,6 +4,10 @@ S2C-first batched bootstrap).
 
     python -m hemlp.bench mambo --preset N16-boot --ks 2,4 --ds 256,1024,4096 --json PATH
 
+At N16-boot with seeded keys (the default) k = 4 fits the default 20 GiB budget by estimate: the CtS-first keys
+the stage makes hold 12.4 GiB, its working set ~4.6 GiB (k = 2: 6.9 + 4.2; k = 8: 23.5 GiB of keys, skipped);
+held expanded (--unseeded) only k = 2 fits.
+
 Stages, in one process, each freeing its keys before the next (peak RSS recorded after each):
 1. PCMM of U (d×d) on d ciphertext rows (one encrypted row repeated: the GEMMs do not care) at the
    single bootstrap's output level (the conventional position) and at level 1 (MaMBo's), for d up to
