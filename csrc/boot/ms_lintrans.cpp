@@ -52,11 +52,29 @@ void ms_inner_product(const Context& ctx, const ModUpDigits& d, const MsSwitchKe
   const size_t n = ctx.n();
   const int level = d.level, K = ctx.num_p(), E = level + 1 + K, beta = (int)d.digits.size();
   const int np = (int)key.beta.size() + 1;
-  if ((int)key.alpha.size() < beta) fail(ErrorKind::Parameter, "batched key switch: the key has too few digits");
+  const bool seeded = key.alpha.empty();
+  if ((int)(seeded ? key.alpha_seeds.size() : key.alpha.size()) < beta)
+    fail(ErrorKind::Parameter, "batched key switch: the key has too few digits");
   outs.resize(np);
   for (auto& o : outs) o.resize((size_t)E * n);
   Poly spare((size_t)E * n);
-  auto kp = [&](int p, int t) -> const u64* { return (p == 0 ? key.alpha[t] : key.beta[p - 1][t]).data(); };
+  // the shared a-parts: the key's own, or a seeded key's expanded from its seeds into buffers of the calling
+  // thread (reused across uses; the digits are independent AES-CTR streams, expanded in parallel)
+  std::vector<const u64*> ka(beta);
+  if (seeded) {
+    const size_t key_limbs = (size_t)key.level + 1 + K;
+    thread_local std::vector<ScratchPoly> expanded;
+    if ((int)expanded.size() < beta) expanded.resize(beta);
+    ScratchPoly* buf = expanded.data();  // worker threads must see this thread's buffers, not their own
+    for (int t = 0; t < beta; ++t) buf[t].resize(key_limbs * n);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < beta; ++t)
+      uniform_from_seed_into(ctx, key.alpha_seeds[t], (int)key_limbs, true, key.level, buf[t].data());
+    for (int t = 0; t < beta; ++t) ka[t] = buf[t].data();
+  } else {
+    for (int t = 0; t < beta; ++t) ka[t] = key.alpha[t].data();
+  }
+  auto kp = [&](int p, int t) -> const u64* { return p == 0 ? ka[t] : key.beta[p - 1][t].data(); };
   const int S = n % 32 == 0 ? 4 : 1;
 #pragma omp parallel for schedule(static)
   for (int job = 0; job < E * S; ++job) {
@@ -111,7 +129,7 @@ void mac(const u64* const* d, const u64* const* x, int terms, const Modulus& q, 
 }  // namespace
 
 MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
-                            const std::vector<std::pair<uint64_t, int>>& elements) {
+                            const std::vector<std::pair<uint64_t, int>>& elements, int seed_max_level) {
   if (msk.param_hash != ctx.hash64())
     fail(ErrorKind::ContextMismatch, "batched Galois keys: the multi-secret key belongs to another parameter set");
   const size_t n = ctx.n();
@@ -131,7 +149,10 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
     key.galois = g;
     key.level = level;
     key.beta.resize(k);
-    for (int t = 0; t < digits; ++t) key.alpha.push_back(uniform_from_seed(ctx, os_seed(), total, true, level));
+    for (int t = 0; t < digits; ++t) {
+      key.alpha_seeds.push_back(os_seed());
+      key.alpha.push_back(uniform_from_seed(ctx, key.alpha_seeds.back(), total, true, level));
+    }
     for (int j = 0; j < k; ++j) {
       const Poly& s = msk.ntt_qp[j];  // over Q_L ∪ P, indexed by modulus
       for (int t = 0; t < digits; ++t) {
@@ -156,7 +177,58 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
         key.beta[j].push_back(std::move(b));
       }
     }
+    if (level <= seed_max_level) key.alpha.clear();
     out.keys.emplace(g, std::move(key));
+  }
+  return out;
+}
+
+void seed_ms_galois_keys(MsGaloisKeys& keys, int seed_max_level) {
+  for (auto& kv : keys.keys) {
+    MsSwitchKey& key = kv.second;
+    if (key.level <= seed_max_level && key.alpha_seeds.size() == key.alpha.size()) {
+      key.alpha.clear();
+      key.alpha.shrink_to_fit();
+    }
+  }
+}
+
+MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k,
+                                   const std::vector<MsKeyRecord>& records, int seed_max_level) {
+  const size_t n = ctx.n();
+  if (k < 1) fail(ErrorKind::Serialization, "batched Galois keys: k must be >= 1; the data is corrupted");
+  MsGaloisKeys out;
+  out.param_hash = ctx.hash64();
+  out.ms_key_id = ms_key_id;
+  out.k = k;
+  for (const MsKeyRecord& r : records) {
+    if (r.galois % 2 == 0 || r.galois >= 2 * n)
+      fail(ErrorKind::Serialization, "batched Galois keys: invalid Galois element; the data is corrupted");
+    if (r.level < 0 || r.level > ctx.max_level())
+      fail(ErrorKind::Serialization, "batched Galois keys: level " + std::to_string(r.level) + " outside this "
+                                     "context's modulus chain; the data is corrupted or belongs to other parameters");
+    if (out.keys.count(r.galois))
+      fail(ErrorKind::Serialization, "batched Galois keys: an element is listed twice; the data is corrupted");
+    const int digits = ctx.params().num_digits(r.level), total = r.level + 1 + ctx.num_p();
+    if ((int)r.alpha_seeds.size() != digits || (int)r.beta.size() != k)
+      fail(ErrorKind::Serialization, "batched Galois keys: a key for level " + std::to_string(r.level) + " has " +
+                                     std::to_string(digits) + " digits and k = " + std::to_string(k) +
+                                     " b-parts per digit; the data does not match (corrupted)");
+    MsSwitchKey key;
+    key.galois = r.galois;
+    key.level = r.level;
+    key.alpha_seeds = r.alpha_seeds;
+    key.beta.resize(k);
+    for (int j = 0; j < k; ++j) {
+      if ((int)r.beta[j].size() != digits)
+        fail(ErrorKind::Serialization, "batched Galois keys: wrong digit count; the data is corrupted");
+      for (int t = 0; t < digits; ++t) key.beta[j].push_back(import_poly(ctx, r.beta[j][t], r.level, true,
+                                                                         "batched Galois key"));
+    }
+    if (r.level > seed_max_level)
+      for (int t = 0; t < digits; ++t) key.alpha.push_back(uniform_from_seed(ctx, key.alpha_seeds[t], total, true,
+                                                                             r.level));
+    out.keys.emplace(r.galois, std::move(key));
   }
   return out;
 }

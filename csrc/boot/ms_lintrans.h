@@ -13,15 +13,20 @@
 #include <vector>
 
 #include "boot/lintrans.h"
+#include "ckks/import.h"
 #include "ckks/objects.h"
 #include "pcmm/msrlwe.h"
 
 namespace hemlp {
 
+// A seeded key (alpha empty) holds only the seeds of its shared a-parts: they are uniform, sampled directly in
+// NTT form, so each use expands them again (one AES-CTR pass) instead of holding 1 of the k + 1 polynomials
+// per digit in memory. The seeds are also what the key serialises to.
 struct MsSwitchKey {
   uint64_t galois = 0;
   int level = 0;                          // holds Q_level ∪ P, num_digits(level) digits
-  std::vector<Poly> alpha;                // [t]
+  std::vector<Poly> alpha;                // [t]; empty when the key is seeded
+  std::vector<Seed> alpha_seeds;          // [t]
   std::vector<std::vector<Poly>> beta;    // [j][t]
 };
 
@@ -32,10 +37,25 @@ struct MsGaloisKeys {
   std::map<uint64_t, MsSwitchKey> keys;  // by Galois element
 };
 
-// Client side: one shared-alpha key per (Galois element, level) pair.
+// Client side: one shared-alpha key per (Galois element, level) pair; the keys made for a level <=
+// seed_max_level hold their alpha parts as seeds only (-1: none).
 MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
-                            const std::vector<std::pair<uint64_t, int>>& elements);
+                            const std::vector<std::pair<uint64_t, int>>& elements, int seed_max_level = -1);
+// Bytes held in memory (expanded alpha parts counted only where held).
 size_t ms_galois_key_bytes(const MsGaloisKeys& keys);
+// Drop the expanded alpha parts of the keys made for a level <= seed_max_level (in place; they keep their seeds).
+void seed_ms_galois_keys(MsGaloisKeys& keys, int seed_max_level);
+// Validated import (the native half of BatchBootstrapKeys.from_bytes): one key per (element, level), its alpha
+// parts from seeds (expanded unless the level is <= seed_max_level), its k x digits beta parts checked residue by
+// residue. Bad shapes, levels, elements or residues throw Error(Serialization).
+struct MsKeyRecord {
+  uint64_t galois = 0;
+  int level = 0;
+  std::vector<Seed> alpha_seeds;                  // [t]
+  std::vector<std::vector<PolyView>> beta;        // [j][t]
+};
+MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k,
+                                   const std::vector<MsKeyRecord>& records, int seed_max_level);
 
 // psi_g applied to every chunk of ct (one hoisted key switch).
 // The batched key switch's last step: out.a = round(u[0] / P), out.b[j] = b_add[j] + round(u[1 + j] / P) over Q_level

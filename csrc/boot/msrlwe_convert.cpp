@@ -30,6 +30,16 @@ void gaussian_ntt2(const Context& ctx, Prng& prng, const int mods[2], u64* out) 
   OPENSSL_cleanse(e.data(), e.size());
 }
 
+// A uniform polynomial over {q0, p0} (NTT form: uniform residues are uniform in either form) from its seed.
+Poly small_uniform(const Context& ctx, const Seed& seed) {
+  const size_t n = ctx.n();
+  const int mods[2] = {0, ctx.p_index(0)};
+  Poly a(2 * n);
+  Prng arng(seed);
+  for (int t = 0; t < 2; ++t) arng.uniform_mod(ctx.modulus(mods[t]).q, a.data() + (size_t)t * n, n);
+  return a;
+}
+
 }  // namespace
 
 BatchConversionKeys batch_conversion_keys(const Context& ctx, const SecretKey& sk, const pcmm::MultiSecretKey& msk,
@@ -62,15 +72,14 @@ BatchConversionKeys batch_conversion_keys(const Context& ctx, const SecretKey& s
   keys.back_level = back_level;
 
   const int total = lv + 1 + K;
-  keys.big_a = uniform_from_seed(ctx, os_seed(), total, true, lv);
+  keys.big_a_seed = os_seed();
+  keys.big_a = uniform_from_seed(ctx, keys.big_a_seed, total, true, lv);
   const int mods[2] = {0, p0i};
   const int sp_limb[2] = {0, lv + 1};  // q0 and p0 in a Q_lv ∪ P polynomial
   const u64 p0_mod_q0 = ctx.modulus(p0i).q % ctx.modulus(0).q;
   for (int i = 0; i < k; ++i) {
-    Poly a(2 * n);
-    Prng arng(os_seed());
-    for (int t = 0; t < 2; ++t) arng.uniform_mod(ctx.modulus(mods[t]).q, a.data() + (size_t)t * n, n);
-    keys.small_alpha.push_back(std::move(a));
+    keys.small_alpha_seeds.push_back(os_seed());
+    keys.small_alpha.push_back(small_uniform(ctx, keys.small_alpha_seeds.back()));
   }
   keys.small_beta.resize((size_t)k * k);
   for (int j = 0; j < k; ++j) {
@@ -278,9 +287,64 @@ size_t batch_conversion_key_bytes(const BatchConversionKeys& keys) {
   for (auto& p : keys.small_alpha) s += p.size();
   for (auto& p : keys.small_beta) s += p.size();
   for (auto& p : keys.big_b) s += p.size();
-  for (auto& k : keys.back)
-    for (size_t t = 0; t < k.b.size(); ++t) s += k.b[t].size() + k.a[t].size();
+  for (auto& k : keys.back) {
+    for (auto& p : k.b) s += p.size();
+    for (auto& p : k.a) s += p.size();
+  }
   return s * sizeof(u64);
+}
+
+BatchConversionKeys import_batch_conversion_keys(const Context& ctx, const BatchConversionRecord& r,
+                                                 std::vector<SwitchKey> back) {
+  const int L = ctx.max_level(), k = r.k;
+  const size_t n = ctx.n();
+  if (k < 1 || r.hamming_weight < 1 || (size_t)r.hamming_weight > n || r.level < 0 || r.level > L ||
+      r.back_level < 0 || r.back_level > L)
+    fail(ErrorKind::Serialization, "batch conversion keys: k, Hamming weight or levels out of range; the data is "
+                                   "corrupted or belongs to other parameters");
+  if ((int)r.small_alpha_seeds.size() != k || r.small_beta.size() != (size_t)k * k || (int)r.big_b.size() != k ||
+      (int)back.size() != k)
+    fail(ErrorKind::Serialization, "batch conversion keys: the key counts do not match k = " + std::to_string(k) +
+                                   "; the data is corrupted");
+  BatchConversionKeys keys;
+  keys.param_hash = ctx.hash64();
+  keys.key_id = r.key_id;
+  keys.ms_key_id = r.ms_key_id;
+  keys.sparse_id = r.sparse_id;
+  keys.k = k;
+  keys.hamming_weight = r.hamming_weight;
+  keys.level = r.level;
+  keys.back_level = r.back_level;
+  const int mods[2] = {0, ctx.p_index(0)};
+  keys.small_alpha_seeds = r.small_alpha_seeds;
+  for (const Seed& s : r.small_alpha_seeds) keys.small_alpha.push_back(small_uniform(ctx, s));
+  for (const PolyView& v : r.small_beta) {
+    if (v.data == nullptr || v.rows != 2 || v.cols != n)
+      fail(ErrorKind::Serialization, "batch conversion keys: a {q0, p0} key part must be a (2, N) array; the data "
+                                     "is corrupted");
+    Poly b(2 * n);
+    for (int t = 0; t < 2; ++t) {
+      const u64 q = ctx.modulus(mods[t]).q;
+      u64 bad = 0;
+      for (size_t x = 0; x < n; ++x) {
+        const u64 c = v.data[(size_t)t * n + x];
+        bad |= (u64)(c >= q);
+        b[(size_t)t * n + x] = c;
+      }
+      if (bad) fail(ErrorKind::Serialization, "batch conversion keys: residue out of range; the data is corrupted");
+    }
+    keys.small_beta.push_back(std::move(b));
+  }
+  keys.big_a_seed = r.big_a_seed;
+  keys.big_a = uniform_from_seed(ctx, r.big_a_seed, r.level + 1 + ctx.num_p(), true, r.level);
+  for (const PolyView& v : r.big_b) keys.big_b.push_back(import_poly(ctx, v, r.level, true, "batch conversion key"));
+  for (auto& s : back) {
+    if (s.level != r.back_level || s.galois != 0 || s.key_id != r.key_id)
+      fail(ErrorKind::Serialization, "batch conversion keys: a back-conversion key has the wrong level, element or "
+                                     "key id; the data is corrupted");
+  }
+  keys.back = std::move(back);
+  return keys;
 }
 
 }  // namespace hemlp

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ckks/import.h"
 #include "ckks/objects.h"
 #include "pcmm/msrlwe.h"
 
@@ -32,10 +33,12 @@ struct BatchConversionKeys {
   int level = 0;                  // the highest level ms_mod_raise can raise to
   int back_level = 0;             // the level of the MSRLWE -> RLWE keys
   std::vector<Poly> small_alpha;  // k polys over {q0, p0}, NTT
+  std::vector<Seed> small_alpha_seeds;  // [i]: small_alpha[i] is expanded from it (uniform, sampled in NTT form)
   std::vector<Poly> small_beta;   // k*k polys, [i * k + j]
   Poly big_a;                     // over Q_level ∪ P, NTT
+  Seed big_a_seed{};              // big_a is expanded from it
   std::vector<Poly> big_b;        // k polys over Q_level ∪ P
-  std::vector<SwitchKey> back;    // k keys s_j -> s at back_level
+  std::vector<SwitchKey> back;    // k keys s_j -> s at back_level (seeded ones expand their a-halves on use)
 };
 
 // Client side: keys for k inputs under sk, raising under msk (k dense secrets) to `level` (-1: the top),
@@ -50,6 +53,21 @@ pcmm::MsCiphertext ms_mod_raise(const Context& ctx, const pcmm::MsCiphertext& ct
 std::vector<Ciphertext> ms_to_rlwe_back(const Context& ctx, const pcmm::MsCiphertext& ct,
                                         const BatchConversionKeys& keys);
 
+// Bytes held in memory (a seeded back key's a-halves are not held).
 size_t batch_conversion_key_bytes(const BatchConversionKeys& keys);
+
+// Validated import (the native half of BatchBootstrapKeys.from_bytes): the uniform parts from their seeds, every
+// other polynomial checked residue by residue (small_beta: k*k arrays of shape (2, N) over {q0, p0}; big_b: k over
+// Q_level ∪ P), the back keys already imported (import_switch_key). Throws Error(Serialization) on bad data.
+struct BatchConversionRecord {
+  uint64_t key_id = 0, ms_key_id = 0, sparse_id = 0;
+  int k = 0, hamming_weight = 0, level = 0, back_level = 0;
+  std::vector<Seed> small_alpha_seeds;
+  std::vector<PolyView> small_beta;
+  Seed big_a_seed{};
+  std::vector<PolyView> big_b;
+};
+BatchConversionKeys import_batch_conversion_keys(const Context& ctx, const BatchConversionRecord& r,
+                                                 std::vector<SwitchKey> back);
 
 }  // namespace hemlp

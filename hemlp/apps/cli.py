@@ -217,11 +217,6 @@ def cmd_compile(args, ui: UI):
             options[k] = json.loads(v)
         except json.JSONDecodeError:
             options[k] = v
-    if options.get("bootstrap"):
-        # the CLI's keys travel between processes as files, and the batched bootstrapping / MaMBo keys do not
-        # serialise yet (issue #17): single bootstraps unless the user forces the other pipelines
-        options.setdefault("mambo", False)
-        options.setdefault("batch_bootstrap", False)
     fn = compile_fn()
     with ui.step("compile"):
         compiled = fn(src, example, batch_size=args.batch_size, allow_insecure=args.insecure, **options)

@@ -8,6 +8,7 @@ CoeffToSlot / SlotToCoeff; polynomial: BSGS polynomial evaluation):
 - keys: client-side generation of exactly the keys one bootstrapper needs, at their levels;
 - bootstrapper: Bootstrapper.bootstrap / bootstrap_pair;
 - batch: batched bootstrapping on shared-a MSRLWE ciphertexts (BatchBootstrapper.bootstrap_batch, CtS-first);
+- batch_keys: its keys (BatchBootstrapKeys: seeded a-parts, save / load) and their memory (estimate_bytes, choose_k);
 - mambo: the S2C-first order, batched, and MaMBo (MamboBootstrapper.pcmm_bootstrap: PCMM fused at the bottom).
 """
 from hemlp.bootstrap import evalmod

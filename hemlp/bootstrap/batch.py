@@ -16,8 +16,8 @@ EvalMod cannot run in MSRLWE (no ciphertext-ciphertext product), and SlotToCoeff
 runs per ciphertext (batching it needs a second k² conversion at its level; BOOTSTRAP.md §3.3 skips it).
 
 Scales follow Bootstrapper exactly (the same plans, factors and re-tags), so bootstrap_batch returns what
-k single bootstraps return up to noise. Key memory: the CtS rotation keys hold k+1 polynomials per digit
-(BatchBootstrapKeys.nbytes); the RLWE keys are only those SlotToCoeff, the split and EvalMod use.
+k single bootstraps return up to noise. Keys and their memory: hemlp.bootstrap.batch_keys (the CtS rotation keys
+hold k b-parts per digit and the seed of the shared a-part; estimate_bytes / choose_k before generating).
 """
 from __future__ import annotations
 
@@ -29,42 +29,17 @@ import numpy as np
 from hemlp import _core
 from hemlp.he.lintrans import LinearTransform
 from hemlp.he import dft
+from hemlp.bootstrap.batch_keys import BatchBootstrapKeys, batched_cts_levels
 from hemlp.bootstrap.bootstrapper import check_input
 from hemlp.bootstrap.evalmod import EvalModParams, eval_mod
 from hemlp.bootstrap.keys import dft_plans
 from hemlp.bootstrap.modraise import scale_down
-from hemlp.bootstrap.params import BootParams
 from hemlp.he.reinterpret import retag
-from hemlp.fhe import Ciphertext, Context, GaloisKeys, RelinKey, SecretKey
+from hemlp.fhe import Ciphertext, Context
 from hemlp.errors import (ContextMismatchError, KeyMismatchError, LevelError, MissingKeyError, ParameterError,
                           ScaleMismatchError, ShapeError)
-from hemlp.pcmm import MultiSecretKey, multi_secret_key
 
 __all__ = ["BatchBootstrapKeys", "BatchBootstrapper", "MsBatch", "batched_cts_levels"]
-
-
-def batched_cts_levels(ctx: Context, params: BootParams) -> dict:
-    """{CoeffToSlot rotation step: the highest level the batched CtS rotates by it at}."""
-    n = params.slot_count(ctx)
-    cts, _ = dft_plans(n, params.cts_depth, params.stc_depth)
-    need: dict = {}
-    for i, lt in enumerate(cts.levels):
-        for s in lt.steps:
-            need[int(s)] = max(need.get(int(s), -1), ctx.max_level - i)
-    need.pop(0, None)
-    return need
-
-
-def _stc_levels(ctx: Context, params: BootParams) -> dict:
-    n = params.slot_count(ctx)
-    _, stc = dft_plans(n, params.cts_depth, params.stc_depth)
-    top = ctx.max_level - params.cts_depth - params.evalmod_depth
-    need: dict = {}
-    for j, lt in enumerate(stc.levels):
-        for s in lt.steps:
-            need[int(s)] = max(need.get(int(s), -1), top - j)
-    need.pop(0, None)
-    return need
 
 
 class MsBatch:
@@ -83,62 +58,6 @@ class MsBatch:
 
     def __repr__(self):
         return f"MsBatch(k={self.k}, level={self.level}, scale=2^{math.log2(self.scale):.2f})"
-
-
-class BatchBootstrapKeys:
-    """The evaluation keys of a BatchBootstrapper for batches of exactly k ciphertexts:
-    - conversion: RLWE→MSRLWE + encapsulation over {q0, p0} (k² + k polynomials of 2 limbs), the 1-digit
-      s'_j → s_j keys at the top (k+1 polynomials) and the MSRLWE→RLWE keys at EvalMod's level (k keys);
-    - ms_galois: CoeffToSlot rotations, each with a shared a-part and k b-parts, at its highest level;
-    - galois / relin: RLWE keys of SlotToCoeff (at their levels), the conjugation and relinearisation at
-      EvalMod's level."""
-
-    def __init__(self, params: BootParams, k: int, conversion, ms_galois, galois: GaloisKeys, relin: RelinKey,
-                 cts_levels: dict, stc_levels: dict, conj_level: int, param_hash):
-        self.params, self.k = params, int(k)
-        self.conversion, self.ms_galois, self.galois, self.relin = conversion, ms_galois, galois, relin
-        self.cts_levels, self.stc_levels, self.conj_level = dict(cts_levels), dict(stc_levels), conj_level
-        self.param_hash = param_hash
-
-    @classmethod
-    def generate(cls, ctx: Context, sk: SecretKey, k: int, params: BootParams | None = None,
-                 msk: MultiSecretKey | None = None) -> "BatchBootstrapKeys":
-        """Client side. msk: the k dense secrets the batch is raised under (a fresh one when None; pass one
-        only to inspect intermediate MSRLWE ciphertexts in tests)."""
-        params = BootParams.for_context(ctx) if params is None else params
-        params.validate(ctx)
-        if params.slot_count(ctx) != ctx.slots:
-            raise NotImplementedError("batched bootstrapping supports full packing (n = N/2) only: sparse packing "
-                                      "needs the subring trace on MSRLWE ciphertexts, not implemented")
-        if int(k) < 1:
-            raise ShapeError(f"batched bootstrapping needs k >= 1 ciphertexts per batch, got {k}")
-        native_sk = ctx.unwrap(sk, SecretKey, "secret key")
-        if msk is None:
-            msk = multi_secret_key(ctx, int(k))
-        if not isinstance(msk, MultiSecretKey) or msk.k != int(k):
-            raise KeyMismatchError(f"the multi-secret key must hold exactly k = {k} secrets")
-        e, L = ctx.native, ctx.max_level
-        em_level = L - params.cts_depth
-        conv = _core.batch_conversion_keys(e, native_sk, msk.native, int(params.h), L, em_level)
-        cts_levels = batched_cts_levels(ctx, params)
-        ms_galois = _core.ms_galois_keys(e, msk.native, [(e.galois_element(s), lv) for s, lv in sorted(cts_levels.items())])
-        stc_levels = _stc_levels(ctx, params)
-        elements = [(e.conjugation_element(), em_level)]
-        elements += [(e.galois_element(s), lv) for s, lv in sorted(stc_levels.items())]
-        galois = ctx.wrap(GaloisKeys, _core.galois_keys_at_levels(e, native_sk, elements))
-        relin = ctx.relin_key(sk, level=em_level)
-        return cls(params, k, conv, ms_galois, galois, relin, cts_levels, stc_levels, em_level, ctx.hash)
-
-    @property
-    def nbytes(self) -> int:
-        return self.conversion.nbytes + self.ms_galois.nbytes + self.galois.nbytes + self.relin.nbytes
-
-    def describe(self) -> str:
-        mib = 2.0 ** -20
-        return (f"batch bootstrapping keys, k = {self.k}: conversion {self.conversion.nbytes * mib:.1f} MiB, "
-                f"batched CtS rotations ({len(self.cts_levels)}) {self.ms_galois.nbytes * mib:.1f} MiB, RLWE "
-                f"rotations/conjugation ({len(self.stc_levels) + 1}) {self.galois.nbytes * mib:.1f} MiB, "
-                f"relinearisation {self.relin.nbytes * mib:.1f} MiB; total {self.nbytes * mib:.1f} MiB")
 
 
 class BatchBootstrapper:

@@ -50,6 +50,7 @@ TYPES = {
     "encrypted_batch": 9,
     "encrypted_weights": 10,
     "bootstrap_keys": 16,
+    "batch_bootstrap_keys": 17,
 }
 TYPE_NAMES = {v: k for k, v in TYPES.items()}
 #: the client/server artefacts: object types of this container since version 3

@@ -31,7 +31,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from hemlp.bootstrap.params import PRESET_DEPTHS, preset_levels_consumed
+from hemlp.bootstrap.batch_keys import estimate_bytes
+from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams, preset_levels_consumed
 from hemlp.fhe import Params
 from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
@@ -219,6 +220,12 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     bs = int(batch_size) if batch_size is not None else params.N // 2
     chunks = -(-bs // (params.N // 2))
     costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[info["name"]][1])
+    # the S2C-first family's keys in memory, as keygen will make them (seeded, at the order's levels): computed
+    # for every batch size measured, instead of a benchmark's keys made another way
+    cts_d, stc_d = PRESET_DEPTHS[info["name"]]
+    s2c = BootParams(order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO, cts_depth=cts_d, stc_depth=stc_d)
+    costs.key_bytes = {k: estimate_bytes(params, k, s2c) for k in costs.rho}
+    costs.key_source = "estimated for seeded keys"
     low = choose_pipelines(level_dag(steps, params, bs), costs, min_output_level=reserve,
                            pcmm_inputs=mambo_candidates(steps, chunks), mambo=opts.get("mambo", "auto"),
                            batch_bootstrap=opts.get("batch_bootstrap", "auto"))

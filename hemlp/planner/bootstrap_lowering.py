@@ -38,8 +38,9 @@ __all__ = ["PipelineCosts", "STC_BOTTOM_FRACTION", "MAX_BATCH_KEY_BYTES", "batch
 #: 0.059 at test-N12-boot (1 thread, CPU time: 7.5 ms StC vs 127 ms per ciphertext of an S2C-first batch of 2, loaded
 #: machine); at N = 2^16 the bottom limbs are a smaller share of the chain, so this overestimates MaMBo's StC there
 STC_BOTTOM_FRACTION = 0.06
-#: batch sizes whose keys are estimated above this are not planned (bench/mambo_N16.json: k = 2 keys 9.6 GiB and a
-#: 15.4 GiB peak on this 24 GiB machine; k = 4 would need ~20 GiB)
+#: batch sizes whose keys are estimated above this (in memory) are not planned: with the working set (~2.6 GiB at
+#: N16-boot, k = 4) and the rest of the process they must fit this 24 GiB machine; seeded S2C-first keys
+#: (hemlp.bootstrap.batch_keys.estimate_bytes) take 5.9 / 11.4 / 22.5 GiB for k = 2 / 4 / 8 at N16-boot
 MAX_BATCH_KEY_BYTES = 12 * 2 ** 30
 
 
@@ -65,7 +66,7 @@ def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR
                         continue
                     k = int(b["k"])
                     rho[k] = float(b["s2c_batch_cpu_s"]) / (k * single)
-                    keys[k] = int(b["key_bytes"])
+                    keys[k] = int(b.get("key_memory_bytes", b["key_bytes"]))
                     bits[k] = (float(b["s2c_min_max_bits"]) - single_bits,
                                float(b["pcmm_bootstrap_min_max_bits"]) - single_bits)
                 if rho:
@@ -93,17 +94,22 @@ class PipelineCosts:
     source: str = ""
     stc_fraction: float = STC_BOTTOM_FRACTION
     single_key_bytes: Optional[int] = None          # the single bootstrap's keys, measured in the same run
+    key_source: str = "measured"                    # where key_bytes come from ("measured" in self.source, or an
+                                                    # estimate the caller states)
 
     def key_note(self, order: str, k: int) -> str:
-        """The measured key bytes of the chosen family beside the single one's ('' when not measured here)."""
+        """The key bytes of the chosen family beside the single one's ('' when not known here)."""
         gib = 2.0 ** -30
         single = "" if self.single_key_bytes is None else f"single {self.single_key_bytes * gib:.2f} GiB"
         if order == "cts_first":
             return f"bootstrapping keys {single} (measured, {self.source})" if single else ""
         if k not in self.key_bytes:
             return ""
-        return (f"bootstrapping keys k={k} {self.key_bytes[k] * gib:.2f} GiB" + (f" vs {single}" if single else "")
-                + f" (measured, {self.source})")
+        if self.key_source == "measured":
+            return (f"bootstrapping keys k={k} {self.key_bytes[k] * gib:.2f} GiB" + (f" vs {single}" if single else "")
+                    + f" (measured, {self.source})")
+        return (f"bootstrapping keys k={k} {self.key_bytes[k] * gib:.2f} GiB in memory ({self.key_source})"
+                + (f" vs {single} (measured, {self.source})" if single else ""))
 
     @classmethod
     def for_preset(cls, params, single: BootstrapCost, stc_depth: int,

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 
-from hemlp.bootstrap import BootstrapKeys
-from hemlp.errors import KeyMismatchError, SerializationError, UnsupportedError
+from hemlp.bootstrap import BatchBootstrapKeys, BootstrapKeys
+from hemlp.errors import KeyMismatchError, SerializationError
 from hemlp.fhe import GaloisKeys, RelinKey, from_bytes
 from hemlp.fhe import serialize as ser
 from hemlp.fhe.files import map_file, write_atomic
@@ -96,24 +96,31 @@ class EvalKeys:
 
     def to_bytes(self, ctx=None) -> bytes:
         """ctx: the model's context (needed only to serialise bootstrapping keys)."""
+        return b"".join(self.to_parts(ctx))
+
+    def to_parts(self, ctx=None) -> list:
+        """The file as a list of buffers (batched bootstrapping keys' polynomials are views: never joined)."""
         rb = b"" if self.relin_key is None else self.relin_key.to_bytes()
         gb = b"" if self.galois_keys is None else self.galois_keys.to_bytes()
         mb = b"" if self.modpack_keys is None else self.modpack_keys.to_bytes()
-        bb = b""
+        bb, kind = [], None
         if self.bootstrap_keys is not None:
             if ctx is None:
                 raise TypeError("EvalKeys with bootstrapping keys serialise with their context: to_bytes(ctx) / "
                                 "save(path, ctx)")
-            if not isinstance(self.bootstrap_keys, BootstrapKeys):
-                raise UnsupportedError("the batched bootstrapping / MaMBo keys (hemlp.bootstrap.BatchBootstrapKeys) do "
-                                       "not serialise yet: run the plan in the process that made its keys, or compile "
-                                       "with mambo=False, batch_bootstrap=False (single bootstraps, whose keys do)")
-            bb = self.bootstrap_keys.to_bytes(ctx)
+            if isinstance(self.bootstrap_keys, BatchBootstrapKeys):   # batched bootstrapping / MaMBo
+                bb, kind = self.bootstrap_keys.to_parts(ctx), "batch_bootstrap_keys"
+            elif isinstance(self.bootstrap_keys, BootstrapKeys):
+                bb, kind = [self.bootstrap_keys.to_bytes(ctx)], "bootstrap_keys"
+            else:
+                raise TypeError(f"bootstrap_keys must be BootstrapKeys or BatchBootstrapKeys, got "
+                                f"{type(self.bootstrap_keys).__name__}")
         header = dict(model_id=self.model_id, has_relin=self.relin_key is not None, relin_bytes=len(rb),
                       galois_bytes=len(gb), modpack_bytes=len(mb))
         if bb:
-            header["bootstrap_bytes"] = len(bb)
-        return pack("eval_keys", self._param_hash(ctx), header, [rb, gb, mb, bb])
+            header["bootstrap_bytes"] = sum(memoryview(b).nbytes for b in bb)
+            header["bootstrap_kind"] = kind
+        return pack_parts("eval_keys", self._param_hash(ctx), header, [rb, gb, mb, *bb])
 
     def _param_hash(self, ctx) -> str:
         if ctx is not None:
@@ -124,7 +131,7 @@ class EvalKeys:
         return NO_PARAMS
 
     def save(self, path, ctx=None) -> None:
-        write_atomic(path, self.to_bytes(ctx))
+        write_atomic(path, self.to_parts(ctx))
 
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EvalKeys":
@@ -152,7 +159,13 @@ class EvalKeys:
         if nm:
             mp = ModPackKeys.from_bytes(payload[nr + ng:nr + ng + nm], compiled.context)
         if nb:
-            bk = BootstrapKeys.from_bytes(bytes(payload[nr + ng + nm:]), compiled.context)
+            kind = h.get("bootstrap_kind", "bootstrap_keys")     # files before batched keys serialised: single
+            if kind == "batch_bootstrap_keys":
+                bk = BatchBootstrapKeys.from_bytes(payload[nr + ng + nm:], compiled.context, checksum=False)
+            elif kind == "bootstrap_keys":
+                bk = BootstrapKeys.from_bytes(bytes(payload[nr + ng + nm:]), compiled.context)
+            else:
+                raise SerializationError(f"eval_keys: unknown bootstrapping key kind {kind!r}; the file is corrupted")
         return cls(h["model_id"], rlk, gk, mp, bk)
 
     @classmethod

@@ -150,7 +150,9 @@ def test_keygen_encrypt_run_decrypt_as_separate_processes(tmp_path, onnx_model):
 def test_bootstrapped_model_keys_through_the_cli(tmp_path):
     """hemlp keygen on a model compiled with bootstrap=True saves its bootstrapping keys in eval.keys (with the
     model's context), and hemlp run, a separate process, bootstraps with them: the decrypted output agrees with the
-    plan's simulation to the bootstrap's precision."""
+    plan's simulation to the bootstrap's precision. The planner's choice stands (the CLI no longer forces single
+    bootstraps): with bench/mambo_N12_t1.json it lowers this MLP's bootstraps to S2C-first batches of k = 4, whose
+    BatchBootstrapKeys travel in eval.keys."""
     torch = pytest.importorskip("torch", reason="exporting the test model needs torch: pip install 'hemlp[ml]'")
     pytest.importorskip("onnx", reason="the ONNX frontend needs onnx: pip install 'hemlp[ml]'")
     import hemlp as hl
@@ -168,14 +170,16 @@ def test_bootstrapped_model_keys_through_the_cli(tmp_path):
     x = rng.uniform(-0.9, 0.9, (32, 6))
     np.save(tmp_path / "x.npy", x)
     model, keys = tmp_path / "model", tmp_path / "keys"
-    hemlp("compile", tmp_path / "net.onnx", "--calibration", tmp_path / "cal.npy", "--batch-size", 32, "--insecure",
-          "--option", "bootstrap=true", "--option", "activation_degree=3", "-o", model)
+    p = hemlp("compile", tmp_path / "net.onnx", "--calibration", tmp_path / "cal.npy", "--batch-size", 32,
+              "--insecure", "--option", "bootstrap=true", "--option", "activation_degree=3", "-o", model)
     hemlp("keygen", model, "-o", keys)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cm = hl.load(model, allow_insecure=True)
         ek = EvalKeys.load(keys / "eval.keys", cm)
     assert cm.layout_impl.bootstrapped and ek.bootstrap_keys is not None       # saved, and they load
+    assert cm.layout_impl.boot_order == "s2c_first" and "pipeline: batched" in p.stdout, p.stdout
+    assert type(ek.bootstrap_keys).__name__ == "BatchBootstrapKeys" and ek.bootstrap_keys.k >= 2
     hemlp("encrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "x.npy", "-o", tmp_path / "x.ct")
     hemlp("run", model, "-e", keys / "eval.keys", "-i", tmp_path / "x.ct", "-o", tmp_path / "y.ct")
     hemlp("decrypt", model, "-k", keys / "secret.key", "-i", tmp_path / "y.ct", "-o", tmp_path / "y.npy")

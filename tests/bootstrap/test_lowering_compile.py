@@ -97,6 +97,12 @@ def test_the_mambo_plan_fuses_pcmm_and_refresh_and_prints_the_choice(mambo):
     assert "# bootstrapping:" in text and "pipeline: batched k=2 (S2C-first)" in text
     assert "MaMBo k=2 (the PCMM fused)" in text and "single ~" in text and "PCMM + batched ~" in text
     assert "forced (mambo=True)" in text
+    # the key memory the plan states is the estimate of the keys keygen makes (seeded, S2C-first levels)
+    from hemlp.bootstrap.batch_keys import estimate_bytes
+    from hemlp.bootstrap.params import BootParams
+
+    bp = BootParams.for_context(mambo.context, order="s2c_first", log_message_ratio=14)
+    assert f"bootstrapping keys k=2 {estimate_bytes(mambo.context, 2, bp) / 2 ** 30:.2f} GiB in memory" in text
     b = mambo.plan.info["bootstrap"]
     assert b["order"] == "s2c_first" and b["k"] == 2
     assert b["total_seconds"] == pytest.approx(b["boot_seconds"] + b["layer_seconds"])
@@ -209,13 +215,30 @@ def test_errors(mambo, mambo_run, unlowered, data):
         hemlp.compile(mlp(), data[0], batch_size=40, mambo=True)
     with pytest.raises(ParameterError, match="batch_bootstrap=1"):
         compile_(mlp(), data[0], batch_bootstrap=1)
-    with pytest.raises(UnsupportedError, match="do not serialise yet"):
-        ek.to_bytes(mambo.context)
     with pytest.raises(UnsupportedError, match="runtime='local'"):
         mambo.run(mambo.encrypt(data[2], sk), ek, runtime="ray")
     wrong = EvalKeys(mambo.model_id, ek.relin_key, bootstrap_keys=BootstrapKeys.generate(mambo.context, sk))
     with pytest.raises(MissingKeyError, match="s2c_first pipeline and need BatchBootstrapKeys"):
         mambo.run(mambo.encrypt(data[2], sk), wrong)
+
+
+def test_mambo_plan_runs_from_saved_keys(mambo, mambo_run, data, tmp_path):
+    """The batched / MaMBo keys travel as the eval keys file (client keygen -> server): the plan run with the
+    loaded keys gives bit-identical ciphertexts to the run with the in-memory ones."""
+    _, sk, ek = mambo_run
+    ek.save(tmp_path / "eval.keys", mambo.context)
+    loaded = EvalKeys.load(tmp_path / "eval.keys", mambo)
+    assert loaded.bootstrap_keys.k == ek.bootstrap_keys.k and loaded.bootstrap_keys.params == ek.bootstrap_keys.params
+    from hemlp.bootstrap.batch_keys import estimate_bytes
+
+    assert loaded.bootstrap_keys.memory_bytes == ek.bootstrap_keys.memory_bytes == estimate_bytes(
+        mambo.context, 2, ek.bootstrap_keys.params)            # seeded, as the plan's key line states
+    ct = mambo.encrypt(data[1], sk)
+    a, b = mambo.run(ct, ek, threads=1), mambo.run(ct, loaded, threads=1)
+    assert any(s.op == "mambo" for s in mambo.steps)
+    for x, y in zip(a.ctm.cts, b.ctm.cts):
+        assert all(np.array_equal(x.native.poly(i), y.native.poly(i)) for i in range(2))
+    assert np.max(np.abs(mambo.decrypt(b, sk) - mambo.reference(data[1]))) < 2.0 ** -14
 
 
 def test_save_and_load_keep_the_lowered_plan(mambo, data, tmp_path):

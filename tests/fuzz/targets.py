@@ -26,7 +26,7 @@ PRESET = "test-N10"
 #: every target, in the order of the reports
 NAMES = ("params", "ciphertext", "secret_key", "public_key", "relin_key", "galois_keys", "modpack_keys",
          "multi_secret_key", "ct_matrix", "eval_keys", "encrypted_batch", "encrypted_weights", "bootstrap_keys",
-         "weights_npy", "model_plan", "model_weights", "model_params")
+         "batch_bootstrap_keys", "weights_npy", "model_plan", "model_weights", "model_params")
 
 
 def _quiet():
@@ -92,6 +92,8 @@ def build_corpus(root) -> dict:
         small = BootstrapKeys(bp, boot_ctx.rotation_keys(bsk, [1], level=0), boot_ctx.relin_key(bsk, level=0), enc,
                               {1: 0, 2: 0}, 0)
         seeds["bootstrap_keys"] += [small.to_bytes(boot_ctx)]
+        # batched bootstrapping keys (k = 2), likewise with every key made for level 0: the real container
+        seeds["batch_bootstrap_keys"] += [_small_batch_keys(boot_ctx, bsk, bp).to_bytes(boot_ctx)]
 
         torch.manual_seed(0)
         net = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Linear(6, 3)).eval()
@@ -126,6 +128,20 @@ def build_corpus(root) -> dict:
     return {n: len(b) for n, b in seeds.items()}
 
 
+def _small_batch_keys(ctx, sk, bp):
+    """BatchBootstrapKeys for k = 2 with every key made for level 0 (the full set is ~34 MB at test-N10-boot)."""
+    from hemlp import _core, pcmm
+    from hemlp.bootstrap.batch import BatchBootstrapKeys
+    from hemlp.fhe import GaloisKeys, SecretKey
+
+    e, msk = ctx.native, pcmm.multi_secret_key(ctx, 2)
+    conv = _core.batch_conversion_keys(e, ctx.unwrap(sk, SecretKey, "sk"), msk.native, bp.h, 0, 0, True)
+    ms = _core.ms_galois_keys(e, msk.native, [(e.galois_element(1), 0), (e.galois_element(2), 0)], 0)
+    galois = ctx.wrap(GaloisKeys, _core.galois_keys_at_levels(e, ctx.unwrap(sk, SecretKey, "sk"),
+                                                              [(e.conjugation_element(), 0)], 0))
+    return BatchBootstrapKeys(bp, 2, conv, ms, galois, ctx.relin_key(sk, level=0), {1: 0, 2: 0}, {}, 0, ctx.hash)
+
+
 def seeds_of(root, name) -> list:
     return [p.read_bytes() for p in sorted((Path(root) / name).iterdir())]
 
@@ -137,6 +153,7 @@ class Targets:
         import hemlp
         from hemlp import fhe, pcmm
         from hemlp.fhe import serialize
+        from hemlp.bootstrap.batch import BatchBootstrapKeys
         from hemlp.bootstrap.keys import BootstrapKeys
         from hemlp.errors import HemlpError
         from hemlp.layouts.blocked import EncryptedWeights
@@ -181,6 +198,7 @@ class Targets:
                  "encrypted_batch": lambda b: EncryptedBatch.from_bytes(b, packed),
                  "encrypted_weights": lambda b: EncryptedWeights.from_bytes(b, blocked),
                  "bootstrap_keys": lambda b: BootstrapKeys.from_bytes(b, boot_ctx),
+                 "batch_bootstrap_keys": lambda b: BatchBootstrapKeys.from_bytes(b, boot_ctx),
                  "weights_npy": npy, "model_plan": model_file("plan.json"),
                  "model_weights": model_file("weights.npz"), "model_params": model_file("params.bin")}
         self.loaders = typed

@@ -4,14 +4,20 @@ S2C-first batched bootstrap).
 
     python -m hemlp.bench mambo --preset N16-boot --ks 2,4 --ds 256,1024,4096 --json PATH
 
+At N16-boot with seeded keys (the default) k = 4 fits the default 20 GiB budget by estimate: the CtS-first keys
+the stage makes hold 12.4 GiB, its working set ~4.6 GiB (k = 2: 6.9 + 4.2; k = 8: 23.5 GiB of keys, skipped);
+held expanded (--unseeded) only k = 2 fits.
+
 Stages, in one process, each freeing its keys before the next (peak RSS recorded after each):
 1. PCMM of U (d×d) on d ciphertext rows (one encrypted row repeated: the GEMMs do not care) at the
    single bootstrap's output level (the conventional position) and at level 1 (MaMBo's), for d up to
    --pcmm-max-d; larger d extrapolated as d² from the largest measured (marked "extrapolated").
 2. CtS-first single bootstrap (Bootstrapper): first call (diagonal encoding) apart, then timed.
-3. per k: BatchBootstrapKeys; bootstrap_batch (CtS-first, batched CtS); with the same key objects the
-   S2C-first MamboBootstrapper: bootstrap_batch and pcmm_bootstrap on k rows. A k whose keys are estimated
-   above --mem-gib (keys + working set) is skipped and reported.
+3. per k: BatchBootstrapKeys (seeded a-parts unless --unseeded); bootstrap_batch (CtS-first, batched CtS); with
+   the same key objects the S2C-first MamboBootstrapper: bootstrap_batch and pcmm_bootstrap on k rows. A k whose
+   keys plus working set (hemlp.bootstrap.batch_keys.estimate_bytes / working_bytes, plus the process's RSS) are
+   estimated above --mem-gib is skipped and reported; "memory_choice" is choose_k's report (the largest k that
+   fits).
 Derived throughput for a d×d layer (d ciphertext rows, each refreshed): separate = d / (PCMM at the
 application level + d single bootstraps); MaMBo = d / (PCMM at level 1 + d/k S2C-first batched bootstraps),
 from the measured stage times (stated as derived in the JSON).
@@ -72,16 +78,15 @@ def _bits(err: float) -> float:
     return math.inf if err == 0 else -math.log2(err)
 
 
-def batch_key_estimate(ctx, params, k: int) -> int:
-    """Bytes of BatchBootstrapKeys for k (k+1 polynomials per digit of each CtS key, expanded)."""
-    from hemlp.bootstrap.batch import batched_cts_levels
+def batch_key_estimate(ctx, params, k: int, seeded: bool = True) -> int:
+    """Bytes BatchBootstrapKeys for k hold in memory (hemlp.bootstrap.batch_keys.estimate_bytes)."""
+    from hemlp.bootstrap.batch_keys import estimate_bytes
 
-    one = sum(ctx.params.switch_key_bytes(lv) for lv in batched_cts_levels(ctx, params).values())
-    return (k + 1) * one
+    return estimate_bytes(ctx, k, params, seeded)
 
 
 def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib: float, allow_insecure: bool,
-        log=print, checkpoint=lambda payload: None, repeat_single: bool = True) -> dict:
+        log=print, checkpoint=lambda payload: None, repeat_single: bool = True, seeded: bool = True) -> dict:
     import numpy as np
 
     import hemlp
@@ -89,6 +94,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
     from hemlp import fhe
     from hemlp.bootstrap import BootParams, BootstrapKeys, Bootstrapper
     from hemlp.bootstrap.batch import BatchBootstrapKeys, BatchBootstrapper
+    from hemlp.bootstrap.batch_keys import choose_k, working_bytes
     from hemlp.bootstrap.keys import dft_plans
     from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper
 
@@ -178,28 +184,40 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
 
     t_single, t_single_cpu = single_stage("single")
 
-    # ---- 3. batches
+    # ---- 3. batches: each k whose keys (estimate_bytes, seeded unless --unseeded) plus working set (working_bytes,
+    # plus the process's own baseline) fit --mem-gib; choose_k's report says which k the budget allows
     batches = st["batches"] = []
     s2c = BootParams.for_context(ctx, order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO)
+    base = _rss_gib()[0] * 2 ** 30
+    _, choice = choose_k(ctx, mem_gib * 2 ** 30, bp, candidates=ks, seeded=seeded, reserved_bytes=base)
+    choice["baseline_rss_gib"] = base / 2 ** 30
+    out["memory_choice"] = choice
+    log(f"memory choice (budget {mem_gib} GiB, process baseline {base / 2**30:.1f} GiB, keys "
+        f"{'seeded' if seeded else 'expanded'}): {choice['reason']}")
     for k in ks:
-        est = batch_key_estimate(ctx, bp, k)
-        if est / 2 ** 30 > mem_gib - 6:       # keys + diagonals + working set (≈ 6 GiB at N = 2^16)
+        est = batch_key_estimate(ctx, bp, k, seeded)
+        work = working_bytes(ctx, k, bp)
+        need = (est + work + base) / 2 ** 30
+        if need > mem_gib:
             batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
-                            "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + working set > {mem_gib} GiB"})
-            log(f"k = {k}: skipped (keys ≈ {est / 2**30:.1f} GiB)")
+                            "estimated_working_gib": work / 2 ** 30,
+                            "reason": f"batched keys ≈ {est / 2**30:.1f} GiB + working set ≈ {work / 2**30:.1f} GiB "
+                                      f"+ process {base / 2**30:.1f} GiB > {mem_gib} GiB"})
+            log(f"k = {k}: skipped (keys ≈ {est / 2**30:.1f} GiB, working set ≈ {work / 2**30:.1f} GiB)")
             continue
-        # the machine is shared: never start a stage the free memory cannot hold (keys + ≈ 5 GiB working set)
-        avail = _wait_for_memory(est / 2 ** 30 + 6, log, timeout_s=300)
-        if est / 2 ** 30 + 6 > avail:
+        # the machine is shared: never start a stage the free memory cannot hold
+        avail = _wait_for_memory(need - base / 2 ** 30, log, timeout_s=300)
+        if need - base / 2 ** 30 > avail:
             batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
-                            "reason": f"batched CtS keys ≈ {est / 2**30:.1f} GiB + 6 GiB working set > "
-                                      f"{avail:.1f} GiB available on the shared machine when the stage started"})
+                            "estimated_working_gib": work / 2 ** 30,
+                            "reason": f"batched keys ≈ {est / 2**30:.1f} GiB + working set ≈ {work / 2**30:.1f} GiB "
+                                      f"> {avail:.1f} GiB available on the shared machine when the stage started"})
             log(f"k = {k}: skipped ({avail:.1f} GiB available)")
             continue
         zs = [rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n) for _ in range(k)]
         cts = [ctx.encrypt(v, sk, level=1) for v in zs]
         t0 = time.perf_counter()
-        bkeys = BatchBootstrapKeys.generate(ctx, sk, k, bp)
+        bkeys = BatchBootstrapKeys.generate(ctx, sk, k, bp, seeded=seeded)
         kg = time.perf_counter() - t0
         bb = BatchBootstrapper(ctx, bkeys)
         t0 = time.perf_counter()
@@ -210,11 +228,15 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         t_batch = time.perf_counter() - t0
         t_batch_cpu = time.process_time() - c0
         bits = min(_bits(float(np.max(np.abs(ctx.decrypt(c, sk) - v)))) for c, v in zip(outs, zs))
-        rec = {"k": k, "load_average": report.load_average(), "keygen_s": kg, "key_bytes": bkeys.nbytes, "estimated_key_gib": est / 2 ** 30,
+        rec = {"k": k, "load_average": report.load_average(), "keygen_s": kg, "key_bytes": bkeys.nbytes,
+               "key_memory_bytes": bkeys.memory_bytes, "seeded": seeded, "estimated_key_gib": est / 2 ** 30,
+               "estimated_working_gib": work / 2 ** 30,
+               "s2c_key_memory_bytes": batch_key_estimate(ctx, s2c, k, seeded),
                "first_s": first, "bootstrap_batch_s": t_batch, "bootstrap_batch_cpu_s": t_batch_cpu, "per_ciphertext_s": t_batch / k,
                "speedup_vs_single": t_single * k / t_batch, "min_max_bits": bits, "rss_after_batch_gib": _rss_gib()}
         log(f"k = {k}: bootstrap_batch {t_batch:.2f} s ({t_batch / k:.2f} s per ciphertext, "
-            f"{rec['speedup_vs_single']:.2f}x), keys {bkeys.nbytes / 2**30:.2f} GiB, {bits:.2f} bits")
+            f"{rec['speedup_vs_single']:.2f}x), keys {bkeys.memory_bytes / 2**30:.2f} GiB in memory "
+            f"({bkeys.nbytes / 2**30:.2f} GiB serialised), {bits:.2f} bits")
         del bb, outs
         clear_plans()
         # S2C-first with the same key objects (the batched CtS keys do not depend on the order)
@@ -296,7 +318,7 @@ def print_table(p: dict) -> None:
             continue
         rows.append([f"batch CtS-first k={b['k']}", str(b["k"]), report.fmt_seconds(b["bootstrap_batch_s"]),
                      f"{b['k'] / b['bootstrap_batch_s']:.3f}", report.fmt_ratio(b["speedup_vs_single"]),
-                     f"{b['key_bytes'] / 2**30:.2f}", report.fmt_bits(b["min_max_bits"]),
+                     f"{b.get('key_memory_bytes', b['key_bytes']) / 2**30:.2f}", report.fmt_bits(b["min_max_bits"]),
                      report.fmt_ratio(b["cpu_speedup_vs_single"])])
         rows.append([f"batch S2C-first k={b['k']}", str(b["k"]), report.fmt_seconds(b["s2c_batch_s"]),
                      f"{b['k'] / b['s2c_batch_s']:.3f}",
@@ -311,6 +333,8 @@ def print_table(p: dict) -> None:
              for r in p["layer"]]
     report.table(["d", "k", "PCMM + d bootstraps", "MaMBo", "throughput ratio", "CPU-time ratio", "PCMM extrapolated"], lrows,
                  title="d×d layer then refresh (derived from the stage times)")
+    if p.get("memory_choice"):
+        print(f"memory choice: {p['memory_choice']['reason']}")
     for note in p.get("notes", []):
         print(f"note: {note}")
 
@@ -322,6 +346,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--pcmm-max-d", type=int, default=256, help="largest d measured; larger d extrapolated (d²)")
     parser.add_argument("--mem-gib", type=float, default=20.0, help="memory budget for keys + working set")
+    parser.add_argument("--unseeded", action="store_true",
+                        help="hold the keys' uniform a-parts expanded (more memory, no expansion per use)")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--allow-insecure", action="store_true")
 
@@ -331,7 +357,7 @@ def main(args) -> int:
     busy = report.busy_warning()
     try:
         payload = run(args.preset, int_list(args.ks), int_list(args.ds), args.threads, args.pcmm_max_d, args.mem_gib,
-                      args.allow_insecure, log=lambda m: print(m, file=sys.stderr, flush=True),
+                      args.allow_insecure, log=lambda m: print(m, file=sys.stderr, flush=True), seeded=not args.unseeded,
                       checkpoint=(lambda p: report.write_json(args.json, "mambo", p, machine=machine))
                       if args.json and args.json != "-" else (lambda p: None))
     except HemlpError as e:
