@@ -462,7 +462,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--split", default="digits", help="EMNIST split (byclass, bymerge, balanced, letters, digits, mnist)")
     ap.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
     ap.add_argument("--width", type=int, default=None, help="cifar-cnn: channels of the first conv (default 16)")
-    ap.add_argument("--epochs", type=int, default=None, help="default 8 (--resnet: 10)")
+    ap.add_argument("--epochs", type=int, default=None, help="default 8")
     ap.add_argument("--augment", action="store_true",
                     help="also train on one-pixel shifted copies of the images (small data sets: +1 pp on MNIST)")
     ap.add_argument("--batch-size", type=int, default=64)
@@ -548,7 +548,13 @@ def main(argv=None) -> int:
 
         args.command = " ".join(["train_deploy.py"] + (sys.argv[1:] if argv is None else list(argv)))
         log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
-        return cifar_resnet_run.main(args, log)
+        from hemlp.errors import HemlpError
+
+        try:
+            return cifar_resnet_run.main(args, log)
+        except HemlpError as exc:   # typed data / compile errors: their message names the fix
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
     if args.epochs is None:
         args.epochs = 8
     if args.table is not None:
