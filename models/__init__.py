@@ -3,12 +3,13 @@
 - ``FHE4DMMNet``: FHE4DMM's 5-layer network (Conv → x² → FC → x² → FC), EMNIST / CIFAR-10 configs.
 - ``HEMLP``: MLP 784-128-64-10 with x² or degree-2 polynomial activations.
 - ``CifarCNN``: small CNN with x² and average pooling within 6 levels.
-- ``CifarResNet``: ResNet-9-style CIFAR-10 network with trainable degree-2 polynomial activations (bootstrapped).
+- ``CifarResNet``: ResNet-9-style CIFAR-10 network (bootstrapped; not a leveled model, so not in ``build``:
+  ``train_deploy.py --resnet`` trains it).
 - ``train`` (submodule): seeded deterministic CPU training.
 """
 from .layers import PolyAct, Square, mult_depth
 
-MODELS = ("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn", "cifar-resnet")
+MODELS = ("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn")
 
 __all__ = ["Square", "PolyAct", "mult_depth", "build", "MODELS", "FHE4DMMNet", "HEMLP", "CifarCNN", "CifarResNet"]
 
@@ -37,10 +38,6 @@ def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10, seed: int |
         from .cifar_cnn import CifarCNN
 
         return CifarCNN(num_classes, width=width or 16, in_channels=c, image_size=h)
-    if name == "cifar-resnet":
-        from .cifar_resnet import CifarResNet
-
-        return CifarResNet(num_classes, in_channels=c, image_size=h)
     raise ValueError(f"model {name!r} unknown; choose one of {', '.join(MODELS)}")
 
 
