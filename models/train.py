@@ -106,14 +106,13 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
           lr: float = 2e-3, seed: int = 0, threads: int = 2, x_val=None, y_val=None, progress: bool = True,
           weight_decay: float = 1e-4, clip: float = 1.0, callback=None, transform=None, optimizer: str = "adam",
           momentum: float = 0.9, label_smoothing: float = 0.0, pct_start: float = 0.15,
-          channels_last: bool = False, val_every: int = 1) -> list[dict]:
+          channels_last: bool = False) -> list[dict]:
     """Adam (or ``optimizer="sgd"``: Nesterov SGD) + one-cycle schedule + gradient clipping (squares make early
     steps explosive).
 
-    Returns one dict per epoch: loss, train accuracy, validation accuracy (every ``val_every`` epochs and the
-    last), seconds, CPU seconds. `callback` receives each dict (e.g. for W&B logging). `transform(xb, generator)`
+    Returns one dict per epoch: loss, train accuracy, validation accuracy, seconds, CPU seconds. `callback` receives each dict (e.g. for W&B logging). `transform(xb, generator)`
     (e.g. RandomAffine()) distorts every training batch afresh. ``channels_last`` runs the convolutions in NHWC
-    (about 1.8x faster for narrow CNNs on the CPU). Deterministic for a given seed and thread count."""
+    (1.7x faster for the 16-128-channel ResNet on the CPU). Deterministic for a given seed and thread count."""
     from tqdm.auto import tqdm
 
     set_determinism(seed, threads)
@@ -126,8 +125,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
     else:
         raise ValueError(f"optimizer {optimizer!r} unknown; use 'adam' or 'sgd'")
     steps = max(1, epochs * ((len(yt) + batch_size - 1) // batch_size))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=pct_start,
-                                                cycle_momentum=optimizer == "sgd")
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=pct_start)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     if channels_last:
@@ -162,7 +160,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
             bar.set_postfix(epoch=ep + 1, loss=f"{tot / seen:.3f}")
         rec = {"epoch": ep + 1, "loss": tot / seen, "train_acc": correct / seen,
                "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
-        if x_val is not None and ((ep + 1) % val_every == 0 or ep + 1 == epochs):
+        if x_val is not None:
             rec["val_acc"] = accuracy(model, x_val, y_val)
         history.append(rec)
         if callback:
