@@ -110,8 +110,9 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
     """Adam (or ``optimizer="sgd"``: Nesterov SGD) + one-cycle schedule + gradient clipping (squares make early
     steps explosive).
 
-    Returns one dict per epoch: loss, train accuracy, validation accuracy, seconds, CPU seconds. `callback` receives each dict (e.g. for W&B logging). `transform(xb, generator)`
-    (e.g. RandomAffine()) distorts every training batch afresh. ``channels_last`` runs the convolutions in NHWC
+    Returns one dict per epoch: loss, train accuracy, validation accuracy, seconds, CPU seconds. `callback`
+    receives each dict (e.g. for W&B logging). `transform(xb, generator)` (e.g. RandomAffine()) distorts every
+    training batch afresh. ``channels_last`` runs the convolutions in NHWC
     (1.7x faster for the 16-128-channel ResNet on the CPU). Deterministic for a given seed and thread count."""
     from tqdm.auto import tqdm
 
