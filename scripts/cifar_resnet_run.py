@@ -110,6 +110,7 @@ def run(args, log) -> dict:
         accuracy[name] = {"accuracy": float(np.mean(logits[name].argmax(1) == d.y)), "n": len(d.y)}
         log(f"plaintext accuracy on {name}: {accuracy[name]['accuracy'] * 100:.2f} % ({len(d.y)} images)")
     weights = Path(args.resnet).with_suffix(".pt")
+    weights.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": model.state_dict(), "widths": widths, "act": args.act, "mean": mean, "std": std},
                weights)
     rep = {"command": args.command, "model": {
