@@ -506,6 +506,8 @@ def parser() -> argparse.ArgumentParser:
                     help="train the CIFAR-10 ResNet on the JPEG training images, report to JSON (needs --data-root; "
                          "also reads --epochs/--lr if given, --threads, --seed, --train-limit, --cache-dir, "
                          "--sim-samples, --preset)")
+    ap.add_argument("--resnet-compile-only", action="store_true",
+                    help="--resnet: no training; add the compile check of the JSON's saved weights (.pt) to it")
     ap.add_argument("--widths", default=None, help="--resnet: channel widths prep,layer1,layer2,layer3 "
                                                    "(default 16,32,64,128)")
     ap.add_argument("--act", default="poly", choices=("poly", "relu", "gelu"),

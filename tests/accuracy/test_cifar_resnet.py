@@ -128,3 +128,18 @@ def test_training_command_on_a_subset(tmp_path):
     state = torch.load(w, weights_only=False)
     m = CifarResNet(widths=state["widths"], act=state["act"])
     m.load_state_dict(state["state_dict"])
+
+
+@pytest.mark.parametrize("shape,kernel,stride,padding,include", [
+    ((3, 8, 8), (2, 2), (2, 2), (0, 0), True), ((2, 7, 9), (3, 3), (2, 2), (1, 1), True),
+    ((2, 7, 9), (3, 3), (2, 2), (1, 1), False), ((4, 6, 5), (2, 3), (1, 2), (0, 1), False)])
+def test_reference_avgpool_by_window_sums_equals_the_dense_matrix(shape, kernel, stride, padding, include):
+    from hemlp.compiler.ir import avgpool_apply, avgpool_matrix
+
+    x = np.random.default_rng(5).normal(size=(3,) + shape) * np.arange(1, 4)[:, None, None, None] + 0.3
+    M = avgpool_matrix(shape, kernel, stride, padding, include)
+    want = x.reshape(3, -1) @ M.T
+    got = avgpool_apply(x, kernel, stride, padding, include)
+    assert got.reshape(3, -1).shape == want.shape and np.allclose(got.reshape(3, -1), want, rtol=0, atol=1e-12)
+    t = torch.nn.functional.avg_pool2d(torch.as_tensor(x), kernel, stride, padding, count_include_pad=include)
+    assert np.allclose(got, t.numpy(), atol=1e-12)
