@@ -54,7 +54,17 @@ def calibration_rows(n: int, k: int = 256) -> np.ndarray:
 
 def compile_check(model, x_cal, x_test, logits_plain, preset: str, log) -> dict:
     """hemlp.compile with bootstraps placed by the planner (layout A), then simulate on x_test: top-1 agreement
-    with PyTorch and the largest logit difference."""
+    with PyTorch and the largest logit difference. A typed compile error is recorded (status "failed") and logged."""
+    from hemlp.errors import HemlpError
+
+    try:
+        return compile_and_simulate(model, x_cal, x_test, logits_plain, preset, log)
+    except HemlpError as exc:
+        log(f"hemlp.compile failed: {type(exc).__name__}: {exc}")
+        return {"status": "failed", "preset": preset, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def compile_and_simulate(model, x_cal, x_test, logits_plain, preset: str, log) -> dict:
     import hemlp
 
     t0 = time.perf_counter()
@@ -69,7 +79,10 @@ def compile_check(model, x_cal, x_test, logits_plain, preset: str, log) -> dict:
             len(x_test[i:i + 64]), -1) for i in range(0, len(x_test), 64)])
     info = cm.plan.info
     boot = info.get("bootstrap") or {}
-    return {"preset": preset, "layout": cm.layout, "depth": info.get("depth"),
+    fit = info.get("activation_fit") or {}
+    return {"status": "ok", "preset": preset, "layout": cm.layout, "depth": info.get("depth"),
+            "activation_degrees": [a["degree"] for a in fit.get("activations", [])],
+            "calibration_agreement": fit.get("agreement"),
             "levels_after_bootstrap": boot.get("levels_after"), "bootstrap_points": len(boot.get("placements", [])),
             "bootstrap_calls_per_batch": sum(p.get("bootstraps", 0) for p in boot.get("placements", [])),
             "estimated_seconds_per_batch": boot.get("total_seconds"), "plan_batch": 16,
@@ -147,7 +160,8 @@ def run(args, log) -> dict:
         rep["compile"] = compile_check(model, x_train[calibration_rows(len(x_train))], x, logits[CIFAR_EXACT][:n],
                                        args.preset or "test-N12-boot", log)
         save_json(args.resnet, "cifar-resnet", rep, machine=machine)
-        log(f"simulated top-1 = plaintext on {rep['compile']['top1_agreement'] * 100:.2f} % of {n} images")
+        if rep["compile"]["status"] == "ok":
+            log(f"simulated top-1 = plaintext on {rep['compile']['top1_agreement'] * 100:.2f} % of {n} images")
     return rep
 
 
@@ -184,7 +198,8 @@ def check_saved(args, log) -> dict:
     for k in ("schema", "subcommand"):
         doc.pop(k, None)
     save_json(path, "cifar-resnet", doc, machine=machine)
-    log(f"simulated top-1 = plaintext on {doc['compile']['top1_agreement'] * 100:.2f} % of {n} images")
+    if doc["compile"]["status"] == "ok":
+        log(f"simulated top-1 = plaintext on {doc['compile']['top1_agreement'] * 100:.2f} % of {n} images")
     return doc
 
 

@@ -122,6 +122,7 @@ def test_training_command_on_a_subset(tmp_path):
     assert t["epochs"] == 2 and t["threads"] == 2 and t["wall_seconds"] > 0 and t["cpu_seconds"] > 0
     assert rep["data"]["n_train"] == 3000 and rep["model"]["parameters"] > 0
     assert rep["machine"]["load_average_before"] is not None
+    assert rep["compile"]["status"] == "ok", rep["compile"]
     assert rep["compile"]["top1_agreement"] == 1.0 and rep["compile"]["bootstrap_points"] >= 3
     w = Path(rep["weights"]["path"])
     assert w.is_file() and w.stat().st_size == rep["weights"]["bytes"]
