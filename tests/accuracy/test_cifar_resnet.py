@@ -108,6 +108,7 @@ def test_training_command_on_a_subset(tmp_path):
     out = tmp_path / "resnet.json"
     cmd = [sys.executable, str(REPO / "scripts" / "train_deploy.py"), "--data-root", str(DATA), "--resnet", str(out),
            "--train-limit", "3000", "--epochs", "2", "--widths", "8,16,16,32", "--act", "gelu", "--sim-samples", "4",
+           "--preset", "test-N15-boot",
            "--cache-dir", str(tmp_path / "cache"), "--quiet"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
