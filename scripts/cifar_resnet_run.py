@@ -3,7 +3,7 @@ training images, report its plaintext accuracy on both test sets, save its weigh
 ``hemlp.compile(..., bootstrap=True)`` + ``simulate`` on a sample of the exact test images.
 
     nice -n 10 python scripts/train_deploy.py --data-root ../shared/data --resnet bench/cifar_resnet.json \
-        --act gelu --threads 2 --sim-samples 64
+        --act gelu --epochs 12 --threads 2 --sim-samples 64
 
 Everything is seeded (weights regenerate from the command); the JSON carries the machine (load average before and
 after: the machine may be shared), training wall and CPU seconds, epochs, parameters and threads.
@@ -22,7 +22,7 @@ CIFAR_JPEG = "CIFAR-10 test, 10 000 images, JPEG q75 (lossy)"
 
 #: the training recipe (Page's ResNet-9 / airbench, scaled to 2 CPU cores): Nesterov SGD with a one-cycle schedule,
 #: label smoothing, batch 512, a fresh 2-pixel shift + horizontal flip of every batch, patch-whitening init
-RECIPE = dict(epochs=8, batch_size=512, lr=0.2, weight_decay=5e-4, label_smoothing=0.2, pct_start=0.25, pad=2,
+RECIPE = dict(epochs=12, batch_size=512, lr=0.2, weight_decay=5e-4, label_smoothing=0.2, pct_start=0.25, pad=2,
               clip=5.0)
 
 

@@ -462,7 +462,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--split", default="digits", help="EMNIST split (byclass, bymerge, balanced, letters, digits, mnist)")
     ap.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
     ap.add_argument("--width", type=int, default=None, help="cifar-cnn: channels of the first conv (default 16)")
-    ap.add_argument("--epochs", type=int, default=None, help="default 8")
+    ap.add_argument("--epochs", type=int, default=None, help="default 8 (--resnet: 12)")
     ap.add_argument("--augment", action="store_true",
                     help="also train on one-pixel shifted copies of the images (small data sets: +1 pp on MNIST)")
     ap.add_argument("--batch-size", type=int, default=64)
