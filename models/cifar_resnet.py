@@ -61,7 +61,8 @@ patch-whitening init): 85.43 % on the JPEG test set (10 000, lossy) and 86.63 % 
 images; training 26.8 min wall / 30.0 min CPU on 2 threads with the machine shared (load average 2.4-5.4). The same
 recipe at 8 epochs (bench/cifar_resnet_e8.json): 83.89 % / 85.94 %, 23.2 min wall on a busier machine (load 6-8).
 hemlp.compile needs a preset with room after each bootstrap: GELU's fit for 99 % agreement reached degree 63 on the
-first activation (6 levels), more than test-N12-boot's bootstrap leaves (LevelError); N16-boot leaves 12.
+first activation (6 levels), more than test-N12-boot's bootstrap leaves (LevelError); N16-boot leaves 12 and plans
+it (depth 51, 5 bootstrap points, 9 728 bootstraps per batch), but its simulate ran out of memory (24 GB).
 """
 
 # least-squares degree-2 fit of ReLU on [-4, 4] (uniform weight), as models.layers.RELU_DEG2

@@ -3,7 +3,7 @@ training images, report its plaintext accuracy on both test sets, save its weigh
 ``hemlp.compile(..., bootstrap=True)`` + ``simulate`` on a sample of the exact test images.
 
     nice -n 10 python scripts/train_deploy.py --data-root ../shared/data --resnet bench/cifar_resnet.json \
-        --act gelu --epochs 12 --threads 2 --sim-samples 64
+        --act gelu --epochs 12 --threads 2
 
 Everything is seeded (weights regenerate from the command); the JSON carries the machine (load average before and
 after: the machine may be shared), training wall and CPU seconds, epochs, parameters and threads.
@@ -48,7 +48,9 @@ def load(root, cache_dir, train_limit, seed=0):
 
 
 #: the compile check's preset: 12 levels after a bootstrap, room for the degree-31/63 fits of GELU that reach 99 %
-#: agreement (test-N12-boot leaves 3: LevelError on the first activation)
+#: agreement (test-N12-boot leaves 3: LevelError on the first activation). Planning the 16-32-64-128 GELU model at
+#: N16-boot works; its simulate (layout A, 32768 slots) grew past 24 GB and was killed: run the check under
+#: flock /work/wt/big.lock on a machine with the memory, or on narrow widths (the slow test: test-N15-boot)
 DEFAULT_PRESET = "N16-boot"
 
 
