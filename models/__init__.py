@@ -3,13 +3,15 @@
 - ``FHE4DMMNet``: FHE4DMM's 5-layer network (Conv → x² → FC → x² → FC), EMNIST / CIFAR-10 configs.
 - ``HEMLP``: MLP 784-128-64-10 with x² or degree-2 polynomial activations.
 - ``CifarCNN``: small CNN with x² and average pooling within 6 levels.
+- ``CifarResNet``: ResNet-9-style CIFAR-10 network (bootstrapped; not a leveled model, so not in ``build``:
+  ``train_deploy.py --resnet`` trains it).
 - ``train`` (submodule): seeded deterministic CPU training.
 """
 from .layers import PolyAct, Square, mult_depth
 
 MODELS = ("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn")
 
-__all__ = ["Square", "PolyAct", "mult_depth", "build", "MODELS", "FHE4DMMNet", "HEMLP", "CifarCNN"]
+__all__ = ["Square", "PolyAct", "mult_depth", "build", "MODELS", "FHE4DMMNet", "HEMLP", "CifarCNN", "CifarResNet"]
 
 
 def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10, seed: int | None = None,
@@ -42,9 +44,9 @@ def build(name: str, input_shape=(1, 28, 28), num_classes: int = 10, seed: int |
 def __getattr__(name):
     import importlib
 
-    where = {"FHE4DMMNet": ".fhe4dmm", "HEMLP": ".mlp", "CifarCNN": ".cifar_cnn"}
+    where = {"FHE4DMMNet": ".fhe4dmm", "HEMLP": ".mlp", "CifarCNN": ".cifar_cnn", "CifarResNet": ".cifar_resnet"}
     if name in where:
         return getattr(importlib.import_module(where[name], __name__), name)
-    if name in ("train", "fhe4dmm", "mlp", "cifar_cnn", "layers"):
+    if name in ("train", "fhe4dmm", "mlp", "cifar_cnn", "cifar_resnet", "layers"):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

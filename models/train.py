@@ -104,32 +104,46 @@ class RandomCropFlip:
 
 def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch_size: int = 64,
           lr: float = 2e-3, seed: int = 0, threads: int = 2, x_val=None, y_val=None, progress: bool = True,
-          weight_decay: float = 1e-4, clip: float = 1.0, callback=None, transform=None) -> list[dict]:
-    """Adam + cosine schedule + gradient clipping (squares make early steps explosive).
+          weight_decay: float = 1e-4, clip: float = 1.0, callback=None, transform=None, optimizer: str = "adam",
+          momentum: float = 0.9, label_smoothing: float = 0.0, pct_start: float = 0.15,
+          channels_last: bool = False) -> list[dict]:
+    """Adam (or ``optimizer="sgd"``: Nesterov SGD) + one-cycle schedule + gradient clipping (squares make early
+    steps explosive).
 
-    Returns one dict per epoch: loss, train accuracy, validation accuracy, seconds. `callback`
+    Returns one dict per epoch: loss, train accuracy, validation accuracy, seconds, CPU seconds. `callback`
     receives each dict (e.g. for W&B logging). `transform(xb, generator)` (e.g. RandomAffine()) distorts every
-    training batch afresh. Deterministic for a given seed and thread count."""
+    training batch afresh. ``channels_last`` runs the convolutions in NHWC
+    (1.7x faster for the 16-128-channel ResNet on the CPU). Deterministic for a given seed and thread count."""
     from tqdm.auto import tqdm
 
     set_determinism(seed, threads)
     xt, yt = torch.as_tensor(x), torch.as_tensor(y, dtype=torch.long)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    elif optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, nesterov=True, weight_decay=weight_decay)
+    else:
+        raise ValueError(f"optimizer {optimizer!r} unknown; use 'adam' or 'sgd'")
     steps = max(1, epochs * ((len(yt) + batch_size - 1) // batch_size))
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.15)
-    loss_fn = nn.CrossEntropyLoss()
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=pct_start)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    if channels_last:
+        model.to(memory_format=fmt)
     history = []
     bar = tqdm(total=steps, desc="train", unit="step", disable=not progress, leave=False, mininterval=0.5)
     for ep in range(epochs):
         model.train()
-        t0, tot, correct, seen = time.perf_counter(), 0.0, 0, 0
+        t0, c0, tot, correct, seen = time.perf_counter(), time.process_time(), 0.0, 0, 0
         perm = torch.randperm(len(yt), generator=gen)
         for i in range(0, len(yt), batch_size):
             idx = perm[i : i + batch_size]
             xb, yb = xt[idx], yt[idx]
             if transform is not None:
                 xb = transform(xb, gen)
+            if channels_last:
+                xb = xb.contiguous(memory_format=fmt)
             opt.zero_grad(set_to_none=True)
             out = model(xb)
             loss = loss_fn(out, yb)
@@ -146,7 +160,7 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
             bar.update(1)
             bar.set_postfix(epoch=ep + 1, loss=f"{tot / seen:.3f}")
         rec = {"epoch": ep + 1, "loss": tot / seen, "train_acc": correct / seen,
-               "seconds": time.perf_counter() - t0}
+               "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
         if x_val is not None:
             rec["val_acc"] = accuracy(model, x_val, y_val)
         history.append(rec)
@@ -154,4 +168,6 @@ def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch
             callback(rec)
     bar.close()
     model.eval()
+    if channels_last:
+        model.to(memory_format=torch.contiguous_format)
     return history

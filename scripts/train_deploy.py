@@ -5,10 +5,16 @@
     python scripts/train_deploy.py --dataset emnist --data-root ~/data --split digits --model mlp --out runs/e1
     python scripts/train_deploy.py --dataset cifar10 --data-root ~/data --model cifar-cnn --out runs/c1
     python scripts/train_deploy.py --data-root ../shared/data --table bench/accuracy_real.json
+    python scripts/train_deploy.py --data-root ../shared/data --resnet bench/cifar_resnet.json
 
 --table: the real-data accuracy table (scripts/accuracy_table.py): EMNIST-mnist and CIFAR-10, FHE4DMM's network
 and hemlp's best leveled model, plaintext / simulated / encrypted accuracy per named test set; writes the JSON,
 its markdown table (.md), a plot of accuracy vs activation degree (.png) and, with --readme, the README block.
+
+--resnet: hemlp's CIFAR-10 ResNet (hemlp.models.cifar_resnet, degree-2 trainable polynomial activations) trained
+on the 50 000 JPEG training images (scripts/cifar_resnet_run.py): plaintext accuracy on both CIFAR-10 test sets,
+training wall / CPU time and the machine's load in the JSON, weights beside it (.pt), and hemlp.compile with
+bootstraps + simulate on --sim-samples exact test images.
 
 The output directory must not exist (``--force`` replaces a previous report directory). It
 receives report.json, report.md, PNG figures (accuracy plaintext / simulated / encrypted, latency
@@ -456,7 +462,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--split", default="digits", help="EMNIST split (byclass, bymerge, balanced, letters, digits, mnist)")
     ap.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm")
     ap.add_argument("--width", type=int, default=None, help="cifar-cnn: channels of the first conv (default 16)")
-    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=None, help="default 8 (--resnet: 12)")
     ap.add_argument("--augment", action="store_true",
                     help="also train on one-pixel shifted copies of the images (small data sets: +1 pp on MNIST)")
     ap.add_argument("--batch-size", type=int, default=64)
@@ -496,6 +502,16 @@ def parser() -> argparse.ArgumentParser:
                     help="--table: merge partial table JSONs (rows run as separate processes) instead of running")
     ap.add_argument("--table-quick", action="store_true",
                     help="--table: smoke run (3 000 training images, 1 epoch, 1 200 test images per set)")
+    ap.add_argument("--resnet", default=None, metavar="JSON",
+                    help="train the CIFAR-10 ResNet on the JPEG training images, report to JSON (needs --data-root; "
+                         "also reads --epochs/--lr if given, --threads, --seed, --train-limit, --cache-dir, "
+                         "--sim-samples, --preset)")
+    ap.add_argument("--resnet-compile-only", action="store_true",
+                    help="--resnet: no training; add the compile check of the JSON's saved weights (.pt) to it")
+    ap.add_argument("--widths", default=None, help="--resnet: channel widths prep,layer1,layer2,layer3 "
+                                                   "(default 16,32,64,128)")
+    ap.add_argument("--act", default="poly", choices=("poly", "relu", "gelu"),
+                    help="--resnet: activation (poly: trainable degree 2, depth 1)")
     ap.add_argument("--big-lock", default=None, metavar="FILE",
                     help="--table: hold this flock file around encrypted runs above 3.5 GiB (shared machines)")
     return ap
@@ -526,6 +542,23 @@ def table_main(args) -> int:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     args.argv = argv
+    if args.resnet is not None:
+        if not args.data_root:
+            parser().error("--resnet needs --data-root (e.g. ../shared/data)")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import cifar_resnet_run
+
+        args.command = " ".join(["train_deploy.py"] + (sys.argv[1:] if argv is None else list(argv)))
+        log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+        from hemlp.errors import HemlpError
+
+        try:
+            return cifar_resnet_run.main(args, log)
+        except HemlpError as exc:   # typed data / compile errors: their message names the fix
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+    if args.epochs is None:
+        args.epochs = 8
     if args.table is not None:
         if not args.data_root and not args.table_merge:
             parser().error("--table needs --data-root (e.g. ../shared/data)")
