@@ -11,12 +11,21 @@ Needs about 15 GiB (keys, the cached weight diagonals, the bootstrapping working
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import resource
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+
+
+def trim_heap() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:          # not glibc: nothing to trim
+        pass
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,6 +37,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--preset", default="N16-boot")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-dir", default=None, help="decoded JPEG cache (as train_deploy.py)")
+    ap.add_argument("--diagonal-cache-gib", type=float, default=2.0,
+                    help="encoded weight diagonals kept between runs (the rest are encoded when used)")
     ap.add_argument("--json", default=None)
     return ap
 
@@ -37,6 +48,7 @@ def main(argv=None) -> int:
     import torch
 
     import hemlp
+    from hemlp.layouts import packed
     from hemlp.apps.bench.report import load_average, machine_info, save_json
     from hemlp.datasets import load_cifar10, load_cifar10_jpeg
     from hemlp.models.cifar_resnet import CifarResNet
@@ -63,6 +75,10 @@ def main(argv=None) -> int:
     cm = hemlp.compile(model, x[:1], calibration=x_cal, layout="packed", bootstrap=True, preset=args.preset,
                        batch_size=1)
     compile_s = time.perf_counter() - t0
+    del train, x_cal
+    gc.collect()
+    trim_heap()          # calibration's numpy temporaries: give the pages back before keys and bootstraps
+    packed.MAX_CACHED_DIAGONAL_BYTES = int(args.diagonal_cache_gib * 2**30)
     print(cm.plan, flush=True)
     boot = cm.plan.info.get("bootstrap") or {}
     t0 = time.perf_counter()
@@ -86,6 +102,8 @@ def main(argv=None) -> int:
              "max_abs_error_vs_simulated": float(np.max(np.abs(y - sim))),
              "max_abs_error_vs_plaintext": float(np.max(np.abs(y - plain[i])))}
         rows_out.append(r)
+        del ct, out
+        trim_heap()
         print(f"image {i}: {wall:.1f} s wall, {cpu:.1f} s CPU; top-1 encrypted {r['top1_encrypted']}, simulated "
               f"{r['top1_simulated']}, plaintext {r['top1_plaintext']}, label {r['label']}; |enc - sim| "
               f"{r['max_abs_error_vs_simulated']:.2e}", flush=True)
@@ -93,6 +111,7 @@ def main(argv=None) -> int:
                      "activation": state["act"]},
            "test_set": "CIFAR-10 test, first 1 017 images (exact)", "images": n, "preset": args.preset,
            "layout": cm.layout, "threads": args.threads, "calibration_images": args.calibration,
+           "diagonal_cache_gib": args.diagonal_cache_gib,
            "bootstrap_points": len(boot.get("placements", [])), "estimated_seconds": boot.get("total_seconds"),
            "compile_seconds": compile_s, "keygen_seconds": keygen_s, "eval_key_bytes": key_bytes,
            "rows": rows_out,
