@@ -58,19 +58,10 @@ void ms_inner_product(const Context& ctx, const ModUpDigits& d, const MsSwitchKe
   outs.resize(np);
   for (auto& o : outs) o.resize((size_t)E * n);
   Poly spare((size_t)E * n);
-  // the shared a-parts: the key's own, or a seeded key's expanded from its seeds into buffers of the calling
-  // thread (reused across uses; the digits are independent AES-CTR streams, expanded in parallel)
+  // the shared a-parts: the key's own, or a seeded key's expanded from its seeds
   std::vector<const u64*> ka(beta);
   if (seeded) {
-    const size_t key_limbs = (size_t)key.level + 1 + K;
-    thread_local std::vector<ScratchPoly> expanded;
-    if ((int)expanded.size() < beta) expanded.resize(beta);
-    ScratchPoly* buf = expanded.data();  // worker threads must see this thread's buffers, not their own
-    for (int t = 0; t < beta; ++t) buf[t].resize(key_limbs * n);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < beta; ++t)
-      uniform_from_seed_into(ctx, key.alpha_seeds[t], (int)key_limbs, true, key.level, buf[t].data());
-    for (int t = 0; t < beta; ++t) ka[t] = buf[t].data();
+    ka = expand_seeded_parts(ctx, key.alpha_seeds, beta, key.level + 1 + K, key.level);
   } else {
     for (int t = 0; t < beta; ++t) ka[t] = key.alpha[t].data();
   }

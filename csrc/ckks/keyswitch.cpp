@@ -60,6 +60,20 @@ void check_key_level(const SwitchKey& key, int level, const char* op) {
                              std::to_string(key.level) + " first");
 }
 
+std::vector<const u64*> expand_seeded_parts(const Context& ctx, const std::vector<Seed>& seeds, int beta,
+                                            int key_limbs, int key_level) {
+  const size_t n = ctx.n();
+  thread_local std::vector<ScratchPoly> expanded;
+  if ((int)expanded.size() < beta) expanded.resize(beta);
+  ScratchPoly* buf = expanded.data();  // worker threads must see this thread's buffers, not their own
+  for (int t = 0; t < beta; ++t) buf[t].resize((size_t)key_limbs * n);
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < beta; ++t) uniform_from_seed_into(ctx, seeds[t], key_limbs, true, key_level, buf[t].data());
+  std::vector<const u64*> parts(beta);
+  for (int t = 0; t < beta; ++t) parts[t] = buf[t].data();
+  return parts;
+}
+
 void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
                        const std::vector<uint32_t>* perm, Poly& u0, Poly& u1) {
   const size_t n = ctx.n();
@@ -73,18 +87,10 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   for (int t = 0; t < beta; ++t)
     if (key.b[t].size() != key_limbs * n || (!seeded && key.a[t].size() != key_limbs * n))
       fail(ErrorKind::Parameter, "key switch: the key's size does not match its level; it is corrupted");
-  // a-halves: the key's own, or a seeded key's expanded from its seeds into a buffer of the calling thread
-  // (reused: no page faults per use; the digits are independent AES-CTR streams, expanded in parallel)
+  // a-halves: the key's own, or a seeded key's expanded from its seeds
   std::vector<const u64*> ka(beta);
   if (seeded) {
-    thread_local std::vector<ScratchPoly> expanded;
-    if ((int)expanded.size() < beta) expanded.resize(beta);
-    ScratchPoly* buf = expanded.data();  // worker threads must see this thread's buffers, not their own
-    for (int t = 0; t < beta; ++t) buf[t].resize(key_limbs * n);
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < beta; ++t)
-      uniform_from_seed_into(ctx, key.a_seeds[t], (int)key_limbs, true, key.level, buf[t].data());
-    for (int t = 0; t < beta; ++t) ka[t] = buf[t].data();
+    ka = expand_seeded_parts(ctx, key.a_seeds, beta, (int)key_limbs, key.level);
   } else {
     for (int t = 0; t < beta; ++t) ka[t] = key.a[t].data();
   }

@@ -35,6 +35,12 @@ struct ModUpDigits {
 
 ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level);
 
+// The uniform a-parts of a seeded switching key (digits 0..beta-1 over key_limbs limbs of Q_key_level ∪ P, NTT form),
+// expanded from their seeds into buffers of the calling thread: reused across uses (no page faults per use); the
+// digits are independent AES-CTR streams, expanded in parallel. The pointers stay valid until this thread's next call.
+std::vector<const u64*> expand_seeded_parts(const Context& ctx, const std::vector<Seed>& seeds, int beta,
+                                            int key_limbs, int key_level);
+
 // Throws ErrorKind::Level unless `key` can switch a ciphertext at `level` (level <= key.level);
 // `op` names the operation in the message.
 void check_key_level(const SwitchKey& key, int level, const char* op);
