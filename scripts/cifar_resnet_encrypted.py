@@ -6,6 +6,12 @@ keygen seconds, evaluation-key bytes, peak RSS. Writes a bench JSON.
     python scripts/cifar_resnet_encrypted.py --data-root ../shared/data --weights bench/cifar_resnet.pt \
         --images 4 --calibration 128 --json bench/cifar_resnet_encrypted.json
 
+With --poly-json it also scores the network that runs encrypted (the compiled graph with its fitted polynomial
+activations, float64) on the whole JPEG and exact test sets, and --images 0 stops there (no keys):
+
+    python scripts/cifar_resnet_encrypted.py --data-root ../shared/data --images 0 \
+        --poly-json bench/cifar_resnet_poly_accuracy.json
+
 Needs about 15 GiB (keys, the cached weight diagonals, the bootstrapping working set).
 """
 from __future__ import annotations
@@ -40,7 +46,62 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--diagonal-cache-gib", type=float, default=2.0,
                     help="encoded weight diagonals kept between runs (the rest are encoded when used)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--poly-json", default=None,
+                    help="also measure the compiled polynomial network (the fitted activations, float64, no "
+                         "encryption) on the whole JPEG and exact test sets and write this JSON")
+    ap.add_argument("--poly-simulate", type=int, default=8,
+                    help="images on which the polynomial network is checked against cm.simulate (the encrypted "
+                         "plan in plaintext, quantised weights and bootstraps included)")
     return ap
+
+
+def poly_accuracy(cm, sets: dict, mean, std, n_simulate: int, chunk: int = 250) -> dict:
+    """Accuracy of the network that runs encrypted (the compiled IR with its fitted polynomial activations, in
+    float64) beside the trained network (exact activations, same folded graph) on whole test sets; per activation,
+    how many inputs fell outside the fitted range and outside the polynomial's guarded domain (where it is garbage).
+    The first n_simulate images are also run through cm.simulate, the encrypted plan's plaintext oracle."""
+    g = cm.plan.graph
+    acts = [n for n in g.nodes if n.op == "act" and "approx" in n.attrs]
+    out = {}
+    for name, data in sets.items():
+        hits = np.zeros(3, dtype=np.int64)           # exact correct, polynomial correct, top-1 agree
+        outside = {n.name: [0, 0, 0] for n in acts}  # [inputs, outside the fitted range, outside the domain]
+        max_diff = 0.0
+        n_img = len(data.y)
+        for i in range(0, n_img, chunk):
+            x = (data.x[i:i + chunk] - mean) / std
+            exact = g.reference(x, exact=True)[g.output.name].reshape(len(x), -1)
+            vals = g.reference(x, exact=False)
+            poly = vals[g.output.name].reshape(len(x), -1)
+            y = data.y[i:i + chunk]
+            hits += [np.sum(exact.argmax(1) == y), np.sum(poly.argmax(1) == y),
+                     np.sum(poly.argmax(1) == exact.argmax(1))]
+            max_diff = max(max_diff, float(np.max(np.abs(poly - exact))))
+            for n in acts:
+                v, p = vals[n.inputs[0]], n.attrs["approx"]
+                lo, hi = p.domain
+                o = outside[n.name]
+                o[0] += v.size
+                o[1] += int(np.sum((v < p.lo) | (v > p.hi)))
+                o[2] += int(np.sum((v < lo) | (v > hi)))
+            del vals
+        out[name] = {"images": n_img, "accuracy_trained": hits[0] / n_img, "accuracy_polynomial": hits[1] / n_img,
+                     "top1_polynomial_equals_trained": hits[2] / n_img, "max_abs_logit_difference": max_diff,
+                     "activations_outside": {k: {"inputs": v[0], "outside_fitted_range": v[1],
+                                                 "outside_domain": v[2]} for k, v in outside.items()}}
+        print(f"{name}: trained {hits[0] / n_img:.2%}, polynomial {hits[1] / n_img:.2%}, top-1 agreement "
+              f"{hits[2] / n_img:.2%} of {n_img}", flush=True)
+    first = next(iter(sets.values()))
+    x = (first.x[:n_simulate] - mean) / std
+    sim = np.asarray(cm.simulate(x), dtype=np.float64).reshape(len(x), -1)
+    poly = g.reference(x, exact=False)[g.output.name].reshape(len(x), -1)
+    out["simulate_check"] = {"images": int(len(x)), "top1_equal": float(np.mean(sim.argmax(1) == poly.argmax(1))),
+                             "max_abs_logit_difference": float(np.max(np.abs(sim - poly))) if len(x) else 0.0}
+    out["activations"] = [{"node": n.name, "kind": n.attrs["approx"].kind, "degree": n.attrs["approx"].degree,
+                           "range": [n.attrs["approx"].lo, n.attrs["approx"].hi],
+                           "domain": list(n.attrs["approx"].domain), "max_err": n.attrs["approx"].max_err}
+                          for n in acts]
+    return out
 
 
 def main(argv=None) -> int:
@@ -72,7 +133,8 @@ def main(argv=None) -> int:
         plain = model(torch.as_tensor(x)).numpy().astype(np.float64)
 
     t0 = time.perf_counter()
-    cm = hemlp.compile(model, x[:1], calibration=x_cal, layout="packed", bootstrap=True, preset=args.preset,
+    example = np.ascontiguousarray((test.x[:1] - mean) / std, dtype=np.float32)
+    cm = hemlp.compile(model, example, calibration=x_cal, layout="packed", bootstrap=True, preset=args.preset,
                        batch_size=1)
     compile_s = time.perf_counter() - t0
     del train, x_cal
@@ -80,6 +142,20 @@ def main(argv=None) -> int:
     trim_heap()          # calibration's numpy temporaries: give the pages back before keys and bootstraps
     packed.MAX_CACHED_DIAGONAL_BYTES = int(args.diagonal_cache_gib * 2**30)
     print(cm.plan, flush=True)
+    if args.poly_json:
+        jpeg = load_cifar10_jpeg(args.data_root, train=False, cache_dir=args.cache_dir)
+        t0 = time.perf_counter()
+        rep = poly_accuracy(cm, {"jpeg_test": jpeg, "exact_test": test}, mean, std, args.poly_simulate)
+        rep.update(weights=str(args.weights), preset=args.preset, layout=cm.layout,
+                   calibration_images=args.calibration, compile_seconds=compile_s,
+                   seconds=time.perf_counter() - t0,
+                   activation_fit=cm.plan.info.get("activation_fit"))
+        save_json(args.poly_json, "cifar-resnet-polynomial-accuracy", rep, machine=machine_info())
+        del jpeg
+        gc.collect()
+        trim_heap()
+    if n == 0:               # --images 0: the polynomial network only, no keys
+        return 0
     boot = cm.plan.info.get("bootstrap") or {}
     t0 = time.perf_counter()
     sk, ek = cm.keygen()

@@ -145,3 +145,54 @@ def test_reference_avgpool_by_window_sums_equals_the_dense_matrix(shape, kernel,
     assert got.reshape(3, -1).shape == want.shape and np.allclose(got.reshape(3, -1), want, rtol=0, atol=1e-12)
     t = torch.nn.functional.avg_pool2d(torch.as_tensor(x), kernel, stride, padding, count_include_pad=include)
     assert np.allclose(got, t.numpy(), atol=1e-12)
+
+
+def load_script(name):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_polynomial_network_accuracy_counts_what_runs_encrypted():
+    """scripts/cifar_resnet_encrypted.py --poly-json: the compiled IR with its fitted GELU polynomials, scored on a
+    labelled set beside the trained network, equals cm.simulate's top-1 and counts out-of-range activation inputs."""
+    from types import SimpleNamespace
+
+    size = 8
+    m = trained_stats(CifarResNet(widths=(4, 4, 6, 6), act="gelu", image_size=size), size)
+    rng = np.random.default_rng(11)
+    cal = rng.normal(size=(48, 3, size, size)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(m, cal[:4], calibration=cal, batch_size=4, bootstrap=True, preset="test-N12-boot",
+                           allow_insecure=True)
+    # a test set partly beyond the calibrated ranges (scaled up), labels from the trained model with some flipped
+    x = (rng.normal(size=(20, 3, size, size)) * np.linspace(0.5, 1.6, 20)[:, None, None, None]).astype(np.float32)
+    with torch.no_grad():
+        y_model = m(torch.as_tensor(x)).double().numpy()
+    labels = y_model.argmax(1)
+    labels[::3] = (labels[::3] + 1) % 10
+    data = SimpleNamespace(x=x, y=labels)
+    rep = load_script("cifar_resnet_encrypted").poly_accuracy(cm, {"t": data}, 0.0, 1.0, n_simulate=6, chunk=7)
+    r = rep["t"]
+    assert r["images"] == 20
+    assert r["accuracy_trained"] == pytest.approx(np.mean(labels == y_model.argmax(1)))   # 13 of 20: 3-fold flips
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y_sim = np.asarray(cm.simulate(x), dtype=np.float64).reshape(20, -1)
+    poly = cm.plan.graph.reference(x.astype(np.float64), exact=False)[cm.plan.graph.output.name].reshape(20, -1)
+    assert r["accuracy_polynomial"] == pytest.approx(np.mean(poly.argmax(1) == labels))
+    assert r["top1_polynomial_equals_trained"] == pytest.approx(np.mean(poly.argmax(1) == y_model.argmax(1)))
+    acts = [n for n in cm.plan.graph.nodes if n.op == "act"]
+    assert len(rep["activations"]) == len(acts) == 8 and all(a["kind"] == "gelu" for a in rep["activations"])
+    counts = r["activations_outside"]
+    first = counts[acts[0].name]
+    assert first["inputs"] == 20 * 4 * size * size
+    assert sum(c["outside_fitted_range"] for c in counts.values()) > 0     # the scaled-up inputs leave the ranges
+    assert all(c["outside_domain"] <= c["outside_fitted_range"] for c in counts.values())
+    assert rep["simulate_check"]["images"] == 6
+    assert rep["simulate_check"]["max_abs_logit_difference"] == pytest.approx(
+        np.max(np.abs(y_sim[:6] - poly[:6])), rel=1e-6, abs=1e-12)
