@@ -382,6 +382,35 @@ def decrypt_noise(name: str, command: str) -> str:
     return section("Decryption noise (IND-CPA-D)", name, command, body, d)
 
 
+def cifar_resnet(enc_name: str, poly_name: str, enc_command: str, poly_command: str) -> str:
+    e, p = load(enc_name), load(poly_name)
+    rows = [[r["image"], r["label"], sec(r["seconds"]), sec(r["cpu_seconds"]), r["top1_encrypted"],
+             r["top1_simulated"], r["top1_plaintext"], f"{r['max_abs_error_vs_simulated']:.1e}"] for r in e["rows"]]
+    enc = table(["image", "label", "seconds", "CPU seconds", "top-1 encrypted", "top-1 simulated", "top-1 plaintext",
+                 "max abs(encrypted − simulated)"], rows) + \
+        f"\n\n{e['preset']}, layout ({'P' if e['layout'] == 'packed' else e['layout']}), {e['threads']} thread(s), " \
+        f"{e['bootstrap_points']} planned bootstraps (estimate {sec(e['estimated_seconds'])} per image); mean " \
+        f"{sec(e['seconds_per_image_mean'])} per image; evaluation keys {e['eval_key_bytes'] / 2 ** 30:.2f} GiB; " \
+        f"compile {sec(e['compile_seconds'])} ({e['calibration_images']} calibration images), keygen " \
+        f"{sec(e['keygen_seconds'])}; peak RSS {e['peak_rss_gib']:.1f} GiB. Peer figure: OpenFHE ResNet-20 " \
+        f"{e['peers']['openfhe_resnet20']}."
+    sets = {"jpeg_test": "CIFAR-10 test, 10 000 JPEG q75 (lossy)", "exact_test": "CIFAR-10 test, first 1 017 (exact)"}
+    prow = [[sets[k], p[k]["images"], f"{p[k]['accuracy_trained']:.2%}", f"{p[k]['accuracy_polynomial']:.2%}",
+             f"{p[k]['top1_polynomial_equals_trained']:.2%}",
+             sum(a["outside_fitted_range"] for a in p[k]["activations_outside"].values()),
+             sum(a["outside_domain"] for a in p[k]["activations_outside"].values())] for k in sets]
+    degrees = ", ".join(str(a["degree"]) for a in p["activations"])
+    sc = p["simulate_check"]
+    poly = table(["test set", "images", "trained (GELU)", "polynomial network (runs encrypted)", "top-1 agreement",
+                  "activation inputs outside the fitted range", "outside the guarded domain"], prow) + \
+        f"\n\nGELU fitted by the compiler (minimax degrees {degrees}) on {p['calibration_images']} calibration " \
+        f"images; float64, no encryption. `cm.simulate` (the encrypted plan in plaintext: quantised weights, " \
+        f"bootstraps modelled) equals the polynomial network's top-1 on {sc['top1_equal']:.0%} of {sc['images']} " \
+        f"images (max abs logit difference {sc['max_abs_logit_difference']:.1e})."
+    return section("CIFAR-10 ResNet, encrypted one image at a time", enc_name, enc_command, enc, e) + "\n" + \
+        section("CIFAR-10 ResNet: the polynomial network on the whole test sets", poly_name, poly_command, poly, p)
+
+
 def render() -> str:
     env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python"
     parts = [
@@ -437,6 +466,11 @@ def render() -> str:
                  f"{env} -m hemlp.bench lintrans --log-n 15 --direction stc --depth 3 --json bench/lintrans_stc_N15.json"),
         decrypt_noise("decrypt_noise_N14.json", f"{env} -m hemlp.bench decrypt_noise --preset N14-d6 --repeats 5 "
                                                 "--json bench/decrypt_noise_N14.json"),
+        cifar_resnet("cifar_resnet_encrypted.json", "cifar_resnet_poly_accuracy.json",
+                     "flock /work/wt/big.lock .venv/bin/python scripts/cifar_resnet_encrypted.py --data-root "
+                     "../shared/data --images 3 --calibration 128 --json bench/cifar_resnet_encrypted.json",
+                     ".venv/bin/python scripts/cifar_resnet_encrypted.py --data-root ../shared/data --images 0 "
+                     "--calibration 128 --poly-json bench/cifar_resnet_poly_accuracy.json"),
     ]
     return "\n".join(parts)
 
