@@ -132,6 +132,9 @@ def main(args) -> int:
                                        task_cpu_s=sum(t["cpu"] for t in tasks),
                                        task_wall_s=sum(t["seconds"] for t in tasks), task_bootstrap_s=tb,
                                        processes=len({t["pid"] for t in tasks}), keys_loaded=loaded))
+                if packed:     # what a worker holds: the model, its keys, the Bootstrapper, one group's values
+                    samples[w][-1].update(worker_peak_rss_bytes=max(t["peak_rss"] for t in tasks),
+                                          shipment_bytes=st["shipment_bytes"])
             block["load_average_after"] = report.load_average()
             blocks[w].append(block)
     for w in workers:

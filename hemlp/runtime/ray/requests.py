@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -129,7 +130,8 @@ def group_request_task(digest: str, holder: list, w_digest, w_holder, arr, metas
     out = compiled.layout_impl.run_group(ctx, unpack_cts(ctx, arr, metas), keys, weights, timings, part)
     a, m = pack_cts(out)
     return a, m, dict(node=node_id(), pid=os.getpid(), model_loaded=loaded, timings=timings,
-                      seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
+                      seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                      peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)   # Linux: KiB
 
 
 _REMOTE: dict = {}
@@ -147,7 +149,7 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
     doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
     run_group (what of the program each task runs; None: all). timings: each step's seconds summed over the groups
-    (as the in-process run reports them). stats: the tasks (process, node, seconds, whether the process loaded the
+    (as the in-process run reports them). stats: the tasks (process, node, seconds, peak RSS, whether the process loaded the
     model) and the bytes put."""
     t0 = time.perf_counter()
     ship = shipment_of(compiled, load_model, eval_keys)
