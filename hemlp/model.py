@@ -21,12 +21,14 @@ the low-weight guard band on each side, in widths), activation_method ("auto": t
 "chebyshev"; or "minimax" | "chebyshev" | "lsq"), weight_bits (20), allow_insecure (False),
 preset (None: smallest fitting), workers (4: processor count of the reported FHE4DMM grids),
 layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights (False), dft_depth (None:
-the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: layout (A)
-on a bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
-bootstraps placed by hemlp.planner.bootstrap_placement: hemlp.layouts.batch_bootstrap; with layout="packed" layout
-(P), one sample by default: hemlp.layouts.packed_bootstrap), mambo and batch_bootstrap
-(with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering): mambo=True runs every
-dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched bootstrap), False never;
+the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: a
+bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
+bootstraps placed by hemlp.planner.bootstrap_placement: layout (A), hemlp.layouts.batch_bootstrap; with
+layout="packed" layout (P), one sample by default: hemlp.layouts.packed_bootstrap; with layout="auto" and a
+batch_size the cheaper of the two, bootstraps included, whose keys fit: hemlp.layouts.boot_choice), mambo and
+batch_bootstrap (with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering):
+mambo=True runs every dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched
+bootstrap), False never;
 batch_bootstrap=True refreshes in batches of the measured k that is cheapest and fits memory, an int k >= 2 in
 batches of k, False one bootstrap (pair) per call. A forced choice that cannot run is a typed error.
 final_rescale (True; False: layout (A) runs a final linear layer at level 0 without its rescale, so the whole chain
@@ -75,6 +77,7 @@ from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
+from hemlp.layouts.boot_choice import choose_bootstrapped
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import Resources, estimate_resources
@@ -630,16 +633,20 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     if fit_report:
         ref_out = g.reference(calib)[g.output.name]
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(ref_out)))
-    if opts["bootstrap"]:      # layout (A) with bootstraps placed by the planner (hemlp.layouts.batch_bootstrap)
+    if opts["bootstrap"]:      # layouts (A) / (P) with bootstraps placed by the planner
         if opts["layout"] not in ("auto", "batch", "packed") or opts["encrypted_weights"]:
-            raise UnsupportedError("bootstrap=True places bootstraps in layouts (A) and (P) only so far "
-                                   "(layout='batch' or 'packed'); layouts (A') and (C) are issue #18 item 2")
+            raise UnsupportedError("bootstrap=True places bootstraps in layouts (A) and (P) only: layout (A') "
+                                   "(layout='mlwe') and layout (C) (encrypted_weights=True) have no bootstrap "
+                                   "placement; use layout='batch' or 'packed' (or 'auto', which compares the two), "
+                                   "or drop bootstrap=True for a leveled plan")
         if opts["layout"] == "packed":      # the single-image layout (hemlp.layouts.packed_bootstrap)
             if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
                 raise UnsupportedError("layout (P) refreshes one packed ciphertext per value with single CtS-first "
                                        "bootstraps: mambo=True / batch_bootstrap are layout (A) options")
             lay, estimates, why = layouts.choose([layouts.get("packed")],
                                                  plan_packed_bootstrapped(steps, calib, opts, batch_size))
+        elif opts["layout"] == "auto" and batch_size is not None:     # (A) or (P), bootstraps included
+            lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size))
         else:
             lay, estimates, why = layouts.choose([layouts.get("batch")],
                                                  plan_bootstrapped(steps, calib, opts, batch_size))

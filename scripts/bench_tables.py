@@ -231,6 +231,32 @@ def ray_boot(name: str, command: str) -> str:
     return section("Bootstrapped plan on Ray (layout A, bootstrap=True)", name, command, body, d)
 
 
+def ray_boot_packed(name: str, command: str) -> str:
+    """Layout (P) with bootstraps on Ray: the request's groups as tasks (rendered when its JSON exists)."""
+    if not (BENCH / name).exists():
+        return ""
+    d = load(name)
+    rows = []
+    for m in d["modes"]:
+        label = "in-process, 1 thread" if m["mode"] == "in-process" else f"Ray, {m['workers']} worker(s)"
+        share = m["task_cpu_s"] / m["task_wall_s"] if "task_wall_s" in m else m["cpu_s"] / m["end_to_end_s"]
+        la = [b["load_average_before"][0] for b in m.get("blocks", []) if b.get("load_average_before")]
+        rows.append([label, sec(m["end_to_end_s"]), sec(m["bootstrap_steps_s"]), sec(m["other_steps_s"]),
+                     f"{share:.0%}", "yes" if m["bit_identical"] else "NO", " / ".join(f"{v:.1f}" for v in la) or "–"])
+    sp = d.get("speedup") or {}
+    body = table(["mode", "end to end", "bootstraps (summed over groups)", "other steps (summed)", "CPU / wall",
+                  "bit-identical", "load average (per block)"], rows)
+    body += (f"\n\nMLP {d['features']}-{d['width']}-{d['width']}-3 compiled with layout=\"packed\", bootstrap=True "
+             f"({d['preset']}): a request of {d['batch']} samples = {d['groups']} groups of {d['samples_per_group']}, "
+             f"each group one Ray task with its {d['bootstrap_steps']} bootstrap points inside ({d['bootstraps']} "
+             f"bootstraps of {d['boot_slots']} slots in all); medians of {d['repeats']} runs in each of {d['rounds']} "
+             "alternating blocks per worker count."
+             + (f" End to end 1 → 2 workers: {sp['end_to_end']:.2f}× wall; the tasks' CPU seconds 1 / 2 workers "
+                f"{sp['task_cpu_ratio']:.2f} (two otherwise idle cores: about {sp['derived_idle_2_cores']:.2f}×, derived "
+                "from CPU time)." if sp else ""))
+    return section("Bootstrapped layout (P) request on Ray (bootstrap=True, groups as tasks)", name, command, body, d)
+
+
 def files(name: str, command: str) -> str:
     d = load(name)
     rows = [[op, sec(v["median_s"]), f"{d['bytes'] / v['median_s'] / 1e9:.2f} GB/s"] for op, v in d["ops"].items()]
@@ -452,6 +478,8 @@ def render() -> str:
         ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "
             "(--batch, --dims, --nodes 2 for the other rows)"),
         ray_boot("ray_boot.json", f"{env} -m hemlp.bench ray_boot --rounds 3 --json bench/ray_boot.json"),
+        ray_boot_packed("ray_boot_packed.json", f"{env} -m hemlp.bench ray_boot --layout packed --rounds 3 "
+                                                "--json bench/ray_boot_packed.json"),
         files("files_N14.json", f"{env} -m hemlp.bench files --preset N14-d6 --json bench/files_N14.json"),
         simd_paths("core_N14_simd_paths_avx2.json", f"{env} -m hemlp.bench core --preset N14-d6 --threads 1 "
                                                     "--simd all --json bench/core_N14_simd_paths_avx2.json"),
@@ -472,7 +500,7 @@ def render() -> str:
                      ".venv/bin/python scripts/cifar_resnet_encrypted.py --data-root ../shared/data --images 0 "
                      "--calibration 128 --poly-json bench/cifar_resnet_poly_accuracy.json"),
     ]
-    return "\n".join(parts)
+    return "\n".join(p for p in parts if p)
 
 
 def main() -> int:

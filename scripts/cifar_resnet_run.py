@@ -78,7 +78,7 @@ def compile_and_simulate(model, x_cal, x_test, logits_plain, preset: str, log) -
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # INSECURE test presets warn
         cm = hemlp.compile(model, x_cal[:1], calibration=x_cal, batch_size=16, bootstrap=True, preset=preset,
-                           allow_insecure=preset.startswith("test-"))
+                           layout="batch", allow_insecure=preset.startswith("test-"))
         t_compile = time.perf_counter() - t0
         log(str(cm.plan))
         t0 = time.perf_counter()

@@ -41,14 +41,17 @@ __all__ = ["packed_level_dag", "plan_packed_bootstrapped"]
 
 
 def packed_level_dag(prog: PackedProgram, params, levels_after: int) -> list[LevelNode]:
-    """One LevelNode per step of the layout (P) program: its depth, the ciphertexts of its value and its seconds
-    per limb (the step priced at the level a bootstrap lands at, divided by that level's limbs)."""
+    """One LevelNode per step of the layout (P) program for ONE group of b samples: its depth, the ciphertexts of
+    its value in a group and its seconds per limb (the step priced at the level a bootstrap lands at, divided by
+    that level's limbs). Groups run apart (in process one after the other, on Ray as separate tasks), so a value's
+    ciphertexts pair for bootstrap_pair only within a group: every cost is the group's times prog.groups, and the
+    placement that is cheapest for one group is cheapest for all (plan_packed_bootstrapped scales the totals)."""
     nodes = []
     for s in prog.steps:
-        per_limb = packed_step_seconds(prog, s, params, levels_after) * prog.groups / (levels_after + 1)
+        per_limb = packed_step_seconds(prog, s, params, levels_after) / (levels_after + 1)
         op = s.op if s.op in ("input", "output", "add") else "op"
         depth = step_cost(s.src) if op == "op" else 0
-        nodes.append(LevelNode(s.out, op, tuple(s.inputs), depth, s.layout.K * prog.groups, per_limb))
+        nodes.append(LevelNode(s.out, op, tuple(s.inputs), depth, s.layout.K, per_limb))
     return nodes
 
 
@@ -86,6 +89,10 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Pl
     new = apply_placement(steps, placement, factors, bits, params.N // 2)
     for s in new:
         if s.op == "bootstrap":
+            # the placement priced one group: every group refreshes its own ciphertexts (no pairing across groups)
+            for key in ("ciphertexts", "bootstraps"):
+                s.info[key] = int(s.info[key]) * prog.groups
+            s.info["seconds"] = float(s.info["seconds"]) * prog.groups
             s.info["order"], s.info["kind"], s.info["k"] = "cts_first", "single", 1
             s.info["lowering"] = ("single (CtS-first): layout (P) refreshes one packed ciphertext per value (nothing "
                                   "to batch, no PCMM to fuse)")

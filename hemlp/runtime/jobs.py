@@ -147,9 +147,11 @@ class ModelJob:
     """out = compiled.run(in, eval_keys): inputs are EncryptedBatch files of a compiled model directory."""
 
     files: dict                         # the model directory's files, by name (shipped to workers as bytes)
-    keys: bytes                         # EvalKeys file
+    keys: np.ndarray                    # the EvalKeys file as uint8: Ray keeps it out of band, so every task reads it
+                                        # in place in the store (no per-task copy of GiBs of bootstrapping keys)
     model_id: str
     allow_insecure: bool = False        # the driver's policy (the caller's decision), carried to the workers
+    keys_sha: str = ""                  # _sha(keys), computed once on the driver (not once per item)
 
     @classmethod
     def from_paths(cls, model, keys, allow_insecure: bool = False) -> "ModelJob":
@@ -170,11 +172,11 @@ class ModelJob:
             raise SerializationError(f"cannot read the compiled model {d} or keys {keys}: {exc}") from None
         compiled = hemlp.load(d, allow_insecure=allow_insecure)  # validates the directory and keys once, on the driver
         EvalKeys.from_bytes(kbytes, compiled)
-        return cls(files, kbytes, compiled.model_id, bool(allow_insecure))
+        return cls(files, np.frombuffer(kbytes, np.uint8), compiled.model_id, bool(allow_insecure), _sha(kbytes))
 
     @property
     def key(self) -> str:
-        return f"model:{self.model_id}:" + _sha(self.keys)
+        return f"model:{self.model_id}:" + (self.keys_sha or _sha(self.keys))
 
     def _loaded(self):
         def make():
@@ -182,9 +184,9 @@ class ModelJob:
                 for name, data in self.files.items():
                     (Path(tmp) / name).write_bytes(data)
                 compiled = hemlp.load(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
-            return compiled, EvalKeys.from_bytes(self.keys, compiled)
+            return compiled, EvalKeys.from_bytes(memoryview(self.keys), compiled)
 
-        return _cached(("model", self.model_id, _sha(self.keys)), make)
+        return _cached(("model", self.model_id, self.keys_sha or _sha(self.keys)), make)
 
     def process(self, data: bytes) -> bytes:
         compiled, keys = self._loaded()

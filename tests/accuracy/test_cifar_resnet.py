@@ -84,7 +84,7 @@ def test_compiles_with_bootstraps_and_simulate_agrees(act):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cm = hemlp.compile(m, cal, calibration=cal, batch_size=16, bootstrap=True, preset="test-N12-boot",
-                           allow_insecure=True)
+                           allow_insecure=True, layout="batch")      # the layout (A) placement (auto may take P)
     info = cm.plan.info
     assert cm.layout == "batch" and info["preset"] == "test-N12-boot"
     boot = info["bootstrap"]

@@ -171,7 +171,8 @@ def test_bootstrapped_model_keys_through_the_cli(tmp_path):
     np.save(tmp_path / "x.npy", x)
     model, keys = tmp_path / "model", tmp_path / "keys"
     p = hemlp("compile", tmp_path / "net.onnx", "--calibration", tmp_path / "cal.npy", "--batch-size", 32,
-              "--insecure", "--option", "bootstrap=true", "--option", "activation_degree=3", "-o", model)
+              "--insecure", "--option", "bootstrap=true", "--option", "activation_degree=3", "--layout", "batch",
+              "-o", model)
     hemlp("keygen", model, "-o", keys)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

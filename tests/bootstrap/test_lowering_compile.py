@@ -60,7 +60,7 @@ def data():
 def compile_(model, x, batch_size=40, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return hemlp.compile(model, x, batch_size=batch_size, bootstrap=True, allow_insecure=True, **kw)
+        return hemlp.compile(model, x, batch_size=batch_size, bootstrap=True, allow_insecure=True, layout="batch", **kw)
 
 
 def run(cm, x):

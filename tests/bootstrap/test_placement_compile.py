@@ -33,7 +33,7 @@ def data():
 def compiled(data):
     # single CtS-first bootstraps (paired), forced: the batched / MaMBo lowering is tested in test_lowering_compile
     return hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, activation_degree=3,
-                         mambo=False, batch_bootstrap=False)
+                         mambo=False, batch_bootstrap=False, layout="batch")
 
 
 def test_the_plan_places_bootstraps_and_prints_them(compiled):
@@ -110,7 +110,8 @@ def test_save_and_load_keep_the_bootstrapped_plan(compiled, data, tmp_path):
 
 def test_a_layer_deeper_than_the_bootstrap_levels_is_a_level_error_naming_it(data):
     with pytest.raises(LevelError, match="consumes 4 levels but a bootstrap leaves only 3.*split the activation"):
-        hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, activation_degree=15)
+        hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, activation_degree=15,
+                      layout="batch")
 
 
 def test_unsupported_bootstrap_requests_are_typed_errors(data):
@@ -142,7 +143,7 @@ def test_residual_blocks_bootstrapped_encrypted_equal_simulate():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cm = hemlp.compile(Residual(), x, batch_size=40, bootstrap=True, allow_insecure=True, activation_degree=3,
-                           preset="test-N10-boot")
+                           preset="test-N10-boot", layout="batch")
     levels = {s.out: s.level_out for s in cm.steps}
     adds = [s for s in cm.steps if s.op == "add"]
     assert len(adds) == 2

@@ -111,7 +111,7 @@ def test_bootstrapped_plan_bit_identical(local_ray):
     cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.9, 0.9, (32, 6))
     # single (CtS-first) bootstraps: the S2C-first batched pipeline runs in process only
     cm = hemlp.compile(boot_mlp(), cal, batch_size=32, bootstrap=True, mambo=False, batch_bootstrap=False,
-                       allow_insecure=True, activation_degree=3)
+                       layout="batch", allow_insecure=True, activation_degree=3)
     boots = [s.out for s in cm.steps if s.op == "bootstrap"]
     assert len(boots) >= 2
     ref, out, st, sk = run_both(cm, x)

@@ -63,8 +63,8 @@ def run(cases: list, modes: list, repeats: int, threads: int, log=lambda m: None
         for mode in modes:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                cm = hemlp.compile(make(), x, batch_size=bs, bootstrap=True, allow_insecure=True, **opts,
-                                   **MODES[mode])
+                cm = hemlp.compile(make(), x, batch_size=bs, bootstrap=True, allow_insecure=True,
+                                   layout="batch", **opts, **MODES[mode])
                 b = cm.plan.info["bootstrap"]
                 sk, ek = cm.keygen()
                 ct = cm.encrypt(xt, sk)

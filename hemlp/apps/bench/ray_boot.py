@@ -1,6 +1,14 @@
 """A bootstrapped plan on Ray: its bootstraps spread over 1 and 2 workers vs in process (issue #18 item 2).
 
     python -m hemlp.bench ray_boot [--width 16] [--workers 1,2] [--rounds 2] [--repeats 3] [--warmup 1] --json PATH
+    python -m hemlp.bench ray_boot --layout packed [--features 256] [--batch 64] ... --json PATH
+
+--layout packed: an MLP F-W-W-3 compiled with layout="packed", bootstrap=True at test-N12-boot for a request of
+--batch samples (F = 256 features: 8 samples per group of ciphertexts, so 64 samples are 8 groups). On Ray every
+group is a task (hemlp.runtime.ray.requests: the model and its keys, bootstrapping keys included, put once per
+run and loaded once per worker process); each group's bootstraps run inside its task. Recorded as below, with the
+bootstrap / other steps' seconds summed over the groups' tasks (they run in parallel: the wall-time figure is
+end to end) and the speed-up end to end.
 
 An MLP 6-W-W-3 (SiLU, tanh; degree-3 activations) compiled with bootstrap=True at the insecure test preset
 test-N12-boot (N = 2^12), batch = the slot count (one chunk): every bootstrap step refreshes W ciphertexts in W/2
@@ -25,7 +33,8 @@ import numpy as np
 
 from hemlp.apps.bench import int_list, report
 
-HELP = "bootstrapped MLP (test-N12-boot) on Ray: bootstrap steps on 1 vs 2 workers, bit-identity with in-process"
+HELP = ("bootstrapped MLP (test-N12-boot) on Ray, layout (A) or (P): 1 vs 2 workers, bit-identity with "
+        "in-process")
 
 
 def add_arguments(p) -> None:
@@ -34,14 +43,18 @@ def add_arguments(p) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--rounds", type=int, default=2, help="blocks per worker count, alternating (a fresh Ray each)")
+    p.add_argument("--layout", choices=("batch", "packed"), default="batch",
+                   help="batch: layout (A), every pair bootstrap a task; packed: layout (P), every group a task")
+    p.add_argument("--features", type=int, default=256, help="--layout packed: input features F")
+    p.add_argument("--batch", type=int, default=64, help="--layout packed: samples in the request")
     p.add_argument("--json", default=None)
 
 
-def model(width: int):
+def model(width: int, features: int = 6):
     import torch
 
     torch.manual_seed(3)
-    return torch.nn.Sequential(torch.nn.Linear(6, width), torch.nn.SiLU(), torch.nn.Linear(width, width),
+    return torch.nn.Sequential(torch.nn.Linear(features, width), torch.nn.SiLU(), torch.nn.Linear(width, width),
                                torch.nn.Tanh(), torch.nn.Linear(width, 3)).eval()
 
 
@@ -60,17 +73,24 @@ def main(args) -> int:
     if warn:
         print("warning:", warn)
     rng = np.random.default_rng(11)
-    cal = rng.uniform(-1, 1, (64, 6))
+    packed = args.layout == "packed"
+    F = args.features if packed else 6
+    cal = rng.uniform(-1, 1, (64, F))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # single (CtS-first) bootstraps: Ray runs that pipeline (the S2C-first batched one runs in process)
-        cm = hemlp.compile(model(args.width), cal, bootstrap=True, mambo=False, batch_bootstrap=False,
-                           allow_insecure=True, activation_degree=3)
+        if packed:     # layout (P): the request's groups of samples as tasks, their bootstraps inside
+            cm = hemlp.compile(model(args.width, F), cal, batch_size=args.batch, layout="packed", bootstrap=True,
+                               allow_insecure=True, activation_degree=3)
+        else:          # single (CtS-first) bootstraps: Ray runs that pipeline (the S2C-first batched one in process)
+            cm = hemlp.compile(model(args.width), cal, layout="batch", bootstrap=True, mambo=False,
+                               batch_bootstrap=False, allow_insecure=True, activation_degree=3)
         sk, ek = cm.keygen()
-    x = rng.uniform(-0.9, 0.9, (cm.capacity, 6))
+    n = args.batch if packed else cm.capacity
+    x = rng.uniform(-0.9, 0.9, (n, F)) + rng.uniform(-0.1, 0.2, F)        # asymmetric per feature
     ct = cm.encrypt(x, sk)
     boots = {s.out for s in cm.steps if s.op == "bootstrap"}
     n_boot = sum(s.info["bootstraps"] for s in cm.steps if s.op == "bootstrap")
+    groups = cm.layout_impl.program.groups if packed else None
     cm.run(ct, ek, threads=1)          # warm-up: the first bootstrap encodes the DFT matrices
     t0, tc = time.perf_counter(), time.process_time()
     ref = cm.run(ct, ek, threads=1)
@@ -99,14 +119,22 @@ def main(args) -> int:
                                     for p, q in zip(ref.ctm.cts, out.ctm.cts, strict=True))
                 if k < args.warmup:     # each worker process builds its Bootstrapper from the keys once
                     continue
-                b, o = _split(out.layer_seconds, boots)
-                tasks = [t for name in boots for t in st[name]["tasks"]]
+                b, o = _split(out.layer_seconds, boots)    # layout (P): summed over the groups' tasks
+                if packed:
+                    tasks = st["tasks"]
+                    tb = sum(v for t in tasks for k, v in t["timings"].items() if k in boots)
+                    loaded = sum(t["model_loaded"] for t in tasks)
+                else:
+                    tasks = [t for name in boots for t in st[name]["tasks"]]
+                    tb = sum(t["bootstrap_seconds"] for t in tasks)
+                    loaded = sum(t["keys_loaded"] for t in tasks)
                 samples[w].append(dict(end_to_end_s=wall, bootstrap_steps_s=b, other_steps_s=o,
                                        task_cpu_s=sum(t["cpu"] for t in tasks),
-                                       task_wall_s=sum(t["seconds"] for t in tasks),
-                                       task_bootstrap_s=sum(t["bootstrap_seconds"] for t in tasks),
-                                       processes=len({t["pid"] for t in tasks}),
-                                       keys_loaded=sum(t["keys_loaded"] for t in tasks)))
+                                       task_wall_s=sum(t["seconds"] for t in tasks), task_bootstrap_s=tb,
+                                       processes=len({t["pid"] for t in tasks}), keys_loaded=loaded))
+                if packed:     # what a worker holds: the model, its keys, the Bootstrapper, one group's values
+                    samples[w][-1].update(worker_peak_rss_bytes=max(t["peak_rss"] for t in tasks),
+                                          shipment_bytes=st["shipment_bytes"])
             block["load_average_after"] = report.load_average()
             blocks[w].append(block)
     for w in workers:
@@ -128,19 +156,27 @@ def main(args) -> int:
         speedup = dict(bootstrap_steps=by_w[1]["bootstrap_steps_s"] / by_w[2]["bootstrap_steps_s"],
                        end_to_end=by_w[1]["end_to_end_s"] / by_w[2]["end_to_end_s"],
                        task_cpu_ratio=cpu_ratio, derived_idle_2_cores=2 * cpu_ratio)
+    what = (f"layout (P), batch {n} = {groups} groups of {cm.layout_impl.program.b}: {len(boots)} bootstrap points, "
+            f"{n_boot} bootstraps (steps summed over the groups' tasks)" if packed else
+            f"batch {cm.capacity}: {len(boots)} bootstrap steps, {n_boot} pair bootstraps")
     report.table(["mode", "bootstrap steps", "other steps", "end to end", "per bootstrap (in task)", "CPU / wall",
                   "bit-identical", "load avg before"], rows,
-                 title=f"bootstrapped MLP 6-{args.width}-{args.width}-3, test-N12-boot, batch {cm.capacity}: "
-                       f"{len(boots)} bootstrap steps, {n_boot} pair bootstraps; medians of {args.repeats}")
+                 title=f"bootstrapped MLP {F}-{args.width}-{args.width}-3, {cm.preset}, {what}; medians of "
+                       f"{args.repeats}")
     if speedup:
-        print(f"bootstrap steps 1 -> 2 workers: {speedup['bootstrap_steps']:.2f}x wall (end to end "
-              f"{speedup['end_to_end']:.2f}x); the tasks' CPU seconds 1 / 2 workers: {speedup['task_cpu_ratio']:.2f} "
-              f"(derived: {speedup['derived_idle_2_cores']:.2f}x on two idle cores)")
+        print(f"{'end to end' if packed else 'bootstrap steps'} 1 -> 2 workers: "
+              f"{speedup['end_to_end' if packed else 'bootstrap_steps']:.2f}x wall; the tasks' CPU seconds 1 / 2 "
+              f"workers: {speedup['task_cpu_ratio']:.2f} (derived: {speedup['derived_idle_2_cores']:.2f}x on two "
+              "idle cores)")
     if args.json:
+        extra = dict(layout="packed", features=F, groups=groups, samples_per_group=cm.layout_impl.program.b,
+                     boot_slots=cm.layout_impl.program.boot_slots) if packed else dict(layout="batch")
         report.save_json(args.json, "ray_boot", dict(
-            preset=cm.preset, width=args.width, batch=cm.capacity, bootstrap_steps=len(boots), bootstraps=n_boot,
-            ciphertexts_per_step=args.width, repeats=args.repeats, warmup=args.warmup, rounds=args.rounds, modes=modes,
-            speedup=speedup,
-            notes="wall-time medians; bootstrap steps = the layer_seconds of the plan's bootstrap steps (all their "
-                  "tasks submitted at once, one per pair); every Ray worker and the driver use 1 native thread"))
+            preset=cm.preset, width=args.width, batch=n, bootstrap_steps=len(boots), bootstraps=n_boot,
+            ciphertexts_per_step=None if packed else args.width, repeats=args.repeats, warmup=args.warmup,
+            rounds=args.rounds, modes=modes, speedup=speedup, **extra,
+            notes=("wall-time medians; layout (P): every group of samples one Ray task (its bootstraps inside), the "
+                   "bootstrap / other steps' seconds summed over the tasks; " if packed else
+                   "wall-time medians; bootstrap steps = the layer_seconds of the plan's bootstrap steps (all their "
+                   "tasks submitted at once, one per pair); ") + "every Ray worker and the driver use 1 native thread"))
     return 0 if all(m["bit_identical"] for m in modes) else 1

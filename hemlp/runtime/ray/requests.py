@@ -6,22 +6,30 @@ once per run, every worker process loads them once (cached by their digest: a wo
 even fetch them), and each task runs ``compiled.layout_impl.run_group`` on its group, the in-process code, so the
 same bits as ``runtime="local"``. Encrypted weights (layout (C)) travel the same way. Groups are submitted at once;
 Ray runs as many at a time as there are CPUs. Tasks are pure, so a lost worker's group is re-run (TASK_RETRIES).
+
+Memory (the bootstrapping keys are GiBs at N16-boot): the keys travel as one uint8 array, which Ray stores out of
+band, so a worker decodes them straight from the node's shared object store (no pickled copy in its heap) and then
+holds only the decoded keys. The driver serialises them for each run and drops its serialised copy once it is in
+the store; between runs it keeps only the model's files and the digest.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import os
+import resource
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from hemlp import _core
 from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id, ray_session
 
-__all__ = ["ModelShipment", "run_groups", "group_request_task", "shipment_of", "clear_request_cache"]
+__all__ = ["ModelShipment", "run_groups", "group_request_task", "shipment_of", "key_array", "clear_request_cache"]
 
 
 @dataclasses.dataclass
@@ -29,7 +37,7 @@ class ModelShipment:
     """What a worker needs to run a compiled model's groups: the model directory's files and the EvalKeys bytes."""
 
     files: dict               # the saved model directory's files by name
-    keys: bytes               # EvalKeys.to_bytes(ctx) (bootstrapping keys included)
+    keys: np.ndarray          # EvalKeys.to_bytes(ctx) as uint8 (bootstrapping keys included; out of band in the store)
     model_id: str
     allow_insecure: bool      # the driver's policy, carried to the workers
     digest: str               # SHA-256 of files and keys: the workers' cache key
@@ -37,11 +45,15 @@ class ModelShipment:
                               # the runtime sits below the model and does not import it)
 
     @classmethod
-    def of(cls, compiled, load_model, eval_keys) -> "ModelShipment":
+    def of(cls, compiled, load_model, eval_keys, known: "ModelShipment | None" = None) -> "ModelShipment":
+        """known: an earlier shipment of the same model and keys (its files and digest are reused, the keys
+        serialised again: the driver keeps no serialised copy between runs)."""
+        keys = key_array(eval_keys, compiled.context)
+        if known is not None:
+            return cls(known.files, keys, known.model_id, known.allow_insecure, known.digest, load_model)
         with tempfile.TemporaryDirectory(prefix="hemlp-ship-") as tmp:
             compiled.save(tmp)
             files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
-        keys = eval_keys.to_bytes(compiled.context)
         h = hashlib.sha256()
         for name, data in sorted(files.items()):
             h.update(name.encode() + hashlib.sha256(data).digest())
@@ -49,24 +61,42 @@ class ModelShipment:
         return cls(files, keys, compiled.model_id, bool(compiled.allow_insecure), h.hexdigest(), load_model)
 
     def load(self):
-        """(the compiled model, its EvalKeys), read from the shipped bytes."""
+        """(the compiled model, its EvalKeys), read from the shipped bytes (the keys in place, in the store)."""
         with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
             for name, data in self.files.items():
                 (Path(tmp) / name).write_bytes(data)
             compiled = self.load_model(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
-        return compiled, EvalKeys.from_bytes(self.keys, compiled)
+        return compiled, EvalKeys.from_bytes(memoryview(self.keys), compiled)
+
+    def light(self) -> "ModelShipment":
+        """This shipment without its keys (what the driver keeps between runs)."""
+        return dataclasses.replace(self, keys=np.empty(0, np.uint8))
 
 
-_LAST: list = []       # the driver's last shipment: [(compiled, eval_keys, ModelShipment)]
+def key_array(eval_keys, ctx) -> np.ndarray:
+    """EvalKeys.to_bytes(ctx) written part by part into one uint8 array (never a second joined bytes copy)."""
+    parts = [np.frombuffer(p, dtype=np.uint8) for p in eval_keys.to_parts(ctx)]
+    out = np.empty(sum(p.size for p in parts), np.uint8)
+    off = 0
+    for p in parts:
+        out[off: off + p.size] = p
+        off += p.size
+    return out
+
+
+_LAST: list = []       # the driver's last shipment, without its keys: [(compiled, eval_keys, ModelShipment)]
 _WORKER: dict = {}     # per worker process: loaded models by shipment digest, decoded weights by digest
 _WORKER_MAX = 4
 
 
 def shipment_of(compiled, load_model, eval_keys) -> ModelShipment:
-    """The shipment of this model and these keys, kept for the last pair (a service runs many requests with them)."""
-    if not _LAST or _LAST[0][0] is not compiled or _LAST[0][1] is not eval_keys:
-        _LAST[:] = [(compiled, eval_keys, ModelShipment.of(compiled, load_model, eval_keys))]
-    return _LAST[0][2]
+    """The shipment of this model and these keys; the files and digest are kept for the last pair (a service runs
+    many requests with them), the keys serialised for each run."""
+    known = _LAST[0][2] if _LAST and _LAST[0][0] is compiled and _LAST[0][1] is eval_keys else None
+    ship = ModelShipment.of(compiled, load_model, eval_keys, known)
+    if known is None:
+        _LAST[:] = [(compiled, eval_keys, ship.light())]
+    return ship
 
 
 def clear_request_cache() -> None:
@@ -100,7 +130,8 @@ def group_request_task(digest: str, holder: list, w_digest, w_holder, arr, metas
     out = compiled.layout_impl.run_group(ctx, unpack_cts(ctx, arr, metas), keys, weights, timings, part)
     a, m = pack_cts(out)
     return a, m, dict(node=node_id(), pid=os.getpid(), model_loaded=loaded, timings=timings,
-                      seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start)
+                      seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                      peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)   # Linux: KiB
 
 
 _REMOTE: dict = {}
@@ -118,13 +149,15 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
     doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
     run_group (what of the program each task runs; None: all). timings: each step's seconds summed over the groups
-    (as the in-process run reports them). stats: the tasks (process, node, seconds, whether the process loaded the
+    (as the in-process run reports them). stats: the tasks (process, node, seconds, peak RSS, whether the process loaded the
     model) and the bytes put."""
     t0 = time.perf_counter()
     ship = shipment_of(compiled, load_model, eval_keys)
     wbytes = None if weights is None else weights.to_bytes()
     with ray_session(address, num_workers) as ray:
         holder = [ray.put(ship)]       # in a list: a task fetches it only when its process has not loaded it
+        key_bytes = ship.keys.nbytes
+        ship = ship.light()            # the store holds the keys now; the driver's serialised copy goes
         w_digest, w_holder = (None, None) if wbytes is None else (hashlib.sha256(wbytes).hexdigest(),
                                                                    [ray.put(wbytes)])
         task, pending, sent = _remote(), [], 0
@@ -145,6 +178,6 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
         del holder
     if stats is not None:
         stats.update(groups=len(groups), tasks=tasks, processes=sorted({t["pid"] for t in tasks}), sent_bytes=sent,
-                     shipment_bytes=sum(map(len, ship.files.values())) + len(ship.keys),
+                     shipment_bytes=sum(map(len, ship.files.values())) + key_bytes,
                      weights_bytes=0 if wbytes is None else len(wbytes), seconds=time.perf_counter() - t0)
     return outs

@@ -192,6 +192,32 @@ def test_ray_boot_smoke(tmp_path):
     assert "1 -> 2 workers" in r.stdout
 
 
+def test_ray_boot_packed_smoke(tmp_path, monkeypatch):
+    """bench ray_boot --layout packed: a bootstrapped layout (P) request of 2 groups, each group a Ray task on 1 and
+    2 workers, every output bit-identical to in process; scripts/bench_tables.py renders its table from the JSON."""
+    pytest.importorskip("ray")
+    pytest.importorskip("torch")
+    out = tmp_path / "ray_boot_packed.json"
+    r = _run(["-m", "hemlp.bench", "ray_boot", "--layout", "packed", "--features", "256", "--batch", "16",
+              "--width", "4", "--rounds", "1", "--repeats", "1", "--warmup", "0", "--json", str(out)])
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    doc = json.loads(out.read_text())
+    assert doc["layout"] == "packed" and doc["groups"] == 2 and doc["samples_per_group"] == 8
+    assert [m["workers"] for m in doc["modes"]] == [None, 1, 2] and all(m["bit_identical"] for m in doc["modes"])
+    assert doc["bootstraps"] == doc["groups"] * doc["bootstrap_steps"]    # one packed ciphertext per group and point
+    ray2 = doc["modes"][2]
+    assert ray2["task_cpu_s"] > 0 and 1 <= ray2["processes"] <= 2 and ray2["task_bootstrap_s"] > 0
+    assert 1 <= ray2["keys_loaded"] <= ray2["processes"]      # model and keys loaded once per worker process
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import bench_tables
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    monkeypatch.setattr(bench_tables, "BENCH", tmp_path)
+    text = bench_tables.ray_boot_packed("ray_boot_packed.json", "cmd")
+    assert "2 groups of 8" in text and "| Ray, 2 worker(s) |" in text
+
+
 def test_files_smoke(tmp_path):
     """bench files on a tiny insecure batch: every operation timed and the loaded batch equal to the saved one."""
     out = tmp_path / "files.json"

@@ -1,0 +1,127 @@
+"""layout="auto" with bootstrap=True: layouts (A) and (P), each with its own bootstrap placement, compared by the
+planner's estimate *including the bootstraps*, among those whose evaluation keys fit the key-memory limit.
+
+Each candidate is planned as compile(..., layout=that, bootstrap=True) would plan it
+(hemlp.layouts.batch_bootstrap.plan_bootstrapped, hemlp.layouts.packed_bootstrap.plan_packed_bootstrapped: the same
+placement DP on the same level DAG, each node priced with that layout's unit costs), and its estimate() is the one
+the plan prints: layers + placed bootstraps (+ layout (P)'s diagonals encoded per run), seconds per batch on one
+thread. Layout (A) refreshes one ciphertext per feature and chunk, layout (P) one packed ciphertext per value and
+group of samples, with sparse bootstraps of the packed period's slots: a single image of a conv net bootstraps a
+handful of ciphertexts in (P) against hundreds in (A); a large batch fills (A)'s slots and (P) runs many groups.
+
+Keys: the evaluation keys in memory (relinearisation, layout (P)'s rotation keys, and the bootstrapping keys of the
+planned pipeline, estimated from the parameters before any key exists) must fit MAX_BOOT_EVAL_KEY_BYTES, the budget
+the bootstrap lowering already plans batched keys within (hemlp.planner.bootstrap_lowering.MAX_BATCH_KEY_BYTES).
+Layouts (A′) and (C) have no bootstrap placement: auto lists (A′) as not possible; an explicit layout="mlwe" or
+encrypted_weights=True with bootstrap=True is an UnsupportedError (hemlp.model.compile) naming layouts (A) / (P).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hemlp.bootstrap.batch_keys import estimate_bytes
+from hemlp.bootstrap.keys import rotation_levels
+from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
+from hemlp.errors import EncodingError, LevelError, ShapeError, UnsupportedError
+from hemlp.layouts import batch_bootstrap
+from hemlp.layouts.base import Layout
+from hemlp.layouts.batch import Batch
+from hemlp.layouts.packed import Packed
+from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
+from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES
+from hemlp.planner.resources import estimate_resources
+
+__all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "choose_bootstrapped"]
+
+#: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
+MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
+GIB = 2.0 ** 30
+
+
+def single_key_bytes(params, slots: int) -> int:
+    """BootstrapKeys.generate(ctx, sk, params for `slots` slots)'s memory_bytes, from the parameters alone: every
+    rotation key at the highest level it is used at (its a-half a seed up to seed_max_level's "auto" level, held
+    expanded above), the conjugation key (seeded) and the relinearisation key (expanded) at EvalMod's level, and
+    the encapsulation keys (a 1-digit key over Q_L and P, and the {q0, p0} key)."""
+    cts_d, stc_d = PRESET_DEPTHS[params.name]
+    bp = BootParams(cts_depth=cts_d, stc_depth=stc_d, slots=int(slots))
+    L = int(params.max_level)
+    chain = SimpleNamespace(N=int(params.N), max_level=L, slots=int(params.N) // 2)
+    swk = params.switch_key_bytes
+    seeded_up_to, em = L - cts_d + 1, L - cts_d
+    rot = sum(swk(int(lv)) * (1 if lv <= seeded_up_to else 2) for lv in rotation_levels(chain, bp).values())
+    encapsulation = (2 * (L + 1 + len(params.p)) + 4) * int(params.N) * 8
+    return rot + swk(em) + 2 * swk(em) + encapsulation
+
+
+def boot_key_bytes(lay: Layout) -> int:
+    """The bootstrapping keys a planned layout's keygen() makes, in memory (0 without bootstraps): single CtS-first
+    keys for the program's bootstrap slots (layout (P): its sparse period), or the S2C-first batch keys of size k."""
+    steps = batch_bootstrap.bootstrap_steps(lay.steps)
+    if not steps:
+        return 0
+    params = lay.params
+    if batch_bootstrap.boot_order(lay.steps) == "s2c_first":
+        cts_d, stc_d = PRESET_DEPTHS[params.name]
+        s2c = BootParams(order="s2c_first", log_message_ratio=batch_bootstrap.S2C_LOG_MESSAGE_RATIO,
+                         cts_depth=cts_d, stc_depth=stc_d)
+        return int(estimate_bytes(params, batch_bootstrap.boot_batch_size(lay.steps), s2c))
+    slots = getattr(lay.program, "boot_slots", None) or params.N // 2
+    return single_key_bytes(params, slots)
+
+
+def eval_key_bytes(lay: Layout) -> int:
+    """All of a planned layout's evaluation keys in memory: relinearisation and rotation keys (the resource
+    estimate) plus its bootstrapping keys."""
+    return int(estimate_resources(lay).eval_key_bytes) + boot_key_bytes(lay)
+
+
+def choose_bootstrapped(steps, calib, opts: dict, batch_size: int,
+                        max_key_bytes: float | None = None) -> tuple[Layout, dict, str]:
+    """(the chosen layout, the estimates by layout name, why) for layout="auto", bootstrap=True and a batch size:
+    layouts (A) and (P) planned with their bootstraps; the one with the lower estimate among those whose keys fit
+    max_key_bytes (none fits: the one with the fewer key bytes). A layout that cannot run the model is listed
+    with the reason; when neither can, layout (A)'s error is raised (as layout='batch' would raise it)."""
+    max_key_bytes = MAX_BOOT_EVAL_KEY_BYTES if max_key_bytes is None else float(max_key_bytes)
+    est: dict = {}
+    built: dict = {}
+    keys: dict = {}
+    errors: dict = {}
+    plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(steps, calib, opts, batch_size)),
+             (Packed, lambda: plan_packed_bootstrapped(steps, calib, opts, batch_size)))
+    for cls, plan in plans:
+        try:
+            if cls is Packed and (opts.get("mambo") is True or opts.get("batch_bootstrap") not in ("auto", False)):
+                raise UnsupportedError("layout (P) runs single CtS-first bootstraps: mambo=True / batch_bootstrap "
+                                       "are layout (A) options")
+            lay = cls.plan(plan())
+        except (UnsupportedError, ShapeError, LevelError, EncodingError) as exc:
+            errors[cls.name] = exc
+            est[cls.name] = f"not possible: {exc}"
+            continue
+        built[cls.name], est[cls.name], keys[cls.name] = lay, float(lay.estimate()), eval_key_bytes(lay)
+    est["mlwe"] = "not possible: layout (A′) has no bootstrap placement (bootstraps run in layouts (A) and (P))"
+    if not built:
+        raise errors["batch"]
+    fits = [k for k in built if keys[k] <= max_key_bytes]
+    best = min(fits, key=est.get) if fits else min(built, key=keys.get)
+
+    def line(k):
+        b = batch_bootstrap.summary(built[k].steps, built[k].params, built[k].batch_size) or {}
+        n = sum(r["bootstraps"] for r in b.get("placements", []))
+        return (f"{built[k].label} {est[k]:.3g} s incl. {n} bootstrap call(s) ~{b.get('boot_seconds', 0.0):.3g} s, "
+                f"keys ~{keys[k] / GIB:.2f} GiB")
+
+    parts = [line(k) for k in built]
+    limit = f"{max_key_bytes / GIB:.0f} GiB"
+    if not fits:
+        why = f"bootstraps included: {'; '.join(parts)}; no layout's keys fit {limit}: the smaller keys"
+    elif len(built) == 1:
+        why = f"bootstraps included: {parts[0]}; the only layout that bootstraps this model"
+    else:
+        over = [k for k in built if k not in fits]
+        why = (f"bootstraps included: {'; '.join(parts)}; "
+               + (f"{over[0]}'s keys exceed {limit}" if over else f"the cheaper, keys within {limit}"))
+    lay = built[best]
+    lay.commit()
+    return lay, est, why

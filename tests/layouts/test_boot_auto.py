@@ -1,0 +1,131 @@
+"""layout="auto" with bootstrap=True (hemlp.layouts.boot_choice): layouts (A) and (P) each planned with their own
+bootstrap placement and compared by the planner's estimates *including the bootstraps*, among those whose keys fit
+the key-memory limit; the plan prints both estimates and the reason. Layouts (A′) and (C) cannot bootstrap: auto
+lists (A′) as not possible, an explicit request is a typed error naming the fix. test-N10-boot (compile only)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import hemlp
+from hemlp.bootstrap import BootParams, BootstrapKeys
+from hemlp.errors import UnsupportedError
+from hemlp.fhe import Context, Params
+from hemlp.layouts import boot_choice
+from hemlp.layouts.boot_choice import boot_key_bytes, eval_key_bytes
+
+torch = pytest.importorskip("torch")
+pytestmark = [pytest.mark.filterwarnings("ignore::hemlp.fhe.InsecureParametersWarning"),
+              pytest.mark.filterwarnings("ignore::hemlp.compiler.calibration.CalibrationWarning")]
+
+
+class ResCNN(torch.nn.Module):
+    """conv -> tanh -> [conv -> tanh] + skip -> stride-2 conv -> tanh -> linear."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(1, 2, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(2, 2, 3, padding=1)
+        self.c3 = torch.nn.Conv2d(2, 2, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(2 * 3 * 3, 3)
+
+    def forward(self, x):
+        h = torch.tanh(self.c1(x))
+        h = h + torch.tanh(self.c2(h))
+        h = torch.tanh(self.c3(h))
+        return self.fc(h.flatten(1))
+
+
+def mlp():
+    torch.manual_seed(3)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.SiLU(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                               torch.nn.Linear(8, 3))
+
+
+CNN_X = np.random.default_rng(5).uniform(-1, 1, (64, 1, 6, 6))
+MLP_X = np.random.default_rng(11).uniform(-1, 1, (48, 6))
+
+
+def compile_boot(model, x, batch_size, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return hemlp.compile(model, x, batch_size=batch_size, bootstrap=True, allow_insecure=True,
+                             activation_degree=3, preset="test-N10-boot", **kw)
+
+
+def chosen_by_estimates(cm) -> str:
+    """The layout the printed estimates select: the lowest time among (A) and (P) (keys far below the limit)."""
+    est = {k: v for k, v in cm.plan.info["layout_estimates"].items() if isinstance(v, float)}
+    assert set(est) == {"batch", "packed"}
+    return min(est, key=est.get)
+
+
+def test_auto_picks_packed_for_one_image_of_a_conv_net():
+    cm = compile_boot(ResCNN(), CNN_X, 1)
+    info = cm.plan.info
+    est = info["layout_estimates"]
+    # both layouts planned with their own placement, estimates include the bootstraps
+    a, p = compile_boot(ResCNN(), CNN_X, 1, layout="batch"), compile_boot(ResCNN(), CNN_X, 1, layout="packed")
+    assert est["batch"] == pytest.approx(a.layout_impl.estimate()) and est["packed"] == pytest.approx(
+        p.layout_impl.estimate())
+    assert est["batch"] > a.plan.info["bootstrap"]["layer_seconds"]     # the bootstraps are counted
+    assert cm.layout == chosen_by_estimates(cm) == "packed"   # one image: a few packed ciphertexts to refresh
+    assert [s.out for s in cm.steps if s.op == "bootstrap"] == [s.out for s in p.steps if s.op == "bootstrap"]
+    assert est["mlwe"].startswith("not possible") and "bootstrap" in est["mlwe"]
+    text = str(cm.plan)
+    assert "planner estimates (s per batch): batch " in text and "-> layout packed (bootstraps included: (A) " in text
+    assert f"{est['packed']:.3g} s" in info["layout_reason"] and f"{est['batch']:.3g} s" in info["layout_reason"]
+
+
+def test_auto_picks_batch_for_a_large_mlp_batch():
+    cm = compile_boot(mlp(), MLP_X, 4096)
+    assert cm.layout == chosen_by_estimates(cm) == "batch"   # 8 full chunks: (P) would run 64 groups
+    assert cm.batch_size == 4096 and "the cheaper" in cm.plan.info["layout_reason"]
+    # and a single sample of the same MLP: (P) (fewer, sparse bootstraps)
+    one = compile_boot(mlp(), MLP_X, 1)
+    assert one.layout == chosen_by_estimates(one) == "packed"
+
+
+def test_auto_keeps_to_the_key_memory_limit(monkeypatch):
+    cm = compile_boot(mlp(), MLP_X, 4096)
+    a = cm.layout_impl
+    p = compile_boot(mlp(), MLP_X, 4096, layout="packed").layout_impl
+    ka, kp = eval_key_bytes(a), eval_key_bytes(p)
+    assert kp < ka           # (P)'s bootstrapping keys are for its sparse period; (A)'s batched keys are larger
+    monkeypatch.setattr(boot_choice, "MAX_BOOT_EVAL_KEY_BYTES", (ka + kp) / 2)
+    cm2 = compile_boot(mlp(), MLP_X, 4096)
+    assert cm2.layout == "packed" and "batch's keys exceed" in cm2.plan.info["layout_reason"]
+    monkeypatch.setattr(boot_choice, "MAX_BOOT_EVAL_KEY_BYTES", kp / 2)    # neither fits: the smaller keys
+    cm3 = compile_boot(mlp(), MLP_X, 4096)
+    assert cm3.layout == "packed" and "no layout's keys fit" in cm3.plan.info["layout_reason"]
+
+
+def test_auto_without_a_batch_size_or_with_layout_a_options_is_layout_a():
+    assert compile_boot(mlp(), MLP_X, None).layout == "batch"      # as without bootstraps: the slots filled
+    cm = compile_boot(mlp(), MLP_X, 1, mambo=True)                  # MaMBo is a layout (A) pipeline
+    assert cm.layout == "batch" and "layout (A) options" in cm.plan.info["layout_estimates"]["packed"]
+
+
+@pytest.mark.parametrize("kw", [dict(layout="mlwe"), dict(encrypted_weights=True)])
+def test_layouts_that_cannot_bootstrap_are_a_typed_error(kw):
+    with pytest.raises(UnsupportedError, match="layout='batch' or 'packed'"):
+        compile_boot(mlp(), MLP_X, 8, **kw)
+
+
+def test_bootstrap_key_estimate_equals_generated_keys():
+    """The planner's key bytes for a (sparse) single bootstrap equal the generated keys' memory exactly."""
+    params = Params.preset("test-N10-boot")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = Context(params, allow_insecure=True)
+    sk, _ = ctx.keygen()
+    cm = compile_boot(ResCNN(), CNN_X, 1, layout="packed")
+    slots = cm.layout_impl.program.boot_slots
+    assert slots < params.N // 2          # a sparse bootstrap
+    keys = BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx, slots=slots))
+    assert boot_key_bytes(cm.layout_impl) == keys.memory_bytes
+    full = BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx))
+    assert boot_choice.single_key_bytes(params, params.N // 2) == full.memory_bytes
