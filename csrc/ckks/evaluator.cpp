@@ -337,6 +337,7 @@ Ciphertext Evaluator::drop_to_level(const Ciphertext& a, int level) const {
   Ciphertext r;
   copy_metadata(r, a);
   r.key_id = a.key_id;
+  r.is_complex = a.is_complex;
   r.level = level;
   r.seeded = false;
   const size_t len = (size_t)(level + 1) * ctx_.n();
