@@ -67,7 +67,7 @@ void bind_batch_boot(py::module_& m) {
                                     int back_level, bool seeded) {
     BatchConversionKeys k = batch_conversion_keys(e.ctx, sk, msk, h, level, back_level);
     if (seeded)
-      for (auto& b : k.back) drop_expanded_a(b);
+      for (auto& b : k.back) drop_expanded_a(e.ctx, b);
     return k;
   }, py::arg("engine"), py::arg("sk"), py::arg("msk"), py::arg("h"), py::arg("level"), py::arg("back_level"),
      py::arg("seeded") = false, py::call_guard<py::gil_scoped_release>());
@@ -133,7 +133,7 @@ void bind_batch_boot(py::module_& m) {
     std::vector<SwitchKey> keys;
     for (size_t j = 0; j < backs.size(); ++j) {
       SwitchKey sw = import_switch_key(e.ctx, views_of(backs[j]), back_seeds[j], key_id, 0, back_level);
-      if (seeded) drop_expanded_a(sw);
+      if (seeded) drop_expanded_a(e.ctx, sw);
       keys.push_back(std::move(sw));
     }
     return import_batch_conversion_keys(e.ctx, r, std::move(keys));
@@ -184,7 +184,10 @@ void bind_batch_boot(py::module_& m) {
     return ms_galois_keys(e.ctx, msk, elements, seed_max_level);
   }, py::arg("engine"), py::arg("msk"), py::arg("elements"), py::arg("seed_max_level") = -1,
      py::call_guard<py::gil_scoped_release>());
-  m.def("seed_ms_galois_keys", [](MsGaloisKeys& k, int seed_max_level) { seed_ms_galois_keys(k, seed_max_level); });
+  m.def("seed_ms_galois_keys", [](const Engine& e, MsGaloisKeys& k, int seed_max_level) {
+    if (k.param_hash != e.ctx.hash64()) fail(ErrorKind::ContextMismatch, "batched Galois keys of another context");
+    seed_ms_galois_keys(e.ctx, k, seed_max_level);
+  });
   // [(element, level, [alpha seeds], [[beta_j digit arrays]])]: numpy views of the key memory (no copy)
   m.def("export_ms_galois_keys", [](const Engine& e, py::object obj) {
     const MsGaloisKeys& k = obj.cast<const MsGaloisKeys&>();

@@ -74,7 +74,7 @@ void bind_boot(py::module_& m) {
       e.keygen.key_level(level);
       if (g.keys.count(el)) fail(ErrorKind::Parameter, "galois_keys_at_levels: an element is listed twice");
       SwitchKey k = e.keygen.galois_key(sk, el, level);
-      if (level <= seed_max_level) drop_expanded_a(k);
+      if (level <= seed_max_level) drop_expanded_a(e.ctx, k);
       g.keys.emplace(el, std::move(k));
     }
     return g;
@@ -82,9 +82,11 @@ void bind_boot(py::module_& m) {
      py::call_guard<py::gil_scoped_release>());
   // Drop the expanded a-halves of the keys made for a level <= seed_max_level that have their seeds (e.g.
   // after import), in place.
-  m.def("seed_galois_keys", [](GaloisKeys& g, int seed_max_level) {
+  m.def("seed_galois_keys", [](const Engine& e, GaloisKeys& g, int seed_max_level) {
+    if (g.param_hash != e.ctx.hash64()) fail(ErrorKind::ContextMismatch, "seed_galois_keys: keys of another context");
+    py::gil_scoped_release nogil;
     for (auto& kv : g.keys)
-      if (kv.second.level <= seed_max_level) drop_expanded_a(kv.second);
+      if (kv.second.level <= seed_max_level) drop_expanded_a(e.ctx, kv.second);
   });
   m.def("dense_to_sparse", [](const Engine& e, const Ciphertext& ct, const EncapsulationKeys& k) {
     return dense_to_sparse(e.ctx, ct, k);

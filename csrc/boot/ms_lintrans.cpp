@@ -58,23 +58,39 @@ void ms_inner_product(const Context& ctx, const ModUpDigits& d, const MsSwitchKe
   outs.resize(np);
   for (auto& o : outs) o.resize((size_t)E * n);
   Poly spare((size_t)E * n);
-  // the shared a-parts: the key's own, or a seeded key's expanded from its seeds
+  const int S = n % 32 == 0 ? kSeedSegments : 1;
+  // the shared a-parts: the key's own; a seeded key's drawn from their seeds inside each (limb, quarter) job (in
+  // cache, every thread busy) when its segment offsets are known, else expanded whole first
+  const bool in_job = seeded && S == kSeedSegments && (int)key.alpha_offsets.size() >= beta;
   std::vector<const u64*> ka(beta);
-  if (seeded) {
+  if (seeded && !in_job) {
     ka = expand_seeded_parts(ctx, key.alpha_seeds, beta, key.level + 1 + K, key.level);
-  } else {
+  } else if (!seeded) {
     for (int t = 0; t < beta; ++t) ka[t] = key.alpha[t].data();
   }
-  auto kp = [&](int p, int t) -> const u64* { return p == 0 ? ka[t] : key.beta[p - 1][t].data(); };
-  const int S = n % 32 == 0 ? 4 : 1;
 #pragma omp parallel for schedule(static)
   for (int job = 0; job < E * S; ++job) {
     const int l = job / S;
     const size_t i0 = n / S * (job % S), i1 = i0 + n / S;
     const Modulus& q = ctx.modulus(ctx.qp_index(level, l));
-    const size_t ko = (size_t)(l <= level ? l : l - level + key.level) * n, dof = (size_t)l * n;
-    std::vector<const u64*> xs(beta), k0(beta), k1(beta);
+    const int kl = l <= level ? l : l - level + key.level;  // the key's limb of the same modulus
+    const size_t ko = (size_t)kl * n, dof = (size_t)l * n;
+    std::vector<const u64*> xs(beta), k0(beta), k1(beta), ja(beta);
     for (int t = 0; t < beta; ++t) xs[t] = d.digits[t].data() + dof;
+    if (in_job) {
+      // this job's segment of every digit's alpha; ja[t] + ko + i indexes it as the whole part would be
+      thread_local ScratchPoly seg;
+      const size_t len = i1 - i0;
+      seg.resize((size_t)beta * len);
+      for (int t = 0; t < beta; ++t) {
+        u64* dst = seg.data() + (size_t)t * len;
+        uniform_segment_from_seed(key.alpha_seeds[t], key.alpha_offsets[t][(size_t)kl * S + job % S], q.q, dst, len);
+        ja[t] = dst - i0 - ko;
+      }
+    } else {
+      for (int t = 0; t < beta; ++t) ja[t] = ka[t];
+    }
+    auto kp = [&](int p, int t) -> const u64* { return p == 0 ? ja[t] : key.beta[p - 1][t].data(); };
     for (int p = 0; p < np; p += 2) {
       const int p1 = p + 1 < np ? p + 1 : p;
       u64* o0 = outs[p].data() + dof;
@@ -142,7 +158,9 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
     key.beta.resize(k);
     for (int t = 0; t < digits; ++t) {
       key.alpha_seeds.push_back(os_seed());
-      key.alpha.push_back(uniform_from_seed(ctx, key.alpha_seeds.back(), total, true, level));
+      key.alpha.emplace_back((size_t)total * n);
+      key.alpha_offsets.push_back(seed_segment_offsets(ctx, key.alpha_seeds.back(), total, true, level,
+                                                       key.alpha.back().data()));
     }
     for (int j = 0; j < k; ++j) {
       const Poly& s = msk.ntt_qp[j];  // over Q_L ∪ P, indexed by modulus
@@ -168,18 +186,25 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
         key.beta[j].push_back(std::move(b));
       }
     }
-    if (level <= seed_max_level) key.alpha.clear();
+    if (level <= seed_max_level)
+      key.alpha.clear();
+    else
+      key.alpha_offsets.clear();
     out.keys.emplace(g, std::move(key));
   }
   return out;
 }
 
-void seed_ms_galois_keys(MsGaloisKeys& keys, int seed_max_level) {
+void seed_ms_galois_keys(const Context& ctx, MsGaloisKeys& keys, int seed_max_level) {
   for (auto& kv : keys.keys) {
     MsSwitchKey& key = kv.second;
     if (key.level <= seed_max_level && key.alpha_seeds.size() == key.alpha.size()) {
       key.alpha.clear();
       key.alpha.shrink_to_fit();
+      const int total = key.level + 1 + ctx.num_p();
+      key.alpha_offsets.clear();
+      for (const Seed& sd : key.alpha_seeds)
+        key.alpha_offsets.push_back(seed_segment_offsets(ctx, sd, total, true, key.level));
     }
   }
 }
@@ -219,6 +244,9 @@ MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k
     if (r.level > seed_max_level)
       for (int t = 0; t < digits; ++t) key.alpha.push_back(uniform_from_seed(ctx, key.alpha_seeds[t], total, true,
                                                                              r.level));
+    else
+      for (int t = 0; t < digits; ++t)
+        key.alpha_offsets.push_back(seed_segment_offsets(ctx, key.alpha_seeds[t], total, true, r.level));
     out.keys.emplace(r.galois, std::move(key));
   }
   return out;

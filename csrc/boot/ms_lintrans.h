@@ -27,6 +27,9 @@ struct MsSwitchKey {
   int level = 0;                          // holds Q_level ∪ P, num_digits(level) digits
   std::vector<Poly> alpha;                // [t]; empty when the key is seeded
   std::vector<Seed> alpha_seeds;          // [t]
+  // [t]: seed_segment_offsets of alpha_seeds[t] (a seeded key): the batched key switch draws each (limb, quarter)
+  // of alpha in the job that uses it
+  std::vector<std::vector<uint64_t>> alpha_offsets;
   std::vector<std::vector<Poly>> beta;    // [j][t]
 };
 
@@ -44,7 +47,7 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
 // Bytes held in memory (expanded alpha parts counted only where held).
 size_t ms_galois_key_bytes(const MsGaloisKeys& keys);
 // Drop the expanded alpha parts of the keys made for a level <= seed_max_level (in place; they keep their seeds).
-void seed_ms_galois_keys(MsGaloisKeys& keys, int seed_max_level);
+void seed_ms_galois_keys(const Context& ctx, MsGaloisKeys& keys, int seed_max_level);
 // Validated import (the native half of BatchBootstrapKeys.from_bytes): one key per (element, level), its alpha
 // parts from seeds (expanded unless the level is <= seed_max_level), its k x digits beta parts checked residue by
 // residue. Bad shapes, levels, elements or residues throw Error(Serialization).

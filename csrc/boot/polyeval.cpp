@@ -71,7 +71,8 @@ class Runner {
       fail(ErrorKind::Level, "polynomial evaluation: T_" + std::to_string(m) + " is at level " +
                                  std::to_string(tm.level) + ", below the level " + std::to_string(lv) +
                                  " it is needed at: not enough levels for this degree");
-    const Ciphertext tm_d = ev_.drop_to_level(tm, lv);
+    Ciphertext dropped;
+    const Ciphertext& tm_d = at_level(tm, lv, dropped);
     const double h_scale = scale * (double)ctx_.modulus(lv).q / tm_d.scale;
     Ciphertext h;
     double h_const = 0;
@@ -96,6 +97,13 @@ class Runner {
   PolyEvalStats stats;
 
  private:
+  // c itself when it is at `level`, else c dropped to it in tmp: no copy of a ciphertext already at the level.
+  const Ciphertext& at_level(const Ciphertext& c, int level, Ciphertext& tmp) const {
+    if (c.level == level) return c;
+    tmp = ev_.drop_to_level(c, level);
+    return tmp;
+  }
+
   // The level power(n) lands on: top - ceil(log2 n) (one product per doubling).
   int level_of(int n) const { return top_ - ceil_log2(n); }
 
@@ -145,27 +153,31 @@ class Runner {
     if (l < 1)
       fail(ErrorKind::Level, "polynomial evaluation: power " + std::to_string(n) + " needs a level below 0: not "
                                                                                     "enough levels for this degree");
-    Ciphertext A = ev_.drop_to_level(ta, l);
-    const Ciphertext B = ev_.drop_to_level(tb, l);
+    Ciphertext a_tmp, b_tmp;
+    const Ciphertext* A = &at_level(ta, l, a_tmp);
+    const Ciphertext& B = at_level(tb, l, b_tmp);
     // keep the product's scale near q_(l-1): an exact integer factor k on one operand (noise and scale grow
     // alike, so nothing is lost, and the rescale's rounding becomes relatively smaller)
     const double ql = (double)ctx_.modulus(l).q, qn = (double)ctx_.modulus(l - 1).q;
-    const double natural = A.scale * B.scale / ql;
+    const double natural = A->scale * B.scale / ql;
     double k = 1;
     if (natural < qn / 2) k = std::min(std::floor(qn / natural), 1152921504606846976.0 /* 2^60: 2k fits int64 */);
     const int64_t factor = (int64_t)k * (basis_ == PolyBasis::Chebyshev ? 2 : 1);
     if (factor != 1) {
-      A = ev_.mul_integer(A, factor);
-      A.scale *= k;  // the 2 of 2 T_a T_b is part of the value
+      Ciphertext m = ev_.mul_integer(*A, factor);
+      m.scale *= k;  // the 2 of 2 T_a T_b is part of the value
+      a_tmp = std::move(m);
+      A = &a_tmp;
     }
     const int c = basis_ == PolyBasis::Chebyshev ? a - b : 0;
     Ciphertext p;
     if (c == 0) {
-      p = ev_.mul_relin_rescale(A, B, *rlk_);
+      p = ev_.mul_relin_rescale(*A, B, *rlk_);
       if (basis_ == PolyBasis::Chebyshev) p = ev_.add_const_exact(p, -1.0);
     } else {  // 2 T_a T_b - T_c: T_c joins the product before its rescale (one rounding, as in hemlp/he/polynomial.py)
-      p = ev_.mul(A, B, rlk_);
-      const Ciphertext tcd = ev_.drop_to_level(power(c), l);
+      p = ev_.mul(*A, B, rlk_);
+      Ciphertext c_tmp;
+      const Ciphertext& tcd = at_level(power(c), l, c_tmp);
       Ciphertext corr = ev_.mul_const(tcd, 1.0, p.scale / tcd.scale);
       ++stats.const_mul;
       retag(corr, p.scale);

@@ -333,10 +333,16 @@ Ciphertext Evaluator::drop_to_level(const Ciphertext& a, int level) const {
   if (level < 0 || level > a.level)
     fail(ErrorKind::Level, "drop_level: target level " + std::to_string(level) + " must be in [0, " +
                                std::to_string(a.level) + "] (levels can only go down)");
-  Ciphertext r = a;
+  // only the kept limbs are copied (copying the whole ciphertext and truncating read and wrote the dropped ones too)
+  Ciphertext r;
+  copy_metadata(r, a);
+  r.key_id = a.key_id;
+  r.is_complex = a.is_complex;
   r.level = level;
   r.seeded = false;
-  for (auto& p : r.polys) p.resize((size_t)(level + 1) * ctx_.n());
+  const size_t len = (size_t)(level + 1) * ctx_.n();
+  r.polys.reserve(a.polys.size());
+  for (const auto& p : a.polys) r.polys.emplace_back(p.begin(), p.begin() + (std::ptrdiff_t)len);
   return r;
 }
 

@@ -47,6 +47,28 @@ void uniform_from_seed_into(const Context& ctx, const Seed& seed, int limbs, boo
     prng.uniform_mod(ctx.modulus(ext ? ctx.qp_index(level, k) : k).q, out + (size_t)k * n, n);
 }
 
+std::vector<uint64_t> seed_segment_offsets(const Context& ctx, const Seed& seed, int limbs, bool ext, int level,
+                                           u64* out) {
+  const size_t n = ctx.n(), seg = n / kSeedSegments;
+  if (seg * kSeedSegments != n) fail(ErrorKind::Parameter, "seeded segments: N must be a multiple of 4");
+  std::vector<uint64_t> off((size_t)limbs * kSeedSegments);
+  std::vector<u64> scratch(out ? 0 : seg);
+  Prng prng(seed);
+  for (int k = 0; k < limbs; ++k) {
+    const u64 q = ctx.modulus(ext ? ctx.qp_index(level, k) : k).q;
+    for (int s = 0; s < kSeedSegments; ++s) {
+      off[(size_t)k * kSeedSegments + s] = prng.position();
+      prng.uniform_mod(q, out ? out + (size_t)k * n + (size_t)s * seg : scratch.data(), seg);
+    }
+  }
+  return off;
+}
+
+void uniform_segment_from_seed(const Seed& seed, uint64_t offset, u64 q, u64* out, size_t len) {
+  Prng prng(seed, offset);
+  prng.uniform_mod(q, out, len);
+}
+
 Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level) {
   // Each limb is drawn into a cache-resident buffer and appended to the reserved output: the output's memory is
   // written once (a zero-initialised Poly would be written twice, and fresh pages cost the most; imported seeded
@@ -63,9 +85,13 @@ Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext
   return out;
 }
 
-void drop_expanded_a(SwitchKey& key) {
+void drop_expanded_a(const Context& ctx, SwitchKey& key) {
   if (key.a_seeds.size() < key.a.size()) return;  // imported without seeds: keep the only copy
   std::vector<Poly>().swap(key.a);
+  if (ctx.n() % kSeedSegments) return;
+  const int total = key.level + 1 + ctx.num_p();
+  key.a_offsets.clear();
+  for (const Seed& s : key.a_seeds) key.a_offsets.push_back(seed_segment_offsets(ctx, s, total, true, key.level));
 }
 
 SecretKey KeyGenerator::secret_key() const {

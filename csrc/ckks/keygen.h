@@ -35,8 +35,21 @@ Poly small_to_ntt_q(const Context& ctx, const std::vector<int8_t>& coeffs, int l
 Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext, int level);
 // The same stream written to out (limbs * n words).
 void uniform_from_seed_into(const Context& ctx, const Seed& seed, int limbs, bool ext, int level, u64* out);
+// Segments per limb whose keystream offsets seed_segment_offsets records: with them each (limb, segment) of
+// n / kSeedSegments coefficients of a seeded uniform polynomial is drawn on its own (uniform_segment_from_seed), so a
+// key switch can expand a seeded a-part inside its (limb, quarter) jobs, in cache and spread over the threads,
+// instead of whole digits into memory first (a digit is one sequential stream: 5 digits split 3:2 over 2 threads).
+constexpr int kSeedSegments = 4;
+// [limb * kSeedSegments + s]: the byte offset in seed's keystream where segment s of limb `limb` of
+// uniform_from_seed(ctx, seed, limbs, ext, level) starts (n must be a multiple of kSeedSegments). out (limbs * n
+// words, may be null): also receives the polynomial (uniform_from_seed_into's, in the same pass).
+std::vector<uint64_t> seed_segment_offsets(const Context& ctx, const Seed& seed, int limbs, bool ext, int level,
+                                           u64* out = nullptr);
+// len values uniform mod q from seed's keystream at byte `offset` (one entry of seed_segment_offsets): equal to the
+// polynomial's coefficients of that segment.
+void uniform_segment_from_seed(const Seed& seed, uint64_t offset, u64 q, u64* out, size_t len);
 // A seeded key: drop the expanded a-halves (key_inner_product expands them from a_seeds on use). Halves the
 // key's memory for about one AES-CTR pass over a per use. No-op for a key without seeds.
-void drop_expanded_a(SwitchKey& key);
+void drop_expanded_a(const Context& ctx, SwitchKey& key);
 
 }  // namespace hemlp

@@ -88,18 +88,21 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
     if (key.b[t].size() != key_limbs * n || (!seeded && key.a[t].size() != key_limbs * n))
       fail(ErrorKind::Parameter, "key switch: the key's size does not match its level; it is corrupted");
   // a-halves: the key's own, or a seeded key's expanded from its seeds
+  // jobs = (limb, quarter of the coefficients): E limbs alone split unevenly over 2 threads
+  const int S = n % 32 == 0 ? kSeedSegments : 1;
+  // a seeded key's a-halves are drawn inside each job (in cache, every thread busy) when their segment offsets are
+  // known, else expanded whole first
+  const bool in_job = seeded && S == kSeedSegments && (int)key.a_offsets.size() >= beta;
   std::vector<const u64*> ka(beta);
-  if (seeded) {
+  if (seeded && !in_job) {
     ka = expand_seeded_parts(ctx, key.a_seeds, beta, (int)key_limbs, key.level);
-  } else {
+  } else if (!seeded) {
     for (int t = 0; t < beta; ++t) ka[t] = key.a[t].data();
   }
   u0.resize((size_t)E * n);  // every entry is written below
   u1.resize((size_t)E * n);
   const uint32_t* pm = perm ? perm->data() : nullptr;
-  // jobs = (limb, quarter of the coefficients): E limbs alone split unevenly over 2 threads
-  const int S = n % 32 == 0 ? 4 : 1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) firstprivate(ka)
   for (int job = 0; job < E * S; ++job) {
     const int k = job / S;
     const size_t i0 = n / S * (job % S), i1 = i0 + n / S;
@@ -108,6 +111,16 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
     // The key holds Q_{key.level} ∪ P: its q-limbs line up with ours, its P limbs start at key.level + 1.
     const size_t kk = k <= level ? (size_t)k : (size_t)(k - level + key.level);
     const size_t ko = kk * n, dof = (size_t)k * n;
+    if (in_job) {  // this job's segment of every a_t; ka[t] + ko + i indexes it as the whole a_t would be
+      thread_local ScratchPoly seg;
+      const size_t len = i1 - i0;
+      seg.resize((size_t)beta * len);
+      for (int t = 0; t < beta; ++t) {
+        u64* dst = seg.data() + (size_t)t * len;
+        uniform_segment_from_seed(key.a_seeds[t], key.a_offsets[t][kk * S + job % S], q.q, dst, len);
+        ka[t] = dst - i0 - ko;
+      }
+    }
     u64* __restrict o0 = u0.data() + dof;
     u64* __restrict o1 = u1.data() + dof;
     {  // AVX-512 / AVX2 kernel when the active SIMD path has one (ring/keyip.h)

@@ -82,6 +82,9 @@ struct SwitchKey {
   int level = 0;        // set by key generation / import (top level L unless asked otherwise)
   std::vector<Poly> b, a;
   std::vector<Seed> a_seeds;
+  // [t]: seed_segment_offsets of a_seeds[t] when a is dropped (a seeded key): key_inner_product draws each
+  // (limb, quarter) of a_t in the job that uses it
+  std::vector<std::vector<uint64_t>> a_offsets;
 };
 
 struct GaloisKeys {

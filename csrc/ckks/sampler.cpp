@@ -35,6 +35,22 @@ Prng::Prng(const Seed& seed) {
   ctx_ = c;
 }
 
+Prng::Prng(const Seed& seed, uint64_t byte_offset) {
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  if (!c) throw std::runtime_error("EVP_CIPHER_CTX_new failed");
+  uint8_t iv[16] = {0};  // the 128-bit big-endian block counter OpenSSL's CTR mode increments
+  uint64_t block = byte_offset / 16;
+  for (int i = 15; i >= 8; --i, block >>= 8) iv[i] = (uint8_t)(block & 0xff);
+  if (EVP_EncryptInit_ex(c, EVP_aes_256_ctr(), nullptr, seed.data(), iv) != 1) {
+    EVP_CIPHER_CTX_free(c);
+    throw std::runtime_error("AES-256-CTR init failed");
+  }
+  ctx_ = c;
+  base_ = byte_offset / 16 * 16 - buf_.size();  // refill() adds buf_.size(): buf_[0] sits at the block's start
+  refill();
+  pos_ = (size_t)(byte_offset % 16);
+}
+
 Prng::~Prng() {
   EVP_CIPHER_CTX_free(static_cast<EVP_CIPHER_CTX*>(ctx_));  // frees (and cleanses) the expanded AES key
   explicit_bzero(buf_.data(), buf_.size());                   // keystream bytes that drew secrets
@@ -46,6 +62,7 @@ void Prng::refill() {
   if (EVP_EncryptUpdate(static_cast<EVP_CIPHER_CTX*>(ctx_), buf_.data(), &outl, zeros, (int)buf_.size()) != 1 ||
       outl != (int)buf_.size())
     throw std::runtime_error("AES-256-CTR keystream failed");
+  base_ += buf_.size();
   pos_ = 0;
 }
 

@@ -17,12 +17,17 @@ Seed os_seed();  // 32 bytes from getrandom(2)
 class Prng {
  public:
   explicit Prng(const Seed& seed);
+  // The same keystream positioned byte_offset bytes in (what Prng(seed) yields after byte_offset bytes): CTR mode
+  // starts at block byte_offset / 16, so a segment of a long stream is drawn without the bytes before it.
+  Prng(const Seed& seed, uint64_t byte_offset);
   ~Prng();
   Prng(const Prng&) = delete;
   Prng& operator=(const Prng&) = delete;
 
   void bytes(uint8_t* out, size_t len);
   uint64_t u64();
+  // Bytes of the keystream consumed so far (from its start, counting a seek's offset).
+  uint64_t position() const { return base_ + pos_; }
   uint64_t uniform_mod(uint64_t q);                // uniform in [0, q)
   void uniform_mod(uint64_t q, uint64_t* out, size_t n);
   int ternary();                                   // uniform in {-1, 0, 1}
@@ -33,6 +38,9 @@ class Prng {
   void* ctx_;  // EVP_CIPHER_CTX*
   std::array<uint8_t, 4096> buf_{};
   size_t pos_ = 4096;
+  // keystream offset of buf_[0]; before the first refill buf_ counts as the 4096 bytes before the start (wrapping),
+  // so position() = base_ + pos_ = 0
+  uint64_t base_ = 0 - (uint64_t)4096;
 };
 
 // Secret/error vectors (signed small integers).

@@ -315,7 +315,7 @@ class BatchBootstrapKeys:
             raise SerializationError("batch bootstrap keys: the embedded keys have the wrong types; the data is "
                                      "corrupted")
         seed_level = ctx.max_level if seeded else -1
-        _core.seed_galois_keys(galois.native, seed_level)
+        _core.seed_galois_keys(ctx.native, galois.native, seed_level)
         pos = 2
         small_beta = list(arrays[pos:pos + k * k])
         pos += k * k

@@ -171,7 +171,7 @@ class BootstrapKeys:
         relin = fhe.from_bytes(arrays[1].tobytes(), ctx)
         if not isinstance(galois, GaloisKeys) or not isinstance(relin, RelinKey):
             raise SerializationError("bootstrap keys: the embedded keys have the wrong types; the data is corrupted")
-        _core.seed_galois_keys(galois.native, seed_max_level(ctx, params, seeded))
+        _core.seed_galois_keys(ctx.native, galois.native, seed_max_level(ctx, params, seeded))
         enc = EncapsulationKeys.restore(ctx, ser.field(h, "encapsulation", dict), arrays[2:])
         return cls(params, galois, relin, enc, levels, ser.field(h, "conj_level", int))
 

@@ -47,8 +47,12 @@ MAX_BATCH_KEY_BYTES = 12 * 2 ** 30
 def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> tuple[dict, dict, dict, str]:
     """({k: rho(k)}, {k: key bytes, "single": the single bootstrap's key bytes}, {k: (bits of the S2C batch, of pcmm_bootstrap) minus the bits of the single
     bootstrap measured in the same run}, source) from the bench/mambo_*.json of `preset`, else of the nearest ring
-    size; empty dicts when there is none. The bits are relative because the runs measure them in different ways
-    (bench/mambo_N16.json with the decryption noise, bench/boot_*.json without)."""
+    size; empty dicts when there is none. Every file of the best match (preset, ring size, thread count) contributes
+    its batch sizes (e.g. bench/mambo_N16.json k = 2 and bench/mambo_N16_k4.json k = 4; a k in two files: the newer
+    run's), each ratio against the single bootstrap of its own run. Key bytes: the S2C-first keys' memory where the
+    run records it (s2c_key_memory_bytes: what the planned pipelines hold), else the keys it made. The bits are
+    relative because the runs measure them in different ways (bench/mambo_N16.json with the decryption noise,
+    bench/boot_*.json without)."""
     found = []
     if bench_dir is not None and Path(bench_dir).is_dir():
         for path in sorted(Path(bench_dir).glob("mambo_*.json")):
@@ -66,19 +70,27 @@ def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR
                         continue
                     k = int(b["k"])
                     rho[k] = float(b["s2c_batch_cpu_s"]) / (k * single)
-                    keys[k] = int(b.get("key_memory_bytes", b["key_bytes"]))
+                    keys[k] = int(b.get("s2c_key_memory_bytes") or b.get("key_memory_bytes") or b["key_bytes"])
                     bits[k] = (float(b["s2c_min_max_bits"]) - single_bits,
                                float(b["pcmm_bootstrap_min_max_bits"]) - single_bits)
                 if rho:
-                    found.append((d["preset"] == preset, -abs(math.log2(int(d["N"])) - math.log2(N)),
-                                  int(d.get("threads", 2)) == 1, path.name, d["preset"], rho, keys, bits))
+                    date = str((d.get("machine") or {}).get("date", ""))
+                    found.append(((d["preset"] == preset, -abs(math.log2(int(d["N"])) - math.log2(N)),
+                                   int(d.get("threads", 2)) == 1), date, path.name, d["preset"], rho, keys, bits))
             except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
                 continue        # a malformed or partial benchmark file is not a measurement
     if not found:
         return {}, {}, {}, "no bench/mambo_*.json"
-    best = max(found, key=lambda f: f[:3])
-    own, _, _, name, pre, rho, keys, bits = best
-    src = f"bench/{name} ({pre}, CPU-time ratios{'' if own else ', nearest ring size: key bytes not for ' + preset})"
+    best = max(f[0] for f in found)
+    group = sorted((f for f in found if f[0] == best), key=lambda f: (f[1], f[2]))   # oldest first: newer runs win
+    own = best[0]
+    rho, keys, bits = {}, {}, {}
+    for _, _, _, _, r, kb, bt in group:
+        rho.update(r)
+        bits.update(bt)
+        keys.update(kb)          # "single": the newest run's
+    names = ", ".join(f"bench/{f[2]}" for f in group)
+    src = f"{names} ({group[-1][3]}, CPU-time ratios{'' if own else ', nearest ring size: key bytes not for ' + preset})"
     return rho, (keys if own else {}), bits, src
 
 

@@ -9,7 +9,7 @@ def test_mambo_bench_runs_every_stage():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         p = mambo.run("test-N12-boot", [1, 64], [16, 32], threads=1, pcmm_max_d=16, mem_gib=4.0,
-                      allow_insecure=True, log=lambda m: None, repeat_single=False)
+                      allow_insecure=True, log=lambda m: None, repeats=2, inner=1)
     st = p["stages"]
     assert st["single"]["max_bits"] > 20
     b1, big = st["batches"]
@@ -20,3 +20,8 @@ def test_mambo_bench_runs_every_stage():
     assert p["memory_choice"]["k"] == 1 and "k = 64 needs" in p["memory_choice"]["reason"]
     assert [r["d"] for r in p["layer"]] == [16, 32] and p["layer"][1]["pcmm_extrapolated"]
     assert st["pcmm"]["rows"][1]["extrapolated_from_d"] == 16
+    # interleaved rounds: every timed call recorded, the summary is their median
+    assert [r["round"] for r in st["single_runs"]] == [0, 1] and len(st["single"]["samples_s"]) == 2
+    assert [r["round"] for r in st["batch_runs"]["1"]] == [0, 1] and len(b1["s2c_batch_samples"]) == 2
+    assert min(b1["s2c_batch_samples"]) <= b1["s2c_batch_s"] <= max(b1["s2c_batch_samples"])
+    assert len(st["batch_runs"]["64"]) == 1             # a skipped k is not tried again

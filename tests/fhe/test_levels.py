@@ -87,3 +87,17 @@ def test_depth_chain_precision(t12, rng):
     for _ in range(3):
         c = ctx.rescale(ctx.mul(c, c, relin_key=t12.rlk))
     assert bits(ctx.decrypt(c, t12.sk) - x**8) > 15
+
+
+def test_drop_level_keeps_the_low_limbs_bit_for_bit_and_the_metadata(t12, rng):
+    """drop_level copies only the kept limbs: they equal the input's, and every tag (complex, encoding, slots,
+    scale) survives (a complex ciphertext dropped must still decode as complex)."""
+    ctx = t12.ctx
+    z = rng.uniform(-1, 1, ctx.slots) + 1j * rng.uniform(-1, 1, ctx.slots)
+    a = ctx.encrypt(z, t12.pk)
+    d = ctx.drop_level(a, 1)
+    assert (d.is_complex, d.encoding, d.slots, d.scale, d.level) == (a.is_complex, a.encoding, a.slots, a.scale, 1)
+    assert bits(ctx.decrypt(d, t12.sk) - z) > 22
+    for j in range(2):
+        full, low = np.asarray(a.native.poly(j)), np.asarray(d.native.poly(j))
+        assert low.shape[0] == 2 and np.array_equal(full[:2], low)

@@ -148,3 +148,37 @@ def test_ratios_are_read_from_the_mambo_benchmark():
     rho10, keys10, _, src10 = batch_ratios("test-N10-boot", 1024)
     assert rho10 and not keys10 and "nearest ring size" in src10
     assert math.isfinite(sum(rho.values()))
+
+
+def _mambo_record(date: str, single_cpu: float, batches: list) -> dict:
+    return {"subcommand": "mambo", "preset": "N16-boot", "N": 65536, "threads": 2, "machine": {"date": date},
+            "stages": {"single_cpu_s_used": single_cpu,
+                       "single": {"bootstrap_cpu_s": single_cpu, "max_bits": 18.0, "key_bytes": 3 * 2 ** 30},
+                       "batches": batches}}
+
+
+def test_ratios_merge_every_run_of_the_preset_and_key_bytes_pick_the_budget(tmp_path):
+    """bench/mambo_N16.json (k = 2) and bench/mambo_N16_k4.json (k = 4) both count: each k against the single
+    bootstrap of its own run, a k measured twice from the newer run, the S2C-first key memory where recorded; the
+    planner's batch sizes are then chosen by the key budget."""
+    gib = 2 ** 30
+
+    def batch(k, cpu, keys, s2c_keys=None):
+        b = {"k": k, "s2c_batch_cpu_s": cpu, "key_bytes": keys, "s2c_min_max_bits": 17.5,
+             "pcmm_bootstrap_min_max_bits": 17.0}
+        if s2c_keys is not None:
+            b["s2c_key_memory_bytes"] = s2c_keys
+        return b
+
+    (tmp_path / "mambo_N16.json").write_text(json.dumps(_mambo_record(
+        "2026-11-24T23:00:00+00:00", 10.0, [batch(2, 16.0, int(9.6 * gib)), batch(4, 36.0, 13 * gib)])))
+    (tmp_path / "mambo_N16_k4.json").write_text(json.dumps(_mambo_record(
+        "2026-11-25T05:00:00+00:00", 8.0, [batch(4, 24.0, int(12.4 * gib), int(11.4 * gib))])))
+    rho, keys, bits, src = batch_ratios("N16-boot", 65536, tmp_path)
+    assert rho == pytest.approx({2: 16.0 / 20.0, 4: 24.0 / 32.0})          # k = 4 from the newer run, not 36 / 40
+    assert keys[2] == int(9.6 * gib) and keys[4] == int(11.4 * gib)       # the S2C-first keys where recorded
+    assert "mambo_N16.json" in src and "mambo_N16_k4.json" in src
+    c = PipelineCosts.for_preset(type("P", (), {"name": "N16-boot", "N": 65536})(),
+                                 BootstrapCost(3, 1.0, 1.0, "given"), 3, tmp_path)
+    assert c.batch_sizes(12 * gib) == [2, 4] and c.batch_sizes(10 * gib) == [2] and c.batch_sizes(9 * gib) == []
+    assert c.ratio(4) == pytest.approx(0.75)

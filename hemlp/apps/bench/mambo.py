@@ -11,16 +11,20 @@ held expanded (--unseeded) only k = 2 fits.
 Stages, in one process, each freeing its keys before the next (peak RSS recorded after each):
 1. PCMM of U (d×d) on d ciphertext rows (one encrypted row repeated: the GEMMs do not care) at the
    single bootstrap's output level (the conventional position) and at level 1 (MaMBo's), for d up to
-   --pcmm-max-d; larger d extrapolated as d² from the largest measured (marked "extrapolated").
-2. CtS-first single bootstrap (Bootstrapper): first call (diagonal encoding) apart, then timed.
-3. per k: BatchBootstrapKeys (seeded a-parts unless --unseeded); bootstrap_batch (CtS-first, batched CtS); with
-   the same key objects the S2C-first MamboBootstrapper: bootstrap_batch and pcmm_bootstrap on k rows. A k whose
-   keys plus working set (hemlp.bootstrap.batch_keys.estimate_bytes / working_bytes, plus the process's RSS) are
-   estimated above --mem-gib is skipped and reported; "memory_choice" is choose_k's report (the largest k that
-   fits).
+   --pcmm-max-d whose d outputs are estimated within --pcmm-mem-gib (pcmm_bytes: at N16-boot d = 1024 takes
+   ~2.5 GiB at level 1 but ~16 GiB at level 12); larger d extrapolated as d² from the largest measured at the same
+   level (marked "extrapolated").
+2. --repeats interleaved rounds of: the CtS-first single bootstrap (Bootstrapper: keys, first call apart, then
+   --inner timed calls), then per k: BatchBootstrapKeys (seeded a-parts unless --unseeded); bootstrap_batch
+   (CtS-first, batched CtS, one timed call); with the same key objects the S2C-first MamboBootstrapper: --inner
+   timed bootstrap_batch calls and one pcmm_bootstrap on k rows. Both key sets do not fit 20 GiB together at N16,
+   so every stage makes its keys again; interleaving spreads a drifting machine over both sides. Every timed call
+   is recorded (single_runs, batch_runs; *_samples), the speedups use the medians. A k whose keys plus working set
+   (hemlp.bootstrap.batch_keys.estimate_bytes / working_bytes, plus the process's RSS) are estimated above
+   --mem-gib is skipped and reported; "memory_choice" is choose_k's report (the largest k that fits).
 Derived throughput for a d×d layer (d ciphertext rows, each refreshed): separate = d / (PCMM at the
 application level + d single bootstraps); MaMBo = d / (PCMM at level 1 + d/k S2C-first batched bootstraps),
-from the measured stage times (stated as derived in the JSON).
+from the median stage times (stated as derived in the JSON).
 """
 from __future__ import annotations
 
@@ -85,8 +89,23 @@ def batch_key_estimate(ctx, params, k: int, seeded: bool = True) -> int:
     return estimate_bytes(ctx, k, params, seeded)
 
 
+def _median(xs: list) -> float:
+    v = sorted(xs)
+    m = len(v) // 2
+    return v[m] if len(v) % 2 else 0.5 * (v[m - 1] + v[m])
+
+
+def pcmm_bytes(ctx, d: int, level: int) -> int:
+    """Peak bytes of a d×d PCMM on d rows at `level` (the d output ciphertexts dominate; 1.25x for the GEMM's
+    temporaries: measured 3.97 GiB RSS for d = 256 at N16-boot's application level 12 against 3.25 counted)."""
+    return int(1.25 * d * 2 * (level + 1) * ctx.N * 8)
+
+
 def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib: float, allow_insecure: bool,
-        log=print, checkpoint=lambda payload: None, repeat_single: bool = True, seeded: bool = True) -> dict:
+        log=print, checkpoint=lambda payload: None, repeats: int = 3, inner: int = 2, seeded: bool = True,
+        pcmm_mem_gib: float = 6.0) -> dict:
+    """repeats: interleaved rounds (single stage, then each k's batch stage, again ...), each stage timing `inner`
+    calls after its first; the speedups use the medians over every timed call of each side."""
     import numpy as np
 
     import hemlp
@@ -98,6 +117,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
     from hemlp.bootstrap.keys import dft_plans
     from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO, MamboBootstrapper
 
+    repeats, inner = max(1, int(repeats)), max(1, int(inner))
     hemlp.set_num_threads(threads)
     ctx = fhe.Context(preset, allow_insecure=allow_insecure)
     sk, pk = ctx.keygen()
@@ -106,7 +126,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
     rng = np.random.default_rng(1)
     out = {"peer": "hemlp", "preset": preset, "N": ctx.N, "slots": n, "threads": threads,
            "security": "128-bit" if ctx.params.is_128_bit_secure else "INSECURE",
-           "simd_path": report.simd_info()["path"], "stages": {}, "notes": []}
+           "simd_path": report.simd_info()["path"], "repeats": repeats, "inner": inner, "stages": {}, "notes": []}
     st = out["stages"]
     app_level = ctx.max_level - bp.levels_consumed
 
@@ -118,12 +138,13 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
                 lt.clear_cache()
         _release()
 
-    # ---- 1. PCMM at the application level and at level 1
+    # ---- 1. PCMM at the application level and at level 1 (each d measured when d <= pcmm_max_d and its outputs fit
+    # pcmm_mem_gib, else extrapolated as d² from the largest d measured at that level)
     pcmm, pcmm_cpu = {}, {}
     for where, level in (("application", app_level), ("level1", 1)):
         row = ctx.encrypt(rng.uniform(-1, 1, n), sk, level=level)
         for d in ds:
-            if d > pcmm_max_d:
+            if d > pcmm_max_d or pcmm_bytes(ctx, d, level) > pcmm_mem_gib * 2 ** 30:
                 continue
             U = rng.uniform(-1, 1, (d, d)) / d
             X = pcmm_pkg.CtMatrix(ctx, [row] * d, (d, n), 1, "rlwe")
@@ -134,11 +155,11 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
             del Y, X
             _release()
             log(f"PCMM {d}x{d} at level {level} ({where}): {pcmm[(where, d)]:.2f} s")
-    measured = sorted({d for (_, d) in pcmm})
     rows = []
     for d in ds:
         r = {"d": d}
-        for where in ("application", "level1"):
+        for where, level in (("application", app_level), ("level1", 1)):
+            measured = sorted(m for (w, m) in pcmm if w == where)
             if (where, d) in pcmm:
                 r[f"pcmm_{where}_s"] = pcmm[(where, d)]
                 r[f"pcmm_{where}_cpu_s"] = pcmm_cpu[(where, d)]
@@ -146,16 +167,19 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
                 dm = max(measured)
                 r[f"pcmm_{where}_s"] = pcmm[(where, dm)] * (d / dm) ** 2
                 r[f"pcmm_{where}_cpu_s"] = pcmm_cpu[(where, dm)] * (d / dm) ** 2
+                r[f"{where}_extrapolated_from_d"] = dm
                 r["extrapolated_from_d"] = dm
+                r[f"{where}_estimated_gib"] = pcmm_bytes(ctx, d, level) / 2 ** 30
         rows.append(r)
     st["pcmm"] = {"application_level": app_level, "rows": rows, "rss_gib": _rss_gib()}
     checkpoint(out)
 
-    # ---- 2. single CtS-first bootstrap (≈ 11 GiB at N = 2^16); timed again after the batches (the machine is
-    # shared: the speedups use the faster of the two)
+    # ---- 2./3. interleaved rounds: the CtS-first single bootstrap (≈ 11 GiB at N = 2^16), then per k the batched
+    # stages (keys generated again each round: both key sets do not fit 20 GiB together); a drifting machine then
+    # spreads over both sides instead of favouring one
     single_need = 12.0 if ctx.N >= 1 << 16 else 1.0
 
-    def single_stage(name):
+    def single_stage(rnd):
         if _wait_for_memory(single_need, log) < single_need:
             raise MemoryError(f"the shared machine never had {single_need} GiB available for the single bootstrap")
         z = rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n)
@@ -167,26 +191,22 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         t0 = time.perf_counter()
         boot.bootstrap(ct)
         first = time.perf_counter() - t0
-        t0, c0 = time.perf_counter(), time.process_time()
-        o = boot.bootstrap(ct)
-        t = time.perf_counter() - t0
-        t_cpu = time.process_time() - c0
+        walls, cpus = [], []
+        for _ in range(inner):
+            t0, c0 = time.perf_counter(), time.process_time()
+            o = boot.bootstrap(ct)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
         d_out = ctx.decrypt(o, sk)
-        st[name] = {"keygen_s": kg, "first_s": first, "bootstrap_s": t, "bootstrap_cpu_s": t_cpu, "key_bytes": keys.nbytes,
-                    "level_out": o.level, "max_bits": _bits(float(np.max(np.abs(d_out - z)))),
-                    "rss_gib": _rss_gib(), "load_average": report.load_average()}
-        log(f"single CtS-first bootstrap ({name}): {t:.2f} s (first {first:.2f} s), keys {keys.nbytes / 2**30:.2f} "
-            f"GiB, {st[name]['max_bits']:.2f} bits")
+        rec = {"round": rnd, "keygen_s": kg, "first_s": first, "bootstrap_s": walls, "bootstrap_cpu_s": cpus,
+               "key_bytes": keys.nbytes, "level_out": o.level, "max_bits": _bits(float(np.max(np.abs(d_out - z)))),
+               "rss_gib": _rss_gib(), "load_average": report.load_average()}
+        log(f"round {rnd}: single CtS-first bootstrap {', '.join(f'{t:.2f}' for t in walls)} s (first {first:.2f} s), "
+            f"keys {keys.nbytes / 2**30:.2f} GiB, {rec['max_bits']:.2f} bits")
         del boot, keys, o
         clear_plans()
-        checkpoint(out)
-        return t, t_cpu
+        return rec
 
-    t_single, t_single_cpu = single_stage("single")
-
-    # ---- 3. batches: each k whose keys (estimate_bytes, seeded unless --unseeded) plus working set (working_bytes,
-    # plus the process's own baseline) fit --mem-gib; choose_k's report says which k the budget allows
-    batches = st["batches"] = []
     s2c = BootParams.for_context(ctx, order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO)
     base = _rss_gib()[0] * 2 ** 30
     _, choice = choose_k(ctx, mem_gib * 2 ** 30, bp, candidates=ks, seeded=seeded, reserved_bytes=base)
@@ -194,26 +214,23 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
     out["memory_choice"] = choice
     log(f"memory choice (budget {mem_gib} GiB, process baseline {base / 2**30:.1f} GiB, keys "
         f"{'seeded' if seeded else 'expanded'}): {choice['reason']}")
-    for k in ks:
+
+    def batch_stage(k, rnd):
+        """One round of k's batched stages, or a skip record (keys + working set over the budget or the free memory)."""
         est = batch_key_estimate(ctx, bp, k, seeded)
         work = working_bytes(ctx, k, bp)
         need = (est + work + base) / 2 ** 30
+        skip = {"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30, "estimated_working_gib": work / 2 ** 30}
         if need > mem_gib:
-            batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
-                            "estimated_working_gib": work / 2 ** 30,
-                            "reason": f"batched keys ≈ {est / 2**30:.1f} GiB + working set ≈ {work / 2**30:.1f} GiB "
-                                      f"+ process {base / 2**30:.1f} GiB > {mem_gib} GiB"})
             log(f"k = {k}: skipped (keys ≈ {est / 2**30:.1f} GiB, working set ≈ {work / 2**30:.1f} GiB)")
-            continue
+            return dict(skip, reason=f"batched keys ≈ {est / 2**30:.1f} GiB + working set ≈ {work / 2**30:.1f} GiB "
+                                     f"+ process {base / 2**30:.1f} GiB > {mem_gib} GiB")
         # the machine is shared: never start a stage the free memory cannot hold
         avail = _wait_for_memory(need - base / 2 ** 30, log, timeout_s=300)
         if need - base / 2 ** 30 > avail:
-            batches.append({"k": k, "skipped": True, "estimated_key_gib": est / 2 ** 30,
-                            "estimated_working_gib": work / 2 ** 30,
-                            "reason": f"batched keys ≈ {est / 2**30:.1f} GiB + working set ≈ {work / 2**30:.1f} GiB "
-                                      f"> {avail:.1f} GiB available on the shared machine when the stage started"})
             log(f"k = {k}: skipped ({avail:.1f} GiB available)")
-            continue
+            return dict(skip, reason=f"batched keys ≈ {est / 2**30:.1f} GiB + working set ≈ {work / 2**30:.1f} GiB "
+                                     f"> {avail:.1f} GiB available on the shared machine when the stage started")
         zs = [rng.uniform(-1, 1, n) + 1j * rng.uniform(-1, 1, n) for _ in range(k)]
         cts = [ctx.encrypt(v, sk, level=1) for v in zs]
         t0 = time.perf_counter()
@@ -228,15 +245,14 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         t_batch = time.perf_counter() - t0
         t_batch_cpu = time.process_time() - c0
         bits = min(_bits(float(np.max(np.abs(ctx.decrypt(c, sk) - v)))) for c, v in zip(outs, zs))
-        rec = {"k": k, "load_average": report.load_average(), "keygen_s": kg, "key_bytes": bkeys.nbytes,
+        rec = {"k": k, "round": rnd, "load_average": report.load_average(), "keygen_s": kg, "key_bytes": bkeys.nbytes,
                "key_memory_bytes": bkeys.memory_bytes, "seeded": seeded, "estimated_key_gib": est / 2 ** 30,
                "estimated_working_gib": work / 2 ** 30,
                "s2c_key_memory_bytes": batch_key_estimate(ctx, s2c, k, seeded),
-               "first_s": first, "bootstrap_batch_s": t_batch, "bootstrap_batch_cpu_s": t_batch_cpu, "per_ciphertext_s": t_batch / k,
-               "speedup_vs_single": t_single * k / t_batch, "min_max_bits": bits, "rss_after_batch_gib": _rss_gib()}
-        log(f"k = {k}: bootstrap_batch {t_batch:.2f} s ({t_batch / k:.2f} s per ciphertext, "
-            f"{rec['speedup_vs_single']:.2f}x), keys {bkeys.memory_bytes / 2**30:.2f} GiB in memory "
-            f"({bkeys.nbytes / 2**30:.2f} GiB serialised), {bits:.2f} bits")
+               "first_s": first, "bootstrap_batch_s": [t_batch], "bootstrap_batch_cpu_s": [t_batch_cpu],
+               "min_max_bits": bits, "rss_after_batch_gib": _rss_gib()}
+        log(f"round {rnd}, k = {k}: CtS-first bootstrap_batch {t_batch:.2f} s, keys {bkeys.memory_bytes / 2**30:.2f} "
+            f"GiB in memory ({bkeys.nbytes / 2**30:.2f} GiB serialised), {bits:.2f} bits")
         del bb, outs
         clear_plans()
         # S2C-first with the same key objects (the batched CtS keys do not depend on the order)
@@ -247,10 +263,12 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         t0 = time.perf_counter()
         mb.bootstrap_batch(hi)
         rec["s2c_first_s"] = time.perf_counter() - t0
-        t0, c0 = time.perf_counter(), time.process_time()
-        outs = mb.bootstrap_batch(hi)
-        rec["s2c_batch_s"] = time.perf_counter() - t0
-        rec["s2c_batch_cpu_s"] = time.process_time() - c0
+        rec["s2c_batch_s"], rec["s2c_batch_cpu_s"] = [], []
+        for _ in range(inner):
+            t0, c0 = time.perf_counter(), time.process_time()
+            outs = mb.bootstrap_batch(hi)
+            rec["s2c_batch_s"].append(time.perf_counter() - t0)
+            rec["s2c_batch_cpu_s"].append(time.process_time() - c0)
         rec["s2c_min_max_bits"] = min(_bits(float(np.max(np.abs(ctx.decrypt(c, sk) - v)))) for c, v in zip(outs, zs))
         xs = [v.real for v in zs]
         hr = [ctx.encrypt(x, sk, level=s2c.stc_depth + 1) for x in xs]
@@ -264,23 +282,58 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
                                                  for y, w in zip(ys, want))
         rec["s2c_level_out"] = ys[0].level
         rec["rss_after_mambo_gib"] = _rss_gib()
-        log(f"   S2C-first batch {rec['s2c_batch_s']:.2f} s ({rec['s2c_min_max_bits']:.2f} bits); pcmm_bootstrap "
-            f"{k}x{k}: {rec['pcmm_bootstrap_s']:.2f} s ({rec['pcmm_bootstrap_min_max_bits']:.2f} bits)")
-        batches.append(rec)
+        log(f"   S2C-first batch {', '.join(f'{t:.2f}' for t in rec['s2c_batch_s'])} s "
+            f"({rec['s2c_min_max_bits']:.2f} bits); pcmm_bootstrap {k}x{k}: {rec['pcmm_bootstrap_s']:.2f} s "
+            f"({rec['pcmm_bootstrap_min_max_bits']:.2f} bits)")
         del mb, mkeys, bkeys, outs, ys
         clear_plans()
-        checkpoint(out)
+        return rec
 
-    if repeat_single:
-        again, again_cpu = single_stage("single_again")
-        t_single, t_single_cpu = min(t_single, again), min(t_single_cpu, again_cpu)
+    single_runs, batch_runs = [], {k: [] for k in ks}
+    for rnd in range(repeats):
+        single_runs.append(single_stage(rnd))
+        st["single_runs"] = single_runs
+        checkpoint(out)
+        for k in ks:
+            if batch_runs[k] and batch_runs[k][-1].get("skipped"):
+                continue
+            batch_runs[k].append(batch_stage(k, rnd))
+            st["batch_runs"] = {str(kk): v for kk, v in batch_runs.items()}
+            checkpoint(out)
+
+    # ---- medians over every timed call of each side
+    flat = lambda recs, key: [t for r in recs for t in r[key]]  # noqa: E731
+    t_single = _median(flat(single_runs, "bootstrap_s"))
+    t_single_cpu = _median(flat(single_runs, "bootstrap_cpu_s"))
+    s0 = single_runs[0]
+    st["single"] = {"keygen_s": s0["keygen_s"], "first_s": s0["first_s"], "bootstrap_s": t_single,
+                    "bootstrap_cpu_s": t_single_cpu, "samples_s": flat(single_runs, "bootstrap_s"),
+                    "cpu_samples_s": flat(single_runs, "bootstrap_cpu_s"), "key_bytes": s0["key_bytes"],
+                    "level_out": s0["level_out"], "max_bits": min(r["max_bits"] for r in single_runs),
+                    "rss_gib": max((r["rss_gib"] for r in single_runs), key=lambda v: v[1])}
     st["single_s_used"], st["single_cpu_s_used"] = t_single, t_single_cpu
-    for b in batches:
-        if not b.get("skipped"):
-            b["speedup_vs_single"] = t_single * b["k"] / b["bootstrap_batch_s"]
-            b["s2c_speedup_vs_single"] = t_single * b["k"] / b["s2c_batch_s"]
-            b["cpu_speedup_vs_single"] = t_single_cpu * b["k"] / b["bootstrap_batch_cpu_s"]
-            b["s2c_cpu_speedup_vs_single"] = t_single_cpu * b["k"] / b["s2c_batch_cpu_s"]
+    batches = st["batches"] = []
+    for k in ks:
+        recs = batch_runs[k]
+        if recs and recs[0].get("skipped"):
+            batches.append(recs[0])
+            continue
+        b = dict(recs[0])
+        b.pop("round", None)
+        for key in ("bootstrap_batch_s", "bootstrap_batch_cpu_s", "s2c_batch_s", "s2c_batch_cpu_s"):
+            b[key[:-2] + "_samples"] = flat(recs, key)
+            b[key] = _median(flat(recs, key))
+        for key in ("pcmm_bootstrap_s", "pcmm_bootstrap_cpu_s"):
+            b[key] = _median([r[key] for r in recs])
+        for key in ("min_max_bits", "s2c_min_max_bits", "pcmm_bootstrap_min_max_bits"):
+            b[key] = min(r[key] for r in recs)
+        b["per_ciphertext_s"] = b["bootstrap_batch_s"] / k
+        b["speedup_vs_single"] = t_single * k / b["bootstrap_batch_s"]
+        b["s2c_speedup_vs_single"] = t_single * k / b["s2c_batch_s"]
+        b["cpu_speedup_vs_single"] = t_single_cpu * k / b["bootstrap_batch_cpu_s"]
+        b["s2c_cpu_speedup_vs_single"] = t_single_cpu * k / b["s2c_batch_cpu_s"]
+        b["rss_after_mambo_gib"] = max((r["rss_after_mambo_gib"] for r in recs), key=lambda v: v[1])
+        batches.append(b)
 
     # ---- derived: d×d layer throughput
     done = [b for b in batches if not b.get("skipped")]
@@ -299,7 +352,9 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
                           "pcmm_then_batched_cts_first_s": bat,
                           "separate_cts_per_s": d / sep, "mambo_cts_per_s": d / mam,
                           "mambo_throughput_ratio": sep / mam, "derived": True,
-                          "pcmm_extrapolated": "extrapolated_from_d" in r})
+                          "pcmm_extrapolated": "extrapolated_from_d" in r,
+                          "pcmm_application_extrapolated": "application_extrapolated_from_d" in r,
+                          "pcmm_level1_extrapolated": "level1_extrapolated_from_d" in r})
     out["layer"] = layer
     out["rss_gib_final"] = _rss_gib()
     out["peak_rss_gib"] = _rss_gib()[1]
@@ -344,7 +399,14 @@ def add_arguments(parser) -> None:
     parser.add_argument("--ks", default="2,4,8,16", help="batch sizes (skipped when their keys do not fit)")
     parser.add_argument("--ds", default="256,1024,4096", help="PCMM sizes d (d×d weights, d ciphertext rows)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--pcmm-max-d", type=int, default=256, help="largest d measured; larger d extrapolated (d²)")
+    parser.add_argument("--pcmm-max-d", type=int, default=1024,
+                        help="largest d measured (also only while its outputs fit --pcmm-mem-gib); larger d "
+                             "extrapolated (d²) from the largest measured at the same level")
+    parser.add_argument("--pcmm-mem-gib", type=float, default=6.0,
+                        help="a PCMM whose d output ciphertexts are estimated above this is extrapolated, not run")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="interleaved rounds: single stage, then each k's batched stages, again ... (medians)")
+    parser.add_argument("--inner", type=int, default=2, help="timed calls per stage and round (after its first)")
     parser.add_argument("--mem-gib", type=float, default=20.0, help="memory budget for keys + working set")
     parser.add_argument("--unseeded", action="store_true",
                         help="hold the keys' uniform a-parts expanded (more memory, no expansion per use)")
@@ -358,6 +420,7 @@ def main(args) -> int:
     try:
         payload = run(args.preset, int_list(args.ks), int_list(args.ds), args.threads, args.pcmm_max_d, args.mem_gib,
                       args.allow_insecure, log=lambda m: print(m, file=sys.stderr, flush=True), seeded=not args.unseeded,
+                      repeats=args.repeats, inner=args.inner, pcmm_mem_gib=args.pcmm_mem_gib,
                       checkpoint=(lambda p: report.write_json(args.json, "mambo", p, machine=machine))
                       if args.json and args.json != "-" else (lambda p: None))
     except HemlpError as e:
