@@ -4,8 +4,8 @@ k = 2 (the batched CoeffToSlot keys alone are ≈ 8 GiB: BOOTSTRAP.md §3.1; k =
 `python -m hemlp.bench mambo`, not here). Peak RSS ≈ 15.4 GiB (bench/mambo_N16.json): run it alone (under
 flock /work/wt/big.lock). Decrypted without decryption noise (with it, every pipeline reads 17.8 bits in
 bench/mambo_N16.json, batched or not). Thresholds: 19 bits, below the single bootstrap's 19.8 (bench/boot_N16.json,
-measured without decryption noise), and for the PCMM 1 bit less for its normalisation c = 2. Not yet run at
-N = 2^16 with these thresholds (the benchmark run measured 17.8 bits with decryption noise on every pipeline).
+measured without decryption noise), and for the PCMM 1 bit less for its normalisation c = 2. Passed at N = 2^16
+on 2026-11-25 (session 11, seeded key parts drawn inside the key-switch jobs), beside test_boot_slow's N16 test.
 """
 import math
 import warnings
