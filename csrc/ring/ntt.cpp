@@ -283,45 +283,13 @@ HEMLP_AVX2_FN void inverse_avx2(uint64_t* a, size_t n, uint64_t qv, const uint64
   }
 }
 
-// ---- AVX2 double-precision kernels for q < 2^46 (NTTTables::fp_) ----------------------------------
-// Without a 64x64 multiply, AVX2's integer Shoup product costs ~22 vector ops; with doubles and FMA a
-// product mod q costs 6, and values need no reduction between forward stages. Every value is an
-// integer held exactly in a double (|v| < 2^50); a product y w mod q is
-//   h = fl(y w), l = y w - h (exact, one FMA), b = round(y w') with w' = fl(w / q) (one FMA on the
-//   1.5 2^52 rounding constant C), T = (h - b q) + l, both steps exact (integers < 2^53).
-// |y w / q - b| <= 1/2 + |y| 2^-54 <= 0.5625 for |y| <= 2^50, so T is the representative of y w in
-// [-0.5625 q, 0.5625 q]. Forward: every stage adds at most 0.5625 q to the bound, so after log_n <= 17
-// stages |v| < q (1 + 0.5625 * 17) < 2^50 for q < 2^46. Inverse: sums double per stage and are brought
-// back to |v| <= q/2 (+ a rounding ulp) before they pass 2^49. The output is mapped to [0, q): the same
-// integers as the scalar and integer SIMD kernels (canonical residues), bit for bit.
-struct Fp {
-  __m256d q, qinv, C;
-  __m256i Ci, qi;
-  HEMLP_AVX2_FN explicit Fp(uint64_t qv)
-      : q(_mm256_set1_pd((double)qv)), qinv(_mm256_set1_pd(1.0 / (double)qv)), C(_mm256_set1_pd(6755399441055744.0)),
-        Ci(_mm256_castpd_si256(C)), qi(set1(qv)) {}
-  // y w mod q in [-0.5625 q, 0.5625 q] (W = w, Wq = w / q)
-  HEMLP_AVX2_FN __m256d mul(__m256d y, __m256d W, __m256d Wq) const {
-    const __m256d h = _mm256_mul_pd(y, W);
-    const __m256d l = _mm256_fmsub_pd(y, W, h);
-    const __m256d b = _mm256_sub_pd(_mm256_fmadd_pd(y, Wq, C), C);
-    return _mm256_add_pd(_mm256_fnmadd_pd(b, q, h), l);
-  }
-  // v - round(v / q) q: |result| <= q / 2 + 1 for |v| <= 2^50
-  HEMLP_AVX2_FN __m256d reduce(__m256d v) const {
-    const __m256d b = _mm256_sub_pd(_mm256_fmadd_pd(v, qinv, C), C);
-    return _mm256_fnmadd_pd(b, q, v);
-  }
-  // [0, q) residues (< 2^51) to doubles: 1.5 2^52 + x has the bits of C | x
-  HEMLP_AVX2_FN __m256d from_u64(__m256i x) const { return _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(x, Ci)), C); }
-  // |v| <= 2^50 to its residue in [0, q): r = v - round(v / q) q in (-q, q), r + q in [0, 2q) read back as an
-  // integer through the rounding constant, one conditional subtraction
-  HEMLP_AVX2_FN __m256i to_u64(__m256d v) const {
-    const __m256d r = _mm256_add_pd(reduce(v), q);
-    return avx2::reduce_once(_mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(r, C)), Ci), qi);
-  }
-};
-
+// ---- AVX2 double-precision kernels for q < 2^46 (NTTTables::fp_; arithmetic in avx2::FpMod) --------
+// A twiddle product costs 6 FMA-unit ops instead of ~22 integer ones, and values need no reduction
+// between forward stages: FpMod::mul gives the representative of y w in [-0.5625 q, 0.5625 q] for
+// |y| <= 2^50, so every forward stage adds at most 0.5625 q to the bound and after log_n <= 17 stages
+// |v| < q (1 + 0.5625 * 17) < 2^50 for q < 2^46. Inverse: sums double per stage and are brought back
+// to |v| <= q/2 + 1 before they pass 2^49. The output is mapped to [0, q): the same integers as the
+// scalar and integer SIMD kernels (canonical residues), bit for bit.
 HEMLP_AVX2_FN inline __m256d bcast(const double* p) { return _mm256_broadcast_sd(p); }
 // (w[i], w[i], w[i+1], w[i+1])
 HEMLP_AVX2_FN inline __m256d pairs_pd(const double* w) {
@@ -329,14 +297,14 @@ HEMLP_AVX2_FN inline __m256d pairs_pd(const double* w) {
 }
 
 // CT butterfly: X + T, X - T with T = Y W mod q (signed representatives, no reduction)
-HEMLP_AVX2_FN inline void ct_fp(const Fp& F, __m256d& X, __m256d& Y, __m256d W, __m256d Wq) {
+HEMLP_AVX2_FN inline void ct_fp(const FpMod& F, __m256d& X, __m256d& Y, __m256d W, __m256d Wq) {
   const __m256d T = F.mul(Y, W, Wq);
   Y = _mm256_sub_pd(X, T);
   X = _mm256_add_pd(X, T);
 }
 
 HEMLP_AVX2_FN void forward_avx2_fp(uint64_t* a, size_t n, uint64_t qv, const double* w, const double* wq) {
-  const Fp F(qv);
+  const FpMod F(qv);
   double* d = reinterpret_cast<double*>(a);  // the limb holds doubles between the first and the last stage
   size_t t = n;
   for (size_t m = 1; m < n / 8; m <<= 1) {  // stages with half-block t >= 8; the first converts its input
@@ -382,7 +350,7 @@ HEMLP_AVX2_FN void forward_avx2_fp(uint64_t* a, size_t n, uint64_t qv, const dou
 
 // GS butterfly: X + Y (brought back to |v| <= q/2 + 1 when kReduce), (X - Y) W mod q
 template <bool kReduce>
-HEMLP_AVX2_FN inline void gs_fp(const Fp& F, __m256d& X, __m256d& Y, __m256d W, __m256d Wq) {
+HEMLP_AVX2_FN inline void gs_fp(const FpMod& F, __m256d& X, __m256d& Y, __m256d W, __m256d Wq) {
   const __m256d D = _mm256_sub_pd(X, Y);
   X = _mm256_add_pd(X, Y);
   if (kReduce) X = F.reduce(X);
@@ -391,7 +359,7 @@ HEMLP_AVX2_FN inline void gs_fp(const Fp& F, __m256d& X, __m256d& Y, __m256d W, 
 
 HEMLP_AVX2_FN void inverse_avx2_fp(uint64_t* a, size_t n, uint64_t qv, const double* iw, const double* iwq,
                                    const double* ninv, const double* w1n) {
-  const Fp F(qv);
+  const FpMod F(qv);
   double* d = reinterpret_cast<double*>(a);
   // the first three stages (t = 1, 2, 4) inside each 8-coefficient chunk: inputs in [0, q), outputs < 8 q
   const double *w1p = iw + n / 2, *wq1p = iwq + n / 2;
