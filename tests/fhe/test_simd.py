@@ -3,7 +3,7 @@
 The path is chosen once per process, so every path this CPU has runs in its own child process
 (HEMLP_SIMD=scalar|avx2|avx512) on the same inputs, written by the parent; each child's outputs are
 compared bit for bit with the scalar child's. Covered kernels: forward / inverse NTT (AVX2: integer
-Shoup for primes >= 2^46, double precision below), base conversion
+Shoup for primes >= 2^46, double precision below), base conversion (into 61- and 45-bit targets)
 (centred and not, 1..7 source primes), element-wise ops (the ct x ct tensor, add, rescale, the fused
 mul + relinearise + rescale), key switching end to end (relinearisation, a rotation, hoisted
 rotations) and the modular GEMM (one K-block, several K-blocks, the int64 fold). On a machine
@@ -59,7 +59,9 @@ for bits, log_n in [tuple(map(int, c.split(":"))) for c in sys.argv[3].split(","
     out[f"inv_ext_{bits}_{log_n}"] = ring.ntt(e, q, log_n, inverse=True)
     for k in map(int, sys.argv[4].split(",")):
         frm = ring.ntt_primes(bits, log_n, k)
-        to = ring.ntt_primes(61, log_n, 4, frm)
+        # 61-bit targets (integer kernels) and 45-bit ones (AVX2: double precision, ring/rns.cpp)
+        to = ring.ntt_primes(61, log_n, 2, frm)
+        to = to + ring.ntt_primes(45, log_n, 2, frm + to)
         x = np.load(f"{d}/bc_in_{bits}_{log_n}_{k}.npy")
         out[f"bcc_{bits}_{log_n}_{k}"] = ring.base_convert(x, frm, to, centred=True)
         out[f"bc_{bits}_{log_n}_{k}"] = ring.base_convert(x, frm, to, centred=False)
