@@ -152,8 +152,23 @@ HEMLP_AVX2_FN void centred_lift_avx2(const uint64_t* x, uint64_t from, uint64_t 
   }
 }
 
+// q < 2^46: in double precision (avx2::FpMod), each product a signed representative, d1's two summed
+// before the one rounding to [0, q); the canonical residues, as the 128-bit reductions below give.
+HEMLP_AVX2_FN void tensor_avx2_fp(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
+                                  uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  const FpMod F(qv);
+  for (size_t i = 0; i < n; i += 4) {
+    const __m256d A0 = F.from_u64(load(a0 + i)), A1 = F.from_u64(load(a1 + i));
+    const __m256d B0 = F.from_u64(load(b0 + i)), B1 = F.from_u64(load(b1 + i));
+    store(d0 + i, F.to_u64(F.mul_var(A0, B0)));
+    store(d1 + i, F.to_u64(_mm256_add_pd(F.mul_var(A0, B1), F.mul_var(A1, B0))));
+    store(d2 + i, F.to_u64(F.mul_var(A1, B1)));
+  }
+}
+
 HEMLP_AVX2_FN void tensor_avx2(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
                                uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  if (qv < (uint64_t(1) << 46)) return tensor_avx2_fp(a0, a1, b0, b1, qv, d0, d1, d2, n);
   const Wide2 W(qv);
   for (size_t i = 0; i < n; i += 4) {
     const __m256i A0 = load(a0 + i), A1 = load(a1 + i), B0 = load(b0 + i), B1 = load(b1 + i);
