@@ -29,8 +29,8 @@ NTTTables::NTTTables(uint64_t q, int log_n) : q_(q), log_n_(log_n), n_(size_t(1)
   iw1n_ = n_ > 1 ? (uint64_t)((u128)iw_[1] * n_inv_ % q) : n_inv_;
   iw1n_p_ = shoup_precompute(iw1n_, q);
   simd_ = log_n >= 4 ? (int)simd_path() : 0;
-  // AVX2 with q < 2^46: the double-precision kernels (exactness argument at forward_avx2_fp)
-  fp_ = simd_ == (int)SimdPath::Avx2 && q < (uint64_t(1) << 46) && log_n <= 17;
+  // AVX2 / AVX-512 with q < 2^46: the double-precision kernels (exactness argument at forward_avx2_fp)
+  fp_ = simd_ != (int)SimdPath::Scalar && q < (uint64_t(1) << 46) && log_n <= 17;
   if (fp_) {
     fw_.resize(n_); fwq_.resize(n_); fiw_.resize(n_); fiwq_.resize(n_);
     const double qd = (double)q;
@@ -40,6 +40,9 @@ NTTTables::NTTTables(uint64_t q, int log_n) : q_(q), log_n_(log_n), n_(size_t(1)
     }
     fninv_[0] = (double)n_inv_, fninv_[1] = fninv_[0] / qd;
     fw1n_[0] = (double)iw1n_, fw1n_[1] = fw1n_[0] / qd;
+    // the integer kernels never run this table (the path is fixed per process): same memory as before
+    std::vector<uint64_t>().swap(w_), std::vector<uint64_t>().swap(wp_);
+    std::vector<uint64_t>().swap(iw_), std::vector<uint64_t>().swap(iwp_);
   }
 }
 
@@ -165,6 +168,131 @@ HEMLP_AVX512_FN void inverse_avx512(uint64_t* a, size_t n, uint64_t qv, const ui
     const __m512i S = _mm512_add_epi64(X, Y), D = _mm512_sub_epi64(_mm512_add_epi64(X, two_q), Y);
     _mm512_storeu_si512(x + j, reduce_once(mul_shoup_lazy(S, Ni, Nip, q), q));
     _mm512_storeu_si512(y + j, reduce_once(mul_shoup_lazy(D, W, Wp, q), q));
+  }
+}
+
+// Double-precision twins of forward_avx512 / inverse_avx512 for q < 2^46 (NTTTables::fp_; the bounds
+// are those of the AVX2 kernels forward_avx2_fp / inverse_avx2_fp below).
+HEMLP_AVX512_FN inline void ct_fp8(const FpMod8& F, __m512d& X, __m512d& Y, __m512d W, __m512d Wq) {
+  const __m512d T = F.mul(Y, W, Wq);
+  Y = _mm512_sub_pd(X, T);
+  X = _mm512_add_pd(X, T);
+}
+
+template <bool kReduce>
+HEMLP_AVX512_FN inline void gs_fp8(const FpMod8& F, __m512d& X, __m512d& Y, __m512d W, __m512d Wq) {
+  const __m512d D = _mm512_sub_pd(X, Y);
+  X = _mm512_add_pd(X, Y);
+  if (kReduce) X = F.reduce(X);
+  Y = F.mul(D, W, Wq);
+}
+
+// (w[i] x4, w[i+1] x4) and (w[i] x2, ..., w[i+3] x2)
+HEMLP_AVX512_FN inline __m512d quads_pd(const double* w, __m512i idx) {
+  return _mm512_permutexvar_pd(idx, _mm512_castpd128_pd512(_mm_loadu_pd(w)));
+}
+HEMLP_AVX512_FN inline __m512d pairs8_pd(const double* w, __m512i idx) {
+  return _mm512_permutexvar_pd(idx, _mm512_castpd256_pd512(_mm256_loadu_pd(w)));
+}
+
+HEMLP_AVX512_FN void forward_avx512_fp(uint64_t* a, size_t n, uint64_t qv, const double* w, const double* wq) {
+  const FpMod8 F(qv);
+  double* d = reinterpret_cast<double*>(a);
+  size_t t = n;
+  for (size_t m = 1; m < n / 8; m <<= 1) {  // stages with half-block t >= 8; the first converts its input
+    t >>= 1;
+    for (size_t i = 0; i < m; ++i) {
+      const __m512d W = _mm512_set1_pd(w[m + i]), Wq = _mm512_set1_pd(wq[m + i]);
+      double* x = d + 2 * i * t;
+      double* y = x + t;
+      for (size_t j = 0; j < t; j += 8) {
+        __m512d X, Y;
+        if (m == 1) {
+          X = F.from_u64(_mm512_loadu_si512(a + j)), Y = F.from_u64(_mm512_loadu_si512(a + t + j));
+        } else {
+          X = _mm512_loadu_pd(x + j), Y = _mm512_loadu_pd(y + j);
+        }
+        ct_fp8(F, X, Y, W, Wq);
+        _mm512_storeu_pd(x + j, X);
+        _mm512_storeu_pd(y + j, Y);
+      }
+    }
+  }
+  const __m512i i4x = HEMLP_IDX(0, 1, 2, 3, 8, 9, 10, 11), i4y = HEMLP_IDX(4, 5, 6, 7, 12, 13, 14, 15);
+  const __m512i i2x = HEMLP_IDX(0, 1, 8, 9, 4, 5, 12, 13), i2y = HEMLP_IDX(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i i1x = HEMLP_IDX(0, 8, 2, 10, 4, 12, 6, 14), i1y = HEMLP_IDX(1, 9, 3, 11, 5, 13, 7, 15);
+  const __m512i o0 = HEMLP_IDX(0, 8, 1, 9, 2, 10, 3, 11), o1 = HEMLP_IDX(4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512i w4 = HEMLP_IDX(0, 0, 0, 0, 1, 1, 1, 1), w2 = HEMLP_IDX(0, 0, 1, 1, 2, 2, 3, 3);
+  const double *w4p = w + n / 8, *wq4p = wq + n / 8;
+  const double *w2p = w + n / 4, *wq2p = wq + n / 4;
+  const double *w1p = w + n / 2, *wq1p = wq + n / 2;
+  for (size_t c = 0; c < n; c += 16) {
+    const __m512d v0 = _mm512_loadu_pd(d + c), v1 = _mm512_loadu_pd(d + c + 8);
+    __m512d X = _mm512_permutex2var_pd(v0, i4x, v1), Y = _mm512_permutex2var_pd(v0, i4y, v1);
+    ct_fp8(F, X, Y, quads_pd(w4p + c / 8, w4), quads_pd(wq4p + c / 8, w4));
+    __m512d X2 = _mm512_permutex2var_pd(X, i2x, Y), Y2 = _mm512_permutex2var_pd(X, i2y, Y);
+    ct_fp8(F, X2, Y2, pairs8_pd(w2p + c / 4, w2), pairs8_pd(wq2p + c / 4, w2));
+    __m512d X1 = _mm512_permutex2var_pd(X2, i1x, Y2), Y1 = _mm512_permutex2var_pd(X2, i1y, Y2);
+    ct_fp8(F, X1, Y1, _mm512_loadu_pd(w1p + c / 2), _mm512_loadu_pd(wq1p + c / 2));
+    const __m512i Xi = F.to_u64(X1), Yi = F.to_u64(Y1);
+    _mm512_storeu_si512(a + c, _mm512_permutex2var_epi64(Xi, o0, Yi));
+    _mm512_storeu_si512(a + c + 8, _mm512_permutex2var_epi64(Xi, o1, Yi));
+  }
+}
+
+HEMLP_AVX512_FN void inverse_avx512_fp(uint64_t* a, size_t n, uint64_t qv, const double* iw, const double* iwq,
+                                       const double* ninv, const double* w1n) {
+  const FpMod8 F(qv);
+  double* d = reinterpret_cast<double*>(a);
+  const __m512i i1x = HEMLP_IDX(0, 2, 4, 6, 8, 10, 12, 14), i1y = HEMLP_IDX(1, 3, 5, 7, 9, 11, 13, 15);
+  const __m512i i2x = HEMLP_IDX(0, 8, 2, 10, 4, 12, 6, 14), i2y = HEMLP_IDX(1, 9, 3, 11, 5, 13, 7, 15);
+  const __m512i i4x = HEMLP_IDX(0, 1, 8, 9, 4, 5, 12, 13), i4y = HEMLP_IDX(2, 3, 10, 11, 6, 7, 14, 15);
+  const __m512i o0 = HEMLP_IDX(0, 1, 2, 3, 8, 9, 10, 11), o1 = HEMLP_IDX(4, 5, 6, 7, 12, 13, 14, 15);
+  const __m512i w4 = HEMLP_IDX(0, 0, 0, 0, 1, 1, 1, 1), w2 = HEMLP_IDX(0, 0, 1, 1, 2, 2, 3, 3);
+  const double *w1p = iw + n / 2, *wq1p = iwq + n / 2;
+  const double *w2p = iw + n / 4, *wq2p = iwq + n / 4;
+  const double *w4p = iw + n / 8, *wq4p = iwq + n / 8;
+  for (size_t c = 0; c < n; c += 16) {
+    const __m512d v0 = F.from_u64(_mm512_loadu_si512(a + c)), v1 = F.from_u64(_mm512_loadu_si512(a + c + 8));
+    __m512d X = _mm512_permutex2var_pd(v0, i1x, v1), Y = _mm512_permutex2var_pd(v0, i1y, v1);
+    gs_fp8<false>(F, X, Y, _mm512_loadu_pd(w1p + c / 2), _mm512_loadu_pd(wq1p + c / 2));
+    __m512d X2 = _mm512_permutex2var_pd(X, i2x, Y), Y2 = _mm512_permutex2var_pd(X, i2y, Y);
+    gs_fp8<false>(F, X2, Y2, pairs8_pd(w2p + c / 4, w2), pairs8_pd(wq2p + c / 4, w2));
+    __m512d X4 = _mm512_permutex2var_pd(X2, i4x, Y2), Y4 = _mm512_permutex2var_pd(X2, i4y, Y2);
+    gs_fp8<false>(F, X4, Y4, quads_pd(w4p + c / 8, w4), quads_pd(wq4p + c / 8, w4));
+    _mm512_storeu_pd(d + c, _mm512_permutex2var_pd(X4, o0, Y4));
+    _mm512_storeu_pd(d + c + 8, _mm512_permutex2var_pd(X4, o1, Y4));
+  }
+  const double qd = (double)qv, lim = 562949953421312.0;  // 2^49, as inverse_avx2_fp
+  double bound = 8 * qd;
+  size_t t = 8;
+  for (size_t h = n / 16; h > 1; h >>= 1) {
+    const bool red = 2 * bound > lim;
+    bound = red ? std::max(0.5 * qd + 1, 0.5625 * qd) : std::max(2 * bound, 0.5625 * qd);
+    for (size_t i = 0; i < h; ++i) {
+      const __m512d W = _mm512_set1_pd(iw[h + i]), Wq = _mm512_set1_pd(iwq[h + i]);
+      double* x = d + 2 * i * t;
+      double* y = x + t;
+      for (size_t j = 0; j < t; j += 8) {
+        __m512d X = _mm512_loadu_pd(x + j), Y = _mm512_loadu_pd(y + j);
+        if (red)
+          gs_fp8<true>(F, X, Y, W, Wq);
+        else
+          gs_fp8<false>(F, X, Y, W, Wq);
+        _mm512_storeu_pd(x + j, X);
+        _mm512_storeu_pd(y + j, Y);
+      }
+    }
+    t <<= 1;
+  }
+  const __m512d Ni = _mm512_set1_pd(ninv[0]), Niq = _mm512_set1_pd(ninv[1]);
+  const __m512d W = _mm512_set1_pd(w1n[0]), Wq = _mm512_set1_pd(w1n[1]);
+  double* x = d;
+  double* y = d + t;
+  for (size_t j = 0; j < t; j += 8) {
+    const __m512d X = _mm512_loadu_pd(x + j), Y = _mm512_loadu_pd(y + j);
+    _mm512_storeu_si512(a + j, F.to_u64(F.mul(_mm512_add_pd(X, Y), Ni, Niq)));
+    _mm512_storeu_si512(a + t + j, F.to_u64(F.mul(_mm512_sub_pd(X, Y), W, Wq)));
   }
 }
 
@@ -416,7 +544,10 @@ HEMLP_AVX2_FN void inverse_avx2_fp(uint64_t* a, size_t n, uint64_t qv, const dou
 
 void NTTTables::forward(uint64_t* a) const {
 #if HEMLP_HAVE_AVX512_KERNELS
-  if (simd_ == (int)SimdPath::Avx512) return forward_avx512(a, n_, q_, w_.data(), wp_.data());
+  if (simd_ == (int)SimdPath::Avx512) {
+    if (fp_) return forward_avx512_fp(a, n_, q_, fw_.data(), fwq_.data());
+    return forward_avx512(a, n_, q_, w_.data(), wp_.data());
+  }
 #endif
 #if HEMLP_HAVE_AVX2_KERNELS
   if (simd_ == (int)SimdPath::Avx2) {
@@ -475,8 +606,10 @@ void NTTTables::forward(uint64_t* a) const {
 
 void NTTTables::inverse(uint64_t* a) const {
 #if HEMLP_HAVE_AVX512_KERNELS
-  if (simd_ == (int)SimdPath::Avx512)
+  if (simd_ == (int)SimdPath::Avx512) {
+    if (fp_) return inverse_avx512_fp(a, n_, q_, fiw_.data(), fiwq_.data(), fninv_, fw1n_);
     return inverse_avx512(a, n_, q_, iw_.data(), iwp_.data(), n_inv_, n_inv_p_, iw1n_, iw1n_p_);
+  }
 #endif
 #if HEMLP_HAVE_AVX2_KERNELS
   if (simd_ == (int)SimdPath::Avx2) {

@@ -87,6 +87,40 @@ HEMLP_AVX512_FN inline __m512i reduce_once(__m512i x, __m512i m) {
   return _mm512_min_epu64(x, _mm512_sub_epi64(x, m));
 }
 
+
+// The AVX-512 twin of avx2::FpMod (below; the exactness argument is there): arithmetic mod q < 2^46 in
+// double precision, 8 lanes.
+struct FpMod8 {
+  __m512d q, qinv, C;
+  __m512i Ci, qi;
+  HEMLP_AVX512_FN explicit FpMod8(uint64_t qv)
+      : q(_mm512_set1_pd((double)qv)), qinv(_mm512_set1_pd(1.0 / (double)qv)), C(_mm512_set1_pd(6755399441055744.0)),
+        Ci(_mm512_castpd_si512(C)), qi(_mm512_set1_epi64((long long)qv)) {}
+  HEMLP_AVX512_FN __m512d mul(__m512d y, __m512d W, __m512d Wq) const {
+    const __m512d h = _mm512_mul_pd(y, W);
+    const __m512d l = _mm512_fmsub_pd(y, W, h);
+    const __m512d b = _mm512_sub_pd(_mm512_fmadd_pd(y, Wq, C), C);
+    return _mm512_add_pd(_mm512_fnmadd_pd(b, q, h), l);
+  }
+  HEMLP_AVX512_FN __m512d mul_var(__m512d x, __m512d k) const {
+    const __m512d h = _mm512_mul_pd(x, k);
+    const __m512d l = _mm512_fmsub_pd(x, k, h);
+    const __m512d b = _mm512_sub_pd(_mm512_fmadd_pd(h, qinv, C), C);
+    return _mm512_add_pd(_mm512_fnmadd_pd(b, q, h), l);
+  }
+  HEMLP_AVX512_FN __m512d reduce(__m512d v) const {
+    const __m512d b = _mm512_sub_pd(_mm512_fmadd_pd(v, qinv, C), C);
+    return _mm512_fnmadd_pd(b, q, v);
+  }
+  HEMLP_AVX512_FN __m512d from_u64(__m512i x) const {
+    return _mm512_sub_pd(_mm512_castsi512_pd(_mm512_or_si512(x, Ci)), C);
+  }
+  HEMLP_AVX512_FN __m512i to_u64(__m512d v) const {
+    const __m512d r = _mm512_add_pd(reduce(v), q);
+    return reduce_once(_mm512_sub_epi64(_mm512_castpd_si512(_mm512_add_pd(r, C)), Ci), qi);
+  }
+};
+
 }  // namespace avx512
 #endif
 

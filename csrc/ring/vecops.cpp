@@ -70,8 +70,22 @@ HEMLP_AVX512_FN void centred_lift_avx512(const uint64_t* x, uint64_t from, uint6
   }
 }
 
+// q < 2^46: in double precision (avx512::FpMod8), as tensor_avx2_fp below
+HEMLP_AVX512_FN void tensor_avx512_fp(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
+                                      uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  const FpMod8 F(qv);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m512d A0 = F.from_u64(_mm512_loadu_si512(a0 + i)), A1 = F.from_u64(_mm512_loadu_si512(a1 + i));
+    const __m512d B0 = F.from_u64(_mm512_loadu_si512(b0 + i)), B1 = F.from_u64(_mm512_loadu_si512(b1 + i));
+    _mm512_storeu_si512(d0 + i, F.to_u64(F.mul_var(A0, B0)));
+    _mm512_storeu_si512(d1 + i, F.to_u64(_mm512_add_pd(F.mul_var(A0, B1), F.mul_var(A1, B0))));
+    _mm512_storeu_si512(d2 + i, F.to_u64(F.mul_var(A1, B1)));
+  }
+}
+
 HEMLP_AVX512_FN void tensor_avx512(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
                                    uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  if (qv < (uint64_t(1) << 46)) return tensor_avx512_fp(a0, a1, b0, b1, qv, d0, d1, d2, n);
   const Wide W(qv);
   for (size_t i = 0; i < n; i += 8) {
     const __m512i A0 = _mm512_loadu_si512(a0 + i), A1 = _mm512_loadu_si512(a1 + i);

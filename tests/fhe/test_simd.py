@@ -2,7 +2,7 @@
 
 The path is chosen once per process, so every path this CPU has runs in its own child process
 (HEMLP_SIMD=scalar|avx2|avx512) on the same inputs, written by the parent; each child's outputs are
-compared bit for bit with the scalar child's. Covered kernels: forward / inverse NTT (AVX2: integer
+compared bit for bit with the scalar child's. Covered kernels: forward / inverse NTT (SIMD: integer
 Shoup for primes >= 2^46, double precision below), base conversion (into 61- and 45-bit targets)
 (centred and not, 1..7 source primes), element-wise ops (the ct x ct tensor, add, rescale, the fused
 mul + relinearise + rescale), key switching end to end (relinearisation, a rotation, hoisted
@@ -24,7 +24,7 @@ from hemlp._core import ring
 REPO = Path(__file__).resolve().parents[2]
 
 # (bits, log_n): the moduli sizes of the presets (30..61 bits), the smallest SIMD ring (2^4) and
-# sizes that are not multiples of the 256-coefficient base-conversion block; AVX2 runs primes below
+# sizes that are not multiples of the 256-coefficient base-conversion block; AVX2 and AVX-512 run primes below
 # 2^46 in double precision (ring/ntt.cpp), whose exactness bound is tightest at the largest ring (2^17)
 NTT_CASES = [(30, 4), (40, 5), (50, 10), (60, 12), (61, 13), (45, 15), (40, 14), (45, 17)]
 BC_SOURCES = (1, 3, 7)  # source primes of the base conversions
