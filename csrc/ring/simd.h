@@ -202,7 +202,7 @@ HEMLP_AVX2_FN inline __m256i cmplt_epu64(__m256i a, __m256i b) {
 //   1.5 2^52 rounding constant C), T = (h - b q) + l, both steps exact (integers < 2^53).
 // |y w / q - b| <= 1/2 + |y| 2^-54 <= 0.5625 for |y| <= 2^50, so T is the representative of y w in
 // [-0.5625 q, 0.5625 q]. Results go back to [0, q) integers with to_u64: canonical, so the same bits
-// as the integer kernels.
+// as the integer kernels. Assumes the default MXCSR rounding (to nearest), as C++ and numpy leave it.
 struct FpMod {
   __m256d q, qinv, C;
   __m256i Ci, qi;
