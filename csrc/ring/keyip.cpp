@@ -12,7 +12,9 @@ namespace {
 constexpr size_t kBlock = 256;
 
 // the double-precision kernels' domain: q < 2^46 and the sum of beta terms of |.| <= 0.531 q below 2^50
-[[maybe_unused]] bool kip_fp_ok(uint64_t q, int beta) { return q < (uint64_t(1) << 46) && (double)beta * 0.54 * (double)q < 0x1p50; }
+[[maybe_unused]] bool kip_fp_ok(uint64_t q, int beta) {
+  return q < (uint64_t(1) << 46) && (double)beta * 0.54 * (double)q < 0x1p50;
+}
 
 #if HEMLP_HAVE_AVX512_KERNELS
 // 128-bit sums kept as (hi, lo) words; the reduction hi * [2^64]_q + lo mod q uses two Shoup

@@ -41,7 +41,8 @@ BaseConverter::BaseConverter(std::vector<Modulus> from, std::vector<Modulus> to,
   }
   fp_src_.assign(2 * k, 0.0);
   for (size_t i = 0; i < k; ++i)
-    if (fp_small(from_[i].q)) fp_src_[2 * i] = (double)qhat_inv_[i], fp_src_[2 * i + 1] = fp_src_[2 * i] / (double)from_[i].q;
+    if (fp_small(from_[i].q))
+      fp_src_[2 * i] = (double)qhat_inv_[i], fp_src_[2 * i + 1] = fp_src_[2 * i] / (double)from_[i].q;
   fp_dst_.assign(4 * to_.size() * k, 0.0);
   fp_target_.assign(to_.size(), 0);
   // |sum| / p: the centred lift's correction (<= |B| p), one term per small source, two per large one
@@ -185,7 +186,8 @@ HEMLP_AVX2_FN void convert_block_avx2(const uint64_t* const* in, uint64_t* const
         __m256d acc = _mm256_setzero_pd();
         for (size_t i = 0; i < k; ++i) {
           acc = _mm256_add_pd(acc, F.mul(_mm256_loadu_pd(yd + i * stride + c), FW[i], FWq[i]));
-          if (!fp_small(from[i].q)) acc = _mm256_add_pd(acc, F.mul(_mm256_loadu_pd(yh + i * stride + c), FH[i], FHq[i]));
+          if (!fp_small(from[i].q))
+            acc = _mm256_add_pd(acc, F.mul(_mm256_loadu_pd(yh + i * stride + c), FH[i], FHq[i]));
         }
         // minus lifted Q_B: lifted <= |B| and Q_B mod p < 2^46, so the product is exact and so is the FMA
         if (centred) acc = _mm256_fnmadd_pd(F.from_u64(load(lifted + c)), QB, acc);

@@ -230,7 +230,9 @@ struct FpMod {
     return _mm256_fnmadd_pd(b, q, v);
   }
   // [0, q) residues (< 2^51) to doubles: 1.5 2^52 + x has the bits of C | x
-  HEMLP_AVX2_FN __m256d from_u64(__m256i x) const { return _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(x, Ci)), C); }
+  HEMLP_AVX2_FN __m256d from_u64(__m256i x) const {
+    return _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(x, Ci)), C);
+  }
   // |v| <= 2^50 to its residue in [0, q): r = v - round(v / q) q in (-q, q), r + q in [0, 2q) read back as an
   // integer through the rounding constant, one conditional subtraction
   HEMLP_AVX2_FN __m256i to_u64(__m256d v) const {
