@@ -54,13 +54,14 @@ Context::Context(const Params& params, SecurityPolicy policy) : params_(params),
   }
 }
 
+// dynamic: limbs differ in cost (AVX2: q_0 and P run the integer kernels, the rest double precision)
 void Context::ntt_limbs(u64* data, int level, int limbs, bool ext) const {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < limbs; ++k) ntt(ext ? qp_index(level, k) : k).forward(data + (size_t)k * n_);
 }
 
 void Context::intt_limbs(u64* data, int level, int limbs, bool ext) const {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int k = 0; k < limbs; ++k) ntt(ext ? qp_index(level, k) : k).inverse(data + (size_t)k * n_);
 }
 

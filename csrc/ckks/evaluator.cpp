@@ -376,11 +376,11 @@ Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const Galois
   c.polys.resize(2);
   Poly c0(a.polys[0].size());
   ScratchPoly c1(a.polys[1].size());
-#pragma omp parallel for schedule(static)
-  for (int k = 0; k <= a.level; ++k) {
-    const size_t o = (size_t)k * n;
-    ring::permute_vec(a.polys[0].data() + o, perm.data(), c0.data() + o, n);
-    ring::permute_vec(a.polys[1].data() + o, perm.data(), c1.data() + o, n);
+#pragma omp parallel for schedule(static)  // (limb, part) jobs: an even count for 2 threads
+  for (int job = 0; job < 2 * (a.level + 1); ++job) {
+    const size_t o = (size_t)(job / 2) * n;
+    const auto& src = a.polys[job % 2];
+    ring::permute_vec(src.data() + o, perm.data(), (job % 2 ? c1.data() : c0.data()) + o, n);
   }
   ModUpDigits d = modup(ctx_, c1.data(), a.level);
   Poly u0, u1;

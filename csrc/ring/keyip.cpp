@@ -11,6 +11,11 @@ namespace {
 // (vector gathers measured slower than scalar loads here).
 constexpr size_t kBlock = 256;
 
+// the double-precision kernels' domain: q < 2^46 and the sum of beta terms of |.| <= 0.531 q below 2^50
+[[maybe_unused]] bool kip_fp_ok(uint64_t q, int beta) {
+  return q < (uint64_t(1) << 46) && (double)beta * 0.54 * (double)q < 0x1p50;
+}
+
 #if HEMLP_HAVE_AVX512_KERNELS
 // 128-bit sums kept as (hi, lo) words; the reduction hi * [2^64]_q + lo mod q uses two Shoup
 // products, so the result equals the scalar Barrett one.
@@ -46,6 +51,31 @@ HEMLP_AVX512_FN void kip_limb_avx512(const uint64_t* const* x, const uint64_t* c
     const __m512i r1 = _mm512_add_epi64(mul_shoup_lazy(hi1, C, Cp, q), mul_shoup_lazy(lo1, one, onep, q));
     _mm512_storeu_si512(o0 + i, reduce_once(reduce_once(r0, two_q), q));
     _mm512_storeu_si512(o1 + i, reduce_once(reduce_once(r1, two_q), q));
+  }
+}
+
+// Limbs of primes below 2^46 in double precision (avx512::FpMod8; see kip_limb_avx2_fp below).
+HEMLP_AVX512_FN void kip_limb_avx512_fp(const uint64_t* const* x, const uint64_t* const* kb,
+                                        const uint64_t* const* ka, int beta, const uint32_t* perm, size_t i0,
+                                        size_t i1, uint64_t qv, uint64_t* o0, uint64_t* o1) {
+  using namespace avx512;
+  const FpMod8 F(qv);
+  uint64_t buf[kKeyIpMaxDigits * kBlock];
+  for (size_t i = i0; i < i1; i += 8) {
+    const size_t bi = (i - i0) % kBlock;
+    if (perm && bi == 0) {
+      const size_t len = std::min(kBlock, i1 - i);
+      for (int t = 0; t < beta; ++t)
+        for (size_t c = 0; c < len; ++c) buf[t * kBlock + c] = x[t][perm[i + c]];
+    }
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (int t = 0; t < beta; ++t) {
+      const __m512d X = F.from_u64(_mm512_loadu_si512(perm ? buf + t * kBlock + bi : x[t] + i));
+      s0 = _mm512_add_pd(s0, F.mul_var(X, F.from_u64(_mm512_loadu_si512(kb[t] + i))));
+      s1 = _mm512_add_pd(s1, F.mul_var(X, F.from_u64(_mm512_loadu_si512(ka[t] + i))));
+    }
+    _mm512_storeu_si512(o0 + i, F.to_u64(s0));
+    _mm512_storeu_si512(o1 + i, F.to_u64(s1));
   }
 }
 #endif
@@ -103,6 +133,34 @@ HEMLP_AVX2_FN void kip_limb_avx2(const uint64_t* const* x, const uint64_t* const
     store(o1 + i, finish(s1));
   }
 }
+
+// Limbs of primes below 2^46 in double precision (avx2::FpMod): each term x k mod q is a signed
+// representative in [-0.531 q, 0.531 q] (6 ops against 4 vpmuludq and ~10 more for the 128-bit sum,
+// and the final 128-bit reduction of two Shoup products becomes one rounding); the sum of beta terms
+// stays below 2^50 (kip_fp_ok) and is mapped to [0, q): the canonical residue, as the other paths.
+HEMLP_AVX2_FN void kip_limb_avx2_fp(const uint64_t* const* x, const uint64_t* const* kb, const uint64_t* const* ka,
+                                    int beta, const uint32_t* perm, size_t i0, size_t i1, uint64_t qv, uint64_t* o0,
+                                    uint64_t* o1) {
+  using namespace avx2;
+  const FpMod F(qv);
+  uint64_t buf[kKeyIpMaxDigits * kBlock];
+  for (size_t i = i0; i < i1; i += 4) {
+    const size_t bi = (i - i0) % kBlock;
+    if (perm && bi == 0) {
+      const size_t len = std::min(kBlock, i1 - i);
+      for (int t = 0; t < beta; ++t)
+        for (size_t c = 0; c < len; ++c) buf[t * kBlock + c] = x[t][perm[i + c]];
+    }
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    for (int t = 0; t < beta; ++t) {
+      const __m256d X = F.from_u64(load(perm ? buf + t * kBlock + bi : x[t] + i));
+      s0 = _mm256_add_pd(s0, F.mul_var(X, F.from_u64(load(kb[t] + i))));
+      s1 = _mm256_add_pd(s1, F.mul_var(X, F.from_u64(load(ka[t] + i))));
+    }
+    store(o0 + i, F.to_u64(s0));
+    store(o1 + i, F.to_u64(s1));
+  }
+}
 #endif
 }  // namespace
 
@@ -112,13 +170,19 @@ bool key_inner_product_limb_simd(const uint64_t* const* x, const uint64_t* const
   if (beta < 1 || beta > kKeyIpMaxDigits || i0 % 8 != 0 || (i1 - i0) % 8 != 0) return false;
 #if HEMLP_HAVE_AVX512_KERNELS
   if (simd_avx512()) {
-    kip_limb_avx512(x, kb, ka, beta, perm, i0, i1, q, o0, o1);
+    if (kip_fp_ok(q, beta))
+      kip_limb_avx512_fp(x, kb, ka, beta, perm, i0, i1, q, o0, o1);
+    else
+      kip_limb_avx512(x, kb, ka, beta, perm, i0, i1, q, o0, o1);
     return true;
   }
 #endif
 #if HEMLP_HAVE_AVX2_KERNELS
   if (simd_avx2()) {
-    kip_limb_avx2(x, kb, ka, beta, perm, i0, i1, q, o0, o1);
+    if (kip_fp_ok(q, beta))
+      kip_limb_avx2_fp(x, kb, ka, beta, perm, i0, i1, q, o0, o1);
+    else
+      kip_limb_avx2(x, kb, ka, beta, perm, i0, i1, q, o0, o1);
     return true;
   }
 #endif

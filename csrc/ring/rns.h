@@ -33,6 +33,11 @@ class BaseConverter {
   std::vector<uint64_t> qhat_mod_p_shoup_;       // Shoup companions of qhat_mod_p_
   std::vector<uint64_t> qb_mod_p_;               // [j * (|B|+1) + c] = c * Q_B mod p_j (centred lift)
   bool centred_ = false;
+  // AVX2 double-precision kernels (avx2::FpMod, rns.cpp): for sources q_i < 2^46, (qhat_i^-1, its / q_i)
+  // at [2i]; for targets p_j < 2^46 (fp_target_), [4 (j |B| + i) ..] = (c, c / p_j, c 2^32 mod p_j, its / p_j)
+  // with c = qhat_i mod p_j (a source >= 2^46 enters as its two 32-bit halves)
+  std::vector<double> fp_src_, fp_dst_;
+  std::vector<char> fp_target_;
 };
 
 }  // namespace hemlp::ring

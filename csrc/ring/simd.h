@@ -87,6 +87,40 @@ HEMLP_AVX512_FN inline __m512i reduce_once(__m512i x, __m512i m) {
   return _mm512_min_epu64(x, _mm512_sub_epi64(x, m));
 }
 
+
+// The AVX-512 twin of avx2::FpMod (below; the exactness argument is there): arithmetic mod q < 2^46 in
+// double precision, 8 lanes.
+struct FpMod8 {
+  __m512d q, qinv, C;
+  __m512i Ci, qi;
+  HEMLP_AVX512_FN explicit FpMod8(uint64_t qv)
+      : q(_mm512_set1_pd((double)qv)), qinv(_mm512_set1_pd(1.0 / (double)qv)), C(_mm512_set1_pd(6755399441055744.0)),
+        Ci(_mm512_castpd_si512(C)), qi(_mm512_set1_epi64((long long)qv)) {}
+  HEMLP_AVX512_FN __m512d mul(__m512d y, __m512d W, __m512d Wq) const {
+    const __m512d h = _mm512_mul_pd(y, W);
+    const __m512d l = _mm512_fmsub_pd(y, W, h);
+    const __m512d b = _mm512_sub_pd(_mm512_fmadd_pd(y, Wq, C), C);
+    return _mm512_add_pd(_mm512_fnmadd_pd(b, q, h), l);
+  }
+  HEMLP_AVX512_FN __m512d mul_var(__m512d x, __m512d k) const {
+    const __m512d h = _mm512_mul_pd(x, k);
+    const __m512d l = _mm512_fmsub_pd(x, k, h);
+    const __m512d b = _mm512_sub_pd(_mm512_fmadd_pd(h, qinv, C), C);
+    return _mm512_add_pd(_mm512_fnmadd_pd(b, q, h), l);
+  }
+  HEMLP_AVX512_FN __m512d reduce(__m512d v) const {
+    const __m512d b = _mm512_sub_pd(_mm512_fmadd_pd(v, qinv, C), C);
+    return _mm512_fnmadd_pd(b, q, v);
+  }
+  HEMLP_AVX512_FN __m512d from_u64(__m512i x) const {
+    return _mm512_sub_pd(_mm512_castsi512_pd(_mm512_or_si512(x, Ci)), C);
+  }
+  HEMLP_AVX512_FN __m512i to_u64(__m512d v) const {
+    const __m512d r = _mm512_add_pd(reduce(v), q);
+    return reduce_once(_mm512_sub_epi64(_mm512_castpd_si512(_mm512_add_pd(r, C)), Ci), qi);
+  }
+};
+
 }  // namespace avx512
 #endif
 
@@ -160,6 +194,52 @@ HEMLP_AVX2_FN inline __m256i cmplt_epu64(__m256i a, __m256i b) {
   const __m256i sign = _mm256_set1_epi64x((long long)0x8000000000000000ULL);
   return _mm256_cmpgt_epi64(_mm256_xor_si256(b, sign), _mm256_xor_si256(a, sign));
 }
+
+// Arithmetic mod q < 2^46 in double precision (FMA): AVX2 has no 64x64 multiply, so an integer
+// Shoup product costs ~22 vector ops; with doubles a product mod q costs 6. Every value is an integer
+// held exactly in a double (|v| <= 2^50); a product y w mod q by a fixed w is
+//   h = fl(y w), l = y w - h (exact, one FMA), b = round(y w') with w' = fl(w / q) (one FMA on the
+//   1.5 2^52 rounding constant C), T = (h - b q) + l, both steps exact (integers < 2^53).
+// |y w / q - b| <= 1/2 + |y| 2^-54 <= 0.5625 for |y| <= 2^50, so T is the representative of y w in
+// [-0.5625 q, 0.5625 q]. Results go back to [0, q) integers with to_u64: canonical, so the same bits
+// as the integer kernels. Assumes the default MXCSR rounding (to nearest), as C++ and numpy leave it.
+struct FpMod {
+  __m256d q, qinv, C;
+  __m256i Ci, qi;
+  HEMLP_AVX2_FN explicit FpMod(uint64_t qv)
+      : q(_mm256_set1_pd((double)qv)), qinv(_mm256_set1_pd(1.0 / (double)qv)), C(_mm256_set1_pd(6755399441055744.0)),
+        Ci(_mm256_castpd_si256(C)), qi(set1(qv)) {}
+  // y w mod q in [-0.5625 q, 0.5625 q] (W = w, Wq = w / q)
+  HEMLP_AVX2_FN __m256d mul(__m256d y, __m256d W, __m256d Wq) const {
+    const __m256d h = _mm256_mul_pd(y, W);
+    const __m256d l = _mm256_fmsub_pd(y, W, h);
+    const __m256d b = _mm256_sub_pd(_mm256_fmadd_pd(y, Wq, C), C);
+    return _mm256_add_pd(_mm256_fnmadd_pd(b, q, h), l);
+  }
+  // x k mod q for variable x, k in [0, q): in [-0.531 q, 0.531 q] (h = fl(x k) < 2^92, so the
+  // quotient estimate fl(h) / q is off by at most 2^-5 besides the rounding)
+  HEMLP_AVX2_FN __m256d mul_var(__m256d x, __m256d k) const {
+    const __m256d h = _mm256_mul_pd(x, k);
+    const __m256d l = _mm256_fmsub_pd(x, k, h);
+    const __m256d b = _mm256_sub_pd(_mm256_fmadd_pd(h, qinv, C), C);
+    return _mm256_add_pd(_mm256_fnmadd_pd(b, q, h), l);
+  }
+  // v - round(v / q) q: |result| <= q / 2 + 1 for |v| <= 2^50
+  HEMLP_AVX2_FN __m256d reduce(__m256d v) const {
+    const __m256d b = _mm256_sub_pd(_mm256_fmadd_pd(v, qinv, C), C);
+    return _mm256_fnmadd_pd(b, q, v);
+  }
+  // [0, q) residues (< 2^51) to doubles: 1.5 2^52 + x has the bits of C | x
+  HEMLP_AVX2_FN __m256d from_u64(__m256i x) const {
+    return _mm256_sub_pd(_mm256_castsi256_pd(_mm256_or_si256(x, Ci)), C);
+  }
+  // |v| <= 2^50 to its residue in [0, q): r = v - round(v / q) q in (-q, q), r + q in [0, 2q) read back as an
+  // integer through the rounding constant, one conditional subtraction
+  HEMLP_AVX2_FN __m256i to_u64(__m256d v) const {
+    const __m256d r = _mm256_add_pd(reduce(v), q);
+    return avx2::reduce_once(_mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(r, C)), Ci), qi);
+  }
+};
 
 }  // namespace avx2
 #endif

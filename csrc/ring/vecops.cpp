@@ -70,8 +70,22 @@ HEMLP_AVX512_FN void centred_lift_avx512(const uint64_t* x, uint64_t from, uint6
   }
 }
 
+// q < 2^46: in double precision (avx512::FpMod8), as tensor_avx2_fp below
+HEMLP_AVX512_FN void tensor_avx512_fp(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
+                                      uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  const FpMod8 F(qv);
+  for (size_t i = 0; i < n; i += 8) {
+    const __m512d A0 = F.from_u64(_mm512_loadu_si512(a0 + i)), A1 = F.from_u64(_mm512_loadu_si512(a1 + i));
+    const __m512d B0 = F.from_u64(_mm512_loadu_si512(b0 + i)), B1 = F.from_u64(_mm512_loadu_si512(b1 + i));
+    _mm512_storeu_si512(d0 + i, F.to_u64(F.mul_var(A0, B0)));
+    _mm512_storeu_si512(d1 + i, F.to_u64(_mm512_add_pd(F.mul_var(A0, B1), F.mul_var(A1, B0))));
+    _mm512_storeu_si512(d2 + i, F.to_u64(F.mul_var(A1, B1)));
+  }
+}
+
 HEMLP_AVX512_FN void tensor_avx512(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
                                    uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  if (qv < (uint64_t(1) << 46)) return tensor_avx512_fp(a0, a1, b0, b1, qv, d0, d1, d2, n);
   const Wide W(qv);
   for (size_t i = 0; i < n; i += 8) {
     const __m512i A0 = _mm512_loadu_si512(a0 + i), A1 = _mm512_loadu_si512(a1 + i);
@@ -115,8 +129,24 @@ struct Wide2 {
   }
 };
 
+// q < 2^46: the element-wise ops in double precision (avx2::FpMod; signed intermediates, one rounding to
+// [0, q) at the end: the canonical residues the integer code gives)
+bool fp_small(uint64_t q) { return q < (uint64_t(1) << 46); }
+
+HEMLP_AVX2_FN void sub_mul_shoup_avx2_fp(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t qv,
+                                         const uint64_t* add_to, uint64_t* dst, size_t n) {
+  const FpMod F(qv);
+  const __m256d W = _mm256_set1_pd((double)w), Wq = _mm256_set1_pd((double)w / (double)qv);
+  for (size_t i = 0; i < n; i += 4) {
+    __m256d r = F.mul(_mm256_sub_pd(F.from_u64(load(a + i)), F.from_u64(load(b + i))), W, Wq);
+    if (add_to) r = _mm256_add_pd(r, F.from_u64(load(add_to + i)));
+    store(dst + i, F.to_u64(r));
+  }
+}
+
 HEMLP_AVX2_FN void sub_mul_shoup_avx2(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t qv,
                                       const uint64_t* add_to, uint64_t* dst, size_t n) {
+  if (fp_small(qv)) return sub_mul_shoup_avx2_fp(a, b, w, qv, add_to, dst, n);
   const __m256i q = set1(qv), W = set1(w), Wp = set1(wp);
   for (size_t i = 0; i < n; i += 4) {
     const __m256i d = _mm256_sub_epi64(_mm256_add_epi64(load(a + i), q), load(b + i));
@@ -133,6 +163,13 @@ HEMLP_AVX2_FN void add_avx2(const uint64_t* a, const uint64_t* b, uint64_t qv, u
 
 HEMLP_AVX2_FN void add_mul_shoup_avx2(const uint64_t* a, const uint64_t* b, uint64_t w, uint64_t wp, uint64_t qv,
                                       uint64_t* dst, size_t n) {
+  if (fp_small(qv)) {
+    const FpMod F(qv);
+    const __m256d W = _mm256_set1_pd((double)w), Wq = _mm256_set1_pd((double)w / (double)qv);
+    for (size_t i = 0; i < n; i += 4)
+      store(dst + i, F.to_u64(_mm256_add_pd(F.from_u64(load(a + i)), F.mul(F.from_u64(load(b + i)), W, Wq))));
+    return;
+  }
   const __m256i q = set1(qv), W = set1(w), Wp = set1(wp);
   for (size_t i = 0; i < n; i += 4) {
     const __m256i t = avx2::reduce_once(avx2::mul_shoup_lazy(load(b + i), W, Wp, q), q);
@@ -141,6 +178,17 @@ HEMLP_AVX2_FN void add_mul_shoup_avx2(const uint64_t* a, const uint64_t* b, uint
 }
 
 HEMLP_AVX2_FN void centred_lift_avx2(const uint64_t* x, uint64_t from, uint64_t pv, uint64_t* dst, size_t n) {
+  if (fp_small(pv) && from < (uint64_t(1) << 50)) {  // the centred value |v| <= from / 2 < 2^49, reduced once
+    const FpMod Fp(pv);
+    const __m256i half = set1(from >> 1);
+    const __m256d fromd = _mm256_set1_pd((double)from);
+    for (size_t i = 0; i < n; i += 4) {
+      const __m256i v = load(x + i);
+      const __m256d neg = _mm256_castsi256_pd(_mm256_cmpgt_epi64(v, half));  // v < 2^50: the signed compare is exact
+      store(dst + i, Fp.to_u64(_mm256_sub_pd(Fp.from_u64(v), _mm256_and_pd(neg, fromd))));
+    }
+    return;
+  }
   const __m256i p = set1(pv), F = set1(from), half = set1(from >> 1), one = set1(1),
                 onep = set1(shoup_precompute(1, pv));
   for (size_t i = 0; i < n; i += 4) {
@@ -152,8 +200,23 @@ HEMLP_AVX2_FN void centred_lift_avx2(const uint64_t* x, uint64_t from, uint64_t 
   }
 }
 
+// q < 2^46: in double precision (avx2::FpMod), each product a signed representative, d1's two summed
+// before the one rounding to [0, q); the canonical residues, as the 128-bit reductions below give.
+HEMLP_AVX2_FN void tensor_avx2_fp(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
+                                  uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  const FpMod F(qv);
+  for (size_t i = 0; i < n; i += 4) {
+    const __m256d A0 = F.from_u64(load(a0 + i)), A1 = F.from_u64(load(a1 + i));
+    const __m256d B0 = F.from_u64(load(b0 + i)), B1 = F.from_u64(load(b1 + i));
+    store(d0 + i, F.to_u64(F.mul_var(A0, B0)));
+    store(d1 + i, F.to_u64(_mm256_add_pd(F.mul_var(A0, B1), F.mul_var(A1, B0))));
+    store(d2 + i, F.to_u64(F.mul_var(A1, B1)));
+  }
+}
+
 HEMLP_AVX2_FN void tensor_avx2(const uint64_t* a0, const uint64_t* a1, const uint64_t* b0, const uint64_t* b1,
                                uint64_t qv, uint64_t* d0, uint64_t* d1, uint64_t* d2, size_t n) {
+  if (qv < (uint64_t(1) << 46)) return tensor_avx2_fp(a0, a1, b0, b1, qv, d0, d1, d2, n);
   const Wide2 W(qv);
   for (size_t i = 0; i < n; i += 4) {
     const __m256i A0 = load(a0 + i), A1 = load(a1 + i), B0 = load(b0 + i), B1 = load(b1 + i);

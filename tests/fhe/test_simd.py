@@ -2,7 +2,8 @@
 
 The path is chosen once per process, so every path this CPU has runs in its own child process
 (HEMLP_SIMD=scalar|avx2|avx512) on the same inputs, written by the parent; each child's outputs are
-compared bit for bit with the scalar child's. Covered kernels: forward / inverse NTT, base conversion
+compared bit for bit with the scalar child's. Covered kernels: forward / inverse NTT (SIMD: integer
+Shoup for primes >= 2^46, double precision below), base conversion (into 61- and 45-bit targets)
 (centred and not, 1..7 source primes), element-wise ops (the ct x ct tensor, add, rescale, the fused
 mul + relinearise + rescale), key switching end to end (relinearisation, a rotation, hoisted
 rotations) and the modular GEMM (one K-block, several K-blocks, the int64 fold). On a machine
@@ -23,8 +24,9 @@ from hemlp._core import ring
 REPO = Path(__file__).resolve().parents[2]
 
 # (bits, log_n): the moduli sizes of the presets (30..61 bits), the smallest SIMD ring (2^4) and
-# sizes that are not multiples of the 256-coefficient base-conversion block
-NTT_CASES = [(30, 4), (40, 5), (50, 10), (60, 12), (61, 13), (45, 15)]
+# sizes that are not multiples of the 256-coefficient base-conversion block; AVX2 and AVX-512 run primes below
+# 2^46 in double precision (ring/ntt.cpp), whose exactness bound is tightest at the largest ring (2^17)
+NTT_CASES = [(30, 4), (40, 5), (50, 10), (60, 12), (61, 13), (45, 15), (40, 14), (45, 17)]
 BC_SOURCES = (1, 3, 7)  # source primes of the base conversions
 # centred lifts (the rescale's): (bits of the source prime, bits of the target prime), larger into smaller too
 LIFT_BITS = [(40, 60), (60, 40), (61, 30), (45, 45)]
@@ -52,9 +54,14 @@ for bits, log_n in [tuple(map(int, c.split(":"))) for c in sys.argv[3].split(","
     a = np.load(f"{d}/ntt_in_{bits}_{log_n}.npy")
     out[f"fwd_{bits}_{log_n}"] = ring.ntt(a, q, log_n)
     out[f"inv_{bits}_{log_n}"] = ring.ntt(a, q, log_n, inverse=True)
+    e = np.load(f"{d}/ntt_ext_{bits}_{log_n}.npy")  # extreme residues only: the largest growth between stages
+    out[f"fwd_ext_{bits}_{log_n}"] = ring.ntt(e, q, log_n)
+    out[f"inv_ext_{bits}_{log_n}"] = ring.ntt(e, q, log_n, inverse=True)
     for k in map(int, sys.argv[4].split(",")):
         frm = ring.ntt_primes(bits, log_n, k)
-        to = ring.ntt_primes(61, log_n, 4, frm)
+        # 61-bit targets (integer kernels) and 45-bit ones (AVX2: double precision, ring/rns.cpp)
+        to = ring.ntt_primes(61, log_n, 2, frm)
+        to = to + ring.ntt_primes(45, log_n, 2, frm + to)
         x = np.load(f"{d}/bc_in_{bits}_{log_n}_{k}.npy")
         out[f"bcc_{bits}_{log_n}_{k}"] = ring.base_convert(x, frm, to, centred=True)
         out[f"bc_{bits}_{log_n}_{k}"] = ring.base_convert(x, frm, to, centred=False)
@@ -120,6 +127,9 @@ def test_every_simd_path_is_bit_identical_to_scalar(tmp_path, t12):
         a = rng.integers(0, q, 1 << log_n, dtype=np.uint64)
         a[:4] = [0, 1, q - 1, q - 2]  # extreme residues
         np.save(tmp_path / f"ntt_in_{bits}_{log_n}.npy", a)
+        ext = rng.choice(np.array([0, 1, q - 1, q // 2, q // 2 + 1], dtype=np.uint64), 1 << log_n)
+        ext[: (1 << log_n) // 2] = q - 1
+        np.save(tmp_path / f"ntt_ext_{bits}_{log_n}.npy", ext)
         for k in BC_SOURCES:
             frm = ring.ntt_primes(bits, log_n, k)
             x = np.stack([rng.integers(0, f, 1 << log_n, dtype=np.uint64) for f in frm])
@@ -169,6 +179,8 @@ def test_every_simd_path_is_bit_identical_to_scalar(tmp_path, t12):
         q = ring.ntt_primes(bits, log_n, 1)[0]
         a = np.load(tmp_path / f"ntt_in_{bits}_{log_n}.npy")
         assert np.array_equal(ring.ntt(ref[f"fwd_{bits}_{log_n}"], q, log_n, inverse=True), a)
+        ext = np.load(tmp_path / f"ntt_ext_{bits}_{log_n}.npy")
+        assert np.array_equal(ring.ntt(ref[f"fwd_ext_{bits}_{log_n}"], q, log_n, inverse=True), ext)
     for i, (frm, to) in enumerate(_lift_moduli()):
         x = np.load(tmp_path / f"lift_{i}.npy").astype(object)
         want = np.array([(int(v) - frm if v > frm // 2 else int(v)) % to for v in x], dtype=object)
