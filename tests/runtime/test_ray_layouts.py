@@ -11,8 +11,6 @@ ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
 import hemlp  # noqa: E402
-from hemlp.runtime.ray import session  # noqa: E402
-from hemlp.runtime.ray.session import LOCAL_SYSTEM_CONFIG  # noqa: E402
 from tests.compiler.conftest import Square, mlp  # noqa: E402
 
 
@@ -21,17 +19,6 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # insecure test presets, calibration on few samples
         yield
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    session.shutdown_local()     # a local Ray an earlier test had hemlp start
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _system_config=LOCAL_SYSTEM_CONFIG)
-    yield
-    ray.shutdown()
 
 
 def _asym(shape, seed):

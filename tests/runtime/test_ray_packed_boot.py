@@ -13,9 +13,7 @@ torch = pytest.importorskip("torch")
 import hemlp  # noqa: E402
 from hemlp.runtime import jobs  # noqa: E402
 from hemlp.runtime.artifacts import EvalKeys  # noqa: E402
-from hemlp.runtime.ray import session  # noqa: E402
 from hemlp.runtime.ray.requests import ModelShipment  # noqa: E402
-from hemlp.runtime.ray.session import LOCAL_SYSTEM_CONFIG  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -23,17 +21,6 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # insecure test presets, calibration on few samples
         yield
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    session.shutdown_local()     # a local Ray an earlier test had hemlp start
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _system_config=LOCAL_SYSTEM_CONFIG)
-    yield
-    ray.shutdown()
 
 
 def mlp():
