@@ -44,13 +44,14 @@ def encrypt(ctx: Context, M: np.ndarray, msk: MultiSecretKey, encoding: str, lev
 
 class PcmmPrecomputed:
     """K U~ A for an MSRLWE encryption session known ahead (the offline half of a PCMM):
-    the online product is then one GEMM on the b-parts only."""
+    the online product is then one GEMM on the b-parts only. rescale=False makes it for the unrescaled product
+    (K = 1, e.g. a final layer at level 0); the product's rescale must match."""
 
-    def __init__(self, U, ctx: Context, session: bytes, level: int, weight_bits: int = 20):
+    def __init__(self, U, ctx: Context, session: bytes, level: int, weight_bits: int = 20, rescale: bool = True):
         U = np.asarray(U, dtype=np.float64)
         self.Uq, self.delta = quantize(U, weight_bits)
-        self.weight_bits, self.level, self.shape = weight_bits, level, U.shape
-        self.K = max(1, round(ctx.modulus(level) / self.delta))
+        self.weight_bits, self.level, self.shape, self.rescale = weight_bits, level, U.shape, bool(rescale)
+        self.K = max(1, round(ctx.modulus(level) / self.delta)) if rescale else 1
         self.plan = _core.ModGemmPlan(self.Uq, int(weight_bits))
         #: the native precomputed K U~ A (``hemlp._core``)
         self.native = _core.ms_precompute_a(ctx.native, self.plan, bytes(session), U.shape[1], int(level), int(self.K))
@@ -91,9 +92,11 @@ def product(U: np.ndarray, C: CtMatrix, weight_bits: int, bias, rescale: bool,
             precomputed: PcmmPrecomputed | None) -> CtMatrix:
     ctx = C.ctx
     if precomputed is not None:
-        if not rescale or precomputed.level != C.level or precomputed.shape != U.shape or \
-                not np.array_equal(precomputed.U, U):
+        if precomputed.level != C.level or precomputed.shape != U.shape or not np.array_equal(precomputed.U, U):
             raise EncodingError("pcmm: the precomputed U*A was made for another weight matrix or level")
+        if precomputed.rescale != bool(rescale):
+            raise EncodingError(f"pcmm: the precomputed U*A was made for rescale={precomputed.rescale}, the product "
+                                f"asks rescale={bool(rescale)}; make it with PcmmPrecomputed(..., rescale={bool(rescale)})")
         Uq, delta, K, plan = precomputed.Uq, precomputed.delta, precomputed.K, precomputed.plan
     else:
         Uq, delta = quantize(U, weight_bits)

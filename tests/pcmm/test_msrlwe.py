@@ -68,6 +68,29 @@ def test_precomputed_path_equals_online_path(env, rng):
         pcmm.pcmm(U * 2, C, precomputed=pre)
 
 
+def test_precomputed_unrescaled_at_level_0(env, rng):
+    """The final-layer case: the product at level 0 without its rescale (K = 1), U*A made ahead for it."""
+    ctx, sk, msk = env
+    M = asym(16, 2 * ctx.slots, rng)
+    U = rng.normal(0, 0.3, (6, 16)) + 0.1
+    C = pcmm.encrypt_matrix(ctx, M, msk, level=0, scale=2.0 ** 22)
+    pre = pcmm.PcmmPrecomputed(U, ctx, C.session, 0, weight_bits=12, rescale=False)
+    online = pcmm.pcmm(U, C, weight_bits=12, rescale=False)
+    offline = pcmm.pcmm(U, C, weight_bits=12, rescale=False, precomputed=pre)
+    for a, b in zip(online.cts, offline.cts):
+        assert np.array_equal(a._obj.poly_a(), b._obj.poly_a())
+        for j in range(C.chunks):
+            assert np.array_equal(a._obj.poly_b(j), b._obj.poly_b(j))
+    assert offline.level == 0
+    assert bits(pcmm.decrypt_matrix(ctx, offline, msk) - U @ M) > 8      # 12-bit weights: ~9-10 bits
+    # made for the unrescaled product, refused for a rescaled one (and the other way round)
+    with pytest.raises(EncodingError, match="rescale"):
+        pcmm.pcmm(U, C, weight_bits=12, precomputed=pre)
+    C1 = pcmm.encrypt_matrix(ctx, M, msk, level=1)
+    with pytest.raises(EncodingError, match="rescale"):
+        pcmm.pcmm(U, C1, weight_bits=12, rescale=False, precomputed=pcmm.PcmmPrecomputed(U, ctx, C1.session, 1, 12))
+
+
 def test_conversion_to_rlwe(env, rng):
     ctx, sk, msk = env
     M = asym(4, 3 * ctx.slots, rng)

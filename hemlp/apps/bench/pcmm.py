@@ -146,16 +146,15 @@ def _run_preset(preset: str, args) -> tuple[list, list]:
                 base = pcmm.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
                 setups["rlwe"] = pcmm.CtMatrix(ctx, _tile_rows(base.cts, d), (d, d3), 1, "rlwe")
             else:
-                Mf = rng.uniform(-1, 1, (d, d3)) if d <= 1024 else None
-                if Mf is not None:
-                    C = pcmm.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
-                    setups["msrlwe"] = C
-                    setups["msrlwe+pre"] = C
+                # d distinct rows (one shared a-part per row: tiling would repeat a session's seeds); at d = 4096
+                # the plaintext and its encryption take ~2 + ~2.5 GiB at level 0
+                Mf = rng.uniform(-1, 1, (d, d3))
+                C = pcmm.encrypt_matrix(ctx, Mf, msk, level=level, encoding="coeff")
+                setups["msrlwe"] = C
+                setups["msrlwe+pre"] = C
                 base = pcmm.encrypt_matrix(ctx, M, sk, level=level, encoding="coeff")
                 setups["rlwe"] = pcmm.CtMatrix(ctx, [base.cts[(i % distinct) * 4 + j] for i in range(d)
                                                        for j in range(4)], (d, d3), 4, "rlwe")
-            if args.no_rescale:
-                setups.pop("msrlwe+pre", None)  # the precomputed U*A includes the rescale's K
             A = rng.uniform(-1, 1, (d, d3))
             for th in threads:
                 hemlp.set_num_threads(th)
@@ -168,7 +167,8 @@ def _run_preset(preset: str, args) -> tuple[list, list]:
                         kw["keys"] = mk
                     if fmt == "msrlwe+pre":
                         t0 = time.perf_counter()
-                        kw["precomputed"] = pcmm.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits)
+                        kw["precomputed"] = pcmm.PcmmPrecomputed(U, ctx, C.session, C.level, args.weight_bits,
+                                                                 rescale=not args.no_rescale)
                         t_pre = time.perf_counter() - t0
                     out = pcmm.pcmm(U, C, **kw)
                     m = measure(lambda: pcmm.pcmm(U, C, **kw), args.repeats)
