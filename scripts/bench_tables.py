@@ -418,8 +418,9 @@ def cifar_resnet(enc_name: str, poly_name: str, enc_command: str, poly_command: 
         f"{e['bootstrap_points']} planned bootstraps (estimate {sec(e['estimated_seconds'])} per image); mean " \
         f"{sec(e['seconds_per_image_mean'])} wall, {sec(e['cpu_seconds_per_image_mean'])} CPU per image; evaluation keys {e['eval_key_bytes'] / 2 ** 30:.2f} GiB; " \
         f"compile {sec(e['compile_seconds'])} ({e['calibration_images']} calibration images), keygen " \
-        f"{sec(e['keygen_seconds'])}; peak RSS {e['peak_rss_gib']:.1f} GiB. Peer figure: OpenFHE ResNet-20 " \
-        f"{e['peers']['openfhe_resnet20']}."
+        f"{sec(e['keygen_seconds'])}; peak RSS {e['peak_rss_gib']:.1f} GiB. Peer figures: OpenFHE ResNet-20 " \
+        f"{e['peers']['openfhe_resnet20']}" + \
+        (f"; Orion ResNet-20 {e['peers']['orion_resnet20']}" if "orion_resnet20" in e["peers"] else "") + "."
     sets = {"jpeg_test": "CIFAR-10 test, 10 000 JPEG q75 (lossy)", "exact_test": "CIFAR-10 test, first 1 017 (exact)"}
     prow = [[sets[k], p[k]["images"], f"{p[k]['accuracy_trained']:.2%}", f"{p[k]['accuracy_polynomial']:.2%}",
              f"{p[k]['top1_polynomial_equals_trained']:.2%}",

@@ -16,6 +16,9 @@ Needs about 15 GiB (keys, the cached weight diagonals, the bootstrapping working
 """
 from __future__ import annotations
 
+#: Orion's ResNet-20 (literature, not measured here: it does not fit this machine)
+ORION_RESNET20 = ("not run here: its README says its ResNet needs ~32 GB of RAM, more than this 24 GiB machine (Lattigo v6, LogN 16 per its configs/resnet.yml); measured by others at 1 040.4 s per image on one thread of a Xeon E5-2690 v4, 91.70 % accuracy (SAFHIRE, arXiv 2509.01253, Table 3)")
+
 import argparse
 import ctypes
 import gc
@@ -198,7 +201,8 @@ def main(argv=None) -> int:
            "top1_encrypted_equals_plaintext": float(np.mean([r["top1_encrypted"] == r["top1_plaintext"]
                                                              for r in rows_out])),
            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-           "peers": {"openfhe_resnet20": "about 1 000 s per image, 31.8 GB of keys (issue #18's figure)"}}
+           "peers": {"openfhe_resnet20": "about 1 000 s per image, 31.8 GB of keys (issue #18's figure)",
+                     "orion_resnet20": ORION_RESNET20}}
     machine = machine_info()
     machine["load_average_before"] = load_before
     machine["load_average_after"] = load_average()
