@@ -462,6 +462,9 @@ def render() -> str:
              "--json bench/pcmm_small_primes_N14.json"),
         pcmm("pcmm_4096_N14.json", "PCMM formats vs fp64 GEMM, 4096 rows",
              f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 4096 --d3 N/2,N --threads 1 --json bench/pcmm_4096_N14.json"),
+        pcmm("pcmm_4096_L0_N14.json", "PCMM formats vs fp64 GEMM, 4096 rows at level 0 (a final layer, unrescaled)",
+             f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 4096 --d3 4N --level 0 --no-rescale --threads 1 "
+             "--repeats 1 --fresh '' --json bench/pcmm_4096_L0_N14.json (peak RSS 22.1 GiB: run it alone)"),
         pcmm("pcmm_hs_N14.json", "PCMM vs the rotation baseline (Halevi–Shoup, BSGS + hoisting)",
              f"{env} -m hemlp.bench pcmm --preset N14-d6 --sizes 256 --threads 1 --baseline --json bench/pcmm_hs_N14.json"),
         modgemm("modgemm.json", "scripts/bench_modgemm.py --json bench/modgemm.json"),

@@ -12,8 +12,7 @@ import numpy as np
 from hemlp import pcmm
 from hemlp.bootstrap import BatchBootstrapKeys, BootParams, Bootstrapper, BootstrapKeys, MamboBootstrapper
 from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO
-from hemlp.errors import MissingKeyError, UnsupportedError
-from hemlp.compiler.params import unrescaled
+from hemlp.errors import MissingKeyError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
@@ -91,10 +90,6 @@ class Batch(Layout):
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
         if weights is not None:
             raise TypeError("weights= is only for models compiled with encrypted_weights=True")
-        if runtime == "ray" and any(unrescaled(s) for s in self.steps):
-            raise UnsupportedError("this plan runs its final layer unrescaled (compile(..., final_rescale=False)), "
-                                   "which the Ray runtime does not do yet; run it with runtime='local' or compile "
-                                   "with final_rescale=True")
         if self.bootstrapped:
             bk = getattr(eval_keys, "bootstrap_keys", None)
             if bk is None:
@@ -109,9 +104,6 @@ class Batch(Layout):
             if want is BatchBootstrapKeys and bk.k != k:
                 raise MissingKeyError(f"this plan bootstraps in batches of k = {k}; the bootstrapping keys are for "
                                       f"k = {bk.k}: use this plan's keygen()")
-            if runtime == "ray" and self.boot_order == "s2c_first":
-                raise UnsupportedError("batched bootstrapping and MaMBo steps run in process (runtime='local'); "
-                                       "compile with mambo=False, batch_bootstrap=False for single bootstraps")
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
         ray = {k: v for k, v in ray.items() if k not in ("model", "load_model")}   # layout (A) runs steps, not groups

@@ -25,7 +25,8 @@ from hemlp.runtime.bootstrap_sim import simulate_bootstrap, simulate_mambo
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
            "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units",
-           "bootstrap_unit", "bootstrap_retag", "mambo_rows"]
+           "bootstrap_unit", "bootstrap_retag", "batch_units", "refresh_unit", "mambo_rows", "mambo_units",
+           "mambo_unit", "mambo_chunk"]
 
 
 def range_check(step, u, counts: dict | None = None):
@@ -244,7 +245,7 @@ def cached_elementwise(cache: dict, ctx, op: ElementwiseOp, relin_key):
 
 class LocalExecutor:
     """In-process execution of the heavy steps (the default of ``run``). Another executor (e.g.
-    hemlp.runtime.ray.RayExecutor) provides the same four methods and gives the same bits."""
+    hemlp.runtime.ray.RayExecutor) provides the same five methods and gives the same bits."""
 
     name = "local"
 
@@ -267,6 +268,12 @@ class LocalExecutor:
             raise MissingKeyError(f"step {step.out} bootstraps: run the plan with its bootstrapper (the eval keys' "
                                   "bootstrapping keys)")
         return bootstrap_rows(ctx, boot, C, step)
+
+    def mambo(self, ctx, C, step, boot, weight_bits: int):
+        if boot is None:
+            raise MissingKeyError(f"step {step.out} runs MaMBo: run the plan with its bootstrapper (the eval keys' "
+                                  "bootstrapping keys)")
+        return mambo_rows(ctx, boot, C, step, weight_bits)
 
 
 def _square_many(ctx, C, op: ElementwiseOp, relin_key):
@@ -319,6 +326,24 @@ def bootstrap_retag(ctx, cts: list, step) -> list:
     return [retag(ctx, ct, scale=ct.scale * c) if c != 1 else ct for ct in cts]
 
 
+def batch_units(cts, k: int) -> tuple[list[tuple], bool]:
+    """How an S2C-first (batched) bootstrap step refreshes a list of ciphertexts: consecutive groups of 2k real
+    ciphertexts (k pairs, one batch) or k complex ones, and whether they pair. MamboBootstrapper.bootstrap_batch
+    joins consecutive ciphertexts two by two and refreshes k at a time, so running it group by group gives the
+    same bits as one call on the whole list; the Ray runtime makes each group a task."""
+    pair = not any(ct.is_complex for ct in cts)
+    size = 2 * k if pair else k
+    return [tuple(range(i, min(i + size, len(cts)))) for i in range(0, len(cts), size)], pair
+
+
+def refresh_unit(ctx, boot, cts: list, step, pair: bool = False) -> list:
+    """One unit of a bootstrap step (bootstrap_units for CtS-first single bootstraps, batch_units for the
+    S2C-first batched pipeline), already re-tagged by bootstrap_retag: refreshed and restored (bootstrap_restore)."""
+    if step.info.get("order") == "s2c_first":
+        return bootstrap_restore(ctx, boot.bootstrap_batch(list(cts), pair=pair), step)
+    return bootstrap_unit(ctx, boot, cts, step)
+
+
 def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
     """The bootstrap step on every ciphertext of C: re-tag the scale x c, refresh two by two (bootstrap_pair)
     when level and scale agree, or the S2C-first batched pipeline with pairs (MamboBootstrapper.bootstrap_batch(
@@ -326,11 +351,12 @@ def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
     _check_boot_kind(boot, step)
     cts = bootstrap_retag(ctx, C.cts, step)
     if step.info.get("order") == "s2c_first":
-        out = bootstrap_restore(ctx, boot.bootstrap_batch(cts, pair=not any(ct.is_complex for ct in cts)), step)
-        return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
+        units, pair = batch_units(cts, int(step.info.get("k", 1)))
+    else:
+        units, pair = bootstrap_units(cts), False
     out = [None] * len(cts)
-    for u in bootstrap_units(cts):
-        for i, ct in zip(u, bootstrap_unit(ctx, boot, [cts[i] for i in u], step)):
+    for u in units:
+        for i, ct in zip(u, refresh_unit(ctx, boot, [cts[i] for i in u], step, pair)):
             out[i] = ct
     return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
 
@@ -346,34 +372,61 @@ def _check_boot_kind(boot, step) -> None:
                               f"bootstrapping keys are for k = {boot.k}: use the eval keys this plan's keygen() makes")
 
 
-def mambo_rows(ctx, boot, C: CtMatrix, step, weight_bits: int) -> CtMatrix:
-    """The MaMBo step (hemlp.bootstrap.mambo.MamboBootstrapper) on the PCMM's input C: U mixes rows, not chunks, so
-    two chunks of real rows share every SlotToCoeff and refresh (pcmm_bootstrap_pairs), a last odd chunk joins its
-    output rows two by two (pcmm_bootstrap(pair=True)); U·X / c re-tagged and multiplied back by c exactly (as a
-    bootstrap step), the bias added, dropped to the planned level."""
-    _check_boot_kind(boot, step)
-    c = int(step.info["scale_factor"])
-    ch, d1 = C.chunks, step.U.shape[0]
+def mambo_units(C: CtMatrix) -> tuple[list[tuple], bool]:
+    """How the MaMBo step splits its input's chunks (U mixes rows, not chunks, so chunks are independent): two
+    real chunks share every SlotToCoeff and refresh (pcmm_bootstrap_pairs), a last odd chunk or complex ones run
+    alone; and whether the rows are real. The Ray runtime makes each unit a task."""
     real = not any(ct.is_complex for ct in C.cts)
-    chunk = lambda j: [C.cts[r * ch + j] for r in range(C.shape[0])]  # noqa: E731
-    out = [None] * (d1 * ch)
-    j = 0
-    while j < ch:
-        if real and j + 1 < ch:
-            done = zip((j, j + 1), boot.pcmm_bootstrap_pairs(step.U, chunk(j), chunk(j + 1), weight_bits=weight_bits,
-                                                             c=float(c)))
+    units, j = [], 0
+    while j < C.chunks:
+        if real and j + 1 < C.chunks:
+            units.append((j, j + 1))
             j += 2
         else:
-            done = [(j, boot.pcmm_bootstrap(step.U, chunk(j), weight_bits=weight_bits, c=float(c), pair=real))]
+            units.append((j,))
             j += 1
-        for jj, ys in done:
+    return units, real
+
+
+def mambo_unit(ctx, boot, step, chunks: list, weight_bits: int, real: bool) -> list:
+    """One unit of mambo_units: chunks holds one or two lists of the input's rows (one chunk each); returns, per
+    chunk, its d1 output ciphertexts: U·X / c refreshed, re-tagged and multiplied back by c exactly (as a bootstrap
+    step), the bias added, dropped to the planned level."""
+    c = int(step.info["scale_factor"])
+    if len(chunks) == 2:
+        outs = boot.pcmm_bootstrap_pairs(step.U, chunks[0], chunks[1], weight_bits=weight_bits, c=float(c))
+    else:
+        outs = [boot.pcmm_bootstrap(step.U, chunks[0], weight_bits=weight_bits, c=float(c), pair=real)]
+    res = []
+    for ys in outs:
+        done = []
+        for r, y in enumerate(ys):
+            y = retag(ctx, y, scale=y.scale * c)           # slots U·X / c at scale Δ ...
+            if c != 1:
+                y = ctx.mul_integer(y, c)                  # ... U·X at scale Δ (as bootstrap_rows)
+            if step.bias is not None and step.bias[r] != 0:
+                y = ctx.add(y, float(step.bias[r]))
+            done.append(ctx.drop_level(y, step.level_out) if y.level > step.level_out else y)
+        res.append(done)
+    return res
+
+
+def mambo_chunk(C: CtMatrix, j: int) -> list:
+    """Chunk j of C: its rows' ciphertexts."""
+    return [C.cts[r * C.chunks + j] for r in range(C.shape[0])]
+
+
+def mambo_rows(ctx, boot, C: CtMatrix, step, weight_bits: int) -> CtMatrix:
+    """The MaMBo step (hemlp.bootstrap.mambo.MamboBootstrapper) on the PCMM's input C, unit by unit (mambo_units,
+    mambo_unit): Enc(U·X + bias) refreshed, d1 rows of C's chunks."""
+    _check_boot_kind(boot, step)
+    ch, d1 = C.chunks, step.U.shape[0]
+    units, real = mambo_units(C)
+    out = [None] * (d1 * ch)
+    for u in units:
+        for j, ys in zip(u, mambo_unit(ctx, boot, step, [mambo_chunk(C, j) for j in u], weight_bits, real)):
             for r, y in enumerate(ys):
-                y = retag(ctx, y, scale=y.scale * c)           # slots U·X / c at scale Δ ...
-                if c != 1:
-                    y = ctx.mul_integer(y, c)                  # ... U·X at scale Δ (as bootstrap_rows)
-                if step.bias is not None and step.bias[r] != 0:
-                    y = ctx.add(y, float(step.bias[r]))
-                out[r * ch + jj] = ctx.drop_level(y, step.level_out) if y.level > step.level_out else y
+                out[r * ch + j] = y
     return CtMatrix(ctx, out, (d1, C.shape[1]), ch, C.format)
 
 
@@ -383,7 +436,7 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
     x = vals[s.inputs[0]]
     if s.op == "pcmm":
         bits = s.info.get("weight_bits", weight_bits)
-        # an unrescaled final PCMM (final_rescale=False) runs in process only (layouts/batch.py checks)
+        # an unrescaled final PCMM (final_rescale=False): its product without the rescale (K = 1), at level 0
         kw = dict(rescale=False) if s.info.get("rescale") is False else {}
         if s.index is None:
             y = ex.pcmm(s.U, x, bias=s.bias, weight_bits=bits, step=s.out, **kw)
@@ -406,10 +459,7 @@ def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
     elif s.op == "bootstrap":
         y = ex.bootstrap(ctx, x, s, boot)
     elif s.op == "mambo":
-        if boot is None:
-            raise MissingKeyError(f"step {s.out} runs MaMBo: run the plan with its bootstrapper (the eval keys' "
-                                  "bootstrapping keys)")
-        y = mambo_rows(ctx, boot, x, s, weight_bits)
+        y = ex.mambo(ctx, x, s, boot, weight_bits)
     else:
         raise AssertionError(s.op)
     return y
@@ -421,8 +471,9 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
     timings (optional): filled with the wall-clock seconds of every step, by step name.
     boot (optional): the hemlp.bootstrap.Bootstrapper (CtS-first single bootstraps) or MamboBootstrapper (S2C-first
     batched bootstraps and MaMBo steps) of a plan with bootstrap steps.
-    executor (optional): runs the PCMMs, elementwise steps and bootstraps (``pcmm``, ``pcmm_gather``, ``map_cts``,
-    ``bootstrap``); default LocalExecutor(), in this process. Residual adds, level drops and MaMBo steps stay here.
+    executor (optional): runs the PCMMs, elementwise steps, bootstraps and MaMBo steps (``pcmm``, ``pcmm_gather``,
+    ``map_cts``, ``bootstrap``, ``mambo``); default LocalExecutor(), in this process. Residual adds and level drops
+    stay here.
     stream_bytes: in process, a chain pcmm -> row-wise steps -> dense pcmm whose intermediate layers would hold
     more ciphertext bytes than this runs by blocks of features of about this size (hemlp.runtime.streamed: the
     same bits); None runs every layer whole."""

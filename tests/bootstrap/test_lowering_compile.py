@@ -16,7 +16,7 @@ import pytest
 
 import hemlp
 from hemlp.bootstrap import BootstrapKeys
-from hemlp.errors import EncodingError, MissingKeyError, ParameterError, UnsupportedError
+from hemlp.errors import EncodingError, MissingKeyError, ParameterError
 from hemlp.runtime.artifacts import EvalKeys
 
 torch = pytest.importorskip("torch")
@@ -215,8 +215,6 @@ def test_errors(mambo, mambo_run, unlowered, data):
         hemlp.compile(mlp(), data[0], batch_size=40, mambo=True)
     with pytest.raises(ParameterError, match="batch_bootstrap=1"):
         compile_(mlp(), data[0], batch_bootstrap=1)
-    with pytest.raises(UnsupportedError, match="runtime='local'"):
-        mambo.run(mambo.encrypt(data[2], sk), ek, runtime="ray")
     wrong = EvalKeys(mambo.model_id, ek.relin_key, bootstrap_keys=BootstrapKeys.generate(mambo.context, sk))
     with pytest.raises(MissingKeyError, match="s2c_first pipeline and need BatchBootstrapKeys"):
         mambo.run(mambo.encrypt(data[2], sk), wrong)

@@ -36,11 +36,8 @@ def test_final_pcmm_unrescaled_saves_a_level(data):
     assert np.mean(y.argmax(1) == yt.argmax(1)) == 1.0
 
 
-def test_final_rescale_false_refuses_other_layouts_and_ray(data):
+def test_final_rescale_false_refuses_other_layouts(data):
     model = mlp(dims=(64, 32, 16, 10), seed=2)
     with pytest.raises(UnsupportedError, match="layout"):
         hemlp.compile(model, data, batch_size=1, allow_insecure=True, layout="packed", final_rescale=False)
-    cm = hemlp.compile(model, data, batch_size=32, allow_insecure=True, layout="batch", final_rescale=False)
-    sk, ek = cm.keygen()
-    with pytest.raises(UnsupportedError, match="Ray"):
-        cm.run(cm.encrypt(data, sk), ek, runtime="ray")
+    # on Ray: tests/runtime/test_ray_layouts.py (bit-identical to the in-process run)

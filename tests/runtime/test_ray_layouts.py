@@ -112,3 +112,60 @@ def test_bootstrapped_plan_bit_identical(local_ray):
     assert 1 <= loads <= len(pids)     # the bootstrapping keys are decoded once per worker process
     y, sim = cm.decrypt(out, sk), cm.simulate(x)
     assert np.array_equal(y.argmax(1), sim.argmax(1)) and np.max(np.abs(y - sim)) < 2.0 ** -14
+
+
+def square_net():
+    """6 -> 2 -> 16 -> 16 -> 3 with x^2 between: every layer one level, so bootstraps can follow a dense layer."""
+    torch.manual_seed(5)
+    layers = []
+    for a, b in zip((6, 2, 16, 16), (2, 16, 16, 3)):
+        layers += [torch.nn.Linear(a, b), Square()]
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def test_batched_bootstraps_and_mambo_bit_identical(local_ray):
+    """S2C-first batched bootstraps (k pairs a task) and MaMBo steps (a chunk pair a task) on Ray: the same bits
+    as in process. 1100 samples at test-N10-boot (512 slots) are 3 chunks: one MaMBo task runs two chunks joined
+    (pcmm_bootstrap_pairs), the other the third alone."""
+    rng = np.random.default_rng(17)
+    cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.6, 0.9, (1100, 6))
+    cm = hemlp.compile(square_net(), cal, batch_size=1100, bootstrap=True, mambo=True, batch_bootstrap=2,
+                       layout="batch", allow_insecure=True, preset="test-N10-boot")
+    fused = [s.out for s in cm.steps if s.op == "mambo"]
+    batched = [s for s in cm.steps if s.op == "bootstrap" and s.info.get("order") == "s2c_first"]
+    assert fused
+    ref, out, st, sk = run_both(cm, x)
+    assert same(ref, out)
+    pids, loads = set(), 0
+    for name in fused:
+        m = st[name]
+        assert m["op"] == "mambo" and m["units"] == 2 and len(m["tasks"]) == 2
+        assert sorted(t["ciphertexts"] for t in m["tasks"]) == sorted([3 * 2, 3])   # d1 = 3 outputs per chunk
+        pids.update(t["pid"] for t in m["tasks"])
+        loads += sum(t["keys_loaded"] for t in m["tasks"])
+    for s in batched:
+        b = st[s.out]
+        assert b["op"] == "bootstrap" and sum(t["ciphertexts"] for t in b["tasks"]) == s.rows * 3
+        assert all(t["ciphertexts"] <= 2 * s.info["k"] for t in b["tasks"])      # k pairs a task
+        pids.update(t["pid"] for t in b["tasks"])
+        loads += sum(t["keys_loaded"] for t in b["tasks"])
+    assert 1 <= loads <= len(pids)     # the batched keys are decoded once per worker process
+    y, sim = cm.decrypt(out, sk), cm.simulate(x)
+    assert np.array_equal(y.argmax(1), sim.argmax(1)) and np.max(np.abs(y - sim)) < 2.0 ** -14
+
+
+def test_unrescaled_final_layer_bit_identical(local_ray):
+    """compile(..., final_rescale=False) on Ray: the last PCMM runs sharded without its rescale at level 0 (K = 1),
+    the same bits as in process."""
+    from hemlp.compiler.params import final_pcmm, unrescaled
+
+    x = _asym((64, 32), seed=4)
+    cm = hemlp.compile(mlp(dims=(32, 16, 10)), x, batch_size=64, allow_insecure=True, layout="batch",
+                       final_rescale=False)
+    last = final_pcmm(cm.steps)
+    assert unrescaled(last) and last.level_in == 0
+    ref, out, st, sk = run_both(cm, x)
+    assert same(ref, out) and out.ctm.level == 0
+    assert st[last.out]["op"] in ("pcmm", "pcmm_gather")      # sharded by ray_pcmm, not run in the driver
+    y, ys = cm.decrypt(out, sk), cm.simulate(x)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -20 * max(1, np.abs(ys).max())

@@ -2,8 +2,9 @@
 
 The fallback for programs with steps RayProgram does not know: PCMMs through ``ray_pcmm`` / ``ray_pcmm_gather``,
 elementwise steps as tasks over groups of ciphertexts sent from and returned to the driver (``pack_cts``), and a
-bootstrap step as one task per bootstrap (one ciphertext or a pair: ``local.bootstrap_units``), spread over the
-workers, each of which builds its Bootstrapper once from the bootstrapping keys put once per run.
+bootstrap step as one task per bootstrap (one ciphertext or a pair: ``local.bootstrap_units``; an S2C-first batch
+of k pairs: ``local.batch_units``) and a MaMBo step as one task per chunk pair (``local.mambo_units``), spread over
+the workers, each of which builds its bootstrapper once from the bootstrapping keys put once per run.
 """
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import numpy as np
 
 from hemlp.pcmm import CtMatrix
 from hemlp.errors import MissingKeyError
-from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, bootstrap_units
+from hemlp.bootstrap import BatchBootstrapKeys
+from hemlp.runtime.local import ElementwiseOp, batch_units, bootstrap_retag, bootstrap_units, mambo_chunk, mambo_units
 from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
 from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
-from hemlp.runtime.ray.tasks import bootstrap_remote, elementwise_remote
+from hemlp.runtime.ray.tasks import bootstrap_remote, elementwise_remote, mambo_remote
 
 __all__ = ["RayExecutor"]
 
@@ -32,7 +34,8 @@ class RayExecutor(RayDriver):
     2 x num_workers tasks). stats: filled per step (PCMM: ray_pcmm's stats; elementwise: tasks, bytes,
     nodes, phases; bootstrap: its tasks' processes, seconds and whether they loaded the keys). tune_malloc: see
     RayDriver (the elementwise and bootstrap tasks; ray_pcmm's tasks never tune). bootstrap_keys: the
-    hemlp.bootstrap.BootstrapKeys of a plan with bootstrap steps."""
+    hemlp.bootstrap.BootstrapKeys (CtS-first single bootstraps) or BatchBootstrapKeys (S2C-first batched
+    bootstraps and MaMBo steps) of a plan with bootstrap steps."""
 
     name = "ray"
 
@@ -54,17 +57,17 @@ class RayExecutor(RayDriver):
             return g.get(step)
         return g
 
-    def pcmm(self, U, C, *, bias=None, weight_bits: int = 20, step=None):
+    def pcmm(self, U, C, *, bias=None, weight_bits: int = 20, step=None, rescale: bool = True):
         st = {}
         y = ray_pcmm(U, C, num_workers=self.num_workers, grid=self._grid_for(step), weight_bits=weight_bits,
-                     bias=bias, stats=st)
+                     bias=bias, stats=st, rescale=rescale)
         self.stats[step] = dict(st, op="pcmm")
         return y
 
-    def pcmm_gather(self, U, C, index, *, bias=None, weight_bits: int = 20, step=None):
+    def pcmm_gather(self, U, C, index, *, bias=None, weight_bits: int = 20, step=None, rescale: bool = True):
         st = {}
         y = ray_pcmm_gather(U, C, index, num_workers=self.num_workers, grid=self._grid_for(step),
-                            weight_bits=weight_bits, bias=bias, stats=st)
+                            weight_bits=weight_bits, bias=bias, stats=st, rescale=rescale)
         self.stats[step] = dict(st, op="pcmm_gather")
         return y
 
@@ -113,17 +116,40 @@ class RayExecutor(RayDriver):
             self._boot = (ctx.hash, digest, [self.ray.put(data)])   # in a list: tasks fetch it on a cache miss only
         return self._boot[1], self._boot[2]
 
+    def _boot_kind(self) -> str:
+        return "batch" if isinstance(self.bootstrap_keys, BatchBootstrapKeys) else "single"
+
+    def _collect(self, ctx, pending: list, n: int) -> tuple[list, list]:
+        """The outputs of (indices, refs) tasks placed by index, and the tasks' metas."""
+        out, tasks = [None] * n, []
+        for u, (a_ref, m_ref, t_ref) in pending:
+            arr, metas, meta = self.ray.get([a_ref, m_ref, t_ref])
+            for i, ct in zip(u, unpack_cts(ctx, arr, metas)):
+                out[i] = ct
+            tasks.append(dict(meta, ciphertexts=len(u)))
+            del arr
+        return out, tasks
+
     def bootstrap(self, ctx, C, step, boot=None):
         """A bootstrap step: every bootstrap (unit) a task of its own, so the workers take them as they free up;
-        the results land where local.bootstrap_rows puts them, with the same bits."""
+        the results land where local.bootstrap_rows puts them, with the same bits. CtS-first single bootstraps go
+        one or two ciphertexts a task; the S2C-first batched pipeline one batch (k pairs) a task."""
         if self.bootstrap_keys is None:
             raise MissingKeyError(f"step {step.out} bootstraps: run the plan with the eval keys' bootstrapping keys")
-        ray = self.ray
         t0 = time.perf_counter()
         params = self._params_of(ctx)
         digest, holder = self._boot_keys(ctx)
+        kind = self._boot_kind()
         cts = bootstrap_retag(ctx, C.cts, step)
-        units = bootstrap_units(cts)
+        if step.info.get("order") == "s2c_first":
+            units, pair = batch_units(cts, int(step.info.get("k", 1)))
+        else:
+            units, pair = bootstrap_units(cts), False
+        want = "batch" if step.info.get("order") == "s2c_first" else "single"
+        if kind != want:
+            raise MissingKeyError(f"step {step.out} runs the {step.info.get('order', 'cts_first')} bootstrapping "
+                                  f"pipeline; the eval keys hold {type(self.bootstrap_keys).__name__}: use the eval "
+                                  "keys this plan's keygen() makes")
         task = bootstrap_remote()
         pending, sent = [], 0
         for u in units:
@@ -131,16 +157,39 @@ class RayExecutor(RayDriver):
             sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
             refs = task.options(scheduling_strategy="SPREAD").remote(
                 ctx.hash, params, step, arr, metas, digest, holder, self.threads, self.tune_malloc,
-                ctx.native.min_security_bits)
+                ctx.native.min_security_bits, kind, pair)
             pending.append((u, refs))
-        out, tasks = [None] * len(cts), []
-        for u, (a_ref, m_ref, t_ref) in pending:
-            arr, metas, meta = ray.get([a_ref, m_ref, t_ref])
-            for i, ct in zip(u, unpack_cts(ctx, arr, metas)):
-                out[i] = ct
-            tasks.append(dict(meta, ciphertexts=len(u)))
-            del arr
+        out, tasks = self._collect(ctx, pending, len(cts))
         self.stats[step.out] = dict(op="bootstrap", tasks=tasks, bootstraps=len(units), sent_bytes=sent,
                                     processes=sorted({t["pid"] for t in tasks}),
                                     seconds=time.perf_counter() - t0)
         return CtMatrix(ctx, out, C.shape, C.chunks, C.format)
+
+    def mambo(self, ctx, C, step, boot, weight_bits: int):
+        """A MaMBo step: every unit (one chunk, or two sharing every refresh: local.mambo_units) a task, through
+        local.mambo_unit in the worker with the batched bootstrapping keys put once per run: the same bits as
+        local.mambo_rows."""
+        if not isinstance(self.bootstrap_keys, BatchBootstrapKeys):
+            raise MissingKeyError(f"step {step.out} runs MaMBo: run the plan with its eval keys' batched "
+                                  "bootstrapping keys (BatchBootstrapKeys, made by this plan's keygen())")
+        t0 = time.perf_counter()
+        params = self._params_of(ctx)
+        digest, holder = self._boot_keys(ctx)
+        ch, d1, rows = C.chunks, step.U.shape[0], C.shape[0]
+        units, real = mambo_units(C)
+        task = mambo_remote()
+        pending, sent = [], 0
+        for u in units:
+            arr, metas = pack_cts([ct for j in u for ct in mambo_chunk(C, j)])
+            sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
+            refs = task.options(scheduling_strategy="SPREAD").remote(
+                ctx.hash, params, step, arr, metas, rows, int(weight_bits), real, digest, holder, self.threads,
+                self.tune_malloc, ctx.native.min_security_bits)
+            # the task returns d1 outputs per chunk of u, chunk after chunk: output row r of chunk j goes to r*ch + j
+            pending.append(([r * ch + j for j in u for r in range(d1)], refs))
+        out, tasks = self._collect(ctx, pending, d1 * ch)
+        self.stats[step.out] = dict(op="mambo", tasks=tasks, units=len(units), sent_bytes=sent,
+                                    processes=sorted({t["pid"] for t in tasks}),
+                                    seconds=time.perf_counter() - t0)
+        return CtMatrix(ctx, out, (d1, C.shape[1]), ch, C.format)
+

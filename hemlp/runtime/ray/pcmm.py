@@ -65,7 +65,7 @@ def _remote(name: str):
     return _REMOTES[name]
 
 
-def _check(U, C, weight_bits: int, gathered: bool = False):
+def _check(U, C, weight_bits: int, gathered: bool = False, rescale: bool = True):
     if not isinstance(C, CtMatrix):
         raise TypeError("ray_pcmm: C must be a CtMatrix (see hemlp.pcmm.encrypt_matrix)")
     if C.format not in ("rlwe", "msrlwe"):
@@ -79,7 +79,7 @@ def _check(U, C, weight_bits: int, gathered: bool = False):
     if not 1 <= weight_bits <= 40:
         raise EncodingError("weight_bits must be in [1, 40]")
     ref = C.cts[0].native
-    if ref.level == 0:
+    if ref.level == 0 and rescale:
         raise LevelError("pcmm: the encrypted matrix is at level 0; a PCMM needs one level for its rescale")
     for ct in C.cts:
         o = ct.native
@@ -133,8 +133,9 @@ def _stack_gathered(C, index: np.ndarray) -> np.ndarray:
     return X
 
 
-def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
-    """Native objects from the product residues, rescaled and biased exactly as pcmm.pcmm does."""
+def _assemble(C, out: np.ndarray, scale: float, bias, rescale: bool = True) -> list:
+    """Native objects from the product residues, rescaled (unless rescale=False) and biased exactly as pcmm.pcmm
+    does."""
     ctx, ref, level = C.ctx, C.cts[0].native, C.level
     d1 = out.shape[0]
     b = None
@@ -147,7 +148,8 @@ def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
         for r in range(d1):
             o = _core.ms_import(ctx.native, out[r, 0, 0], [out[r, j, 0] for j in range(1, out.shape[1])], level, scale,
                                 ref.slots, ref.encoding, ref.key_id, None)
-            o = _core.ms_rescale(ctx.native, o)
+            if rescale:
+                o = _core.ms_rescale(ctx.native, o)
             if b is not None:
                 enc = "slot" if o.encoding == 0 else "coeff"
                 width = ctx.slots if enc == "slot" else ctx.N
@@ -161,7 +163,8 @@ def _assemble(C, out: np.ndarray, scale: float, bias) -> list:
         for j in range(ncols):
             obj = ctx.native.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
                                            ref.is_complex, ref.key_id, None)
-            cts.append(ctx.rescale(ctx.wrap(Ciphertext, obj)))
+            ct = ctx.wrap(Ciphertext, obj)
+            cts.append(ctx.rescale(ct) if rescale else ct)
     if b is not None:
         cts = [ctx.add(ct, float(b[idx // ncols])) for idx, ct in enumerate(cts)]
     return cts
@@ -178,27 +181,28 @@ def _tree_sum(ray, refs: list, q: int):
 
 
 def ray_pcmm(U, C, *, address: str | None = None, num_workers: int | None = None, grid=None,
-             weight_bits: int = 20, bias=None, stats: dict | None = None):
-    """Enc(U @ M + bias[:, None]) on Ray; bit-identical to pcmm.pcmm(U, C, weight_bits=..., bias=...)
-    for RLWE and MSRLWE matrices (MLWE needs key switches: use pcmm.pcmm).
+             weight_bits: int = 20, bias=None, stats: dict | None = None, rescale: bool = True):
+    """Enc(U @ M + bias[:, None]) on Ray; bit-identical to pcmm.pcmm(U, C, weight_bits=..., bias=..., rescale=...)
+    for RLWE and MSRLWE matrices (MLWE needs key switches: use pcmm.pcmm). rescale=False: the product without its
+    rescale (K = 1; at level 0 too: a final layer of compile(..., final_rescale=False)).
 
     address: None = the running Ray / a local one started here (num_workers CPUs), or a cluster
     address ("host:port", "ray://host:10001", "auto"). grid: a planner Grid or (p_m, p_n, p_k)
     over (output rows, columns, reduction rows); default: planner.grid.grid_3d for
     num_workers. stats: a dict to fill with the grid, task count, object-store bytes and nodes used."""
     t0 = time.perf_counter()
-    U = _check(U, C, weight_bits)
-    return _product(U, C, _stack_limbs(C), 1, t0, address, num_workers, grid, weight_bits, bias, stats)
+    U = _check(U, C, weight_bits, rescale=rescale)
+    return _product(U, C, _stack_limbs(C), 1, t0, address, num_workers, grid, weight_bits, bias, stats, rescale)
 
 
 def ray_pcmm_gather(U, C, index, *, address: str | None = None, num_workers: int | None = None, grid=None,
-                    weight_bits: int = 20, bias=None, stats: dict | None = None):
+                    weight_bits: int = 20, bias=None, stats: dict | None = None, rescale: bool = True):
     """pcmm.pcmm_gather on Ray, bit-identical: out[r P + p] = sum_i U[r, i] C.row(index[i, p]) (+ bias[r]).
 
     The P gathered blocks become P c extra columns of one product (a convolution as im2col over
     ciphertext rows), so the grid's column axis also splits the output positions."""
     t0 = time.perf_counter()
-    U = _check(U, C, weight_bits, gathered=True)
+    U = _check(U, C, weight_bits, gathered=True, rescale=rescale)
     if C.format != "rlwe":
         raise EncodingError("pcmm_gather works on RLWE matrices; convert with pcmm.to_rlwe first")
     index = np.asarray(index)
@@ -207,15 +211,17 @@ def ray_pcmm_gather(U, C, index, *, address: str | None = None, num_workers: int
     if not np.issubdtype(index.dtype, np.integer) or index.min() < -1 or index.max() >= C.shape[0]:
         raise ShapeError(f"pcmm_gather: index entries must be -1 or row numbers < {C.shape[0]}")
     P = index.shape[1]
-    return _product(U, C, _stack_gathered(C, index), P, t0, address, num_workers, grid, weight_bits, bias, stats)
+    return _product(U, C, _stack_gathered(C, index), P, t0, address, num_workers, grid, weight_bits, bias, stats,
+                    rescale)
 
 
-def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_bits, bias, stats):
+def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_bits, bias, stats,
+             rescale: bool = True):
     """The sharded product of U with the stacked residues X; P_out output rows per row of U."""
     ctx, level = C.ctx, C.level
     d1, d2 = U.shape
     Uq, delta = pcmm.quantize(U, weight_bits)
-    K = max(1, round(ctx.modulus(level) / delta))
+    K = max(1, round(ctx.modulus(level) / delta)) if rescale else 1   # as pcmm.gathered_product
     ref = C.cts[0].native
     c, P = X.shape[2], X.shape[3]
     t_stack = time.perf_counter()
@@ -261,7 +267,7 @@ def _product(U, C, X, P_out: int, t0: float, address, num_workers, grid, weight_
         nodes = sorted(set(ray.get(node_refs)))
         t_tasks = time.perf_counter()
     scale = ref.scale * float(delta * K)  # the native PCMM's out_scale_factor: the same double product
-    cts = _assemble(C, out, scale, bias)
+    cts = _assemble(C, out, scale, bias, rescale)
     del out
     if stats is not None:
         H = P * (level + 1) * ctx.N * 8  # bytes of one column unit: a ciphertext (RLWE), a polynomial (MSRLWE)

@@ -18,11 +18,11 @@ import warnings
 import numpy as np
 
 from hemlp import _core
-from hemlp.bootstrap import Bootstrapper, BootstrapKeys
+from hemlp.bootstrap import BatchBootstrapKeys, Bootstrapper, BootstrapKeys, MamboBootstrapper
 from hemlp import fhe
 from hemlp.fhe import Ciphertext
 from hemlp.pcmm import CtMatrix
-from hemlp.runtime.local import ElementwiseOp, LocalExecutor, bootstrap_unit, elementwise, run_step
+from hemlp.runtime.local import ElementwiseOp, LocalExecutor, elementwise, mambo_unit, refresh_unit, run_step
 from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, import_range, meta_of, pack_cts,
                                       row_pieces, unpack_cts)
 from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
@@ -30,7 +30,8 @@ from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id
 
 __all__ = ["ELEMENTWISE", "group_task", "group_remote", "elementwise_task", "elementwise_remote", "worker_context",
-           "worker_relin_key", "worker_bootstrapper", "bootstrap_task", "bootstrap_remote", "clear_worker_cache",
+           "worker_relin_key", "worker_bootstrapper", "bootstrap_task", "bootstrap_remote", "mambo_task", "mambo_remote",
+           "clear_worker_cache",
            "resolve_metas"]
 
 #: the steps that act on each ciphertext alone (fused into the task that produced their input)
@@ -87,32 +88,72 @@ def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, me
     return a, m, node_id()
 
 
-def worker_bootstrapper(ray, ctx, digest: str, holder: list):
-    """(the Bootstrapper of the bootstrapping keys the driver put once (holder[0]: their ObjectRef), built once per
-    worker process by digest, whether this call built it)."""
-    key = ("boot", ctx.hash, digest)
+#: the bootstrapping key kinds the driver ships (RayExecutor): single CtS-first keys, or the batched S2C-first ones
+BOOT_KINDS = ("single", "batch")
+
+
+def worker_bootstrapper(ray, ctx, digest: str, holder: list, kind: str = "single"):
+    """(the bootstrapper of the bootstrapping keys the driver put once (holder[0]: their ObjectRef), built once per
+    worker process by digest, whether this call built it). kind "single": BootstrapKeys -> Bootstrapper; "batch":
+    BatchBootstrapKeys (S2C-first) -> MamboBootstrapper, which runs batched bootstraps and MaMBo steps."""
+    if kind not in BOOT_KINDS:
+        raise ValueError(f"bootstrapping key kind must be one of {BOOT_KINDS}, got {kind!r}")
+    key = ("boot", ctx.hash, digest, kind)
     miss = key not in _WORKER_CACHE
-    return _cache(key, lambda: Bootstrapper(ctx, BootstrapKeys.from_bytes(ray.get(holder[0]), ctx))), miss
+
+    def make():
+        data = ray.get(holder[0])
+        if kind == "batch":
+            return MamboBootstrapper(ctx, BatchBootstrapKeys.from_bytes(data, ctx))
+        return Bootstrapper(ctx, BootstrapKeys.from_bytes(data, ctx))
+
+    return _cache(key, make), miss
+
+
+def _task_meta(t_start: float, cpu_start: float, miss: bool, t0: float, t1: float) -> dict:
+    return dict(node=node_id(), pid=os.getpid(), keys_loaded=miss, bootstrap_seconds=t1 - t0,
+                seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
+                span=(time.time() - (time.perf_counter() - t_start), time.time()))
 
 
 def bootstrap_task(phash: str, params: bytes, step, arr, metas, boot_digest, boot_holder, threads: int,
-                   tune: bool = False, min_security_bits: int = 128):
-    """One unit of a bootstrap step (one ciphertext, or two refreshed together: local.bootstrap_units) through
-    local.bootstrap_unit, the in-process arithmetic, so the same bits. Returns (array, metas, task meta)."""
+                   tune: bool = False, min_security_bits: int = 128, kind: str = "single", pair: bool = False):
+    """One unit of a bootstrap step (one ciphertext or two refreshed together: local.bootstrap_units; a group of
+    the S2C-first batched pipeline: local.batch_units) through local.refresh_unit, the in-process arithmetic, so
+    the same bits. Returns (array, metas, task meta)."""
     ray = import_ray()
     t_start, cpu_start = time.perf_counter(), time.process_time()
     if tune:
         tune_malloc()
     _core.set_num_threads(threads)
     ctx = worker_context(phash, params, min_security_bits)
-    boot, miss = worker_bootstrapper(ray, ctx, boot_digest, boot_holder)
+    boot, miss = worker_bootstrapper(ray, ctx, boot_digest, boot_holder, kind)
     t0 = time.perf_counter()
-    out = bootstrap_unit(ctx, boot, unpack_cts(ctx, arr, metas), step)
+    out = refresh_unit(ctx, boot, unpack_cts(ctx, arr, metas), step, pair)
     t1 = time.perf_counter()
     a, m = pack_cts(out)
-    return a, m, dict(node=node_id(), pid=os.getpid(), keys_loaded=miss, bootstrap_seconds=t1 - t0,
-                      seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
-                      span=(time.time() - (time.perf_counter() - t_start), time.time()))
+    return a, m, _task_meta(t_start, cpu_start, miss, t0, t1)
+
+
+def mambo_task(phash: str, params: bytes, step, arr, metas, rows: int, weight_bits: int, real: bool, boot_digest,
+               boot_holder, threads: int, tune: bool = False, min_security_bits: int = 128):
+    """One unit of a MaMBo step (one chunk of the input's rows, or two sharing every refresh: local.mambo_units)
+    through local.mambo_unit, so the same bits. The ciphertexts arrive chunk after chunk, `rows` each; returns the
+    outputs the same way (d1 per chunk) and the task meta."""
+    ray = import_ray()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    if tune:
+        tune_malloc()
+    _core.set_num_threads(threads)
+    ctx = worker_context(phash, params, min_security_bits)
+    boot, miss = worker_bootstrapper(ray, ctx, boot_digest, boot_holder, "batch")
+    cts = unpack_cts(ctx, arr, metas)
+    chunks = [cts[i:i + rows] for i in range(0, len(cts), rows)]
+    t0 = time.perf_counter()
+    outs = mambo_unit(ctx, boot, step, chunks, weight_bits, real)
+    t1 = time.perf_counter()
+    a, m = pack_cts([y for ys in outs for y in ys])
+    return a, m, _task_meta(t_start, cpu_start, miss, t0, t1)
 
 
 _REMOTE = {}
@@ -130,6 +171,11 @@ def _remote(key: str, fn):
 def bootstrap_remote():
     """bootstrap_task as a Ray remote function."""
     return _remote("boot", bootstrap_task)
+
+
+def mambo_remote():
+    """mambo_task as a Ray remote function."""
+    return _remote("mambo", mambo_task)
 
 
 def elementwise_remote():
