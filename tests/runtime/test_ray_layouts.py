@@ -131,16 +131,16 @@ def test_batched_bootstraps_and_mambo_bit_identical(local_ray):
     cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.6, 0.9, (1100, 6))
     cm = hemlp.compile(square_net(), cal, batch_size=1100, bootstrap=True, mambo=True, batch_bootstrap=2,
                        layout="batch", allow_insecure=True, preset="test-N10-boot")
-    fused = [s.out for s in cm.steps if s.op == "mambo"]
+    fused = [s for s in cm.steps if s.op == "mambo"]
     batched = [s for s in cm.steps if s.op == "bootstrap" and s.info.get("order") == "s2c_first"]
     assert fused
     ref, out, st, sk = run_both(cm, x)
     assert same(ref, out)
     pids, loads = set(), 0
-    for name in fused:
-        m = st[name]
+    for s in fused:
+        m, d1 = st[s.out], s.U.shape[0]
         assert m["op"] == "mambo" and m["units"] == 2 and len(m["tasks"]) == 2
-        assert sorted(t["ciphertexts"] for t in m["tasks"]) == sorted([3 * 2, 3])   # d1 = 3 outputs per chunk
+        assert sorted(t["ciphertexts"] for t in m["tasks"]) == [d1, 2 * d1]   # d1 outputs per chunk: 2 + 1 chunks
         pids.update(t["pid"] for t in m["tasks"])
         loads += sum(t["keys_loaded"] for t in m["tasks"])
     for s in batched:
@@ -161,7 +161,7 @@ def test_unrescaled_final_layer_bit_identical(local_ray):
 
     x = _asym((64, 32), seed=4)
     cm = hemlp.compile(mlp(dims=(32, 16, 10)), x, batch_size=64, allow_insecure=True, layout="batch",
-                       final_rescale=False)
+                       final_rescale=False, preset="test-N12-d6")      # a 60-bit q_0 holds the unrescaled output
     last = final_pcmm(cm.steps)
     assert unrescaled(last) and last.level_in == 0
     ref, out, st, sk = run_both(cm, x)
