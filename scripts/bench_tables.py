@@ -206,7 +206,13 @@ def ray(command: str) -> str:
 
 
 def ray_boot(name: str, command: str) -> str:
+    """Layout (A) with bootstraps on Ray: single pair bootstraps, or batched ones (--pipeline batched: k pairs per
+    task; rendered when its JSON exists)."""
+    if not (BENCH / name).exists():
+        return ""
     d = load(name)
+    batched = d.get("pipeline") == "batched"
+    unit = f"batched call (k = {d['k']} pairs)" if batched else "pair bootstrap"
     rows = []
     for m in d["modes"]:
         label = "in-process, 1 thread" if m["mode"] == "in-process" else f"Ray, {m['workers']} worker(s)"
@@ -216,10 +222,10 @@ def ray_boot(name: str, command: str) -> str:
         rows.append([label, sec(m["bootstrap_steps_s"]), sec(m["other_steps_s"]), sec(m["end_to_end_s"]), per,
                      f"{share:.0%}", "yes" if m["bit_identical"] else "NO", " / ".join(f"{v:.1f}" for v in la) or "–"])
     sp = d.get("speedup") or {}
-    body = table(["mode", "bootstrap steps", "other steps", "end to end", "one pair bootstrap (in its task)",
+    body = table(["mode", "bootstrap steps", "other steps", "end to end", f"one {unit} (in its task)",
                   "CPU / wall", "bit-identical", "load average (per block)"], rows)
     body += (f"\n\nMLP 6-{d['width']}-{d['width']}-3 compiled with bootstrap=True ({d['preset']}, batch {d['batch']}): "
-             f"{d['bootstrap_steps']} bootstrap steps, {d['bootstraps']} pair bootstraps in all, one Ray task each; "
+             f"{d['bootstrap_steps']} bootstrap steps, {d['bootstraps']} {unit}s in all, one Ray task each; "
              f"medians of {d['repeats']} runs in each of {d['rounds']} alternating blocks per worker count."
              + (f" Bootstrap steps 1 → 2 workers: {sp['bootstrap_steps']:.2f}× wall, end to end {sp['end_to_end']:.2f}×."
                 if sp else "")
@@ -228,7 +234,9 @@ def ray_boot(name: str, command: str) -> str:
                 "measurement)." if sp and "task_cpu_ratio" in sp else "")
              + " Wall-time ratio on a shared 2-core machine: the load average says how many other processes ran, and "
                "CPU / wall the share of a core each task (in process: the run) got.")
-    return section("Bootstrapped plan on Ray (layout A, bootstrap=True)", name, command, body, d)
+    title = "Bootstrapped plan on Ray (layout A, bootstrap=True" + (", S2C-first batched bootstrapping)" if batched
+                                                                     else ")")
+    return section(title, name, command, body, d)
 
 
 def ray_boot_packed(name: str, command: str) -> str:
@@ -482,6 +490,8 @@ def render() -> str:
         ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "
             "(--batch, --dims, --nodes 2 for the other rows)"),
         ray_boot("ray_boot.json", f"{env} -m hemlp.bench ray_boot --rounds 3 --json bench/ray_boot.json"),
+        ray_boot("ray_boot_batched.json", f"{env} -m hemlp.bench ray_boot --pipeline batched --rounds 3 "
+                                          "--json bench/ray_boot_batched.json"),
         ray_boot_packed("ray_boot_packed.json", f"{env} -m hemlp.bench ray_boot --layout packed --rounds 3 "
                                                 "--json bench/ray_boot_packed.json"),
         files("files_N14.json", f"{env} -m hemlp.bench files --preset N14-d6 --json bench/files_N14.json"),

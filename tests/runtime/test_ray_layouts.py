@@ -103,24 +103,23 @@ def test_bootstrapped_plan_bit_identical(local_ray):
     assert len(boots) >= 2
     ref, out, st, sk = run_both(cm, x)
     assert same(ref, out)
-    pids, loads = set(), 0
     for name in boots:
         b = st[name]
         assert b["op"] == "bootstrap" and b["bootstraps"] == 4 and len(b["tasks"]) == 4   # 8 ciphertexts, in pairs
-        pids.update(t["pid"] for t in b["tasks"])
-        loads += sum(t["keys_loaded"] for t in b["tasks"])
-    assert 1 <= loads <= len(pids)     # the bootstrapping keys are decoded once per worker process
+    keys_loaded_once([st[name]["tasks"] for name in boots])
+    decrypts_as_simulated(cm, out, sk, x)
+
+
+def keys_loaded_once(task_lists):
+    """The bootstrapping keys are decoded once per worker process: 1 <= loads <= processes over these tasks."""
+    tasks = [t for ts in task_lists for t in ts]
+    loads = sum(t["keys_loaded"] for t in tasks)
+    assert 1 <= loads <= len({t["pid"] for t in tasks})
+
+
+def decrypts_as_simulated(cm, out, sk, x):
     y, sim = cm.decrypt(out, sk), cm.simulate(x)
     assert np.array_equal(y.argmax(1), sim.argmax(1)) and np.max(np.abs(y - sim)) < 2.0 ** -14
-
-
-def square_net():
-    """6 -> 2 -> 16 -> 16 -> 3 with x^2 between: every layer one level, so bootstraps can follow a dense layer."""
-    torch.manual_seed(5)
-    layers = []
-    for a, b in zip((6, 2, 16, 16), (2, 16, 16, 3)):
-        layers += [torch.nn.Linear(a, b), Square()]
-    return torch.nn.Sequential(*layers[:-1])
 
 
 def test_batched_bootstraps_and_mambo_bit_identical(local_ray):
@@ -129,29 +128,24 @@ def test_batched_bootstraps_and_mambo_bit_identical(local_ray):
     (pcmm_bootstrap_pairs), the other the third alone."""
     rng = np.random.default_rng(17)
     cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.6, 0.9, (1100, 6))
-    cm = hemlp.compile(square_net(), cal, batch_size=1100, bootstrap=True, mambo=True, batch_bootstrap=2,
+    net = mlp(dims=(6, 2, 16, 16, 3), seed=5)    # x^2 between: a bootstrap can follow each dense layer
+    cm = hemlp.compile(net, cal, batch_size=1100, bootstrap=True, mambo=True, batch_bootstrap=2,
                        layout="batch", allow_insecure=True, preset="test-N10-boot")
     fused = [s for s in cm.steps if s.op == "mambo"]
     batched = [s for s in cm.steps if s.op == "bootstrap" and s.info.get("order") == "s2c_first"]
     assert fused
     ref, out, st, sk = run_both(cm, x)
     assert same(ref, out)
-    pids, loads = set(), 0
     for s in fused:
         m, d1 = st[s.out], s.U.shape[0]
         assert m["op"] == "mambo" and m["units"] == 2 and len(m["tasks"]) == 2
         assert sorted(t["ciphertexts"] for t in m["tasks"]) == [d1, 2 * d1]   # d1 outputs per chunk: 2 + 1 chunks
-        pids.update(t["pid"] for t in m["tasks"])
-        loads += sum(t["keys_loaded"] for t in m["tasks"])
     for s in batched:
         b = st[s.out]
         assert b["op"] == "bootstrap" and sum(t["ciphertexts"] for t in b["tasks"]) == s.rows * 3
         assert all(t["ciphertexts"] <= 2 * s.info["k"] for t in b["tasks"])      # k pairs a task
-        pids.update(t["pid"] for t in b["tasks"])
-        loads += sum(t["keys_loaded"] for t in b["tasks"])
-    assert 1 <= loads <= len(pids)     # the batched keys are decoded once per worker process
-    y, sim = cm.decrypt(out, sk), cm.simulate(x)
-    assert np.array_equal(y.argmax(1), sim.argmax(1)) and np.max(np.abs(y - sim)) < 2.0 ** -14
+    keys_loaded_once([st[s.out]["tasks"] for s in fused + batched])
+    decrypts_as_simulated(cm, out, sk, x)
 
 
 def test_unrescaled_final_layer_bit_identical(local_ray):

@@ -2,6 +2,10 @@
 
     python -m hemlp.bench ray_boot [--width 16] [--workers 1,2] [--rounds 2] [--repeats 3] [--warmup 1] --json PATH
     python -m hemlp.bench ray_boot --layout packed [--features 256] [--batch 64] ... --json PATH
+    python -m hemlp.bench ray_boot --pipeline batched [--k 2] ... --json PATH
+
+--pipeline batched (layout (A)): the bootstraps lowered to S2C-first batched bootstrapping (batch_bootstrap=k): on
+Ray every batch of k pairs is a task (hemlp.runtime.ray.executor), the batched keys loaded once per worker process.
 
 --layout packed: an MLP F-W-W-3 compiled with layout="packed", bootstrap=True at test-N12-boot for a request of
 --batch samples (F = 256 features: 8 samples per group of ciphertexts, so 64 samples are 8 groups). On Ray every
@@ -45,6 +49,9 @@ def add_arguments(p) -> None:
     p.add_argument("--rounds", type=int, default=2, help="blocks per worker count, alternating (a fresh Ray each)")
     p.add_argument("--layout", choices=("batch", "packed"), default="batch",
                    help="batch: layout (A), every pair bootstrap a task; packed: layout (P), every group a task")
+    p.add_argument("--pipeline", choices=("single", "batched"), default="single",
+                   help="layout (A): single CtS-first pair bootstraps, or S2C-first batched bootstrapping (k pairs)")
+    p.add_argument("--k", type=int, default=2, help="--pipeline batched: ciphertexts per batch")
     p.add_argument("--features", type=int, default=256, help="--layout packed: input features F")
     p.add_argument("--batch", type=int, default=64, help="--layout packed: samples in the request")
     p.add_argument("--json", default=None)
@@ -81,9 +88,10 @@ def main(args) -> int:
         if packed:     # layout (P): the request's groups of samples as tasks, their bootstraps inside
             cm = hemlp.compile(model(args.width, F), cal, batch_size=args.batch, layout="packed", bootstrap=True,
                                allow_insecure=True, activation_degree=3)
-        else:          # single (CtS-first) bootstraps: Ray runs that pipeline (the S2C-first batched one in process)
+        else:          # single (CtS-first) pair bootstraps, or S2C-first batches of k pairs: a task each on Ray
             cm = hemlp.compile(model(args.width), cal, layout="batch", bootstrap=True, mambo=False,
-                               batch_bootstrap=False, allow_insecure=True, activation_degree=3)
+                               batch_bootstrap=args.k if args.pipeline == "batched" else False, allow_insecure=True,
+                               activation_degree=3)
         sk, ek = cm.keygen()
     n = args.batch if packed else cm.capacity
     x = rng.uniform(-0.9, 0.9, (n, F)) + rng.uniform(-0.1, 0.2, F)        # asymmetric per feature
@@ -158,7 +166,8 @@ def main(args) -> int:
                        task_cpu_ratio=cpu_ratio, derived_idle_2_cores=2 * cpu_ratio)
     what = (f"layout (P), batch {n} = {groups} groups of {cm.layout_impl.program.b}: {len(boots)} bootstrap points, "
             f"{n_boot} bootstraps (steps summed over the groups' tasks)" if packed else
-            f"batch {cm.capacity}: {len(boots)} bootstrap steps, {n_boot} pair bootstraps")
+            f"batch {cm.capacity}: {len(boots)} bootstrap steps, {n_boot} "
+            f"{'pair bootstraps' if args.pipeline == 'single' else f'batched calls (k = {args.k} pairs)'}")
     report.table(["mode", "bootstrap steps", "other steps", "end to end", "per bootstrap (in task)", "CPU / wall",
                   "bit-identical", "load avg before"], rows,
                  title=f"bootstrapped MLP {F}-{args.width}-{args.width}-3, {cm.preset}, {what}; medians of "
@@ -170,7 +179,8 @@ def main(args) -> int:
               "idle cores)")
     if args.json:
         extra = dict(layout="packed", features=F, groups=groups, samples_per_group=cm.layout_impl.program.b,
-                     boot_slots=cm.layout_impl.program.boot_slots) if packed else dict(layout="batch")
+                     boot_slots=cm.layout_impl.program.boot_slots) if packed else \
+            dict(layout="batch", pipeline=args.pipeline, k=args.k if args.pipeline == "batched" else None)
         report.save_json(args.json, "ray_boot", dict(
             preset=cm.preset, width=args.width, batch=n, bootstrap_steps=len(boots), bootstraps=n_boot,
             ciphertexts_per_step=None if packed else args.width, repeats=args.repeats, warmup=args.warmup,

@@ -110,6 +110,18 @@ def worker_bootstrapper(ray, ctx, digest: str, holder: list, kind: str = "single
     return _cache(key, make), miss
 
 
+def _boot_task_setup(phash: str, params: bytes, digest, holder, kind: str, threads: int, tune: bool,
+                     min_security_bits: int) -> tuple:
+    """What a bootstrapping task starts with: (the context, the bootstrapper of kind, whether it was built now)."""
+    ray = import_ray()
+    if tune:
+        tune_malloc()
+    _core.set_num_threads(threads)
+    ctx = worker_context(phash, params, min_security_bits)
+    boot, miss = worker_bootstrapper(ray, ctx, digest, holder, kind)
+    return ctx, boot, miss
+
+
 def _task_meta(t_start: float, cpu_start: float, miss: bool, t0: float, t1: float) -> dict:
     return dict(node=node_id(), pid=os.getpid(), keys_loaded=miss, bootstrap_seconds=t1 - t0,
                 seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
@@ -121,13 +133,8 @@ def bootstrap_task(phash: str, params: bytes, step, arr, metas, boot_digest, boo
     """One unit of a bootstrap step (one ciphertext or two refreshed together: local.bootstrap_units; a group of
     the S2C-first batched pipeline: local.batch_units) through local.refresh_unit, the in-process arithmetic, so
     the same bits. Returns (array, metas, task meta)."""
-    ray = import_ray()
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    if tune:
-        tune_malloc()
-    _core.set_num_threads(threads)
-    ctx = worker_context(phash, params, min_security_bits)
-    boot, miss = worker_bootstrapper(ray, ctx, boot_digest, boot_holder, kind)
+    ctx, boot, miss = _boot_task_setup(phash, params, boot_digest, boot_holder, kind, threads, tune, min_security_bits)
     t0 = time.perf_counter()
     out = refresh_unit(ctx, boot, unpack_cts(ctx, arr, metas), step, pair)
     t1 = time.perf_counter()
@@ -140,13 +147,9 @@ def mambo_task(phash: str, params: bytes, step, arr, metas, rows: int, weight_bi
     """One unit of a MaMBo step (one chunk of the input's rows, or two sharing every refresh: local.mambo_units)
     through local.mambo_unit, so the same bits. The ciphertexts arrive chunk after chunk, `rows` each; returns the
     outputs the same way (d1 per chunk) and the task meta."""
-    ray = import_ray()
     t_start, cpu_start = time.perf_counter(), time.process_time()
-    if tune:
-        tune_malloc()
-    _core.set_num_threads(threads)
-    ctx = worker_context(phash, params, min_security_bits)
-    boot, miss = worker_bootstrapper(ray, ctx, boot_digest, boot_holder, "batch")
+    ctx, boot, miss = _boot_task_setup(phash, params, boot_digest, boot_holder, "batch", threads, tune,
+                                       min_security_bits)
     cts = unpack_cts(ctx, arr, metas)
     chunks = [cts[i:i + rows] for i in range(0, len(cts), rows)]
     t0 = time.perf_counter()
