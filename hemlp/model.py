@@ -461,16 +461,18 @@ class CompiledModel:
         ("host:port", "ray://host:10001", "auto") joins that cluster (RuntimeUnavailableError if it
         cannot be reached). Ray options: grid ((p_m, p_n, p_k[, p_s]) or {step: grid}; p_s = 2 puts the two
         polynomials of every ciphertext in different tasks; default the planner's grid_store for num_workers),
-        cts_per_task, stats (a dict filled per step). The result's
+        cts_per_task, threads_per_task (native threads per task, each holding that many CPUs: e.g. a node's cores
+        when one N16 bootstrapping process per node is what memory allows; default 1), stats (a dict filled per step).
+        The result's
         layer_seconds holds every step's wall-clock seconds. verbose: a per-layer progress bar on stderr (True /
         False; None: only when stderr is a terminal, never in tests; hemlp.progress)."""
         self._need_weights("run()")
         if runtime not in ("local", "ray"):
             raise ValueError(f"runtime must be 'local' or 'ray', got {runtime!r}")
-        unknown = set(ray_options) - {"grid", "cts_per_task", "stats"}
+        unknown = set(ray_options) - {"grid", "cts_per_task", "stats", "threads_per_task"}
         if unknown or (ray_options and runtime != "ray"):
-            raise TypeError(f"run() got unexpected options {sorted(unknown or ray_options)} (grid, cts_per_task and "
-                            "stats are options of runtime='ray')")
+            raise TypeError(f"run() got unexpected options {sorted(unknown or ray_options)} (grid, cts_per_task, "
+                            "threads_per_task and stats are options of runtime='ray')")
         if runtime == "local" and (address is not None or num_workers is not None):
             raise ValueError("address and num_workers are options of runtime='ray'")
 

@@ -224,12 +224,14 @@ class Layout:
         if model is None or load_model is None:
             raise UnsupportedError(f"layout {self.label} runs on Ray through its compiled model: "
                                    "compiled.run(ct, eval_keys, runtime='ray')")
-        unknown = {k for k, v in opts.items() if v is not None} - {"address", "num_workers", "stats"}
+        unknown = {k for k, v in opts.items() if v is not None} - {"address", "num_workers", "stats",
+                                                                     "threads_per_task"}
         if unknown:
             raise TypeError(f"layout {self.label} on Ray runs its groups as tasks: {sorted(unknown)} are options of "
                             "layout (A) only")
         return run_groups(model, load_model, eval_keys, weights, ctx, groups, timings, address=opts.get("address"),
-                          num_workers=opts.get("num_workers"), stats=opts.get("stats"), part=part)
+                          num_workers=opts.get("num_workers"), stats=opts.get("stats"), part=part,
+                          threads_per_task=1 if opts.get("threads_per_task") is None else opts["threads_per_task"])
 
     # ---- plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:

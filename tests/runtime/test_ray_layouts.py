@@ -163,3 +163,31 @@ def test_unrescaled_final_layer_bit_identical(local_ray):
     assert st[last.out]["op"] in ("pcmm", "pcmm_gather")      # sharded by ray_pcmm, not run in the driver
     y, ys = cm.decrypt(out, sk), cm.simulate(x)
     assert np.max(np.abs(y - ys)) < 2.0 ** -20 * max(1, np.abs(ys).max())
+
+
+def test_threads_per_task_bit_identical(local_ray):
+    """threads_per_task: every group task (layout P) or bootstrap task (layout A) runs that many native threads and
+    holds as many CPUs, with the same bits as one thread (the native kernels' results do not depend on threads)."""
+    x = _asym((16, 256), seed=5)
+    cm = hemlp.compile(mlp(dims=(256, 16, 4)), x, batch_size=16, allow_insecure=True, layout="packed")
+    sk, ek = cm.keygen()
+    ct = cm.encrypt(x, sk)
+    ref = cm.run(ct, ek, threads=1)
+    st = {}
+    out = cm.run(ct, ek, runtime="ray", num_workers=2, threads_per_task=2, stats=st)
+    assert same(ref, out) and st["threads_per_task"] == 2 and len(st["tasks"]) == 2
+    with pytest.raises(ValueError, match="threads_per_task"):
+        cm.run(ct, ek, runtime="ray", num_workers=2, threads_per_task=0)
+    with pytest.raises(TypeError, match="threads_per_task"):
+        cm.run(ct, ek, threads_per_task=2)        # a Ray option
+    rng = np.random.default_rng(11)
+    cal, xb = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.9, 0.9, (32, 6))
+    cb = hemlp.compile(mlp(dims=(6, 8, 8, 3), seed=3), cal, batch_size=32, bootstrap=True, mambo=False,
+                       batch_bootstrap=False, layout="batch", allow_insecure=True, preset="test-N10-boot")
+    sk, ek = cb.keygen()
+    ct = cb.encrypt(xb, sk)
+    st = {}
+    two = cb.run(ct, ek, runtime="ray", num_workers=2, threads_per_task=2, stats=st)
+    assert same(cb.run(ct, ek, threads=1), two)
+    boots = [s.out for s in cb.steps if s.op == "bootstrap"]
+    assert boots and all(len(st[b]["tasks"]) >= 1 for b in boots)

@@ -92,7 +92,7 @@ class RayExecutor(RayDriver):
             rows = [i // C.chunks - r0 for i in range(g0, g1)]
             arr, metas = pack_cts(C.cts[g0:g1])
             sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
-            refs = task.options(scheduling_strategy="SPREAD").remote(
+            refs = task.options(**self._task_options()).remote(
                 ctx.hash, params, op.rows(r0, r1), rows, arr, metas, digest, holder, self.threads, self.tune_malloc,
                 ctx.native.min_security_bits)
             pending.append((g0, refs))
@@ -115,6 +115,10 @@ class RayExecutor(RayDriver):
             data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
             self._boot = (ctx.hash, digest, [self.ray.put(data)])   # in a list: tasks fetch it on a cache miss only
         return self._boot[1], self._boot[2]
+
+    def _task_options(self) -> dict:
+        """Spread over the nodes, holding as many CPUs as the task's native threads."""
+        return dict(scheduling_strategy="SPREAD", **({"num_cpus": self.threads} if self.threads != 1 else {}))
 
     def _boot_kind(self) -> str:
         return "batch" if isinstance(self.bootstrap_keys, BatchBootstrapKeys) else "single"
@@ -155,7 +159,7 @@ class RayExecutor(RayDriver):
         for u in units:
             arr, metas = pack_cts([cts[i] for i in u])
             sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
-            refs = task.options(scheduling_strategy="SPREAD").remote(
+            refs = task.options(**self._task_options()).remote(
                 ctx.hash, params, step, arr, metas, digest, holder, self.threads, self.tune_malloc,
                 ctx.native.min_security_bits, kind, pair)
             pending.append((u, refs))
@@ -182,7 +186,7 @@ class RayExecutor(RayDriver):
         for u in units:
             arr, metas = pack_cts([ct for j in u for ct in mambo_chunk(C, j)])
             sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
-            refs = task.options(scheduling_strategy="SPREAD").remote(
+            refs = task.options(**self._task_options()).remote(
                 ctx.hash, params, step, arr, metas, rows, int(weight_bits), real, digest, holder, self.threads,
                 self.tune_malloc, ctx.native.min_security_bits)
             # the task returns d1 outputs per chunk of u, chunk after chunk: output row r of chunk j goes to r*ch + j

@@ -145,10 +145,12 @@ def _remote():
 
 
 def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timings: dict | None = None, *,
-               address=None, num_workers: int | None = None, stats: dict | None = None, part=None) -> list:
+               address=None, num_workers: int | None = None, stats: dict | None = None, part=None,
+               threads_per_task: int = 1) -> list:
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
     doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
-    run_group (what of the program each task runs; None: all). timings: each step's seconds summed over the groups
+    run_group (what of the program each task runs; None: all). threads_per_task: the native threads of each task
+    and the CPUs it holds (e.g. a node's cores when one N16 bootstrapping process is all its memory holds). timings: each step's seconds summed over the groups
     (as the in-process run reports them). stats: the tasks (process, node, seconds, peak RSS, whether the process loaded the
     model) and the bytes put."""
     t0 = time.perf_counter()
@@ -160,12 +162,18 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
         ship = ship.light()            # the store holds the keys now; the driver's serialised copy goes
         w_digest, w_holder = (None, None) if wbytes is None else (hashlib.sha256(wbytes).hexdigest(),
                                                                    [ray.put(wbytes)])
+        threads = int(threads_per_task)
+        if threads < 1:
+            raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
+        opts = dict(scheduling_strategy="SPREAD")
+        if threads != 1:
+            opts["num_cpus"] = threads
         task, pending, sent = _remote(), [], 0
         for g in groups:
             arr, metas = pack_cts(g)
             sent += arr.nbytes if hasattr(arr, "nbytes") else sum(a.nbytes for a in arr)
-            pending.append(task.options(scheduling_strategy="SPREAD").remote(
-                ship.digest, holder, w_digest, w_holder, arr, metas, 1, part))
+            pending.append(task.options(**opts).remote(ship.digest, holder, w_digest, w_holder, arr, metas, threads,
+                                                       part))
         outs, tasks = [], []
         for a_ref, m_ref, t_ref in pending:
             arr, metas, meta = ray.get([a_ref, m_ref, t_ref])
@@ -177,7 +185,7 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
             del arr
         del holder
     if stats is not None:
-        stats.update(groups=len(groups), tasks=tasks, processes=sorted({t["pid"] for t in tasks}), sent_bytes=sent,
+        stats.update(groups=len(groups), threads_per_task=threads, tasks=tasks, processes=sorted({t["pid"] for t in tasks}), sent_bytes=sent,
                      shipment_bytes=sum(map(len, ship.files.values())) + key_bytes,
                      weights_bytes=0 if wbytes is None else len(wbytes), seconds=time.perf_counter() - t0)
     return outs

@@ -11,20 +11,25 @@ __all__ = ["run_on_ray"]
 
 def run_on_ray(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, *, address=None,
                num_workers: int | None = None, grid=None, cts_per_task: int | None = None, stats: dict | None = None,
-               tune_malloc: bool | None = None, bootstrap_keys=None):
+               tune_malloc: bool | None = None, bootstrap_keys=None, threads_per_task: int | None = None):
     """Run a lowered program on Ray (joins `address` or starts a local Ray for the call when none is connected;
     see ray_session): RayProgram, activations kept in the object store between layers. Programs with steps it
     does not know fall back to local.run with a RayExecutor (one Ray call per step). tune_malloc: the workers'
     malloc tuning, off unless True or HEMLP_RAY_TUNE_MALLOC=1 (hemlp.runtime.ray.malloc). bootstrap_keys: the
     hemlp.bootstrap.BootstrapKeys of a program with bootstrap steps (compile(..., bootstrap=True)): such programs
-    run step by step, every bootstrap a task (RayExecutor.bootstrap)."""
+    run step by step, every bootstrap a task (RayExecutor.bootstrap). threads_per_task: the native threads (and CPUs
+    held) of each task (default 1; RayProgram's node-local tasks use a node's cores anyway)."""
+    threads = 1 if threads_per_task is None else int(threads_per_task)
+    if threads < 1:
+        raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
     with ray_session(address, num_workers):
         if supported(steps, C):
-            ex = RayProgram(num_workers=num_workers, grid=grid, cts_per_task=cts_per_task, tune_malloc=tune_malloc)
+            ex = RayProgram(num_workers=num_workers, grid=grid, cts_per_task=cts_per_task, tune_malloc=tune_malloc,
+                            threads_per_task=threads)
             out = ex.run(ctx, steps, C, relin_key, weight_bits, timings)
         else:
             ex = RayExecutor(num_workers=num_workers, grid=grid, cts_per_task=cts_per_task, tune_malloc=tune_malloc,
-                             bootstrap_keys=bootstrap_keys)
+                             bootstrap_keys=bootstrap_keys, threads_per_task=threads)
             out = run(ctx, steps, C, relin_key, weight_bits, timings, executor=ex)
     if stats is not None:
         stats.update(ex.stats)
