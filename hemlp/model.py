@@ -25,7 +25,8 @@ the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), 
 bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
 bootstraps placed by hemlp.planner.bootstrap_placement: layout (A), hemlp.layouts.batch_bootstrap; with
 layout="packed" layout (P), one sample by default: hemlp.layouts.packed_bootstrap; with layout="auto" and a
-batch_size the cheaper of the two, bootstraps included, whose keys fit: hemlp.layouts.boot_choice), mambo and
+batch_size the cheaper of the two, bootstraps included, whose keys fit: hemlp.layouts.boot_choice; with
+encrypted_weights=True layout (C): hemlp.layouts.blocked_bootstrap), mambo and
 batch_bootstrap (with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering):
 mambo=True runs every dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched
 bootstrap), False never;
@@ -77,6 +78,7 @@ from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
+from hemlp.layouts.blocked_bootstrap import plan_blocked_bootstrapped
 from hemlp.layouts.boot_choice import choose_bootstrapped
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
@@ -635,13 +637,19 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     if fit_report:
         ref_out = g.reference(calib)[g.output.name]
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(ref_out)))
-    if opts["bootstrap"]:      # layouts (A) / (P) with bootstraps placed by the planner
-        if opts["layout"] not in ("auto", "batch", "packed") or opts["encrypted_weights"]:
-            raise UnsupportedError("bootstrap=True places bootstraps in layouts (A) and (P) only: layout (A') "
-                                   "(layout='mlwe') and layout (C) (encrypted_weights=True) have no bootstrap "
-                                   "placement; use layout='batch' or 'packed' (or 'auto', which compares the two), "
-                                   "or drop bootstrap=True for a leveled plan")
-        if opts["layout"] == "packed":      # the single-image layout (hemlp.layouts.packed_bootstrap)
+    if opts["bootstrap"]:      # layouts (A), (P) and (C) with bootstraps placed by the planner
+        if opts["layout"] not in ("auto", "batch", "packed"):
+            raise UnsupportedError("bootstrap=True places bootstraps in layouts (A), (P) and (C) (encrypted weights): "
+                                   "layout (A') (layout='mlwe') has no bootstrap placement; use layout='batch' or "
+                                   "'packed' (or 'auto', which compares the two), or drop bootstrap=True for a "
+                                   "leveled plan")
+        if opts["encrypted_weights"]:       # layout (C): hemlp.layouts.blocked_bootstrap
+            if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
+                raise UnsupportedError("layout (C) refreshes its blocks with single CtS-first bootstraps: mambo=True "
+                                       "/ batch_bootstrap are layout (A) options")
+            lay, estimates, why = layouts.choose([layouts.get("blocked")],
+                                                 plan_blocked_bootstrapped(steps, calib, opts, batch_size))
+        elif opts["layout"] == "packed":      # the single-image layout (hemlp.layouts.packed_bootstrap)
             if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
                 raise UnsupportedError("layout (P) refreshes one packed ciphertext per value with single CtS-first "
                                        "bootstraps: mambo=True / batch_bootstrap are layout (A) options")

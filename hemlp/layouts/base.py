@@ -26,6 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from hemlp.bootstrap import Bootstrapper
 from hemlp.errors import ParameterError, UnsupportedError
 from hemlp.pcmm import CtMatrix
 
@@ -120,6 +121,15 @@ class Layout:
         return [self.name, self.batch_size]
 
     # ---- keys
+    _boot = None        # (keys, Bootstrapper) of the last run with single CtS-first bootstraps
+
+    def single_bootstrapper(self, ctx, keys):
+        """The Bootstrapper of these BootstrapKeys, built once per key set and context (the groups of a run, and
+        later runs with the same keys, reuse it)."""
+        if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
+            self._boot = (keys, Bootstrapper(ctx, keys))
+        return self._boot[1]
+
     @property
     def needs_relin(self) -> bool:
         return any(s.op in CT_PRODUCT_OPS for s in self.steps)

@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from hemlp.bootstrap.batch_keys import estimate_bytes
+from hemlp.bootstrap.keys import BootstrapKeys
 from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams, preset_levels_consumed
 from hemlp.fhe import Params
 from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
-from hemlp.errors import EncodingError, ParameterError
+from hemlp.errors import EncodingError, MissingKeyError, ParameterError
 from hemlp.layouts.base import Planned
 from hemlp.pcmm import quantize
 from hemlp.planner.bootstrap_lowering import Lowering, PipelineCosts, choose_pipelines
@@ -46,7 +47,8 @@ from hemlp.runtime.local import simulate as simulate_rows
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
-           "boot_order", "boot_batch_size", "scale_factor", "DEFAULT_NOISE_BITS"]
+           "boot_order", "boot_batch_size", "scale_factor", "DEFAULT_NOISE_BITS", "value_rows", "BootPlanning",
+           "check_single_boot_keys", "sparse_summary_text"]
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
 BOOT_PRESETS = dict(secure="N16-boot", insecure="test-N12-boot")
@@ -90,7 +92,7 @@ def simulate_padded(steps, G: np.ndarray, capacity: int, weight_bits: int) -> np
     return simulate_rows(steps, X, weight_bits).T[: G.shape[0]]
 
 
-def _value(steps, x: np.ndarray, name: str, weight_bits: int) -> np.ndarray:
+def value_rows(steps, x: np.ndarray, name: str, weight_bits: int) -> np.ndarray:
     """The rows matrix of value `name` on the example input (the program up to its producer, plus an output)."""
     i = next(k for k, s in enumerate(steps) if s.out == name)
     probe = list(steps[: i + 1]) + [Step("output", name + "#probe", [name], steps[i].rows)]
@@ -205,18 +207,47 @@ def scale_factor(peak: float, margin: float, limit: float, what: str, params) ->
     return f
 
 
+@dataclass
+class BootPlanning:
+    """What every layout's bootstrap planning starts from: the preset, its bootstrap's cost, the calibration rows
+    matrix (features x samples), the output's peak on it and the levels the output keeps in reserve."""
+    info: dict
+    params: Params
+    boot: BootstrapCost
+    X: np.ndarray
+    max_out: float
+    reserve: int
+
+    @classmethod
+    def of(cls, steps, x: np.ndarray, opts: dict) -> "BootPlanning":
+        info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
+        params = Params.preset(info["name"])
+        boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
+        X = x.reshape(x.shape[0], -1).T
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = simulate_rows(steps, X, int(opts["weight_bits"]))
+        max_out = float(np.max(np.abs(y))) if y.size else 0.0
+        return cls(info, params, boot, X, max_out, output_reserve(max_out, params.log_scale,
+                                                                  int(math.log2(params.q[0]))))
+
+
+def check_single_boot_keys(eval_keys, slots: int, what: str) -> None:
+    """The eval keys of a plan with single CtS-first bootstraps of `slots` slots hold such keys (MissingKeyError)."""
+    bk = getattr(eval_keys, "bootstrap_keys", None)
+    if not isinstance(bk, BootstrapKeys):
+        raise MissingKeyError("this plan bootstraps: its eval keys need the bootstrapping keys "
+                              f"(BootstrapKeys for {slots} slots); use keygen()'s eval_keys")
+    if bk.params.slots != slots:
+        raise MissingKeyError(f"this plan bootstraps {what} of {slots} slots; the bootstrapping keys are for "
+                              f"{bk.params.slots or 'all'} slots: use this plan's keygen()")
+
+
 def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     """The layout (A) program with bootstraps for a lowered model (compile(..., bootstrap=True))."""
-    info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
-    params = Params.preset(info["name"])
-    boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
+    bp = BootPlanning.of(steps, x, opts)
+    info, params, boot, X, max_out, reserve = bp.info, bp.params, bp.boot, bp.X, bp.max_out, bp.reserve
     wb = int(opts["weight_bits"])
-    X = x.reshape(x.shape[0], -1).T
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        y = simulate_rows(steps, X, wb)
-    max_out = float(np.max(np.abs(y))) if y.size else 0.0
-    reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     bs = int(batch_size) if batch_size is not None else params.N // 2
     chunks = -(-bs // (params.N // 2))
     costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[info["name"]][1])
@@ -239,12 +270,12 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     for b in placement.bootstraps:
         if b.value in factors:
             continue
-        peak = float(np.max(np.abs(_value(steps, X, b.value, wb))))
+        peak = float(np.max(np.abs(value_rows(steps, X, b.value, wb))))
         factors[b.value] = scale_factor(peak, margin, limit, f"value {b.value!r}", params)
         if b.value in low.mambo_values:         # MaMBo refreshes U·X before the bias is added
             p = by_name[b.value]
             Uq, delta = quantize(p.U, wb)
-            ux = (Uq / delta) @ _value(steps, X, p.inputs[0], wb)
+            ux = (Uq / delta) @ value_rows(steps, X, p.inputs[0], wb)
             mfactors[b.value] = scale_factor(float(np.max(np.abs(ux))), margin, 2.0 ** 62,
                                               f"the product of layer {b.value!r}", params)
     if low.order == "cts_first":
@@ -274,6 +305,13 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
 def bootstrap_steps(steps) -> list:
     """The steps that refresh ciphertexts: placed bootstraps and MaMBo layers."""
     return [s for s in steps if s.op in ("bootstrap", "mambo")]
+
+
+def sparse_summary_text(info: dict, how: str) -> str:
+    """The printed plan's bootstrapping lines for a layout that bootstraps with info["bootstrap"]["boot_slots"]
+    slots ("" without bootstraps); how: a line on what is refreshed, with {slots} for the slot count."""
+    b = info.get("bootstrap")
+    return "" if not b else "\n" + summary_text(b) + "\n#   " + how.format(slots=b["boot_slots"])
 
 
 def summary(steps, params, batch: int, layer_seconds: float | None = None) -> dict | None:

@@ -26,18 +26,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hemlp.bootstrap import BootParams, BootstrapKeys
 from hemlp.he.ccmm import rectangular
 from hemlp.fhe import Ciphertext, from_bytes
 from hemlp.compiler.lower import dense_matrix
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, SerializationError, ShapeError,
                           UnsupportedError)
 from hemlp.fhe.files import map_file, write_atomic
+from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.chain import plan_chain
 from hemlp.planner.layouts import unit_costs
 from hemlp.runtime import artifacts
-from hemlp.runtime.local import ElementwiseOp, cached_elementwise
+from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
+from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, bootstrap_unit, bootstrap_units, cached_elementwise
 
 __all__ = ["Blocked", "BlockedProgram", "BlockedRunner", "EncryptedWeights", "encrypt_blocks", "flat", "CGEMM_LEVELS"]
 
@@ -79,11 +82,14 @@ class BlockedProgram:
                     b = np.repeat(b, s.index.shape[1])
                 self.layers.append(BlockedLayer(s, W, b, None))
                 feats = W.shape[0]
-            elif s.op in ("square", "poly"):
+            elif s.op in ("square", "poly", "bootstrap"):
                 if not self.layers:
-                    raise UnsupportedError(f"layout (C): an activation ({s.out}) before the first linear layer; "
-                                           "use plaintext weights (layout A/P)")
-                self.layers[-1].acts.append(s)
+                    raise UnsupportedError(f"layout (C): an activation or bootstrap ({s.out}) before the first linear "
+                                           "layer; use plaintext weights (layout A/P)")
+                self.layers[-1].acts.append(s)      # bootstrap: placed by the planner (layouts.blocked_bootstrap)
+            elif s.op == "drop":
+                if self.layers:                     # before the first layer: the runner drops to its input level
+                    self.layers[-1].acts.append(s)
             elif s.op in ("alias", "output"):
                 continue
             else:
@@ -159,7 +165,7 @@ class BlockedProgram:
         """The highest level a relinearisation happens at: a CCMM relinearises its products after two
         rescales (level_in - 2); activations at their own input level."""
         lv = [L.step.level_in - (CGEMM_LEVELS - 1) for L in self.layers]
-        lv += [s.level_in for L in self.layers for s in L.acts]
+        lv += [s.level_in for L in self.layers for s in L.acts if s.op in ("square", "poly")]
         return max(lv)
 
     def describe(self) -> list[str]:
@@ -182,9 +188,27 @@ class BlockedProgram:
             Y = [[sum(Wb[a][t] @ Y[t][j] for t in range(lay.b_k)) + bb[a] for j in range(lay.b_n)]
                  for a in range(lay.b_m)]
             for s in L.acts:
-                Y = [[s.act.eval_u(blk) for blk in row] for row in Y]
+                Y = self._simulate_act(s, Y)
         m = self.layers[-1].W.shape[0]
         return np.block(Y)[:m, : len(X)].T
+
+
+    def _simulate_act(self, s, Y: list) -> list:
+        """Blocks [a][j] after an activation, a drop (nothing to model) or a bootstrap (every block's slot vector
+        range-checked and given the bootstrap's error, as hemlp.runtime.bootstrap_sim models a sparse bootstrap)."""
+        if s.op == "drop":
+            return Y
+        if s.op == "bootstrap":
+            shapes = [[blk.shape for blk in row] for row in Y]
+            vecs = []
+            for row in Y:
+                for blk in row:
+                    v = np.zeros(self.slots)
+                    v[: blk.size] = blk.reshape(-1, order="F")
+                    vecs.append(v)
+            out = iter(simulate_packed_bootstrap(s, vecs, self.slots))
+            return [[next(out)[: r * c].reshape((r, c), order="F") for r, c in row] for row in shapes]
+        return [[s.act.eval_u(blk) for blk in row] for row in Y]
 
 
 def encrypt_blocks(ctx, blocks, key, slots: int, level: int) -> list:
@@ -277,12 +301,33 @@ class BlockedRunner:
             self._tr[i] = self.prog.transforms(i)
         return self._tr[i]
 
-    def _acts(self, s, blocks, relin_key):
+    def _acts(self, s, blocks, relin_key, boot=None):
+        if s.op == "drop":
+            return [[self.ctx.drop_level(c, s.level_out) if c.level > s.level_out else c for c in row]
+                    for row in blocks]
+        if s.op == "bootstrap":
+            return self._bootstrap(s, blocks, boot)
         fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s), relin_key)
         return [[fn(0, c) for c in row] for row in blocks]
 
-    def run(self, x_blocks, weights: EncryptedWeights, relin_key, galois_keys, timings: dict | None = None):
-        """x_blocks [b_k][b_n] ciphertexts of the input -> output blocks [b_m][b_n]."""
+    def _bootstrap(self, s, blocks, boot):
+        """Every block divided by c (a re-tag of the scale), refreshed (two real ones per bootstrap_pair), multiplied
+        back by c exactly and dropped to the planned level (hemlp.runtime.local's units, so the same pairing)."""
+        if boot is None:
+            raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
+                                  "eval_keys)")
+        cts = bootstrap_retag(self.ctx, [c for row in blocks for c in row], s)
+        out = [None] * len(cts)
+        for u in bootstrap_units(cts):
+            for i, ct in zip(u, bootstrap_unit(self.ctx, boot, [cts[i] for i in u], s)):
+                out[i] = ct
+        it = iter(out)
+        return [[next(it) for _ in row] for row in blocks]
+
+    def run(self, x_blocks, weights: EncryptedWeights, relin_key, galois_keys, timings: dict | None = None,
+            boot=None):
+        """x_blocks [b_k][b_n] ciphertexts of the input -> output blocks [b_m][b_n]. boot: the Bootstrapper of a
+        program with bootstrap steps."""
         ctx = self.ctx
         if relin_key is None or galois_keys is None:
             raise MissingKeyError("layout (C) needs the relinearisation and rotation keys of keygen()'s eval_keys")
@@ -320,7 +365,7 @@ class BlockedRunner:
                 timings[L.step.out] = time.perf_counter() - t0
             for s in L.acts:
                 t0 = time.perf_counter()
-                Y = self._acts(s, Y, relin_key)
+                Y = self._acts(s, Y, relin_key, boot)
                 if timings is not None:
                     timings[s.out] = time.perf_counter() - t0
         return Y
@@ -339,18 +384,39 @@ class Blocked(Layout):
     def estimate(self):
         return "the only layout with encrypted weights"
 
+    @property
+    def bootstrapped(self) -> bool:
+        """True when the planner placed bootstraps in the chain (compile(..., bootstrap=True))."""
+        return any(s.op == "bootstrap" for s in self.steps)
+
+    def _boot_summary(self):
+        if not self.bootstrapped:
+            return None
+        N, lv = self.params.N, self.top_level + 1
+        return batch_bootstrap.summary(self.steps, self.params, self.batch_size,
+                                       layer_seconds=self.program.chain.total_cost * N * lv)
+
     def plan_info(self) -> dict:
         prog = self.program
-        return dict(blocked=prog.describe(), rotation_keys=len(prog.rotations()))
+        info = dict(blocked=prog.describe(), rotation_keys=len(prog.rotations()))
+        b = self._boot_summary()
+        if b is not None:
+            b["boot_slots"] = prog.slots
+            info["bootstrap"] = b
+        return info
 
     @staticmethod
     def plan_header(info: dict) -> list[str]:
-        return list(info["blocked"]) + [f"eval keys: relinearisation key + {info['rotation_keys']} rotation keys; "
-                                        "the weights are encrypted by the client (encrypt_weights)"]
+        return list(info["blocked"]) + [f"eval keys: relinearisation key + {info['rotation_keys']} rotation keys"
+                                        + (" + bootstrapping keys" if info.get("bootstrap") else "")
+                                        + "; the weights are encrypted by the client (encrypt_weights)"]
 
     @staticmethod
     def finish_plan_text(text: str, info: dict) -> str:
-        return text.replace(" = pcmm_gather(", " = ccmm_blocks(").replace(" = pcmm(", " = ccmm_blocks(")
+        text = text.replace(" = pcmm_gather(", " = ccmm_blocks(").replace(" = pcmm(", " = ccmm_blocks(")
+        return text + batch_bootstrap.sparse_summary_text(
+            info, "layout (C): each bootstrap refreshes every block ciphertext with {slots} slots (a block's matrix "
+                  "sits in its first rows x cols slots)")
 
     @property
     def needs_relin(self) -> bool:
@@ -368,7 +434,9 @@ class Blocked(Layout):
         # the chain planner's cost (FHE4DMM Table II counts at the unit costs per N x limb) at the input's level,
         # plus the client's encryption of the input blocks
         N, lv = self.params.N, self.top_level + 1
-        return (self.program.chain.total_cost + self.ciphertexts_in() * unit_costs()["encrypt"]) * N * lv
+        b = self._boot_summary()         # the placed bootstraps' estimate (bench/boot_*.json), when there are any
+        return (self.program.chain.total_cost + self.ciphertexts_in() * unit_costs()["encrypt"]) * N * lv \
+            + (0.0 if b is None else b["boot_seconds"])
 
     def ciphertexts_out(self) -> tuple:
         bm, bn, _, _ = self.program.out_blocks(len(self.program.layers) - 1)
@@ -378,10 +446,17 @@ class Blocked(Layout):
         prog = self.program
         return dict(relin=prog.relin_level(), rotation=prog.rotation_level())
 
+    def boot_params(self, ctx) -> BootParams:
+        """The bootstrapping parameters of the chain: the preset's, with the blocks' slot count."""
+        return BootParams.for_context(ctx, slots=self.program.slots)
+
     def keygen(self, ctx, sk) -> tuple:
         lv = self.key_levels()
-        return (ctx.relin_key(sk, level=lv["relin"]),
+        keys = (ctx.relin_key(sk, level=lv["relin"]),
                 ctx.rotation_keys(sk, self.program.rotations(), level=lv["rotation"]), None)
+        if self.bootstrapped:
+            return keys + (BootstrapKeys.generate(ctx, sk, self.boot_params(ctx)),)
+        return keys
 
     def check_run(self, ct, eval_keys, weights, runtime: str, model_id: str) -> None:
         if not isinstance(weights, EncryptedWeights):
@@ -391,6 +466,8 @@ class Blocked(Layout):
             raise KeyMismatchError(f"the encrypted weights belong to compiled model {weights.model_id}")
         if weights.key_id != ct.key_id:
             raise KeyMismatchError("the encrypted weights and the ciphertext come from different key pairs")
+        if self.bootstrapped:
+            batch_bootstrap.check_single_boot_keys(eval_keys, self.program.slots, "blocks")
 
     @property
     def capacity(self) -> int:
@@ -431,7 +508,11 @@ class Blocked(Layout):
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         """Column block j: its b_k input blocks -> its b_m output blocks (BlockedRunner.run on one column)."""
         runner = self.runner(ctx, lambda c: BlockedRunner(c, self.program))
-        Y = runner.run([[c] for c in cts], weights, eval_keys.relin_key, eval_keys.galois_keys, timings)
+        boot = None
+        if self.bootstrapped:
+            keys = eval_keys.bootstrap_keys
+            boot = self.single_bootstrapper(ctx, keys)
+        Y = runner.run([[c] for c in cts], weights, eval_keys.relin_key, eval_keys.galois_keys, timings, boot=boot)
         return [row[0] for row in Y]
 
     def join_groups(self, ctx, ct, outs: list):

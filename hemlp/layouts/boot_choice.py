@@ -12,8 +12,9 @@ handful of ciphertexts in (P) against hundreds in (A); a large batch fills (A)'s
 Keys: the evaluation keys in memory (relinearisation, layout (P)'s rotation keys, and the bootstrapping keys of the
 planned pipeline, estimated from the parameters before any key exists) must fit MAX_BOOT_EVAL_KEY_BYTES, the budget
 the bootstrap lowering already plans batched keys within (hemlp.planner.bootstrap_lowering.MAX_BATCH_KEY_BYTES).
-Layouts (A′) and (C) have no bootstrap placement: auto lists (A′) as not possible; an explicit layout="mlwe" or
-encrypted_weights=True with bootstrap=True is an UnsupportedError (hemlp.model.compile) naming layouts (A) / (P).
+Layout (A′) has no bootstrap placement: auto lists it as not possible; an explicit layout="mlwe" with bootstrap=True
+is an UnsupportedError (hemlp.model.compile) naming layouts (A) / (P). Encrypted weights (layout (C)) are another
+kind of plan: compile plans them alone (hemlp.layouts.blocked_bootstrap), never against (A) / (P).
 """
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int,
             est[cls.name] = f"not possible: {exc}"
             continue
         built[cls.name], est[cls.name], keys[cls.name] = lay, float(lay.estimate()), eval_key_bytes(lay)
-    est["mlwe"] = "not possible: layout (A′) has no bootstrap placement (bootstraps run in layouts (A) and (P))"
+    est["mlwe"] = "not possible: layout (A′) has no bootstrap placement (bootstraps run in layouts (A), (P), (C))"
     if not built:
         raise errors["batch"]
     fits = [k for k in built if keys[k] <= max_key_bytes]

@@ -39,7 +39,7 @@ from typing import Optional
 
 import numpy as np
 
-from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
+from hemlp.bootstrap import BootParams, BootstrapKeys
 from hemlp.compiler.lower import dense_matrix
 from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
@@ -644,7 +644,6 @@ class Packed(Layout):
     """Layout (P): the features of b samples in the slots of one ciphertext (BSGS diagonal products)."""
 
     name, label = "packed", "(P)"
-    _boot = None        # (keys, Bootstrapper) of the last bootstrapped run
 
     def build_program(self) -> PackedProgram:
         return PackedProgram(self.steps, self.params.N // 2, self.batch_size)
@@ -681,12 +680,9 @@ class Packed(Layout):
     @staticmethod
     def finish_plan_text(text: str, info: dict) -> str:   # the same layers, executed as slot diagonal products
         text = text.replace(" = pcmm_gather(", " = matvec_conv(").replace(" = pcmm(", " = matvec(")
-        b = info.get("bootstrap")
-        if b:
-            text += "\n" + batch_bootstrap.summary_text(b)
-            text += (f"\n#   layout (P): each bootstrap refreshes the packed ciphertext with {b['boot_slots']} slots "
-                     "(its slots repeat with that period: a sparse bootstrap)")
-        return text
+        return text + batch_bootstrap.sparse_summary_text(
+            info, "layout (P): each bootstrap refreshes the packed ciphertext with {slots} slots (its slots repeat "
+                  "with that period: a sparse bootstrap)")
 
     def key_levels(self) -> dict:
         return dict(relin=self.relin_level(), rotation=self.program.rotation_level())
@@ -712,13 +708,7 @@ class Packed(Layout):
         if gk is not None and gk.key_id != ct.key_id:
             raise KeyMismatchError("the rotation keys and the ciphertext come from different key pairs")
         if self.bootstrapped:
-            bk = getattr(eval_keys, "bootstrap_keys", None)
-            if not isinstance(bk, BootstrapKeys):
-                raise MissingKeyError("this plan bootstraps: its eval keys need the bootstrapping keys "
-                                      f"(BootstrapKeys for {self.program.boot_slots} slots); use keygen()'s eval_keys")
-            if bk.params.slots != self.program.boot_slots:
-                raise MissingKeyError(f"this plan bootstraps with {self.program.boot_slots} slots; the bootstrapping "
-                                      f"keys are for {bk.params.slots or 'all'} slots: use this plan's keygen()")
+            batch_bootstrap.check_single_boot_keys(eval_keys, self.program.boot_slots, "ciphertexts")
 
     @property
     def capacity(self) -> int:
@@ -757,9 +747,7 @@ class Packed(Layout):
         boot = None
         if self.bootstrapped:
             keys = eval_keys.bootstrap_keys
-            if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
-                self._boot = (keys, Bootstrapper(ctx, keys))
-            boot = self._boot[1]
+            boot = self.single_bootstrapper(ctx, keys)
         return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings,
                                                        boot=boot)
 

@@ -115,7 +115,7 @@ def test_a_layer_deeper_than_the_bootstrap_levels_is_a_level_error_naming_it(dat
 
 
 def test_unsupported_bootstrap_requests_are_typed_errors(data):
-    with pytest.raises(UnsupportedError, match="layouts \\(A\\) and \\(P\\)"):
+    with pytest.raises(UnsupportedError, match="layout \\(A'\\) \\(layout='mlwe'\\) has no bootstrap placement"):
         hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, layout="mlwe")
     with pytest.raises(ParameterError, match="bootstrapping preset"):
         hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, preset="test-N12-d6")

@@ -191,3 +191,16 @@ def test_threads_per_task_bit_identical(local_ray):
     assert same(cb.run(ct, ek, threads=1), two)
     boots = [s.out for s in cb.steps if s.op == "bootstrap"]
     assert boots and all(len(st[b]["tasks"]) >= 1 for b in boots)
+
+
+def test_encrypted_weights_with_bootstraps_bit_identical(local_ray):
+    """Layout (C) with bootstraps on Ray: each column block a task, its block CCMMs and bootstraps inside (the
+    bootstrapping keys shipped with the eval keys), the same bits as in process."""
+    x = _asym((8, 8), seed=6)
+    cm = hemlp.compile(mlp(dims=(8, 8, 8, 4), seed=2), x, batch_size=8, encrypted_weights=True, bootstrap=True,
+                       allow_insecure=True, preset="test-N10-boot")
+    assert cm.layout == "blocked" and any(s.op == "bootstrap" for s in cm.steps)
+    ref, out, st, sk = run_both(cm, x, encrypted_weights=True)
+    assert same(ref, out) and st["groups"] == len(cm.layout_impl.groups(cm.encrypt(x, sk)))
+    y, ys = cm.decrypt(out, sk), cm.simulate(x)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -14 * max(1.0, np.max(np.abs(ys)))

@@ -1,0 +1,86 @@
+"""Layout (C) with bootstraps (compile(..., encrypted_weights=True, bootstrap=True)): deep chains with the weights
+encrypted too.
+
+The same placement DP as layouts (A) and (P) (hemlp.planner.bootstrap_placement) on the chain's level DAG: one
+LevelNode per lowered step, a linear layer CGEMM_LEVELS deep (its block CCMMs), an activation its polynomial's
+depth; the ciphertexts of a value are its blocks (b_m x b_n after layer i) and a step's time per limb comes from the
+FHE4DMM chain plan's costs (hemlp.planner.chain: each layer's block CCMMs at this machine's unit costs). The
+placement is written back into the lowered steps by hemlp.layouts.batch_bootstrap.apply_placement (bootstrap and
+drop steps at exact levels), and hemlp.layouts.blocked runs them on every block:
+
+    bootstrap  block = Bootstrapper.bootstrap(block / c) * c     (two real blocks per bootstrap_pair)
+
+A block holds a matrix column-major in the first rows x cols of the program's `slots` slots (a sparse encoding when
+slots < N/2), so the bootstrapper is made for that slot count. Only the single CtS-first pipeline is planned: the
+blocks come out of ciphertext x ciphertext products, not a plaintext PCMM that MaMBo could fuse. The client
+encrypts every layer's weight blocks at that layer's planned input level (after a bootstrap: the level it lands
+at), its bias one level above the layer's output, as for a leveled plan.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hemlp.compiler.params import depth_of, step_cost
+from hemlp.layouts.base import Planned
+from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, apply_placement, scale_factor,
+                                           value_rows)
+from hemlp.layouts.blocked import CGEMM_LEVELS, BlockedProgram
+from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
+from hemlp.planner.layouts import unit_costs
+
+__all__ = ["blocked_level_dag", "plan_blocked_bootstrapped"]
+
+
+def blocked_level_dag(prog: BlockedProgram, steps, params) -> list[LevelNode]:
+    """One LevelNode per step of the chain: its depth (a linear layer CGEMM_LEVELS, an activation its polynomial's),
+    its value's blocks, and its seconds per limb (a layer: the chain plan's cost of its block CCMMs; an activation:
+    one ciphertext product per level of its polynomial on every block)."""
+    N, ct_mul = params.N, unit_costs()["ct_mul"]
+    blocks: dict = {}
+    nodes = []
+    bk, bn, _, _ = prog.in_blocks(0)
+    layer_of = {L.step.out: (i, L) for i, L in enumerate(prog.layers)}
+    for s in steps:
+        if s.op == "input":
+            blocks[s.out] = bk * bn
+            nodes.append(LevelNode(s.out, "input", (), 0, blocks[s.out], 0.0))
+        elif s.op == "output":
+            nodes.append(LevelNode(s.out, "output", tuple(s.inputs), 0, blocks[s.inputs[0]], 0.0))
+        elif s.op == "pcmm":
+            i, L = layer_of[s.out]
+            bm, bn, _, _ = prog.out_blocks(i)
+            blocks[s.out] = bm * bn
+            per_limb = prog.chain.steps[i].mm_cost * N
+            nodes.append(LevelNode(s.out, "op", tuple(s.inputs), CGEMM_LEVELS, blocks[s.out], per_limb))
+        else:       # an activation (or an alias: depth 0) on every block of its input
+            blocks[s.out] = blocks[s.inputs[0]]
+            d = step_cost(s)
+            nodes.append(LevelNode(s.out, "op", tuple(s.inputs), d, blocks[s.out], blocks[s.out] * d * ct_mul * N))
+    return nodes
+
+
+def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
+    """The layout (C) program with bootstraps for a lowered chain (encrypted weights)."""
+    bp = BootPlanning.of(steps, x, opts)
+    info, params, boot, X, max_out, reserve = bp.info, bp.params, bp.boot, bp.X, bp.max_out, bp.reserve
+    bs = int(batch_size) if batch_size is not None else params.N // 2
+    prog = BlockedProgram(steps, params.N // 2, bs)
+    wb = int(opts["weight_bits"])
+    placement = place_bootstraps(blocked_level_dag(prog, steps, params), boot, min_output_level=reserve)
+    margin = 1.0 + float(opts["activation_margin"])
+    limit = params.q[0] / 2.0 ** (8 + params.log_scale)      # ScaleDown: c * Δ * 2^R <= q0 (R = 8, CtS-first)
+    factors = {}
+    for b in placement.bootstraps:
+        if b.value not in factors:
+            # a block's slots hold the value's entries (and zero padding): its coefficients are within its peak
+            peak = float(np.max(np.abs(value_rows(steps, X, b.value, wb))))
+            factors[b.value] = scale_factor(peak, margin, limit, f"value {b.value!r}", params)
+    bits = boot.precision_bits or DEFAULT_NOISE_BITS
+    new = apply_placement(steps, placement, factors, bits, prog.slots)
+    for s in new:
+        if s.op == "bootstrap":
+            s.info["order"], s.info["kind"], s.info["k"] = "cts_first", "single", 1
+            s.info["lowering"] = ("single (CtS-first): layout (C)'s blocks come out of ciphertext x ciphertext "
+                                  "products (no plaintext PCMM to fuse)")
+    top = next(s.level_out for s in new if s.op == "input")
+    return Planned(new, params, dict(info), depth_of(steps, CGEMM_LEVELS), reserve, top, bs, opts, max_out)
