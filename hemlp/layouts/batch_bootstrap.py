@@ -28,11 +28,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 import numpy as np
 
 from hemlp.bootstrap.batch_keys import estimate_bytes
-from hemlp.bootstrap.keys import BootstrapKeys
+from hemlp.bootstrap.keys import BootstrapKeys, rotation_levels
 from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams, preset_levels_consumed
 from hemlp.fhe import Params
 from hemlp.compiler.lower import Step
@@ -48,7 +49,8 @@ from hemlp.runtime.local import simulate as simulate_rows
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
            "boot_order", "boot_batch_size", "scale_factor", "DEFAULT_NOISE_BITS", "value_rows", "BootPlanning",
-           "check_single_boot_keys", "sparse_summary_text"]
+           "check_single_boot_keys", "sparse_summary_text", "single_key_bytes",
+           "sparse_summary"]
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
 BOOT_PRESETS = dict(secure="N16-boot", insecure="test-N12-boot")
@@ -232,6 +234,22 @@ class BootPlanning:
                                                                   int(math.log2(params.q[0]))))
 
 
+def single_key_bytes(params, slots: int) -> int:
+    """BootstrapKeys.generate(ctx, sk, params for `slots` slots)'s memory_bytes, from the parameters alone: every
+    rotation key at the highest level it is used at (its a-half a seed up to seed_max_level's "auto" level, held
+    expanded above), the conjugation key (seeded) and the relinearisation key (expanded) at EvalMod's level, and
+    the encapsulation keys (a 1-digit key over Q_L and P, and the {q0, p0} key)."""
+    cts_d, stc_d = PRESET_DEPTHS[params.name]
+    bp = BootParams(cts_depth=cts_d, stc_depth=stc_d, slots=int(slots))
+    L = int(params.max_level)
+    chain = SimpleNamespace(N=int(params.N), max_level=L, slots=int(params.N) // 2)
+    swk = params.switch_key_bytes
+    seeded_up_to, em = L - cts_d + 1, L - cts_d
+    rot = sum(swk(int(lv)) * (1 if lv <= seeded_up_to else 2) for lv in rotation_levels(chain, bp).values())
+    encapsulation = (2 * (L + 1 + len(params.p)) + 4) * int(params.N) * 8
+    return rot + swk(em) + 2 * swk(em) + encapsulation
+
+
 def check_single_boot_keys(eval_keys, slots: int, what: str) -> None:
     """The eval keys of a plan with single CtS-first bootstraps of `slots` slots hold such keys (MissingKeyError)."""
     bk = getattr(eval_keys, "bootstrap_keys", None)
@@ -307,11 +325,23 @@ def bootstrap_steps(steps) -> list:
     return [s for s in steps if s.op in ("bootstrap", "mambo")]
 
 
+def sparse_summary(b: dict | None, params, slots: int) -> dict | None:
+    """A summary() of a layout whose single bootstraps run with `slots` slots, with that count and the keys'
+    memory (single_key_bytes) added; None stays None."""
+    if b is not None:
+        b.update(boot_slots=int(slots), key_bytes=single_key_bytes(params, slots))
+    return b
+
+
 def sparse_summary_text(info: dict, how: str) -> str:
     """The printed plan's bootstrapping lines for a layout that bootstraps with info["bootstrap"]["boot_slots"]
     slots ("" without bootstraps); how: a line on what is refreshed, with {slots} for the slot count."""
     b = info.get("bootstrap")
-    return "" if not b else "\n" + summary_text(b) + "\n#   " + how.format(slots=b["boot_slots"])
+    if not b:
+        return ""
+    keys = (f"\n#   bootstrapping keys {b['key_bytes'] / 2 ** 30:.2f} GiB in memory (single, {b['boot_slots']} slots; "
+            "estimated from the parameters)") if "key_bytes" in b else ""
+    return "\n" + summary_text(b) + "\n#   " + how.format(slots=b["boot_slots"]) + keys
 
 
 def summary(steps, params, batch: int, layer_seconds: float | None = None) -> dict | None:

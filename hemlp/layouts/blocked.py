@@ -399,9 +399,8 @@ class Blocked(Layout):
     def plan_info(self) -> dict:
         prog = self.program
         info = dict(blocked=prog.describe(), rotation_keys=len(prog.rotations()))
-        b = self._boot_summary()
+        b = batch_bootstrap.sparse_summary(self._boot_summary(), self.params, prog.slots)
         if b is not None:
-            b["boot_slots"] = prog.slots
             info["bootstrap"] = b
         return info
 

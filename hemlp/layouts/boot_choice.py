@@ -18,15 +18,13 @@ kind of plan: compile plans them alone (hemlp.layouts.blocked_bootstrap), never 
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from hemlp.bootstrap.batch_keys import estimate_bytes
-from hemlp.bootstrap.keys import rotation_levels
 from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
 from hemlp.errors import EncodingError, LevelError, ShapeError, UnsupportedError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.layouts.batch import Batch
+from hemlp.layouts.batch_bootstrap import single_key_bytes
 from hemlp.layouts.packed import Packed
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES
@@ -37,22 +35,6 @@ __all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eva
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
 GIB = 2.0 ** 30
-
-
-def single_key_bytes(params, slots: int) -> int:
-    """BootstrapKeys.generate(ctx, sk, params for `slots` slots)'s memory_bytes, from the parameters alone: every
-    rotation key at the highest level it is used at (its a-half a seed up to seed_max_level's "auto" level, held
-    expanded above), the conjugation key (seeded) and the relinearisation key (expanded) at EvalMod's level, and
-    the encapsulation keys (a 1-digit key over Q_L and P, and the {q0, p0} key)."""
-    cts_d, stc_d = PRESET_DEPTHS[params.name]
-    bp = BootParams(cts_depth=cts_d, stc_depth=stc_d, slots=int(slots))
-    L = int(params.max_level)
-    chain = SimpleNamespace(N=int(params.N), max_level=L, slots=int(params.N) // 2)
-    swk = params.switch_key_bytes
-    seeded_up_to, em = L - cts_d + 1, L - cts_d
-    rot = sum(swk(int(lv)) * (1 if lv <= seeded_up_to else 2) for lv in rotation_levels(chain, bp).values())
-    encapsulation = (2 * (L + 1 + len(params.p)) + 4) * int(params.N) * 8
-    return rot + swk(em) + 2 * swk(em) + encapsulation
 
 
 def boot_key_bytes(lay: Layout) -> int:

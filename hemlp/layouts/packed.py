@@ -665,9 +665,8 @@ class Packed(Layout):
     def plan_info(self) -> dict:
         prog = self.program
         info = dict(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())
-        b = self._boot_summary()
+        b = batch_bootstrap.sparse_summary(self._boot_summary(), self.params, prog.boot_slots)
         if b is not None:
-            b["boot_slots"] = prog.boot_slots
             info["bootstrap"] = b
         return info
 

@@ -71,6 +71,9 @@ def test_encrypted_equals_simulate_and_torch(cm, data):
 
 def test_saved_model_and_keys_run_the_same_bits(cm, data, tmp_path):
     sk, ek = cm.keygen()
+    # the plan's bootstrapping key memory, estimated before any key existed, is what keygen made
+    assert cm.plan.info["bootstrap"]["key_bytes"] == ek.bootstrap_keys.memory_bytes
+    assert "bootstrapping keys 0.02 GiB in memory" in str(cm.plan)
     ct, w = cm.encrypt(data, sk), cm.encrypt_weights(sk)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
