@@ -310,8 +310,6 @@ def cmd_batch(args, ui: UI):
     if runtime == "local" and (args.address or args.workers):
         raise CLIError("--address and --workers are options of --runtime ray; --threads sets the local runtime's "
                        "threads")
-    if runtime == "ray" and args.threads:
-        raise CLIError("--threads is an option of --runtime local (Ray tasks take one CPU each; see --workers)")
     src = Path(args.inputs)
     inputs = sorted(src.glob("*.ct")) if src.is_dir() else [src]
     if not inputs or not all(p.is_file() for p in inputs):
@@ -330,8 +328,11 @@ def cmd_batch(args, ui: UI):
         from hemlp.runtime.ray.session import import_ray
 
         import_ray()   # RuntimeUnavailableError naming the extra, before any work
-        executor = RayItems(args.address, args.workers)
-        where = "on Ray" + (f" at {args.address}" if args.address else "")
+        if args.threads is not None and args.threads < 1:
+            raise CLIError(f"--threads must be >= 1, got {args.threads}")
+        executor = RayItems(args.address, args.workers, args.threads or 1)
+        where = "on Ray" + (f" at {args.address}" if args.address else "") + \
+            (f" ({executor.threads} threads per item)" if executor.threads > 1 else "")
     kw = dict(restart=bool(args.force), progress=not ui.quiet, allow_insecure=bool(args.insecure), executor=executor)
     with ui.step(f"batch of {len(inputs)} ciphertext file(s) {where}" + (" (resuming)" if resumable and not args.force
                                                                         else "")):
@@ -540,8 +541,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--inputs", required=True, help="a ciphertext file or a directory of *.ct")
     p.add_argument("--runtime", choices=("local", "ray"),
                    help="local: the items one after the other in this process, each on every core (the default); "
-                        "ray: Ray tasks, one CPU each (the default when --address or --workers is given)")
-    p.add_argument("--threads", type=int, help="--runtime local: native threads per item (default: every core)")
+                        "ray: Ray tasks, one item each (the default when --address or --workers is given)")
+    p.add_argument("--threads", type=int,
+                   help="native threads per item: --runtime local default every core; --runtime ray default 1 (each "
+                        "task holds that many CPUs: e.g. a node's cores when its memory holds one N16 item)")
     p.add_argument("--address", help="--runtime ray: the cluster to join (default: a local Ray for this command)")
     p.add_argument("--workers", type=int, help="--runtime ray: CPUs of the local Ray (default: every core)")
     common(p, out_help="output directory (an interrupted job resumes; --force starts it over)")

@@ -127,6 +127,23 @@ def test_ray_is_not_started_when_every_item_is_done(tmp_path, small):
     assert not ray.is_initialized() and time.perf_counter() - t0 < 5
 
 
+def test_ray_items_with_threads_per_item(tmp_path, small):
+    """RayItems(threads=2): every item a task of 2 native threads holding 2 CPUs, the same output bytes as one thread
+    in process."""
+    pytest.importorskip("ray")
+    from hemlp.runtime.ray import RayItems
+
+    job = _model_job(tmp_path, small)
+    inputs = jobs.list_inputs(tmp_path / "in")
+    jobs.run_batch(job, inputs, tmp_path / "local", executor=InProcessItems(1), progress=False)
+    res = jobs.run_batch(job, inputs, tmp_path / "ray", executor=RayItems(num_workers=2, threads=2), progress=False)
+    assert sorted(res.done) == ["b0.ct", "b1.ct"]
+    for name in res.done:
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
+    with pytest.raises(ValueError, match="threads"):
+        RayItems(threads=0)
+
+
 def test_local_ray_is_reused_and_shut_down_on_sigterm(monkeypatch):
     ray = pytest.importorskip("ray")
     from hemlp.apps import cli

@@ -25,18 +25,23 @@ class RayItems:
     """An executor of jobs.run_batch on the running Ray, a cluster at `address`, or a local Ray of num_workers
     CPUs started for the run (see ray_session). A task that dies (a lost worker) or raises is re-run as a new
     attempt until the item has used up its retries; an input that cannot be read counts as a failed attempt. A
-    deterministic failure (a typed hemlp error, see hemlp.runtime.retry) is not retried."""
+    deterministic failure (a typed hemlp error, see hemlp.runtime.retry) is not retried. threads: native threads
+    per item, each task holding as many CPUs (default 1: items in parallel; more for a model whose keys fill a
+    node's memory, e.g. N16 bootstrapping, one item per node on all its cores)."""
 
-    def __init__(self, address: str | None = None, num_workers: int | None = None):
-        self.address, self.num_workers = address, num_workers
+    def __init__(self, address: str | None = None, num_workers: int | None = None, threads: int = 1):
+        if int(threads) < 1:
+            raise ValueError(f"threads per item must be >= 1, got {threads}")
+        self.address, self.num_workers, self.threads = address, num_workers, int(threads)
 
     def run(self, job, todo, retries: int, read, done, failed) -> None:
         if not todo:   # every item is done already: no Ray to start or join
             return
         with ray_session(self.address, self.num_workers) as ray:
-            task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(process_item)
+            task = ray.remote(num_cpus=self.threads, max_retries=TASK_RETRIES, retry_exceptions=False)(process_item)
             job_ref = ray.put(job)  # weights / model shipped once, shared by every task
-            width = 2 * max(1, int(ray.cluster_resources().get("CPU", 1)))  # bounded memory in flight
+            # bounded memory in flight: two items per task slot
+            width = 2 * max(1, int(ray.cluster_resources().get("CPU", 1)) // self.threads)
             queue = [(p, 1) for p in reversed(todo)]
             running = {}
 
@@ -51,7 +56,7 @@ class RayItems:
                         else:
                             failed(path, exc, attempt)
                         continue
-                    running[task.remote(job_ref, data)] = (path, attempt)
+                    running[task.remote(job_ref, data, self.threads)] = (path, attempt)
 
             submit()
             while running:
