@@ -178,6 +178,8 @@ def test_threads_per_task_bit_identical(local_ray):
     assert same(ref, out) and st["threads_per_task"] == 2 and len(st["tasks"]) == 2
     with pytest.raises(ValueError, match="threads_per_task"):
         cm.run(ct, ek, runtime="ray", num_workers=2, threads_per_task=0)
+    with pytest.raises(ValueError, match="largest node of this Ray cluster has 2"):    # never a pending-forever task
+        cm.run(ct, ek, runtime="ray", num_workers=2, threads_per_task=3)
     with pytest.raises(TypeError, match="threads_per_task"):
         cm.run(ct, ek, threads_per_task=2)        # a Ray option
     rng = np.random.default_rng(11)
@@ -189,6 +191,8 @@ def test_threads_per_task_bit_identical(local_ray):
     st = {}
     two = cb.run(ct, ek, runtime="ray", num_workers=2, threads_per_task=2, stats=st)
     assert same(cb.run(ct, ek, threads=1), two)
+    with pytest.raises(ValueError, match="largest node"):
+        cb.run(ct, ek, runtime="ray", num_workers=2, threads_per_task=4)
     boots = [s.out for s in cb.steps if s.op == "bootstrap"]
     assert boots and all(len(st[b]["tasks"]) >= 1 for b in boots)
 

@@ -142,6 +142,8 @@ def test_ray_items_with_threads_per_item(tmp_path, small):
         assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
     with pytest.raises(ValueError, match="threads"):
         RayItems(threads=0)
+    with pytest.raises(ValueError, match="largest node"):      # a task no node can hold: an error, not a hang
+        jobs.run_batch(job, inputs, tmp_path / "ray3", executor=RayItems(num_workers=2, threads=3), progress=False)
 
 
 def test_local_ray_is_reused_and_shut_down_on_sigterm(monkeypatch):

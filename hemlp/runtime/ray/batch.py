@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hemlp import _core
 from hemlp.errors import SerializationError
-from hemlp.runtime.ray.session import TASK_RETRIES, ray_session
+from hemlp.runtime.ray.session import TASK_RETRIES, check_task_cpus, ray_session
 from hemlp.runtime.retry import transient
 
 __all__ = ["RayItems", "process_item"]
@@ -38,6 +38,7 @@ class RayItems:
         if not todo:   # every item is done already: no Ray to start or join
             return
         with ray_session(self.address, self.num_workers) as ray:
+            check_task_cpus(ray, self.threads)
             task = ray.remote(num_cpus=self.threads, max_retries=TASK_RETRIES, retry_exceptions=False)(process_item)
             job_ref = ray.put(job)  # weights / model shipped once, shared by every task
             # bounded memory in flight: two items per task slot

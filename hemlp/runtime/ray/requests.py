@@ -27,7 +27,7 @@ import numpy as np
 from hemlp import _core
 from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
-from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id, ray_session
+from hemlp.runtime.ray.session import TASK_RETRIES, check_task_cpus, import_ray, node_id, ray_session
 
 __all__ = ["ModelShipment", "run_groups", "group_request_task", "shipment_of", "key_array", "clear_request_cache"]
 
@@ -156,15 +156,16 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
     t0 = time.perf_counter()
     ship = shipment_of(compiled, load_model, eval_keys)
     wbytes = None if weights is None else weights.to_bytes()
+    threads = int(threads_per_task)
+    if threads < 1:
+        raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
     with ray_session(address, num_workers) as ray:
+        check_task_cpus(ray, threads)      # before anything is put: a task that cannot fit would wait forever
         holder = [ray.put(ship)]       # in a list: a task fetches it only when its process has not loaded it
         key_bytes = ship.keys.nbytes
         ship = ship.light()            # the store holds the keys now; the driver's serialised copy goes
         w_digest, w_holder = (None, None) if wbytes is None else (hashlib.sha256(wbytes).hexdigest(),
                                                                    [ray.put(wbytes)])
-        threads = int(threads_per_task)
-        if threads < 1:
-            raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
         opts = dict(scheduling_strategy="SPREAD")
         if threads != 1:
             opts["num_cpus"] = threads

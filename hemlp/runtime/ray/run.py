@@ -4,7 +4,7 @@ from __future__ import annotations
 from hemlp.runtime.local import run
 from hemlp.runtime.ray.executor import RayExecutor
 from hemlp.runtime.ray.program import RayProgram, supported
-from hemlp.runtime.ray.session import ray_session
+from hemlp.runtime.ray.session import check_task_cpus, ray_session
 
 __all__ = ["run_on_ray"]
 
@@ -22,7 +22,8 @@ def run_on_ray(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None 
     threads = 1 if threads_per_task is None else int(threads_per_task)
     if threads < 1:
         raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
-    with ray_session(address, num_workers):
+    with ray_session(address, num_workers) as ray:
+        check_task_cpus(ray, threads)
         if supported(steps, C):
             ex = RayProgram(num_workers=num_workers, grid=grid, cts_per_task=cts_per_task, tune_malloc=tune_malloc,
                             threads_per_task=threads)

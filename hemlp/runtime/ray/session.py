@@ -18,7 +18,8 @@ from hemlp import _core
 from hemlp.errors import HemlpError
 
 __all__ = ["RuntimeUnavailableError", "ray_session", "shutdown_local", "local_session_cpus", "import_ray",
-           "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT", "TASK_RETRIES", "node_id", "usable_cores", "driver_threads"]
+           "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT", "TASK_RETRIES", "node_id", "usable_cores", "driver_threads",
+           "check_task_cpus"]
 
 #: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
 CONNECT_TIMEOUT = 10.0
@@ -159,6 +160,16 @@ def node_id() -> str:
     ray = import_ray()
 
     return ray.get_runtime_context().get_node_id()
+
+
+def check_task_cpus(ray, cpus: int) -> None:
+    """A task that holds `cpus` CPUs must fit on one live node of the cluster, else Ray keeps it pending forever:
+    ValueError naming the largest node instead of a hang."""
+    most = max((n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
+    if cpus > most:
+        raise ValueError(f"a task of {cpus} native threads holds {cpus} CPUs, but the largest node of this Ray "
+                         f"cluster has {most:g}: use threads_per_task / --threads <= {most:g}, or start the nodes "
+                         f"with more CPUs (ray start --num-cpus)")
 
 
 def usable_cores() -> int:
