@@ -246,7 +246,8 @@ def ray_boot_packed(name: str, command: str) -> str:
     d = load(name)
     rows = []
     for m in d["modes"]:
-        label = "in-process, 1 thread" if m["mode"] == "in-process" else f"Ray, {m['workers']} worker(s)"
+        label = "in-process, 1 thread" if m["mode"] == "in-process" else f"Ray, {m['workers']} worker(s)" + \
+            (f", {m['threads']} threads per task" if m.get("threads", 1) > 1 else "")
         share = m["task_cpu_s"] / m["task_wall_s"] if "task_wall_s" in m else m["cpu_s"] / m["end_to_end_s"]
         la = [b["load_average_before"][0] for b in m.get("blocks", []) if b.get("load_average_before")]
         rows.append([label, sec(m["end_to_end_s"]), sec(m["bootstrap_steps_s"]), sec(m["other_steps_s"]),
@@ -261,7 +262,10 @@ def ray_boot_packed(name: str, command: str) -> str:
              "alternating blocks per worker count."
              + (f" End to end 1 → 2 workers: {sp['end_to_end']:.2f}× wall; the tasks' CPU seconds 1 / 2 workers "
                 f"{sp['task_cpu_ratio']:.2f} (two otherwise idle cores: about {sp['derived_idle_2_cores']:.2f}×, derived "
-                "from CPU time)." if sp else ""))
+                "from CPU time)." if sp and "end_to_end" in sp else "")
+             + (f" One task at a time on 2 threads (threads_per_task=2: a node whose memory holds one task) vs 1 "
+                f"worker of 1 thread: {sp['threads_2_vs_1_end_to_end']:.2f}× end to end."
+                if "threads_2_vs_1_end_to_end" in sp else ""))
     return section("Bootstrapped layout (P) request on Ray (bootstrap=True, groups as tasks)", name, command, body, d)
 
 
@@ -493,7 +497,7 @@ def render() -> str:
         ray_boot("ray_boot_batched.json", f"{env} -m hemlp.bench ray_boot --pipeline batched --rounds 3 "
                                           "--json bench/ray_boot_batched.json"),
         ray_boot_packed("ray_boot_packed.json", f"{env} -m hemlp.bench ray_boot --layout packed --rounds 3 "
-                                                "--json bench/ray_boot_packed.json"),
+                                                "--threads-per-task 1,2 --json bench/ray_boot_packed.json"),
         files("files_N14.json", f"{env} -m hemlp.bench files --preset N14-d6 --json bench/files_N14.json"),
         simd_paths("core_N14_simd_paths_avx2.json", f"{env} -m hemlp.bench core --preset N14-d6 --threads 1 "
                                                     "--simd all --json bench/core_N14_simd_paths_avx2.json"),

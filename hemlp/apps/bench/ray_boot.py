@@ -44,6 +44,9 @@ HELP = ("bootstrapped MLP (test-N12-boot) on Ray, layout (A) or (P): 1 vs 2 work
 def add_arguments(p) -> None:
     p.add_argument("--width", type=int, default=16, help="hidden width W (= ciphertexts per bootstrap step)")
     p.add_argument("--workers", default="1,2")
+    p.add_argument("--threads-per-task", default="1",
+                   help="comma list of native threads per task (threads_per_task), each run with every worker count "
+                        "of at least that many CPUs: 1,2 adds one task at a time on 2 threads")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--rounds", type=int, default=2, help="blocks per worker count, alternating (a fresh Ray each)")
@@ -109,11 +112,12 @@ def main(args) -> int:
     rows = [["in-process, 1 thread", f"{lb:.3f} s", f"{lo:.3f} s", f"{local_s:.3f} s", "",
              f"{local_cpu / local_s:.0%}", "yes", ""]]
     workers = int_list(args.workers)
-    samples = {w: [] for w in workers}
-    blocks = {w: [] for w in workers}
-    identical = {w: True for w in workers}
+    configs = [(w, t) for t in int_list(args.threads_per_task) for w in workers if t <= w]
+    samples = {c: [] for c in configs}
+    blocks = {c: [] for c in configs}
+    identical = {c: True for c in configs}
     for _ in range(args.rounds):        # the worker counts alternate, so that the load falls on all of them alike
-        for w in workers:
+        for w, tpt in configs:
             shutdown_local()             # a fresh local Ray with w CPUs (compiled.run starts it)
             if ray.is_initialized():
                 ray.shutdown()
@@ -121,9 +125,9 @@ def main(args) -> int:
             for k in range(args.warmup + args.repeats):
                 st = {}
                 t0 = time.perf_counter()
-                out = cm.run(ct, ek, runtime="ray", num_workers=w, stats=st)
+                out = cm.run(ct, ek, runtime="ray", num_workers=w, stats=st, threads_per_task=tpt)
                 wall = time.perf_counter() - t0
-                identical[w] &= all(p.to_bytes() == q.to_bytes()
+                identical[w, tpt] &= all(p.to_bytes() == q.to_bytes()
                                     for p, q in zip(ref.ctm.cts, out.ctm.cts, strict=True))
                 if k < args.warmup:     # each worker process builds its Bootstrapper from the keys once
                     continue
@@ -136,26 +140,27 @@ def main(args) -> int:
                     tasks = [t for name in boots for t in st[name]["tasks"]]
                     tb = sum(t["bootstrap_seconds"] for t in tasks)
                     loaded = sum(t["keys_loaded"] for t in tasks)
-                samples[w].append(dict(end_to_end_s=wall, bootstrap_steps_s=b, other_steps_s=o,
+                samples[w, tpt].append(dict(end_to_end_s=wall, bootstrap_steps_s=b, other_steps_s=o,
                                        task_cpu_s=sum(t["cpu"] for t in tasks),
                                        task_wall_s=sum(t["seconds"] for t in tasks), task_bootstrap_s=tb,
                                        processes=len({t["pid"] for t in tasks}), keys_loaded=loaded))
                 if packed:     # what a worker holds: the model, its keys, the Bootstrapper, one group's values
-                    samples[w][-1].update(worker_peak_rss_bytes=max(t["peak_rss"] for t in tasks),
+                    samples[w, tpt][-1].update(worker_peak_rss_bytes=max(t["peak_rss"] for t in tasks),
                                           shipment_bytes=st["shipment_bytes"])
             block["load_average_after"] = report.load_average()
-            blocks[w].append(block)
-    for w in workers:
-        med = {k: statistics.median(s[k] for s in samples[w]) for k in samples[w][0]}
-        modes.append(dict(mode="ray", workers=w, threads=1, bit_identical=identical[w], samples=samples[w],
-                          blocks=blocks[w], **med))
-        la = blocks[w][0]["load_average_before"]
-        rows.append([f"Ray, {w} worker(s)", f"{med['bootstrap_steps_s']:.3f} s", f"{med['other_steps_s']:.3f} s",
+            blocks[w, tpt].append(block)
+    for w, tpt in configs:
+        c = (w, tpt)
+        med = {k: statistics.median(s[k] for s in samples[c]) for k in samples[c][0]}
+        modes.append(dict(mode="ray", workers=w, threads=tpt, bit_identical=identical[c], samples=samples[c],
+                          blocks=blocks[c], **med))
+        la = blocks[c][0]["load_average_before"]
+        rows.append([f"Ray, {w} worker(s)" + (f", {tpt} threads per task" if tpt > 1 else ""), f"{med['bootstrap_steps_s']:.3f} s", f"{med['other_steps_s']:.3f} s",
                      f"{med['end_to_end_s']:.3f} s", f"{med['task_bootstrap_s'] / n_boot:.3f} s",
-                     f"{med['task_cpu_s'] / med['task_wall_s']:.0%}", "yes" if identical[w] else "NO",
+                     f"{med['task_cpu_s'] / med['task_wall_s']:.0%}", "yes" if identical[c] else "NO",
                      str(la[0] if la else "?")])
     shutdown_local()
-    by_w = {m["workers"]: m for m in modes if m["mode"] == "ray"}
+    by_w = {m["workers"]: m for m in modes if m["mode"] == "ray" and m["threads"] == 1}
     speedup = None
     if 1 in by_w and 2 in by_w:
         # measured: wall-time ratios. Derived (not a wall-time measurement): the bootstrap tasks' CPU seconds with
@@ -164,6 +169,10 @@ def main(args) -> int:
         speedup = dict(bootstrap_steps=by_w[1]["bootstrap_steps_s"] / by_w[2]["bootstrap_steps_s"],
                        end_to_end=by_w[1]["end_to_end_s"] / by_w[2]["end_to_end_s"],
                        task_cpu_ratio=cpu_ratio, derived_idle_2_cores=2 * cpu_ratio)
+    two = next((m for m in modes if m["mode"] == "ray" and m["workers"] == 2 and m["threads"] == 2), None)
+    if two is not None and 1 in by_w:
+        # one task at a time on 2 native threads (a node whose memory holds one task) vs 1 worker of 1 thread
+        speedup = dict(speedup or {}, threads_2_vs_1_end_to_end=by_w[1]["end_to_end_s"] / two["end_to_end_s"])
     what = (f"layout (P), batch {n} = {groups} groups of {cm.layout_impl.program.b}: {len(boots)} bootstrap points, "
             f"{n_boot} bootstraps (steps summed over the groups' tasks)" if packed else
             f"batch {cm.capacity}: {len(boots)} bootstrap steps, {n_boot} "
@@ -172,7 +181,10 @@ def main(args) -> int:
                   "bit-identical", "load avg before"], rows,
                  title=f"bootstrapped MLP {F}-{args.width}-{args.width}-3, {cm.preset}, {what}; medians of "
                        f"{args.repeats}")
-    if speedup:
+    if speedup and "threads_2_vs_1_end_to_end" in speedup:
+        print(f"one task at a time on 2 threads vs 1 worker of 1 thread: {speedup['threads_2_vs_1_end_to_end']:.2f}x "
+              "end to end")
+    if speedup and "end_to_end" in speedup:
         print(f"{'end to end' if packed else 'bootstrap steps'} 1 -> 2 workers: "
               f"{speedup['end_to_end' if packed else 'bootstrap_steps']:.2f}x wall; the tasks' CPU seconds 1 / 2 "
               f"workers: {speedup['task_cpu_ratio']:.2f} (derived: {speedup['derived_idle_2_cores']:.2f}x on two "
@@ -184,7 +196,8 @@ def main(args) -> int:
         report.save_json(args.json, "ray_boot", dict(
             preset=cm.preset, width=args.width, batch=n, bootstrap_steps=len(boots), bootstraps=n_boot,
             ciphertexts_per_step=None if packed else args.width, repeats=args.repeats, warmup=args.warmup,
-            rounds=args.rounds, modes=modes, speedup=speedup, **extra,
+            rounds=args.rounds, threads_per_task=int_list(args.threads_per_task), modes=modes, speedup=speedup,
+            **extra,
             notes=("wall-time medians; layout (P): every group of samples one Ray task (its bootstraps inside), the "
                    "bootstrap / other steps' seconds summed over the tasks; " if packed else
                    "wall-time medians; bootstrap steps = the layer_seconds of the plan's bootstrap steps (all their "
