@@ -514,7 +514,8 @@ def render() -> str:
                                                 "--json bench/decrypt_noise_N14.json"),
         cifar_resnet("cifar_resnet_encrypted.json", "cifar_resnet_poly_accuracy.json",
                      "flock /work/wt/big.lock .venv/bin/python scripts/cifar_resnet_encrypted.py --data-root "
-                     "../shared/data --images 24 --calibration 128 --diagonal-cache-gib 1 --json bench/cifar_resnet_encrypted.json",
+                     "../shared/data --images 24 --calibration 128 --diagonal-cache-gib 1 "
+                     "--json bench/cifar_resnet_encrypted.json",
                      ".venv/bin/python scripts/cifar_resnet_encrypted.py --data-root ../shared/data --images 0 "
                      "--calibration 128 --poly-json bench/cifar_resnet_poly_accuracy.json"),
     ]

@@ -16,9 +16,6 @@ Needs about 15 GiB (keys, the cached weight diagonals, the bootstrapping working
 """
 from __future__ import annotations
 
-#: Orion's ResNet-20 (literature, not measured here: it does not fit this machine)
-ORION_RESNET20 = ("not run here: its README says its ResNet needs ~32 GB of RAM, more than this 24 GiB machine (Lattigo v6, LogN 16 per its configs/resnet.yml); measured by others at 1 040.4 s per image on one thread of a Xeon E5-2690 v4, 91.70 % accuracy (SAFHIRE, arXiv 2509.01253, Table 3)")
-
 import argparse
 import ctypes
 import gc
@@ -28,6 +25,11 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+
+#: Orion's ResNet-20 (literature, not measured here: it does not fit this machine)
+ORION_RESNET20 = ("not run here: its README says its ResNet needs ~32 GB of RAM, more than this 24 GiB machine "
+                  "(Lattigo v6, LogN 16 per its configs/resnet.yml); measured by others at 1 040.4 s per image on one "
+                  "thread of a Xeon E5-2690 v4, 91.70 % accuracy (SAFHIRE, arXiv 2509.01253, Table 3)")
 
 
 def trim_heap() -> None:

@@ -40,7 +40,7 @@ from hemlp.planner.chain import plan_chain
 from hemlp.planner.layouts import unit_costs
 from hemlp.runtime import artifacts
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
-from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, bootstrap_unit, bootstrap_units, cached_elementwise
+from hemlp.runtime.local import ElementwiseOp, bootstrap_rows, cached_elementwise
 
 __all__ = ["Blocked", "BlockedProgram", "BlockedRunner", "EncryptedWeights", "encrypt_blocks", "flat", "CGEMM_LEVELS"]
 
@@ -192,7 +192,6 @@ class BlockedProgram:
         m = self.layers[-1].W.shape[0]
         return np.block(Y)[:m, : len(X)].T
 
-
     def _simulate_act(self, s, Y: list) -> list:
         """Blocks [a][j] after an activation, a drop (nothing to model) or a bootstrap (every block's slot vector
         range-checked and given the bootstrap's error, as hemlp.runtime.bootstrap_sim models a sparse bootstrap)."""
@@ -311,18 +310,15 @@ class BlockedRunner:
         return [[fn(0, c) for c in row] for row in blocks]
 
     def _bootstrap(self, s, blocks, boot):
-        """Every block divided by c (a re-tag of the scale), refreshed (two real ones per bootstrap_pair), multiplied
-        back by c exactly and dropped to the planned level (hemlp.runtime.local's units, so the same pairing)."""
+        """Every block through hemlp.runtime.local.bootstrap_rows (÷ c as a re-tag, two real ones per bootstrap_pair,
+        × c exactly, dropped to the planned level), the blocks flattened row by row and put back."""
         if boot is None:
             raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
                                   "eval_keys)")
-        cts = bootstrap_retag(self.ctx, [c for row in blocks for c in row], s)
-        out = [None] * len(cts)
-        for u in bootstrap_units(cts):
-            for i, ct in zip(u, bootstrap_unit(self.ctx, boot, [cts[i] for i in u], s)):
-                out[i] = ct
-        it = iter(out)
-        return [[next(it) for _ in row] for row in blocks]
+        flat_blocks = [c for row in blocks for c in row]
+        out = iter(bootstrap_rows(self.ctx, boot, CtMatrix(self.ctx, flat_blocks, (len(flat_blocks), self.ctx.slots),
+                                                           1), s).cts)
+        return [[next(out) for _ in row] for row in blocks]
 
     def run(self, x_blocks, weights: EncryptedWeights, relin_key, galois_keys, timings: dict | None = None,
             boot=None):
@@ -390,8 +386,6 @@ class Blocked(Layout):
         return any(s.op == "bootstrap" for s in self.steps)
 
     def _boot_summary(self):
-        if not self.bootstrapped:
-            return None
         N, lv = self.params.N, self.top_level + 1
         return batch_bootstrap.summary(self.steps, self.params, self.batch_size,
                                        layer_seconds=self.program.chain.total_cost * N * lv)
@@ -507,10 +501,7 @@ class Blocked(Layout):
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         """Column block j: its b_k input blocks -> its b_m output blocks (BlockedRunner.run on one column)."""
         runner = self.runner(ctx, lambda c: BlockedRunner(c, self.program))
-        boot = None
-        if self.bootstrapped:
-            keys = eval_keys.bootstrap_keys
-            boot = self.single_bootstrapper(ctx, keys)
+        boot = self.single_bootstrapper(ctx, eval_keys.bootstrap_keys) if self.bootstrapped else None
         Y = runner.run([[c] for c in cts], weights, eval_keys.relin_key, eval_keys.galois_keys, timings, boot=boot)
         return [row[0] for row in Y]
 

@@ -743,10 +743,7 @@ class Packed(Layout):
         return [list(range(g * K, (g + 1) * K)) for g in range(groups)]
 
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
-        boot = None
-        if self.bootstrapped:
-            keys = eval_keys.bootstrap_keys
-            boot = self.single_bootstrapper(ctx, keys)
+        boot = self.single_bootstrapper(ctx, eval_keys.bootstrap_keys) if self.bootstrapped else None
         return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings,
                                                        boot=boot)
 

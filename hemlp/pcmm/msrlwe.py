@@ -96,7 +96,8 @@ def product(U: np.ndarray, C: CtMatrix, weight_bits: int, bias, rescale: bool,
             raise EncodingError("pcmm: the precomputed U*A was made for another weight matrix or level")
         if precomputed.rescale != bool(rescale):
             raise EncodingError(f"pcmm: the precomputed U*A was made for rescale={precomputed.rescale}, the product "
-                                f"asks rescale={bool(rescale)}; make it with PcmmPrecomputed(..., rescale={bool(rescale)})")
+                                f"asks rescale={bool(rescale)}; make it with "
+                                f"PcmmPrecomputed(..., rescale={bool(rescale)})")
         Uq, delta, K, plan = precomputed.Uq, precomputed.delta, precomputed.K, precomputed.plan
     else:
         Uq, delta = quantize(U, weight_bits)

@@ -25,8 +25,8 @@ from hemlp.runtime.bootstrap_sim import simulate_bootstrap, simulate_mambo
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
            "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units",
-           "bootstrap_unit", "bootstrap_retag", "batch_units", "refresh_unit", "mambo_rows", "mambo_units",
-           "mambo_unit", "mambo_chunk"]
+           "bootstrap_unit", "bootstrap_retag", "batch_units", "refresh_units", "refresh_unit", "mambo_rows",
+           "mambo_units", "mambo_unit", "mambo_chunk"]
 
 
 def range_check(step, u, counts: dict | None = None):
@@ -336,6 +336,14 @@ def batch_units(cts, k: int) -> tuple[list[tuple], bool]:
     return [tuple(range(i, min(i + size, len(cts)))) for i in range(0, len(cts), size)], pair
 
 
+def refresh_units(cts, step) -> tuple[list[tuple], bool]:
+    """The units a bootstrap step refreshes its (re-tagged) ciphertexts in, and whether they pair: batch_units for
+    the S2C-first batched pipeline, bootstrap_units for CtS-first single bootstraps."""
+    if step.info.get("order") == "s2c_first":
+        return batch_units(cts, int(step.info.get("k", 1)))
+    return bootstrap_units(cts), False
+
+
 def refresh_unit(ctx, boot, cts: list, step, pair: bool = False) -> list:
     """One unit of a bootstrap step (bootstrap_units for CtS-first single bootstraps, batch_units for the
     S2C-first batched pipeline), already re-tagged by bootstrap_retag: refreshed and restored (bootstrap_restore)."""
@@ -350,10 +358,7 @@ def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
     pair=True), k pairs per call); multiply back by c exactly (mul_integer), drop to the planned level."""
     _check_boot_kind(boot, step)
     cts = bootstrap_retag(ctx, C.cts, step)
-    if step.info.get("order") == "s2c_first":
-        units, pair = batch_units(cts, int(step.info.get("k", 1)))
-    else:
-        units, pair = bootstrap_units(cts), False
+    units, pair = refresh_units(cts, step)
     out = [None] * len(cts)
     for u in units:
         for i, ct in zip(u, refresh_unit(ctx, boot, [cts[i] for i in u], step, pair)):

@@ -155,7 +155,8 @@ def main(args) -> int:
         modes.append(dict(mode="ray", workers=w, threads=tpt, bit_identical=identical[c], samples=samples[c],
                           blocks=blocks[c], **med))
         la = blocks[c][0]["load_average_before"]
-        rows.append([f"Ray, {w} worker(s)" + (f", {tpt} threads per task" if tpt > 1 else ""), f"{med['bootstrap_steps_s']:.3f} s", f"{med['other_steps_s']:.3f} s",
+        label = f"Ray, {w} worker(s)" + (f", {tpt} threads per task" if tpt > 1 else "")
+        rows.append([label, f"{med['bootstrap_steps_s']:.3f} s", f"{med['other_steps_s']:.3f} s",
                      f"{med['end_to_end_s']:.3f} s", f"{med['task_bootstrap_s'] / n_boot:.3f} s",
                      f"{med['task_cpu_s'] / med['task_wall_s']:.0%}", "yes" if identical[c] else "NO",
                      str(la[0] if la else "?")])

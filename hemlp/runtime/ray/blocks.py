@@ -20,8 +20,8 @@ from hemlp.fhe import Ciphertext
 from hemlp.errors import LevelError
 
 __all__ = ["PARTS", "Block", "Dist", "pack_cts", "unpack_cts", "staging_buffer", "release_staging", "ct_bytes",
-           "meta_of", "export_block", "import_block", "import_range", "block_pairs", "limb_rows", "splits", "row_pieces",
-           "add_mod_limbs"]
+           "meta_of", "export_block", "import_block", "import_range", "block_pairs", "limb_rows", "splits",
+           "row_pieces", "add_mod_limbs", "packed_nbytes"]
 
 #: the two polynomials of an RLWE ciphertext (c0, c1): a block holds one store object per part
 PARTS = (0, 1)
@@ -43,6 +43,11 @@ def pack_cts(cts) -> tuple[np.ndarray, list]:
     metas = [(o.level, o.scale, o.slots, o.encoding, o.is_complex, o.key_id,
               o.seed if (o.seeded and o.size == 2) else None) for o in objs]
     return arr, metas
+
+
+def packed_nbytes(arr) -> int:
+    """The bytes of pack_cts' array (or list of arrays)."""
+    return arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
 
 
 def unpack_cts(ctx, arr, metas) -> list:

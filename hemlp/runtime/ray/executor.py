@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from hemlp.pcmm import CtMatrix
 from hemlp.errors import MissingKeyError
 from hemlp.bootstrap import BatchBootstrapKeys
-from hemlp.runtime.local import ElementwiseOp, batch_units, bootstrap_retag, bootstrap_units, mambo_chunk, mambo_units
-from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
+from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, mambo_chunk, mambo_units, refresh_units
+from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
 from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
 from hemlp.runtime.ray.tasks import bootstrap_remote, elementwise_remote, mambo_remote
@@ -91,7 +89,7 @@ class RayExecutor(RayDriver):
             r0, r1 = g0 // C.chunks, (g1 - 1) // C.chunks + 1
             rows = [i // C.chunks - r0 for i in range(g0, g1)]
             arr, metas = pack_cts(C.cts[g0:g1])
-            sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
+            sent += packed_nbytes(arr)
             refs = task.options(**self._task_options()).remote(
                 ctx.hash, params, op.rows(r0, r1), rows, arr, metas, digest, holder, self.threads, self.tune_malloc,
                 ctx.native.min_security_bits)
@@ -101,7 +99,7 @@ class RayExecutor(RayDriver):
         got, nodes = 0, set()
         for g0, (a_ref, m_ref, node_ref) in pending:
             arr, metas = ray.get([a_ref, m_ref])
-            got += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
+            got += packed_nbytes(arr)
             out[g0: g0 + len(metas)] = unpack_cts(ctx, arr, metas)
             nodes.add(ray.get(node_ref))
             del arr
@@ -140,25 +138,21 @@ class RayExecutor(RayDriver):
         one or two ciphertexts a task; the S2C-first batched pipeline one batch (k pairs) a task."""
         if self.bootstrap_keys is None:
             raise MissingKeyError(f"step {step.out} bootstraps: run the plan with the eval keys' bootstrapping keys")
-        t0 = time.perf_counter()
-        params = self._params_of(ctx)
-        digest, holder = self._boot_keys(ctx)
         kind = self._boot_kind()
-        cts = bootstrap_retag(ctx, C.cts, step)
-        if step.info.get("order") == "s2c_first":
-            units, pair = batch_units(cts, int(step.info.get("k", 1)))
-        else:
-            units, pair = bootstrap_units(cts), False
-        want = "batch" if step.info.get("order") == "s2c_first" else "single"
-        if kind != want:
+        if kind != ("batch" if step.info.get("order") == "s2c_first" else "single"):
             raise MissingKeyError(f"step {step.out} runs the {step.info.get('order', 'cts_first')} bootstrapping "
                                   f"pipeline; the eval keys hold {type(self.bootstrap_keys).__name__}: use the eval "
                                   "keys this plan's keygen() makes")
+        t0 = time.perf_counter()
+        params = self._params_of(ctx)
+        digest, holder = self._boot_keys(ctx)
+        cts = bootstrap_retag(ctx, C.cts, step)
+        units, pair = refresh_units(cts, step)
         task = bootstrap_remote()
         pending, sent = [], 0
         for u in units:
             arr, metas = pack_cts([cts[i] for i in u])
-            sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
+            sent += packed_nbytes(arr)
             refs = task.options(**self._task_options()).remote(
                 ctx.hash, params, step, arr, metas, digest, holder, self.threads, self.tune_malloc,
                 ctx.native.min_security_bits, kind, pair)
@@ -185,7 +179,7 @@ class RayExecutor(RayDriver):
         pending, sent = [], 0
         for u in units:
             arr, metas = pack_cts([ct for j in u for ct in mambo_chunk(C, j)])
-            sent += arr.nbytes if isinstance(arr, np.ndarray) else sum(a.nbytes for a in arr)
+            sent += packed_nbytes(arr)
             refs = task.options(**self._task_options()).remote(
                 ctx.hash, params, step, arr, metas, rows, int(weight_bits), real, digest, holder, self.threads,
                 self.tune_malloc, ctx.native.min_security_bits)

@@ -26,7 +26,7 @@ import numpy as np
 
 from hemlp import _core
 from hemlp.runtime.artifacts import EvalKeys
-from hemlp.runtime.ray.blocks import pack_cts, unpack_cts
+from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
 from hemlp.runtime.ray.session import TASK_RETRIES, check_task_cpus, import_ray, node_id, ray_session
 
 __all__ = ["ModelShipment", "run_groups", "group_request_task", "shipment_of", "key_array", "clear_request_cache"]
@@ -150,15 +150,15 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
     doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
     run_group (what of the program each task runs; None: all). threads_per_task: the native threads of each task
-    and the CPUs it holds (e.g. a node's cores when one N16 bootstrapping process is all its memory holds). timings: each step's seconds summed over the groups
-    (as the in-process run reports them). stats: the tasks (process, node, seconds, peak RSS, whether the process loaded the
-    model) and the bytes put."""
+    and the CPUs it holds (e.g. a node's cores when one N16 bootstrapping process is all its memory holds). timings:
+    each step's seconds summed over the groups (as the in-process run reports them). stats: the tasks (process, node,
+    seconds, peak RSS, whether the process loaded the model) and the bytes put."""
     t0 = time.perf_counter()
-    ship = shipment_of(compiled, load_model, eval_keys)
-    wbytes = None if weights is None else weights.to_bytes()
     threads = int(threads_per_task)
     if threads < 1:
         raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
+    ship = shipment_of(compiled, load_model, eval_keys)
+    wbytes = None if weights is None else weights.to_bytes()
     with ray_session(address, num_workers) as ray:
         check_task_cpus(ray, threads)      # before anything is put: a task that cannot fit would wait forever
         holder = [ray.put(ship)]       # in a list: a task fetches it only when its process has not loaded it
@@ -172,7 +172,7 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
         task, pending, sent = _remote(), [], 0
         for g in groups:
             arr, metas = pack_cts(g)
-            sent += arr.nbytes if hasattr(arr, "nbytes") else sum(a.nbytes for a in arr)
+            sent += packed_nbytes(arr)
             pending.append(task.options(**opts).remote(ship.digest, holder, w_digest, w_holder, arr, metas, threads,
                                                        part))
         outs, tasks = [], []
@@ -186,7 +186,8 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
             del arr
         del holder
     if stats is not None:
-        stats.update(groups=len(groups), threads_per_task=threads, tasks=tasks, processes=sorted({t["pid"] for t in tasks}), sent_bytes=sent,
+        stats.update(groups=len(groups), threads_per_task=threads, tasks=tasks,
+                     processes=sorted({t["pid"] for t in tasks}), sent_bytes=sent,
                      shipment_bytes=sum(map(len, ship.files.values())) + key_bytes,
                      weights_bytes=0 if wbytes is None else len(wbytes), seconds=time.perf_counter() - t0)
     return outs

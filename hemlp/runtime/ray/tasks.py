@@ -30,9 +30,8 @@ from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id
 
 __all__ = ["ELEMENTWISE", "group_task", "group_remote", "elementwise_task", "elementwise_remote", "worker_context",
-           "worker_relin_key", "worker_bootstrapper", "bootstrap_task", "bootstrap_remote", "mambo_task", "mambo_remote",
-           "clear_worker_cache",
-           "resolve_metas"]
+           "worker_relin_key", "worker_bootstrapper", "bootstrap_task", "bootstrap_remote", "mambo_task",
+           "mambo_remote", "clear_worker_cache", "resolve_metas"]
 
 #: the steps that act on each ciphertext alone (fused into the task that produced their input)
 ELEMENTWISE = ("square", "poly", "affine")
