@@ -127,9 +127,11 @@ class Plan:
             return self.text
         i = self.info
         lay = layouts.get(i.get("layout", "batch"))
+        boots = len((i.get("bootstrap") or {}).get("placements") or [])
+        depth = (f"depth {i['depth']} on {i['max_level']} levels refreshed by {boots} bootstrap point(s)" if boots
+                 else f"depth {i['depth']} of {i['max_level']} levels")
         head = [f"hemlp plan for {i['model']}: preset {i['preset']} (N=2^{int(math.log2(i['N']))}, {i['slots']} slots, "
-                f"{i['security']}), depth {i['depth']} of {i['max_level']} levels, input encrypted at L{i['top_level']}",
-                ] + lay.plan_header(i)
+                f"{i['security']}), {depth}, input encrypted at L{i['top_level']}"] + lay.plan_header(i)
         fit = i.get("activation_fit")
         if fit:
             head.append(f"activations {'chosen for' if fit['searched'] else 'fixed by activation_degree; target'} "

@@ -51,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--diagonal-cache-gib", type=float, default=2.0,
                     help="encoded weight diagonals kept between runs (the rest are encoded when used)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows already in --json (same preset, calibration and bootstrap plan, else an "
+                         "error) and run the images after them; the JSON is rewritten after every image")
     ap.add_argument("--poly-json", default=None,
                     help="also measure the compiled polynomial network (the fitted activations, float64, no "
                          "encryption) on the whole JPEG and exact test sets and write this JSON")
@@ -168,8 +171,10 @@ def main(argv=None) -> int:
     key_bytes = int(ek.nbytes)
     print(f"compile {compile_s:.0f} s, keygen {keygen_s:.0f} s, evaluation keys {key_bytes / 2**30:.2f} GiB",
           flush=True)
-    rows_out = []
-    for i in range(n):
+    rows_out, earlier = resumed_rows(args, cm, boot)
+    machine = machine_info()
+    machine["load_average_before"] = load_before
+    for i in range(len(rows_out), n):
         xi = x[i:i + 1]
         sim = np.asarray(cm.simulate(xi), dtype=np.float64).reshape(-1)
         ct = cm.encrypt(xi, sk)
@@ -188,9 +193,51 @@ def main(argv=None) -> int:
         print(f"image {i}: {wall:.1f} s wall, {cpu:.1f} s CPU; top-1 encrypted {r['top1_encrypted']}, simulated "
               f"{r['top1_simulated']}, plaintext {r['top1_plaintext']}, label {r['label']}; |enc - sim| "
               f"{r['max_abs_error_vs_simulated']:.2e}", flush=True)
-    rep = {"model": {"name": "cifar-resnet", "weights": str(args.weights), "widths": list(state["widths"]),
+        rep = report(args, state, cm, boot, rows_out, earlier, compile_s, keygen_s, key_bytes)
+        if args.json:        # after every image: a stopped run keeps what it measured
+            machine["load_average_after"] = load_average()
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            save_json(args.json, "cifar-resnet-encrypted", rep, machine=machine)
+    rep = report(args, state, cm, boot, rows_out, earlier, compile_s, keygen_s, key_bytes)
+    print(f"{len(rows_out)} images: {rep['seconds_per_image_mean']:.1f} s/image, encrypted top-1 = simulated on "
+          f"{rep['top1_encrypted_equals_simulated'] * 100:.0f} %, keys {key_bytes / 2**30:.2f} GiB, peak RSS "
+          f"{rep['peak_rss_gib']:.1f} GiB")
+    return 0
+
+
+def plan_fingerprint(args, boot) -> dict:
+    """What two runs must share for their rows to be one measurement: the same compiled bootstrap plan."""
+    return {"preset": args.preset, "calibration_images": args.calibration,
+            "bootstrap_points": len(boot.get("placements", [])), "estimated_seconds": boot.get("total_seconds")}
+
+
+def resumed_rows(args, cm, boot) -> tuple[list, dict]:
+    """(rows, the earlier run's figures) from --json under --resume; ([], {}) otherwise."""
+    if not (args.resume and args.json and Path(args.json).exists()):
+        return [], {}
+    import json
+    old = json.loads(Path(args.json).read_text())
+    mine = plan_fingerprint(args, boot)
+    theirs = {k: old.get(k) for k in mine}
+    if theirs != mine or old.get("layout") != cm.layout:
+        raise SystemExit(f"--resume: {args.json} was measured on another plan ({theirs}, layout {old.get('layout')}"
+                         f"), this run compiles {mine}, layout {cm.layout}; write to a new --json")
+    rows = list(old.get("rows", []))
+    if [r["image"] for r in rows] != list(range(len(rows))):
+        raise SystemExit(f"--resume: the rows of {args.json} are not images 0..{len(rows) - 1} in order")
+    print(f"resuming after {len(rows)} images of {args.json}", flush=True)
+    return rows, {"peak_rss_gib": old.get("peak_rss_gib", 0.0), "runs": old.get("runs", 1)}
+
+
+def report(args, state, cm, boot, rows_out, earlier, compile_s, keygen_s, key_bytes) -> dict:
+    n = len(rows_out)
+    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, earlier.get("peak_rss_gib", 0.0))
+    return {"model": {"name": "cifar-resnet", "weights": str(args.weights), "widths": list(state["widths"]),
                      "activation": state["act"]},
            "test_set": "CIFAR-10 test, first 1 017 images (exact)", "images": n, "preset": args.preset,
+           "runs": earlier.get("runs", 0) + 1,
+           "correct_encrypted": int(sum(r["top1_encrypted"] == r["label"] for r in rows_out)),
+           "correct_plaintext": int(sum(r["top1_plaintext"] == r["label"] for r in rows_out)),
            "layout": cm.layout, "threads": args.threads, "calibration_images": args.calibration,
            "diagonal_cache_gib": args.diagonal_cache_gib,
            "bootstrap_points": len(boot.get("placements", [])), "estimated_seconds": boot.get("total_seconds"),
@@ -202,19 +249,9 @@ def main(argv=None) -> int:
                                                              for r in rows_out])),
            "top1_encrypted_equals_plaintext": float(np.mean([r["top1_encrypted"] == r["top1_plaintext"]
                                                              for r in rows_out])),
-           "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+           "peak_rss_gib": peak,
            "peers": {"openfhe_resnet20": "about 1 000 s per image, 31.8 GB of keys (issue #18's figure)",
                      "orion_resnet20": ORION_RESNET20}}
-    machine = machine_info()
-    machine["load_average_before"] = load_before
-    machine["load_average_after"] = load_average()
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        save_json(args.json, "cifar-resnet-encrypted", rep, machine=machine)
-    print(f"{n} images: {rep['seconds_per_image_mean']:.1f} s/image, encrypted top-1 = simulated on "
-          f"{rep['top1_encrypted_equals_simulated'] * 100:.0f} %, keys {key_bytes / 2**30:.2f} GiB, peak RSS "
-          f"{rep['peak_rss_gib']:.1f} GiB")
-    return 0
 
 
 if __name__ == "__main__":

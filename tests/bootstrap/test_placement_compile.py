@@ -49,6 +49,7 @@ def test_the_plan_places_bootstraps_and_prints_them(compiled):
     assert b["total_seconds"] == pytest.approx(b["boot_seconds"] + b["layer_seconds"])
     text = str(compiled.plan)
     assert "# bootstrapping:" in text and "each lands at level 3" in text
+    assert f"depth 7 on {info['max_level']} levels refreshed by {len(b['placements'])} bootstrap point(s)" in text
     assert f"bootstrap {b['placements'][0]['value']} before {b['placements'][0]['before']}: level " in text
     assert "boot_N12.json" in text or "estimate" in text
     # every step at exact planned levels within [0, 3]; bootstraps land at 3
