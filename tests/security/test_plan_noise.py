@@ -45,7 +45,7 @@ def model(tmp_path_factory):
         net = mlp(dims=(20, 16, 4))
         x = np.random.default_rng(0).normal(size=(4, 20))
         cm = hemlp.compile(net, x, batch_size=4, allow_insecure=True, layout="packed", preset="test-N12-d6")
-        t = cm.estimate_noise(x, runs=5, margin_bits=1)
+        t = cm.estimate_noise(x, runs=8, margin_bits=1)     # 4 fixed worst cases, 3 random-sign draws, 1 uniform
     return cm, x, t
 
 
@@ -57,8 +57,9 @@ def test_plan_bound_covers_held_out_inputs(model):
     for held_out in (rng.uniform(-m, m, x.shape), np.where(rng.random(x.shape) < 0.5, m, -m)):
         assert math.log2(raw_error_peak(cm, held_out)) <= t
     # the bound is the measured error plus the margin, not a blanket constant: one key pair's peak lies within a
-    # few bits under it (t is the worst of 16 runs plus 1 bit; single pairs measured 2.6 bits under t at worst)
-    assert t - 4 <= math.log2(raw_error_peak(cm, x)) <= t
+    # few bits under it (t is the worst of 8 runs plus 1 bit; random-sign held-out draws measured 0.9-2.2 bits under
+    # t over 8 estimates, the samples' own peak 2.0-3.3 bits under)
+    assert t - 4.5 <= math.log2(raw_error_peak(cm, x)) <= t
 
 
 def test_decryption_uses_the_plan_bound(model):
