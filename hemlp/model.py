@@ -77,6 +77,7 @@ from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputR
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
+from hemlp.layouts.mlwe_bootstrap import plan_mlwe_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.layouts.blocked_bootstrap import plan_blocked_bootstrapped
 from hemlp.layouts.boot_choice import choose_bootstrapped
@@ -646,12 +647,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     if fit_report:
         ref_out = g.reference(calib)[g.output.name]
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(ref_out)))
-    if opts["bootstrap"]:      # layouts (A), (P) and (C) with bootstraps placed by the planner
-        if opts["layout"] not in ("auto", "batch", "packed"):
-            raise UnsupportedError("bootstrap=True places bootstraps in layouts (A), (P) and (C) (encrypted weights): "
-                                   "layout (A') (layout='mlwe') has no bootstrap placement; use layout='batch' or "
-                                   "'packed' (or 'auto', which compares the two), or drop bootstrap=True for a "
-                                   "leveled plan")
+    if opts["bootstrap"]:      # every layout with bootstraps placed by the planner
         if opts["encrypted_weights"]:       # layout (C): hemlp.layouts.blocked_bootstrap
             if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
                 raise UnsupportedError("layout (C) refreshes its blocks with single CtS-first bootstraps: mambo=True "
@@ -664,6 +660,12 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                                        "bootstraps: mambo=True / batch_bootstrap are layout (A) options")
             lay, estimates, why = layouts.choose([layouts.get("packed")],
                                                  plan_packed_bootstrapped(steps, calib, opts, batch_size))
+        elif opts["layout"] == "mlwe":      # refreshes at activation segments (hemlp.layouts.mlwe_bootstrap)
+            if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
+                raise UnsupportedError("layout (A') refreshes its activation segments one ciphertext at a time: "
+                                       "mambo=True / batch_bootstrap are layout (A) options")
+            lay, estimates, why = layouts.choose([layouts.get("mlwe")],
+                                                 plan_mlwe_bootstrapped(steps, calib, opts, batch_size))
         elif opts["layout"] == "auto" and batch_size is not None:     # (A) or (P), bootstraps included
             lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size))
         else:

@@ -129,6 +129,26 @@ class MamboBootstrapper:
             out += self._refresh_lows(chunk, out_scale, is_complex)[:real]
         return out
 
+    def refresh_coefficients(self, cts: list, out_scale: float) -> list:
+        """Coefficient-encoded ciphertexts (any level, every coefficient within [-1, 1] in units of the scale) ->
+        slot-encoded complex ones at output_level with scale out_scale exactly, slot j holding coefficient rev(j) +
+        i·coefficient N/2 + rev(j): what a bit-reversed CoeffToSlot of the input gives, refreshed. The S2C-first
+        pipeline without its SlotToCoeff (the inputs are coefficient-encoded already): layout (A′) runs its
+        activation segments' CoeffToSlot inside it (hemlp.layouts.mlwe)."""
+        if not isinstance(cts, (list, tuple)) or not cts:
+            raise ShapeError("refresh_coefficients takes a non-empty list of ciphertexts")
+        for i, ct in enumerate(cts):
+            self.ctx.unwrap(ct, Ciphertext, f"ciphertext {i}")
+            if ct.encoding != "coeff":
+                raise ShapeError(f"refresh_coefficients refreshes coefficient-encoded ciphertexts; ciphertext {i} is "
+                                 f"{ct.encoding}-encoded (slot-encoded ones: bootstrap_batch)")
+            if ct.size != 2:
+                raise ShapeError(f"ciphertext {i} has {ct.size} polynomials: relinearise it first")
+        if not out_scale > 0:
+            raise ParameterError(f"refresh_coefficients: out_scale must be > 0, got {out_scale}")
+        R = self.params.log_message_ratio
+        return self._in_batches([scale_down(self.ctx, ct, R) for ct in cts], float(out_scale), True)
+
     # ---- pairing (two real ciphertexts in one complex bootstrap, as Bootstrapper.bootstrap_pair)
     def _join_pairs(self, cts: list) -> list:
         """Real ciphertexts (one level, scale and encoding) -> ceil(len/2) complex ones a + i·b (exact: a + X^(N/2)·b,

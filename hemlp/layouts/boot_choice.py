@@ -12,8 +12,8 @@ handful of ciphertexts in (P) against hundreds in (A); a large batch fills (A)'s
 Keys: the evaluation keys in memory (relinearisation, layout (P)'s rotation keys, and the bootstrapping keys of the
 planned pipeline, estimated from the parameters before any key exists) must fit MAX_BOOT_EVAL_KEY_BYTES, the budget
 the bootstrap lowering already plans batched keys within (hemlp.planner.bootstrap_lowering.MAX_BATCH_KEY_BYTES).
-Layout (A′) has no bootstrap placement: auto lists it as not possible; an explicit layout="mlwe" with bootstrap=True
-is an UnsupportedError (hemlp.model.compile) naming layouts (A) / (P). Encrypted weights (layout (C)) are another
+Layout (A′) is not compared: it refreshes its activation segments (hemlp.layouts.mlwe_bootstrap) when asked for by
+layout="mlwe". Encrypted weights (layout (C)) are another
 kind of plan: compile plans them alone (hemlp.layouts.blocked_bootstrap), never against (A) / (P).
 """
 from __future__ import annotations
@@ -83,7 +83,8 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int,
             est[cls.name] = f"not possible: {exc}"
             continue
         built[cls.name], est[cls.name], keys[cls.name] = lay, float(lay.estimate()), eval_key_bytes(lay)
-    est["mlwe"] = "not possible: layout (A′) has no bootstrap placement (bootstraps run in layouts (A), (P), (C))"
+    est["mlwe"] = ("not compared: layout (A′) refreshes its activation segments only when asked (layout='mlwe'); "
+                   "its keys grow with N/batch ModPack keys")
     if not built:
         raise errors["batch"]
     fits = [k for k in built if keys[k] <= max_key_bytes]

@@ -41,8 +41,10 @@ from typing import Optional
 import numpy as np
 
 from hemlp import _core, pcmm
+from hemlp.bootstrap import BatchBootstrapKeys, MamboBootstrapper
 from hemlp.he.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
                           plan_slot_to_coeff, slot_to_coeff, split_real_imag)
+from hemlp.he.reinterpret import retag
 from hemlp.he.special_fft import bit_reverse
 from hemlp.fhe import Ciphertext, Params
 from hemlp.compiler.lower import dense_matrix
@@ -50,6 +52,8 @@ from hemlp.compiler.params import candidates, choose_preset, output_reserve, ste
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError,
                           UnsupportedError)
 from hemlp.layouts.base import Layout, Planned
+from hemlp.layouts.batch_bootstrap import summary, summary_text
+from hemlp.layouts.mlwe_refresh import refresh_key_bytes, refresh_params
 from hemlp.pcmm import CtMatrix, quantize
 from hemlp.planner.layouts import act_muls, encode_seconds, estimate_mlwe
 from hemlp.runtime.local import ElementwiseOp, cached_elementwise
@@ -88,7 +92,7 @@ def dft_depth_candidates(N: int) -> list[int]:
 
 @dataclass
 class MStep:
-    kind: str                    # input | pcmm | cts | act | stc | output
+    kind: str                    # input | pcmm | cts | boot | act | stc | output (boot: a refresh in place of a cts)
     out: str
     src: object = None           # the lowered Step (input / pcmm / act / output)
     rows: int = 0                # features of the tensor this step produces
@@ -155,6 +159,13 @@ class MlweProgram:
                 prev = s.out
                 self.aliases[s.out] = s
                 continue
+            if s.op == "bootstrap":     # placed by hemlp.layouts.mlwe_bootstrap: the refresh is the CoeffToSlot
+                if domain != "coeff":
+                    raise UnsupportedError(f"layout (A'): bootstrap {s.out} must refresh a coefficient-encoded value "
+                                           "(a linear layer's output or the input) before an activation")
+                self.steps.append(MStep("boot", s.out, s, self.steps[-1].rows, self.steps[-1].cts))
+                domain, prev = "slot", s.out
+                continue
             if s.op == "pcmm":
                 if domain == "slot":
                     self.steps.append(MStep("stc", s.out + ".stc", None, self.steps[-1].rows, self.steps[-1].cts))
@@ -189,7 +200,8 @@ class MlweProgram:
         return -(-int(rows) // self.k)
 
     def _levels(self, top: int) -> int:
-        lv = top
+        """Every step's levels for an input at `top`; returns the levels used before the first refresh (or in all)."""
+        lv, used = top, None
         for m in self.steps:
             m.level_in = lv
             if m.kind == "pcmm":
@@ -198,11 +210,29 @@ class MlweProgram:
                 lv -= self.dft_depth
             elif m.kind == "act":
                 lv -= step_cost(m.src)
+            elif m.kind == "boot":      # lands where the planner said (the preset's S2C-first output level)
+                used = top - lv if used is None else used
+                lv = int(m.src.info["level_after"])
             m.level_out = lv
         for i, m in enumerate(self.steps):
             if m.feeds_act:
                 m.act_level = self.steps[i + 2].level_in
-        return top - lv
+        return top - lv if used is None else used
+
+    def consumes(self, m) -> int:
+        """Levels step m uses (a refresh: none of the caller's; it lands at its own level)."""
+        if m.kind == "pcmm":
+            return 1
+        if m.kind in ("cts", "stc"):
+            return self.dft_depth
+        if m.kind == "act":
+            return step_cost(m.src)
+        return 0
+
+    @property
+    def refreshes(self) -> list:
+        """The refresh steps (compile(..., layout="mlwe", bootstrap=True))."""
+        return [m for m in self.steps if m.kind == "boot"]
 
     def set_top(self, top: int) -> None:
         """Levels for an input encrypted at `top`."""
@@ -222,7 +252,7 @@ class MlweProgram:
     # ------------------------------------------------------------------ DFT plans and keys
     @property
     def has_acts(self) -> bool:
-        return any(m.kind == "cts" for m in self.steps)
+        return any(m.kind in ("cts", "boot") for m in self.steps)
 
     @cached_property
     def cts_plan(self):
@@ -244,8 +274,8 @@ class MlweProgram:
         return max(lv) if lv else None
 
     def conjugation_level(self):
-        """The split after CoeffToSlot conjugates at the CtS output level."""
-        lv = [m.level_out for m in self.steps if m.kind == "cts"]
+        """The split after CoeffToSlot (or a refresh) conjugates at its output level."""
+        lv = [m.level_out for m in self.steps if m.kind in ("cts", "boot")]
         return max(lv) if lv else None
 
     def modpack_level(self):
@@ -299,6 +329,9 @@ class MlweProgram:
             elif m.kind in ("cts", "stc"):
                 name = "CoeffToSlot + split" if m.kind == "cts" else "join + SlotToCoeff"
                 lines.append(f"  {name} on {m.cts} ciphertext(s): L{m.level_in}->L{m.level_out}")
+            elif m.kind == "boot":
+                lines.append(f"  refresh (ModRaise, CoeffToSlot, EvalMod) + split on {m.cts} ciphertext(s): "
+                             f"L{m.level_in}->L{m.level_out}")
             elif m.kind == "act":
                 lines.append(f"  {m.out}: {m.src.op} on {2 * m.cts} real-slot ciphertext(s), L{m.level_in}->"
                              f"L{m.level_out}")
@@ -396,6 +429,20 @@ class MlweRunner:
         return out
 
     # ---- activations
+    def _boot(self, m, x: list, gk, boot) -> list:
+        """A refresh in place of the segment's CoeffToSlot: x/c (a re-tag, c the step's power of two) refreshed by
+        the S2C-first pipeline without its SlotToCoeff (the slots come out as a bit-reversed CoeffToSlot puts them),
+        at c·q/2 so that the values, re-tagged back by c, sit at q/2 and the split leaves them at q (q: the prime of
+        the landing level), as after this layout's own CoeffToSlot."""
+        if boot is None:
+            raise MissingKeyError(f"step {m.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
+                                  "eval_keys)")
+        ctx = self.ctx
+        c = float(m.src.info["scale_factor"])
+        q = float(ctx.modulus(m.level_out))
+        outs = boot.refresh_coefficients([retag(ctx, ct, scale=ct.scale * c) for ct in x], c * q / 2.0)
+        return [split_real_imag(ctx, retag(ctx, o, scale=o.scale / c), gk) for o in outs]
+
     def _cts(self, x: list, gk) -> list:
         parts = []
         for ct in x:
@@ -433,11 +480,12 @@ class MlweRunner:
 
     # ---- the program
     def run(self, cts: list, relin_key, galois_keys, modpack_keys, timings: dict | None = None,
-            segments=None) -> list:
+            segments=None, boot=None) -> list:
         """Input ciphertexts (the MLWE input matrix) -> the output's coefficient-encoded ciphertexts.
-        segments (optional): fn(k, j, cts) -> cts running steps k..j (a CoeffToSlot, its activations and the
-        SlotToCoeff: each ciphertext on its own) elsewhere, e.g. one Ray task per ciphertext (run_segment)."""
-        ctx, prog = self.ctx, self.prog
+        segments (optional): fn(k, j, cts) -> cts running steps k..j (a CoeffToSlot or a refresh, its activations and
+        the SlotToCoeff: each ciphertext on its own) elsewhere, e.g. one Ray task per ciphertext (run_segment).
+        boot: the MamboBootstrapper of a plan with refreshes (hemlp.layouts.mlwe_bootstrap)."""
+        prog = self.prog
         if prog.has_acts and galois_keys is None:
             raise MissingKeyError("layout (A') activations need the CoeffToSlot / SlotToCoeff rotation keys and the "
                                   "conjugation key of this model; use keygen()'s eval_keys")
@@ -446,28 +494,29 @@ class MlweRunner:
         steps, val, k = prog.steps, cts, 0
         while k < len(steps):
             m = steps[k]
-            if m.kind == "cts" and segments is not None:
+            if m.kind in ("cts", "boot") and segments is not None:
                 j = next(i for i in range(k, len(steps)) if steps[i].kind == "stc")
                 val = segments(k, j, val)
                 if val[0].level != steps[j].level_out:
                     raise AssertionError(f"step {steps[j].out}: level {val[0].level}, planned {steps[j].level_out}")
                 k = j + 1
                 continue
-            val = self._step(m, val, relin_key, galois_keys, modpack_keys, timings)
+            val = self._step(m, val, relin_key, galois_keys, modpack_keys, timings, boot)
             k += 1
         return val
 
-    def run_segment(self, ct, k: int, j: int, relin_key, galois_keys, timings: dict | None = None) -> list:
-        """Steps k..j (CoeffToSlot, activations, SlotToCoeff) on one ciphertext: [its output]. Each ciphertext of
-        such a segment is independent of the others, and the arithmetic is run()'s, so the same bits."""
+    def run_segment(self, ct, k: int, j: int, relin_key, galois_keys, timings: dict | None = None,
+                    boot=None) -> list:
+        """Steps k..j (CoeffToSlot or a refresh, activations, SlotToCoeff) on one ciphertext: [its output]. Each
+        ciphertext of such a segment is independent of the others, and the arithmetic is run()'s, so the same bits."""
         val = [ct]
         for m in self.prog.steps[k: j + 1]:
-            if m.kind not in ("cts", "act", "stc"):
+            if m.kind not in ("cts", "boot", "act", "stc"):
                 raise AssertionError(f"step {m.out} ({m.kind}) is not a CoeffToSlot / activation / SlotToCoeff")
-            val = self._step(m, val, relin_key, galois_keys, None, timings)
+            val = self._step(m, val, relin_key, galois_keys, None, timings, boot)
         return val
 
-    def _step(self, m, val: list, relin_key, galois_keys, modpack_keys, timings) -> list:
+    def _step(self, m, val: list, relin_key, galois_keys, modpack_keys, timings, boot=None) -> list:
         ctx, prog = self.ctx, self.prog
         t0 = time.perf_counter()
         if m.kind == "input":
@@ -482,6 +531,8 @@ class MlweRunner:
             val = self._pcmm(m, val, modpack_keys)
         elif m.kind == "cts":
             val = self._cts(val, galois_keys)
+        elif m.kind == "boot":
+            val = self._boot(m, val, galois_keys, boot)
         elif m.kind == "act":
             val = self._act(m, val, relin_key)
         elif m.kind == "stc":
@@ -521,10 +572,18 @@ class Mlwe(Layout):
         return MlweProgram(self.steps, self.params.N, self.batch_size, int(self.options["dft_depth"]),
                            top=self.top_level)
 
+    @property
+    def bootstrapped(self) -> bool:
+        """True when refreshes were placed (compile(..., layout="mlwe", bootstrap=True))."""
+        return any(s.op == "bootstrap" for s in self.steps)
+
     @classmethod
     def plan(cls, p: Planned) -> "Mlwe":
         """The smallest preset (compiler.params.candidates order, or the given preset) whose depth holds the
-        program with its CoeffToSlot / SlotToCoeff levels; LevelError naming the missing levels when none does."""
+        program with its CoeffToSlot / SlotToCoeff levels; LevelError naming the missing levels when none does.
+        Steps with refreshes placed (hemlp.layouts.mlwe_bootstrap) come with their preset, levels and DFT depth."""
+        if any(s.op == "bootstrap" for s in p.steps):
+            return super().plan(p)
         opts = p.options
         allow = bool(opts["allow_insecure"])
         if opts["preset"] is not None:
@@ -559,31 +618,47 @@ class Mlwe(Layout):
                          "lower activation degrees, fewer activation layers"
                          + (", or a deeper preset" if opts["preset"] else ""))
 
+    def _boot_summary(self):
+        return summary(self.steps, self.params, self.batch_size, layer_seconds=estimate_mlwe(self.program, self.params))
+
     def estimate(self):
         prog = self.program
         kb = modpack_key_bytes(self.params, prog)
         if kb > MLWE_AUTO_MAX_KEY_BYTES:   # a time estimate alone would ignore the keys
             return (f"not chosen: its {prog.k} ModPack keys alone take ~{kb / 1e9:.1f} GB (auto stays under "
                     f"{MLWE_AUTO_MAX_KEY_BYTES / 1e9:.0f} GB; layout='mlwe' forces it)")
-        return estimate_mlwe(prog, self.params)
+        return self.seconds_estimate()
 
     def commit(self) -> None:
         self.program.apply_levels()
 
     def plan_info(self) -> dict:
         prog = self.program
-        return dict(mlwe=prog.describe(), rotation_keys=len(prog.rotations()), modpack_keys=prog.k,
+        info = dict(mlwe=prog.describe(), rotation_keys=len(prog.rotations()), modpack_keys=prog.k,
                     counts=prog.counts(), dft_depth=prog.dft_depth)
+        b = self._boot_summary()
+        if b is not None:
+            b["key_bytes"] = refresh_key_bytes(self.params)
+            info["bootstrap"] = b
+        return info
 
     @staticmethod
     def plan_header(info: dict) -> list[str]:
         return list(info["mlwe"]) + ["eval keys: " + ("relinearisation key + " if info["needs_relin"] else "")
                                      + f"{info['rotation_keys']} rotation keys + conjugation key + "
-                                     f"{info['modpack_keys']} ModPack keys"]
+                                     f"{info['modpack_keys']} ModPack keys"
+                                     + (" + bootstrapping keys" if info.get("bootstrap") else "")]
 
     @staticmethod
     def finish_plan_text(text: str, info: dict) -> str:
-        return text.replace(" = pcmm(", " = pcmm_mlwe(")
+        text = text.replace(" = pcmm(", " = pcmm_mlwe(")
+        b = info.get("bootstrap")
+        if not b:
+            return text
+        return (text + "\n" + summary_text(b) + "\n#   layout (A'): each refresh is the activation segment's "
+                "CoeffToSlot (ModRaise, CoeffToSlot, EvalMod on coefficient-encoded ciphertexts: no SlotToCoeff at "
+                f"the bottom)\n#   bootstrapping keys {b['key_bytes'] / 2 ** 30:.2f} GiB in memory (S2C-first, k = 1; "
+                "estimated from the parameters)")
 
     def key_levels(self) -> dict:
         prog = self.program
@@ -598,7 +673,18 @@ class Mlwe(Layout):
                 ctx.conjugation_key(sk, level=lv["conjugation"]))
         if prog.has_pcmm():
             mp = pcmm.modpack_keys(ctx, sk, prog.k, level=lv["modpack"])
+        if self.bootstrapped:
+            return rlk, gk, mp, BatchBootstrapKeys.generate(ctx, sk, 1, refresh_params(ctx))
         return rlk, gk, mp
+
+    def _bootstrapper(self, ctx, eval_keys):
+        """The MamboBootstrapper of the eval keys' refresh keys, built once per key set and context."""
+        if not self.bootstrapped:
+            return None
+        keys = eval_keys.bootstrap_keys
+        if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
+            self._boot = (keys, MamboBootstrapper(ctx, keys))
+        return self._boot[1]
 
     def level_checks(self, ctx, eval_keys) -> list:
         checks = super().level_checks(ctx, eval_keys)
@@ -618,6 +704,12 @@ class Mlwe(Layout):
         for what, key in (("rotation keys", eval_keys.galois_keys), ("ModPack keys", eval_keys.modpack_keys)):
             if key is not None and key.key_id != ct.key_id:
                 raise KeyMismatchError(f"the {what} and the ciphertext come from different key pairs")
+        if self.bootstrapped:
+            bk = getattr(eval_keys, "bootstrap_keys", None)
+            if not isinstance(bk, BatchBootstrapKeys) or bk.params.order != "s2c_first" or bk.k != 1:
+                raise MissingKeyError("this plan refreshes its activation segments: its eval keys need S2C-first "
+                                      f"bootstrapping keys with k = 1 (they hold {type(bk).__name__}); use this plan's "
+                                      "keygen()")
 
     @property
     def capacity(self) -> int:
@@ -648,10 +740,11 @@ class Mlwe(Layout):
 
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         """The whole program (part None), or part = (k, j): the activation segment k..j on one ciphertext."""
-        runner = self.runner(ctx, self._make_runner)
+        runner, boot = self.runner(ctx, self._make_runner), self._bootstrapper(ctx, eval_keys)
         if part is not None:
-            return runner.run_segment(cts[0], *part, eval_keys.relin_key, eval_keys.galois_keys, timings)
-        return runner.run(cts, eval_keys.relin_key, eval_keys.galois_keys, eval_keys.modpack_keys, timings)
+            return runner.run_segment(cts[0], *part, eval_keys.relin_key, eval_keys.galois_keys, timings, boot=boot)
+        return runner.run(cts, eval_keys.relin_key, eval_keys.galois_keys, eval_keys.modpack_keys, timings,
+                          boot=boot)
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
         """On Ray: the PCMMs in this process (one MLWE product mixes every ciphertext), every activation segment
@@ -697,7 +790,8 @@ class Mlwe(Layout):
         return sum(1 for m in self.program.steps if m.kind not in ("input", "output"))
 
     def seconds_estimate(self) -> float:
-        return estimate_mlwe(self.program, self.params)   # also when "auto" declines it for its key bytes
+        b = self._boot_summary()     # also when "auto" declines it for its key bytes
+        return estimate_mlwe(self.program, self.params) + (0.0 if b is None else b["boot_seconds"])
 
     def ciphertexts_out(self) -> tuple:
         return self.program.output.cts, self.output_level()

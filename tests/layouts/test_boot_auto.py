@@ -1,7 +1,8 @@
 """layout="auto" with bootstrap=True (hemlp.layouts.boot_choice): layouts (A) and (P) each planned with their own
 bootstrap placement and compared by the planner's estimates *including the bootstraps*, among those whose keys fit
-the key-memory limit; the plan prints both estimates and the reason. Layouts (A′) and (C) cannot bootstrap: auto
-lists (A′) as not possible, an explicit request is a typed error naming the fix. test-N10-boot (compile only)."""
+the key-memory limit; the plan prints both estimates and the reason. Auto does not compare layouts (A′) (refreshes
+only when asked for, tests/layouts/test_mlwe_bootstrap.py) and (C) (encrypted weights). test-N10-boot (compile
+only)."""
 from __future__ import annotations
 
 import warnings
@@ -74,7 +75,7 @@ def test_auto_picks_packed_for_one_image_of_a_conv_net():
     assert est["batch"] > a.plan.info["bootstrap"]["layer_seconds"]     # the bootstraps are counted
     assert cm.layout == chosen_by_estimates(cm) == "packed"   # one image: a few packed ciphertexts to refresh
     assert [s.out for s in cm.steps if s.op == "bootstrap"] == [s.out for s in p.steps if s.op == "bootstrap"]
-    assert est["mlwe"].startswith("not possible") and "bootstrap" in est["mlwe"]
+    assert est["mlwe"].startswith("not compared") and "layout='mlwe'" in est["mlwe"]
     text = str(cm.plan)
     assert "planner estimates (s per batch): batch " in text and "-> layout packed (bootstraps included: (A) " in text
     assert f"{est['packed']:.3g} s" in info["layout_reason"] and f"{est['batch']:.3g} s" in info["layout_reason"]
@@ -109,9 +110,11 @@ def test_auto_without_a_batch_size_or_with_layout_a_options_is_layout_a():
     assert cm.layout == "batch" and "layout (A) options" in cm.plan.info["layout_estimates"]["packed"]
 
 
-def test_layout_a_prime_cannot_bootstrap_a_typed_error():
-    with pytest.raises(UnsupportedError, match="layout='batch' or 'packed'"):
-        compile_boot(mlp(), MLP_X, 8, layout="mlwe")
+def test_layout_a_prime_bootstraps_chains_when_asked_and_names_the_layouts_for_the_rest():
+    cm = compile_boot(mlp(), MLP_X, 48, layout="mlwe")
+    assert cm.layout == "mlwe" and not cm.layout_impl.bootstrapped     # this chain fits the levels: no refresh
+    with pytest.raises(UnsupportedError, match="residual add: use layout='batch'"):
+        compile_boot(ResCNN(), CNN_X, 1, layout="mlwe")
 
 
 def test_bootstrap_key_estimate_equals_generated_keys():

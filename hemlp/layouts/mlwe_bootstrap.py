@@ -1,0 +1,152 @@
+"""Layout (A′) with bootstraps (compile(..., layout="mlwe", bootstrap=True)): refreshes placed at activation segments.
+
+Every activation segment of layout (A′) starts with a CoeffToSlot on coefficient-encoded ciphertexts. A refresh
+(hemlp.layouts.mlwe_refresh) is that CoeffToSlot run inside a bootstrap, so it costs a bootstrap without its
+SlotToCoeff and lands at the preset's refresh level whatever level it starts from (>= 0). Placement: the program is a
+chain, and a refresh can only sit where a segment starts; going along the chain, a segment keeps its plain
+CoeffToSlot when the levels left cover it and everything up to the next segment (or the output's reserve), else it
+is refreshed. This greedy rule places the fewest refreshes: a refresh resets the level to the same constant wherever it
+sits, so refreshing later never leaves fewer levels for what follows (tests compare it with every subset on small
+chains). The input level is then the lowest that keeps that count. Each refresh divides its input by c, the power of
+two above the value's calibrated peak (times 1 + activation_margin; the zero sample of the padding columns included),
+as the other layouts' bootstraps do; simulate models it as an S2C-first bootstrap (range check |x| <= c, error
+2^-bits · c).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from hemlp.compiler.lower import Step
+from hemlp.compiler.params import depth_of
+from hemlp.errors import LevelError
+from hemlp.layouts.base import Planned
+from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, S2C_LOG_MESSAGE_RATIO, scale_factor,
+                                           value_rows)
+from hemlp.layouts.mlwe import MlweProgram, dft_depth_candidates
+from hemlp.layouts.mlwe_refresh import refresh_level
+from hemlp.planner.bootstrap_lowering import PipelineCosts
+from hemlp.bootstrap.params import PRESET_DEPTHS
+
+__all__ = ["greedy_refreshes", "feasible_refreshes", "plan_mlwe_bootstrapped"]
+
+
+def _segments(prog: MlweProgram) -> tuple[list, list]:
+    """(the indices of the CoeffToSlot steps, the levels each stretch between them uses): stretch 0 runs from the
+    input to the first CoeffToSlot, stretch i from CoeffToSlot i - 1 (excluded) to CoeffToSlot i, the last one to the
+    output."""
+    cts = [i for i, m in enumerate(prog.steps) if m.kind == "cts"]
+    bounds = [-1] + cts + [len(prog.steps)]
+    use = [sum(prog.consumes(prog.steps[t]) for t in range(a + 1, b)) for a, b in zip(bounds, bounds[1:])]
+    return cts, use
+
+
+def feasible_refreshes(prog: MlweProgram, top: int, land: int, reserve: int, chosen: set) -> bool:
+    """Whether refreshing the CoeffToSlot points `chosen` (their indices among the program's CoeffToSlot steps) runs
+    from an input at `top`: every level >= 0, a refresh's input >= 0, the output >= reserve."""
+    cts, use = _segments(prog)
+    lv = top - use[0]
+    if lv < (reserve if not cts else 0):
+        return False
+    for i in range(len(cts)):
+        lv = (land if i in chosen else lv - prog.dft_depth) - use[i + 1]
+        if lv < (reserve if i == len(cts) - 1 else 0):
+            return False
+    return True
+
+
+def greedy_refreshes(prog: MlweProgram, top: int, land: int, reserve: int) -> list:
+    """The CoeffToSlot points (indices among the program's CoeffToSlot steps) to refresh, fewest first: a segment
+    keeps its plain CoeffToSlot while the levels cover it up to the next point (or the output's reserve).
+    LevelError when even a refresh cannot (a stretch deeper than the levels a refresh leaves)."""
+    cts, use = _segments(prog)
+    lv = top - use[0]
+    if lv < (reserve if not cts else 0):
+        raise LevelError(f"layout (A') with bootstraps: the input at level {top} cannot reach the first activation "
+                         f"segment ({use[0]} levels before it)")
+    chosen = []
+    for i in range(len(cts)):
+        need = reserve if i == len(cts) - 1 else 0
+        plain = lv - prog.dft_depth - use[i + 1]
+        if plain >= need:
+            lv = plain
+            continue
+        if land - use[i + 1] < need:
+            m = prog.steps[cts[i] + 1]
+            raise LevelError(f"layout (A') with bootstraps: the stretch from activation {m.out} on uses "
+                             f"{use[i + 1]} levels (activations, SlotToCoeff {prog.dft_depth}, linear layers) but a "
+                             f"refresh leaves {land}" + (f" and the output keeps {reserve}" if need else "")
+                             + ": lower the activation degrees, or use layout='batch' / 'packed' (bootstraps between "
+                             "any two layers)")
+        chosen.append(i)
+        lv = land - use[i + 1]
+    return chosen
+
+
+def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
+    """The layout (A′) program with refreshes for a lowered model: the preset, the DFT depth (the first of
+    dft_depth_candidates that places), the refreshes as bootstrap steps before the activations they start, the input
+    level."""
+    bp = BootPlanning.of(steps, x, opts)
+    params, reserve, boot = bp.params, bp.reserve, bp.boot
+    land, L = refresh_level(params), int(params.max_level)
+    bs = 1 if batch_size is None else int(batch_size)
+    depths = [int(opts["dft_depth"])] if opts.get("dft_depth") is not None else dft_depth_candidates(params.N)
+    err = None
+    for d in depths:
+        prog = MlweProgram(steps, params.N, bs, d)        # UnsupportedError: not a chain this layout runs
+        try:
+            chosen = greedy_refreshes(prog, L, land, reserve)
+        except LevelError as exc:
+            err = exc
+            continue
+        break
+    else:
+        raise err
+    # the lowest input level with as few refreshes
+    top = next(t for t in range(L + 1) if _count(prog, t, land, reserve) == len(chosen))
+    chosen = greedy_refreshes(prog, top, land, reserve)
+    cts = [i for i, m in enumerate(prog.steps) if m.kind == "cts"]
+    wb = int(opts["weight_bits"])
+    X = np.concatenate([bp.X, np.zeros((bp.X.shape[0], 1))], axis=1)    # + the padding columns' zero sample
+    margin = 1.0 + float(opts["activation_margin"])
+    limit = params.q[0] / 2.0 ** (S2C_LOG_MESSAGE_RATIO + params.log_scale)   # ScaleDown: c·Δ·2^R <= q0
+    costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[params.name][1])
+    per_refresh = max(0.0, boot.seconds - costs.stc_seconds())
+    bits = costs.s2c_bits(1) or DEFAULT_NOISE_BITS
+    before = {}
+    for n, i in enumerate(chosen):
+        act = prog.steps[cts[i] + 1]
+        v = act.src.inputs[0]
+        peak = float(np.max(np.abs(value_rows(steps, X, v, wb))))
+        c = scale_factor(peak, margin, limit, f"value {v!r}", params)
+        name = f"{v}#refresh{n}"
+        info = dict(scale_factor=c, noise_bits=float(bits), seed=n, slots=params.N // 2, value=v, before=act.out,
+                    ciphertexts=act.cts, bootstraps=act.cts, seconds=per_refresh * act.cts, level_after=land,
+                    order="s2c_first", kind="single", k=1,
+                    cost_source=f"{boot.source}, less its SlotToCoeff share (a refresh runs none)",
+                    lowering="layout (A') refresh: the activation segment's CoeffToSlot inside an S2C-first "
+                             "bootstrap without its SlotToCoeff (k = 1)")
+        before[act.src.out] = Step("bootstrap", name, [v], act.rows, "", level_out=land, info=info)
+    new = []
+    for s in steps:
+        b = before.get(s.out)
+        if b is not None:
+            new.append(b)
+            s = replace(s, inputs=[b.out] + list(s.inputs[1:]), info=dict(s.info))
+        new.append(s)
+    check = MlweProgram(new, params.N, bs, d, top=top)
+    if any(m.level_out is not None and m.level_out < 0 for m in check.steps):
+        raise AssertionError("layout (A') refresh placement left a negative level")
+    if check.output.level_in < reserve:
+        raise AssertionError(f"layout (A') refresh placement: output at {check.output.level_in} < reserve {reserve}")
+    return Planned(new, params, dict(bp.info), depth_of(steps), reserve, top, bs, dict(opts, dft_depth=d), bp.max_out)
+
+
+def _count(prog, top: int, land: int, reserve: int) -> float:
+    try:
+        return len(greedy_refreshes(prog, top, land, reserve))
+    except LevelError:
+        return math.inf
