@@ -100,6 +100,7 @@ class MStep:
     level_in: Optional[int] = None
     level_out: Optional[int] = None
     feeds_act: bool = False      # pcmm / input: the next op is a CoeffToSlot (scale target q_act / 2)
+    feeds_refresh: bool = False  # pcmm: the next op is a refresh (it runs at level 1, MaMBo's bottom of the chain)
     act_level: Optional[int] = None
     rows_in: int = 0             # pcmm: features of its input
 
@@ -194,6 +195,8 @@ class MlweProgram:
         for i, m in enumerate(self.steps):
             if m.kind in ("input", "pcmm") and i + 1 < len(self.steps) and self.steps[i + 1].kind == "cts":
                 m.feeds_act = True
+            if m.kind == "pcmm" and i + 1 < len(self.steps) and self.steps[i + 1].kind == "boot":
+                m.feeds_refresh = True
         self.input, self.output = self.steps[0], self.steps[-1]
 
     def _cts(self, rows: int) -> int:
@@ -205,7 +208,9 @@ class MlweProgram:
         for m in self.steps:
             m.level_in = lv
             if m.kind == "pcmm":
-                lv -= 1
+                if m.feeds_refresh and lv > 1:   # its inputs dropped to level 1: the GEMMs and ModPack on 2 limbs
+                    m.level_in = 1
+                lv = m.level_in - 1
             elif m.kind in ("cts", "stc"):
                 lv -= self.dft_depth
             elif m.kind == "act":
@@ -528,6 +533,8 @@ class MlweRunner:
                                          f"2^{np.log2(want):.2f}; encrypt with compiled.encrypt")
             return [ctx.drop_level(c, m.level_out) if c.level != m.level_out else c for c in val]
         if m.kind == "pcmm":
+            if val[0].level > m.level_in:      # feeds a refresh: run at the bottom of the chain
+                val = [ctx.drop_level(c, m.level_in) for c in val]
             val = self._pcmm(m, val, modpack_keys)
         elif m.kind == "cts":
             val = self._cts(val, galois_keys)

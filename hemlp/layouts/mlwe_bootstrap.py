@@ -7,10 +7,12 @@ chain, and a refresh can only sit where a segment starts; going along the chain,
 CoeffToSlot when the levels left cover it and everything up to the next segment (or the output's reserve), else it
 is refreshed. This greedy rule places the fewest refreshes: a refresh resets the level to the same constant wherever it
 sits, so refreshing later never leaves fewer levels for what follows (tests compare it with every subset on small
-chains). The input level is then the lowest that keeps that count. Each refresh divides its input by c, the power of
-two above the value's calibrated peak (times 1 + activation_margin; the zero sample of the padding columns included),
-as the other layouts' bootstraps do; simulate models it as an S2C-first bootstrap (range check |x| <= c, error
-2^-bits · c).
+chains). Of the DFT depths, the one with the fewest refreshes; the input level is then the lowest that keeps that
+count. A linear layer whose output is refreshed runs at level 1 (its inputs dropped there: MaMBo's arrangement, the
+PCMM's GEMMs and ModPack on 2 limbs, and no SlotToCoeff before the refresh since the values are coefficients). Each
+refresh divides its input by c, the power of two above the value's calibrated peak (times 1 + activation_margin; the
+zero sample of the padding columns included), as the other layouts' bootstraps do; simulate models it as an S2C-first
+bootstrap (range check |x| <= c, error 2^-bits · c).
 """
 from __future__ import annotations
 
@@ -94,19 +96,23 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Plan
     land, L = refresh_level(params), int(params.max_level)
     bs = 1 if batch_size is None else int(batch_size)
     depths = [int(opts["dft_depth"])] if opts.get("dft_depth") is not None else dft_depth_candidates(params.N)
-    err = None
+    # the DFT depth with the fewest refreshes (a refresh costs far more than a DFT level); ties: the first candidate,
+    # whose DFT levels have the fewest diagonals
+    best, err = None, None
     for d in depths:
         prog = MlweProgram(steps, params.N, bs, d)        # UnsupportedError: not a chain this layout runs
         try:
-            chosen = greedy_refreshes(prog, L, land, reserve)
+            n = len(greedy_refreshes(prog, L, land, reserve))
         except LevelError as exc:
             err = exc
             continue
-        break
-    else:
+        if best is None or n < best[0]:
+            best = (n, d, prog)
+    if best is None:
         raise err
+    _, d, prog = best
     # the lowest input level with as few refreshes
-    top = next(t for t in range(L + 1) if _count(prog, t, land, reserve) == len(chosen))
+    top = next(t for t in range(L + 1) if _count(prog, t, land, reserve) == best[0])
     chosen = greedy_refreshes(prog, top, land, reserve)
     cts = [i for i, m in enumerate(prog.steps) if m.kind == "cts"]
     wb = int(opts["weight_bits"])

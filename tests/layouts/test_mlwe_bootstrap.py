@@ -133,6 +133,19 @@ def test_encrypted_equals_simulate_and_torch(cm, data):
     assert np.array_equal(y.argmax(1), ys.argmax(1))
 
 
+def test_a_linear_layer_feeding_a_refresh_runs_at_level_1(data):
+    """Degree-2 activations: 2 DFT levels, 2 refreshes, the last linear layers before them have levels to spare; they
+    run at level 1 (inputs dropped), as MaMBo runs its PCMM, and the result still equals simulate."""
+    c2 = compile_a(data, activation_degree=2)
+    st = c2.mlwe.steps
+    feeding = [i for i, m in enumerate(st) if m.feeds_refresh]
+    assert len(feeding) >= 2 and any(st[i - 1].level_out > 1 for i in feeding)
+    assert all(st[i].level_in == 1 and st[i].level_out == 0 and st[i + 1].kind == "boot" for i in feeding)
+    sk, ek = c2.keygen()
+    y, ys = c2.decrypt(c2.run(c2.encrypt(data, sk), ek), sk), c2.simulate(data)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -15 * max(1.0, np.max(np.abs(ys)))      # measured 2^-20
+
+
 def test_values_above_one_are_divided_by_c_around_the_refresh(data):
     """x^2 activations on inputs x3: the values entering the refreshes reach ~10, so each refresh divides by c >= 4
     (a re-tag) and multiplies back; the refresh error scales with c (simulate models it)."""
