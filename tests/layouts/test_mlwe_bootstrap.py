@@ -179,6 +179,19 @@ def test_saved_model_and_keys_run_the_same_bits(cm, data, tmp_path):
     assert all(p.to_bytes() == q.to_bytes() for p, q in zip(ref.ctm.cts, out.ctm.cts, strict=True))
 
 
+def test_client_and_server_artefacts(cm, data, tmp_path):
+    """The client (no weights) makes the keys, bootstrapping keys included, encrypts and decrypts; the server runs."""
+    cm.save(tmp_path / "client", client=True)
+    cm.save(tmp_path / "server")
+    client = hemlp.load(tmp_path / "client", allow_insecure=True)
+    server = hemlp.load(tmp_path / "server", allow_insecure=True)
+    sk, ek = client.keygen()
+    ek.save(tmp_path / "ek.bin", client.context)
+    out = server.run(client.encrypt(data, sk), EvalKeys.load(tmp_path / "ek.bin", server))
+    ys = cm.simulate(data)
+    assert np.max(np.abs(client.decrypt(out, sk) - ys)) < 2.0 ** -15 * max(1.0, np.max(np.abs(ys)))
+
+
 def test_errors(cm, data):
     sk, ek = cm.keygen()
     no_boot = EvalKeys(cm.model_id, ek.relin_key, ek.galois_keys, ek.modpack_keys)
