@@ -661,9 +661,9 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
             lay, estimates, why = layouts.choose([layouts.get("packed")],
                                                  plan_packed_bootstrapped(steps, calib, opts, batch_size))
         elif opts["layout"] == "mlwe":      # refreshes at activation segments (hemlp.layouts.mlwe_bootstrap)
-            if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
-                raise UnsupportedError("layout (A') refreshes its activation segments one ciphertext at a time: "
-                                       "mambo=True / batch_bootstrap are layout (A) options")
+            if opts["mambo"] is True:
+                raise UnsupportedError("layout (A') runs the linear layer before a refresh at level 1 already (MaMBo's "
+                                       "arrangement, on coefficient-encoded values): mambo=True is a layout (A) option")
             lay, estimates, why = layouts.choose([layouts.get("mlwe")],
                                                  plan_mlwe_bootstrapped(steps, calib, opts, batch_size))
         elif opts["layout"] == "auto" and batch_size is not None:     # (A) or (P), bootstraps included

@@ -52,7 +52,7 @@ from hemlp.compiler.params import candidates, choose_preset, output_reserve, ste
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError,
                           UnsupportedError)
 from hemlp.layouts.base import Layout, Planned
-from hemlp.layouts.batch_bootstrap import summary, summary_text
+from hemlp.layouts.batch_bootstrap import boot_batch_size, summary, summary_text
 from hemlp.layouts.mlwe_refresh import refresh_key_bytes, refresh_params
 from hemlp.pcmm import CtMatrix, quantize
 from hemlp.planner.layouts import act_muls, encode_seconds, estimate_mlwe
@@ -510,11 +510,12 @@ class MlweRunner:
             k += 1
         return val
 
-    def run_segment(self, ct, k: int, j: int, relin_key, galois_keys, timings: dict | None = None,
+    def run_segment(self, cts: list, k: int, j: int, relin_key, galois_keys, timings: dict | None = None,
                     boot=None) -> list:
-        """Steps k..j (CoeffToSlot or a refresh, activations, SlotToCoeff) on one ciphertext: [its output]. Each
-        ciphertext of such a segment is independent of the others, and the arithmetic is run()'s, so the same bits."""
-        val = [ct]
+        """Steps k..j (CoeffToSlot or a refresh, activations, SlotToCoeff) on some of a value's ciphertexts: their
+        outputs. Each ciphertext of a plain segment is independent of the others, a refresh's batch of refresh_k
+        shares one call, and the arithmetic is run()'s, so the same bits."""
+        val = list(cts)
         for m in self.prog.steps[k: j + 1]:
             if m.kind not in ("cts", "boot", "act", "stc"):
                 raise AssertionError(f"step {m.out} ({m.kind}) is not a CoeffToSlot / activation / SlotToCoeff")
@@ -645,7 +646,7 @@ class Mlwe(Layout):
                     counts=prog.counts(), dft_depth=prog.dft_depth)
         b = self._boot_summary()
         if b is not None:
-            b["key_bytes"] = refresh_key_bytes(self.params)
+            b["key_bytes"] = refresh_key_bytes(self.params, self.refresh_k)
             info["bootstrap"] = b
         return info
 
@@ -664,8 +665,8 @@ class Mlwe(Layout):
             return text
         return (text + "\n" + summary_text(b) + "\n#   layout (A'): each refresh is the activation segment's "
                 "CoeffToSlot (ModRaise, CoeffToSlot, EvalMod on coefficient-encoded ciphertexts: no SlotToCoeff at "
-                f"the bottom)\n#   bootstrapping keys {b['key_bytes'] / 2 ** 30:.2f} GiB in memory (S2C-first, k = 1; "
-                "estimated from the parameters)")
+                f"the bottom)\n#   bootstrapping keys {b['key_bytes'] / 2 ** 30:.2f} GiB in memory (S2C-first, "
+                f"k = {b.get('k', 1)}; estimated from the parameters)")
 
     def key_levels(self) -> dict:
         prog = self.program
@@ -681,8 +682,13 @@ class Mlwe(Layout):
         if prog.has_pcmm():
             mp = pcmm.modpack_keys(ctx, sk, prog.k, level=lv["modpack"])
         if self.bootstrapped:
-            return rlk, gk, mp, BatchBootstrapKeys.generate(ctx, sk, 1, refresh_params(ctx))
+            return rlk, gk, mp, BatchBootstrapKeys.generate(ctx, sk, self.refresh_k, refresh_params(ctx))
         return rlk, gk, mp
+
+    @property
+    def refresh_k(self) -> int:
+        """Ciphertexts per refresh call (the shared-a MSRLWE batch the refresh keys are made for)."""
+        return boot_batch_size(self.steps)
 
     def _bootstrapper(self, ctx, eval_keys):
         """The MamboBootstrapper of the eval keys' refresh keys, built once per key set and context."""
@@ -713,10 +719,11 @@ class Mlwe(Layout):
                 raise KeyMismatchError(f"the {what} and the ciphertext come from different key pairs")
         if self.bootstrapped:
             bk = getattr(eval_keys, "bootstrap_keys", None)
-            if not isinstance(bk, BatchBootstrapKeys) or bk.params.order != "s2c_first" or bk.k != 1:
+            k = self.refresh_k
+            if not isinstance(bk, BatchBootstrapKeys) or bk.params.order != "s2c_first" or bk.k != k:
+                what = f"k = {bk.k}" if isinstance(bk, BatchBootstrapKeys) else type(bk).__name__
                 raise MissingKeyError("this plan refreshes its activation segments: its eval keys need S2C-first "
-                                      f"bootstrapping keys with k = 1 (they hold {type(bk).__name__}); use this plan's "
-                                      "keygen()")
+                                      f"bootstrapping keys with k = {k} (they hold {what}); use this plan's keygen()")
 
     @property
     def capacity(self) -> int:
@@ -749,13 +756,14 @@ class Mlwe(Layout):
         """The whole program (part None), or part = (k, j): the activation segment k..j on one ciphertext."""
         runner, boot = self.runner(ctx, self._make_runner), self._bootstrapper(ctx, eval_keys)
         if part is not None:
-            return runner.run_segment(cts[0], *part, eval_keys.relin_key, eval_keys.galois_keys, timings, boot=boot)
+            return runner.run_segment(cts, *part, eval_keys.relin_key, eval_keys.galois_keys, timings, boot=boot)
         return runner.run(cts, eval_keys.relin_key, eval_keys.galois_keys, eval_keys.modpack_keys, timings,
                           boot=boot)
 
     def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
         """On Ray: the PCMMs in this process (one MLWE product mixes every ciphertext), every activation segment
-        (CoeffToSlot, activations, SlotToCoeff) of every ciphertext a task (Layout.ray_tasks); the same bits."""
+        (CoeffToSlot, activations, SlotToCoeff) of every ciphertext a task (Layout.ray_tasks), a refreshed one of every
+        refresh_k ciphertexts (one shared-a batch); the same bits."""
         if runtime != "ray":
             return super().run(ctx, ct, eval_keys, weights, timings, runtime, ray)
         self.groups(ct)                  # the shape check
@@ -763,11 +771,12 @@ class Mlwe(Layout):
 
         def segments(k, j, cts):
             st = {} if stats is not None else None
-            outs = self.ray_tasks(ctx, [[c] for c in cts], eval_keys, weights, timings, dict(ray, stats=st),
-                                  part=(k, j))
+            n = self.refresh_k if self.program.steps[k].kind == "boot" else 1
+            outs = self.ray_tasks(ctx, [cts[i: i + n] for i in range(0, len(cts), n)], eval_keys, weights, timings,
+                                  dict(ray, stats=st), part=(k, j))
             if stats is not None:
                 stats[self.program.steps[k].out] = st
-            return [o[0] for o in outs]
+            return [c for o in outs for c in o]
 
         out = self.runner(ctx, self._make_runner).run(ct.ctm.cts, eval_keys.relin_key, eval_keys.galois_keys,
                                                       eval_keys.modpack_keys, timings, segments=segments)

@@ -23,16 +23,16 @@ import numpy as np
 
 from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of
-from hemlp.errors import LevelError
+from hemlp.errors import LevelError, ParameterError
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, S2C_LOG_MESSAGE_RATIO, scale_factor,
                                            value_rows)
 from hemlp.layouts.mlwe import MlweProgram, dft_depth_candidates
-from hemlp.layouts.mlwe_refresh import refresh_level
-from hemlp.planner.bootstrap_lowering import PipelineCosts
+from hemlp.layouts.mlwe_refresh import refresh_key_bytes, refresh_level
+from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES, PipelineCosts
 from hemlp.bootstrap.params import PRESET_DEPTHS
 
-__all__ = ["greedy_refreshes", "feasible_refreshes", "plan_mlwe_bootstrapped"]
+__all__ = ["greedy_refreshes", "feasible_refreshes", "refresh_batch", "plan_mlwe_bootstrapped"]
 
 
 def _segments(prog: MlweProgram) -> tuple[list, list]:
@@ -120,21 +120,24 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Plan
     margin = 1.0 + float(opts["activation_margin"])
     limit = params.q[0] / 2.0 ** (S2C_LOG_MESSAGE_RATIO + params.log_scale)   # ScaleDown: c·Δ·2^R <= q0
     costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[params.name][1])
-    per_refresh = max(0.0, boot.seconds - costs.stc_seconds())
-    bits = costs.s2c_bits(1) or DEFAULT_NOISE_BITS
+    acts = [prog.steps[cts[i] + 1] for i in chosen]
+    k, call, why = refresh_batch(costs, params, [a.cts for a in acts], opts.get("batch_bootstrap", "auto"))
+    bits = costs.s2c_bits(k) or DEFAULT_NOISE_BITS
     before = {}
-    for n, i in enumerate(chosen):
-        act = prog.steps[cts[i] + 1]
+    for n, act in enumerate(acts):
         v = act.src.inputs[0]
         peak = float(np.max(np.abs(value_rows(steps, X, v, wb))))
         c = scale_factor(peak, margin, limit, f"value {v!r}", params)
         name = f"{v}#refresh{n}"
+        calls = -(-act.cts // k)
         info = dict(scale_factor=c, noise_bits=float(bits), seed=n, slots=params.N // 2, value=v, before=act.out,
-                    ciphertexts=act.cts, bootstraps=act.cts, seconds=per_refresh * act.cts, level_after=land,
-                    order="s2c_first", kind="single", k=1,
-                    cost_source=f"{boot.source}, less its SlotToCoeff share (a refresh runs none)",
-                    lowering="layout (A') refresh: the activation segment's CoeffToSlot inside an S2C-first "
-                             "bootstrap without its SlotToCoeff (k = 1)")
+                    ciphertexts=act.cts, bootstraps=calls, seconds=calls * call(k), level_after=land,
+                    order="s2c_first", kind="batched" if k > 1 else "single", k=k,
+                    single_seconds=act.cts * call(1), batched_seconds=calls * call(k),
+                    cost_source=f"{boot.source}, less its SlotToCoeff share (a refresh runs none)"
+                                + (f"; batches x {costs.ratio(k):.3f} ({costs.source})" if k > 1 else ""),
+                    lowering=f"layout (A') refresh: the activation segment's CoeffToSlot inside an S2C-first "
+                             f"bootstrap without its SlotToCoeff, k = {k} ciphertexts a call ({why})")
         before[act.src.out] = Step("bootstrap", name, [v], act.rows, "", level_out=land, info=info)
     new = []
     for s in steps:
@@ -149,6 +152,36 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Plan
     if check.output.level_in < reserve:
         raise AssertionError(f"layout (A') refresh placement: output at {check.output.level_in} < reserve {reserve}")
     return Planned(new, params, dict(bp.info), depth_of(steps), reserve, top, bs, dict(opts, dft_depth=d), bp.max_out)
+
+
+def refresh_batch(costs: PipelineCosts, params, counts: list, option) -> tuple:
+    """(k, seconds of one call of k refreshes as a function of k, why): the batch size of the refreshes' shared-a
+    MSRLWE calls. option "auto": the measured k (costs.batch_sizes, keys within MAX_BATCH_KEY_BYTES, at most the
+    largest refreshed value's ciphertexts) with the fewest estimated seconds over all refreshes, 1 included (ties: the
+    smaller k, fewer key bytes); False: 1; an int: that k. A call of k costs k single bootstraps times the measured
+    S2C-first batch ratio rho(k), less k SlotToCoeff shares (a refresh runs none)."""
+    def call(k: int) -> float:
+        return k * max(0.0, costs.single.seconds * costs.ratio(k) - costs.stc_seconds())
+
+    def total(k: int) -> float:
+        return sum(-(-c // k) for c in counts) * call(k)
+
+    if option is False or option is None:
+        return 1, call, "batch_bootstrap=False"
+    if option != "auto":
+        k = int(option)
+        if k < 1:
+            raise ParameterError(f"batch_bootstrap must be 'auto', False or a batch size >= 1, got {option!r}")
+        return k, call, f"batch_bootstrap={k}"
+    top = max(counts, default=1)
+    cands = [1] + [k for k in costs.batch_sizes(MAX_BATCH_KEY_BYTES)
+                   if k <= top and refresh_key_bytes(params, k) <= MAX_BATCH_KEY_BYTES]
+    k = min(cands, key=lambda m: (total(m), m))
+    if len(cands) == 1:
+        return 1, call, ("one ciphertext per refreshed value: nothing to batch" if top == 1 else
+                         "no measured batch size fits the key budget")
+    est = ", ".join(f"k={m} ~{total(m):.3g} s" for m in cands)
+    return k, call, f"the fewest estimated seconds: {est}"
 
 
 def _count(prog, top: int, land: int, reserve: int) -> float:

@@ -36,6 +36,6 @@ def refresh_level(params) -> int:
     return int(params.max_level) - bp.cts_depth - bp.evalmod_depth
 
 
-def refresh_key_bytes(params) -> int:
-    """The refresh keys in memory (S2C-first BatchBootstrapKeys with k = 1), from the parameters alone."""
-    return int(estimate_bytes(params, 1, refresh_boot_params(params.name)))
+def refresh_key_bytes(params, k: int = 1) -> int:
+    """The refresh keys in memory (S2C-first BatchBootstrapKeys for batches of k), from the parameters alone."""
+    return int(estimate_bytes(params, int(k), refresh_boot_params(params.name)))

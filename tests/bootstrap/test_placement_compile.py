@@ -116,10 +116,10 @@ def test_a_layer_deeper_than_the_bootstrap_levels_is_a_level_error_naming_it(dat
 
 
 def test_unsupported_bootstrap_requests_are_typed_errors(data):
-    # layout (A') places refreshes (tests/layouts/test_mlwe_bootstrap.py); its MaMBo / batch options are typed errors
-    with pytest.raises(UnsupportedError, match="layout \\(A\\) options"):
+    # layout (A') places refreshes (tests/layouts/test_mlwe_bootstrap.py); mambo=True is a layout (A) option
+    with pytest.raises(UnsupportedError, match="layout \\(A\\) option"):
         hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, layout="mlwe",
-                      batch_bootstrap=2)
+                      mambo=True)
     with pytest.raises(ParameterError, match="bootstrapping preset"):
         hemlp.compile(mlp(), data[0], batch_size=32, bootstrap=True, allow_insecure=True, preset="test-N12-d6")
     with pytest.raises(ParameterError, match="not 128-bit secure"):

@@ -146,6 +146,28 @@ def test_a_linear_layer_feeding_a_refresh_runs_at_level_1(data):
     assert np.max(np.abs(y - ys)) < 2.0 ** -15 * max(1.0, np.max(np.abs(ys)))      # measured 2^-20
 
 
+def test_refreshes_of_several_ciphertexts_share_batched_calls(data):
+    """64 hidden features at k = 16 rows per ciphertext: 4 ciphertexts per refreshed value; the planner batches them
+    (the measured S2C-first ratios make k = 4 the cheapest), keygen makes keys for that k, and batched refreshes equal
+    simulate as the single ones do; batch_bootstrap=False / 2 force the batch size."""
+    dims = (8, 64, 64, 64, 4)
+    cb = compile_a(data, dims=dims, activation_degree=2)
+    boots = [s for s in cb.steps if s.op == "bootstrap"]
+    assert boots and all(s.info["ciphertexts"] == 4 and s.info["k"] == 4 and s.info["kind"] == "batched"
+                         and s.info["bootstraps"] == 1 for s in boots)
+    assert "k = 4 ciphertexts a call (the fewest estimated seconds: k=1" in str(cb.plan)
+    sk, ek = cb.keygen()
+    assert ek.bootstrap_keys.k == 4 and cb.plan.info["bootstrap"]["key_bytes"] == refresh_key_bytes(cb.params, 4)
+    y, ys = cb.decrypt(cb.run(cb.encrypt(data, sk), ek), sk), cb.simulate(data)
+    assert np.max(np.abs(y - ys)) < 2.0 ** -15 * max(1.0, np.max(np.abs(ys)))
+    for option, k in ((False, 1), (2, 2)):
+        forced = compile_a(data, dims=dims, activation_degree=2, batch_bootstrap=option)
+        assert {s.info["k"] for s in forced.steps if s.op == "bootstrap"} == {k}
+    wrong = EvalKeys(cb.model_id, ek.relin_key, ek.galois_keys, ek.modpack_keys, forced.keygen()[1].bootstrap_keys)
+    with pytest.raises(MissingKeyError, match="k = 4 \\(they hold k = 2\\)"):
+        cb.run(cb.encrypt(data, sk), wrong)
+
+
 def test_values_above_one_are_divided_by_c_around_the_refresh(data):
     """x^2 activations on inputs x3: the values entering the refreshes reach ~10, so each refresh divides by c >= 4
     (a re-tag) and multiplies back; the refresh error scales with c (simulate models it)."""
@@ -197,7 +219,7 @@ def test_errors(cm, data):
     no_boot = EvalKeys(cm.model_id, ek.relin_key, ek.galois_keys, ek.modpack_keys)
     with pytest.raises(MissingKeyError, match="S2C-first bootstrapping keys"):
         cm.run(cm.encrypt(data, sk), no_boot)
-    with pytest.raises(UnsupportedError, match="layout \\(A\\) options"):
+    with pytest.raises(UnsupportedError, match="layout \\(A\\) option"):
         compile_a(data, mambo=True)
     with pytest.raises(hemlp.errors.LevelError, match="refresh leaves"):     # degree 15: 4 levels + StC + PCMM > 5
         compile_a(data, activation_degree=15)
