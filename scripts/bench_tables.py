@@ -422,10 +422,25 @@ def decrypt_noise(name: str, command: str) -> str:
 
 def cifar_resnet(enc_name: str, poly_name: str, enc_command: str, poly_command: str) -> str:
     e, p = load(enc_name), load(poly_name)
-    rows = [[r["image"], r["label"], sec(r["seconds"]), sec(r["cpu_seconds"]), r["top1_encrypted"],
-             r["top1_simulated"], r["top1_plaintext"], f"{r['max_abs_error_vs_simulated']:.1e}"] for r in e["rows"]]
-    enc = table(["image", "label", "seconds", "CPU seconds", "top-1 encrypted", "top-1 simulated", "top-1 plaintext",
-                 "max abs(encrypted − simulated)"], rows) + \
+    rs, n = e["rows"], len(e["rows"])
+    cpu = sorted(r["cpu_seconds"] for r in rs)
+    count = lambda f: sum(1 for r in rs if f(r))  # noqa: E731
+    rows = [[f"0–{n - 1}", n, f"{count(lambda r: r['top1_encrypted'] == r['top1_simulated'])}/{n}",
+             f"{count(lambda r: r['top1_encrypted'] == r['top1_plaintext'])}/{n}",
+             f"{count(lambda r: r['top1_encrypted'] == r['label'])}/{n}",
+             f"{count(lambda r: r['top1_plaintext'] == r['label'])}/{n}",
+             f"{sec(cpu[0])} / {sec(cpu[n // 2])} / {sec(cpu[-1])}",
+             f"{max(r['max_abs_error_vs_simulated'] for r in rs):.1e}"]]
+    enc = table(["images", "n", "top-1 encrypted = simulated", "encrypted = plaintext", "encrypted correct",
+                 "plaintext correct", "CPU seconds min / median / max", "max abs(encrypted − simulated)"], rows)
+    differ = [r for r in rs if len({r["top1_encrypted"], r["top1_simulated"], r["top1_plaintext"]}) > 1]
+    enc += ("\n\nImages where encrypted, simulated and plaintext top-1 differ: " + (", ".join(
+        f"{r['image']} (encrypted {r['top1_encrypted']}, simulated {r['top1_simulated']}, plaintext "
+        f"{r['top1_plaintext']})" for r in differ) if differ else "none") + ".")
+    if e.get("runs", 1) > 1:
+        enc += (f" Measured in {e['runs']} runs of the same plan (`--resume`: the later runs continue the rows, each "
+                "with its own keys); the machine's load is in the header.")
+    enc += \
         f"\n\n{e['preset']}, layout ({'P' if e['layout'] == 'packed' else e['layout']}), {e['threads']} thread(s), " \
         f"{e['bootstrap_points']} planned bootstraps (estimate {sec(e['estimated_seconds'])} per image); mean " \
         f"{sec(e['seconds_per_image_mean'])} wall, {sec(e['cpu_seconds_per_image_mean'])} CPU per image; evaluation keys {e['eval_key_bytes'] / 2 ** 30:.2f} GiB; " \
