@@ -18,3 +18,11 @@ def test_lowering_bench_runs_every_mode():
     lowering.print_table(p)
     with pytest.raises(ValueError, match="unknown case"):
         lowering.run(["nope"], ["auto"], 1, 1)
+
+
+def test_lowering_bench_runs_layout_a_prime_refreshes():
+    p = lowering.run(["wide-mlwe-N12"], ["single", "auto"], repeats=1, threads=1)
+    single, auto = p["rows"]
+    assert single["layout"] == auto["layout"] == "mlwe"
+    assert single["kinds"] == ["single k=1"] and auto["kinds"] == ["batched k=2"]     # 2 ciphertexts a value
+    assert all(r["bits_vs_simulate"] > 18 for r in p["rows"])                      # measured 24.3-24.4

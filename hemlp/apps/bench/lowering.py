@@ -42,9 +42,18 @@ def _models():
             layers += [torch.nn.Linear(a, b), Square()]
         return torch.nn.Sequential(*layers[:-1])
 
-    # name -> (model factory, compile options, batch size)
+    def wide():
+        torch.manual_seed(8)
+        layers = []
+        for a, b in zip((6, 128, 128, 128), (128, 128, 128, 3)):
+            layers += [torch.nn.Linear(a, b), Square()]
+        return torch.nn.Sequential(*layers[:-1])
+
+    # name -> (model factory, compile options, batch size); layout (A) unless the options name another
     return {"mlp-N12": (mlp, dict(activation_degree=3, preset="test-N12-boot"), 32),
-            "expanding-N10": (expanding, dict(preset="test-N10-boot"), 1024)}
+            "expanding-N10": (expanding, dict(preset="test-N10-boot"), 1024),
+            # layout (A'): 128 features in 2 coefficient-encoded ciphertexts, refreshed one or two a call
+            "wide-mlwe-N12": (wide, dict(preset="test-N12-boot", layout="mlwe"), 64)}
 
 
 def run(cases: list, modes: list, repeats: int, threads: int, log=lambda m: None) -> dict:
@@ -64,7 +73,7 @@ def run(cases: list, modes: list, repeats: int, threads: int, log=lambda m: None
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 cm = hemlp.compile(make(), x, batch_size=bs, bootstrap=True, allow_insecure=True,
-                                   layout="batch", **opts, **MODES[mode])
+                                   **dict(dict(layout="batch"), **opts), **MODES[mode])
                 b = cm.plan.info["bootstrap"]
                 sk, ek = cm.keygen()
                 ct = cm.encrypt(xt, sk)
@@ -78,7 +87,7 @@ def run(cases: list, modes: list, repeats: int, threads: int, log=lambda m: None
                     wall.append(time.perf_counter() - t0)
                     cpu.append(time.process_time() - c0)
             err = float(np.max(np.abs(y - cm.simulate(xt))))
-            row = dict(case=name, mode=mode, batch=bs, preset=cm.plan.info["preset"],
+            row = dict(case=name, mode=mode, batch=bs, preset=cm.plan.info["preset"], layout=cm.layout,
                        kinds=sorted({f"{r['kind']} k={r['k']}" for r in b["placements"]}),
                        pipeline=b.get("lowering", ""), estimate_s=b["total_seconds"],
                        wall_s=float(np.median(wall)), cpu_s=float(np.median(cpu)), repeats=repeats,
@@ -106,7 +115,7 @@ def print_table(p: dict) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--cases", default="mlp-N12,expanding-N10")
+    parser.add_argument("--cases", default="mlp-N12,expanding-N10,wide-mlwe-N12")
     parser.add_argument("--modes", default="single,batched,auto")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
