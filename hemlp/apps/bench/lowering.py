@@ -115,7 +115,7 @@ def print_table(p: dict) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--cases", default="mlp-N12,expanding-N10,wide-mlwe-N12")
+    parser.add_argument("--cases", default="mlp-N12,expanding-N10", help="also: wide-mlwe-N12 (layout A')")
     parser.add_argument("--modes", default="single,batched,auto")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
