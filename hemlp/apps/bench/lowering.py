@@ -35,19 +35,18 @@ def _models():
         return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.SiLU(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
                                    torch.nn.Linear(8, 3))
 
-    def expanding():
-        torch.manual_seed(6)
+    def squares(dims, seed):
+        torch.manual_seed(seed)
         layers = []
-        for a, b in zip((6, 16, 16, 16), (16, 16, 16, 3)):
+        for a, b in zip(dims, dims[1:]):
             layers += [torch.nn.Linear(a, b), Square()]
         return torch.nn.Sequential(*layers[:-1])
 
+    def expanding():
+        return squares((6, 16, 16, 16, 3), 6)
+
     def wide():
-        torch.manual_seed(8)
-        layers = []
-        for a, b in zip((6, 128, 128, 128), (128, 128, 128, 3)):
-            layers += [torch.nn.Linear(a, b), Square()]
-        return torch.nn.Sequential(*layers[:-1])
+        return squares((6, 128, 128, 128, 3), 8)
 
     # name -> (model factory, compile options, batch size); layout (A) unless the options name another
     return {"mlp-N12": (mlp, dict(activation_degree=3, preset="test-N12-boot"), 32),
