@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hemlp.bootstrap import Bootstrapper
+from hemlp.bootstrap import BatchBootstrapKeys, Bootstrapper, MamboBootstrapper
 from hemlp.errors import ParameterError, UnsupportedError
 from hemlp.pcmm import CtMatrix
 
@@ -121,13 +121,20 @@ class Layout:
         return [self.name, self.batch_size]
 
     # ---- keys
-    _boot = None        # (keys, Bootstrapper) of the last run with single CtS-first bootstraps
+    _boot = None        # (keys, bootstrapper) of the last bootstrapped run
 
-    def single_bootstrapper(self, ctx, keys):
-        """The Bootstrapper of these BootstrapKeys, built once per key set and context (the groups of a run, and
-        later runs with the same keys, reuse it)."""
+    @property
+    def bootstrapped(self) -> bool:
+        """True when the planner placed bootstraps (or MaMBo steps) in the program (compile(..., bootstrap=True))."""
+        return any(s.op in ("bootstrap", "mambo") for s in self.steps)
+
+    def bootstrapper(self, ctx, keys):
+        """The bootstrapper of these keys (a Bootstrapper for BootstrapKeys, a MamboBootstrapper for the S2C-first
+        BatchBootstrapKeys), built once per key set and context (the groups of a run, and later runs with the same
+        keys, reuse it)."""
         if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
-            self._boot = (keys, Bootstrapper(ctx, keys))
+            make = MamboBootstrapper if isinstance(keys, BatchBootstrapKeys) else Bootstrapper
+            self._boot = (keys, make(ctx, keys))
         return self._boot[1]
 
     @property

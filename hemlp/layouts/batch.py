@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from hemlp import pcmm
-from hemlp.bootstrap import BatchBootstrapKeys, BootParams, Bootstrapper, BootstrapKeys, MamboBootstrapper
+from hemlp.bootstrap import BatchBootstrapKeys, BootParams, BootstrapKeys
 from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO
 from hemlp.errors import MissingKeyError
 from hemlp.layouts import batch_bootstrap
@@ -25,7 +25,6 @@ __all__ = ["Batch"]
 
 class Batch(Layout):
     name, label = "batch", "(A)"
-    _boot = None        # (keys, Bootstrapper or MamboBootstrapper) of the last bootstrapped run
 
     def estimate(self) -> float:
         b = batch_bootstrap.summary(self.steps, self.params, self.batch_size)
@@ -41,11 +40,6 @@ class Batch(Layout):
                                                                         "padding" if info['waste'] > 0 else ""),
                 f"weights quantised to {info['weight_bits']} bits; eval keys: "
                 + ("relinearisation key only (no rotations)" if info["needs_relin"] else "none (linear model)")]
-
-    @property
-    def bootstrapped(self) -> bool:
-        """True when the planner placed bootstraps in the program (compile(..., bootstrap=True))."""
-        return bool(batch_bootstrap.bootstrap_steps(self.steps))
 
     def plan_info(self) -> dict:
         b = batch_bootstrap.summary(self.steps, self.params, self.batch_size)
@@ -114,12 +108,8 @@ class Batch(Layout):
             return run_on_ray(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
                               bootstrap_keys=eval_keys.bootstrap_keys if self.bootstrapped else None, **ray)
         if self.bootstrapped:
-            keys = eval_keys.bootstrap_keys
-            if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
-                make = MamboBootstrapper if isinstance(keys, BatchBootstrapKeys) else Bootstrapper
-                self._boot = (keys, make(ctx, keys))
             return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
-                             boot=self._boot[1])
+                             boot=self.bootstrapper(ctx, eval_keys.bootstrap_keys))
         return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings)
 
     def simulate(self, X: np.ndarray) -> np.ndarray:

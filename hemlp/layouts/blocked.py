@@ -380,11 +380,6 @@ class Blocked(Layout):
     def estimate(self):
         return "the only layout with encrypted weights"
 
-    @property
-    def bootstrapped(self) -> bool:
-        """True when the planner placed bootstraps in the chain (compile(..., bootstrap=True))."""
-        return any(s.op == "bootstrap" for s in self.steps)
-
     def _boot_summary(self):
         N, lv = self.params.N, self.top_level + 1
         return batch_bootstrap.summary(self.steps, self.params, self.batch_size,
@@ -501,7 +496,7 @@ class Blocked(Layout):
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         """Column block j: its b_k input blocks -> its b_m output blocks (BlockedRunner.run on one column)."""
         runner = self.runner(ctx, lambda c: BlockedRunner(c, self.program))
-        boot = self.single_bootstrapper(ctx, eval_keys.bootstrap_keys) if self.bootstrapped else None
+        boot = self.bootstrapper(ctx, eval_keys.bootstrap_keys) if self.bootstrapped else None
         Y = runner.run([[c] for c in cts], weights, eval_keys.relin_key, eval_keys.galois_keys, timings, boot=boot)
         return [row[0] for row in Y]
 

@@ -41,7 +41,7 @@ from typing import Optional
 import numpy as np
 
 from hemlp import _core, pcmm
-from hemlp.bootstrap import BatchBootstrapKeys, MamboBootstrapper
+from hemlp.bootstrap import BatchBootstrapKeys
 from hemlp.he.dft import (coeff_to_slot, dft_rotation_steps, join_real_imag, plan_coeff_to_slot,
                           plan_slot_to_coeff, slot_to_coeff, split_real_imag)
 from hemlp.he.reinterpret import retag
@@ -580,11 +580,6 @@ class Mlwe(Layout):
         return MlweProgram(self.steps, self.params.N, self.batch_size, int(self.options["dft_depth"]),
                            top=self.top_level)
 
-    @property
-    def bootstrapped(self) -> bool:
-        """True when refreshes were placed (compile(..., layout="mlwe", bootstrap=True))."""
-        return any(s.op == "bootstrap" for s in self.steps)
-
     @classmethod
     def plan(cls, p: Planned) -> "Mlwe":
         """The smallest preset (compiler.params.candidates order, or the given preset) whose depth holds the
@@ -690,15 +685,6 @@ class Mlwe(Layout):
         """Ciphertexts per refresh call (the shared-a MSRLWE batch the refresh keys are made for)."""
         return boot_batch_size(self.steps)
 
-    def _bootstrapper(self, ctx, eval_keys):
-        """The MamboBootstrapper of the eval keys' refresh keys, built once per key set and context."""
-        if not self.bootstrapped:
-            return None
-        keys = eval_keys.bootstrap_keys
-        if self._boot is None or self._boot[0] is not keys or self._boot[1].ctx is not ctx:
-            self._boot = (keys, MamboBootstrapper(ctx, keys))
-        return self._boot[1]
-
     def level_checks(self, ctx, eval_keys) -> list:
         checks = super().level_checks(ctx, eval_keys)
         gk = eval_keys.galois_keys
@@ -754,7 +740,8 @@ class Mlwe(Layout):
 
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
         """The whole program (part None), or part = (k, j): the activation segment k..j on one ciphertext."""
-        runner, boot = self.runner(ctx, self._make_runner), self._bootstrapper(ctx, eval_keys)
+        runner = self.runner(ctx, self._make_runner)
+        boot = self.bootstrapper(ctx, eval_keys.bootstrap_keys) if self.bootstrapped else None
         if part is not None:
             return runner.run_segment(cts, *part, eval_keys.relin_key, eval_keys.galois_keys, timings, boot=boot)
         return runner.run(cts, eval_keys.relin_key, eval_keys.galois_keys, eval_keys.modpack_keys, timings,

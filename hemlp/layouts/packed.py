@@ -648,11 +648,6 @@ class Packed(Layout):
     def build_program(self) -> PackedProgram:
         return PackedProgram(self.steps, self.params.N // 2, self.batch_size)
 
-    @property
-    def bootstrapped(self) -> bool:
-        """True when the planner placed bootstraps in the program (compile(..., bootstrap=True))."""
-        return bool(batch_bootstrap.bootstrap_steps(self.steps))
-
     def _boot_summary(self):
         return batch_bootstrap.summary(self.steps, self.params, self.batch_size,
                                        layer_seconds=estimate_packed(self.program, self.steps, self.params))
@@ -743,7 +738,7 @@ class Packed(Layout):
         return [list(range(g * K, (g + 1) * K)) for g in range(groups)]
 
     def run_group(self, ctx, cts: list, eval_keys, weights, timings: dict, part=None) -> list:
-        boot = self.single_bootstrapper(ctx, eval_keys.bootstrap_keys) if self.bootstrapped else None
+        boot = self.bootstrapper(ctx, eval_keys.bootstrap_keys) if self.bootstrapped else None
         return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings,
                                                        boot=boot)
 
