@@ -48,7 +48,8 @@ from hemlp.runtime.local import simulate as simulate_rows
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
-           "boot_order", "boot_batch_size", "scale_factor", "DEFAULT_NOISE_BITS", "value_rows", "BootPlanning",
+           "boot_order", "boot_batch_size", "scale_factor", "scale_down_limit", "CTS_LOG_MESSAGE_RATIO",
+           "DEFAULT_NOISE_BITS", "value_rows", "BootPlanning",
            "check_single_boot_keys", "sparse_summary_text", "single_key_bytes",
            "sparse_summary"]
 
@@ -59,6 +60,14 @@ DEFAULT_NOISE_BITS = 20.0
 #: the S2C-first order's message ratio (hemlp.bootstrap.mambo.S2C_LOG_MESSAGE_RATIO; repeated here so the
 #: planner side does not import the native core): the EvalMod inputs are the slot values, |x| <= 1
 S2C_LOG_MESSAGE_RATIO = 14
+#: the CtS-first order's message ratio (BootParams' default)
+CTS_LOG_MESSAGE_RATIO = BootParams().log_message_ratio
+
+
+def scale_down_limit(params, log_message_ratio: int) -> float:
+    """The largest divisor c a bootstrap's input may be divided by at the preset's default scale Δ: ScaleDown needs
+    c·Δ·2^R <= q0 (R: the pipeline's log message ratio)."""
+    return params.q[0] / 2.0 ** (log_message_ratio + params.log_scale)
 
 
 def boot_preset(preset, allow_insecure: bool) -> dict:
@@ -281,8 +290,7 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     placement = low.placement
     margin = 1.0 + float(opts["activation_margin"])
     X = np.concatenate([X, np.zeros((X.shape[0], 1))], axis=1)    # + the padding slots' zero-input sample
-    R = 8 if low.order == "cts_first" else S2C_LOG_MESSAGE_RATIO
-    limit = params.q[0] / 2.0 ** (R + params.log_scale)      # ScaleDown: c * Δ * 2^R <= q0
+    limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO if low.order == "cts_first" else S2C_LOG_MESSAGE_RATIO)
     factors, mfactors = {}, {}
     by_name = {s.out: s for s in steps}
     for b in placement.bootstraps:

@@ -22,7 +22,8 @@ import numpy as np
 
 from hemlp.compiler.params import depth_of, step_cost
 from hemlp.layouts.base import Planned
-from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, apply_placement, scale_factor,
+from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, BootPlanning, apply_placement,
+                                           scale_down_limit, scale_factor,
                                            value_rows)
 from hemlp.layouts.blocked import CGEMM_LEVELS, BlockedProgram
 from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
@@ -68,7 +69,7 @@ def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> P
     wb = int(opts["weight_bits"])
     placement = place_bootstraps(blocked_level_dag(prog, steps, params), boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])
-    limit = params.q[0] / 2.0 ** (8 + params.log_scale)      # ScaleDown: c * Δ * 2^R <= q0 (R = 8, CtS-first)
+    limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO)
     factors = {}
     for b in placement.bootstraps:
         if b.value not in factors:

@@ -25,10 +25,10 @@ from hemlp.compiler.lower import Step
 from hemlp.compiler.params import depth_of
 from hemlp.errors import LevelError, ParameterError
 from hemlp.layouts.base import Planned
-from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, S2C_LOG_MESSAGE_RATIO, scale_factor,
+from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, scale_down_limit, scale_factor,
                                            value_rows)
 from hemlp.layouts.mlwe import MlweProgram, dft_depth_candidates
-from hemlp.layouts.mlwe_refresh import refresh_key_bytes, refresh_level
+from hemlp.layouts.mlwe_refresh import REFRESH_LOG_MESSAGE_RATIO, refresh_key_bytes, refresh_level
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES, PipelineCosts
 from hemlp.bootstrap.params import PRESET_DEPTHS
 
@@ -118,7 +118,7 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Plan
     wb = int(opts["weight_bits"])
     X = np.concatenate([bp.X, np.zeros((bp.X.shape[0], 1))], axis=1)    # + the padding columns' zero sample
     margin = 1.0 + float(opts["activation_margin"])
-    limit = params.q[0] / 2.0 ** (S2C_LOG_MESSAGE_RATIO + params.log_scale)   # ScaleDown: c·Δ·2^R <= q0
+    limit = scale_down_limit(params, REFRESH_LOG_MESSAGE_RATIO)
     costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[params.name][1])
     acts = [prog.steps[cts[i] + 1] for i in chosen]
     k, call, why = refresh_batch(costs, params, [a.cts for a in acts], opts.get("batch_bootstrap", "auto"))

@@ -32,7 +32,8 @@ from hemlp.bootstrap.params import preset_levels_consumed
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
 from hemlp.fhe import Params
 from hemlp.layouts.base import Planned
-from hemlp.layouts.batch_bootstrap import DEFAULT_NOISE_BITS, apply_placement, boot_preset, scale_factor
+from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, apply_placement, boot_preset,
+                                           scale_down_limit, scale_factor)
 from hemlp.layouts.packed import PackedProgram
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
@@ -80,7 +81,7 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Pl
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     placement = place_bootstraps(packed_level_dag(prog, params, boot.levels_after), boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])
-    limit = params.q[0] / 2.0 ** (8 + params.log_scale)      # ScaleDown: c * Δ * 2^R <= q0 (R = 8, CtS-first)
+    limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO)
     factors = {}
     for b in placement.bootstraps:
         if b.value not in factors:
