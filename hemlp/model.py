@@ -212,16 +212,16 @@ class CompiledModel:
         circuit under throwaway key pairs (never the client's keys), and stored with the plan so that decrypt()
         adds noise of sigma = t (standard mode) and FloodSpec(bound_log2=t) floods with it (DECRYPTION.md §3).
 
-        Inputs: the given samples plus worst cases of their domain (every feature at +max, at -max, alternating
-        signs, then random sign patterns at +-max and, every third run, uniform draws), max = the largest |value| of
-        `inputs`. Random signs at +-max gave the largest errors measured (about 1 bit above the given samples and
-        uniform draws, with a spread of about 1 bit between draws), so most runs are spent on them. Each run encrypts the same batch under two
-        independent key pairs and runs it twice: the two raw decryptions (noise "none", coefficient domain) hold the
-        same message, so their difference is e1 - e2 exactly; t = 2^margin_bits * the largest |e1 - e2| over all
-        runs and output ciphertexts (|e1 - e2| is about sqrt(2) |e| for independent errors, so the margin starts
-        above the observed error). A measurement, not a proof: LMSS flooding is provable only if t truly bounds
-        the error, which is why the margin is there; bootstrapped plans need their failure probability in t too.
-        Needs the weights (a server artefact, or the model owner's copy)."""
+        Inputs: the given samples plus worst cases of their domain (every feature at +max, at -max, alternating signs,
+        then random sign patterns at +-max and, every third run, uniform draws), max = the largest |value| of `inputs`.
+        Random signs at +-max gave the largest errors measured (about 1 bit above the given samples and uniform draws,
+        with a spread of about 1 bit between draws), so most runs are spent on them. Each run encrypts the same batch
+        under two independent key pairs and runs it twice: the two raw decryptions (noise "none", coefficient domain)
+        hold the same message, so their difference is e1 - e2 exactly; t = 2^margin_bits * the largest |e1 - e2| over
+        all runs and output ciphertexts (|e1 - e2| is about sqrt(2) |e| for independent errors, so the margin starts
+        above the observed error). A measurement, not a proof: LMSS flooding is provable only if t truly bounds the
+        error, which is why the margin is there; bootstrapped plans need their failure probability in t too. Needs the
+        weights (a server artefact, or the model owner's copy)."""
         self._need_weights("estimate_noise()")
         if runs < 1 or margin_bits < 0:
             raise ParameterError("estimate_noise: runs >= 1 and margin_bits >= 0")
