@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from hemlp import _core
 from hemlp.errors import SerializationError
-from hemlp.runtime.ray.session import TASK_RETRIES, check_task_cpus, ray_session
+from hemlp.runtime.ray.session import TASK_RETRIES, check_task_cpus, ray_session, task_threads
 from hemlp.runtime.retry import transient
 
 __all__ = ["RayItems", "process_item"]
@@ -30,9 +30,8 @@ class RayItems:
     node's memory, e.g. N16 bootstrapping, one item per node on all its cores)."""
 
     def __init__(self, address: str | None = None, num_workers: int | None = None, threads: int = 1):
-        if int(threads) < 1:
-            raise ValueError(f"threads per item must be >= 1, got {threads}")
-        self.address, self.num_workers, self.threads = address, num_workers, int(threads)
+        self.address, self.num_workers = address, num_workers
+        self.threads = task_threads(threads, "threads per item")
 
     def run(self, job, todo, retries: int, read, done, failed) -> None:
         if not todo:   # every item is done already: no Ray to start or join

@@ -16,6 +16,7 @@ from hemlp.bootstrap import BatchBootstrapKeys
 from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, mambo_chunk, mambo_units, refresh_units
 from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
 from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
+from hemlp.runtime.ray.session import spread_options
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
 from hemlp.runtime.ray.tasks import bootstrap_remote, elementwise_remote, mambo_remote
 
@@ -90,7 +91,7 @@ class RayExecutor(RayDriver):
             rows = [i // C.chunks - r0 for i in range(g0, g1)]
             arr, metas = pack_cts(C.cts[g0:g1])
             sent += packed_nbytes(arr)
-            refs = task.options(**self._task_options()).remote(
+            refs = task.options(**spread_options(self.threads)).remote(
                 ctx.hash, params, op.rows(r0, r1), rows, arr, metas, digest, holder, self.threads, self.tune_malloc,
                 ctx.native.min_security_bits)
             pending.append((g0, refs))
@@ -113,10 +114,6 @@ class RayExecutor(RayDriver):
             data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
             self._boot = (ctx.hash, digest, [self.ray.put(data)])   # in a list: tasks fetch it on a cache miss only
         return self._boot[1], self._boot[2]
-
-    def _task_options(self) -> dict:
-        """Spread over the nodes, holding as many CPUs as the task's native threads."""
-        return dict(scheduling_strategy="SPREAD", **({"num_cpus": self.threads} if self.threads != 1 else {}))
 
     def _boot_kind(self) -> str:
         return "batch" if isinstance(self.bootstrap_keys, BatchBootstrapKeys) else "single"
@@ -153,7 +150,7 @@ class RayExecutor(RayDriver):
         for u in units:
             arr, metas = pack_cts([cts[i] for i in u])
             sent += packed_nbytes(arr)
-            refs = task.options(**self._task_options()).remote(
+            refs = task.options(**spread_options(self.threads)).remote(
                 ctx.hash, params, step, arr, metas, digest, holder, self.threads, self.tune_malloc,
                 ctx.native.min_security_bits, kind, pair)
             pending.append((u, refs))
@@ -180,7 +177,7 @@ class RayExecutor(RayDriver):
         for u in units:
             arr, metas = pack_cts([ct for j in u for ct in mambo_chunk(C, j)])
             sent += packed_nbytes(arr)
-            refs = task.options(**self._task_options()).remote(
+            refs = task.options(**spread_options(self.threads)).remote(
                 ctx.hash, params, step, arr, metas, rows, int(weight_bits), real, digest, holder, self.threads,
                 self.tune_malloc, ctx.native.min_security_bits)
             # the task returns d1 outputs per chunk of u, chunk after chunk: output row r of chunk j goes to r*ch + j

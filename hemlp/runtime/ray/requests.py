@@ -27,7 +27,8 @@ import numpy as np
 from hemlp import _core
 from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
-from hemlp.runtime.ray.session import TASK_RETRIES, check_task_cpus, import_ray, node_id, ray_session
+from hemlp.runtime.ray.session import (TASK_RETRIES, check_task_cpus, import_ray, node_id, ray_session, spread_options,
+                                      task_threads)
 
 __all__ = ["ModelShipment", "run_groups", "group_request_task", "shipment_of", "key_array", "clear_request_cache"]
 
@@ -154,9 +155,7 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
     each step's seconds summed over the groups (as the in-process run reports them). stats: the tasks (process, node,
     seconds, peak RSS, whether the process loaded the model) and the bytes put."""
     t0 = time.perf_counter()
-    threads = int(threads_per_task)
-    if threads < 1:
-        raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
+    threads = task_threads(threads_per_task)
     ship = shipment_of(compiled, load_model, eval_keys)
     wbytes = None if weights is None else weights.to_bytes()
     with ray_session(address, num_workers) as ray:
@@ -166,15 +165,12 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
         ship = ship.light()            # the store holds the keys now; the driver's serialised copy goes
         w_digest, w_holder = (None, None) if wbytes is None else (hashlib.sha256(wbytes).hexdigest(),
                                                                    [ray.put(wbytes)])
-        opts = dict(scheduling_strategy="SPREAD")
-        if threads != 1:
-            opts["num_cpus"] = threads
         task, pending, sent = _remote(), [], 0
         for g in groups:
             arr, metas = pack_cts(g)
             sent += packed_nbytes(arr)
-            pending.append(task.options(**opts).remote(ship.digest, holder, w_digest, w_holder, arr, metas, threads,
-                                                       part))
+            pending.append(task.options(**spread_options(threads)).remote(ship.digest, holder, w_digest, w_holder, arr,
+                                                                          metas, threads, part))
         outs, tasks = [], []
         for a_ref, m_ref, t_ref in pending:
             arr, metas, meta = ray.get([a_ref, m_ref, t_ref])

@@ -4,7 +4,7 @@ from __future__ import annotations
 from hemlp.runtime.local import run
 from hemlp.runtime.ray.executor import RayExecutor
 from hemlp.runtime.ray.program import RayProgram, supported
-from hemlp.runtime.ray.session import check_task_cpus, ray_session
+from hemlp.runtime.ray.session import check_task_cpus, ray_session, task_threads
 
 __all__ = ["run_on_ray"]
 
@@ -19,9 +19,7 @@ def run_on_ray(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None 
     hemlp.bootstrap.BootstrapKeys of a program with bootstrap steps (compile(..., bootstrap=True)): such programs
     run step by step, every bootstrap a task (RayExecutor.bootstrap). threads_per_task: the native threads (and CPUs
     held) of each task (default 1; RayProgram's node-local tasks use a node's cores anyway)."""
-    threads = 1 if threads_per_task is None else int(threads_per_task)
-    if threads < 1:
-        raise ValueError(f"threads_per_task must be >= 1, got {threads_per_task}")
+    threads = task_threads(threads_per_task)
     with ray_session(address, num_workers) as ray:
         check_task_cpus(ray, threads)
         if supported(steps, C):

@@ -19,7 +19,7 @@ from hemlp.errors import HemlpError
 
 __all__ = ["RuntimeUnavailableError", "ray_session", "shutdown_local", "local_session_cpus", "import_ray",
            "LOCAL_SYSTEM_CONFIG", "CONNECT_TIMEOUT", "TASK_RETRIES", "node_id", "usable_cores", "driver_threads",
-           "check_task_cpus"]
+           "check_task_cpus", "task_threads", "spread_options"]
 
 #: seconds an explicit cluster address gets to answer before RuntimeUnavailableError
 CONNECT_TIMEOUT = 10.0
@@ -160,6 +160,19 @@ def node_id() -> str:
     ray = import_ray()
 
     return ray.get_runtime_context().get_node_id()
+
+
+def task_threads(value, what: str = "threads_per_task") -> int:
+    """The native threads of each task (None: 1), ValueError below 1."""
+    threads = 1 if value is None else int(value)
+    if threads < 1:
+        raise ValueError(f"{what} must be >= 1, got {value}")
+    return threads
+
+
+def spread_options(threads: int) -> dict:
+    """Ray task options: spread over the nodes, holding as many CPUs as the task's native threads."""
+    return dict(scheduling_strategy="SPREAD", **({"num_cpus": threads} if threads != 1 else {}))
 
 
 def check_task_cpus(ray, cpus: int) -> None:
