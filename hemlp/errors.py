@@ -56,6 +56,11 @@ class MissingDependencyError(HemlpError, ImportError):
     """An optional package a feature needs is not installed; the message names the extra that installs it."""
 
 
+class DeviceError(HemlpError, RuntimeError):
+    """The GPU backend cannot do what was asked: no CUDA device, its library not built, a CUDA failure or device
+    memory exhausted; the message names the fix (hemlp.gpu)."""
+
+
 class ClientArtefactError(HemlpError, RuntimeError):
     """A client artefact (a compiled model saved with client=True: no weights) was asked to do the server's work."""
 

@@ -394,6 +394,48 @@ void bind_ckks(py::module_& m) {
         for (auto& s : k.a_seeds) seeds.append(from_seed(s));
         return py::make_tuple(bs, seeds);
       })
+      // (b digits, a digits) with a seeded key's a-parts expanded: what a device that cannot run the seed
+      // expansion needs (hemlp.gpu uploads these)
+      .def("export_switch_key_expanded", [](const Engine& e, const SwitchKey& k) {
+        py::list bs, as;
+        const int limbs = k.level + 1 + e.ctx.num_p();
+        for (auto& b : k.b) bs.append(poly_to_array(b, (size_t)limbs, e.ctx.n()));
+        if (!k.a.empty()) {
+          for (auto& a : k.a) as.append(poly_to_array(a, (size_t)limbs, e.ctx.n()));
+        } else {
+          for (auto& s : k.a_seeds) as.append(poly_to_array(uniform_from_seed(e.ctx, s, limbs, true, k.level), (size_t)limbs, e.ctx.n()));
+        }
+        return py::make_tuple(bs, as);
+      })
+      // A switching key from explicit (b, a) digits (each level + 1 + K limbs of N residues, checked): tests that
+      // compare another backend against this core on keys of their own
+      .def("switch_key_from_arrays", [](const Engine& e, std::vector<U64Arr> bs, std::vector<U64Arr> as,
+                                        uint64_t galois, int level, uint64_t key_id) {
+        if (level < 0 || level > e.ctx.max_level()) fail(ErrorKind::Level, "switch_key_from_arrays: level outside the chain");
+        const int digits = e.ctx.params().num_digits(level), limbs = level + 1 + e.ctx.num_p();
+        if ((int)bs.size() != digits || (int)as.size() != digits)
+          fail(ErrorKind::Shape, "switch_key_from_arrays: a key for level " + std::to_string(level) + " has " +
+                                     std::to_string(digits) + " digits");
+        SwitchKey k;
+        k.param_hash = e.ctx.hash64();
+        k.key_id = key_id;
+        k.galois = galois;
+        k.level = level;
+        const size_t n = e.ctx.n();
+        for (int pass = 0; pass < 2; ++pass)
+          for (const auto& arr : pass ? as : bs) {
+            if (arr.ndim() != 2 || (int)arr.shape(0) != limbs || (size_t)arr.shape(1) != n)
+              fail(ErrorKind::Shape, "switch_key_from_arrays: each digit is (level + 1 + K, N)");
+            Poly p(arr.data(), arr.data() + (size_t)limbs * n);
+            for (int r = 0; r < limbs; ++r) {
+              const uint64_t q = e.ctx.modulus(e.ctx.qp_index(level, r)).q;
+              for (size_t i = 0; i < n; ++i)
+                if (p[(size_t)r * n + i] >= q) fail(ErrorKind::Parameter, "switch_key_from_arrays: residue >= modulus");
+            }
+            (pass ? k.a : k.b).push_back(std::move(p));
+          }
+        return k;
+      })
       .def("import_switch_key", [](const Engine& e, py::list bs, py::list seeds, uint64_t key_id, uint64_t galois,
                                    int level) {
         std::vector<U64Arr> arrays;  // keep the (maybe converted) arrays alive while the views are read

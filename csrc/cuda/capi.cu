@@ -1,0 +1,371 @@
+// The C interface (hemlp_cuda.h): argument and size checks, exceptions to error codes, and the homomorphic
+// operations composed from the device kernels in the same order as the CPU evaluator (ckks/evaluator.cpp).
+#include <cublas_v2.h>
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cuda/hemlp_cuda.h"
+#include "cuda/kernels.cuh"
+#include "cuda/modgemm.cuh"
+
+using namespace hemlp::cuda;
+
+namespace {
+
+thread_local std::string g_error;
+
+struct Ctx {
+  std::unique_ptr<GpuContext> gc;
+  cublasHandle_t blas = nullptr;
+  ~Ctx() {
+    if (blas) cublasDestroy(blas);
+  }
+};
+
+struct Buf {
+  DeviceBuffer mem;
+};
+
+int fail(int code, const std::string& msg) {
+  g_error = msg;
+  return code;
+}
+
+template <class F>
+int guarded(F&& f) {
+  try {
+    f();
+    g_error.clear();
+    return 0;
+  } catch (const std::invalid_argument& e) {
+    return fail(1, e.what());
+  } catch (const CudaError& e) {
+    const std::string m = e.what();
+    return fail(m.find("cudaErrorMemoryAllocation") != std::string::npos ? 3 : 2, m);
+  } catch (const std::bad_alloc&) {
+    return fail(3, "out of host memory");
+  } catch (const std::exception& e) {
+    return fail(4, e.what());
+  }
+}
+
+Ctx* C(void* p) {
+  if (!p) throw std::invalid_argument("null context");
+  return static_cast<Ctx*>(p);
+}
+const GpuContext& G(void* p) { return *C(p)->gc; }
+
+// The device pointer of a buffer holding at least `words` words.
+u64* P(const void* b, size_t words, const char* what) {
+  if (!b) throw std::invalid_argument(std::string(what) + ": null buffer");
+  const Buf* buf = static_cast<const Buf*>(b);
+  if (buf->mem.words() < words)
+    throw std::invalid_argument(std::string(what) + ": buffer of " + std::to_string(buf->mem.words()) +
+                                " words, needs " + std::to_string(words));
+  return buf->mem.data();
+}
+
+void check_level(const GpuContext& g, int level, int min_level, const char* what) {
+  if (level < min_level || level > g.max_level())
+    throw std::invalid_argument(std::string(what) + ": level " + std::to_string(level) + " outside [" +
+                                std::to_string(min_level) + ", " + std::to_string(g.max_level()) + "]");
+}
+
+size_t poly_words(const GpuContext& g, int level) { return (size_t)(level + 1) * g.n(); }
+
+const DeviceSwitchKey& K(const void* k, int level, const char* what) {
+  if (!k) throw std::invalid_argument(std::string(what) + ": null key");
+  const auto& key = *static_cast<const DeviceSwitchKey*>(k);
+  if (level > key.level)
+    throw std::invalid_argument(std::string(what) + ": the ciphertext is at level " + std::to_string(level) +
+                                " but the key was generated for levels <= " + std::to_string(key.level));
+  return key;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* hg_last_error(void) { return g_error.c_str(); }
+
+int hg_device_info(int* count, char* name, int name_len, size_t* total_memory) {
+  return guarded([&] {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky "no device" state
+      n = 0;
+    }
+    *count = n;
+    if (name && name_len > 0) name[0] = 0;
+    if (total_memory) *total_memory = 0;
+    if (n > 0) {
+      cudaDeviceProp prop;
+      HG_CHECK(cudaGetDeviceProperties(&prop, 0));
+      if (name && name_len > 0) {
+        std::strncpy(name, prop.name, (size_t)name_len - 1);
+        name[name_len - 1] = 0;
+      }
+      if (total_memory) *total_memory = prop.totalGlobalMem;
+    }
+  });
+}
+
+int hg_mem_info(size_t* free_bytes, size_t* total_bytes) {
+  return guarded([&] { HG_CHECK(cudaMemGetInfo(free_bytes, total_bytes)); });
+}
+
+int hg_context_create(int log_n, int num_q, int num_p, int alpha, const uint64_t* moduli, const uint64_t* psi,
+                      int device, void** ctx) {
+  return guarded([&] {
+    if (!moduli || !psi || !ctx) throw std::invalid_argument("null argument");
+    auto c = std::make_unique<Ctx>();
+    c->gc = std::make_unique<GpuContext>(log_n, num_q, num_p, alpha, moduli, psi, device);
+    *ctx = c.release();
+  });
+}
+
+void hg_context_destroy(void* ctx) { delete static_cast<Ctx*>(ctx); }
+
+int hg_sync(void* ctx) { return guarded([&] { G(ctx).sync(); }); }
+
+int hg_buffer_alloc(void* ctx, size_t words, void** buf) {
+  return guarded([&] {
+    auto b = std::make_unique<Buf>();
+    b->mem = G(ctx).alloc(words);
+    *buf = b.release();
+  });
+}
+
+void hg_buffer_free(void* buf) { delete static_cast<Buf*>(buf); }
+
+int hg_upload(void* ctx, void* buf, size_t offset, const uint64_t* host, size_t words) {
+  return guarded([&] {
+    u64* d = P(buf, offset + words, "upload");
+    HG_CHECK(cudaMemcpyAsync(d + offset, host, words * sizeof(u64), cudaMemcpyHostToDevice, G(ctx).stream()));
+    G(ctx).sync();  // the host array may go as soon as this returns
+  });
+}
+
+int hg_download(void* ctx, const void* buf, size_t offset, uint64_t* host, size_t words) {
+  return guarded([&] {
+    const u64* d = P(buf, offset + words, "download");
+    HG_CHECK(cudaMemcpyAsync(host, d + offset, words * sizeof(u64), cudaMemcpyDeviceToHost, G(ctx).stream()));
+    G(ctx).sync();
+  });
+}
+
+int hg_copy(void* ctx, const void* src, void* dst, size_t words) {
+  return guarded([&] {
+    HG_CHECK(cudaMemcpyAsync(P(dst, words, "copy"), P(src, words, "copy"), words * sizeof(u64),
+                             cudaMemcpyDeviceToDevice, G(ctx).stream()));
+  });
+}
+
+int hg_ntt(void* ctx, void* buf, int level, int ext, int inverse) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "NTT");
+    const int limbs = level + 1 + (ext ? g.num_p() : 0);
+    u64* d = P(buf, (size_t)limbs * g.n(), "NTT");
+    if (inverse) ntt_inverse(g, d, limbs, g.limb_map(level, ext != 0), limbs);
+    else ntt_forward(g, d, limbs, g.limb_map(level, ext != 0), limbs);
+  });
+}
+
+#define HG_BINARY(name, fn, what)                                                      \
+  int name(void* ctx, const void* a, const void* b, void* out, int level) {            \
+    return guarded([&] {                                                               \
+      const GpuContext& g = G(ctx);                                                    \
+      check_level(g, level, 0, what);                                                  \
+      const size_t w = poly_words(g, level);                                           \
+      fn(g, P(a, w, what), P(b, w, what), P(out, w, what), level);                     \
+    });                                                                                \
+  }
+HG_BINARY(hg_add, add_q, "add")
+HG_BINARY(hg_sub, sub_q, "sub")
+HG_BINARY(hg_mul, mul_q, "multiply")
+#undef HG_BINARY
+
+int hg_negate(void* ctx, const void* a, void* out, int level) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "negate");
+    const size_t w = poly_words(g, level);
+    negate_q(g, P(a, w, "negate"), P(out, w, "negate"), level);
+  });
+}
+
+int hg_tensor(void* ctx, const void* a0, const void* a1, const void* b0, const void* b1, void* d0, void* d1, void* d2,
+              int level) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "tensor");
+    const size_t w = poly_words(g, level);
+    tensor_q(g, P(a0, w, "tensor"), P(a1, w, "tensor"), P(b0, w, "tensor"), P(b1, w, "tensor"), P(d0, w, "tensor"),
+             P(d1, w, "tensor"), P(d2, w, "tensor"), level);
+  });
+}
+
+int hg_rescale(void* ctx, const void* in, int level, void* out) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 1, "rescale");
+    rescale(g, P(in, poly_words(g, level), "rescale"), level, P(out, poly_words(g, level - 1), "rescale"));
+  });
+}
+
+int hg_permute(void* ctx, const void* in, uint64_t galois, void* out, int level) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "automorphism");
+    if (!(galois & 1) || galois >= 2 * g.n()) throw std::invalid_argument("automorphism: the Galois element must be odd and below 2N");
+    const size_t w = poly_words(g, level);
+    permute(g, P(in, w, "automorphism"), g.galois_permutation(galois), P(out, w, "automorphism"), level + 1);
+  });
+}
+
+int hg_key_upload(void* ctx, int key_level, int beta, uint64_t galois, const uint64_t* b, const uint64_t* a,
+                  void** key) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, key_level, 0, "key upload");
+    if (beta != (key_level + g.alpha()) / g.alpha())
+      throw std::invalid_argument("key upload: a key for level " + std::to_string(key_level) + " has " +
+                                  std::to_string((key_level + g.alpha()) / g.alpha()) + " digits, got " +
+                                  std::to_string(beta));
+    if (!b || !a || !key) throw std::invalid_argument("key upload: null argument");
+    auto k = std::make_unique<DeviceSwitchKey>();
+    k->level = key_level, k->beta = beta, k->galois = galois;
+    const size_t words = (size_t)beta * (key_level + 1 + g.num_p()) * g.n();
+    k->b = g.alloc(words), k->a = g.alloc(words);
+    HG_CHECK(cudaMemcpyAsync(k->b.data(), b, words * sizeof(u64), cudaMemcpyHostToDevice, g.stream()));
+    HG_CHECK(cudaMemcpyAsync(k->a.data(), a, words * sizeof(u64), cudaMemcpyHostToDevice, g.stream()));
+    g.sync();
+    *key = k.release();
+  });
+}
+
+void hg_key_free(void* key) { delete static_cast<DeviceSwitchKey*>(key); }
+
+int hg_key_switch(void* ctx, const void* d, int level, const void* key, void* k0, void* k1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "key switch");
+    const DeviceSwitchKey& k = K(key, level, "key switch");
+    const size_t w = poly_words(g, level), E = (size_t)(level + 1 + g.num_p()) * g.n();
+    DeviceBuffer D = modup(g, P(d, w, "key switch"), level);
+    DeviceBuffer u = g.alloc(2 * E);
+    key_inner_product(g, D.data(), level, k, nullptr, u.data(), u.data() + E);
+    moddown(g, u.data(), level, P(k0, w, "key switch"), nullptr);
+    moddown(g, u.data() + E, level, P(k1, w, "key switch"), nullptr);
+  });
+}
+
+int hg_relinearize(void* ctx, const void* d0, const void* d1, const void* d2, int level, const void* key, void* out0,
+                   void* out1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "relinearize");
+    const DeviceSwitchKey& k = K(key, level, "relinearize");
+    const size_t w = poly_words(g, level), E = (size_t)(level + 1 + g.num_p()) * g.n();
+    DeviceBuffer D = modup(g, P(d2, w, "relinearize"), level);
+    DeviceBuffer u = g.alloc(2 * E);
+    key_inner_product(g, D.data(), level, k, nullptr, u.data(), u.data() + E);
+    moddown(g, u.data(), level, P(out0, w, "relinearize"), P(d0, w, "relinearize"));
+    moddown(g, u.data() + E, level, P(out1, w, "relinearize"), P(d1, w, "relinearize"));
+  });
+}
+
+int hg_mul_relin_rescale(void* ctx, const void* a0, const void* a1, const void* b0, const void* b1, int level,
+                         const void* key, void* out0, void* out1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 1, "multiply (relinearise, rescale)");
+    const DeviceSwitchKey& k = K(key, level, "multiply (relinearise, rescale)");
+    const char* what = "multiply (relinearise, rescale)";
+    const size_t w = poly_words(g, level), E = (size_t)(level + 1 + g.num_p()) * g.n();
+    DeviceBuffer d = g.alloc(3 * w);
+    tensor_q(g, P(a0, w, what), P(a1, w, what), P(b0, w, what), P(b1, w, what), d.data(), d.data() + w,
+             d.data() + 2 * w, level);
+    DeviceBuffer D = modup(g, d.data() + 2 * w, level);
+    DeviceBuffer u = g.alloc(2 * E);
+    key_inner_product(g, D.data(), level, k, nullptr, u.data(), u.data() + E);
+    add_times_p(g, u.data(), d.data(), level);  // v_j = P d_j + u_j over Q_l (P d_j vanishes on P)
+    add_times_p(g, u.data() + E, d.data() + w, level);
+    const size_t wo = poly_words(g, level - 1);
+    moddown_rescale(g, u.data(), level, P(out0, wo, what));
+    moddown_rescale(g, u.data() + E, level, P(out1, wo, what));
+  });
+}
+
+int hg_apply_galois(void* ctx, const void* c0, const void* c1, int level, const void* key, void* out0, void* out1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "rotate");
+    const DeviceSwitchKey& k = K(key, level, "rotate");
+    if (!(k.galois & 1) || k.galois >= 2 * g.n()) throw std::invalid_argument("rotate: not a rotation key");
+    const size_t w = poly_words(g, level), E = (size_t)(level + 1 + g.num_p()) * g.n();
+    const uint32_t* perm = g.galois_permutation(k.galois);
+    DeviceBuffer pc = g.alloc(2 * w);
+    permute(g, P(c0, w, "rotate"), perm, pc.data(), level + 1);
+    permute(g, P(c1, w, "rotate"), perm, pc.data() + w, level + 1);
+    DeviceBuffer D = modup(g, pc.data() + w, level);
+    DeviceBuffer u = g.alloc(2 * E);
+    key_inner_product(g, D.data(), level, k, nullptr, u.data(), u.data() + E);
+    moddown(g, u.data(), level, P(out0, w, "rotate"), pc.data());
+    moddown(g, u.data() + E, level, P(out1, w, "rotate"), nullptr);
+  });
+}
+
+int hg_apply_galois_hoisted(void* ctx, const void* c0, const void* c1, int level, int count, const void* const* keys,
+                            void* const* out0, void* const* out1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "rotate (hoisted)");
+    if (count < 0 || (count > 0 && (!keys || !out0 || !out1))) throw std::invalid_argument("rotate (hoisted): bad lists");
+    const size_t w = poly_words(g, level), E = (size_t)(level + 1 + g.num_p()) * g.n();
+    std::vector<const DeviceSwitchKey*> ks;
+    for (int r = 0; r < count; ++r) ks.push_back(&K(keys[r], level, "rotate (hoisted)"));
+    const u64* a0 = P(c0, w, "rotate (hoisted)");
+    DeviceBuffer D = modup(g, P(c1, w, "rotate (hoisted)"), level);  // shared by every rotation
+    DeviceBuffer u = g.alloc(2 * E), pc0 = g.alloc(w);
+    for (int r = 0; r < count; ++r) {
+      const uint32_t* perm = g.galois_permutation(ks[r]->galois);
+      key_inner_product(g, D.data(), level, *ks[r], perm, u.data(), u.data() + E);
+      permute(g, a0, perm, pc0.data(), level + 1);
+      moddown(g, u.data(), level, P(out0[r], w, "rotate (hoisted)"), pc0.data());
+      moddown(g, u.data() + E, level, P(out1[r], w, "rotate (hoisted)"), nullptr);
+    }
+  });
+}
+
+int hg_gemm_plan_create(void* ctx, const int64_t* U, size_t d1, size_t d2, int bU, void** plan) {
+  return guarded([&] {
+    if (!plan) throw std::invalid_argument("null plan");
+    *plan = new GemmPlan(G(ctx), U, d1, d2, bU);
+  });
+}
+
+void hg_gemm_plan_free(void* plan) { delete static_cast<GemmPlan*>(plan); }
+
+int hg_gemm_apply(void* ctx, const void* plan, const void* X, size_t x_off, size_t ncols, uint64_t q, uint64_t mult,
+                  void* Cbuf, size_t c_off) {
+  return guarded([&] {
+    if (!plan) throw std::invalid_argument("null plan");
+    Ctx* c = C(ctx);
+    const GemmPlan& p = *static_cast<const GemmPlan*>(plan);
+    if (!c->blas) {
+      if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
+    }
+    const u64* x = P(X, x_off + p.cols() * ncols, "modgemm") + x_off;
+    u64* out = P(Cbuf, c_off + p.rows() * ncols, "modgemm") + c_off;
+    p.apply(*c->gc, c->blas, x, ncols, q, mult, out);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,67 @@
+/* The C interface of hemlp's CUDA backend (libhemlp_cuda.so), loaded by hemlp.gpu with ctypes.
+ *
+ * Every function returns 0 on success and a nonzero code on failure, with the reason in hg_last_error() (per
+ * thread): 1 invalid argument (a size, level or key that does not fit), 2 CUDA error (the call that failed and
+ * CUDA's message), 3 out of device memory, 4 anything else. Handles are opaque; buffers hold 64-bit words,
+ * polynomials limb-major (limb k at word k N). Operations are asynchronous on the context's stream; downloads
+ * and hg_sync wait for them. A polynomial "at level l" has l + 1 limbs (moduli q_0..q_l). */
+#ifndef HEMLP_CUDA_H
+#define HEMLP_CUDA_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+const char* hg_last_error(void);
+int hg_device_info(int* count, char* name, int name_len, size_t* total_memory);
+int hg_mem_info(size_t* free_bytes, size_t* total_bytes);
+
+/* moduli: q_0..q_{num_q-1} then p_0..p_{num_p-1}; psi: each modulus' primitive 2N-th root as the CPU core uses it */
+int hg_context_create(int log_n, int num_q, int num_p, int alpha, const uint64_t* moduli, const uint64_t* psi,
+                      int device, void** ctx);
+void hg_context_destroy(void* ctx);
+int hg_sync(void* ctx);
+
+int hg_buffer_alloc(void* ctx, size_t words, void** buf);
+void hg_buffer_free(void* buf);
+int hg_upload(void* ctx, void* buf, size_t offset_words, const uint64_t* host, size_t words);
+int hg_download(void* ctx, const void* buf, size_t offset_words, uint64_t* host, size_t words);
+int hg_copy(void* ctx, const void* src, void* dst, size_t words); /* device to device */
+
+/* in place over level + 1 limbs (ext: level + 1 + K limbs over Q_level and P) */
+int hg_ntt(void* ctx, void* buf, int level, int ext, int inverse);
+int hg_add(void* ctx, const void* a, const void* b, void* out, int level);
+int hg_sub(void* ctx, const void* a, const void* b, void* out, int level);
+int hg_negate(void* ctx, const void* a, void* out, int level);
+int hg_mul(void* ctx, const void* a, const void* b, void* out, int level); /* element-wise (mul_plain) */
+int hg_tensor(void* ctx, const void* a0, const void* a1, const void* b0, const void* b1, void* d0, void* d1, void* d2,
+              int level);
+int hg_rescale(void* ctx, const void* in, int level, void* out); /* out: level limbs */
+int hg_permute(void* ctx, const void* in, uint64_t galois, void* out, int level);
+
+/* b, a: beta digits of key_level + 1 + K limbs each, contiguous (the seeded a-parts expanded) */
+int hg_key_upload(void* ctx, int key_level, int beta, uint64_t galois, const uint64_t* b, const uint64_t* a,
+                  void** key);
+void hg_key_free(void* key);
+int hg_key_switch(void* ctx, const void* d, int level, const void* key, void* k0, void* k1);
+int hg_relinearize(void* ctx, const void* d0, const void* d1, const void* d2, int level, const void* key, void* out0,
+                   void* out1);
+int hg_mul_relin_rescale(void* ctx, const void* a0, const void* a1, const void* b0, const void* b1, int level,
+                         const void* key, void* out0, void* out1);
+int hg_apply_galois(void* ctx, const void* c0, const void* c1, int level, const void* key, void* out0, void* out1);
+int hg_apply_galois_hoisted(void* ctx, const void* c0, const void* c1, int level, int count, const void* const* keys,
+                            void* const* out0, void* const* out1);
+
+/* Exact modular GEMM C = mult * U X mod q on cuBLAS DGEMMs (pcmm/modgemm.h's digit split): U d1 x d2 signed
+ * (|U| <= 2^bU, row-major, host), X d2 x ncols residues < q (device buffer, row-major), C d1 x ncols. */
+int hg_gemm_plan_create(void* ctx, const int64_t* U, size_t d1, size_t d2, int bU, void** plan);
+void hg_gemm_plan_free(void* plan);
+int hg_gemm_apply(void* ctx, const void* plan, const void* X, size_t x_offset_words, size_t ncols, uint64_t q,
+                  uint64_t mult, void* C, size_t c_offset_words);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

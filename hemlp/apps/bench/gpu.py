@@ -1,0 +1,177 @@
+"""The CUDA backend on one GPU, side by side with DESILO's GPU library in the same run: key switching ops at
+N = 2^16, the exact modular GEMM against the card's own fp64 GEMM.
+
+Needs the CUDA library (scripts/build_cuda.sh) and a device; runs without the CPU core (the operands are uniform
+residues drawn from a seed: the work is the same as on real ciphertexts, which the bit-exactness tests cover).
+Each timing synchronises the device after every call (end-to-end latency of one call, launch gaps included).
+DESILO runs in a subprocess (hemlp.apps.bench.gpu_desilo) so that a failure there loses nothing here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from hemlp.apps.bench import report
+
+HELP = "CUDA backend ops at N16-boot and the exact modular GEMM, with DESILO FHE on the same GPU"
+
+
+def add_arguments(p):
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--preset", default="N16-boot", help="a preset of tests/gpu/golden_digests.json")
+    p.add_argument("--gemm", default="4096,4096,16384", help="d1,d2,ncols of the modular GEMM (0 skips it)")
+    p.add_argument("--no-desilo", action="store_true", help="skip the DESILO peer")
+    p.add_argument("--desilo-repeats", type=int, default=10)
+
+
+def timed(fn, sync, repeats: int, warmup: int = 2) -> dict:
+    for _ in range(warmup):
+        fn()
+    sync()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append(time.perf_counter() - t0)
+    return {"median_s": statistics.median(samples), "min_s": min(samples), "max_s": max(samples),
+            "repeats": repeats, "measured": True}
+
+
+def hemlp_ops(preset: str, repeats: int) -> dict:
+    from hemlp.gpu import golden
+    from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceSpec
+
+    spec = DeviceSpec.from_dict(golden.load_table()["specs"][preset])
+    dev = CudaEvaluator(spec)
+    L = spec.max_level
+    ct = lambda seed, lv: DeviceCiphertext([dev.upload_poly(golden.poly(spec, seed + j, lv)) for j in range(2)],  # noqa: E731
+                                           lv, golden.SCALE, spec.n // 2, 0, False, golden.KEY_ID, spec.param_hash)
+    a, b = ct(1, L), ct(3, L)
+    rlk = dev.upload_key_arrays(*golden.key_digits(spec, 5, L), L, 0, golden.KEY_ID)
+    g1 = golden.galois_element(spec, 1)
+    rot = {g1: dev.upload_key_arrays(*golden.key_digits(spec, 6, L), L, g1, golden.KEY_ID)}
+    hoist_steps = list(range(1, 9))
+    hkeys = {golden.galois_element(spec, s): dev.upload_key_arrays(*golden.key_digits(spec, 100 + s, L), L,
+                                                                   golden.galois_element(spec, s), golden.KEY_ID)
+             for s in hoist_steps}
+    poly_ext = dev.upload_poly(golden.poly(spec, 9, L, ext=True))
+    sync = dev.synchronize
+    ops = {
+        "ntt_top_ext": timed(lambda: dev.ntt(poly_ext, L, ext=True), sync, repeats),
+        "add_top": timed(lambda: dev.add(a, b), sync, repeats),
+        "rescale_top": timed(lambda: dev.rescale(a), sync, repeats),
+        "mul_relin_rescale_top": timed(lambda: dev.mul(a, b, rlk, rescale=True), sync, repeats),
+        "rotate_top": timed(lambda: dev.rotate(a, 1, rot), sync, repeats),
+        "rotate_hoisted8_top": timed(lambda: dev.rotate_hoisted(a, hoist_steps, hkeys), sync, repeats),
+    }
+    ops["ntt_top_ext"]["limbs"] = L + 1 + len(spec.p)
+    ops["rotate_hoisted8_top"]["per_rotation_s"] = ops["rotate_hoisted8_top"]["median_s"] / len(hoist_steps)
+    return {"preset": preset, "log_n": spec.log_n, "levels": L, "top_level": L, "p_primes": len(spec.p),
+            "digits": spec.num_digits(L), "ops": ops}
+
+
+def gemm(shape: str, repeats: int) -> dict:
+    d1, d2, ncols = (int(v) for v in shape.split(","))
+    if d1 == 0:
+        return {}
+    from hemlp.gpu import golden
+    from hemlp.gpu.device import CudaEvaluator, DeviceBuffer, DeviceSpec, GemmPlan
+
+    spec = DeviceSpec.from_dict(golden.load_table()["specs"]["N16-boot"])
+    dev = CudaEvaluator(spec)
+    rng = np.random.default_rng(0)
+    out = {"shape": [d1, d2, ncols], "bU": 8}
+    U = rng.integers(-256, 257, size=(d1, d2), dtype=np.int64)
+    plan = GemmPlan(dev, U, 8)
+    for name, q in (("q40", spec.q[1]), ("q60", spec.q[0])):
+        X = rng.integers(0, q, size=(d2, ncols), dtype=np.uint64)
+        xb = dev.upload(X)
+        cb = DeviceBuffer(dev, d1 * ncols)
+        rec = timed(lambda: plan.apply(xb, ncols, q, cb), dev.synchronize, repeats)
+        rec["q_bits"] = int(q).bit_length()
+        # exactness spot check: 64 output entries against Python integers
+        C = dev.download(cb, (d1, ncols))
+        ri, ci = rng.integers(0, d1, 64), rng.integers(0, ncols, 64)
+        exact = all(int(C[r, c]) == sum(int(U[r, k]) * int(X[k, c]) for k in range(d2)) % q for r, c in zip(ri, ci))
+        rec["spot_check_exact"] = bool(exact)
+        out[name] = rec
+    try:
+        import torch
+
+        A = torch.randn(d1, d2, dtype=torch.float64, device="cuda")
+        B = torch.randn(d2, ncols, dtype=torch.float64, device="cuda")
+        out["torch_fp64_gemm"] = timed(lambda: A @ B, torch.cuda.synchronize, repeats)
+        out["torch_fp64_gemm"]["tflops"] = 2 * d1 * d2 * ncols / out["torch_fp64_gemm"]["median_s"] / 1e12
+        for name in ("q40", "q60"):
+            out[name]["ratio_to_fp64_gemm"] = out[name]["median_s"] / out["torch_fp64_gemm"]["median_s"]
+    except Exception as e:  # noqa: BLE001 - the baseline is optional; say why it is missing
+        out["torch_fp64_gemm"] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def desilo(repeats: int) -> dict:
+    cmd = [sys.executable, "-m", "hemlp.apps.bench.gpu_desilo", "--repeats", str(repeats), "--device", "gpu"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 420 s"}
+    if r.returncode != 0:
+        return {"error": f"exit {r.returncode}: {(r.stderr or r.stdout)[-2000:]}"}
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": f"unreadable output: {r.stdout[-2000:]}"}
+
+
+def print_table(payload: dict) -> None:
+    ops = payload["hemlp"]["ops"]
+    peer = payload.get("desilo", {}).get("ops", {}) if isinstance(payload.get("desilo"), dict) else {}
+    rows = []
+    for name, rec in ops.items():
+        p = peer.get(name, {}) if isinstance(peer, dict) else {}
+        pm = p.get("median_s") if isinstance(p, dict) else None
+        rows.append([name, report.fmt_ms(rec["median_s"]), report.fmt_ms(pm) if pm else "n/a",
+                     report.fmt_ratio(rec["median_s"] / pm) if pm else "n/a"])
+    report.table(["op (N16-boot, top level)", "hemlp ms", "DESILO ms", "hemlp/DESILO"], rows,
+                 title=f"GPU: {payload['device'].get('name')} (measured, median of {payload['repeats']})")
+    g = payload.get("gemm") or {}
+    if g:
+        rows = [[k, report.fmt_ms(g[k]["median_s"]), report.fmt_ratio(g[k].get("ratio_to_fp64_gemm")),
+                 str(g[k].get("spot_check_exact"))] for k in ("q40", "q60") if k in g]
+        report.table(["modgemm " + "x".join(map(str, g["shape"])), "ms", "vs fp64 GEMM", "exact"], rows)
+    for n in payload["notes"]:
+        print("note:", n)
+
+
+def main(args) -> int:
+    from hemlp.gpu.library import device_info
+
+    info = device_info()
+    if not info["available"]:
+        print(f"hemlp bench gpu: {info['reason']}", file=sys.stderr)
+        return 2
+    payload = {"device": info, "repeats": args.repeats, "notes": [
+        "hemlp ops on uniform operands of the preset (same work as real ciphertexts; bit-exactness: tests/gpu)",
+        "N16-boot is the 128-bit bootstrapping preset; every op at the top level",
+        "bootstrapping is not on the GPU backend yet (docs/gpu.md)"]}
+    try:
+        import torch
+
+        payload["device"]["torch_cuda"] = torch.version.cuda
+    except Exception:  # noqa: BLE001
+        pass
+    payload["hemlp"] = hemlp_ops(args.preset, args.repeats)
+    payload["gemm"] = gemm(args.gemm, max(5, args.repeats // 3))
+    payload["desilo"] = {"skipped": True} if args.no_desilo else desilo(args.desilo_repeats)
+    machine = report.machine_info()
+    machine["gpu"] = info
+    machine["nvcc"] = os.environ.get("HEMLP_NVCC_VERSION")
+    return report.publish(payload, "gpu", args.json, machine, None, print_table)

@@ -1,0 +1,245 @@
+"""Bit-exactness cases between the CPU core and the CUDA backend, with digests a machine without the other side
+can check against.
+
+Each case draws its inputs (polynomials, and switching keys with uniform digits: key switching is the same
+arithmetic on any key) from a Philox stream of a fixed seed, so the CPU core and the device see the same words
+without shipping them; the SHA-256 of each case's outputs is the digest. ``compute_cpu`` runs the CPU core (it
+needs ``hemlp._core``); ``compute_gpu`` runs the device (it needs only the CUDA library and numpy). The committed
+table (tests/gpu/golden_digests.json) holds the CPU digests and each preset's DeviceSpec; a CPU test re-derives
+it from the core, so it cannot go stale, and the device check compares against it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceSpec, GemmPlan
+from hemlp.gpu.library import check
+
+KEY_ID = 0x5EED_0000_0000_0001
+SCALE = 2.0 ** 40
+
+
+@dataclass(frozen=True)
+class Case:
+    preset: str
+    op: str
+    level: int  # -1: the top level
+    seed: int
+    steps: tuple = ()
+
+    @property
+    def name(self) -> str:
+        lv = "top" if self.level < 0 else str(self.level)
+        extra = ("-steps" + ",".join(str(s) for s in self.steps)) if self.steps else ""
+        return f"{self.preset}/{self.op}/L{lv}{extra}"
+
+
+def _cases(preset: str, levels: tuple) -> list:
+    out = []
+    for i, lv in enumerate(levels):
+        s = 1000 * (i + 1)
+        out += [Case(preset, "ntt", lv, s + 1), Case(preset, "intt", lv, s + 2), Case(preset, "add", lv, s + 3),
+                Case(preset, "sub", lv, s + 4), Case(preset, "negate", lv, s + 5), Case(preset, "mul", lv, s + 6),
+                Case(preset, "tensor", lv, s + 7), Case(preset, "relinearize", lv, s + 9),
+                Case(preset, "rotate", lv, s + 11, (1,)), Case(preset, "rotate", lv, s + 12, (-3,)),
+                Case(preset, "rotate_hoisted", lv, s + 13, (1, 2, -5))]
+        if lv != 0:
+            out += [Case(preset, "rescale", lv, s + 8), Case(preset, "mul_relin_rescale", lv, s + 10)]
+    out.append(Case(preset, "modgemm", 0, 99))
+    return out
+
+
+#: test-N12: 4 q primes, beta = 2 (insecure, fast); N16-boot: the 128-bit bootstrapping set (28 q, 6 P, 5 digits)
+CASES = _cases("test-N12", (-1, 1, 0)) + _cases("N16-boot", (-1, 13))
+TABLE = Path(__file__).resolve().parents[2] / "tests" / "gpu" / "golden_digests.json"
+
+
+def level_of(spec: DeviceSpec, case: Case) -> int:
+    return spec.max_level if case.level < 0 else case.level
+
+
+def _stream(seed: int, count: int) -> np.ndarray:
+    return np.random.Generator(np.random.Philox(key=seed)).bit_generator.random_raw(count).astype(np.uint64)
+
+
+def poly(spec: DeviceSpec, seed: int, level: int, ext: bool = False) -> np.ndarray:
+    """Uniform residues over Q_level (∪ P with ext), (limbs, N), from the Philox stream of `seed`."""
+    limbs = level + 1 + (len(spec.p) if ext else 0)
+    raw = _stream(seed, limbs * spec.n).reshape(limbs, spec.n)
+    mods = np.array([spec.modulus(spec.qp_index(level, k) if ext else k) for k in range(limbs)], dtype=np.uint64)
+    return raw % mods[:, None]
+
+
+def key_digits(spec: DeviceSpec, seed: int, level: int) -> tuple:
+    """(bs, as) of a switching key for `level`: num_digits(level) uniform (level + 1 + K, N) digits each."""
+    beta = spec.num_digits(level)
+    bs = [poly(spec, seed * 64 + 2 * t, level, ext=True) for t in range(beta)]
+    as_ = [poly(spec, seed * 64 + 2 * t + 1, level, ext=True) for t in range(beta)]
+    return bs, as_
+
+
+def galois_element(spec: DeviceSpec, step: int) -> int:
+    return pow(5, int(step) % (spec.n // 2), 2 * spec.n)
+
+
+def gemm_inputs(spec: DeviceSpec, seed: int) -> tuple:
+    """(U, X, q, bU): a 48 x 192 signed 8-bit matrix times 192 rows of residues mod q_0 (N columns)."""
+    rng = np.random.Generator(np.random.Philox(key=seed))
+    U = rng.integers(-(1 << 8), (1 << 8) + 1, size=(48, 192), dtype=np.int64)
+    q = spec.q[0]
+    X = (_stream(seed + 1, 192 * spec.n) % np.uint64(q)).reshape(192, spec.n)
+    return U, X, q, 8
+
+
+def digest(arrays) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a, dtype="<u8").tobytes())
+    return h.hexdigest()
+
+
+def elementwise_product(a: np.ndarray, b: np.ndarray, spec: DeviceSpec) -> np.ndarray:
+    """a * b mod q_k per limb, exactly, in Python integers (an independent reference for the device's multiply)."""
+    q = np.array([spec.q[k] for k in range(a.shape[0])], dtype=object)[:, None]
+    return ((a.astype(object) * b.astype(object)) % q).astype(np.uint64)
+
+
+# ---------------------------------------------------------------------------------------------------- CPU side
+def cpu_context(preset: str):
+    import warnings
+
+    from hemlp import fhe
+    from hemlp.errors import InsecureParametersWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InsecureParametersWarning)
+        return fhe.Context(preset, allow_insecure=True)
+
+
+def compute_cpu(case: Case, ctx, spec: DeviceSpec) -> str:
+    """The case's outputs from the CPU core, as a digest."""
+    from hemlp import _core
+
+    e, lv, s = ctx.native, level_of(spec, case), case.seed
+    imp = lambda polys: e.import_ciphertext(list(polys), lv, SCALE, spec.n // 2, 0, False, KEY_ID, None)  # noqa: E731
+    outs = lambda ct: [ct.poly(j) for j in range(ct.size)]  # noqa: E731
+    op = case.op
+    if op in ("ntt", "intt"):
+        a = poly(spec, s, lv, ext=True)
+        return digest([e.ntt_limb(a[k] if op == "ntt" else np.ascontiguousarray(a[k]), spec.qp_index(lv, k),
+                                  op == "intt") for k in range(a.shape[0])])
+    if op == "mul":
+        return digest([elementwise_product(poly(spec, s, lv), poly(spec, s + 500, lv), spec)])
+    if op == "modgemm":
+        U, X, q, bU = gemm_inputs(spec, s)
+        return digest([_core.modgemm(U, X, q, bU)])
+    a = imp([poly(spec, s, lv), poly(spec, s + 1, lv)])
+    if op in ("add", "sub"):
+        b = imp([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
+        return digest(outs(e.add(a, b) if op == "add" else e.sub(a, b)))
+    if op == "negate":
+        return digest(outs(e.negate(a)))
+    if op == "rescale":
+        return digest(outs(e.rescale(a)))
+    b = imp([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
+    if op == "tensor":
+        return digest(outs(e.mul(a, b, None)))
+    if op in ("relinearize", "mul_relin_rescale"):
+        bs, as_ = key_digits(spec, s, lv)
+        rlk = e.switch_key_from_arrays(bs, as_, 0, lv, KEY_ID)
+        if op == "relinearize":
+            c3 = imp([poly(spec, s, lv), poly(spec, s + 1, lv), poly(spec, s + 4, lv)])
+            return digest(outs(e.relinearize(c3, rlk)))
+        return digest(outs(e.mul_relin_rescale(a, b, rlk)))
+    if op in ("rotate", "rotate_hoisted"):
+        gs = [galois_element(spec, st) for st in case.steps]
+        keys = [e.switch_key_from_arrays(*key_digits(spec, s * 10 + i, lv), g, lv, KEY_ID) for i, g in enumerate(gs)]
+        gk = e.make_galois_keys(keys, KEY_ID)
+        if op == "rotate":
+            return digest(outs(e.apply_galois(a, gs[0], gk)))
+        return digest([p for ct in e.apply_galois_hoisted(a, gs, gk) for p in outs(ct)])
+    raise ValueError(f"unknown case op {op!r}")
+
+
+def build_table(cases=CASES) -> dict:
+    """{'specs': {preset: DeviceSpec dict}, 'cases': {name: digest}} from the CPU core."""
+    specs, digests, ctxs = {}, {}, {}
+    for case in cases:
+        if case.preset not in ctxs:
+            ctxs[case.preset] = cpu_context(case.preset)
+            specs[case.preset] = DeviceSpec.from_context(ctxs[case.preset])
+        digests[case.name] = compute_cpu(case, ctxs[case.preset], specs[case.preset])
+    return {"specs": {k: v.to_dict() for k, v in specs.items()}, "cases": digests}
+
+
+def load_table(path: Path = TABLE) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+# ---------------------------------------------------------------------------------------------------- GPU side
+def compute_gpu(case: Case, dev: CudaEvaluator) -> str:
+    """The case's outputs from the device, as a digest."""
+    spec, lv, s = dev.spec, level_of(dev.spec, case), case.seed
+    ct = lambda polys: DeviceCiphertext([dev.upload_poly(p) for p in polys], lv, SCALE, spec.n // 2, 0,  # noqa: E731
+                                        False, KEY_ID, spec.param_hash)
+    outs = lambda d: [dev.download_poly(p, d.level + 1) for p in d.polys]  # noqa: E731
+    op = case.op
+    if op in ("ntt", "intt"):
+        buf = dev.upload_poly(poly(spec, s, lv, ext=True))
+        dev.ntt(buf, lv, ext=True, inverse=op == "intt")
+        return digest([dev.download_poly(buf, lv + 1 + len(spec.p))])
+    if op == "mul":
+        a, b = dev.upload_poly(poly(spec, s, lv)), dev.upload_poly(poly(spec, s + 500, lv))
+        out = dev.empty(lv + 1)
+        check(dev.lib.hg_mul(dev.handle, a.handle, b.handle, out.handle, lv), "mul")
+        return digest([dev.download_poly(out, lv + 1)])
+    if op == "modgemm":
+        U, X, q, bU = gemm_inputs(spec, s)
+        return digest([dev.modgemm(U, X, q, bU)])
+    a = ct([poly(spec, s, lv), poly(spec, s + 1, lv)])
+    if op in ("add", "sub"):
+        b = ct([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
+        return digest(outs(dev.add(a, b) if op == "add" else dev.sub(a, b)))
+    if op == "negate":
+        return digest(outs(dev.negate(a)))
+    if op == "rescale":
+        return digest(outs(dev.rescale(a)))
+    b = ct([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
+    if op == "tensor":
+        return digest(outs(dev.mul(a, b)))
+    if op in ("relinearize", "mul_relin_rescale"):
+        rlk = dev.upload_key_arrays(*key_digits(spec, s, lv), lv, 0, KEY_ID)
+        if op == "relinearize":
+            c3 = ct([poly(spec, s, lv), poly(spec, s + 1, lv), poly(spec, s + 4, lv)])
+            return digest(outs(dev.relinearize(c3, rlk)))
+        return digest(outs(dev.mul(a, b, rlk, rescale=True)))
+    if op in ("rotate", "rotate_hoisted"):
+        gs = [galois_element(spec, st) for st in case.steps]
+        keys = {g: dev.upload_key_arrays(*key_digits(spec, s * 10 + i, lv), lv, g, KEY_ID) for i, g in enumerate(gs)}
+        if op == "rotate":
+            return digest(outs(dev.apply_galois(a, gs[0], keys)))
+        return digest([p for d in dev.rotate_hoisted(a, case.steps, keys) for p in outs(d)])
+    raise ValueError(f"unknown case op {op!r}")
+
+
+def check_gpu(table: dict, device: int = 0, cases=CASES) -> list:
+    """[(case name, ok, device digest, CPU digest)] for every case whose preset the table has."""
+    rows, devs = [], {}
+    for case in cases:
+        if case.preset not in table["specs"]:
+            continue
+        if case.preset not in devs:
+            devs[case.preset] = CudaEvaluator(DeviceSpec.from_dict(table["specs"][case.preset]), device)
+        want = table["cases"][case.name]
+        got = compute_gpu(case, devs[case.preset])
+        rows.append((case.name, got == want, got, want))
+    return rows
+
+
+__all__ = ["Case", "CASES", "TABLE", "build_table", "load_table", "check_gpu", "compute_cpu", "compute_gpu",
+           "poly", "key_digits", "digest", "GemmPlan"]

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU device check: on a machine with an NVIDIA GPU, build the CUDA backend, run the bit-exact tests against
+# the CPU core's digests, then the GPU benchmark (with DESILO FHE in the same run when its wheel is importable).
+# It needs neither the CPU core build nor a network: nvcc, cuBLAS, numpy, pytest (and torch for the fp64 GEMM
+# baseline). Usage: scripts/gpu_check.sh [OUTPUT_DIR]   (default: $OUT or build/gpu_check)
+# Writes OUTPUT_DIR/tests.log, OUTPUT_DIR/gpu_bench.json and OUTPUT_DIR/gpu_bench.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DEST="${1:-${OUT:-build/gpu_check}}"
+mkdir -p "$DEST"
+t0=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee "$DEST/gpu.txt"
+# wheels carried in .whl/ (the benchmark peer) go to a private prefix, never into the machine's site-packages
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/hemlp-site .whl/*.whl \
+    && export PYTHONPATH="/tmp/hemlp-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+scripts/build_cuda.sh || { echo "gpu_check: the CUDA build failed"; exit 1; }
+export HEMLP_NVCC_VERSION="$(${NVCC:-nvcc} --version 2>/dev/null | tail -1)"
+echo "gpu_check: built in $(( $(date +%s) - t0 )) s"
+python3 -m pytest -q -p no:cacheprovider --noconftest -rs tests/gpu/test_gpu_bit_exact.py 2>&1 | tee "$DEST/tests.log"
+tests_rc=${PIPESTATUS[0]}
+echo "gpu_check: tests rc=$tests_rc after $(( $(date +%s) - t0 )) s"
+python3 -m hemlp.bench gpu --json "$DEST/gpu_bench.json" ${HEMLP_GPU_BENCH_ARGS:-} 2>&1 | tee "$DEST/gpu_bench.log"
+bench_rc=${PIPESTATUS[0]}
+echo "gpu_check: bench rc=$bench_rc; total $(( $(date +%s) - t0 )) s"
+[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]

@@ -1,0 +1,85 @@
+"""The CUDA backend against the CPU core, bit for bit (runs on a machine with an NVIDIA GPU and the library built:
+scripts/gpu_check.sh; elsewhere every test here skips, saying why).
+
+Two oracles: the committed digests of the CPU core's outputs on seeded inputs (tests/gpu/golden_digests.json, kept
+true by test_golden_digests.py), which need no CPU core on the GPU machine; and, where hemlp._core is built too,
+the CPU core itself on real encryptions, with the decrypted values checked against numpy.
+"""
+import importlib.util
+import warnings
+
+import numpy as np
+import pytest
+
+from hemlp.gpu import golden
+from hemlp.gpu.library import device_info
+
+INFO = device_info()
+pytestmark = pytest.mark.skipif(not INFO["available"], reason=f"no CUDA device: {INFO['reason']}")
+HAVE_CORE = importlib.util.find_spec("hemlp._core") is not None
+
+
+@pytest.fixture(scope="module")
+def table():
+    return golden.load_table()
+
+
+@pytest.fixture(scope="module")
+def devices(table):
+    from hemlp.gpu.device import CudaEvaluator, DeviceSpec
+
+    return {p: CudaEvaluator(DeviceSpec.from_dict(s)) for p, s in table["specs"].items()}
+
+
+@pytest.mark.parametrize("case", golden.CASES, ids=lambda c: c.name)
+def test_device_matches_cpu_digest(case, table, devices):
+    assert golden.compute_gpu(case, devices[case.preset]) == table["cases"][case.name]
+
+
+def test_results_do_not_depend_on_earlier_work(table, devices):
+    """The same case twice, with other work between: the same words (no stale pool memory is read)."""
+    case = next(c for c in golden.CASES if c.op == "mul_relin_rescale" and c.preset == "test-N12")
+    dev = devices["test-N12"]
+    first = golden.compute_gpu(case, dev)
+    golden.compute_gpu(next(c for c in golden.CASES if c.op == "rotate_hoisted"), dev)
+    assert golden.compute_gpu(case, dev) == first == table["cases"][case.name]
+
+
+@pytest.mark.skipif(not HAVE_CORE, reason="the CPU core (hemlp._core) is not built on this machine")
+class TestAgainstTheLiveCore:
+    @pytest.fixture(scope="class")
+    def setup(self):
+        from hemlp import fhe, gpu
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ctx = fhe.Context("test-N12", allow_insecure=True, decrypt_noise="none")
+        sk, pk = ctx.keygen()
+        rlk, gk = ctx.relin_key(sk), ctx.rotation_keys(sk, [1, -2])
+        dev = gpu.CudaEvaluator(ctx)
+        return ctx, sk, pk, rlk, gk, dev, dev.upload_relin_key(rlk), dev.upload_galois_keys(gk)
+
+    def test_mul_rotate_bit_identical_and_correct(self, setup):
+        ctx, sk, pk, rlk, gk, dev, drlk, dgk = setup
+        rng = np.random.default_rng(3)
+        x, y = rng.uniform(-1, 1, ctx.slots), rng.uniform(-1, 0.5, ctx.slots)
+        a, b = ctx.encrypt(x, pk), ctx.encrypt(y, pk)
+        cpu = ctx.rotate(ctx.mul(a, b, relin_key=rlk, rescale=True), 1, gk)
+        got = dev.to_host(dev.rotate(dev.mul(dev.to_device(a), dev.to_device(b), drlk, rescale=True), 1, dgk))
+        assert all(np.array_equal(cpu.native.poly(j), got.native.poly(j)) for j in range(2))
+        assert got.level == cpu.level and got.scale == cpu.scale
+        err = np.max(np.abs(ctx.decrypt(got, sk).real - np.roll(x * y, -1)))
+        assert err < 2.0 ** -18
+
+    def test_typed_errors(self, setup):
+        from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError
+
+        ctx, sk, pk, rlk, gk, dev, drlk, dgk = setup
+        a = dev.to_device(ctx.encrypt(np.ones(4), pk))
+        low = dev.rescale(a)
+        with pytest.raises(LevelError):
+            dev.add(a, low)
+        with pytest.raises(MissingKeyError):
+            dev.rotate(a, 3, dgk)
+        with pytest.raises(KeyMismatchError):
+            dev.relinearize(dev.mul(a, a), dgk[dev.galois_element(1)])
