@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.hemlp-installed
 
-.PHONY: all sysdeps venv build test test-cpp test-slow test-readme demo bench clean fuzz fuzz-build fuzz-sysdeps
+.PHONY: all sysdeps venv build test test-cpp test-slow test-readme demo bench clean fuzz fuzz-build fuzz-sysdeps cuda gpu-check
 
 all: build
 
@@ -54,6 +54,14 @@ demo: build
 
 bench: build
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} $(PY) -m hemlp.bench core --preset N14-d6 --json bench/core_N14.json
+
+# The CUDA backend (hemlp.gpu): build/cuda/libhemlp_cuda.so with nvcc and cuBLAS; never part of the CPU build.
+cuda:
+	scripts/build_cuda.sh
+
+# On a GPU machine: build, bit-exact tests against the CPU core's digests, benchmark (docs/gpu.md).
+gpu-check:
+	scripts/gpu_check.sh
 
 # Fuzzing (#21): the native import paths with libFuzzer + AddressSanitizer + UndefinedBehaviorSanitizer (clang),
 # then every Python-level deserialiser with Atheris (coverage-guided, seeded with real files of every kind).

@@ -3,7 +3,8 @@
 # the CPU core's digests, then the GPU benchmark (with DESILO FHE in the same run when its wheel is importable).
 # It needs neither the CPU core build nor a network: nvcc, cuBLAS, numpy, pytest (and torch for the fp64 GEMM
 # baseline). Usage: scripts/gpu_check.sh [OUTPUT_DIR]   (default: $OUT or build/gpu_check)
-# Writes OUTPUT_DIR/tests.log, OUTPUT_DIR/gpu_bench.json and OUTPUT_DIR/gpu_bench.log.
+# Writes OUTPUT_DIR/tests.log, OUTPUT_DIR/gpu_bench.json and OUTPUT_DIR/gpu_bench.log (and sanitizer.log with
+# HEMLP_GPU_SANITIZE=1).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEST="${1:-${OUT:-build/gpu_check}}"
@@ -21,6 +22,14 @@ echo "gpu_check: built in $(( $(date +%s) - t0 )) s"
 python3 -m pytest -q -p no:cacheprovider --noconftest -rs tests/gpu/test_gpu_bit_exact.py 2>&1 | tee "$DEST/tests.log"
 tests_rc=${PIPESTATUS[0]}
 echo "gpu_check: tests rc=$tests_rc after $(( $(date +%s) - t0 )) s"
+# HEMLP_GPU_SANITIZE=1: the small-ring cases again under compute-sanitizer's memcheck (out-of-bounds and
+# misaligned accesses, uninitialised-free errors)
+if [ "${HEMLP_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    python3 -m pytest -q -p no:cacheprovider --noconftest -k "test-N12" tests/gpu/test_gpu_bit_exact.py 2>&1 \
+    | tail -15 | tee "$DEST/sanitizer.log"
+  echo "gpu_check: memcheck rc=${PIPESTATUS[0]}"
+fi
 python3 -m hemlp.bench gpu --json "$DEST/gpu_bench.json" ${HEMLP_GPU_BENCH_ARGS:-} 2>&1 | tee "$DEST/gpu_bench.log"
 bench_rc=${PIPESTATUS[0]}
 echo "gpu_check: bench rc=$bench_rc; total $(( $(date +%s) - t0 )) s"

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "bindings/convert.h"
 #include "bindings/engine.h"
 #include "boot/lintrans.h"
 #include "bindings/lintrans_counts.h"
@@ -14,6 +15,8 @@
 
 namespace py = pybind11;
 using namespace hemlp;
+using hemlp::bind::poly_to_array;
+using hemlp::bind::U64Arr;
 
 namespace {
 
@@ -60,6 +63,25 @@ void bind_lintrans(py::module_& m) {
             return py::make_tuple(std::move(r), lintrans_counts_dict(c));
           },
           py::arg("engine"), py::arg("ct"), py::arg("keys"), py::arg("hoisting") = 2, py::arg("rescale") = true)
+      // (giant, baby, diagonals, is_complex): the BSGS structure and the encoded diagonals ((limbs, N) arrays in
+      // group order), for a backend that runs the transform elsewhere (hemlp.gpu)
+      .def("layout", [](const BoundLinearTransform& t) {
+        const auto lay = t.lt->layout();
+        const size_t n = t.engine->ctx.n();
+        py::list diags;
+        for (const auto& p : *lay.diagonals) diags.append(poly_to_array(p, p.size() / n, n));
+        return py::make_tuple(lay.giant, lay.baby, diags, lay.is_complex);
+      })
+      .def_static("from_encoded", [](std::shared_ptr<Engine> e, int slots, int level, double scale,
+                                     std::vector<int64_t> giant, std::vector<std::vector<int64_t>> baby,
+                                     std::vector<U64Arr> diagonals, bool qp, bool is_complex) {
+        std::vector<Poly> enc;
+        for (const auto& a : diagonals) enc.emplace_back(a.data(), a.data() + a.size());
+        auto lt = std::make_unique<NativeLinearTransform>(e->ctx, slots, level, scale, std::move(giant),
+                                                          std::move(baby), std::move(enc), qp, is_complex);
+        return BoundLinearTransform{std::move(e), std::move(lt)};
+      }, py::arg("engine"), py::arg("slots"), py::arg("level"), py::arg("scale"), py::arg("giant"), py::arg("baby"),
+         py::arg("diagonals"), py::arg("qp") = true, py::arg("is_complex") = false)
       .def_property_readonly("level", [](const BoundLinearTransform& t) { return t.lt->level(); })
       .def_property_readonly("slots", [](const BoundLinearTransform& t) { return t.lt->slots(); })
       .def_property_readonly("qp", [](const BoundLinearTransform& t) { return t.lt->qp(); })

@@ -43,6 +43,21 @@ class NativeLinearTransform {
                         std::vector<int64_t> giant, std::vector<std::vector<int64_t>> baby,
                         const std::vector<std::vector<cplx>>& diags, bool qp = true);
 
+  // The same transform from diagonals already encoded (NTT form, level + 1 (+ |P| when qp) limbs each, in
+  // group order), e.g. exported by layout() elsewhere; every residue is checked against its modulus.
+  NativeLinearTransform(const Context& ctx, int slots, int level, double scale, std::vector<int64_t> giant,
+                        std::vector<std::vector<int64_t>> baby, std::vector<Poly> encoded, bool qp, bool is_complex);
+
+  // The BSGS structure (giant step of each group, the baby step of each of its diagonals, 0 = unrotated) and
+  // the encoded diagonals in group order: what another backend needs to run this transform.
+  struct Layout {
+    std::vector<int64_t> giant;
+    std::vector<std::vector<int64_t>> baby;
+    const std::vector<Poly>* diagonals = nullptr;
+    bool is_complex = false;
+  };
+  Layout layout() const;
+
   // y = T·ct, rescaled by q_level when `rescale` (output level - 1, scale ct.scale·scale/q_level).
   Ciphertext apply(const Ciphertext& ct, const GaloisKeys& keys, Hoisting h, bool rescale,
                    LinTransCounts* counts = nullptr) const;
@@ -71,6 +86,7 @@ class NativeLinearTransform {
   std::vector<Poly> diag_;  // (level + 1 (+ |P| when qp_)) limbs each, NTT form
 
   const SwitchKey& key_for(const GaloisKeys& keys, int64_t step, const Ciphertext& ct) const;
+  void build_groups(const std::vector<int64_t>& giant, const std::vector<std::vector<int64_t>>& baby);
   Ciphertext apply_single(const Ciphertext& ct, const GaloisKeys& keys, bool rescale, LinTransCounts& c) const;
   Ciphertext apply_double(const Ciphertext& ct, const GaloisKeys& keys, bool rescale, LinTransCounts& c) const;
 };

@@ -10,6 +10,7 @@
 
 #include "cuda/hemlp_cuda.h"
 #include "cuda/kernels.cuh"
+#include "cuda/lintrans.cuh"
 #include "cuda/modgemm.cuh"
 
 using namespace hemlp::cuda;
@@ -166,6 +167,18 @@ int hg_copy(void* ctx, const void* src, void* dst, size_t words) {
   });
 }
 
+int hg_copy_strided(void* ctx, const void* src, size_t src_off, size_t src_pitch, void* dst, size_t dst_off,
+                    size_t dst_pitch, size_t width, size_t height) {
+  return guarded([&] {
+    if (height == 0 || width == 0) return;
+    if (width > src_pitch || width > dst_pitch) throw std::invalid_argument("strided copy: width above a pitch");
+    const u64* s = P(src, src_off + (height - 1) * src_pitch + width, "strided copy") + src_off;
+    u64* d = P(dst, dst_off + (height - 1) * dst_pitch + width, "strided copy") + dst_off;
+    HG_CHECK(cudaMemcpy2DAsync(d, dst_pitch * sizeof(u64), s, src_pitch * sizeof(u64), width * sizeof(u64), height,
+                               cudaMemcpyDeviceToDevice, G(ctx).stream()));
+  });
+}
+
 int hg_ntt(void* ctx, void* buf, int level, int ext, int inverse) {
   return guarded([&] {
     const GpuContext& g = G(ctx);
@@ -217,6 +230,33 @@ int hg_rescale(void* ctx, const void* in, int level, void* out) {
     check_level(g, level, 1, "rescale");
     rescale(g, P(in, poly_words(g, level), "rescale"), level, P(out, poly_words(g, level - 1), "rescale"));
   });
+}
+
+namespace {
+int scalar_op(void* ctx, const void* in, void* out, int level, const uint64_t* w, bool mul) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, mul ? "multiply by a constant" : "add a constant");
+    if (!w) throw std::invalid_argument("null constants");
+    std::vector<u64> tab(2 * (size_t)(level + 1));
+    for (int k = 0; k <= level; ++k) {
+      if (w[k] >= g.q(k)) throw std::invalid_argument("a constant's residue is not below its modulus");
+      tab[2 * k] = w[k];
+      tab[2 * k + 1] = (u64)(((unsigned __int128)w[k] << 64) / g.q(k));
+    }
+    DeviceBuffer d = to_device(tab, g.stream());  // pageable copy: tab may go once it returns
+    const size_t words = poly_words(g, level);
+    if (mul) mul_scalar_q(g, P(in, words, "constant"), d.data(), P(out, words, "constant"), level);
+    else add_scalar_q(g, P(in, words, "constant"), d.data(), P(out, words, "constant"), level);
+  });
+}
+}  // namespace
+
+int hg_mul_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w) {
+  return scalar_op(ctx, in, out, level, w, true);
+}
+int hg_add_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w) {
+  return scalar_op(ctx, in, out, level, w, false);
 }
 
 int hg_permute(void* ctx, const void* in, uint64_t galois, void* out, int level) {
@@ -341,6 +381,56 @@ int hg_apply_galois_hoisted(void* ctx, const void* c0, const void* c1, int level
       moddown(g, u.data(), level, P(out0[r], w, "rotate (hoisted)"), pc0.data());
       moddown(g, u.data() + E, level, P(out1[r], w, "rotate (hoisted)"), nullptr);
     }
+  });
+}
+
+int hg_lintrans_create(void* ctx, int level, const uint64_t* diags, int count, int groups, const int64_t* giants,
+                       const int* group_sizes, const int64_t* babies, void** lt) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "linear transform");
+    if (!diags || !giants || !group_sizes || !babies || !lt || groups < 1 || count < 1)
+      throw std::invalid_argument("linear transform: null or empty argument");
+    std::vector<int64_t> gv(giants, giants + groups);
+    std::vector<std::vector<int64_t>> bv(groups);
+    int at = 0;
+    for (int i = 0; i < groups; ++i) {
+      if (group_sizes[i] < 0 || at + group_sizes[i] > count) throw std::invalid_argument("linear transform: group sizes exceed the diagonals");
+      bv[i].assign(babies + at, babies + at + group_sizes[i]);
+      at += group_sizes[i];
+    }
+    *lt = new DeviceLinearTransform(g, level, diags, count, gv, bv);
+  });
+}
+
+void hg_lintrans_free(void* lt) { delete static_cast<DeviceLinearTransform*>(lt); }
+
+int hg_lintrans_steps(const void* lt, int* count, int64_t* steps) {
+  return guarded([&] {
+    if (!lt || !count) throw std::invalid_argument("null argument");
+    const auto& s = static_cast<const DeviceLinearTransform*>(lt)->baby_steps();
+    if (steps) std::copy(s.begin(), s.end(), steps);
+    *count = (int)s.size();
+  });
+}
+
+int hg_lintrans_apply(void* ctx, const void* lt, const void* c0, const void* c1, const void* const* baby_keys,
+                      const void* const* giant_keys, int rescale, void* out0, void* out1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    if (!lt) throw std::invalid_argument("linear transform: null transform");
+    const auto& t = *static_cast<const DeviceLinearTransform*>(lt);
+    const int l = t.level();
+    if (rescale && l == 0) throw std::invalid_argument("linear transform: level 0, no modulus left for the rescale");
+    const size_t w = poly_words(g, l), wo = poly_words(g, rescale ? l - 1 : l);
+    std::vector<const DeviceSwitchKey*> bk, gk;
+    for (size_t j = 0; j < t.baby_steps().size(); ++j)
+      bk.push_back(static_cast<const DeviceSwitchKey*>(baby_keys ? baby_keys[j] : nullptr));
+    const auto giants = t.giant_steps();
+    for (size_t j = 0; j < giants.size(); ++j)
+      gk.push_back(giants[j] && giant_keys ? static_cast<const DeviceSwitchKey*>(giant_keys[j]) : nullptr);
+    t.apply(g, P(c0, w, "linear transform"), P(c1, w, "linear transform"), bk, gk, rescale != 0,
+            P(out0, wo, "linear transform"), P(out1, wo, "linear transform"));
   });
 }
 

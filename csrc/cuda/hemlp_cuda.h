@@ -29,6 +29,9 @@ void hg_buffer_free(void* buf);
 int hg_upload(void* ctx, void* buf, size_t offset_words, const uint64_t* host, size_t words);
 int hg_download(void* ctx, const void* buf, size_t offset_words, uint64_t* host, size_t words);
 int hg_copy(void* ctx, const void* src, void* dst, size_t words); /* device to device */
+/* height rows of width words: row r from src[src_off + r src_pitch] to dst[dst_off + r dst_pitch] (all in words) */
+int hg_copy_strided(void* ctx, const void* src, size_t src_off, size_t src_pitch, void* dst, size_t dst_off,
+                    size_t dst_pitch, size_t width, size_t height);
 
 /* in place over level + 1 limbs (ext: level + 1 + K limbs over Q_level and P) */
 int hg_ntt(void* ctx, void* buf, int level, int ext, int inverse);
@@ -39,6 +42,9 @@ int hg_mul(void* ctx, const void* a, const void* b, void* out, int level); /* el
 int hg_tensor(void* ctx, const void* a0, const void* a1, const void* b0, const void* b1, void* d0, void* d1, void* d2,
               int level);
 int hg_rescale(void* ctx, const void* in, int level, void* out); /* out: level limbs */
+/* out[k] = in[k] * w[k] (mul) or in[k] + w[k] (add) mod q_k for one residue w[k] < q_k per limb (constants) */
+int hg_mul_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w);
+int hg_add_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w);
 int hg_permute(void* ctx, const void* in, uint64_t galois, void* out, int level);
 
 /* b, a: beta digits of key_level + 1 + K limbs each, contiguous (the seeded a-parts expanded) */
@@ -53,6 +59,17 @@ int hg_mul_relin_rescale(void* ctx, const void* a0, const void* a1, const void* 
 int hg_apply_galois(void* ctx, const void* c0, const void* c1, int level, const void* key, void* out0, void* out1);
 int hg_apply_galois_hoisted(void* ctx, const void* c0, const void* c1, int level, int count, const void* const* keys,
                             void* const* out0, void* const* out1);
+
+/* A BSGS linear transform (double hoisting): count diagonals over Q_level and P (level + 1 + K limbs each, NTT
+ * form, group order); group g has giant step giants[g] and group_sizes[g] diagonals whose baby steps are the next
+ * entries of babies (0: unrotated). hg_lintrans_steps lists the distinct nonzero baby steps in the order
+ * hg_lintrans_apply wants their keys (count first with steps = NULL). */
+int hg_lintrans_create(void* ctx, int level, const uint64_t* diags, int count, int groups, const int64_t* giants,
+                       const int* group_sizes, const int64_t* babies, void** lt);
+void hg_lintrans_free(void* lt);
+int hg_lintrans_steps(const void* lt, int* count, int64_t* steps);
+int hg_lintrans_apply(void* ctx, const void* lt, const void* c0, const void* c1, const void* const* baby_keys,
+                      const void* const* giant_keys, int rescale, void* out0, void* out1);
 
 /* Exact modular GEMM C = mult * U X mod q on cuBLAS DGEMMs (pcmm/modgemm.h's digit split): U d1 x d2 signed
  * (|U| <= 2^bU, row-major, host), X d2 x ncols residues < q (device buffer, row-major), C d1 x ncols. */

@@ -117,7 +117,25 @@ __global__ void add_mul_kernel(u64* a, const u64* b, const u64* wtab, size_t n, 
   a[o] = add_mod(a[o], mul_shoup(b[o], wtab[2 * r], wtab[2 * r + 1], q), q);
 }
 
+__global__ void scalar_kernel(const u64* in, const u64* w, u64* out, size_t n, const DevModulus* mods, int mul) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int k = blockIdx.y;
+  const size_t o = (size_t)k * n + i;
+  const u64 q = mods[k].q;
+  out[o] = mul ? mul_shoup(in[o], w[2 * k], w[2 * k + 1], q) : add_mod(in[o], w[2 * k], q);
+}
+
 }  // namespace
+
+void mul_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level) {
+  scalar_kernel<<<grid_for(c, level + 1), kThreads, 0, c.stream()>>>(in, w, out, c.n(), c.dev_moduli(), 1);
+  HG_LAUNCHED("multiply by a constant");
+}
+void add_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level) {
+  scalar_kernel<<<grid_for(c, level + 1), kThreads, 0, c.stream()>>>(in, w, out, c.n(), c.dev_moduli(), 0);
+  HG_LAUNCHED("add a constant");
+}
 
 void add_q(const GpuContext& c, const u64* a, const u64* b, u64* out, int level) {
   binary_q<Binary::Add><<<grid_for(c, level + 1), kThreads, 0, c.stream()>>>(a, b, out, c.n(), c.dev_moduli());

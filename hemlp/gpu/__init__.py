@@ -10,5 +10,6 @@ Importing this package loads neither the CPU core nor the CUDA library.
 """
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceKey, DeviceSpec, GemmPlan
 from hemlp.gpu.library import device_info
+from hemlp.gpu.lintrans import DeviceLinearTransform
 
-__all__ = ["CudaEvaluator", "DeviceCiphertext", "DeviceKey", "DeviceSpec", "GemmPlan", "device_info"]
+__all__ = ["CudaEvaluator", "DeviceCiphertext", "DeviceKey", "DeviceSpec", "GemmPlan", "DeviceLinearTransform", "device_info"]

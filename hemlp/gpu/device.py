@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
+from fractions import Fraction
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -138,6 +139,18 @@ def _u64(arr) -> np.ndarray:
 
 def _ptr(arr: np.ndarray):
     return arr.ctypes.data_as(c_u64p)
+
+
+def const_residues(c: float, scale: float, moduli) -> list:
+    """round(c * scale) mod each q, the exact product rounded half away from zero (Evaluator::const_residues)."""
+    if not math.isfinite(c):
+        raise EncodingError("cannot use NaN or infinity as a constant")
+    if not (math.isfinite(scale) and scale > 0):
+        raise EncodingError(f"constant scale must be positive and finite, got {scale}")
+    v = Fraction(c) * Fraction(scale)
+    mag = math.floor(abs(v) + Fraction(1, 2))
+    r = -mag if v < 0 else mag
+    return [r % int(q) for q in moduli]
 
 
 def scales_match(a: float, b: float) -> bool:
@@ -278,7 +291,8 @@ class CudaEvaluator:
         if a.slots != b.slots or a.encoding != b.encoding:
             raise EncodingError(f"{op}: operands have different slot counts or encodings")
 
-    def _key(self, key: DeviceKey, ct: DeviceCiphertext, galois: int, op: str) -> None:
+    def check_key(self, key: DeviceKey, ct: DeviceCiphertext, galois: int, op: str) -> None:
+        """The CPU evaluator's key checks: parameter set, Galois element, key pair, level (typed errors)."""
         if not isinstance(key, DeviceKey):
             raise MissingKeyError(f"{op} needs a device key (CudaEvaluator.upload_relin_key / upload_galois_keys)")
         if key.param_hash != self.spec.param_hash:
@@ -355,6 +369,36 @@ class CudaEvaluator:
             out.append(r)
         return self._like(a, out, scale=a.scale * scale, is_complex=a.is_complex or cplx)
 
+    def _scalar(self, a: DeviceCiphertext, residues, mul: bool, parts) -> list:
+        w = _u64(residues)
+        out = []
+        for j, p in enumerate(a.polys):
+            if j not in parts:
+                out.append(self._copy(p, a.level))
+                continue
+            r = self.empty(a.level + 1)
+            fn = self.lib.hg_mul_scalar if mul else self.lib.hg_add_scalar
+            check(fn(self.handle, p.handle, r.handle, a.level, _ptr(w)), "constant")
+            out.append(r)
+        return out
+
+    def mul_integer(self, a: DeviceCiphertext, k: int) -> DeviceCiphertext:
+        """a * k for an integer k (scale unchanged)."""
+        res = [int(k) % self.spec.q[i] for i in range(a.level + 1)]
+        return self._like(a, self._scalar(a, res, True, range(a.size)))
+
+    def mul_const(self, a: DeviceCiphertext, c: float, const_scale: float) -> DeviceCiphertext:
+        """a * round(c * const_scale), every polynomial; scale a.scale * const_scale (the CPU core's mul_const)."""
+        res = const_residues(c, const_scale, [self.spec.q[i] for i in range(a.level + 1)])
+        return self._like(a, self._scalar(a, res, True, range(a.size)), scale=a.scale * const_scale)
+
+    def add_const_exact(self, a: DeviceCiphertext, c: float) -> DeviceCiphertext:
+        """a + c in every slot, round(c * a.scale) exact at any scale (the CPU core's add_const_exact)."""
+        if a.encoding != 0:
+            raise EncodingError("add_const: a constant in every slot needs slot encoding")
+        res = const_residues(c, a.scale, [self.spec.q[i] for i in range(a.level + 1)])
+        return self._like(a, self._scalar(a, res, False, (0,)))
+
     def rescale(self, a: DeviceCiphertext) -> DeviceCiphertext:
         if a.level == 0:
             raise LevelError("rescale: the ciphertext is at level 0, no modulus left to divide by")
@@ -382,7 +426,7 @@ class CudaEvaluator:
         if relin_key is not None and rescale:
             if lv == 0:
                 raise LevelError("mul: the ciphertexts are at level 0, no modulus left for the rescale")
-            self._key(relin_key, a, 0, "mul (relinearisation)")
+            self.check_key(relin_key, a, 0, "mul (relinearisation)")
             o0, o1 = self.empty(lv), self.empty(lv)
             check(self.lib.hg_mul_relin_rescale(self.handle, a.polys[0].handle, a.polys[1].handle, b.polys[0].handle,
                                                 b.polys[1].handle, lv, relin_key.handle, o0.handle, o1.handle), "mul")
@@ -401,7 +445,7 @@ class CudaEvaluator:
             return a
         if a.size != 3:
             raise ParameterError("relinearize: ciphertext must have 2 or 3 polynomials")
-        self._key(relin_key, a, 0, "relinearize")
+        self.check_key(relin_key, a, 0, "relinearize")
         o0, o1 = self.empty(a.level + 1), self.empty(a.level + 1)
         check(self.lib.hg_relinearize(self.handle, a.polys[0].handle, a.polys[1].handle, a.polys[2].handle, a.level,
                                       relin_key.handle, o0.handle, o1.handle), "relinearize")
@@ -423,7 +467,7 @@ class CudaEvaluator:
         if key is None:
             raise MissingKeyError(f"no device key for Galois element {g}; upload the rotation keys "
                                   "(CudaEvaluator.upload_galois_keys)")
-        self._key(key, a, g, "rotate")
+        self.check_key(key, a, g, "rotate")
         o0, o1 = self.empty(a.level + 1), self.empty(a.level + 1)
         check(self.lib.hg_apply_galois(self.handle, a.polys[0].handle, a.polys[1].handle, a.level, key.handle,
                                        o0.handle, o1.handle), "rotate")
@@ -442,7 +486,7 @@ class CudaEvaluator:
         for g in todo:
             if not isinstance(keys, dict) or keys.get(g) is None:
                 raise MissingKeyError(f"no device key for Galois element {g}")
-            self._key(keys[g], a, g, "rotate")
+            self.check_key(keys[g], a, g, "rotate")
         outs0 = [self.empty(a.level + 1) for _ in todo]
         outs1 = [self.empty(a.level + 1) for _ in todo]
         arr = lambda xs: (vp * max(1, len(xs)))(*[x.handle for x in xs])  # noqa: E731
@@ -451,6 +495,42 @@ class CudaEvaluator:
         it = iter(zip(outs0, outs1))
         return [self._like(a, [self._copy(p, a.level) for p in a.polys]) if g == 1 else self._like(a, list(next(it)))
                 for g in gs]
+
+    # ---- plaintext x ciphertext matrix products (RLWE format: Bae-Cheon-Hanrot-Park-Stehle)
+    def pcmm_rlwe(self, plan: "GemmPlan", inputs: list, chunks: int, K: int, out_scale_factor: float,
+                  rescale: bool = False) -> list:
+        """The CPU core's pcmm_rlwe on the device: inputs are d2 x chunks DeviceCiphertexts (row-major, one level,
+        scale and key), out[r][j] = K sum_i U[r][i] in[i][j] on every polynomial and limb (NTT form), scale
+        in.scale * out_scale_factor, then rescaled when asked. One exact modular GEMM per limb and part over
+        rows gathered limb-major; the same words as the CPU core."""
+        d2, c = plan.cols, int(chunks)
+        if c < 1 or len(inputs) != d2 * c:
+            raise ShapeError(f"pcmm: {len(inputs)} input ciphertexts for a {plan.rows}x{d2} matrix and {c} chunks "
+                             f"(need {d2 * c})")
+        first = inputs[0]
+        for x in inputs:
+            self._same(first, x, "pcmm")
+            if x.size != 2 or not scales_match(x.scale, first.scale):
+                raise ParameterError("pcmm: every input must be a relinearised ciphertext at one scale")
+        lv, n, d1 = first.level, self.n, plan.rows
+        limbs = lv + 1
+        outs = [[self.empty(limbs) for _ in range(2)] for _ in range(d1 * c)]
+        for part in range(2):
+            X = DeviceBuffer(self, limbs * d2 * c * n)
+            for idx, x in enumerate(inputs):  # row i, chunk j -> words ((k d2 + i) c + j) n of limb k
+                check(self.lib.hg_copy_strided(self.handle, x.polys[part].handle, 0, n, X.handle, idx * n,
+                                               d2 * c * n, n, limbs), "pcmm gather")
+            C = DeviceBuffer(self, limbs * d1 * c * n)
+            for k in range(limbs):
+                q = self.spec.q[k]
+                plan.apply(X, c * n, q, C, int(K) % q, x_offset=k * d2 * c * n, c_offset=k * d1 * c * n)
+            for idx in range(d1 * c):
+                check(self.lib.hg_copy_strided(self.handle, C.handle, idx * n, d1 * c * n, outs[idx][part].handle, 0,
+                                               n, n, limbs), "pcmm scatter")
+        res = [self._like(first, polys, scale=first.scale * out_scale_factor,
+                          key_id=next((x.key_id for x in inputs if x.key_id), 0),
+                          is_complex=any(x.is_complex for x in inputs)) for polys in outs]
+        return [self.rescale(r) for r in res] if rescale else res
 
     # ---- exact modular GEMM (the PCMM core)
     def modgemm(self, U, X, q: int, bU: int | None = None, mult: int = 1) -> np.ndarray:

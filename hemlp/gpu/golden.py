@@ -19,8 +19,12 @@ import numpy as np
 
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceSpec, GemmPlan
 from hemlp.gpu.library import check
+from hemlp.gpu.lintrans import DeviceLinearTransform
 
 KEY_ID = 0x5EED_0000_0000_0001
+CONST_OPS = ("mul_integer", "mul_const", "add_const_exact")
+#: an integer, a constant and its scale for the constant cases (negative, with a rounding tie far below 2^-40)
+CONST_ARGS = (-1234567890123, -0.7316421875123, 2.0 ** 52)
 SCALE = 2.0 ** 40
 
 
@@ -48,9 +52,14 @@ def _cases(preset: str, levels: tuple) -> list:
                 Case(preset, "tensor", lv, s + 7), Case(preset, "relinearize", lv, s + 9),
                 Case(preset, "rotate", lv, s + 11, (1,)), Case(preset, "rotate", lv, s + 12, (-3,)),
                 Case(preset, "rotate_hoisted", lv, s + 13, (1, 2, -5))]
+        out += [Case(preset, "mul_integer", lv, s + 14), Case(preset, "mul_const", lv, s + 15),
+                Case(preset, "add_const_exact", lv, s + 16)]
         if lv != 0:
             out += [Case(preset, "rescale", lv, s + 8), Case(preset, "mul_relin_rescale", lv, s + 10)]
     out.append(Case(preset, "modgemm", 0, 99))
+    out += [Case(preset, "pcmm_rlwe", lv, 7000 + i) for i, lv in enumerate(levels) if lv != 0]
+    out += [Case(preset, "lintrans", lv, 8000 + 10 * i + v, (v,)) for i, lv in enumerate(levels) if lv != 0
+            for v in (0, 1)]
     return out
 
 
@@ -96,6 +105,27 @@ def gemm_inputs(spec: DeviceSpec, seed: int) -> tuple:
     return U, X, q, 8
 
 
+def pcmm_inputs(spec: DeviceSpec, seed: int) -> tuple:
+    """(U, K, chunks): a 12 x 20 signed 6-bit matrix, K = 3, 2 chunks (40 input ciphertexts)."""
+    rng = np.random.Generator(np.random.Philox(key=seed))
+    return rng.integers(-(1 << 6), (1 << 6) + 1, size=(12, 20), dtype=np.int64), 3, 2
+
+
+#: BSGS structures of the lintrans cases: (giant steps, baby steps per group, rescale). The second one starts with a
+#: rotated group and adds unrotated groups to it (every branch of the double-hoisted schedule).
+LINTRANS_SHAPES = (((0, 4, 8), ((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 3)), True),
+                   ((4, 0, 0), ((1, 2), (0, 3), (2,)), False))
+
+
+def lintrans_inputs(spec: DeviceSpec, seed: int, level: int, variant: int) -> tuple:
+    """(giant, baby, diagonals, rescale, steps) with uniform diagonals over Q_level ∪ P."""
+    giant, baby, rescale = LINTRANS_SHAPES[variant]
+    count = sum(len(b) for b in baby)
+    diags = [poly(spec, seed * 100 + t, level, ext=True) for t in range(count)]
+    steps = sorted({b for grp in baby for b in grp if b} | {g for g in giant if g})
+    return list(giant), [list(b) for b in baby], diags, rescale, steps
+
+
 def digest(arrays) -> str:
     h = hashlib.sha256()
     for a in arrays:
@@ -138,12 +168,30 @@ def compute_cpu(case: Case, ctx, spec: DeviceSpec) -> str:
     if op == "modgemm":
         U, X, q, bU = gemm_inputs(spec, s)
         return digest([_core.modgemm(U, X, q, bU)])
+    if op == "lintrans":
+        giant, baby, diags, rescale, steps = lintrans_inputs(spec, s, lv, case.steps[0])
+        lt = _core.LinearTransform.from_encoded(e, spec.n // 2, lv, 2.0 ** 30, giant, baby, diags, True, False)
+        keys = [e.switch_key_from_arrays(*key_digits(spec, s * 10 + st, lv), galois_element(spec, st), lv, KEY_ID)
+                for st in steps]
+        x = imp([poly(spec, s, lv), poly(spec, s + 1, lv)])
+        out, _ = lt.apply(e, x, e.make_galois_keys(keys, KEY_ID), 2, rescale)
+        return digest(outs(out))
+    if op == "pcmm_rlwe":
+        U, K, c = pcmm_inputs(spec, s)
+        cts = [imp([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)]) for i in range(U.shape[1] * c)]
+        res = _core.pcmm_rlwe(e, _core.ModGemmPlan(U, 6), cts, c, K, 0.5, True, [])
+        return digest([p for ct in res for p in outs(ct)])
     a = imp([poly(spec, s, lv), poly(spec, s + 1, lv)])
     if op in ("add", "sub"):
         b = imp([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
         return digest(outs(e.add(a, b) if op == "add" else e.sub(a, b)))
     if op == "negate":
         return digest(outs(e.negate(a)))
+    if op in CONST_OPS:
+        k, c, cs = CONST_ARGS
+        r = (e.mul_integer(a, k) if op == "mul_integer" else _core.mul_const(e, a, c, cs) if op == "mul_const"
+             else _core.add_const_exact(e, a, c))
+        return digest(outs(r))
     if op == "rescale":
         return digest(outs(e.rescale(a)))
     b = imp([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
@@ -201,12 +249,29 @@ def compute_gpu(case: Case, dev: CudaEvaluator) -> str:
     if op == "modgemm":
         U, X, q, bU = gemm_inputs(spec, s)
         return digest([dev.modgemm(U, X, q, bU)])
+    if op == "lintrans":
+        giant, baby, diags, rescale, steps = lintrans_inputs(spec, s, lv, case.steps[0])
+        lt = DeviceLinearTransform(dev, lv, 2.0 ** 30, spec.n // 2, giant, baby, diags)
+        keys = {galois_element(spec, st): dev.upload_key_arrays(*key_digits(spec, s * 10 + st, lv), lv,
+                                                                galois_element(spec, st), KEY_ID) for st in steps}
+        x = ct([poly(spec, s, lv), poly(spec, s + 1, lv)])
+        return digest(outs(lt.apply(x, keys, rescale=rescale)))
+    if op == "pcmm_rlwe":
+        U, K, c = pcmm_inputs(spec, s)
+        cts = [ct([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)]) for i in range(U.shape[1] * c)]
+        res = dev.pcmm_rlwe(GemmPlan(dev, U, 6), cts, c, K, 0.5, rescale=True)
+        return digest([p for d in res for p in outs(d)])
     a = ct([poly(spec, s, lv), poly(spec, s + 1, lv)])
     if op in ("add", "sub"):
         b = ct([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
         return digest(outs(dev.add(a, b) if op == "add" else dev.sub(a, b)))
     if op == "negate":
         return digest(outs(dev.negate(a)))
+    if op in CONST_OPS:
+        k, c, cs = CONST_ARGS
+        r = (dev.mul_integer(a, k) if op == "mul_integer" else dev.mul_const(a, c, cs) if op == "mul_const"
+             else dev.add_const_exact(a, c))
+        return digest(outs(r))
     if op == "rescale":
         return digest(outs(dev.rescale(a)))
     b = ct([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])

@@ -75,3 +75,32 @@ def test_switch_key_round_trip_through_arrays():
     bad[0][0, 0] = ctx.modulus(0)  # a residue equal to its modulus
     with pytest.raises(ParameterError, match="residue"):
         ctx.native.switch_key_from_arrays(bad, as_, 0, rlk.level, rlk.key_id)
+
+
+def test_lintrans_layout_round_trip():
+    """A transform rebuilt from its exported layout (what hemlp.gpu uploads) computes the same words as the one the
+    core encoded, under both hoistings; a residue out of range is refused."""
+    from hemlp import _core
+
+    ctx = golden.cpu_context("test-N12")
+    sk, pk = ctx.keygen()
+    rng = np.random.default_rng(11)
+    slots, level = ctx.slots, 2
+    giant, baby = [0, 4], [[0, 1, 2, 3], [0, 1, 2, 3]]
+    diags = rng.uniform(-1, 1, (8, slots)) + 1j * rng.uniform(-1, 1, (8, slots))
+    lt = _core.LinearTransform(ctx.native, slots, level, float(ctx.modulus(level)), giant, baby, diags, True)
+    g, b, enc, cplx = lt.layout()
+    assert g == giant and b == baby and cplx and len(enc) == 8 and enc[0].shape == (level + 1 + 2, ctx.N)
+    again = _core.LinearTransform.from_encoded(ctx.native, slots, level, lt.scale, g, b, enc, True, cplx)
+    gk = ctx.rotation_keys(sk, [1, 2, 3, 4])
+    x = ctx.encrypt(rng.uniform(-1, 1, slots), pk, level=level)
+    for hoisting in (1, 2):
+        one, _ = lt.apply(ctx.native, x.native, gk.native, hoisting, True)
+        two, _ = again.apply(ctx.native, x.native, gk.native, hoisting, True)
+        assert all(np.array_equal(one.poly(j), two.poly(j)) for j in range(2))
+    bad = [e.copy() for e in enc]
+    bad[3][1, 5] = ctx.modulus(1)
+    with pytest.raises(ParameterError, match="residue"):
+        _core.LinearTransform.from_encoded(ctx.native, slots, level, lt.scale, g, b, bad, True, cplx)
+    with pytest.raises(ShapeError):
+        _core.LinearTransform.from_encoded(ctx.native, slots, level, lt.scale, g, b, enc[:7], True, cplx)

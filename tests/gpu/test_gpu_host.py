@@ -56,3 +56,34 @@ def test_galois_elements_match_the_core():
     spec = DeviceSpec.from_context(ctx)
     for step in (1, -1, 7, -300, 2047, 2048):
         assert golden.galois_element(spec, step) == ctx.native.galois_element(step)
+
+
+def test_the_gpu_package_and_its_check_need_no_cpu_core():
+    """scripts/gpu_check.sh runs on GPU machines without the CPU core: hemlp.gpu (golden and bench gpu included)
+    must import without loading hemlp._core."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hemlp.gpu, hemlp.gpu.golden, hemlp.apps.bench.gpu; "
+            "assert 'hemlp._core' not in sys.modules, 'hemlp._core was imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_constant_residues_match_the_core():
+    """const_residues (exact rational rounding, half away from zero) equals Evaluator::const_residues, ties and
+    products beyond 2^64 included."""
+    import numpy as np
+
+    from hemlp import _core
+    from hemlp.gpu.device import const_residues
+
+    ctx = golden.cpu_context("N16-boot")
+    qs = [ctx.modulus(i) for i in range(ctx.max_level + 1)]
+    rng = np.random.default_rng(5)
+    values = [(0.5, 1.0), (-0.5, 1.0), (2.5, 1.0), (-1.5, 4.0), (0.0, 2.0 ** 40), (1e-30, 2.0 ** 40),
+              (-0.7316421875123, 2.0 ** 52), (3.0e5, 2.0 ** 80), (-123.456, 2.0 ** 100)]
+    values += [(float(c), float(2.0 ** s)) for c, s in zip(rng.normal(0, 100, 20), rng.integers(0, 120, 20))]
+    for c, scale in values:
+        want = [int(v) for v in _core.const_residues(ctx.native, c, scale, ctx.max_level)]
+        assert const_residues(c, scale, qs) == want, (c, scale)

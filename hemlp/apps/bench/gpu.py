@@ -72,6 +72,29 @@ def hemlp_ops(preset: str, repeats: int) -> dict:
         "rotate_top": timed(lambda: dev.rotate(a, 1, rot), sync, repeats),
         "rotate_hoisted8_top": timed(lambda: dev.rotate_hoisted(a, hoist_steps, hkeys), sync, repeats),
     }
+    # a PCMM layer (BCHPS, RLWE format): a 256 x 256 integer matrix times 256 ciphertexts at level 1 (MaMBo's
+    # arrangement), rescaled: 2 limbs x 2 parts of exact GEMMs, each ciphertext holding N/2 inputs
+    from hemlp.gpu.device import GemmPlan
+
+    rng = np.random.default_rng(1)
+    U = rng.integers(-128, 129, size=(256, 256), dtype=np.int64)
+    plan = GemmPlan(dev, U, 7)
+    rows = [ct(1000 + 2 * i, 1) for i in range(256)]
+    ops["pcmm_rlwe_256x256_L1"] = timed(lambda: dev.pcmm_rlwe(plan, rows, 1, 1, 1.0, rescale=True), sync,
+                                        max(3, repeats // 4))
+    ops["pcmm_rlwe_256x256_L1"]["per_encrypted_vector_s"] = ops["pcmm_rlwe_256x256_L1"]["median_s"] / (spec.n // 2)
+    # a CoeffToSlot-sized BSGS level at the top: 32 diagonals (baby steps 0..7, giant steps 0, 8, 16, 24), double
+    # hoisting, rescaled
+    from hemlp.gpu.lintrans import DeviceLinearTransform
+
+    giant, baby = [0, 8, 16, 24], [list(range(8))] * 4
+    lt = DeviceLinearTransform(dev, L, 2.0 ** 30, spec.n // 2, giant, baby,
+                               [golden.poly(spec, 5000 + t, L, ext=True) for t in range(32)])
+    lkeys = {golden.galois_element(spec, st): dev.upload_key_arrays(*golden.key_digits(spec, 300 + st, L), L,
+                                                                    golden.galois_element(spec, st), golden.KEY_ID)
+             for st in lt.steps}
+    ops["lintrans_bsgs32_top"] = timed(lambda: lt.apply(a, lkeys, rescale=True), sync, max(5, repeats // 2))
+    ops["lintrans_bsgs32_top"]["shape"] = "32 diagonals: baby 0..7 x giant 0, 8, 16, 24; double hoisting"
     ops["ntt_top_ext"]["limbs"] = L + 1 + len(spec.p)
     ops["rotate_hoisted8_top"]["per_rotation_s"] = ops["rotate_hoisted8_top"]["median_s"] / len(hoist_steps)
     return {"preset": preset, "log_n": spec.log_n, "levels": L, "top_level": L, "p_primes": len(spec.p),
@@ -117,18 +140,27 @@ def gemm(shape: str, repeats: int) -> dict:
     return out
 
 
-def desilo(repeats: int) -> dict:
-    cmd = [sys.executable, "-m", "hemlp.apps.bench.gpu_desilo", "--repeats", str(repeats), "--device", "gpu"]
+def desilo(repeats: int, out_dir: str) -> dict:
+    """DESILO's GPU library through hemlp.apps.bench.gpu_desilo in a subprocess (it writes its JSON after every op,
+    so a timeout still leaves what was measured)."""
+    path = os.path.join(out_dir, "desilo.json")
+    cmd = [sys.executable, "-m", "hemlp.apps.bench.gpu_desilo", "--device", "gpu", "--repeats", str(repeats),
+           "--bootstrap-repeats", str(max(3, repeats // 2)), "--out", path]
+    note = None
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=420)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=360)
+        if r.returncode != 0:
+            note = f"exit {r.returncode}: {(r.stderr or r.stdout)[-1500:]}"
     except subprocess.TimeoutExpired:
-        return {"error": "timed out after 420 s"}
-    if r.returncode != 0:
-        return {"error": f"exit {r.returncode}: {(r.stderr or r.stdout)[-2000:]}"}
+        note = "timed out after 360 s"
     try:
-        return json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"error": f"unreadable output: {r.stdout[-2000:]}"}
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return {"error": note or "no output"}
+    if note:
+        doc["error"] = note
+    return doc
 
 
 def print_table(payload: dict) -> None:
@@ -140,6 +172,10 @@ def print_table(payload: dict) -> None:
         pm = p.get("median_s") if isinstance(p, dict) else None
         rows.append([name, report.fmt_ms(rec["median_s"]), report.fmt_ms(pm) if pm else "n/a",
                      report.fmt_ratio(rec["median_s"] / pm) if pm else "n/a"])
+    for name, p in (peer.items() if isinstance(peer, dict) else []):
+        if name not in ops and isinstance(p, dict):
+            rows.append([name, "n/a", report.fmt_ms(p["median_s"]) if p.get("median_s") else p.get("error", "n/a")[:40],
+                         "n/a"])
     report.table(["op (N16-boot, top level)", "hemlp ms", "DESILO ms", "hemlp/DESILO"], rows,
                  title=f"GPU: {payload['device'].get('name')} (measured, median of {payload['repeats']})")
     g = payload.get("gemm") or {}
@@ -170,7 +206,8 @@ def main(args) -> int:
         pass
     payload["hemlp"] = hemlp_ops(args.preset, args.repeats)
     payload["gemm"] = gemm(args.gemm, max(5, args.repeats // 3))
-    payload["desilo"] = {"skipped": True} if args.no_desilo else desilo(args.desilo_repeats)
+    out_dir = os.path.dirname(os.path.abspath(args.json)) if args.json else "."
+    payload["desilo"] = {"skipped": True} if args.no_desilo else desilo(args.desilo_repeats, out_dir)
     machine = report.machine_info()
     machine["gpu"] = info
     machine["nvcc"] = os.environ.get("HEMLP_NVCC_VERSION")
