@@ -469,6 +469,52 @@ def cifar_resnet(enc_name: str, poly_name: str, enc_command: str, poly_command: 
         section("CIFAR-10 ResNet: the polynomial network on the whole test sets", poly_name, poly_command, poly, p)
 
 
+def gpu(name: str, command: str) -> str:
+    d = load(name)
+    ops, peer = d["hemlp"]["ops"], (d.get("desilo") or {}).get("ops", {})
+    dev, m = d["device"], d.get("machine", {})
+    labels = {"ntt_top_ext": "NTT, 34 limbs (Q and P)", "add_top": "add", "rescale_top": "rescale",
+              "mul_relin_rescale_top": "ct × ct + relinearise + rescale", "rotate_top": "rotate by 1",
+              "rotate_hoisted8_top": "8 hoisted rotations", "lintrans_bsgs32_top": "BSGS level, 32 diagonals",
+              "pcmm_rlwe_256x256_L1": "PCMM 256×256 × 256 ciphertexts (level 1)"}
+    rows = []
+    for k, rec in ops.items():
+        p = peer.get(k) or {}
+        pm = p.get("median_s")
+        rows.append([labels.get(k, k), ms(rec["median_s"]), ms(pm) if pm else "–",
+                     f"{rec['median_s'] / pm:.2f}×" if pm else "–"])
+    for k, what in (("mul_relin_rescale_top_minus1", "ct × ct + relinearise + rescale, top − 1"),
+                    ("rotate_top_minus1", "rotate by 1, top − 1"), ("matvec_256", "256×256 matrix × 1 encrypted vector"),
+                    ("bootstrap", "bootstrap (full slots)")):
+        p = peer.get(k) or {}
+        if p.get("median_s"):
+            extra = f" ({p['levels_left']} levels left, {p['precision_bits']:.1f} bits)" if k == "bootstrap" else ""
+            rows.append([what, "not on the GPU yet" if k == "bootstrap" else "–", ms(p["median_s"]) + extra, "–"])
+    body = table(["op (N16-boot, top level)", "hemlp GPU (ms)", "DESILO GPU (ms)", "hemlp / DESILO"], rows)
+    g = d.get("gemm") or {}
+    if g:
+        base = g.get("torch_fp64_gemm", {})
+        grows = [[k, ms(g[k]["median_s"]), ms(base["median_s"]) if base.get("median_s") else "–",
+                  f"{g[k]['ratio_to_fp64_gemm']:.2f}×" if "ratio_to_fp64_gemm" in g[k] else "–",
+                  "yes" if g[k].get("spot_check_exact") else "no"] for k in ("q40", "q60") if k in g]
+        body += "\n\nExact modular GEMM " + "×".join(str(v) for v in g["shape"]) + " (d1 × d2 × columns, |U| ≤ 2^8) " \
+            f"against the card's own fp64 GEMM of the same shape through PyTorch ({base.get('tflops', 0):.1f} TFLOP/s):\n\n" + \
+            table(["prime", "modgemm (ms)", "fp64 GEMM (ms)", "ratio", "64 entries exact"], grows)
+    git = m.get("git", {})
+    dl = d.get("desilo") or {}
+    body += (f"\n\nMeasured on one {dev.get('name')} ({dev.get('memory_bytes', 0) / 2**30:.0f} GiB; driver "
+             f"{m.get('gpu_driver') or '?'}, {m.get('nvcc') or 'nvcc ?'}), host {m.get('cpu', {}).get('model', '?')}; "
+             f"median of {d['repeats']} calls each synchronised (fewer for the PCMM and BSGS rows: see the JSON), "
+             f"code of commit {str(git.get('commit'))[:7]}. hemlp runs N16-boot (128-bit, top level 27, 28 + 6 primes, "
+             f"5 digits); DESILO {dl.get('version', '?')} ({dl.get('distribution', '?')}) its bootstrappable N = 2^16 "
+             "set (top level 26, 28 limbs), whose rotation at the top level also drops a level. The hemlp rows run "
+             "on uniform residues (the same work as real ciphertexts); every hemlp GPU op equals the CPU core bit for "
+             "bit (tests/gpu). DESILO's matrix row is one vector through its rotation-based product; hemlp's PCMM "
+             "row multiplies 256 ciphertexts of 2^15 slots each at once (other work; per encrypted vector "
+             f"{ops.get('pcmm_rlwe_256x256_L1', {}).get('per_encrypted_vector_s', 0) * 1e6:.2f} µs).")
+    return f"## GPU backend vs DESILO FHE on one H200\n\nSource: `bench/{name}`.  \nCommand: `{command}`\n\n{body}\n"
+
+
 def render() -> str:
     env = "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python"
     parts = [
@@ -531,6 +577,8 @@ def render() -> str:
                  f"{env} -m hemlp.bench lintrans --log-n 15 --direction stc --depth 3 --json bench/lintrans_stc_N15.json"),
         decrypt_noise("decrypt_noise_N14.json", f"{env} -m hemlp.bench decrypt_noise --preset N14-d6 --repeats 5 "
                                                 "--json bench/decrypt_noise_N14.json"),
+        gpu("gpu_h200.json", "scripts/gpu_check.sh (on the GPU machine; it runs python -m hemlp.bench gpu --json "
+                             "bench/gpu_h200.json with DESILO's wheel carried in .whl/)"),
         cifar_resnet("cifar_resnet_encrypted.json", "cifar_resnet_poly_accuracy.json",
                      "flock /work/wt/big.lock .venv/bin/python scripts/cifar_resnet_encrypted.py --data-root "
                      "../shared/data --images 100 --calibration 128 --diagonal-cache-gib 1 "

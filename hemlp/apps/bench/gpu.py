@@ -211,4 +211,9 @@ def main(args) -> int:
     machine = report.machine_info()
     machine["gpu"] = info
     machine["nvcc"] = os.environ.get("HEMLP_NVCC_VERSION")
+    try:
+        machine["gpu_driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                               capture_output=True, text=True, timeout=30).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        machine["gpu_driver"] = None
     return report.publish(payload, "gpu", args.json, machine, None, print_table)

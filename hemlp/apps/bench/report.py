@@ -69,9 +69,10 @@ def _git() -> dict:
             return None
     commit = run("rev-parse", "HEAD")
     status = run("status", "--porcelain", "--untracked-files=no")
-    if commit is None and os.environ.get("HEMLP_GIT_COMMIT"):
-        # a copy of the tree without its .git (a lent GPU machine): the commit the caller says it is
-        return {"commit": os.environ["HEMLP_GIT_COMMIT"], "dirty": None, "source": "HEMLP_GIT_COMMIT"}
+    if os.environ.get("HEMLP_GIT_COMMIT"):
+        # a copy of the tree whose .git is not the tree's history (a lent GPU machine): the commit the caller names
+        return {"commit": os.environ["HEMLP_GIT_COMMIT"], "dirty": None, "source": "HEMLP_GIT_COMMIT",
+                "local_git_head": commit}
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
