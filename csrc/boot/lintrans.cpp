@@ -1,5 +1,7 @@
 #include "boot/lintrans.h"
 
+#include "boot/bsgs_groups.h"
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -125,23 +127,11 @@ NativeLinearTransform::NativeLinearTransform(const Context& ctx, const Encoder& 
                                              const std::vector<std::vector<cplx>>& diags, bool qp)
     : ctx_(ctx), slots_(slots), level_(level), scale_(scale), qp_(qp) {
   const size_t n = ctx.n();
-  if (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2)
-    fail(ErrorKind::Shape, "linear transform: slots must be a power of two <= N/2 = " + std::to_string(n / 2));
-  if (level < 0 || level > ctx.max_level())
-    fail(ErrorKind::Level, "linear transform: level " + std::to_string(level) + " outside [0, " +
-                               std::to_string(ctx.max_level()) + "]");
-  if (!(scale > 0) || !std::isfinite(scale)) fail(ErrorKind::Encoding, "linear transform: invalid diagonal scale");
-  if (giant.size() != baby.size() || giant.empty())
-    fail(ErrorKind::Parameter, "linear transform: one list of baby steps per giant step, at least one group");
-  size_t count = 0;
-  for (const auto& bs : baby) count += bs.size();
-  if (count != diags.size())
-    fail(ErrorKind::Shape, "linear transform: " + std::to_string(diags.size()) + " diagonals for " +
-                               std::to_string(count) + " (giant, baby) pairs");
+  check_structure(ctx, slots, level, scale, giant, baby, diags.size());
   for (const auto& v : diags)
     if (v.size() != (size_t)slots)
       fail(ErrorKind::Shape, "linear transform: every diagonal needs exactly " + std::to_string(slots) + " values");
-  build_groups(giant, baby);
+  build_bsgs_groups(giant, baby, baby_steps_, groups_);
   // encode every diagonal over Q_l (∪ P) (as Encoder::encode, but with the P limbs)
   const int E = level + 1 + (qp ? ctx.num_p() : 0);
   double log_q = 0;
@@ -196,24 +186,23 @@ NativeLinearTransform::NativeLinearTransform(const Context& ctx, const Encoder& 
                                     "); scale the matrix down");
 }
 
-// groups, with the distinct nonzero baby steps numbered once; diagonals numbered in group order
-void NativeLinearTransform::build_groups(const std::vector<int64_t>& giant,
-                                         const std::vector<std::vector<int64_t>>& baby) {
-  int di = 0;
-  for (size_t g = 0; g < giant.size(); ++g) {
-    Group grp{giant[g], {}, {}};
-    for (int64_t b : baby[g]) {
-      int idx = -1;
-      if (b != 0) {
-        auto it = std::find(baby_steps_.begin(), baby_steps_.end(), b);
-        idx = (int)(it - baby_steps_.begin());
-        if (it == baby_steps_.end()) baby_steps_.push_back(b);
-      }
-      grp.baby.push_back(idx);
-      grp.diag.push_back(di++);
-    }
-    groups_.push_back(std::move(grp));
-  }
+void NativeLinearTransform::check_structure(const Context& ctx, int slots, int level, double scale,
+                                            const std::vector<int64_t>& giant,
+                                            const std::vector<std::vector<int64_t>>& baby, size_t diagonals) {
+  const size_t n = ctx.n();
+  if (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2)
+    fail(ErrorKind::Shape, "linear transform: slots must be a power of two <= N/2 = " + std::to_string(n / 2));
+  if (level < 0 || level > ctx.max_level())
+    fail(ErrorKind::Level, "linear transform: level " + std::to_string(level) + " outside [0, " +
+                               std::to_string(ctx.max_level()) + "]");
+  if (!(scale > 0) || !std::isfinite(scale)) fail(ErrorKind::Encoding, "linear transform: invalid diagonal scale");
+  if (giant.size() != baby.size() || giant.empty())
+    fail(ErrorKind::Parameter, "linear transform: one list of baby steps per giant step, at least one group");
+  size_t count = 0;
+  for (const auto& bs : baby) count += bs.size();
+  if (count != diagonals)
+    fail(ErrorKind::Shape, "linear transform: " + std::to_string(diagonals) + " diagonals for " +
+                               std::to_string(count) + " (giant, baby) pairs");
 }
 
 NativeLinearTransform::NativeLinearTransform(const Context& ctx, int slots, int level, double scale,
@@ -221,18 +210,7 @@ NativeLinearTransform::NativeLinearTransform(const Context& ctx, int slots, int 
                                              std::vector<Poly> encoded, bool qp, bool is_complex)
     : ctx_(ctx), slots_(slots), level_(level), scale_(scale), qp_(qp), is_complex_(is_complex) {
   const size_t n = ctx.n();
-  if (slots <= 0 || (slots & (slots - 1)) || (size_t)slots > n / 2)
-    fail(ErrorKind::Shape, "linear transform: slots must be a power of two <= N/2 = " + std::to_string(n / 2));
-  if (level < 0 || level > ctx.max_level())
-    fail(ErrorKind::Level, "linear transform: level " + std::to_string(level) + " outside the chain");
-  if (!(scale > 0) || !std::isfinite(scale)) fail(ErrorKind::Encoding, "linear transform: invalid diagonal scale");
-  if (giant.size() != baby.size() || giant.empty())
-    fail(ErrorKind::Parameter, "linear transform: one list of baby steps per giant step, at least one group");
-  size_t count = 0;
-  for (const auto& bs : baby) count += bs.size();
-  if (count != encoded.size())
-    fail(ErrorKind::Shape, "linear transform: " + std::to_string(encoded.size()) + " diagonals for " +
-                               std::to_string(count) + " (giant, baby) pairs");
+  check_structure(ctx, slots, level, scale, giant, baby, encoded.size());
   const int E = level + 1 + (qp ? ctx.num_p() : 0);
   for (const auto& p : encoded) {
     if (p.size() != (size_t)E * n) fail(ErrorKind::Shape, "linear transform: an encoded diagonal has the wrong size");
@@ -242,7 +220,7 @@ NativeLinearTransform::NativeLinearTransform(const Context& ctx, int slots, int 
         if (p[(size_t)k * n + i] >= q) fail(ErrorKind::Parameter, "linear transform: a residue >= its modulus");
     }
   }
-  build_groups(giant, baby);
+  build_bsgs_groups(giant, baby, baby_steps_, groups_);
   diag_ = std::move(encoded);
 }
 

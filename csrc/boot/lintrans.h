@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "boot/bsgs_groups.h"
 #include "ckks/encoder.h"
 #include "ckks/objects.h"
 
@@ -71,11 +72,7 @@ class NativeLinearTransform {
 
  private:
   friend struct MsLinearTransformAccess;  // boot/ms_lintrans: the batched (MSRLWE) evaluation reads the layout
-  struct Group {
-    int64_t giant;
-    std::vector<int> baby;  // index into baby_steps_ (-1: the unrotated input)
-    std::vector<int> diag;  // index into diag_
-  };
+  using Group = BsgsGroup;
   const Context& ctx_;
   int slots_, level_;
   double scale_;
@@ -86,7 +83,9 @@ class NativeLinearTransform {
   std::vector<Poly> diag_;  // (level + 1 (+ |P| when qp_)) limbs each, NTT form
 
   const SwitchKey& key_for(const GaloisKeys& keys, int64_t step, const Ciphertext& ct) const;
-  void build_groups(const std::vector<int64_t>& giant, const std::vector<std::vector<int64_t>>& baby);
+  // Throws the typed errors for a bad slot count, level, scale or group structure, or a diagonal count off it.
+  static void check_structure(const Context& ctx, int slots, int level, double scale, const std::vector<int64_t>& giant,
+                              const std::vector<std::vector<int64_t>>& baby, size_t diagonals);
   Ciphertext apply_single(const Ciphertext& ct, const GaloisKeys& keys, bool rescale, LinTransCounts& c) const;
   Ciphertext apply_double(const Ciphertext& ct, const GaloisKeys& keys, bool rescale, LinTransCounts& c) const;
 };

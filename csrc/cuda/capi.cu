@@ -292,33 +292,35 @@ int hg_key_upload(void* ctx, int key_level, int beta, uint64_t galois, const uin
 
 void hg_key_free(void* key) { delete static_cast<DeviceSwitchKey*>(key); }
 
-int hg_key_switch(void* ctx, const void* d, int level, const void* key, void* k0, void* k1) {
+}  // extern "C"
+
+namespace {
+// (out0, out1) = (add0, add1) + KeySwitch(d) over Q_level (add0 / add1 null: the key switch alone)
+int switch_into(void* ctx, const void* d, int level, const void* key, void* out0, void* out1, const void* add0,
+                const void* add1, const char* what) {
   return guarded([&] {
     const GpuContext& g = G(ctx);
-    check_level(g, level, 0, "key switch");
-    const DeviceSwitchKey& k = K(key, level, "key switch");
+    check_level(g, level, 0, what);
+    const DeviceSwitchKey& k = K(key, level, what);
     const size_t w = poly_words(g, level), E = (size_t)(level + 1 + g.num_p()) * g.n();
-    DeviceBuffer D = modup(g, P(d, w, "key switch"), level);
+    DeviceBuffer D = modup(g, P(d, w, what), level);
     DeviceBuffer u = g.alloc(2 * E);
     key_inner_product(g, D.data(), level, k, nullptr, u.data(), u.data() + E);
-    moddown(g, u.data(), level, P(k0, w, "key switch"), nullptr);
-    moddown(g, u.data() + E, level, P(k1, w, "key switch"), nullptr);
+    moddown(g, u.data(), level, P(out0, w, what), add0 ? P(add0, w, what) : nullptr);
+    moddown(g, u.data() + E, level, P(out1, w, what), add1 ? P(add1, w, what) : nullptr);
   });
+}
+}  // namespace
+
+extern "C" {
+
+int hg_key_switch(void* ctx, const void* d, int level, const void* key, void* k0, void* k1) {
+  return switch_into(ctx, d, level, key, k0, k1, nullptr, nullptr, "key switch");
 }
 
 int hg_relinearize(void* ctx, const void* d0, const void* d1, const void* d2, int level, const void* key, void* out0,
                    void* out1) {
-  return guarded([&] {
-    const GpuContext& g = G(ctx);
-    check_level(g, level, 0, "relinearize");
-    const DeviceSwitchKey& k = K(key, level, "relinearize");
-    const size_t w = poly_words(g, level), E = (size_t)(level + 1 + g.num_p()) * g.n();
-    DeviceBuffer D = modup(g, P(d2, w, "relinearize"), level);
-    DeviceBuffer u = g.alloc(2 * E);
-    key_inner_product(g, D.data(), level, k, nullptr, u.data(), u.data() + E);
-    moddown(g, u.data(), level, P(out0, w, "relinearize"), P(d0, w, "relinearize"));
-    moddown(g, u.data() + E, level, P(out1, w, "relinearize"), P(d1, w, "relinearize"));
-  });
+  return switch_into(ctx, d2, level, key, out0, out1, d0, d1, "relinearize");
 }
 
 int hg_mul_relin_rescale(void* ctx, const void* a0, const void* a1, const void* b0, const void* b1, int level,

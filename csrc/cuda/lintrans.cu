@@ -94,21 +94,7 @@ DeviceLinearTransform::DeviceLinearTransform(const GpuContext& c, int level, con
     : level_(level) {
   if (giant.size() != baby.size() || giant.empty())
     throw std::invalid_argument("linear transform: one list of baby steps per giant step, at least one group");
-  int di = 0;
-  for (size_t g = 0; g < giant.size(); ++g) {
-    Group grp{giant[g], {}, {}};
-    for (int64_t b : baby[g]) {
-      int idx = -1;
-      if (b != 0) {
-        auto it = std::find(baby_steps_.begin(), baby_steps_.end(), b);
-        idx = (int)(it - baby_steps_.begin());
-        if (it == baby_steps_.end()) baby_steps_.push_back(b);
-      }
-      grp.baby.push_back(idx);
-      grp.diag.push_back(di++);
-    }
-    groups_.push_back(std::move(grp));
-  }
+  const int di = build_bsgs_groups(giant, baby, baby_steps_, groups_);
   if (di != count) throw std::invalid_argument("linear transform: diagonal count does not match the groups");
   limbs_ = level + 1 + c.num_p();
   diags_ = c.alloc((size_t)count * limbs_ * c.n());

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "boot/bsgs_groups.h"
 #include "cuda/kernels.cuh"
 
 namespace hemlp::cuda {
@@ -27,11 +28,7 @@ class DeviceLinearTransform {
   }
 
  private:
-  struct Group {
-    int64_t giant;
-    std::vector<int> baby;  // index into baby_steps_ (-1: the unrotated input)
-    std::vector<int> diag;
-  };
+  using Group = BsgsGroup;
   int level_, limbs_ = 0;
   std::vector<int64_t> baby_steps_;
   std::vector<Group> groups_;
