@@ -31,8 +31,8 @@ LAYERS = {
     "hemlp.pcmm": ("hemlp.fhe", "hemlp.pcmm"),                                 # PCMM on the scheme
     "hemlp.bootstrap": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap"),
     "hemlp.baselines": ("hemlp.fhe", "hemlp.he", "hemlp.baselines"),           # comparison code only
-    "hemlp.planner": ("hemlp.planner",),
-    "hemlp.gpu": ("hemlp.fhe", "hemlp.gpu"),                                   # the CUDA backend of the scheme                                       # pure Python: no scheme, no Ray
+    "hemlp.planner": ("hemlp.planner",),                                       # pure Python: no scheme, no Ray
+    "hemlp.gpu": ("hemlp.fhe", "hemlp.he", "hemlp.gpu"),                       # the CUDA backend of the scheme
     "hemlp.compiler": ("hemlp.fhe", "hemlp.he", "hemlp.planner", "hemlp.compiler"),
     # executes plans (their bootstrap steps included: hemlp.bootstrap is a building block below it); no layout logic
     "hemlp.runtime": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap", "hemlp.planner", "hemlp.compiler",

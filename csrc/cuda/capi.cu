@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/hemlp_cuda.h"
+#include "cuda/boot_steps.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/lintrans.cuh"
 #include "cuda/modgemm.cuh"
@@ -233,10 +234,11 @@ int hg_rescale(void* ctx, const void* in, int level, void* out) {
 }
 
 namespace {
-int scalar_op(void* ctx, const void* in, void* out, int level, const uint64_t* w, bool mul) {
+// kind 0: out = in * w, 1: out = in + w, 2: out (the accumulator) += in * w
+int scalar_op(void* ctx, const void* in, void* out, int level, const uint64_t* w, int kind) {
   return guarded([&] {
     const GpuContext& g = G(ctx);
-    check_level(g, level, 0, mul ? "multiply by a constant" : "add a constant");
+    check_level(g, level, 0, "constant");
     if (!w) throw std::invalid_argument("null constants");
     std::vector<u64> tab(2 * (size_t)(level + 1));
     for (int k = 0; k <= level; ++k) {
@@ -246,17 +248,23 @@ int scalar_op(void* ctx, const void* in, void* out, int level, const uint64_t* w
     }
     DeviceBuffer d = to_device(tab, g.stream());  // pageable copy: tab may go once it returns
     const size_t words = poly_words(g, level);
-    if (mul) mul_scalar_q(g, P(in, words, "constant"), d.data(), P(out, words, "constant"), level);
-    else add_scalar_q(g, P(in, words, "constant"), d.data(), P(out, words, "constant"), level);
+    const u64* src = P(in, words, "constant");
+    u64* dst = P(out, words, "constant");
+    if (kind == 0) mul_scalar_q(g, src, d.data(), dst, level);
+    else if (kind == 1) add_scalar_q(g, src, d.data(), dst, level);
+    else add_mul_scalar_q(g, dst, src, d.data(), level);
   });
 }
 }  // namespace
 
 int hg_mul_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w) {
-  return scalar_op(ctx, in, out, level, w, true);
+  return scalar_op(ctx, in, out, level, w, 0);
 }
 int hg_add_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w) {
-  return scalar_op(ctx, in, out, level, w, false);
+  return scalar_op(ctx, in, out, level, w, 1);
+}
+int hg_add_mul_scalar(void* ctx, void* acc, const void* term, int level, const uint64_t* w) {
+  return scalar_op(ctx, term, acc, level, w, 2);
 }
 
 int hg_permute(void* ctx, const void* in, uint64_t galois, void* out, int level) {
@@ -433,6 +441,49 @@ int hg_lintrans_apply(void* ctx, const void* lt, const void* c0, const void* c1,
       gk.push_back(giants[j] && giant_keys ? static_cast<const DeviceSwitchKey*>(giant_keys[j]) : nullptr);
     t.apply(g, P(c0, w, "linear transform"), P(c1, w, "linear transform"), bk, gk, rescale != 0,
             P(out0, wo, "linear transform"), P(out1, wo, "linear transform"));
+  });
+}
+
+int hg_encaps_upload(void* ctx, int level, const uint64_t* small_b, const uint64_t* small_a, const uint64_t* big_b,
+                     const uint64_t* big_a, void** keys) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "encapsulation keys");
+    if (!small_b || !small_a || !big_b || !big_a || !keys) throw std::invalid_argument("encapsulation keys: null argument");
+    *keys = new DeviceEncapsulationKeys(g, level, small_b, small_a, big_b, big_a);
+  });
+}
+
+void hg_encaps_free(void* keys) { delete static_cast<DeviceEncapsulationKeys*>(keys); }
+
+int hg_dense_to_sparse(void* ctx, const void* keys, const void* c0, const void* c1, void* out0, void* out1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    if (!keys) throw std::invalid_argument("dense_to_sparse: null keys");
+    const size_t w = g.n();
+    dense_to_sparse(g, *static_cast<const DeviceEncapsulationKeys*>(keys), P(c0, w, "dense_to_sparse"),
+                    P(c1, w, "dense_to_sparse"), P(out0, w, "dense_to_sparse"), P(out1, w, "dense_to_sparse"));
+  });
+}
+
+int hg_mod_raise(void* ctx, const void* keys, const void* c0, const void* c1, int target, void* out0, void* out1) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    if (!keys) throw std::invalid_argument("mod_raise: null keys");
+    check_level(g, target, 0, "mod_raise");
+    const size_t w = g.n(), wo = poly_words(g, target);
+    mod_raise(g, *static_cast<const DeviceEncapsulationKeys*>(keys), P(c0, w, "mod_raise"), P(c1, w, "mod_raise"),
+              target, P(out0, wo, "mod_raise"), P(out1, wo, "mod_raise"));
+  });
+}
+
+int hg_mul_monomial(void* ctx, const void* in, int level, uint64_t k, void* out) {
+  return guarded([&] {
+    const GpuContext& g = G(ctx);
+    check_level(g, level, 0, "monomial product");
+    const size_t w = poly_words(g, level);
+    if (in == out) throw std::invalid_argument("monomial product: in and out must differ");
+    mul_monomial(g, P(in, w, "monomial product"), level, k, P(out, w, "monomial product"));
   });
 }
 

@@ -45,6 +45,8 @@ int hg_rescale(void* ctx, const void* in, int level, void* out); /* out: level l
 /* out[k] = in[k] * w[k] (mul) or in[k] + w[k] (add) mod q_k for one residue w[k] < q_k per limb (constants) */
 int hg_mul_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w);
 int hg_add_scalar(void* ctx, const void* in, void* out, int level, const uint64_t* w);
+/* acc[k] += term[k] * w[k] over limbs 0..level (term may hold more limbs: its first level + 1 are read) */
+int hg_add_mul_scalar(void* ctx, void* acc, const void* term, int level, const uint64_t* w);
 int hg_permute(void* ctx, const void* in, uint64_t galois, void* out, int level);
 
 /* b, a: beta digits of key_level + 1 + K limbs each, contiguous (the seeded a-parts expanded) */
@@ -70,6 +72,15 @@ void hg_lintrans_free(void* lt);
 int hg_lintrans_steps(const void* lt, int* count, int64_t* steps);
 int hg_lintrans_apply(void* ctx, const void* lt, const void* c0, const void* c1, const void* const* baby_keys,
                       const void* const* giant_keys, int rescale, void* out0, void* out1);
+
+/* Bootstrapping's bottom steps: encapsulation keys (small b, a: 2 limbs over q0, p0; big B, A: level + 1 + K limbs),
+ * the switch s -> s' at level 0, ModRaise to `target` (<= the keys' level) under s; and out = in * X^k. */
+int hg_encaps_upload(void* ctx, int level, const uint64_t* small_b, const uint64_t* small_a, const uint64_t* big_b,
+                     const uint64_t* big_a, void** keys);
+void hg_encaps_free(void* keys);
+int hg_dense_to_sparse(void* ctx, const void* keys, const void* c0, const void* c1, void* out0, void* out1);
+int hg_mod_raise(void* ctx, const void* keys, const void* c0, const void* c1, int target, void* out0, void* out1);
+int hg_mul_monomial(void* ctx, const void* in, int level, uint64_t k, void* out);
 
 /* Exact modular GEMM C = mult * U X mod q on cuBLAS DGEMMs (pcmm/modgemm.h's digit split): U d1 x d2 signed
  * (|U| <= 2^bU, row-major, host), X d2 x ncols residues < q (device buffer, row-major), C d1 x ncols. */

@@ -20,6 +20,8 @@ void mul_q(const GpuContext& c, const u64* a, const u64* b, u64* out, int level)
 // out[k] = in[k] * w_k (w pairs (w_k, w'_k) on the device, Shoup form) / in[k] + w_k (w_k at w[2 k])
 void mul_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level);
 void add_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level);
+// acc[k] += term[k] * w_k (w in Shoup pairs on the device)
+void add_mul_scalar_q(const GpuContext& c, u64* acc, const u64* term, const u64* w, int level);
 // d0 = a0 b0, d1 = a0 b1 + a1 b0, d2 = a1 b1
 void tensor_q(const GpuContext& c, const u64* a0, const u64* a1, const u64* b0, const u64* b1, u64* d0, u64* d1,
               u64* d2, int level);

@@ -132,6 +132,10 @@ void mul_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, in
   scalar_kernel<<<grid_for(c, level + 1), kThreads, 0, c.stream()>>>(in, w, out, c.n(), c.dev_moduli(), 1);
   HG_LAUNCHED("multiply by a constant");
 }
+void add_mul_scalar_q(const GpuContext& c, u64* acc, const u64* term, const u64* w, int level) {
+  add_mul_kernel<<<grid_for(c, level + 1), kThreads, 0, c.stream()>>>(acc, term, w, c.n(), c.dev_moduli());
+  HG_LAUNCHED("add a constant multiple");
+}
 void add_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level) {
   scalar_kernel<<<grid_for(c, level + 1), kThreads, 0, c.stream()>>>(in, w, out, c.n(), c.dev_moduli(), 0);
   HG_LAUNCHED("add a constant");

@@ -8,8 +8,11 @@ core's results (docs/gpu.md).
 The library is built apart from the CPU core (scripts/build_cuda.sh, `make cuda`): the CPU build never needs nvcc.
 Importing this package loads neither the CPU core nor the CUDA library.
 """
+from hemlp.gpu.boot_steps import DeviceEncapsulationKeys, dense_to_sparse, mod_raise
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceKey, DeviceSpec, GemmPlan
 from hemlp.gpu.library import device_info
 from hemlp.gpu.lintrans import DeviceLinearTransform
+from hemlp.gpu.polyeval import evaluate_polynomial
 
-__all__ = ["CudaEvaluator", "DeviceCiphertext", "DeviceKey", "DeviceSpec", "GemmPlan", "DeviceLinearTransform", "device_info"]
+__all__ = ["CudaEvaluator", "DeviceCiphertext", "DeviceKey", "DeviceSpec", "GemmPlan", "DeviceLinearTransform",
+           "DeviceEncapsulationKeys", "dense_to_sparse", "mod_raise", "evaluate_polynomial", "device_info"]

@@ -382,6 +382,45 @@ class CudaEvaluator:
             out.append(r)
         return out
 
+    def mul_monomial(self, a: DeviceCiphertext, k: int, **changes) -> DeviceCiphertext:
+        """a · X^k (k any integer, taken mod 2N) on every polynomial; `changes` retag (scale, is_complex, ...)."""
+        out = []
+        for p in a.polys:
+            r = self.empty(a.level + 1)
+            check(self.lib.hg_mul_monomial(self.handle, p.handle, a.level, int(k) % (2 * self.n), r.handle),
+                  "monomial product")
+            out.append(r)
+        return self._like(a, out, **changes)
+
+    def drop_level(self, a: DeviceCiphertext, level: int) -> DeviceCiphertext:
+        """a at a lower level (its first level + 1 limbs), as the CPU core's drop_to_level."""
+        if not 0 <= level <= a.level:
+            raise LevelError(f"drop_level: target level {level} must be in [0, {a.level}] (levels can only go down)")
+        if level == a.level:
+            return a
+        return self._like(a, [self._copy(p, level) for p in a.polys], level=level)
+
+    def with_scale(self, a: DeviceCiphertext, scale: float) -> DeviceCiphertext:
+        """The same polynomials tagged with another scale (no work; the caller vouches for the value)."""
+        return self._like(a, list(a.polys), scale=float(scale))
+
+    def scalar_multiply_add(self, acc: DeviceBuffer, term: DeviceBuffer, level: int, residues) -> None:
+        """acc += term * w (per limb: w[k] < q_k), limbs 0..level; term may hold more limbs (its first are read)."""
+        w = _u64(residues)
+        check(self.lib.hg_add_mul_scalar(self.handle, acc.handle, term.handle, int(level), _ptr(w)), "constant")
+
+    def scalar_multiply(self, buf: DeviceBuffer, level: int, residues) -> DeviceBuffer:
+        """A new buffer buf * w (per limb), limbs 0..level."""
+        w, r = _u64(residues), self.empty(level + 1)
+        check(self.lib.hg_mul_scalar(self.handle, buf.handle, r.handle, int(level), _ptr(w)), "constant")
+        return r
+
+    def scalar_add(self, buf: DeviceBuffer, level: int, residues) -> DeviceBuffer:
+        """A new buffer buf + w (per limb), limbs 0..level."""
+        w, r = _u64(residues), self.empty(level + 1)
+        check(self.lib.hg_add_scalar(self.handle, buf.handle, r.handle, int(level), _ptr(w)), "constant")
+        return r
+
     def mul_integer(self, a: DeviceCiphertext, k: int) -> DeviceCiphertext:
         """a * k for an integer k (scale unchanged)."""
         res = [int(k) % self.spec.q[i] for i in range(a.level + 1)]

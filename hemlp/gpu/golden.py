@@ -18,8 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceSpec, GemmPlan
+from hemlp.gpu.boot_steps import DeviceEncapsulationKeys, dense_to_sparse, mod_raise
 from hemlp.gpu.library import check
 from hemlp.gpu.lintrans import DeviceLinearTransform
+from hemlp.gpu.polyeval import evaluate_polynomial
 
 KEY_ID = 0x5EED_0000_0000_0001
 CONST_OPS = ("mul_integer", "mul_const", "add_const_exact")
@@ -60,6 +62,10 @@ def _cases(preset: str, levels: tuple) -> list:
     out += [Case(preset, "pcmm_rlwe", lv, 7000 + i) for i, lv in enumerate(levels) if lv != 0]
     out += [Case(preset, "lintrans", lv, 8000 + 10 * i + v, (v,)) for i, lv in enumerate(levels) if lv != 0
             for v in (0, 1)]
+    out += [Case(preset, "polyeval", -1, 9000, (0,)), Case(preset, "polyeval", -1, 9001, (1,))]
+    out += [Case(preset, "dense_to_sparse", 0, 9100), Case(preset, "mod_raise", -1, 9101),
+            Case(preset, "mod_raise", levels[1], 9102)]
+    out += [Case(preset, "mul_monomial", levels[0], 9200 + i, (k,)) for i, k in enumerate((5, -7, 1 << 30))]
     return out
 
 
@@ -126,6 +132,21 @@ def lintrans_inputs(spec: DeviceSpec, seed: int, level: int, variant: int) -> tu
     return list(giant), [list(b) for b in baby], diags, rescale, steps
 
 
+def polyeval_inputs(spec: DeviceSpec, seed: int, level: int, variant: int) -> tuple:
+    """(coefficients, basis): variant 0 a Chebyshev polynomial of the largest degree the level allows (at most
+    31), variant 1 a power-basis one of degree 5; coefficients uniform in [-1, 1] from the seed."""
+    rng = np.random.Generator(np.random.Philox(key=seed))
+    deg = min(31, (1 << level) - 1) if variant == 0 else 5
+    return [float(v) for v in rng.uniform(-1, 1, deg + 1)], ("chebyshev", "power")[variant]
+
+
+def encapsulation_inputs(spec: DeviceSpec, seed: int) -> tuple:
+    """(small_b, small_a, big_b, big_a) uniform, the big ones for the top level."""
+    top = spec.max_level
+    return (poly(spec, seed, 0, ext=True)[:2], poly(spec, seed + 1, 0, ext=True)[:2],
+            poly(spec, seed + 2, top, ext=True), poly(spec, seed + 3, top, ext=True))
+
+
 def digest(arrays) -> str:
     h = hashlib.sha256()
     for a in arrays:
@@ -157,6 +178,7 @@ def compute_cpu(case: Case, ctx, spec: DeviceSpec) -> str:
 
     e, lv, s = ctx.native, level_of(spec, case), case.seed
     imp = lambda polys: e.import_ciphertext(list(polys), lv, SCALE, spec.n // 2, 0, False, KEY_ID, None)  # noqa: E731
+    imp0 = lambda polys, kid: e.import_ciphertext(list(polys), 0, SCALE, spec.n // 2, 0, False, kid, None)  # noqa: E731
     outs = lambda ct: [ct.poly(j) for j in range(ct.size)]  # noqa: E731
     op = case.op
     if op in ("ntt", "intt"):
@@ -168,6 +190,26 @@ def compute_cpu(case: Case, ctx, spec: DeviceSpec) -> str:
     if op == "modgemm":
         U, X, q, bU = gemm_inputs(spec, s)
         return digest([_core.modgemm(U, X, q, bU)])
+    if op in ("dense_to_sparse", "mod_raise"):
+        keys = _core.import_encapsulation_keys(e, *encapsulation_inputs(spec, s), KEY_ID, KEY_ID + 1, 32,
+                                               spec.max_level)
+        if op == "dense_to_sparse":
+            return digest(outs(_core.dense_to_sparse(e, imp0([poly(spec, s + 5, 0), poly(spec, s + 6, 0)], KEY_ID),
+                                                     keys)))
+        low = imp0([poly(spec, s + 5, 0), poly(spec, s + 6, 0)], KEY_ID + 1)
+        return digest(outs(_core.mod_raise(e, low, keys, lv)))
+    if op == "mul_monomial":
+        from hemlp.fhe import Ciphertext
+        from hemlp.he.reinterpret import mul_monomial
+
+        x = ctx.wrap(Ciphertext, imp([poly(spec, s, lv), poly(spec, s + 1, lv)]))
+        return digest(outs(mul_monomial(ctx, x, case.steps[0]).native))
+    if op == "polyeval":
+        coeffs, basis = polyeval_inputs(spec, s, lv, case.steps[0])
+        rlk = e.switch_key_from_arrays(*key_digits(spec, s, lv), 0, lv, KEY_ID)
+        out, _ = _core.poly_evaluate(e, imp([poly(spec, s, lv), poly(spec, s + 1, lv)]), coeffs,
+                                     0 if basis == "chebyshev" else 1, rlk, SCALE, -1)
+        return digest(outs(out))
     if op == "lintrans":
         giant, baby, diags, rescale, steps = lintrans_inputs(spec, s, lv, case.steps[0])
         lt = _core.LinearTransform.from_encoded(e, spec.n // 2, lv, 2.0 ** 30, giant, baby, diags, True, False)
@@ -249,6 +291,22 @@ def compute_gpu(case: Case, dev: CudaEvaluator) -> str:
     if op == "modgemm":
         U, X, q, bU = gemm_inputs(spec, s)
         return digest([dev.modgemm(U, X, q, bU)])
+    if op in ("dense_to_sparse", "mod_raise"):
+        keys = DeviceEncapsulationKeys(dev, spec.max_level, *encapsulation_inputs(spec, s), KEY_ID, KEY_ID + 1)
+        if op == "dense_to_sparse":
+            x = DeviceCiphertext([dev.upload_poly(poly(spec, s + 5 + j, 0)) for j in range(2)], 0, SCALE,
+                                 spec.n // 2, 0, False, KEY_ID, spec.param_hash)
+            return digest(outs(dense_to_sparse(dev, x, keys)))
+        x = DeviceCiphertext([dev.upload_poly(poly(spec, s + 5 + j, 0)) for j in range(2)], 0, SCALE, spec.n // 2,
+                             0, False, KEY_ID + 1, spec.param_hash)
+        return digest(outs(mod_raise(dev, x, keys, lv)))
+    if op == "mul_monomial":
+        return digest(outs(dev.mul_monomial(ct([poly(spec, s, lv), poly(spec, s + 1, lv)]), case.steps[0])))
+    if op == "polyeval":
+        coeffs, basis = polyeval_inputs(spec, s, lv, case.steps[0])
+        rlk = dev.upload_key_arrays(*key_digits(spec, s, lv), lv, 0, KEY_ID)
+        out = evaluate_polynomial(dev, ct([poly(spec, s, lv), poly(spec, s + 1, lv)]), coeffs, basis, rlk, SCALE)
+        return digest(outs(out))
     if op == "lintrans":
         giant, baby, diags, rescale, steps = lintrans_inputs(spec, s, lv, case.steps[0])
         lt = DeviceLinearTransform(dev, lv, 2.0 ** 30, spec.n // 2, giant, baby, diags)
