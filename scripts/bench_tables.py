@@ -476,7 +476,8 @@ def gpu(name: str, command: str) -> str:
     labels = {"ntt_top_ext": "NTT, 34 limbs (Q and P)", "add_top": "add", "rescale_top": "rescale",
               "mul_relin_rescale_top": "ct × ct + relinearise + rescale", "rotate_top": "rotate by 1",
               "rotate_hoisted8_top": "8 hoisted rotations", "lintrans_bsgs32_top": "BSGS level, 32 diagonals",
-              "pcmm_rlwe_256x256_L1": "PCMM 256×256 × 256 ciphertexts (level 1)"}
+              "pcmm_rlwe_256x256_L1": "PCMM 256×256 × 256 ciphertexts (level 1)",
+              "polyeval_cheb31_top": "Chebyshev polynomial, degree 31", "mod_raise_to_top": "ModRaise to the top"}
     rows = []
     for k, rec in ops.items():
         p = peer.get(k) or {}

@@ -95,6 +95,17 @@ def hemlp_ops(preset: str, repeats: int) -> dict:
              for st in lt.steps}
     ops["lintrans_bsgs32_top"] = timed(lambda: lt.apply(a, lkeys, rescale=True), sync, max(5, repeats // 2))
     ops["lintrans_bsgs32_top"]["shape"] = "32 diagonals: baby 0..7 x giant 0, 8, 16, 24; double hoisting"
+    # EvalMod-sized polynomial (Chebyshev, degree 31: 5 levels) from the top, and ModRaise of a level-0 ciphertext
+    from hemlp.gpu.boot_steps import DeviceEncapsulationKeys, mod_raise
+    from hemlp.gpu.polyeval import evaluate_polynomial
+
+    coeffs = list(np.random.default_rng(2).uniform(-1, 1, 32))
+    ops["polyeval_cheb31_top"] = timed(lambda: evaluate_polynomial(dev, a, coeffs, "chebyshev", rlk, golden.SCALE),
+                                       sync, max(5, repeats // 3))
+    ekeys = DeviceEncapsulationKeys(dev, L, *golden.encapsulation_inputs(spec, 77), golden.KEY_ID, golden.KEY_ID + 1)
+    low = DeviceCiphertext([dev.upload_poly(golden.poly(spec, 80 + j, 0)) for j in range(2)], 0, golden.SCALE,
+                           spec.n // 2, 0, False, golden.KEY_ID + 1, spec.param_hash)
+    ops["mod_raise_to_top"] = timed(lambda: mod_raise(dev, low, ekeys, L), sync, repeats)
     ops["ntt_top_ext"]["limbs"] = L + 1 + len(spec.p)
     ops["rotate_hoisted8_top"]["per_rotation_s"] = ops["rotate_hoisted8_top"]["median_s"] / len(hoist_steps)
     return {"preset": preset, "log_n": spec.log_n, "levels": L, "top_level": L, "p_primes": len(spec.p),
