@@ -504,9 +504,10 @@ def gpu(name: str, command: str) -> str:
     git = m.get("git", {})
     dl = d.get("desilo") or {}
     body += (f"\n\nMeasured on one {dev.get('name')} ({dev.get('memory_bytes', 0) / 2**30:.0f} GiB; driver "
-             f"{m.get('gpu_driver') or '?'}, {m.get('nvcc') or 'nvcc ?'}), host {m.get('cpu', {}).get('model', '?')}; "
+             f"{m.get('gpu_driver') or 'not recorded'}, {m.get('nvcc') or 'nvcc ?'}), host {m.get('cpu', {}).get('model', '?')}; "
              f"median of {d['repeats']} calls each synchronised (fewer for the PCMM and BSGS rows: see the JSON), "
-             f"code of commit {str(git.get('commit'))[:7]}. hemlp runs N16-boot (128-bit, top level 27, 28 + 6 primes, "
+             f"git {str(git.get('commit'))[:7]}{' with uncommitted changes' if git.get('dirty') else ''} (docs/gpu.md says "
+             "which code ran). hemlp runs N16-boot (128-bit, top level 27, 28 + 6 primes, "
              f"5 digits); DESILO {dl.get('version', '?')} ({dl.get('distribution', '?')}) its bootstrappable N = 2^16 "
              "set (top level 26, 28 limbs), whose rotation at the top level also drops a level. The hemlp rows run "
              "on uniform residues (the same work as real ciphertexts); every hemlp GPU op equals the CPU core bit for "
