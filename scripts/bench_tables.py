@@ -477,9 +477,12 @@ def gpu(name: str, command: str) -> str:
               "mul_relin_rescale_top": "ct × ct + relinearise + rescale", "rotate_top": "rotate by 1",
               "rotate_hoisted8_top": "8 hoisted rotations", "lintrans_bsgs32_top": "BSGS level, 32 diagonals",
               "pcmm_rlwe_256x256_L1": "PCMM 256×256 × 256 ciphertexts (level 1)",
-              "polyeval_cheb31_top": "Chebyshev polynomial, degree 31", "mod_raise_to_top": "ModRaise to the top"}
+              "polyeval_cheb31_top": "Chebyshev polynomial, degree 31", "mod_raise_to_top": "ModRaise to the top",
+              "bootstrap": "bootstrap (full slots)"}
     rows = []
     for k, rec in ops.items():
+        if "median_s" not in rec:
+            continue
         p = peer.get(k) or {}
         pm = p.get("median_s")
         rows.append([labels.get(k, k), ms(rec["median_s"]), ms(pm) if pm else "–",
@@ -488,9 +491,10 @@ def gpu(name: str, command: str) -> str:
                     ("rotate_top_minus1", "rotate by 1, top − 1"), ("matvec_256", "256×256 matrix × 1 encrypted vector"),
                     ("bootstrap", "bootstrap (full slots)")):
         p = peer.get(k) or {}
-        if p.get("median_s"):
+        if p.get("median_s") and "median_s" not in ops.get(k, {}):
             extra = f" ({p['levels_left']} levels left, {p['precision_bits']:.1f} bits)" if k == "bootstrap" else ""
-            rows.append([what, "not on the GPU yet" if k == "bootstrap" else "–", ms(p["median_s"]) + extra, "–"])
+            rows.append([what, "not measured in this run" if k == "bootstrap" else "–", ms(p["median_s"]) + extra,
+                         "–"])
     body = table(["op (N16-boot, top level)", "hemlp GPU (ms)", "DESILO GPU (ms)", "hemlp / DESILO"], rows)
     g = d.get("gemm") or {}
     if g:

@@ -32,7 +32,7 @@ LAYERS = {
     "hemlp.bootstrap": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap"),
     "hemlp.baselines": ("hemlp.fhe", "hemlp.he", "hemlp.baselines"),           # comparison code only
     "hemlp.planner": ("hemlp.planner",),                                       # pure Python: no scheme, no Ray
-    "hemlp.gpu": ("hemlp.fhe", "hemlp.he", "hemlp.gpu"),                       # the CUDA backend of the scheme
+    "hemlp.gpu": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap", "hemlp.gpu"),  # the CUDA backend
     "hemlp.compiler": ("hemlp.fhe", "hemlp.he", "hemlp.planner", "hemlp.compiler"),
     # executes plans (their bootstrap steps included: hemlp.bootstrap is a building block below it); no layout logic
     "hemlp.runtime": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap", "hemlp.planner", "hemlp.compiler",

@@ -83,3 +83,27 @@ class TestAgainstTheLiveCore:
             dev.rotate(a, 3, dgk)
         with pytest.raises(KeyMismatchError):
             dev.relinearize(dev.mul(a, a), dgk[dev.galois_element(1)])
+
+
+@pytest.mark.skipif(not HAVE_CORE, reason="the CPU core (hemlp._core) is not built on this machine")
+def test_device_bootstrap_is_the_cpu_bootstrap():
+    """The whole pipeline on the device (test-N12-boot): the CPU Bootstrapper's words, and the input's values."""
+    from hemlp import fhe, gpu
+    from hemlp.bootstrap import Bootstrapper, BootstrapKeys
+    from hemlp.gpu.bootstrap import DeviceBootstrapper
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = fhe.Context("test-N12-boot", allow_insecure=True, decrypt_noise="none")
+    sk, pk = ctx.keygen()
+    boot = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk))
+    dev = gpu.CudaEvaluator(ctx)
+    dboot = DeviceBootstrapper(dev, boot)
+    rng = np.random.default_rng(4)
+    z = rng.uniform(-1, 1, ctx.slots)
+    ct = ctx.encrypt(z, pk, level=1)
+    want = boot.bootstrap(ct)
+    got = dev.to_host(dboot.bootstrap(dev.to_device(ct)))
+    assert got.level == want.level and got.scale == want.scale
+    assert all(np.array_equal(got.native.poly(j), want.native.poly(j)) for j in range(2))
+    assert np.max(np.abs(ctx.decrypt(got, sk).real - z)) < 2.0 ** -10

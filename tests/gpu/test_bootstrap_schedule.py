@@ -1,0 +1,79 @@
+"""hemlp.gpu.bootstrap runs the CPU Bootstrapper's pipeline operation for operation.
+
+The device pipeline is run here on stand-ins whose every step is the CPU core's (tests/gpu/core_backed.py: the
+evaluator; the encapsulation switch, ModRaise and the BSGS transforms through the core's own calls), and its output
+must be the CPU Bootstrapper's words exactly: any operation issued in another order, at another level or scale,
+would change them. Each device kernel the pipeline maps to is checked against the core by the golden cases
+(test_gpu_bit_exact on a GPU machine).
+"""
+import warnings
+
+import numpy as np
+import pytest
+
+from hemlp import _core, fhe
+from hemlp.bootstrap import Bootstrapper, BootstrapKeys
+from hemlp.errors import UnsupportedError
+from hemlp.gpu import bootstrap as gboot
+from hemlp.gpu.device import DeviceCiphertext, DeviceSpec
+from tests.gpu.core_backed import Buf, CoreBackedEvaluator
+
+
+class CoreTransform:
+    """DeviceLinearTransform's interface over the core's transform (double hoisting, as the device runs it)."""
+
+    def __init__(self, dev, native):
+        self.dev, self.native = dev, native
+
+    @classmethod
+    def from_native(cls, dev, native):
+        return cls(dev, native)
+
+    def apply(self, ct, keys, rescale=True):
+        out, _ = self.native.apply(self.dev.e, self.dev.native(ct), keys, 2, rescale)
+        return self.dev.wrap(out, ct)
+
+
+@pytest.fixture(scope="module")
+def env():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = fhe.Context("test-N12-boot", allow_insecure=True, decrypt_noise="none")
+    sk, pk = ctx.keygen()
+    return ctx, sk, pk, Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk))
+
+
+@pytest.fixture
+def core_backed(monkeypatch):
+    monkeypatch.setattr(gboot, "DeviceLinearTransform", CoreTransform)
+    monkeypatch.setattr(gboot.DeviceEncapsulationKeys, "from_keys", staticmethod(lambda dev, keys: keys.native))
+    monkeypatch.setattr(gboot, "dense_to_sparse",
+                        lambda dev, ct, keys: dev.wrap(_core.dense_to_sparse(dev.e, dev.native(ct), keys), ct))
+    monkeypatch.setattr(gboot, "mod_raise",
+                        lambda dev, ct, keys: dev.wrap(_core.mod_raise(dev.e, dev.native(ct), keys, keys.level), ct))
+
+
+@pytest.mark.parametrize("level", [1, 4, 0])
+def test_the_device_pipeline_is_the_cpu_bootstrap(env, core_backed, level):
+    ctx, sk, pk, boot = env
+    rng = np.random.default_rng(20 + level)
+    z = rng.uniform(-1, 1, ctx.slots) + 1j * rng.uniform(-1, 1, ctx.slots)
+    ct = ctx.encrypt(z, pk, level=level)
+    want = boot.bootstrap(ct).native
+    dev = CoreBackedEvaluator(ctx, DeviceSpec.from_context(ctx))
+    o = ct.native
+    d = DeviceCiphertext([Buf(o.poly(j)) for j in range(2)], o.level, o.scale, o.slots, o.encoding, o.is_complex,
+                         o.key_id, ctx.hash)
+    got = gboot.DeviceBootstrapper(dev, boot).bootstrap(d)
+    assert (got.level, got.scale, got.slots, got.encoding, got.is_complex) == \
+        (want.level, want.scale, want.slots, want.encoding, want.is_complex)
+    assert all(np.array_equal(got.polys[j].arr, want.poly(j)) for j in range(2))
+
+
+def test_sparse_slots_are_refused_with_the_alternative(env, core_backed):
+    ctx, sk, pk, _ = env
+    from hemlp.bootstrap import BootParams
+
+    sparse = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx, slots=ctx.slots // 4)))
+    with pytest.raises(UnsupportedError, match="CPU Bootstrapper"):
+        gboot.DeviceBootstrapper(CoreBackedEvaluator(ctx, DeviceSpec.from_context(ctx)), sparse)
