@@ -17,6 +17,13 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     && export PYTHONPATH="/tmp/hemlp-site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 scripts/build_cuda.sh || { echo "gpu_check: the CUDA build failed"; exit 1; }
+# the CPU core too, when its build dependencies were carried as .deb files (scripts/gpu_core_deps.sh fetch): the live
+# tests against it and the GPU bootstrap (its plans and keys come from the core) run only where it imports
+if ! python3 -c "import hemlp._core" 2>/dev/null && ls .debs/*.deb >/dev/null 2>&1; then
+  scripts/gpu_core_deps.sh build 2>&1 | tail -5 | tee "$DEST/core_build.log"
+  prefix="${HEMLP_DEPS_PREFIX:-/tmp/hemlp-deps}/usr/lib/x86_64-linux-gnu"
+  export LD_LIBRARY_PATH="$prefix:$prefix/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 export HEMLP_NVCC_VERSION="$(${NVCC:-nvcc} --version 2>/dev/null | tail -1)"
 echo "gpu_check: built in $(( $(date +%s) - t0 )) s"
 python3 -m pytest -q -p no:cacheprovider --noconftest -rs tests/gpu/test_gpu_bit_exact.py 2>&1 | tee "$DEST/tests.log"
