@@ -34,8 +34,11 @@ build: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace 2>&1 | grep -v -E '^(running|copying)' || true
 	@$(PY) -c "import hemlp._core" || (echo "hemlp._core failed to build"; exit 1)
 
-# The whole suite, the C++ tests of tests/cpp included (tests/cpp/test_cpp.py builds and runs them).
-test: build
+# The whole suite, the C++ tests of tests/cpp included (tests/cpp/test_cpp.py builds and runs them), and a short
+# native fuzz of every C++ import path under ASan + UBSan (tests/fuzz/test_fuzz.py builds the targets with clang:
+# fuzz-sysdeps installs it as root; otherwise it prints the apt command and those two tests skip).
+test: FUZZ_OPTIONAL := 1
+test: build fuzz-sysdeps
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 test-cpp: build
@@ -75,11 +78,17 @@ FUZZ_LIB_SRCS := $(wildcard csrc/ckks/*.cpp csrc/ring/*.cpp)
 FUZZ_LIB_OBJS := $(patsubst csrc/%.cpp,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_TARGETS := fuzz_import fuzz_params
 
-fuzz-sysdeps:
-	@if ! command -v $(FUZZ_CXX) >/dev/null; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-dev >/dev/null \
-	    || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-14 libclang-rt-14-dev >/dev/null; \
-	  else echo "make fuzz needs clang with libFuzzer: sudo apt-get install clang"; exit 1; fi; fi
+# clang with libFuzzer and the sanitizer runtimes (Debian ships those in libclang-rt-dev, apart from clang): only
+# attempted as root and only when a probe does not link; FUZZ_OPTIONAL=1 (set by `make test`) only warns when not root.
+FUZZ_PKGS := clang libclang-rt-dev
+FUZZ_PKGS_14 := clang-14 libclang-rt-14-dev
+FUZZ_PROBE = mkdir -p $(FUZZ_DIR) && printf 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' \
+	| $(FUZZ_CXX) -x c++ -fsanitize=fuzzer,address,undefined -o $(FUZZ_DIR)/.probe - >/dev/null 2>&1
+fuzz-sysdeps: | sysdeps
+	@if ! { $(FUZZ_PROBE); }; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(FUZZ_PKGS) >/dev/null \
+	    || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(FUZZ_PKGS_14) >/dev/null; }; \
+	  else echo "hemlp's native fuzzing needs clang with libFuzzer: sudo apt-get install $(FUZZ_PKGS)"; $(if $(FUZZ_OPTIONAL),,exit 1;) fi; fi
 
 $(FUZZ_DIR)/obj/%.o: csrc/%.cpp
 	@mkdir -p $(dir $@)
