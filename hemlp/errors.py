@@ -1,4 +1,6 @@
 """Typed exceptions. Every message names the problem and the fix."""
+import sys
+import warnings
 
 
 class HemlpError(Exception):
@@ -86,3 +88,27 @@ class InsecureParametersWarning(UserWarning):
 class UnsafeDecryptionWarning(UserWarning):
     """Emitted when decryption adds no noise (noise="none"): the output then reveals the secret key to anyone who
     also holds the ciphertext (Li–Micciancio). For tests and precision measurements only."""
+
+
+def warn_always(message, category=UserWarning, stacklevel: int = 1) -> None:
+    """``warnings.warn(message, category, stacklevel)`` without Python's once-per-location deduplication: every call
+    is shown (the loud warnings: insecure parameters, activation ranges, calibration), while the host program's own
+    filters (``warnings.simplefilter("ignore", ...)``, ``-W``, pytest's ``filterwarnings``) still decide. It touches no
+    global filter: ``warnings.warn_explicit`` with ``registry=None`` checks against a fresh registry on every call.
+    stacklevel counts as in ``warnings.warn`` (1: the line that calls warn_always)."""
+    try:
+        frame = sys._getframe(stacklevel)
+    except ValueError:                       # fewer frames than stacklevel: what warnings.warn does
+        glob, filename, lineno = sys.__dict__, "sys", 1
+    else:
+        glob, filename, lineno = frame.f_globals, frame.f_code.co_filename, frame.f_lineno
+    # no module_globals: like warnings.warn, the source line is read from the file (a __main__ run with -c has a
+    # loader that cannot give its source and would make warn_explicit raise)
+    warnings.warn_explicit(message, category, filename, lineno, module=glob.get("__name__", "<string>"),
+                           registry=None)
+
+
+#: what ``from hemlp.errors import *`` (hemlp/__init__.py) re-exports: the exception and warning classes only, not
+#: warn_always (library-internal) or this module's imports
+__all__ = [name for name, obj in list(globals().items())
+           if isinstance(obj, type) and issubclass(obj, (Exception, Warning))]

@@ -73,7 +73,7 @@ from hemlp.compiler.params import (choose_preset, depth_of, final_pcmm, output_r
                                    unrescaled_weight_bits)
 from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputRangeError,
                           InsecureParametersError, KeyMismatchError, LevelError, MissingKeyError,
-                          ParameterError, SerializationError, ShapeError, UnsupportedError)
+                          ParameterError, SerializationError, ShapeError, UnsupportedError, warn_always)
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
@@ -369,7 +369,7 @@ class CompiledModel:
                 raise InputRangeError(msg)
             from hemlp.compiler.activations import RangeWarning
 
-            warnings.warn(msg, RangeWarning, stacklevel=3)
+            warn_always(msg, RangeWarning, stacklevel=3)
         return rep
 
     def _check_input_range(self, x, on_range: str) -> dict:
@@ -391,7 +391,7 @@ class CompiledModel:
             raise InputRangeError(msg)
         from hemlp.compiler.activations import RangeWarning
 
-        warnings.warn(msg, RangeWarning, stacklevel=3)
+        warn_always(msg, RangeWarning, stacklevel=3)
         return {"input": {"seen": seen, "range": (lo, hi)}}
 
     def encrypt(self, x, key, on_range: str = "error", verbose: bool | None = None):

@@ -4,7 +4,7 @@
     python scripts/bench_peers.py core --json bench/peers_core.json [--logn 14,15] [--threads 1,2]
         [--repeats 7] [--peers hemlp,openfhe,tenseal]
     python scripts/bench_peers.py boot --json bench/peers_boot_N16.json --hemlp-json bench/boot_N16.json
-        # N = 2^16: about 10 GiB each, one after the other; run under flock /work/wt/big.lock
+        # N = 2^16: about 10 GiB each, one after the other; run it alone on the machine
 
 Each peer runs in its own venv, created on demand under ``~/.cache/hemlp/peers/<name>``
 (``HEMLP_PEERS_DIR`` overrides): OpenFHE's official wheel needs Python 3.10 (pyenv's, or

@@ -558,8 +558,7 @@ def render() -> str:
         layouts("infer_layouts.json", f"{env} -m hemlp.bench infer --layout-batches 1024,4096 --preset N14-d6 "
                                       "--max-key-gb 4 --max-estimate-s 150 --run-repeats 2 --threads 2 "
                                       "--json bench/infer_layouts.json"),
-        estimates("estimates.json", f"flock /work/wt/big.lock {env} -m hemlp.bench estimates --check "
-                                    "--json bench/estimates.json"),
+        estimates("estimates.json", f"{env} -m hemlp.bench estimates --check --json bench/estimates.json"),
         weights("weights_N15.json", f"{env} -m hemlp.bench weights --hidden 32 --batch 16 --downsample 2 "
                                     "--json bench/weights_N15.json"),
         ray(f"{env} -m hemlp.bench ray --model mlp --batch 8192 --repeats 11 --back-to-back 3 --json bench/ray_mlp_N14.json "
@@ -574,7 +573,7 @@ def render() -> str:
                                                     "--simd all --json bench/core_N14_simd_paths_avx2.json"),
         boot("boot_N16.json", f"{env} -m hemlp.bench boot --preset N16-boot --threads 1,2 --repeats 1 --pair --json "
                               "bench/boot_N16.json (run by the next section's command, --hemlp-json)"),
-        peers_boot("peers_boot_N16.json", "flock /work/wt/big.lock env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
+        peers_boot("peers_boot_N16.json", "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
                                           "scripts/bench_peers.py boot --json bench/peers_boot_N16.json "
                                           "--hemlp-json bench/boot_N16.json"),
         lintrans("lintrans_cts_N15.json", "Bootstrapping linear transforms: CoeffToSlot",
@@ -586,7 +585,7 @@ def render() -> str:
         gpu("gpu_h200.json", "scripts/gpu_check.sh (on the GPU machine; it runs python -m hemlp.bench gpu --json "
                              "bench/gpu_h200.json with DESILO's wheel carried in .whl/)"),
         cifar_resnet("cifar_resnet_encrypted.json", "cifar_resnet_poly_accuracy.json",
-                     "flock /work/wt/big.lock .venv/bin/python scripts/cifar_resnet_encrypted.py --data-root "
+                     ".venv/bin/python scripts/cifar_resnet_encrypted.py --data-root "
                      "../shared/data --images 100 --calibration 128 --diagonal-cache-gib 1 "
                      "--json bench/cifar_resnet_encrypted.json --resume",
                      ".venv/bin/python scripts/cifar_resnet_encrypted.py --data-root ../shared/data --images 0 "

@@ -49,8 +49,8 @@ def load(root, cache_dir, train_limit, seed=0):
 
 #: the compile check's preset: 12 levels after a bootstrap, room for the degree-31/63 fits of GELU that reach 99 %
 #: agreement (test-N12-boot leaves 3: LevelError on the first activation). Planning the 16-32-64-128 GELU model at
-#: N16-boot works; its simulate (layout A, 32768 slots) grew past 24 GB and was killed: run the check under
-#: flock /work/wt/big.lock on a machine with the memory, or on narrow widths (the slow test: test-N15-boot)
+#: N16-boot works; its simulate (layout A, 32768 slots) grew past 24 GB and was killed: run the check
+#: alone on a machine with the memory, or on narrow widths (the slow test: test-N15-boot)
 DEFAULT_PRESET = "N16-boot"
 
 

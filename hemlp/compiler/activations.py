@@ -16,7 +16,6 @@ degree of every activation for an agreement target.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,9 +31,6 @@ DEFAULT_MARGIN = 0.05
 
 class RangeWarning(UserWarning):
     """Simulation saw activation inputs outside the calibrated approximation range."""
-
-
-warnings.filterwarnings("always", category=RangeWarning)
 
 
 @dataclass

@@ -23,12 +23,11 @@ activation, the inputs outside the calibrated core and beyond the polynomial's d
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 from hemlp.compiler.activations import ActPoly, approximate, calibrate, exact_poly
-from hemlp.errors import CalibrationError, TargetUnreachableError
+from hemlp.errors import CalibrationError, TargetUnreachableError, warn_always
 
 __all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "as_calibration",
            "choose_activations", "needs_ranges", "per_node_option", "top1", "RANGED_KINDS"]
@@ -51,10 +50,6 @@ class CalibrationWarning(UserWarning):
 
 class AgreementWarning(UserWarning):
     """The default agreement target is not reachable within the available depth."""
-
-
-warnings.filterwarnings("always", category=CalibrationWarning)
-warnings.filterwarnings("always", category=AgreementWarning)
 
 
 def per_node_option(opt, node, default=None):
@@ -223,9 +218,9 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
     from_data = opts["activation_degree"] is None or any(per_node_option(opts["activation_range"], n) is None
                                                          for n in ranged)
     if n_samples < MIN_CERTIFY and from_data:
-        warnings.warn(f"activation ranges and degrees calibrated on {n_samples} sample(s): at least {MIN_CERTIFY} "
-                      f"are needed to certify {target:.0%} agreement; pass calibration=X with more representative "
-                      "inputs", CalibrationWarning, stacklevel=4)
+        warn_always(f"activation ranges and degrees calibrated on {n_samples} sample(s): at least {MIN_CERTIFY} "
+                    f"are needed to certify {target:.0%} agreement; pass calibration=X with more representative "
+                    "inputs", CalibrationWarning, stacklevel=4)
     ref = g.reference(X)
     ref_top = top1(ref[g.output.name])
     margin, guard = float(opts["activation_margin"]), float(opts["activation_guard"])
@@ -244,9 +239,9 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
         if not s.meets(agree) and (explicit_target or explicit_calibration):
             bound = (f" (90 % lower bound {agreement_bound(int(round(agree * n_samples)), n_samples):.2%})"
                      if n_samples >= MIN_CERTIFY else "")
-            warnings.warn(f"with the given activation_degree the plan agrees with the model on {agree:.2%} of "
-                          f"{n_samples} calibration samples{bound}, below the target {target:.2%}; drop "
-                          "activation_degree to let hemlp choose", AgreementWarning, stacklevel=4)
+            warn_always(f"with the given activation_degree the plan agrees with the model on {agree:.2%} of "
+                        f"{n_samples} calibration samples{bound}, below the target {target:.2%}; drop "
+                        "activation_degree to let hemlp choose", AgreementWarning, stacklevel=4)
     else:
         degrees, agree = _search(s, ranged, target, max_depth, explicit_target, n_samples)
     for n in ranged:
@@ -300,7 +295,7 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
                "BatchNorm before the activations (narrower ranges), or use a deeper preset")
         if explicit_target:
             raise TargetUnreachableError(msg)
-        warnings.warn(msg, AgreementWarning, stacklevel=5)
+        warn_always(msg, AgreementWarning, stacklevel=5)
         return best
     degrees, agree = found
     # greedy descent: lower one activation a notch while the target holds (depth first, then agreement)

@@ -33,6 +33,70 @@ LINEAR_OPS = ("linear", "conv2d", "avgpool2d")
 ACT_KINDS = ("square", "poly", "relu", "silu", "gelu", "sigmoid", "tanh")
 
 
+#: bumped by every edit that can change a graph's name or users index: a node's name or inputs assigned, a node's
+#: inputs list or a graph's node list edited in place (Graph.nodes and Node.inputs are the tracked lists below). An
+#: index built at one value stays valid while the counter keeps it (a global counter: a node may sit in several
+#: graphs, e.g. Graph(other.nodes)).
+_edits = 0
+
+
+def _edited() -> None:
+    global _edits
+    _edits += 1
+
+
+class _TrackedList(list):
+    """A list that bumps the edit counter on every in-place change (its slices and copies are plain lists)."""
+
+    def __setitem__(self, i, v):
+        _edited()
+        super().__setitem__(i, v)
+
+    def __delitem__(self, i):
+        _edited()
+        super().__delitem__(i)
+
+    def __iadd__(self, other):
+        _edited()
+        return super().__iadd__(other)
+
+    def __imul__(self, k):
+        _edited()
+        return super().__imul__(k)
+
+    def append(self, v):
+        _edited()
+        super().append(v)
+
+    def extend(self, vs):
+        _edited()
+        super().extend(vs)
+
+    def insert(self, i, v):
+        _edited()
+        super().insert(i, v)
+
+    def pop(self, i=-1):
+        _edited()
+        return super().pop(i)
+
+    def remove(self, v):
+        _edited()
+        super().remove(v)
+
+    def clear(self):
+        _edited()
+        super().clear()
+
+    def sort(self, *, key=None, reverse=False):
+        _edited()
+        super().sort(key=key, reverse=reverse)
+
+    def reverse(self):
+        _edited()
+        super().reverse()
+
+
 @dataclass
 class Node:
     name: str
@@ -47,15 +111,51 @@ class Node:
     scale_out: Optional[float] = None
     notes: list = field(default_factory=list)
 
+    def __setattr__(self, key, value):
+        if key == "inputs":
+            value = _TrackedList(value)
+        object.__setattr__(self, key, value)
+        if key in ("name", "inputs"):
+            _edited()
+
     @property
     def features(self) -> int:
         return int(np.prod(self.shape)) if self.shape else 1
 
 
 class Graph:
+    """Nodes in topological order. ``node(name)``, ``users(name)`` and ``unique`` answer from a name index and a users
+    index (O(1)), rebuilt lazily after any edit: ``g.nodes`` (assigned or edited in place) or a node's name or inputs
+    (assigned or edited in place)."""
+
     def __init__(self, nodes=None, name: str = "model"):
-        self.nodes: list[Node] = list(nodes or [])
+        self.nodes = list(nodes or [])
         self.name = name
+
+    @property
+    def nodes(self) -> list[Node]:
+        return self._nodes
+
+    @nodes.setter
+    def nodes(self, value) -> None:
+        self._nodes = _TrackedList(value)
+        _edited()
+
+    def __getstate__(self):                     # the index is per process (it is stamped with _edits)
+        return {k: v for k, v in self.__dict__.items() if k != "_index"}
+
+    def _lookup(self) -> tuple[dict, dict]:
+        """(name -> first node of that name, name -> its users in node order), current as of the last edit."""
+        index = self.__dict__.get("_index")
+        if index is None or index[0] != _edits:
+            by_name: dict[str, Node] = {}
+            users: dict[str, list[Node]] = {}
+            for n in self._nodes:
+                by_name.setdefault(n.name, n)
+                for i in dict.fromkeys(n.inputs):    # a node using one value twice (x + x) is one user of it
+                    users.setdefault(i, []).append(n)
+            index = self._index = (_edits, by_name, users)
+        return index[1], index[2]
 
     # ---- access
     def __iter__(self):
@@ -65,13 +165,13 @@ class Graph:
         return len(self.nodes)
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        try:
+            return self._lookup()[0][name]
+        except KeyError:
+            raise KeyError(name) from None
 
     def users(self, name: str) -> list[Node]:
-        return [n for n in self.nodes if name in n.inputs]
+        return list(self._lookup()[1].get(name, ()))
 
     @property
     def input(self) -> Node:
@@ -82,7 +182,7 @@ class Graph:
         return next(n for n in self.nodes if n.op == "output")
 
     def unique(self, base: str) -> str:
-        names = {n.name for n in self.nodes}
+        names = self._lookup()[0]
         base = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in base).strip("_") or "v"
         if base[0].isdigit():
             base = "layer" + base

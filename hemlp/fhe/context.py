@@ -20,13 +20,11 @@ import numpy as np
 
 from hemlp import _core
 from hemlp.errors import (ContextMismatchError, EncodingError, InsecureParametersError, InsecureParametersWarning,
-                          MissingKeyError, ParameterError, ShapeError, UnsafeDecryptionWarning)
+                          MissingKeyError, ParameterError, ShapeError, UnsafeDecryptionWarning, warn_always)
 from hemlp.fhe.objects import Ciphertext, GaloisKeys, Plaintext, PublicKey, RelinKey, SecretKey, from_bytes
 from hemlp.fhe.params import DECRYPT_NOISE_MODES, NOISE_CODES, FloodSpec, Params, default_decrypt_noise
 
 __all__ = ["Context"]
-
-warnings.filterwarnings("always", category=InsecureParametersWarning)  # loud: never deduplicated
 
 
 class Context:
@@ -49,7 +47,7 @@ class Context:
                     f"parameters {params.name!r} are not 128-bit secure: {why}. Use a preset such as 'N14-d6' or "
                     "'N15-d10', or pass allow_insecure=True for tests only")
             msg = f"INSECURE parameters {params.name!r} ({why}): for tests only, never for real data"
-            warnings.warn(msg, InsecureParametersWarning, stacklevel=2)
+            warn_always(msg, InsecureParametersWarning, stacklevel=2)  # loud: never deduplicated
         mode = default_decrypt_noise() if decrypt_noise is None else decrypt_noise
         if mode not in DECRYPT_NOISE_MODES:
             raise ParameterError(f"decrypt_noise must be one of {DECRYPT_NOISE_MODES}, got {mode!r}")

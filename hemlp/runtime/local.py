@@ -16,7 +16,7 @@ import numpy as np
 from hemlp import pcmm
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, matmul_index
-from hemlp.errors import LevelError, MissingKeyError
+from hemlp.errors import LevelError, MissingKeyError, warn_always
 from hemlp.pcmm import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
 from hemlp.he.reinterpret import retag
@@ -53,7 +53,7 @@ def range_check(step, u, counts: dict | None = None):
             c["seen"] = [min(c["seen"][0], float(x.min())), max(c["seen"][1], float(x.max()))]
     if np.any(beyond):
         frac = float(np.mean(beyond))
-        warnings.warn(
+        warn_always(
             f"activation {step.node!r} ({ap.kind}, degree {ap.degree}): {frac:.2%} of its inputs lie outside the "
             f"calibrated range [{ap.lo:.4g}, {ap.hi:.4g}] and its guard band [{dlo:.4g}, {dhi:.4g}] (seen "
             f"[{float(x.min()):.4g}, {float(x.max()):.4g}]); the polynomial diverges there and the outputs are "
