@@ -64,7 +64,7 @@ import numpy as np
 from hemlp import layouts
 from hemlp.fhe import Ciphertext, Context, FloodSpec, Params, PublicKey, SecretKey
 from hemlp.fhe import load as load_ckks_object
-from hemlp.compiler.calibration import as_calibration, choose_activations, top1
+from hemlp.compiler.calibration import UNCAPPED_DEPTH, as_calibration, choose_activations, top1
 from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
@@ -632,7 +632,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         # a bootstrapping preset is checked first; the chain's depth is not capped (the planner places bootstraps
         # and names any single layer deeper than what a bootstrap leaves)
         boot_preset(opts["preset"], allow)
-        max_depth = 10 ** 6
+        max_depth = UNCAPPED_DEPTH
     else:
         max_depth = (choose_preset(0, allow, opts["preset"]) if opts["preset"] else
                      max(preset_candidates(allow), key=lambda p: p["depth"]))["depth"]

@@ -197,6 +197,10 @@ class _Search:
         return self._agree[key]
 
 
+#: the depth cap compile passes when bootstraps are placed (no preset bounds the chain's depth then)
+UNCAPPED_DEPTH = 10 ** 6
+
+
 def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, explicit_calibration: bool) -> dict:
     """Attach an approximation (``attrs['approx']``) to every activation of `g`; returns the fit report."""
     for n in g.nodes:
@@ -280,19 +284,24 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
         if s.meets(a):
             found = (degrees, a)
             break
+    # without bootstraps the depth is capped by the deepest preset; bootstrap=True lifts the cap (the planner refreshes
+    # the levels between layers), which is the fix for a deep network
+    boot_fix = "" if max_depth >= UNCAPPED_DEPTH else (
+        "; or compile with bootstrap=True, which places bootstraps between layers (preset N16-boot) so the depth is "
+        "no longer limited")
     if found is None:
         if best is None:
             degrees = {n.name: start[0] for n in ranged}
             raise TargetUnreachableError(
                 f"even degree-{start[0]} activations need {depth(degrees)} levels, more than the {max_depth} the "
                 "deepest available preset has: use x^2 or hemlp.compiler.Polynomial activations, fewer layers, or "
-                "a deeper preset")
+                "a deeper preset" + boot_fix)
         k = max(best[0].values())
         msg = (f"no activation degree within {max_depth} levels reaches {target:.2%} agreement with the model on "
                f"{n_samples} calibration samples" + (" (90 % lower bound)" if n_samples >= MIN_CERTIFY else "")
                + f": the best is {best[1]:.2%} (degree {k}, depth {depth(best[0])}). "
                "Lower target_agreement, retrain with polynomial activations (x^2, hemlp.compiler.Polynomial) or "
-               "BatchNorm before the activations (narrower ranges), or use a deeper preset")
+               "BatchNorm before the activations (narrower ranges), or use a deeper preset" + boot_fix)
         if explicit_target:
             raise TargetUnreachableError(msg)
         warn_always(msg, AgreementWarning, stacklevel=5)

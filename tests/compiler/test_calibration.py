@@ -193,8 +193,9 @@ def test_unmeetable_target():
     with pytest.raises(TargetUnreachableError, match=r"best is .*%.*Lower target_agreement"):
         hemlp.compile(model, cal[:1], calibration=cal, allow_insecure=True, preset="test-N12-d18",
                       target_agreement=1.0)     # 1 000 / 1 000 bounds the agreement at 99.77 % only
-    with pytest.raises(TargetUnreachableError, match=r"degree-3 activations need 7 levels, more than the 6"):
+    with pytest.raises(TargetUnreachableError, match=r"degree-3 activations need 7 levels, more than the 6") as e:
         hemlp.compile(model, cal[:1], calibration=cal, allow_insecure=True, preset="test-N12-d6")
+    assert "bootstrap=True" in str(e.value)   # the option that solves a network deeper than every preset
     with pytest.raises(CalibrationError, match="target_agreement=1.5"):
         hemlp.compile(model, cal[:1], calibration=cal, allow_insecure=True, target_agreement=1.5)
 
