@@ -210,7 +210,8 @@ class CompiledModel:
     def estimate_noise(self, inputs, runs: int = 16, margin_bits: float = 1.0, seed: int = 0) -> float:
         """The plan's output error bound t (returns log2 t), measured by simulated runs of the exact compiled
         circuit under throwaway key pairs (never the client's keys), and stored with the plan so that decrypt()
-        adds noise of sigma = t (standard mode) and FloodSpec(bound_log2=t) floods with it (DECRYPTION.md §3).
+        adds noise of sigma = t (standard mode) and FloodSpec(bound_log2=t) floods with it
+        (docs/design/decryption.md §3).
 
         Inputs: the given samples plus worst cases of their domain (every feature at +max, at -max, alternating signs,
         then random sign patterns at +-max and, every third run, uniform draws), max = the largest |value| of `inputs`.

@@ -6,7 +6,7 @@ reused across RNS primes) for one 60-bit and one 40-bit NTT prime against numpy'
 float64, with 1 and 2 threads. Each thread count runs in a fresh subprocess with OPENBLAS_NUM_THREADS
 and OMP_NUM_THREADS set, because both BLAS libraries read them once at load time.
 
-Run as the brief says, without the CI's OpenBLAS overrides so both BLAS pick their own kernels:
+Run as docs/design/peers.md (BLAS) says, without the CI's OpenBLAS overrides so both BLAS pick their own kernels:
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python scripts/bench_modgemm.py
 Options: --d 256 1024 4096 --n 8192 16384 --threads 1 2 --json bench/modgemm.json
 On a shared machine, --merge A.json B.json ... keeps, per entry, the minimum times over earlier runs
@@ -148,7 +148,8 @@ def main():
     ap.add_argument("--d", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--n", type=int, nargs="+", default=[8192, 16384])
     ap.add_argument("--bits", type=int, nargs="+", default=[60, 40], help="prime sizes")
-    ap.add_argument("--bU", type=int, default=18, help="|U| <= 2^bU (BRIEF §2.5: Delta_U = 2^18)")
+    ap.add_argument("--bU", type=int, default=18,
+                    help="|U| <= 2^bU (docs/design/pcmm-and-planning.md §2.5: Delta_U = 2^18)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--json", default="bench/modgemm.json")
     ap.add_argument("--merge", nargs="*", default=[], help="earlier JSON outputs to fold in (min times)")

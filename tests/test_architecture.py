@@ -1,7 +1,7 @@
 """The Python package's import graph, read from the source (AST, nothing imported).
 
-Rules (docs/ARCHITECTURE rules of thumb): no import cycle between hemlp's modules, counting the imports inside
-functions too (a function-level import is how a cycle hides); and no private name used across modules — neither
+Rules (docs/design/architecture.md, "Rules of thumb"): no import cycle between hemlp's modules, counting the imports
+inside functions too (a function-level import is how a cycle hides); and no private name used across modules — neither
 ``from hemlp.x import _name`` nor ``module._name`` nor ``obj._name`` where ``_name`` is not defined in the module
 that uses it (an attribute of another module's class). ``hemlp._core`` (the native extension module, named so by
 pybind11 convention) is the one private-looking module name that may be imported.
@@ -21,10 +21,11 @@ ALLOWED_PRIVATE_MODULES = {"hemlp._core"}
 CLEAN = ("hemlp", "hemlp.model", "hemlp.fhe", "hemlp.pcmm", "hemlp.threads", "hemlp.errors", "hemlp.apps.cli",
          "hemlp.apps.demo", "hemlp.layouts", "hemlp.compiler", "hemlp.planner", "hemlp.runtime.local")
 
-#: The layers (ARCHITECTURE.md: data flows one way, each layer uses only the ones below it). A module under a key
-#: may import, at module or function level, only hemlp modules under the listed prefixes or the foundation (the most
-#: specific key applies; hemlp._core is always allowed). Keys not listed (layouts, model, hemlp itself) sit above all
-#: of these; apps is the top and no library module imports it (test_nothing_in_the_library_imports_apps_or_baselines).
+#: The layers (docs/design/architecture.md, "Data flow": data flows one way, each layer uses only the ones below it).
+#: A module under a key may import, at module or function level, only hemlp modules under the listed prefixes or the
+#: foundation (the most specific key applies; hemlp._core is always allowed). Keys not listed (layouts, model, hemlp
+#: itself) sit above all of these; apps is the top and no library module imports it
+#: (test_nothing_in_the_library_imports_apps_or_baselines).
 LAYERS = {
     "hemlp.fhe": ("hemlp.fhe",),                                               # the scheme: nothing above it
     "hemlp.he": ("hemlp.fhe", "hemlp.he"),                                     # building blocks on the scheme

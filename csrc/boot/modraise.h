@@ -1,4 +1,4 @@
-// Bootstrapping's bottom-of-the-chain steps (BOOTSTRAP.md §1.3, steps 1-2):
+// Bootstrapping's bottom-of-the-chain steps (docs/design/bootstrap.md §1.3, steps 1-2):
 //   dense_to_sparse: key switch s -> s' at level 0 over {q0, p0} (encapsulation, Bossuat-Troncoso-Hubaux);
 //   mod_raise:       centred lift of (c0, c1) from q0 to Q_target, fused with the 1-digit s' -> s switch.
 // The ephemeral sparse secret s' (ternary, Hamming weight h, fresh from the CSPRNG) lives only inside

@@ -1,5 +1,5 @@
 // Batched (MSRLWE, shared-a) rotations and BSGS linear transforms for batched bootstrapping
-// (BOOTSTRAP.md §3.1): a group (a; b_1..b_k) with b_j + a s_j = m_j + e_j is rotated by one ModUp of the
+// (docs/design/bootstrap.md §3.1): a group (a; b_1..b_k) with b_j + a s_j = m_j + e_j is rotated by one ModUp of the
 // shared a, then k+1 key inner products against a Galois key whose a-part alpha is shared by the k
 // secrets:  alpha_t uniform,  beta_{t,j} = -alpha_t s_j + e + P Qtilde_t psi_g(s_j),
 //   a' = ModDown(sum_t psi(d_t) alpha_t),   b'_j = psi(b_j) + ModDown(sum_t psi(d_t) beta_{t,j}),

@@ -1,5 +1,5 @@
 // Conversions between k RLWE ciphertexts and one shared-a MSRLWE ciphertext for batched bootstrapping
-// (BOOTSTRAP.md §3.2), placed at the bottom of the chain where the k² conversion keys are small:
+// (docs/design/bootstrap.md §3.2), placed at the bottom of the chain where the k² conversion keys are small:
 //
 //   rlwe_to_ms_sparse: k ciphertexts under s at level 0 -> one MSRLWE (a*; b*_1..b*_k) under k fresh sparse
 //     secrets s'_j (Hamming weight h), fused with the dense->sparse encapsulation. Keys over {q0, p0}:

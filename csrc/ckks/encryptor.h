@@ -5,7 +5,7 @@
 
 namespace hemlp {
 
-// Noise added to the decrypted coefficients (IND-CPA-D; design: shared/design/DECRYPTION.md). Decryption
+// Noise added to the decrypted coefficients (IND-CPA-D; design: docs/design/decryption.md). Decryption
 // returns m + e; whoever sees it and holds the ciphertext learns c1 s, hence s (Li–Micciancio). An exact
 // integer Gaussian of standard deviation `sigma` (in coefficient units, i.e. scale units) is added to every
 // coefficient inside decrypt, before decoding. The client sets sigma from a bound it trusts (its own plan),

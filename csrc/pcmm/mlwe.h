@@ -1,5 +1,5 @@
-// MLWE format (BRIEF §2.2) for matrices with √N <= d3 < N columns: one coefficient-encoded RLWE
-// ciphertext holds k = N/d3 rows, interleaved (row k*i + u, column t -> coefficient t*k + u).
+// MLWE format (docs/design/pcmm-and-planning.md §2.2) for matrices with √N <= d3 < N columns: one
+// coefficient-encoded RLWE ciphertext holds k = N/d3 rows, interleaved (row k*i + u, column t -> coefficient t*k + u).
 // Decimating by Y = X^k (ModDecomp, free) turns it into k rank-k MLWE ciphertexts over R_{d3};
 // a PCMM is then one GEMM on the a-parts (N columns) and one on the b-parts (d3 columns), and
 // ModPack re-interleaves k output rows into one RLWE ciphertext, key-switching its k a-parts

@@ -1,4 +1,4 @@
-// Exact modular GEMM  C = U * X mod q  on top of floating-point DGEMM (BRIEF §2.6).
+// Exact modular GEMM  C = U * X mod q  on top of floating-point DGEMM (docs/design/pcmm-and-planning.md §2.6).
 //
 // U is a small signed integer matrix (|U_ij| <= 2^bU, e.g. the PCMM weights round(Delta_U * W)),
 // X holds residues in [0, q) for an odd q < 2^61 (one RNS limb of a ciphertext stack).

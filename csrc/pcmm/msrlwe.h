@@ -1,4 +1,4 @@
-// MSRLWE ("shared-a") matrices (BRIEF §2.3): the k chunks of a row share one uniform a-part,
+// MSRLWE ("shared-a") matrices (docs/design/pcmm-and-planning.md §2.3): the k chunks of a row share one uniform a-part,
 // each under its own secret s_j:  b_j = -a s_j + e_j + m_j.  Stacked rows satisfy
 // A [Toep(s_0) | ... | Toep(s_{k-1})] + B = M + E, so a PCMM costs one GEMM on the a-parts
 // (N columns) plus one on the b-parts (kN columns): about one plaintext GEMM for large k, and
@@ -73,7 +73,7 @@ MsCiphertext ms_add_plain(const Context& ctx, const MsCiphertext& ct, size_t chu
 }  // namespace hemlp::pcmm
 
 namespace hemlp::pcmm {
-// RLWE -> MSRLWE (BRIEF §2.7 [R]): k RLWE ciphertexts under s become one MSRLWE row under
+// RLWE -> MSRLWE (docs/design/pcmm-and-planning.md §2.7 [R]): k RLWE ciphertexts under s become one MSRLWE row under
 // (s_0..s_{k-1}) whose chunks share a*. Key for input i, digit l, output secret j:
 //   beta_{i,l,j} = -alpha_{i,l} s_j + e + [i == j] P Qtilde_l s,   alpha_{i,l} shared over j,
 // then a* = ModDown(sum_{i,l} c^_{i,l} alpha_{i,l}), b*_j = c0_j + ModDown(sum_{i,l} c^_{i,l} beta_{i,l,j})

@@ -1,4 +1,5 @@
-"""Rotation-based matrix-multiplication baselines on hemlp.fhe (BRIEF §5), kept for comparison only.
+"""Rotation-based matrix-multiplication baselines on hemlp.fhe (docs/design/pcmm-and-planning.md §5), kept for
+comparison only.
 
 - halevi_shoup: plaintext matrix × encrypted vectors (the PCMM baseline, §5.1);
 - jkls: Jiang–Kim–Lauter–Song square ciphertext × ciphertext matmul (§5.2).

@@ -1,7 +1,8 @@
-"""Plaintext matrix × encrypted vectors by Halevi–Shoup diagonals with BSGS (the PCMM baseline, BRIEF §5.1).
+"""Plaintext matrix × encrypted vectors by Halevi–Shoup diagonals with BSGS (the PCMM baseline,
+docs/design/pcmm-and-planning.md §5.1).
 
-Layout (block-diagonal, BRIEF §5.1 first option): U (d_out × d_in) is zero-padded to d × d with
-d = max(d_out, d_in); the input vectors x_0, x_1, ... (d_in entries each, zero-padded to d) sit in
+Layout (block-diagonal, docs/design/pcmm-and-planning.md §5.1 first option): U (d_out × d_in) is zero-padded to
+d × d with d = max(d_out, d_in); the input vectors x_0, x_1, ... (d_in entries each, zero-padded to d) sit in
 consecutive d-slot blocks, slots [c·d, c·d + d) hold x_c, so one ciphertext carries
 n // d vectors (n = its slot count). The product applies I ⊗ U, whose generalised diagonals
 are the 2d − 1 offsets -d < k < d:

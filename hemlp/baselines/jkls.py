@@ -1,4 +1,5 @@
-"""Jiang–Kim–Lauter–Song square ciphertext × ciphertext matmul (CCS'18; BRIEF §5.2, seed 002 §4 eqs. 3–14).
+"""Jiang–Kim–Lauter–Song square ciphertext × ciphertext matmul (CCS'18; docs/design/pcmm-and-planning.md §5.2,
+seed 002 §4 eqs. 3–14).
 
 A d×d matrix is packed row-major, ι(A)_{d·i+j} = A_{i,j}, into a ciphertext of n slots:
 n = d² when d² is a power of two (sparse packing, the JKLS setting: slots cycle with period d²),

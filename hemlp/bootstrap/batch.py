@@ -1,4 +1,4 @@
-"""Batched bootstrapping on shared-a MSRLWE ciphertexts (BOOTSTRAP.md §3.1–3.3, CtS-first):
+"""Batched bootstrapping on shared-a MSRLWE ciphertexts (docs/design/bootstrap.md §3.1–3.3, CtS-first):
 
     ScaleDown each → RLWE(s)^k → MSRLWE(s'_1..s'_k) at q0·p0, fused with the sparse encapsulation (k² keys of
     2 limbs) → ModRaise + s'_j → s_j (1-digit shared-A key) → batched CoeffToSlot (one ModUp of the shared a
@@ -13,7 +13,7 @@
 Every ciphertext-independent cost of CoeffToSlot (ModUps, the giant steps' ModDown of a) is paid once per k
 ciphertexts; inner products, ModDowns, plaintext products and rescales run on k+1 polynomials instead of 2k.
 EvalMod cannot run in MSRLWE (no ciphertext-ciphertext product), and SlotToCoeff in the CtS-first order
-runs per ciphertext (batching it needs a second k² conversion at its level; BOOTSTRAP.md §3.3 skips it).
+runs per ciphertext (batching it needs a second k² conversion at its level; docs/design/bootstrap.md §3.3 skips it).
 
 Scales follow Bootstrapper exactly (the same plans, factors and re-tags), so bootstrap_batch returns what
 k single bootstraps return up to noise. Keys and their memory: hemlp.bootstrap.batch_keys (the CtS rotation keys

@@ -1,4 +1,4 @@
-"""CKKS bootstrapping, CtS-first order (BOOTSTRAP.md §0, §1.3):
+"""CKKS bootstrapping, CtS-first order (docs/design/bootstrap.md §0, §1.3):
 
     ScaleDown → dense→sparse at q0·p0 → ModRaise + sparse→dense → (subring trace if n < N/2)
     → CoeffToSlot → re/im split → EvalMod ×2 → join + retag → SlotToCoeff

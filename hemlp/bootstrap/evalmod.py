@@ -1,4 +1,4 @@
-"""EvalMod: the homomorphic reduction modulo 1 of CKKS bootstrapping (BOOTSTRAP.md §1.3, steps 5-6).
+"""EvalMod: the homomorphic reduction modulo 1 of CKKS bootstrapping (docs/design/bootstrap.md §1.3, steps 5-6).
 
     from hemlp.bootstrap.evalmod import EvalModParams, eval_mod, hanki_coefficients
     params = EvalModParams()                 # K = 16, degree 30, 3 double angles, message ratio 2^8
@@ -15,9 +15,9 @@ Method (Han-Ki, CT-RSA'20; Lattigo's CosDiscrete):
   coefficients are rounded to float64 once per (K, degree, R, r) and cached;
 * r double angles y <- 2 y^2 - a0^(2^(i+1)) turn a0 cos(theta / 2^r) into (2 pi)^-1 cos(theta)
   (if y = a cos(phi) then 2 y^2 - a^2 = a^2 cos(2 phi)); cos(2 pi (u - 1/4)) = sin(2 pi u);
-* scales (BOOTSTRAP.md F5): the double angle at level l divides by q_l, so S_i = sqrt(S_(i+1) q_l) backwards
-  from S_r = out_scale; the polynomial lands on S_0 exactly (hemlp.he.polynomial.evaluate_native) and every square
-  lands on S_(i+1) to within a few ulps, which is then re-tagged exactly.
+* scales (docs/design/bootstrap.md §1.3, F5): the double angle at level l divides by q_l, so S_i = sqrt(S_(i+1) q_l)
+  backwards from S_r = out_scale; the polynomial lands on S_0 exactly (hemlp.he.polynomial.evaluate_native) and
+  every square lands on S_(i+1) to within a few ulps, which is then re-tagged exactly.
 
 Input scale: the power scales of the polynomial grow as s^n / q^(n-1), so the input must sit at a scale of at
 most about the top prime q_(ct.level) (max_input_scale); a lower scale is lifted by an exact integer for free.

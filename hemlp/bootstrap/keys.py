@@ -1,5 +1,5 @@
 """Client-side key generation for bootstrapping: exactly the keys one Bootstrapper needs, each made
-for the highest level it is used at (BOOTSTRAP.md §5: "count rotation steps before key generation,
+for the highest level it is used at (docs/design/bootstrap.md §5: "count rotation steps before key generation,
 generate each key at the level of first use, share CtS/StC steps").
 
 CtS level i (0-based) runs at level L − i, the trace at L, the real/imaginary split and EvalMod at

@@ -1,4 +1,4 @@
-"""S2C-first batched bootstrapping and MaMBo (BOOTSTRAP.md §1.4, §3.4): the plaintext-ciphertext matrix
+"""S2C-first batched bootstrapping and MaMBo (docs/design/bootstrap.md §1.4, §3.4): the plaintext-ciphertext matrix
 product fused into batched bootstrapping at the bottom of the chain.
 
 S2C-first order (per batch of k ciphertexts, slot-encoded at level >= stc_depth):

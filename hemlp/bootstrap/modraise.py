@@ -1,4 +1,4 @@
-"""Bootstrapping's bottom-of-the-chain steps (BOOTSTRAP.md §1.3, steps 0–2).
+"""Bootstrapping's bottom-of-the-chain steps (docs/design/bootstrap.md §1.3, steps 0–2).
 
 - scale_down: bring a ciphertext to level 0 with scale Δ0' ≈ q0 / 2^R (tracked exactly, never rounded
   to the nominal value);

@@ -1,4 +1,4 @@
-"""Bootstrapping parameters (BOOTSTRAP.md §0, §2): the pipeline order, EvalMod's shape and the DFT depths.
+"""Bootstrapping parameters (docs/design/bootstrap.md §0, §2): the pipeline order, EvalMod's shape and the DFT depths.
 
     BootParams.for_context(ctx)      # the defaults of the context's preset (N16-boot, test-N12-boot, ...)
     bp.levels_consumed               # CtS + EvalMod + StC levels
@@ -50,7 +50,7 @@ class BootParams:
     def __post_init__(self):
         if self.order not in ORDERS:
             raise ParameterError(f"bootstrapping order {self.order!r} is unknown; use one of {ORDERS} ('s2c_first' "
-                                 "runs in hemlp.bootstrap.mambo, BOOTSTRAP.md §1.4)")
+                                 "runs in hemlp.bootstrap.mambo, docs/design/bootstrap.md §1.4)")
         for name in ("log_message_ratio", "K", "degree", "cts_depth", "stc_depth", "h"):
             if int(getattr(self, name)) < 1:
                 raise ParameterError(f"BootParams.{name} must be >= 1, got {getattr(self, name)}")

@@ -1,6 +1,6 @@
 """Calibration data -> activation ranges and approximations chosen for an agreement target.
 
-``choose_activations`` (called by hemlp.compile) implements design/ACTIVATIONS.md section 3:
+``choose_activations`` (called by hemlp.compile) implements docs/design/activations.md §3:
 1. run the exact float64 model on the calibration set and record every activation's input;
 2. range per activation: [min, max] plus a small core margin, and a guard band (``activation_guard`` x the
    width on each side) fitted at low weight, so inputs slightly beyond the calibrated range stay sane;
@@ -14,8 +14,8 @@
    reachable choice with an AgreementWarning.
 
 The composite sign-based ReLU (Lee et al.) is not a candidate: at the depths a leveled plan has (<= 10
-levels per activation) a single minimax polynomial is 6-14x more accurate at equal depth (design
-section 1.4); it pays off only beyond degree ~1000.
+levels per activation) a single minimax polynomial is 6-14x more accurate at equal depth
+(docs/design/activations.md §1.4); it pays off only beyond degree ~1000.
 
 ``check_inputs`` is the client-side guard: it runs the plan in plaintext on the inputs and reports, per
 activation, the inputs outside the calibrated core and beyond the polynomial's domain (garbage).
@@ -33,7 +33,7 @@ __all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "
            "choose_activations", "needs_ranges", "per_node_option", "top1", "RANGED_KINDS"]
 
 DEGREES = (3, 7, 15, 31, 63, 127)
-#: calibration samples needed to certify 99 % agreement (95 % Clopper-Pearson bound, <= 4 disagreements)
+#: calibration samples needed to certify 99 % agreement (the 90 % Clopper-Pearson bound of CONFIDENCE)
 MIN_CERTIFY = 1000
 #: below this many samples the search starts at degree 7 and uses the point estimate (a handful of samples
 #: agree at any degree, and no bound reaches 99 %)

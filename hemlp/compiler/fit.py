@@ -4,7 +4,7 @@ A fit maps the *domain* [dom_lo, dom_hi] onto u in [-1, 1] and returns Chebyshev
 The domain is the calibrated core [lo, hi] widened by ``guard`` x its width on each side; the error is
 weighted 1 on the core and ``GUARD_WEIGHT`` on the guard band. The band costs the core little accuracy
 but keeps the polynomial bounded just outside the calibrated range, where an unguarded high-degree fit
-explodes (|T_n(1 + d)| ~ e^(n sqrt(2 d)) / 2; design/ACTIVATIONS.md section 1.5).
+explodes (|T_n(1 + d)| ~ e^(n sqrt(2 d)) / 2; docs/design/activations.md §1.5).
 
 Methods:
     "minimax"   weighted minimax on a dense grid (Lawson's iteratively reweighted least squares, which

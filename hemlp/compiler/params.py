@@ -1,4 +1,5 @@
-"""Level planning and parameter choice (BRIEF §1.8, §6.4): fail at compile time, never at run time.
+"""Level planning and parameter choice (docs/design/pcmm-and-planning.md §1.8, §6.4): fail at compile time, never at
+run time.
 
 Costs: PCMM 1 level (its rescale), square 1, polynomial of degree d ceil(log2(d + 1)), affine 1,
 residual add 0 when the branches are at different levels (the higher one is brought to the other's

@@ -83,16 +83,20 @@ class _Preset:
 # 128-bit presets (HE standard, uniform ternary secret, log QP including P) and insecure test sets.
 _PRESETS = {
     "N14-d6": _Preset(14, (60,) + (40,) * 6, (60, 60), 2, 40,
-                      "leveled, depth 6: plaintext-model nets with PCMM layers (BRIEF L14)"),
+                      "leveled, depth 6: plaintext-model nets with PCMM layers "
+                      "(docs/design/pcmm-and-planning.md §1.10, L14)"),
     "N15-d10": _Preset(15, (60,) + (45,) * 10, (61, 61, 61), 3, 45,
-                       "leveled, depth 10: deeper nets and ciphertext x ciphertext matmul (BRIEF set L)"),
-    # BOOTSTRAP.md set B with one 40-bit application level dropped and 61-bit EvalMod primes (their rescales'
-    # noise, relative to the scale, is halved: +0.5 bit at N = 2^14): log QP 1735 <= 1747 (Lattigo's N16QP1767 is over)
+                       "leveled, depth 10: deeper nets and ciphertext x ciphertext matmul "
+                       "(docs/design/pcmm-and-planning.md §1.10, set L)"),
+    # docs/design/bootstrap.md §2: set B with one 40-bit application level dropped and 61-bit EvalMod primes (their
+    # rescales' noise, relative to the scale, is halved: +0.5 bit at N = 2^14): log QP 1735 <= 1747 (Lattigo's
+    # N16QP1767 is over)
     "N16-boot": _Preset(16, (60,) + (40,) * 12 + (39,) * 3 + (61,) * 8 + (56,) * 4, (61,) * 6, 6, 40,
-                        "N=2^16 bootstrapping chain (BOOTSTRAP.md set B, log QP 1735): 12 application levels at 2^40 "
-                        "after a bootstrap (StC 3x39, EvalMod 8x61, CtS 4x56)"),
-    # DECRYPTION.md §3: flooding with s = 30, tau = 1 costs ~27 bits of sigma over a 2^10 bound, so 55-bit scales keep
-    # ~20 bits per slot (log2 Δ >= p + ½log2(12τ) + s/2 + log2 t + ½log2 n); 4 levels fit 438 bits at N = 2^14
+                        "N=2^16 bootstrapping chain (docs/design/bootstrap.md §2 set B, log QP 1735): 12 application "
+                        "levels at 2^40 after a bootstrap (StC 3x39, EvalMod 8x61, CtS 4x56)"),
+    # docs/design/decryption.md §3: flooding with s = 30, tau = 1 costs ~27 bits of sigma over a 2^10 bound, so 55-bit
+    # scales keep ~20 bits per slot (log2 Δ >= p + ½log2(12τ) + s/2 + log2 t + ½log2 n); 4 levels fit 438 bits at
+    # N = 2^14
     "N14-flood": _Preset(14, (60,) + (55,) * 4, (60, 60), 2, 55,
                          "leveled, depth 4 at 2^55 scales: noise-flooded decryption (LMSS, s = 30) keeps ~20 bits"),
     # #20: every prime <= 33 bits, so an exact PCMM GEMM takes one digit per limb and part (12-bit weights, 256-row

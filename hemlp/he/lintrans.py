@@ -5,7 +5,7 @@ diagonals are diag_k[i] = T[i, (i + k) mod n] and
 
     T x = sum_k diag_k ⊙ rot_k(x)                                  (Halevi–Shoup; seed 002 eq. 3, FAME eq. 11)
 
-with rot_k the left rotation by k. Baby-step/giant-step (BRIEF §5.1) writes every offset as
+with rot_k the left rotation by k. Baby-step/giant-step (docs/design/pcmm-and-planning.md §5.1) writes every offset as
 k = g·n1 + b (0 <= b < n1) and evaluates
 
     T x = sum_g rot_{g n1}( sum_b rot_{-g n1}(diag_{g n1 + b}) ⊙ rot_b(x) )

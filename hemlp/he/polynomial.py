@@ -6,7 +6,7 @@
     polynomial.depth(len(coeffs) - 1)                    # = ceil(log2(deg + 1)) levels
     y = polynomial.evaluate_native(ctx, ct, coeffs, relin_key)   # the same algorithm in C++ (csrc/boot/polyeval)
 
-Algorithm (baby-step / giant-step, Lattigo-style targets, BRIEF §6.3):
+Algorithm (baby-step / giant-step, Lattigo-style targets, docs/design/pcmm-and-planning.md §6.3):
 
 * powers T_n (Chebyshev) or x^n (power basis) are computed on demand with depth ceil(log2 n):
   T_{a+b} = 2 T_a T_b - T_{a-b} with a the largest power of two below n; the correction term

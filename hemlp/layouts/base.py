@@ -56,7 +56,7 @@ class Layout:
 
     #: the layout option's value ("batch", "packed", ...)
     name: ClassVar[str] = ""
-    #: the label of the design notes (A), (P), (A'), (C)
+    #: the layout's label in docs/layouts.md: (A), (P), (A'), (C)
     label: ClassVar[str] = ""
     #: levels one linear layer costs in this layout (compile() plans the default levels with it)
     pcmm_levels: ClassVar[int] = 1

@@ -55,7 +55,7 @@ __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "app
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
 BOOT_PRESETS = dict(secure="N16-boot", insecure="test-N12-boot")
-#: bootstrap error when no measurement of the preset exists (BOOTSTRAP.md §0: >= 20 bits)
+#: bootstrap error when no measurement of the preset exists (docs/design/bootstrap.md §0: >= 20 bits)
 DEFAULT_NOISE_BITS = 20.0
 #: the S2C-first order's message ratio (hemlp.bootstrap.mambo.S2C_LOG_MESSAGE_RATIO; repeated here so the
 #: planner side does not import the native core): the EvalMod inputs are the slot values, |x| <= 1

@@ -3,8 +3,8 @@
 For users who must hide the model from the server as well as the data (both encrypted under the
 client's key). A chain  Y_i = W_i f_{i-1}(Y_{i-1})  of m_i x k_i weight matrices times k_i x n
 activations (n = the batch) is split into blocks by FHE4DMM's planner: ``hemlp.planner.plan_chain``
-(the DP over the chain of Optimal Block Layouts, BRIEF §4.6) with one column blocking shared by every
-layer and no re-blocking, so the output blocks of layer i are exactly the input blocks of layer i+1.
+(the DP over the chain of Optimal Block Layouts, docs/design/pcmm-and-planning.md §4.6) with one column blocking shared
+by every layer and no re-blocking, so the output blocks of layer i are exactly the input blocks of layer i+1.
 Every block is one ciphertext holding a (rows x cols) matrix column-major on `slots` sparse slots (one
 slot count for the whole chain); a block product is the rectangular sigma/tau/epsilon/omega CCMM
 (hemlp.he.ccmm.rectangular, 3 levels); block products over the reduction blocks are summed.

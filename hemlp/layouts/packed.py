@@ -3,7 +3,7 @@
 Layout (A) puts one feature per ciphertext and the batch along the slots, so a single image wastes
 all but one slot of every ciphertext (784 ciphertexts for one MNIST digit). Layout (P) packs the
 features of a sample into the slots instead, and turns every linear layer into slot-wise plaintext
-products plus rotations (Halevi–Shoup diagonals with baby-step/giant-step, BRIEF §5.1):
+products plus rotations (Halevi–Shoup diagonals with baby-step/giant-step, docs/design/pcmm-and-planning.md §5.1):
 
 * per-sample slots: b samples (b = batch rounded up to a power of two) are *interleaved*, slot
   s = i*b + t holds position i of sample t; a rotation by r positions is a slot rotation by r*b, so

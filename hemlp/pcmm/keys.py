@@ -78,7 +78,7 @@ class ConversionKeys:
 
 class MsrlweConversionKeys:
     """Keys turning k RLWE ciphertexts under s into one MSRLWE row under a MultiSecretKey
-    (BRIEF §2.7 [R]: k digit-sets of shared alpha and k^2 of beta switching polynomials)."""
+    (docs/design/pcmm-and-planning.md §2.7 [R]: k digit-sets of shared alpha and k^2 of beta switching polynomials)."""
 
     __slots__ = ("_obj", "k")
 

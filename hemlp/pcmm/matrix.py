@@ -162,8 +162,8 @@ class MsRow:
 
 
 def choose_format(ctx: Context, d1: int, d2: int, d3: int, encoding: str = "slot") -> str:
-    """Cheapest legal format for a (d1 x d2) @ Enc(d2 x d3) product (BRIEF §2.4), by GEMM work per
-    limb: RLWE 2 d1 d2 N c (c = chunks), MLWE d1 d2 (N + d3) plus ~d1 key switches (ModPack),
+    """Cheapest legal format for a (d1 x d2) @ Enc(d2 x d3) product (docs/design/pcmm-and-planning.md §2.4), by GEMM
+    work per limb: RLWE 2 d1 d2 N c (c = chunks), MLWE d1 d2 (N + d3) plus ~d1 key switches (ModPack),
     MSRLWE d1 d2 (N + d3). MLWE needs coefficient encoding and sqrt(N) <= d3 < N, d3 | N."""
     N = ctx.N
     width = ctx.slots if encoding == "slot" else N

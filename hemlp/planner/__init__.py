@@ -1,6 +1,6 @@
 """FHE4DMM planning layer (pure Python): block layouts, processor grids, op counts, chain plans.
 
-Chen et al., "FHE4DMM", IEEE TPDS 2025 [S0]; reconstructions per BRIEF §4:
+Chen et al., "FHE4DMM", IEEE TPDS 2025 [S0]; reconstructions per docs/design/pcmm-and-planning.md §4:
 
 * ``obl``     — Algorithm 2 (Optimal Block Layout, corrected), eq. (1), Table II, eq. (3);
 * ``grid``    — Algorithm 3 processor grids minimising eq. (5) / eq. (6), latency eq. (7);

@@ -1,8 +1,8 @@
 """Which bootstrapping pipeline runs each placed bootstrap of a layout (A) chain (issues #17 item 3, #18 item 1):
 
 * **single**: Bootstrapper (CtS-first), two real ciphertexts per complex bootstrap (bootstrap_pair);
-* **batched k**: MamboBootstrapper.bootstrap_batch (S2C-first, BOOTSTRAP.md §1.4, §3.3), k complex bootstraps per
-  call on shared-a MSRLWE ciphertexts, two real ciphertexts joined per complex one;
+* **batched k**: MamboBootstrapper.bootstrap_batch (S2C-first, docs/design/bootstrap.md §1.4, §3.3), k complex
+  bootstraps per call on shared-a MSRLWE ciphertexts, two real ciphertexts joined per complex one;
 * **MaMBo k**: MamboBootstrapper.pcmm_bootstrap (§3.4) for a linear layer whose output is refreshed: the layer's
   PCMM runs at level 1 between SlotToCoeff (on its d2 input rows) and the batched refresh of its d1 output rows
   (joined two by two after the PCMM).

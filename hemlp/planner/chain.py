@@ -1,8 +1,8 @@
-"""Block-layout planning across a chain of encrypted matmuls (BRIEF §4.6 [R]).
+"""Block-layout planning across a chain of encrypted matmuls (docs/design/pcmm-and-planning.md §4.6 [R]).
 
 [S0] §VII-B2 says the OBLs of consecutive MMs interact, that the problem "resembles matrix
 chain multiplication" and that they solve it "in a greedy way" (Appendix C, not public).
-This module is the reconstruction of BRIEF §4.6:
+This module is the reconstruction of docs/design/pcmm-and-planning.md §4.6:
 
 * the chain is ``Y_i = W_i · f_i(Y_{i-1})``: MM i multiplies A = W_i (m_i × k_i) by
   B = Y_{i-1} (k_i × n); every MM shares the batch dimension n, and k_{i+1} = m_i;
@@ -12,12 +12,12 @@ This module is the reconstruction of BRIEF §4.6:
   re-blocking step (cost ``reblock_cost_fn``, ``reblock_depth`` levels) is inserted;
 * the cost is eq. (3) per MM plus the element-wise activation f_i on the r_i·c
   ciphertexts of Y_i plus re-blocking;
-* depth: each CGEMM costs ``cgemm_depth`` = 3 CKKS levels (BRIEF §4.7), each activation
+* depth: each CGEMM costs ``cgemm_depth`` = 3 CKKS levels (docs/design/pcmm-and-planning.md §4.7), each activation
   its own depth, each re-blocking ``reblock_depth`` (a masking PMULT and its rescale).
 
 ``plan_chain`` is the exact DP over (MM index, r_i, levels used) for each c;
 ``plan_chain_exhaustive`` enumerates every assignment (the test oracle);
-``plan_chain_greedy`` is the greedy of BRIEF §4.6 (heaviest MM first, fixed to its OBL).
+``plan_chain_greedy`` is the greedy of docs/design/pcmm-and-planning.md §4.6 (heaviest MM first, fixed to its OBL).
 
 ``mcm_order`` is the classic matrix-chain-order DP for purely linear chains, optionally
 with a depth budget (tree height × 3 levels); ``mcm_bruteforce`` enumerates every
@@ -55,7 +55,7 @@ Shape = tuple[int, int, int]
 #: Re-blocking cost: (rows of the activation, n, c, row blocks before, row blocks after) -> cost.
 ReblockCostFn = Callable[[int, int, int, int, int], float]
 
-CGEMM_DEPTH = 3  # CKKS levels of one CGEMM (σ/τ, ε/ω masks, ct×ct MULT; BRIEF §4.7, §5.3)
+CGEMM_DEPTH = 3  # CKKS levels of one CGEMM (σ/τ, ε/ω masks, ct×ct MULT; docs/design/pcmm-and-planning.md §4.7, §5.3)
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Activation:
 
 def default_reblock_cost(rows: int, n: int, c: int, r_from: int, r_to: int,
                          weights: Optional[Mapping[str, float]] = None) -> float:
-    """Re-blocking r_from → r_to row blocks [R, BRIEF §4.6]: each of max(r_from, r_to)·c
+    """Re-blocking r_from → r_to row blocks [R, docs/design/pcmm-and-planning.md §4.6]: each of max(r_from, r_to)·c
     ciphertexts needs |log2(r_to/r_from)| rounds of mask (PMULT), rotate (ROT) and ADD."""
     w = check_weights(weights)
     steps = abs(math.log2(r_to / r_from))
@@ -281,7 +281,7 @@ def plan_chain(shapes: Sequence[Shape], S_o: int, depth_budget: Optional[int] = 
                cost_fn: CostSpec = None, reblock_cost_fn: Optional[ReblockCostFn] = None, *,
                activations: Optional[Sequence[Optional[Activation]]] = None,
                cgemm_depth: int = CGEMM_DEPTH, reblock_depth: int = 1) -> ChainPlan:
-    """Optimal layouts for a chain of MMs by DP (BRIEF §4.6):
+    """Optimal layouts for a chain of MMs by DP (docs/design/pcmm-and-planning.md §4.6):
 
         F[i][r_i, ℓ] = min over (r_{i-1}, ℓ') and b_k of
                        F[i-1][r_{i-1}, ℓ'] + Reblock(r_{i-1} → b_k) + eq.(3)(MM i, [r_i, c, b_k]) + f_i cost
@@ -362,7 +362,7 @@ def plan_chain_greedy(shapes: Sequence[Shape], S_o: int, depth_budget: Optional[
                       cost_fn: CostSpec = None, reblock_cost_fn: Optional[ReblockCostFn] = None, *,
                       activations: Optional[Sequence[Optional[Activation]]] = None,
                       cgemm_depth: int = CGEMM_DEPTH, reblock_depth: int = 1) -> ChainPlan:
-    """The greedy of BRIEF §4.6 (the style [S0] §VII-B2 names; its Appendix C is not public).
+    """The greedy of docs/design/pcmm-and-planning.md §4.6 (the style [S0] §VII-B2 names; its Appendix C is not public).
 
     1. Sort the MMs by the eq. (3) cost of their standalone OBL, heaviest first.
     2. Fix the heaviest MM to its OBL; its b_n becomes the shared column blocking c.

@@ -4,7 +4,7 @@ Implements FHE4DMM [S0 = Chen et al., IEEE TPDS 2025] §IV-A:
 
 * ``slots_required``   eq. (1): slots needed by one CGEMM of [17];
 * ``cgemm_ops`` / ``cgemm_cost``  Table II: homomorphic op counts of one CGEMM;
-* ``obl``              Algorithm 2 with the corrections of BRIEF §4.2 (see below);
+* ``obl``              Algorithm 2 with the corrections of docs/design/pcmm-and-planning.md §4.2 (see below);
 * ``obl_bruteforce``   exhaustive minimisation of eq. (3) subject to eq. (4);
 * ``layout_cost``      the eq. (3) objective of a given layout.
 
@@ -25,7 +25,7 @@ worked examples and by ``tests/planner/test_obl.py``):
   b_x = P1/b_y.  The literal cap on b_x makes Table V LargeM [1024, 4, 1] infeasible.
   Among the admissible b_y we take the one minimising b_m + b_n ([S0] §V-B2):
   ``b_y = min(P2, floor_pow2(sqrt(P1)))``.
-* line 8 (sub-case 1.3) — not listed in the brief, found while proving Theorem 1: x must
+* line 8 (sub-case 1.3) — a third correction, found while proving Theorem 1: x must
   be max(m, n), and the test must be ``max(m, n) >= sqrt(S_o)`` rather than ``x·k >= S_o``.
   Read literally (x = max(m, n, k)), sub-case 1.4 is unreachable (k >= sqrt(S_o) and
   x >= k imply x·k >= S_o) and e.g. OBL(64, 64, 4096) with S_o = 128² returns [1, 1, 1024],

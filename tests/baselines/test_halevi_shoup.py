@@ -1,4 +1,5 @@
-"""Halevi–Shoup plaintext × encrypted-vector baseline, block-diagonal I ⊗ U with BSGS (BRIEF §5.1)."""
+"""Halevi–Shoup plaintext × encrypted-vector baseline, block-diagonal I ⊗ U with BSGS
+(docs/design/pcmm-and-planning.md §5.1)."""
 import math
 
 import numpy as np

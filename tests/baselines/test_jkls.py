@@ -1,4 +1,4 @@
-"""JKLS square ciphertext × ciphertext matmul (BRIEF §5.2, seed 002 §4 eqs. 4–14)."""
+"""JKLS square ciphertext × ciphertext matmul (docs/design/pcmm-and-planning.md §5.2, seed 002 §4 eqs. 4–14)."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Batched bootstrapping on shared-a MSRLWE ciphertexts (BOOTSTRAP.md §3.1–3.3), insecure test chains.
+"""Batched bootstrapping on shared-a MSRLWE ciphertexts (docs/design/bootstrap.md §3.1–3.3), insecure test chains.
 
 Conversions, against a Python big-integer CRT oracle (test-N10-boot):
 - RLWE^k → MSRLWE at q0·p0 (fused encapsulation) → ModRaise (s'_j → s_j): chunk j decrypts under s_j over Q_L

@@ -1,7 +1,7 @@
 """Batched bootstrapping and MaMBo at the 128-bit N16-boot preset (N = 2^16, 2^15 slots): `make test-slow` only.
 
-k = 2 (the batched CoeffToSlot keys alone are ≈ 8 GiB: BOOTSTRAP.md §3.1; k = 4 needs ≈ 13.4 GiB and is measured by
-`python -m hemlp.bench mambo`, not here). Peak RSS ≈ 15.4 GiB (bench/mambo_N16.json): run it alone (under
+k = 2 (the batched CoeffToSlot keys alone are ≈ 8 GiB: docs/design/bootstrap.md §3.1; k = 4 needs ≈ 13.4 GiB and is
+measured by `python -m hemlp.bench mambo`, not here). Peak RSS ≈ 15.4 GiB (bench/mambo_N16.json): run it alone (under
 flock /work/wt/big.lock). Decrypted without decryption noise (with it, every pipeline reads 17.8 bits in
 bench/mambo_N16.json, batched or not). Thresholds: 19 bits, below the single bootstrap's 19.8 (bench/boot_N16.json,
 measured without decryption noise), and for the PCMM 1 bit less for its normalisation c = 2. Passed at N = 2^16

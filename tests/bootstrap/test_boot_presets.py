@@ -1,6 +1,6 @@
 """Bootstrapping parameter sets: the 128-bit bound at N = 2^16 (1747, OpenFHE's current uniform-ternary bound),
-the reshaped N16-boot (BOOTSTRAP.md set B minus one 40-bit level), the insecure test chains, and the
-structural conditions bootstrapping relies on (q0·p0 <= 121 bits, largest digit <= log P, prime counts)."""
+the reshaped N16-boot (docs/design/bootstrap.md §2: set B minus one 40-bit level), the insecure test chains, and
+the structural conditions bootstrapping relies on (q0·p0 <= 121 bits, largest digit <= log P, prime counts)."""
 import math
 import warnings
 

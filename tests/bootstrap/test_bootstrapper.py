@@ -1,8 +1,8 @@
 """End-to-end CKKS bootstrapping at the insecure test-N12-boot chain (N = 2^12, 2048 slots; CtS 3, EvalMod
 8, StC 2 levels; 3 levels left), against the plaintext data.
 
-Precision is -log2(max |error|) over all slots. Measured on this chain (BOOTSTRAP.md T8, native EvalMod
-and lintrans, stc_log_scaling 8): random complex slots in [-1, 1]² 22.7–22.9 bits max (≈ 24.3 mean), real
+Precision is -log2(max |error|) over all slots. Measured on this chain (docs/design/bootstrap.md §1.3, T8, native
+EvalMod and lintrans, stc_log_scaling 8): random complex slots in [-1, 1]² 22.7–22.9 bits max (≈ 24.3 mean), real
 23.3–23.7, constant vectors (coefficients at the message-ratio edge) 13.3 bits (1.0) / 14.8 (−0.7), two
 bootstraps in a row 21.7, pair packing 22.6–22.7. With stc_log_scaling 0 (EvalMod landing at Δ·q0/Δ0')
 random data gets 22.1 (21.6 before the fused multiply-relinearise-rescale rounded exactly). The N = 2^16 target (>= 20 bits max) is checked in the slow test.
@@ -20,7 +20,7 @@ from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterEr
 
 RANDOM_BITS = 21.5      # measured 22.7-23.7
 MEAN_BITS = 23.0        # measured ≈ 24.3
-STRUCT_BITS = 12.0      # constants: measured 13.3 (BOOTSTRAP.md: about 13 at R = 8)
+STRUCT_BITS = 12.0      # constants: measured 13.3 (docs/design/bootstrap.md §1.3, T8-struct: about 13 at R = 8)
 PAIR_BITS = 21.0        # measured 22.6-22.7 (refreshed at Δ/2, split after)
 
 

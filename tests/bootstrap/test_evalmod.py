@@ -1,4 +1,4 @@
-"""EvalMod (BOOTSTRAP.md §1.3 steps 5-6): Han-Ki coefficients against an mpmath oracle (T5a) and the
+"""EvalMod (docs/design/bootstrap.md §1.3 steps 5-6): Han-Ki coefficients against an mpmath oracle (T5a) and the
 homomorphic version against sin(2 pi eps) / (2 pi) on an N = 2^12 chain with 60-bit EvalMod primes (T5b)."""
 import math
 import warnings
@@ -129,7 +129,7 @@ def test_T5b_scale_chain_is_exact(env):
     assert len(chain) == 4 and chain[-1] == 2.0 ** 48
     for i in range(3):
         assert chain[i] ** 2 / ctx.modulus(lp - i) == pytest.approx(chain[i + 1], rel=2.0 ** -50)
-    # the bootstrapping chain of BOOTSTRAP.md F5: S_0 ~ 2^58.5 for S_out = 2^48 and 60-bit primes
+    # the bootstrapping chain of docs/design/bootstrap.md §1.3, F5: S_0 ~ 2^58.5 for S_out = 2^48 and 60-bit primes
     assert 58 < math.log2(chain[0]) < 59
 
 

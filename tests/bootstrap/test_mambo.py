@@ -1,4 +1,4 @@
-"""S2C-first batched bootstrapping and MaMBo (BOOTSTRAP.md §1.4, §3.4) on the insecure test-N12-boot chain
+"""S2C-first batched bootstrapping and MaMBo (docs/design/bootstrap.md §1.4, §3.4) on the insecure test-N12-boot chain
 (CtS 3, EvalMod 8 levels; R = 14), against numpy.
 
 - S2C-first bootstrap_batch (k = 2, and k = 1: a single S2C-first bootstrap): random complex slots >= 21 bits

@@ -1,4 +1,4 @@
-"""ScaleDown, sparse-secret encapsulation and ModRaise (BOOTSTRAP.md §1.3 steps 0-2) against a Python
+"""ScaleDown, sparse-secret encapsulation and ModRaise (docs/design/bootstrap.md §1.3 steps 0-2) against a Python
 big-integer CRT oracle (insecure test-N10-boot / test-N12-boot chains).
 
 T0: ScaleDown keeps the plaintext and tracks the scale bit for bit.

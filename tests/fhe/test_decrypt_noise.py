@@ -1,4 +1,4 @@
-"""IND-CPA-D: noise added inside the native decrypt (shared/design/DECRYPTION.md §5).
+"""IND-CPA-D: noise added inside the native decrypt (docs/design/decryption.md §5).
 
 Oracles: the exact plaintext coefficients (noise="none"), statistics of an integer Gaussian, and the two
 attacks the noise exists to stop — Li–Micciancio key recovery from one exact decryption, and the scaling

@@ -22,7 +22,7 @@ def test_roundtrip_precision(t12, rng):
     z = rng.uniform(-1, 1, ctx.slots) + 1j * rng.uniform(-1, 1, ctx.slots)
     pt = ctx.encode(z)
     got = ctx.decode(pt)
-    # bound from BRIEF 7.1: error < 2^-(logDelta - logN - 2)
+    # bound from docs/design/pcmm-and-planning.md §7.1: error < 2^-(logDelta - logN - 2)
     assert bits(got - z) > 40 - 12 - 2
 
 

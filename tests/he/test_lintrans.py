@@ -1,4 +1,5 @@
-"""Generalised-diagonal linear transforms with BSGS and hoisting (BRIEF §5.1, FAME Alg. 1/3)."""
+"""Generalised-diagonal linear transforms with BSGS and hoisting (docs/design/pcmm-and-planning.md §5.1,
+FAME Alg. 1/3)."""
 import math
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Exactness of the FP64-split modular GEMM (BRIEF §2.6, §7.1 item 7).
+"""Exactness of the FP64-split modular GEMM (docs/design/pcmm-and-planning.md §2.6, §7.1 item 7).
 
 Every result is compared bit for bit with the __int128 reference (hemlp._core.modgemm_ref) and, on
 small cases, with Python big-integer arithmetic, which checks the reference too.

@@ -1,4 +1,5 @@
-"""Algorithm 1 vs Algorithm 4 op counts ([S0] §III-C, §V-A, §V-C, Fig. 9(a); BRIEF §7.1 item 11)."""
+"""Algorithm 1 vs Algorithm 4 op counts ([S0] §III-C, §V-A, §V-C, Fig. 9(a); docs/design/pcmm-and-planning.md §7.1
+item 11)."""
 
 import itertools
 import random
@@ -60,7 +61,7 @@ def test_executed_counts_match_closed_forms(b_m, b_n, b_k, d):
 
 
 def test_alg4_saves_factor_bn_on_a_and_bm_on_b_single_processor():
-    """BRIEF §7.1 item 11: A-rotations drop by b_n, B-rotations by b_m; MULTs unchanged."""
+    """docs/design/pcmm-and-planning.md §7.1 item 11: A-rotations drop by b_n, B-rotations by b_m; MULTs unchanged."""
     for shape in [(2048, 2048, 2048), (16384, 16, 16384), (16384, 16384, 16), (2 ** 20, 64, 16), (16, 8192, 64)]:
         layout = obl(*shape, S_O)
         one, four = alg1_counts(layout), alg4_counts(layout)

@@ -1,4 +1,5 @@
-"""Chain planning (BRIEF §4.6 [R]): DP == exhaustive, greedy >= DP, depth budgets, MCM DP == brute force."""
+"""Chain planning (docs/design/pcmm-and-planning.md §4.6 [R]): DP == exhaustive, greedy >= DP, depth budgets,
+MCM DP == brute force."""
 
 import math
 import random

@@ -1,8 +1,8 @@
 """Decryption noise (IND-CPA-D): the precision and time each mode costs, measured on real ciphertexts.
 
 For a preset: fresh encryptions of uniform [-1, 1] slots and the same after a chain of squarings (the
-depth-`--depth` circuit of DECRYPTION.md's worked example), decrypted with noise "none" (exact, tests only),
-"standard" (sigma = the fresh-encryption bound) and "flood" (LMSS, s = 30, tau = 1, bound 2^--bound-log2).
+depth-`--depth` circuit of the worked example in docs/design/decryption.md §3), decrypted with noise "none" (exact,
+tests only), "standard" (sigma = the fresh-encryption bound) and "flood" (LMSS, s = 30, tau = 1, bound 2^--bound-log2).
 Precision = -log2 max |dec - reference| over all slots (the reference is the noiseless decryption, so only
 the decryption noise is measured), time = median of decrypt calls.
 """

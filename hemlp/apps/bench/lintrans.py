@@ -3,8 +3,8 @@
     python -m hemlp.bench lintrans [--log-n 15] [--depth 4] [--direction cts] [--threads 1,2] [--repeats 3]
                                    [--modes python,single,double] [--levels all] --json PATH
 
-The chain is bootstrapping set B (BOOTSTRAP.md §0: 60 + 13×40 | StC 3×39 | EvalMod 8×60 | CtS 4×56, P = 6×61,
-α = 6; the preset N16-boot at N = 2^16, insecure below): CtS level i runs at level 28 − i, StC level i at
+The chain is bootstrapping set B (docs/design/bootstrap.md §0, §2: 60 + 13×40 | StC 3×39 | EvalMod 8×60 | CtS 4×56,
+P = 6×61, α = 6; the preset N16-boot at N = 2^16, insecure below): CtS level i runs at level 28 − i, StC level i at
 16 − i, each with the plan's real merged-level diagonals on N/2 slots. Each level is timed alone with only its
 own rotation keys (generated at that level, then freed), so the memory stays at one level's keys + diagonals;
 the full transform's time is the sum of its levels. Every output is checked against the numpy schedule

@@ -1,4 +1,5 @@
-"""Rectangular σ/τ/ε/ω ciphertext × ciphertext matmul (BRIEF §5.3, §7.1 item 12; FAME eqs. 1–16)."""
+"""Rectangular σ/τ/ε/ω ciphertext × ciphertext matmul (docs/design/pcmm-and-planning.md §5.3, §7.1 item 12;
+FAME eqs. 1–16)."""
 import numpy as np
 import pytest
 
