@@ -70,6 +70,23 @@ def test_the_device_pipeline_is_the_cpu_bootstrap(env, core_backed, level):
     assert all(np.array_equal(got.polys[j].arr, want.poly(j)) for j in range(2))
 
 
+@pytest.mark.slow
+def test_the_device_pipeline_is_the_cpu_bootstrap_at_128_bits(core_backed):
+    """The same at N16-boot (128-bit, 2^15 slots): the schedule of the run a GPU machine will time."""
+    ctx = fhe.Context("N16-boot", decrypt_noise="none")
+    sk, pk = ctx.keygen()
+    boot = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk))
+    z = np.random.default_rng(5).uniform(-1, 1, ctx.slots)
+    ct = ctx.encrypt(z, pk, level=0)
+    want = boot.bootstrap(ct).native
+    o = ct.native
+    d = DeviceCiphertext([Buf(o.poly(j)) for j in range(2)], o.level, o.scale, o.slots, o.encoding, o.is_complex,
+                         o.key_id, ctx.hash)
+    got = gboot.DeviceBootstrapper(CoreBackedEvaluator(ctx, DeviceSpec.from_context(ctx)), boot).bootstrap(d)
+    assert (got.level, got.scale) == (want.level, want.scale)
+    assert all(np.array_equal(got.polys[j].arr, want.poly(j)) for j in range(2))
+
+
 def test_sparse_slots_are_refused_with_the_alternative(env, core_backed):
     ctx, sk, pk, _ = env
     from hemlp.bootstrap import BootParams
