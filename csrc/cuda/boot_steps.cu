@@ -6,11 +6,7 @@ namespace hemlp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 
-dim3 grid_for(const GpuContext& c, int limbs) {
-  return dim3((unsigned)((c.n() + kThreads - 1) / kThreads), (unsigned)limbs);
-}
 
 // out[r][i] = centred lift of x[i] (mod `from`) reduced mod the modulus of limb r (midx)
 __global__ void lift_map_kernel(const u64* x, u64 from, u64* out, size_t n, const int* midx, const DevModulus* mods) {
@@ -78,15 +74,8 @@ void dense_to_sparse(const GpuContext& c, const DeviceEncapsulationKeys& keys, c
   const size_t n = c.n();
   const int* q0map = c.limb_map(0, false);
   const int* p0map = c.limb_map(0, true) + 1;  // p_0
-  const DevModulus q0{c.q(0), 0, 0}, p0{c.q(c.p_index(0)), 0, 0};
-  DevModulus mq0 = q0, mp0 = p0;
-  {  // Barrett constants of q0 and p0 (mul_mod needs them)
-    const unsigned __int128 all = ~(unsigned __int128)0;
-    unsigned __int128 r = all / q0.q;
-    mq0.r_hi = (u64)(r >> 64), mq0.r_lo = (u64)r;
-    r = all / p0.q;
-    mp0.r_hi = (u64)(r >> 64), mp0.r_lo = (u64)r;
-  }
+  const DevModulus& q0 = c.host_modulus(0);
+  const DevModulus& p0 = c.host_modulus(c.p_index(0));
   // c1 in coefficient form over q0, centred-lifted to p0 (a single prime is its own digit: the exact ModUp)
   DeviceBuffer c1q = c.alloc(n), c1p = c.alloc(n), uq = c.alloc(n), up = c.alloc(n), k0 = c.alloc(n);
   HG_CHECK(cudaMemcpyAsync(c1q.data(), c1, n * sizeof(u64), cudaMemcpyDeviceToDevice, c.stream()));
@@ -95,20 +84,15 @@ void dense_to_sparse(const GpuContext& c, const DeviceEncapsulationKeys& keys, c
                                                                c.dev_moduli());
   HG_LAUNCHED("dense_to_sparse (lift)");
   ntt_forward(c, c1p.data(), 1, p0map, 1);
-  const u64 p0inv = [&] {  // (p0 mod q0)^-1 mod q0 by Fermat
-    u64 a = p0.q % q0.q, e = q0.q - 2, r = 1;
-    for (; e; e >>= 1, a = (u64)((unsigned __int128)a * a % q0.q))
-      if (e & 1) r = (u64)((unsigned __int128)r * a % q0.q);
-    return r;
-  }();
+  const u64 p0inv = inv_mod_host(p0.q % q0.q, q0.q);
   const u64* key[2] = {keys.small_b(), keys.small_a()};
   u64* dst[2] = {k0.data(), out1};
   for (int j = 0; j < 2; ++j) {
     small_product_kernel<<<grid_for(c, 1), kThreads, 0, c.stream()>>>(c1, c1p.data(), key[j], uq.data(), up.data(),
-                                                                      n, mq0, mp0);
+                                                                      n, q0, p0);
     ntt_inverse(c, uq.data(), 1, q0map, 1);
     ntt_inverse(c, up.data(), 1, p0map, 1);
-    small_down_kernel<<<grid_for(c, 1), kThreads, 0, c.stream()>>>(uq.data(), up.data(), n, mq0, p0.q, p0inv);
+    small_down_kernel<<<grid_for(c, 1), kThreads, 0, c.stream()>>>(uq.data(), up.data(), n, q0, p0.q, p0inv);
     HG_LAUNCHED("dense_to_sparse");
     ntt_forward(c, uq.data(), 1, q0map, 1);
     HG_CHECK(cudaMemcpyAsync(dst[j], uq.data(), n * sizeof(u64), cudaMemcpyDeviceToDevice, c.stream()));

@@ -244,7 +244,7 @@ int scalar_op(void* ctx, const void* in, void* out, int level, const uint64_t* w
     for (int k = 0; k <= level; ++k) {
       if (w[k] >= g.q(k)) throw std::invalid_argument("a constant's residue is not below its modulus");
       tab[2 * k] = w[k];
-      tab[2 * k + 1] = (u64)(((unsigned __int128)w[k] << 64) / g.q(k));
+      tab[2 * k + 1] = shoup_companion(w[k], g.q(k));
     }
     DeviceBuffer d = to_device(tab, g.stream());  // pageable copy: tab may go once it returns
     const size_t words = poly_words(g, level);

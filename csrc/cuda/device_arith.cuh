@@ -54,6 +54,30 @@ __device__ __forceinline__ u64 add_mod(u64 a, u64 b, u64 q) {
 __device__ __forceinline__ u64 sub_mod(u64 a, u64 b, u64 q) { return a >= b ? a - b : a + q - b; }
 __device__ __forceinline__ u64 neg_mod(u64 a, u64 q) { return a ? q - a : 0; }
 
+// ---- host-side companions: the constants the kernels take, computed on the CPU before upload
+
+inline u64 mul_mod_host(u64 a, u64 b, u64 q) { return (u64)((unsigned __int128)a * b % q); }
+
+inline u64 pow_mod_host(u64 a, u64 e, u64 q) {
+  u64 r = 1 % q;
+  a %= q;
+  for (; e; e >>= 1, a = mul_mod_host(a, a, q))
+    if (e & 1) r = mul_mod_host(r, a, q);
+  return r;
+}
+
+// a^-1 mod q for a prime q (Fermat)
+inline u64 inv_mod_host(u64 a, u64 q) { return pow_mod_host(a, q - 2, q); }
+
+// floor(w 2^64 / q): the Shoup companion mul_shoup takes
+inline u64 shoup_companion(u64 w, u64 q) { return (u64)(((unsigned __int128)w << 64) / q); }
+
+// q with its Barrett constant floor(2^128 / q)
+inline DevModulus make_modulus(u64 q) {
+  const unsigned __int128 r = (~(unsigned __int128)0) / q;
+  return DevModulus{q, (u64)(r >> 64), (u64)r};
+}
+
 // The centred lift of x (a residue mod `from`) reduced mod p: x <= from/2 stands for x, above for x - from.
 __device__ __forceinline__ u64 centred_lift(u64 x, u64 from, const DevModulus& p) {
   if (x > (from >> 1)) {

@@ -4,8 +4,6 @@
 
 namespace hemlp::cuda {
 
-using u128 = unsigned __int128;
-
 void check_cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   throw CudaError(std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
@@ -21,16 +19,6 @@ DeviceBuffer::~DeviceBuffer() {
 
 namespace {
 
-u64 mulmod(u64 a, u64 b, u64 q) { return (u64)((u128)a * b % q); }
-u64 powmod(u64 a, u64 e, u64 q) {
-  u64 r = 1 % q;
-  a %= q;
-  for (; e; e >>= 1, a = mulmod(a, a, q))
-    if (e & 1) r = mulmod(r, a, q);
-  return r;
-}
-u64 invmod(u64 a, u64 q) { return powmod(a, q - 2, q); }
-u64 shoup(u64 w, u64 q) { return (u64)(((u128)w << 64) / q); }
 uint32_t brv(uint32_t x, int bits) {
   uint32_t r = 0;
   for (int i = 0; i < bits; ++i) r = (r << 1) | ((x >> i) & 1);
@@ -49,7 +37,7 @@ GpuContext::GpuContext(int log_n, int num_q, int num_p, int alpha, const u64* mo
   for (int i = 0; i < M; ++i) {
     const u64 q = moduli_[i];
     if (q < 3 || q >= (u64(1) << 62) || !(q & 1)) throw std::invalid_argument("moduli must be odd and below 2^62");
-    if (powmod(psi[i], n_, q) != q - 1) throw std::invalid_argument("psi[i] is not a primitive 2N-th root mod q_i");
+    if (pow_mod_host(psi[i], n_, q) != q - 1) throw std::invalid_argument("psi[i] is not a primitive 2N-th root mod q_i");
   }
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -59,26 +47,25 @@ GpuContext::GpuContext(int log_n, int num_q, int num_p, int alpha, const u64* mo
   uint64_t threshold = UINT64_MAX;
   check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute");
 
-  std::vector<DevModulus> mods(M);
+  host_mods_.resize(M);
   std::vector<u64> w((size_t)M * n_), wp((size_t)M * n_), iw((size_t)M * n_), iwp((size_t)M * n_), ninv(2 * M);
   std::vector<u64> pw(n_), ipw(n_);
   for (int m = 0; m < M; ++m) {
     const u64 q = moduli_[m];
-    const u128 r = (~(u128)0) / q;
-    mods[m] = DevModulus{q, (u64)(r >> 64), (u64)r};
-    const u64 ps = psi[m] % q, ips = invmod(ps, q);
+    host_mods_[m] = make_modulus(q);
+    const u64 ps = psi[m] % q, ips = inv_mod_host(ps, q);
     pw[0] = ipw[0] = 1;
-    for (size_t i = 1; i < n_; ++i) pw[i] = mulmod(pw[i - 1], ps, q), ipw[i] = mulmod(ipw[i - 1], ips, q);
+    for (size_t i = 1; i < n_; ++i) pw[i] = mul_mod_host(pw[i - 1], ps, q), ipw[i] = mul_mod_host(ipw[i - 1], ips, q);
     for (size_t i = 0; i < n_; ++i) {
       const uint32_t b = brv((uint32_t)i, log_n);
       const size_t o = (size_t)m * n_ + i;
-      w[o] = pw[b], wp[o] = shoup(w[o], q);
-      iw[o] = ipw[b], iwp[o] = shoup(iw[o], q);
+      w[o] = pw[b], wp[o] = shoup_companion(w[o], q);
+      iw[o] = ipw[b], iwp[o] = shoup_companion(iw[o], q);
     }
-    ninv[2 * m] = invmod(n_ % q, q);
-    ninv[2 * m + 1] = shoup(ninv[2 * m], q);
+    ninv[2 * m] = inv_mod_host(n_ % q, q);
+    ninv[2 * m + 1] = shoup_companion(ninv[2 * m], q);
   }
-  mod_ = to_device(mods, stream_);
+  mod_ = to_device(host_mods_, stream_);
   w_ = to_device(w, stream_), wp_ = to_device(wp, stream_);
   iw_ = to_device(iw, stream_), iwp_ = to_device(iwp, stream_);
   ninv_ = to_device(ninv, stream_);
@@ -86,22 +73,22 @@ GpuContext::GpuContext(int log_n, int num_q, int num_p, int alpha, const u64* mo
   p_inv_.resize(num_q);
   for (int i = 0; i < num_q; ++i) {
     u64 prod = 1;
-    for (int j = 0; j < num_p; ++j) prod = mulmod(prod, moduli_[num_q + j] % moduli_[i], moduli_[i]);
+    for (int j = 0; j < num_p; ++j) prod = mul_mod_host(prod, moduli_[num_q + j] % moduli_[i], moduli_[i]);
     p_mod_q_[i] = prod;
-    p_inv_[i] = invmod(prod, moduli_[i]);
+    p_inv_[i] = inv_mod_host(prod, moduli_[i]);
   }
   std::vector<u64> pm(2 * num_q), pi(2 * num_q), qi(2 * (size_t)num_q * num_q, 0), pqi(2 * (size_t)num_q * num_q, 0);
   for (int i = 0; i < num_q; ++i) {
     const u64 q = moduli_[i];
-    pm[2 * i] = p_mod_q_[i], pm[2 * i + 1] = shoup(p_mod_q_[i], q);
-    pi[2 * i] = p_inv_[i], pi[2 * i + 1] = shoup(p_inv_[i], q);
+    pm[2 * i] = p_mod_q_[i], pm[2 * i + 1] = shoup_companion(p_mod_q_[i], q);
+    pi[2 * i] = p_inv_[i], pi[2 * i + 1] = shoup_companion(p_inv_[i], q);
   }
   for (int l = 1; l < num_q; ++l)
     for (int i = 0; i < l; ++i) {
-      const u64 q = moduli_[i], a = invmod(moduli_[l] % q, q), b = invmod(mulmod(p_mod_q_[i], moduli_[l] % q, q), q);
+      const u64 q = moduli_[i], a = inv_mod_host(moduli_[l] % q, q), b = inv_mod_host(mul_mod_host(p_mod_q_[i], moduli_[l] % q, q), q);
       const size_t o = 2 * ((size_t)l * num_q + i);
-      qi[o] = a, qi[o + 1] = shoup(a, q);
-      pqi[o] = b, pqi[o + 1] = shoup(b, q);
+      qi[o] = a, qi[o + 1] = shoup_companion(a, q);
+      pqi[o] = b, pqi[o + 1] = shoup_companion(b, q);
     }
   d_pmod_ = to_device(pm, stream_), d_pinv_ = to_device(pi, stream_);
   d_qinv_ = to_device(qi, stream_), d_pqinv_ = to_device(pqi, stream_);
@@ -131,9 +118,6 @@ GpuContext::~GpuContext() {
 
 void GpuContext::sync() const { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
-u64 GpuContext::mul_host(u64 a, u64 b, int idx) const { return mulmod(a, b, moduli_[idx]); }
-
-u64 GpuContext::q_inv_mod_q(int l, int i) const { return invmod(moduli_[l] % moduli_[i], moduli_[i]); }
 
 std::unique_ptr<DevConverter> GpuContext::make_converter(const std::vector<int>& src, const std::vector<int>& dst) const {
   auto c = std::make_unique<DevConverter>();
@@ -145,20 +129,20 @@ std::unique_ptr<DevConverter> GpuContext::make_converter(const std::vector<int>&
     const u64 qi = moduli_[src[i]];
     u64 prod = 1;
     for (int l = 0; l < k; ++l)
-      if (l != i) prod = mulmod(prod, moduli_[src[l]] % qi, qi);
-    sq[i] = qi, inv[i] = invmod(prod, qi), invp[i] = shoup(inv[i], qi);
+      if (l != i) prod = mul_mod_host(prod, moduli_[src[l]] % qi, qi);
+    sq[i] = qi, inv[i] = inv_mod_host(prod, qi), invp[i] = shoup_companion(inv[i], qi);
   }
   for (int j = 0; j < t; ++j) {
     const u64 p = moduli_[dst[j]];
     for (int i = 0; i < k; ++i) {
       u64 prod = 1;
       for (int l = 0; l < k; ++l)
-        if (l != i) prod = mulmod(prod, moduli_[src[l]] % p, p);
+        if (l != i) prod = mul_mod_host(prod, moduli_[src[l]] % p, p);
       qhat[(size_t)j * k + i] = prod;
     }
     u64 qbp = 1;
-    for (int l = 0; l < k; ++l) qbp = mulmod(qbp, moduli_[src[l]] % p, p);
-    for (int cc = 0; cc <= k; ++cc) qb[(size_t)j * (k + 1) + cc] = mulmod((u64)cc, qbp, p);
+    for (int l = 0; l < k; ++l) qbp = mul_mod_host(qbp, moduli_[src[l]] % p, p);
+    for (int cc = 0; cc <= k; ++cc) qb[(size_t)j * (k + 1) + cc] = mul_mod_host((u64)cc, qbp, p);
   }
   c->src_q = to_device(sq, stream_);
   c->qhat_inv = to_device(inv, stream_), c->qhat_inv_p = to_device(invp, stream_);

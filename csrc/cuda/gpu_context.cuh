@@ -114,8 +114,7 @@ class GpuContext {
 
   u64 p_mod_q(int i) const { return p_mod_q_[i]; }
   u64 p_inv_mod_q(int i) const { return p_inv_[i]; }
-  u64 q_inv_mod_q(int l, int i) const;  // [q_l^-1]_{q_i}
-  u64 mul_host(u64 a, u64 b, int idx) const;
+  const DevModulus& host_modulus(int idx) const { return host_mods_[idx]; }  // the host copy of dev_moduli()[idx]
 
   DeviceBuffer alloc(size_t words) const { return DeviceBuffer(words, stream_); }
   void sync() const;
@@ -126,6 +125,7 @@ class GpuContext {
   int log_n_, num_q_, num_p_, alpha_, device_;
   size_t n_;
   std::vector<u64> moduli_;
+  std::vector<DevModulus> host_mods_;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer mod_, w_, wp_, iw_, iwp_, ninv_, d_pmod_, d_pinv_, d_qinv_, d_pqinv_;
   std::vector<u64> p_mod_q_, p_inv_;

@@ -8,6 +8,13 @@
 
 namespace hemlp::cuda {
 
+constexpr int kThreads = 256;  // threads per block of the element-wise kernels
+
+// One thread per coefficient (blockIdx.x) and one block row per limb (blockIdx.y).
+inline dim3 grid_for(const GpuContext& c, int limbs) {
+  return dim3((unsigned)((c.n() + kThreads - 1) / kThreads), (unsigned)limbs);
+}
+
 // In-place NTT / inverse NTT of `limbs` limbs; limb r uses modulus midx[r % period] (a device array).
 void ntt_forward(const GpuContext& c, u64* data, int limbs, const int* midx, int period);
 void ntt_inverse(const GpuContext& c, u64* data, int limbs, const int* midx, int period);

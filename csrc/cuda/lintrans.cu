@@ -11,12 +11,8 @@ namespace hemlp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kFold = 16;  // products < 2^124 (q < 2^62): 16 of them fit a 128-bit sum
 
-dim3 grid_for(const GpuContext& c, int limbs) {
-  return dim3((unsigned)((c.n() + kThreads - 1) / kThreads), (unsigned)limbs);
-}
 
 // dst[k] = src[k] * [P]_{q_k}, limbs 0..level
 __global__ void times_p_kernel(const u64* src, u64* dst, const u64* pmod, size_t n, const DevModulus* mods) {

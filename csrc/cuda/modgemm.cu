@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cuda/kernels.cuh"
 #include "cuda/modgemm.cuh"
 
 namespace hemlp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kMaxDigits = 16;
 
 struct Pow2 {
@@ -104,7 +104,7 @@ void GemmPlan::apply(const GpuContext& c, cublasHandle_t h, const u64* X, size_t
     unsigned __int128 v = mult % q;
     for (int s = 0; s < w_ * t; ++s) v = (v << 1) % q;
     pow.w[t] = (u64)v;
-    pow.wp[t] = (u64)(((unsigned __int128)pow.w[t] << 64) / q);
+    pow.wp[t] = shoup_companion(pow.w[t], q);
   }
   const size_t count_x = kb_ * ncols, count_c = d1_ * ncols;
   DeviceBuffer digits = c.alloc((size_t)T * count_x), prod = c.alloc((size_t)T * count_c);

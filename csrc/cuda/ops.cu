@@ -8,11 +8,7 @@ namespace hemlp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
 
-dim3 grid_for(const GpuContext& c, int limbs) {
-  return dim3((unsigned)((c.n() + kThreads - 1) / kThreads), (unsigned)limbs);
-}
 
 enum class Binary { Add, Sub, Mul };
 
@@ -297,8 +293,7 @@ void moddown_rescale(const GpuContext& c, const u64* u, int l, u64* out) {
   ntt_inverse(c, low.data() + (size_t)K * n, 1, ext + l, 1);
   base_convert(c, c.moddown_converter(), low.data(), tmp.data(), c.limb_map(l, false), l + 1);
   u64* wl = tmp.data() + (size_t)l * n;
-  const u64 pi = c.p_inv_mod_q(l);
-  const u64 pip = (u64)(((unsigned __int128)pi << 64) / c.q(l));
+  const u64 pi = c.p_inv_mod_q(l), pip = shoup_companion(pi, c.q(l));
   moddown_last_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, c.stream()>>>(
       low.data() + (size_t)K * n, wl, n, DevModulus{c.q(l), 0, 0}, pi, pip);
   HG_LAUNCHED("ModDown-rescale (q_l limb)");

@@ -81,9 +81,9 @@ def scale_down_factor(ctx: Context, ct: Ciphertext, log_message_ratio: int) -> i
     return math.floor(q0 / (2.0 ** log_message_ratio * ct.scale))
 
 
-def scale_down(ctx: Context, ct: Ciphertext, log_message_ratio: int) -> Ciphertext:
-    """ct at level 0 with scale Δ0' = Δ_in·c/q1 (level >= 1; one rescale) or Δ_in·c (level 0; exact,
-    no level), c = scale_down_factor(...), so that Δ0' ≈ q0 / 2^R. The plaintext is unchanged."""
+def checked_scale_down_factor(ctx: Context, ct, log_message_ratio: int) -> int:
+    """scale_down_factor, or ScaleMismatchError when no single integer step reaches q0 / 2^R (ct: anything with a
+    level and a scale, a device ciphertext too)."""
     c = scale_down_factor(ctx, ct, log_message_ratio)
     if c < 1:
         raise ScaleMismatchError(f"ScaleDown: the scale 2^{math.log2(ct.scale):.1f} at level {ct.level} is above "
@@ -92,6 +92,13 @@ def scale_down(ctx: Context, ct: Ciphertext, log_message_ratio: int) -> Cipherte
     if c >= 1 << 62:
         raise ScaleMismatchError(f"ScaleDown: the scale 2^{math.log2(ct.scale):.1f} is too small to reach "
                                  f"q0/2^R in one step; rescale or set_scale first")
+    return c
+
+
+def scale_down(ctx: Context, ct: Ciphertext, log_message_ratio: int) -> Ciphertext:
+    """ct at level 0 with scale Δ0' = Δ_in·c/q1 (level >= 1; one rescale) or Δ_in·c (level 0; exact,
+    no level), c = scale_down_factor(...), so that Δ0' ≈ q0 / 2^R. The plaintext is unchanged."""
+    c = checked_scale_down_factor(ctx, ct, log_message_ratio)
     if ct.level > 1:
         ct = ctx.drop_level(ct, 1)
     # mul_integer multiplies the plaintext, not the tag: the tag follows (scale·c, exact in a double)

@@ -5,13 +5,12 @@ CPU's EncapsulationKeys uploaded once.
 from __future__ import annotations
 
 import ctypes
-import sys
 
 import numpy as np
 
 from hemlp.errors import ContextMismatchError, KeyMismatchError, LevelError, ShapeError
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext
-from hemlp.gpu.library import c_u64p, check, vp
+from hemlp.gpu.library import release, c_u64p, check, vp
 
 
 class DeviceEncapsulationKeys:
@@ -41,9 +40,7 @@ class DeviceEncapsulationKeys:
         return cls(dev, keys.level, *parts, keys.native.key_id, keys.native.sparse_id)
 
     def __del__(self):
-        if getattr(self, "handle", None) and not sys.is_finalizing():
-            self.dev.lib.hg_encaps_free(self.handle)
-        self.handle = None
+        release(self, "hg_encaps_free")
 
 
 def _level0(ct: DeviceCiphertext, op: str) -> None:

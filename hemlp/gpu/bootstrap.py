@@ -14,11 +14,9 @@ from it); hemlp.gpu itself does not.
 """
 from __future__ import annotations
 
-import math
-
 from hemlp.bootstrap.bootstrapper import Bootstrapper
 from hemlp.bootstrap.evalmod import scale_chain
-from hemlp.bootstrap.modraise import scale_down_factor
+from hemlp.bootstrap.modraise import checked_scale_down_factor
 from hemlp.errors import EncodingError, LevelError, ScaleMismatchError, ShapeError, UnsupportedError
 from hemlp.gpu.boot_steps import DeviceEncapsulationKeys, dense_to_sparse, mod_raise
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext
@@ -73,11 +71,7 @@ class DeviceBootstrapper:
                                 ct.param_hash)
 
     def _scale_down(self, ct: DeviceCiphertext) -> DeviceCiphertext:
-        R = self.boot.params.log_message_ratio
-        c = scale_down_factor(self.ctx, ct, R)  # reads ct.level and ct.scale only
-        if c < 1 or c >= 1 << 62:
-            raise ScaleMismatchError(f"ScaleDown: the scale 2^{math.log2(ct.scale):.1f} at level {ct.level} cannot be "
-                                     f"brought to q0/2^{R} in one step")
+        c = checked_scale_down_factor(self.ctx, ct, self.boot.params.log_message_ratio)  # the CPU's checks
         if ct.level > 1:
             ct = self.dev.drop_level(ct, 1)
         scaled = self.dev.with_scale(self.dev.mul_integer(ct, c), ct.scale * c)

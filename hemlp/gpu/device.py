@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import sys
 from fractions import Fraction
 from dataclasses import dataclass, field
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from hemlp.errors import (ContextMismatchError, EncodingError, KeyMismatchError, LevelError, MissingKeyError,
                           ParameterError, ScaleMismatchError, ShapeError)
-from hemlp.gpu.library import c_i64p, c_u64p, check, library, vp
+from hemlp.gpu.library import c_i64p, c_u64p, check, library, release, vp
 
 
 @dataclass(frozen=True)
@@ -90,10 +89,7 @@ class DeviceBuffer:
         self.handle, self.words, self._ctx = h, int(words), dev
 
     def __del__(self):
-        # at interpreter exit the device context may already be gone: the driver reclaims everything then
-        if getattr(self, "handle", None) and not sys.is_finalizing():
-            library().hg_buffer_free(self.handle)
-        self.handle = None
+        release(self, "hg_buffer_free")
 
 
 @dataclass
@@ -128,9 +124,7 @@ class DeviceKey:
     owner: object = field(default=None, repr=False)  # the CudaEvaluator: keeps its context alive
 
     def __del__(self):
-        if getattr(self, "handle", None) and self.owner is not None and not sys.is_finalizing():
-            self.owner.lib.hg_key_free(self.handle)
-        self.handle = None
+        release(self, "hg_key_free")
 
 
 def _u64(arr) -> np.ndarray:
@@ -151,6 +145,11 @@ def const_residues(c: float, scale: float, moduli) -> list:
     mag = math.floor(abs(v) + Fraction(1, 2))
     r = -mag if v < 0 else mag
     return [r % int(q) for q in moduli]
+
+
+def rotation_galois_element(n: int, step: int) -> int:
+    """5^step mod 2N: the Galois element of a left rotation of the N/2 slots by `step` (ring/galois.h)."""
+    return pow(5, int(step) % (n // 2), 2 * n)
 
 
 def scales_match(a: float, b: float) -> bool:
@@ -179,9 +178,7 @@ class CudaEvaluator:
         self.handle = h
 
     def __del__(self):
-        if getattr(self, "handle", None) and not sys.is_finalizing():
-            self.lib.hg_context_destroy(self.handle)
-        self.handle = None
+        release(self, "hg_context_destroy")
 
     n = property(lambda self: self.spec.n)
 
@@ -194,14 +191,10 @@ class CudaEvaluator:
         a = _u64(arr)
         if a.ndim != 2 or a.shape[1] != self.n:
             raise ShapeError(f"a polynomial is a (limbs, N={self.n}) array, got shape {a.shape}")
-        buf = DeviceBuffer(self, a.size)
-        check(self.lib.hg_upload(self.handle, buf.handle, 0, _ptr(a), a.size), "upload")
-        return buf
+        return self.upload(a)
 
     def download_poly(self, buf: DeviceBuffer, limbs: int) -> np.ndarray:
-        out = np.empty((limbs, self.n), dtype=np.uint64)
-        check(self.lib.hg_download(self.handle, buf.handle, 0, _ptr(out), out.size), "download")
-        return out
+        return self.download(buf, (limbs, self.n))
 
     def upload(self, arr) -> DeviceBuffer:
         """Any uint64 array to a new device buffer (its words in C order)."""
@@ -326,15 +319,25 @@ class CudaEvaluator:
         big = a if a.size >= b.size else b
         out = []
         for j in range(big.size):
-            r = self.empty(a.level + 1)
             if j < min(a.size, b.size):
+                r = self.empty(a.level + 1)
                 check(fn(self.handle, a.polys[j].handle, b.polys[j].handle, r.handle, a.level), op)
             elif op == "add" or big is a:
                 r = self._copy(big.polys[j], a.level)
             else:  # a - b where only b has c2: -b2
+                r = self.empty(a.level + 1)
                 check(self.lib.hg_negate(self.handle, b.polys[j].handle, r.handle, a.level), op)
             out.append(r)
         return self._like(big, out, key_id=a.key_id or b.key_id, is_complex=a.is_complex or b.is_complex)
+
+    def _each(self, polys, limbs: int, call, what: str) -> list:
+        """One new buffer of `limbs` limbs per polynomial, written by call(polynomial, output) (a status code)."""
+        out = []
+        for p in polys:
+            r = self.empty(limbs)
+            check(call(p, r), what)
+            out.append(r)
+        return out
 
     def _copy(self, buf: DeviceBuffer, level: int) -> DeviceBuffer:
         r = self.empty(level + 1)
@@ -342,55 +345,35 @@ class CudaEvaluator:
         return r
 
     def negate(self, a: DeviceCiphertext) -> DeviceCiphertext:
-        out = []
-        for p in a.polys:
-            r = self.empty(a.level + 1)
-            check(self.lib.hg_negate(self.handle, p.handle, r.handle, a.level), "negate")
-            out.append(r)
-        return self._like(a, out)
+        return self._like(a, self._each(a.polys, a.level + 1, lambda p, r: self.lib.hg_negate(
+            self.handle, p.handle, r.handle, a.level), "negate"))
 
     def mul_plain(self, a: DeviceCiphertext, pt) -> DeviceCiphertext:
-        """a times a hemlp.fhe.Plaintext (uploaded for this call) or a (level + 1, N) array already encoded."""
-        if hasattr(pt, "native"):
-            o = pt.native
-            if pt.param_hash != self.spec.param_hash:
-                raise ContextMismatchError("mul_plain: the plaintext belongs to another parameter set")
-            if o.level != a.level:
-                raise LevelError(f"mul_plain: ciphertext at level {a.level} but plaintext encoded at level {o.level}")
-            if o.slots != a.slots or o.encoding != a.encoding:
-                raise EncodingError("mul_plain: ciphertext and plaintext have different slot counts or encodings")
-            buf, scale, cplx = self.upload_poly(o.poly()), o.scale, o.is_complex
-        else:
+        """a times a hemlp.fhe.Plaintext (uploaded for this call)."""
+        if not hasattr(pt, "native"):
             raise TypeError("mul_plain takes a hemlp.fhe.Plaintext")
-        out = []
-        for p in a.polys:
-            r = self.empty(a.level + 1)
-            check(self.lib.hg_mul(self.handle, p.handle, buf.handle, r.handle, a.level), "mul_plain")
-            out.append(r)
-        return self._like(a, out, scale=a.scale * scale, is_complex=a.is_complex or cplx)
+        o = pt.native
+        if pt.param_hash != self.spec.param_hash:
+            raise ContextMismatchError("mul_plain: the plaintext belongs to another parameter set")
+        if o.level != a.level:
+            raise LevelError(f"mul_plain: ciphertext at level {a.level} but plaintext encoded at level {o.level}")
+        if o.slots != a.slots or o.encoding != a.encoding:
+            raise EncodingError("mul_plain: ciphertext and plaintext have different slot counts or encodings")
+        buf = self.upload_poly(o.poly())
+        out = self._each(a.polys, a.level + 1, lambda p, r: self.lib.hg_mul(
+            self.handle, p.handle, buf.handle, r.handle, a.level), "mul_plain")
+        return self._like(a, out, scale=a.scale * o.scale, is_complex=a.is_complex or o.is_complex)
 
     def _scalar(self, a: DeviceCiphertext, residues, mul: bool, parts) -> list:
-        w = _u64(residues)
-        out = []
-        for j, p in enumerate(a.polys):
-            if j not in parts:
-                out.append(self._copy(p, a.level))
-                continue
-            r = self.empty(a.level + 1)
-            fn = self.lib.hg_mul_scalar if mul else self.lib.hg_add_scalar
-            check(fn(self.handle, p.handle, r.handle, a.level, _ptr(w)), "constant")
-            out.append(r)
-        return out
+        """Each polynomial j in `parts` times (mul) or plus the per-limb constants; the others copied."""
+        op = self.scalar_multiply if mul else self.scalar_add
+        return [op(p, a.level, residues) if j in parts else self._copy(p, a.level) for j, p in enumerate(a.polys)]
 
     def mul_monomial(self, a: DeviceCiphertext, k: int, **changes) -> DeviceCiphertext:
         """a · X^k (k any integer, taken mod 2N) on every polynomial; `changes` retag (scale, is_complex, ...)."""
-        out = []
-        for p in a.polys:
-            r = self.empty(a.level + 1)
-            check(self.lib.hg_mul_monomial(self.handle, p.handle, a.level, int(k) % (2 * self.n), r.handle),
-                  "monomial product")
-            out.append(r)
-        return self._like(a, out, **changes)
+        k = int(k) % (2 * self.n)
+        return self._like(a, self._each(a.polys, a.level + 1, lambda p, r: self.lib.hg_mul_monomial(
+            self.handle, p.handle, a.level, k, r.handle), "monomial product"), **changes)
 
     def drop_level(self, a: DeviceCiphertext, level: int) -> DeviceCiphertext:
         """a at a lower level (its first level + 1 limbs), as the CPU core's drop_to_level."""
@@ -423,29 +406,26 @@ class CudaEvaluator:
 
     def mul_integer(self, a: DeviceCiphertext, k: int) -> DeviceCiphertext:
         """a * k for an integer k (scale unchanged)."""
-        res = [int(k) % self.spec.q[i] for i in range(a.level + 1)]
+        res = [int(k) % q for q in self.spec.q[:a.level + 1]]
         return self._like(a, self._scalar(a, res, True, range(a.size)))
 
     def mul_const(self, a: DeviceCiphertext, c: float, const_scale: float) -> DeviceCiphertext:
         """a * round(c * const_scale), every polynomial; scale a.scale * const_scale (the CPU core's mul_const)."""
-        res = const_residues(c, const_scale, [self.spec.q[i] for i in range(a.level + 1)])
+        res = const_residues(c, const_scale, self.spec.q[:a.level + 1])
         return self._like(a, self._scalar(a, res, True, range(a.size)), scale=a.scale * const_scale)
 
     def add_const_exact(self, a: DeviceCiphertext, c: float) -> DeviceCiphertext:
         """a + c in every slot, round(c * a.scale) exact at any scale (the CPU core's add_const_exact)."""
         if a.encoding != 0:
             raise EncodingError("add_const: a constant in every slot needs slot encoding")
-        res = const_residues(c, a.scale, [self.spec.q[i] for i in range(a.level + 1)])
+        res = const_residues(c, a.scale, self.spec.q[:a.level + 1])
         return self._like(a, self._scalar(a, res, False, (0,)))
 
     def rescale(self, a: DeviceCiphertext) -> DeviceCiphertext:
         if a.level == 0:
             raise LevelError("rescale: the ciphertext is at level 0, no modulus left to divide by")
-        out = []
-        for p in a.polys:
-            r = self.empty(a.level)
-            check(self.lib.hg_rescale(self.handle, p.handle, a.level, r.handle), "rescale")
-            out.append(r)
+        out = self._each(a.polys, a.level, lambda p, r: self.lib.hg_rescale(self.handle, p.handle, a.level, r.handle),
+                         "rescale")
         return self._like(a, out, level=a.level - 1, scale=a.scale / self.spec.q[a.level])
 
     def _check_mul(self, a, b):
@@ -492,8 +472,7 @@ class CudaEvaluator:
 
     def galois_element(self, step: int) -> int:
         """The Galois element of a left rotation by `step` (generator 5), as the CPU core computes it."""
-        order = self.n // 2
-        return pow(5, int(step) % order, 2 * self.n)
+        return rotation_galois_element(self.n, step)
 
     def apply_galois(self, a: DeviceCiphertext, g: int, keys: dict) -> DeviceCiphertext:
         if a.size != 2:
@@ -603,9 +582,7 @@ class GemmPlan:
         self.handle = h
 
     def __del__(self):
-        if getattr(self, "handle", None) and not sys.is_finalizing():
-            self.dev.lib.hg_gemm_plan_free(self.handle)
-        self.handle = None
+        release(self, "hg_gemm_plan_free")
 
     def apply(self, X: DeviceBuffer, ncols: int, q: int, C: DeviceBuffer, mult: int = 1,
               x_offset: int = 0, c_offset: int = 0) -> None:

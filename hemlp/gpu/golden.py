@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceSpec, GemmPlan
+from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceSpec, GemmPlan, rotation_galois_element
 from hemlp.gpu.boot_steps import DeviceEncapsulationKeys, dense_to_sparse, mod_raise
 from hemlp.gpu.library import check
 from hemlp.gpu.lintrans import DeviceLinearTransform
@@ -99,7 +99,7 @@ def key_digits(spec: DeviceSpec, seed: int, level: int) -> tuple:
 
 
 def galois_element(spec: DeviceSpec, step: int) -> int:
-    return pow(5, int(step) % (spec.n // 2), 2 * spec.n)
+    return rotation_galois_element(spec.n, step)
 
 
 def gemm_inputs(spec: DeviceSpec, seed: int) -> tuple:

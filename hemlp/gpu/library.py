@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -129,6 +130,14 @@ def device_info() -> dict:
         return {"available": False, "reason": "no CUDA device", "count": 0, "library": _state["where"]}
     return {"available": True, "reason": "", "count": count.value, "name": name.value.decode(),
             "memory_bytes": total.value, "library": _state["where"]}
+
+
+def release(obj, free: str) -> None:
+    """Free obj.handle with the library's function `free`, once. Nothing is freed at interpreter exit: the device
+    context may be gone by then, and the driver reclaims everything with the process."""
+    if getattr(obj, "handle", None) and not sys.is_finalizing():
+        getattr(library(), free)(obj.handle)
+    obj.handle = None
 
 
 def check(code: int, what: str) -> None:

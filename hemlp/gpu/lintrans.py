@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import ctypes
 import math
-import sys
 
 import numpy as np
 
 from hemlp.errors import EncodingError, LevelError, MissingKeyError, ParameterError, ShapeError
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DeviceKey
-from hemlp.gpu.library import check, vp
+from hemlp.gpu.library import release, check, vp
 
 
 class DeviceLinearTransform:
@@ -59,9 +58,7 @@ class DeviceLinearTransform:
         return cls(dev, native.level, native.scale, native.slots, giant, baby, diags, is_complex)
 
     def __del__(self):
-        if getattr(self, "handle", None) and not sys.is_finalizing():
-            self.dev.lib.hg_lintrans_free(self.handle)
-        self.handle = None
+        release(self, "hg_lintrans_free")
 
     @property
     def steps(self) -> list:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 
 import numpy as np
 
-from hemlp.apps.bench import report
+from hemlp.apps.bench import measure, report
 
 HELP = "CUDA backend ops at N16-boot and the exact modular GEMM, with DESILO FHE on the same GPU"
 
@@ -32,17 +31,14 @@ def add_arguments(p):
 
 
 def timed(fn, sync, repeats: int, warmup: int = 2) -> dict:
-    for _ in range(warmup):
-        fn()
-    sync()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    """measure() of fn with the device synchronised after every call (end-to-end latency, launch gaps included)."""
+    def call():
         fn()
         sync()
-        samples.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(samples), "min_s": min(samples), "max_s": max(samples),
-            "repeats": repeats, "measured": True}
+
+    rec = measure(call, repeats, warmup)
+    rec.update(max_s=max(rec["samples"]), measured=True)
+    return rec
 
 
 def hemlp_ops(preset: str, repeats: int) -> dict:
