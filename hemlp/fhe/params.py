@@ -186,11 +186,11 @@ class Params:
     def from_bytes(cls, data: bytes, checksum: bool = True) -> "Params":
         _, phash, h, _ = ser.unpack(data, None, "params", checksum=checksum)
         try:
-            p = cls(ser.field(h, "log_n", int), [int(b) for b in ser.field(h, "q_bits", list)],
-                    [int(b) for b in ser.field(h, "p_bits", list)], ser.field(h, "alpha", int),
+            p = cls(ser.field(h, "log_n", int), ser.int_list(h, "q_bits"), ser.int_list(h, "p_bits"),
+                    ser.field(h, "alpha", int),
                     ser.field(h, "log_scale", float), name=str(h.get("name", "custom")),
                     secret_hw=ser.field(h, "secret_hw", int))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             if isinstance(exc, SerializationError):
                 raise
             raise SerializationError(f"invalid parameters in the data: {exc}") from None

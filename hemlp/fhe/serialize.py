@@ -347,6 +347,15 @@ def read_legacy_artefact(data, kind: str):
     return header, payload
 
 
+def int_list(header: dict, name: str) -> list:
+    """A header field that is a list of integers, or SerializationError (JSON lets a hostile header put floats,
+    Infinity or NaN there)."""
+    v = field(header, name, list)
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in v):
+        raise SerializationError(f"header field {name!r} must hold integers: the data is corrupted")
+    return v
+
+
 def field(header: dict, name: str, kind):
     """A typed header field, or SerializationError."""
     if name not in header:

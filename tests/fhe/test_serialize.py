@@ -199,3 +199,15 @@ def test_seed_expansion_known_answer():
     assert a[0, :3].tolist() == [1043845045192113, 65553900113939, 694512736089249]
     assert hashlib.sha256(a.tobytes()).hexdigest() == (
         "3f154479a633e3b5b3705a528b114a699b211afb60e788b7a1b351edef828a62")
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 40.5, True, "40", 10 ** 400])
+def test_parameter_prime_sizes_must_be_integers(bad):
+    """A hostile params header with a non-integer prime size (JSON carries Infinity, NaN, floats, booleans) is a
+    SerializationError, not a Python OverflowError or a silently truncated size."""
+    p = fhe.Params.preset("test-N12")
+    s = p.native.spec
+    header = dict(name=p.name, log_n=s.log_n, q_bits=[bad] + list(s.q_bits)[1:], p_bits=list(s.p_bits),
+                  alpha=s.alpha, log_scale=s.log_scale, secret_hw=s.secret_hw)
+    with pytest.raises(SerializationError):
+        fhe.Params.from_bytes(serialize.pack("params", p.hash, header, []))
