@@ -620,7 +620,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     x = np.asarray(example_input, dtype=np.float64)
     if x.ndim < 2:
         raise ShapeError(f"example_input must be a batch (batch, *input_shape), got shape {x.shape}")
-    g = fold(_frontend(model_or_onnx_path, x))
+    # lint after the frontend and after folding: a broken rewrite is a ShapeError here, not wrong numbers later
+    g = fold(_frontend(model_or_onnx_path, x).lint()).lint()
     # activations: ranges from the calibration set (default: the example), degrees for the agreement target
     calib = x if opts["calibration"] is None else as_calibration(opts["calibration"], g.input.shape)
     allow = bool(opts["allow_insecure"])

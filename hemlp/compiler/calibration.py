@@ -27,10 +27,11 @@ import math
 import numpy as np
 
 from hemlp.compiler.activations import ActPoly, approximate, calibrate, exact_poly
+from hemlp.compiler.ir import clip_bounds
 from hemlp.errors import CalibrationError, TargetUnreachableError, warn_always
 
 __all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "as_calibration",
-           "choose_activations", "needs_ranges", "per_node_option", "top1", "RANGED_KINDS"]
+           "choose_activations", "is_ranged", "needs_ranges", "per_node_option", "top1", "RANGED_KINDS"]
 
 DEGREES = (3, 7, 15, 31, 63, 127)
 #: calibration samples needed to certify 99 % agreement (the 90 % Clopper-Pearson bound of CONFIDENCE)
@@ -62,9 +63,14 @@ def per_node_option(opt, node, default=None):
     return default if opt is None else opt
 
 
+def is_ranged(kind: str) -> bool:
+    """The activation is approximated on a calibrated range (not x^2 or a user polynomial)."""
+    return kind in RANGED_KINDS or clip_bounds(kind) is not None
+
+
 def needs_ranges(g) -> list:
     """Activation nodes approximated on a calibrated range (everything except x^2 and user polynomials)."""
-    return [n for n in g.nodes if n.op == "act" and n.attrs["kind"] in RANGED_KINDS]
+    return [n for n in g.nodes if n.op == "act" and is_ranged(n.attrs["kind"])]
 
 
 def as_calibration(data, input_shape, what: str = "calibration") -> np.ndarray:

@@ -7,13 +7,15 @@
   a degree-1 polynomial (c*x + d) is folded into the preceding Linear/Conv2d;
 * AvgPool2d is folded into the next Linear (through flatten) when it is that layer's only input
   path, otherwise it is lowered as a PCMM (im2col with a 1/k^2 row, 1 level);
-* two Linear layers in a row (no activation between) are merged into one PCMM.
+* two Linear layers in a row (no activation between) are merged into one PCMM;
+* a 1x1 channel map (a channel pad or concatenation part, hemlp.compiler.movement) after a convolution that is its
+  only user is merged into that convolution.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from hemlp.compiler.ir import Graph, Node, avgpool_matrix
+from hemlp.compiler.ir import Graph, Node, avgpool_matrix, dense_conv_weight
 
 
 def _single_user(g: Graph, name: str):
@@ -91,7 +93,8 @@ def fold_avgpool(g: Graph) -> None:
         if n.op != "avgpool2d":
             continue
         a = n.attrs
-        M = avgpool_matrix(g.node(n.inputs[0]).shape, a["kernel"], a["stride"], a["padding"], a["count_include_pad"])
+        M = avgpool_matrix(g.node(n.inputs[0]).shape, a["kernel"], a["stride"], a["padding"], a["count_include_pad"],
+                           a.get("divisor_override"))
         user = _single_user(g, n.name)
         chain = []
         while user is not None and user.op == "flatten":
@@ -141,8 +144,41 @@ def merge_linears(g: Graph) -> None:
                 break
 
 
+def _is_channel_map(n: Node) -> bool:
+    """A 1x1, stride-1, unpadded, ungrouped convolution: a per-pixel matrix over channels."""
+    a = n.attrs
+    return (n.op == "conv2d" and a["weight"].shape[2:] == (1, 1) and tuple(a["stride"]) == (1, 1)
+            and tuple(a["padding"]) == (0, 0) and a.get("groups", 1) == 1)
+
+
+def merge_channel_maps(g: Graph) -> None:
+    """A channel map after a convolution that is its only user becomes part of that convolution (B o A: the
+    weights' channel product, bias B bA + bB): a slice then a channel pad (ResNet option-A shortcut) is one PCMM."""
+    changed = True
+    while changed:
+        changed = False
+        for n in list(g.nodes):
+            if not _is_channel_map(n):
+                continue
+            prod = g.node(n.inputs[0])
+            if prod.op != "conv2d" or _single_user(g, prod.name) is not n:
+                continue
+            B = n.attrs["weight"][:, :, 0, 0]
+            A = dense_conv_weight(prod.attrs["weight"], prod.attrs.get("groups", 1))
+            bA, bB = prod.attrs.get("bias"), n.attrs.get("bias")
+            bias = (B @ bA if bA is not None else 0) + (bB if bB is not None else 0)
+            prod.attrs = dict(prod.attrs, weight=np.einsum("oc,cikl->oikl", B, A), groups=1,
+                              bias=None if isinstance(bias, int) else bias)
+            prod.shape = n.shape
+            prod.notes.append(f"+{n.name} (channel map) merged")
+            g.bypass(n)
+            changed = True
+            break
+
+
 def fold(g: Graph) -> Graph:
     fold_batchnorm(g)
+    merge_channel_maps(g)
     fold_polys(g)
     fold_avgpool(g)
     merge_linears(g)

@@ -8,11 +8,11 @@ Ops (attrs):
     input      shape
     linear     weight (out, in), bias | None          y = W x + b over the flattened features
     conv2d     weight (Co, Ci, kh, kw), bias, stride, padding, dilation, groups
-    avgpool2d  kernel, stride, padding, count_include_pad
+    avgpool2d  kernel, stride, padding, count_include_pad, divisor_override (optional; 1 = window sums)
     batchnorm  scale (C,), shift (C,)                   y = scale[c] x + shift[c]
     affine     alpha (F,), beta (F,)                    per-feature scale and shift
     flatten    (a relabelling of rows in layout A)
-    act        kind: square | poly | relu | silu | gelu | sigmoid | tanh ; coeffs (poly, power basis)
+    act        kind: square | poly | relu | silu | gelu | sigmoid | tanh | clip(lo,hi) ; coeffs (poly, power basis)
     add        two inputs (residual)
     transpose  swap the last two per-sample dimensions (a permutation of rows in layout A)
     mul        two encrypted inputs of one shape: elementwise ciphertext x ciphertext product
@@ -30,6 +30,9 @@ import numpy as np
 from hemlp.errors import ShapeError, UnsupportedError
 
 LINEAR_OPS = ("linear", "conv2d", "avgpool2d")
+#: every IR op and the number of inputs it takes
+OP_ARITY = {"input": 0, "output": 1, "linear": 1, "conv2d": 1, "avgpool2d": 1, "batchnorm": 1, "affine": 1,
+            "flatten": 1, "identity": 1, "act": 1, "transpose": 1, "add": 2, "mul": 2, "matmul": 2}
 ACT_KINDS = ("square", "poly", "relu", "silu", "gelu", "sigmoid", "tanh")
 
 
@@ -220,6 +223,35 @@ class Graph:
             stack.extend(self.node(n).inputs)
         self.nodes = [n for n in self.nodes if n.name in live]
 
+    # ---- checks
+    def lint(self) -> "Graph":
+        """Raises ShapeError naming the first broken invariant: one input and one output, names unique, ops known,
+        every input defined before its use, the op's arity, and every node's shape equal to what its op computes
+        from its inputs (evaluated on one zero sample). Returns the graph (chains after a pass)."""
+        seen: set = set()
+        for n in self.nodes:
+            if n.op not in OP_ARITY:
+                raise ShapeError(f"node {n.name!r}: unknown op {n.op!r} (known: {sorted(OP_ARITY)})")
+            if n.name in seen:
+                raise ShapeError(f"node name {n.name!r} is defined twice")
+            missing = [i for i in n.inputs if i not in seen]
+            if missing:
+                raise ShapeError(f"node {n.name!r} uses {missing} before they are defined")
+            if len(n.inputs) != OP_ARITY[n.op]:
+                raise ShapeError(f"node {n.name!r} ({n.op}) has {len(n.inputs)} inputs, its op takes {OP_ARITY[n.op]}")
+            seen.add(n.name)
+        for op in ("input", "output"):
+            count = sum(n.op == op for n in self.nodes)
+            if count != 1:
+                raise ShapeError(f"the graph has {count} {op} nodes, it needs exactly one")
+        vals = self.reference(np.zeros((1,) + tuple(self.input.shape)))
+        for n in self.nodes:
+            got = tuple(vals[n.name].shape[1:])
+            if got != tuple(n.shape):
+                raise ShapeError(f"node {n.name!r} ({n.op}) declares per-sample shape {tuple(n.shape)} but computes "
+                                 f"{got}")
+        return self
+
     # ---- reference execution (float64, exact activations): calibration and oracles
     def reference(self, x: np.ndarray, exact: bool = True) -> dict:
         """Run the graph on rows-major data. x: (batch, *input_shape). Returns name -> (batch, *shape)."""
@@ -239,7 +271,27 @@ class Graph:
 # Numpy semantics of every op (batch-first tensors)
 # ---------------------------------------------------------------------------------------
 
+def clip_kind(lo, hi) -> str:
+    """The activation kind of clamp(x, lo, hi) (hardtanh, ReLU6; a missing bound is infinite): 'clip(0,6)'."""
+    lo = -math.inf if lo is None else float(lo)
+    hi = math.inf if hi is None else float(hi)
+    if not lo < hi:
+        raise ShapeError(f"clamp bounds [{lo}, {hi}] are empty; give min < max")
+    return f"clip({lo:.17g},{hi:.17g})"
+
+
+def clip_bounds(kind: str):
+    """(lo, hi) of a 'clip(lo,hi)' kind, or None for any other kind."""
+    if not kind.startswith("clip(") or not kind.endswith(")"):
+        return None
+    lo, hi = (float(v) for v in kind[5:-1].split(","))
+    return lo, hi
+
+
 def exact_activation(kind: str, x, coeffs=None):
+    bounds = clip_bounds(kind)
+    if bounds is not None:
+        return np.clip(x, *bounds)
     if kind == "square":
         return x * x
     if kind == "poly":
@@ -302,7 +354,7 @@ def gather_apply(U, index, X, bias=None):
     return out
 
 
-def avgpool_matrix(in_shape, kernel, stride, padding, count_include_pad=True):
+def avgpool_matrix(in_shape, kernel, stride, padding, count_include_pad=True, divisor_override=None):
     """Dense pooling matrix (C*Ho*Wo, C*H*W)."""
     C, H, W = in_shape
     idx, (Ho, Wo) = conv2d_index((1, H, W), kernel, stride, padding)
@@ -311,13 +363,13 @@ def avgpool_matrix(in_shape, kernel, stride, padding, count_include_pad=True):
     for p in range(P):
         rows = idx[:, p]
         valid = rows[rows >= 0]
-        div = kernel[0] * kernel[1] if count_include_pad else max(len(valid), 1)
+        div = divisor_override or (kernel[0] * kernel[1] if count_include_pad else max(len(valid), 1))
         for c in range(C):
             M[c * P + p, c * H * W + valid] = 1.0 / div
     return M
 
 
-def avgpool_apply(X, kernel, stride, padding, count_include_pad=True):
+def avgpool_apply(X, kernel, stride, padding, count_include_pad=True, divisor_override=None):
     """Average pooling of a batch (B, C, H, W) by window sums: what ``X @ avgpool_matrix(...).T`` computes,
     without the dense (C*Ho*Wo, C*H*W) matrix (2 GiB for 32 channels at 32x32: the activation search of a CIFAR
     ResNet evaluated it dozens of times)."""
@@ -334,6 +386,8 @@ def avgpool_apply(X, kernel, stride, padding, count_include_pad=True):
             window = (slice(i, i + sh * (Ho - 1) + 1, sh), slice(j, j + sw * (Wo - 1) + 1, sw))
             total += Xp[(slice(None), slice(None)) + window]
             count += inside[window]
+    if divisor_override:
+        return total / divisor_override
     return total / (kh * kw if count_include_pad else np.maximum(count, 1))
 
 
@@ -357,7 +411,7 @@ def eval_node(n: Node, ins, x, exact=True):
         return y.T.reshape((B,) + tuple(n.shape))
     if n.op == "avgpool2d":
         y = avgpool_apply(X.reshape((B,) + tuple(X.shape[1:])), a["kernel"], a["stride"], a["padding"],
-                          a.get("count_include_pad", True))
+                          a.get("count_include_pad", True), a.get("divisor_override"))
         return y.reshape((B,) + tuple(n.shape))
     if n.op == "batchnorm":
         C = X.shape[1]
@@ -414,7 +468,8 @@ def describe(n: Node) -> str:
         return (f"pcmm_gather({n.name}.weight[{w.shape[0]}x{w.shape[1]}x{w.shape[2]}x{w.shape[3]}], {ins}, "
                 f"stride={tuple(a['stride'])}, padding={tuple(a['padding'])}{extra})")
     if n.op == "avgpool2d":
-        return f"avg_pool2d({ins}, kernel={tuple(a['kernel'])}, stride={tuple(a['stride'])})"
+        div = f", divisor={a['divisor_override']}" if a.get("divisor_override") else ""
+        return f"avg_pool2d({ins}, kernel={tuple(a['kernel'])}, stride={tuple(a['stride'])}{div})"
     if n.op == "batchnorm":
         return f"batch_norm({ins})"
     if n.op == "affine":

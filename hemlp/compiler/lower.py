@@ -93,10 +93,11 @@ def lower(g: Graph) -> list[Step]:
                 # one U row for every channel: P = C*Ho*Wo output blocks in (c, ho, wo) order
                 idx = np.concatenate([np.where(idx1 >= 0, idx1 + c * HW, -1) for c in range(C)], axis=1)
                 k = a["kernel"][0] * a["kernel"][1]
-                steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=np.full((1, k), 1.0 / k),
+                div = a.get("divisor_override") or k
+                steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=np.full((1, k), 1.0 / div),
                                   index=idx, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
             else:
-                M = avgpool_matrix(in_shape, a["kernel"], a["stride"], a["padding"], False)
+                M = avgpool_matrix(in_shape, a["kernel"], a["stride"], a["padding"], False, a.get("divisor_override"))
                 steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=M))
         elif n.op in ("flatten", "identity"):
             steps.append(Step("alias", n.name, list(n.inputs), n.features, n.name))

@@ -1,9 +1,11 @@
 """ONNX -> IR (onnx + shape inference; no onnxruntime needed: calibration runs on the IR).
 
-Supported ops: Gemm, MatMul (+ Add bias), Conv, BatchNormalization, AveragePool, GlobalAveragePool,
-Flatten, Reshape (to (batch, -1)), Dropout, Identity, Constant, Relu, Sigmoid, Tanh, Gelu, the
-exported GELU pattern x * 0.5 * (1 + erf(x / sqrt 2)), SiLU as x * Sigmoid(x), and polynomial
-expressions in one tensor (Mul, Add, Sub, Div by a constant, Pow with an integer exponent, Neg).
+Supported ops: Gemm, MatMul (+ Add bias; on per-sample matrices too), Conv, BatchNormalization, AveragePool,
+GlobalAveragePool, ReduceMean / ReduceSum over per-sample axes, Slice, Pad (zeros), Concat, Clip, Flatten, Reshape,
+Squeeze / Unsqueeze, Transpose (last two axes), Dropout, Identity, Constant, Relu, Sigmoid, Tanh, Gelu, the exported
+GELU pattern x * 0.5 * (1 + erf(x / sqrt 2)), SiLU as x * Sigmoid(x), and polynomial expressions in one tensor (Mul,
+Add, Sub, Div by a constant, Pow with an integer exponent, Neg). Shape plumbing on constants (Shape of a tensor,
+Gather, Concat, ConstantOfShape, Cast, ...) is evaluated at compile time with ONNX's reference implementation.
 Anything else raises UnsupportedError naming the ONNX node and the alternative.
 """
 from __future__ import annotations
@@ -12,20 +14,22 @@ import math
 
 import numpy as np
 
-from hemlp.compiler.ir import Graph, Node, conv2d_index
-from hemlp.compiler.torch_frontend import softmax_hint
+from hemlp.compiler.ir import Graph, Node, clip_kind, conv2d_index
+from hemlp.compiler.movement import MovementLowering
+from hemlp.compiler.torch_frontend import NORM_HINT, softmax_hint
 from hemlp.errors import ShapeError, UnsupportedError
 from hemlp.extras import require
 
-_HINT = ("supported ONNX ops: Gemm, MatMul, Conv, BatchNormalization, AveragePool, GlobalAveragePool, Flatten, "
-         "Reshape (flatten), Dropout, Identity, Relu, Sigmoid, Tanh, Gelu, Erf-GELU, x*Sigmoid(x), polynomial "
-         "Mul/Add/Sub/Div/Pow of one tensor, residual Add")
+_HINT = ("supported ONNX ops: Gemm, MatMul, Conv, BatchNormalization, AveragePool, GlobalAveragePool, ReduceMean, "
+         "ReduceSum, Slice, Pad, Concat, Clip, Flatten, Reshape, Dropout, Identity, Relu, Sigmoid, Tanh, Gelu, Erf-GELU, "
+         "x*Sigmoid(x), polynomial Mul/Add/Sub/Div/Pow of one tensor, residual Add")
 
 
 #: the ops the loop below handles (some only in restricted forms, with their own messages)
 HANDLED_OPS = {"Constant", "Dropout", "Identity", "Gemm", "MatMul", "Conv", "BatchNormalization", "AveragePool",
                "GlobalAveragePool", "MaxPool", "GlobalMaxPool", "Flatten", "Reshape", "Transpose", "Relu", "Sigmoid",
-               "Tanh", "Gelu", "Erf", "Add", "Sub", "Mul", "Div", "Pow", "Neg"}
+               "Tanh", "Gelu", "Erf", "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Slice", "Pad", "Concat", "ReduceMean",
+               "ReduceSum", "Clip", "Squeeze", "Unsqueeze"}
 #: shape and index plumbing an exporter emits around a layer: never the op to name when a layer is unsupported
 PLUMBING_OPS = {"Shape", "Gather", "GatherElements", "Unsqueeze", "Squeeze", "Concat", "Slice", "ConstantOfShape",
                 "Cast", "Expand", "Range", "Split", "Where", "Equal", "Size", "Tile", "CastLike"}
@@ -34,6 +38,8 @@ LAYER_HINTS = {"LSTM": "recurrent layers (LSTM / GRU / RNN) are not supported: t
                        "sequence exhaust the levels; use a feed-forward or convolutional model",
                "MaxPool": "use average pooling (max is not a polynomial)"}
 LAYER_HINTS["GRU"] = LAYER_HINTS["RNN"] = LAYER_HINTS["LSTM"]
+for _op in ("LayerNormalization", "GroupNormalization", "InstanceNormalization"):
+    LAYER_HINTS[_op] = NORM_HINT
 
 
 def _unsupported_layers(G) -> list:
@@ -61,7 +67,8 @@ def from_onnx(model, example_input) -> Graph:
     except Exception:
         pass  # shapes are also derived op by op below
     G = model.graph
-    consts = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in G.initializer}
+    raw = {t.name: numpy_helper.to_array(t) for t in G.initializer}      # constants in their ONNX dtypes
+    consts = {k: v.astype(np.float64) for k, v in raw.items()}
     inputs = [i for i in G.input if i.name not in consts]
     if len(inputs) != 1:
         raise UnsupportedError(f"the ONNX graph has {len(inputs)} inputs ({[i.name for i in inputs]}); "
@@ -147,6 +154,48 @@ def from_onnx(model, example_input) -> Graph:
     shape_in = tuple(x.shape[1:])
     env[inputs[0].name] = new("input", [], shape_in, {}, None, "input")
 
+    def moves(node):
+        def emit(op, ins_, shape, attrs, base):
+            return new(op, ins_, shape, attrs, node, f"{node.name or node.op_type.lower()}_{base}", check=False)
+
+        def refuse(what, instead):
+            unsupported(node, what, instead)
+
+        return MovementLowering(g, emit, refuse)
+
+    def checked(node, out):
+        dims = vinfo.get(node.output[0])
+        if dims and all(d is not None for d in dims[1:]) and tuple(dims[1:]) != tuple(g.node(out).shape):
+            raise ShapeError(f"{where(node)}: hemlp derived per-sample shape {tuple(g.node(out).shape)} but ONNX "
+                             f"shape inference says {tuple(dims[1:])}")
+        return out
+
+    def ints(name):
+        v = raw.get(name)
+        return None if v is None else [int(i) for i in np.asarray(v).reshape(-1)]
+
+    def fold_constant(node) -> bool:
+        """Evaluates a node whose inputs are all constants (shape plumbing: Shape of an encrypted tensor, Gather,
+        Concat, ConstantOfShape, Cast, ...) with ONNX's reference implementation."""
+        if node.op_type == "Shape" and node.input[0] in env and isinstance(env[node.input[0]], str):
+            full = np.array((len(x),) + tuple(g.node(env[node.input[0]]).shape), dtype=np.int64)
+            at_ = _attrs(node)
+            raw[node.output[0]] = full[at_.get("start", 0):at_.get("end", len(full))]
+        elif node.input and all((i == "" or i in raw) for i in node.input):
+            from onnx.reference import ReferenceEvaluator
+
+            try:
+                outs_ = ReferenceEvaluator(node).run(None, {i: raw[i] for i in node.input if i})
+            except Exception as exc:
+                unsupported(node, f"constant {node.op_type} ({type(exc).__name__}: {exc})")
+            raw.update(zip(node.output, (np.asarray(v) for v in outs_)))
+        else:
+            return False
+        for o_ in node.output:
+            if o_ in raw and np.issubdtype(raw[o_].dtype, np.number):
+                consts[o_] = raw[o_].astype(np.float64)
+        return True
+
     for node in G.node:
         op, ins, outs = node.op_type, list(node.input), list(node.output)
         at = _attrs(node)
@@ -155,7 +204,73 @@ def from_onnx(model, example_input) -> Graph:
             t = at.get("value")
             if t is None:
                 unsupported(node, "a Constant without a tensor value")
-            consts[o] = numpy_helper.to_array(t).astype(np.float64)
+            raw[o] = numpy_helper.to_array(t)
+            consts[o] = raw[o].astype(np.float64)
+            continue
+        if op in PLUMBING_OPS | {"Reshape", "Transpose", "Add", "Sub", "Mul", "Div", "Identity", "Neg", "Pow"} \
+                and fold_constant(node):
+            continue
+        if op == "Slice":
+            src = materialise(val(ins[0]), node)
+            S = g.node(src).shape
+            starts, ends = ints(ins[1]) if len(ins) > 1 else at.get("starts"), ints(ins[2]) if len(ins) > 2 else at.get("ends")
+            axes = (ints(ins[3]) if len(ins) > 3 and ins[3] else at.get("axes")) or list(range(len(starts or [])))
+            steps = (ints(ins[4]) if len(ins) > 4 and ins[4] else None) or [1] * len(axes)
+            if starts is None or ends is None:
+                unsupported(node, "Slice with computed bounds", "slice with constant bounds")
+            index = [slice(None)] * (len(S) + 1)
+            big = 1 << 62                          # ONNX's INT_MAX end: to the end of the axis
+            for a_, st, en, sp in zip(axes, starts, ends, steps):
+                index[a_ % (len(S) + 1)] = slice(st, None if en >= big else en, sp)
+            env[o] = checked(node, moves(node).getitem(src, tuple(index)))
+            continue
+        if op == "Pad":
+            src = materialise(val(ins[0]), node)
+            pads = ints(ins[1]) if len(ins) > 1 and ins[1] else list(at.get("pads", []))
+            value = float(np.asarray(raw[ins[2]]).reshape(-1)[0]) if len(ins) > 2 and ins[2] in raw else \
+                float(at.get("value", 0.0))
+            mode = at.get("mode", b"constant")
+            mode = mode.decode() if isinstance(mode, bytes) else mode
+            nd = len(g.node(src).shape) + 1
+            if pads is None or len(pads) != 2 * nd or (len(ins) > 3 and ins[3]):
+                unsupported(node, "Pad with computed pads or axes", "pad with constant amounts")
+            if pads[0] or pads[nd]:
+                unsupported(node, "padding the batch dimension", "pad per-sample dimensions")
+            torch_order = [v for d in range(nd - 1, 0, -1) for v in (pads[d], pads[nd + d])]
+            env[o] = checked(node, moves(node).pad(src, torch_order[:6], mode, value))
+            continue
+        if op == "Concat":
+            srcs = [val(i) for i in ins]
+            if any(i in raw for i in ins):
+                unsupported(node, "Concat of an encrypted tensor with a constant", "concatenate encrypted tensors")
+            env[o] = checked(node, moves(node).cat([materialise(v, node) for v in srcs], int(at["axis"])))
+            continue
+        if op in ("ReduceMean", "ReduceSum"):
+            src = materialise(val(ins[0]), node)
+            axes = ints(ins[1]) if len(ins) > 1 and ins[1] else at.get("axes")
+            if axes is None and at.get("noop_with_empty_axes", 0):
+                env[o] = src
+                continue
+            if axes is None:
+                axes = list(range(len(g.node(src).shape) + 1))
+            env[o] = checked(node, moves(node).reduce(src, [int(a_) for a_ in axes], bool(at.get("keepdims", 1)),
+                                                      op == "ReduceMean"))
+            continue
+        if op == "Clip":
+            src = materialise(val(ins[0]), node)
+            lo = float(raw[ins[1]]) if len(ins) > 1 and ins[1] else at.get("min")
+            hi = float(raw[ins[2]]) if len(ins) > 2 and ins[2] else at.get("max")
+            if (len(ins) > 1 and ins[1] and ins[1] not in raw) or (len(ins) > 2 and ins[2] and ins[2] not in raw):
+                unsupported(node, "Clip with computed bounds", "clip to constant bounds")
+            kind = clip_kind(lo, hi)
+            env[o] = new("act", [src], g.node(src).shape, dict(kind=kind), node, node.name or "clip")
+            continue
+        if op in ("Squeeze", "Unsqueeze"):
+            src = materialise(val(ins[0]), node)
+            dims = vinfo.get(o)
+            if not dims or any(d is None for d in dims[1:]) or dims[0] not in (None, len(x)) and dims[0] != 1:
+                unsupported(node, f"{op} without a known output shape", "reshape with constant sizes")
+            env[o] = new("flatten", [src], tuple(dims[1:]), {}, node, "reshape")
             continue
         if op in ("Dropout", "Identity"):
             env[o] = val(ins[0])
@@ -194,9 +309,16 @@ def from_onnx(model, example_input) -> Graph:
                 unsupported(node, "MatMul with a constant left or non-2-D right operand",
                             "the weights must be a 2-D initializer on the right (x @ W)")
             src = materialise(val(ins[0]), node)
-            if len(g.node(src).shape) != 1:
-                unsupported(node, "MatMul on a multi-dimensional input", "flatten first")
-            env[o] = new("linear", [src], (W.shape[1],), dict(weight=W.T.copy(), bias=None), node,
+            sh = g.node(src).shape
+            Wt = W.T.copy()
+            if sh[-1] != W.shape[0]:
+                raise ShapeError(f"{where(node)}: MatMul expects {W.shape[0]} features, the input has {sh[-1]}")
+            if len(sh) > 1:                        # x @ W on every row of a per-sample matrix (tokens)
+                rest = int(np.prod(sh[:-1]))
+                if rest * Wt.size * rest > 5e7:
+                    unsupported(node, "MatMul on a large multi-dimensional input", "flatten first")
+                Wt = np.kron(np.eye(rest), Wt)
+            env[o] = new("linear", [src], tuple(sh[:-1]) + (W.shape[1],), dict(weight=Wt, bias=None), node,
                          node.name or "matmul")
             continue
         if op == "Conv":
@@ -305,13 +427,17 @@ def from_onnx(model, example_input) -> Graph:
                 cc[0] += c
                 env[o] = ("poly", p[1], cc)
                 continue
+            if op == "Add" and isinstance(va, tuple) and va[0] == "const":
+                va, vb = vb, va                    # the exporter may write the bias first: Add(bias, x W)
             if isinstance(vb, tuple) and vb[0] == "const":
                 # bias add after MatMul: fold into the linear node if it is its only use
                 prod = g.node(va) if isinstance(va, str) else None
                 bias = np.asarray(vb[1]).reshape(-1)
-                if prod is not None and prod.op == "linear" and bias.size in (1, prod.features):
+                rows = prod.features if prod is not None else 0
+                if prod is not None and prod.op == "linear" and rows % max(bias.size, 1) == 0 \
+                        and bias.size in (1, prod.shape[-1], rows):
                     b0 = prod.attrs.get("bias")
-                    prod.attrs["bias"] = (0 if b0 is None else b0) + np.broadcast_to(bias, (prod.features,))
+                    prod.attrs["bias"] = (0 if b0 is None else b0) + np.tile(bias, rows // bias.size)
                     env[o] = va
                     continue
                 unsupported(node, "adding a constant tensor", "fold it into the previous layer's bias")

@@ -1,21 +1,27 @@
-"""torch.nn.Module -> IR with torch.fx (symbolic tracing + shape propagation on the example input).
+"""torch.nn.Module -> IR with torch.fx: symbolic tracing, then one run on the example input that records every
+node's value, so sizes computed in forward() (``x.size(0)``, ``out.size()[3]``, ``planes // 4``) are concrete.
 
-Supported: nn.Linear, nn.Conv2d (any stride/padding/dilation; groups expanded to a dense weight),
-nn.BatchNorm1d/2d (eval statistics), nn.AvgPool2d, nn.AdaptiveAvgPool2d (divisible sizes),
-nn.Flatten / torch.flatten / view / reshape to (batch, -1), nn.Dropout / nn.Identity,
-nn.ReLU / SiLU / GELU / Sigmoid / Tanh (and their functional forms), x*x, x**2, torch.square,
-polynomial expressions in one tensor (c*x, x+c, x*x + ...), hemlp.compiler.Polynomial, residual
-x + y. Anything else raises UnsupportedError naming the node and the alternative.
+Supported: nn.Linear / F.linear, nn.Conv2d / F.conv2d (any stride/padding/dilation; groups, depthwise included,
+expanded to a dense weight), nn.BatchNorm1d/2d (eval statistics), nn.AvgPool2d / F.avg_pool2d (divisor_override too),
+nn.AdaptiveAvgPool2d / F.adaptive_avg_pool2d (divisible sizes), mean / sum over per-sample dimensions, strided slicing
+(``x[:, :, ::2, ::2]``), F.pad / nn.ZeroPad2d with zeros, torch.cat, nn.Flatten / torch.flatten / view / reshape with
+the batch first, transpose of the last two dimensions, nn.Dropout / nn.Identity, nn.ReLU / SiLU / GELU / Sigmoid / Tanh
+/ ReLU6 / Hardtanh and torch.clamp (and their functional forms; approximated by polynomials), x*x, x**2, torch.square,
+polynomial expressions in one tensor (c*x, x+c, x*x + ...), hemlp.compiler.Polynomial, residual x + y, products of two
+encrypted tensors. Anything else raises UnsupportedError naming the node, its line in forward() and the alternative.
 """
 from __future__ import annotations
 
 import operator
+import os
+import re
 from numbers import Number
 
 import numpy as np
 
-from hemlp.compiler.ir import Graph, Node
-from hemlp.errors import ShapeError, UnsupportedError
+from hemlp.compiler.ir import Graph, Node, clip_kind
+from hemlp.compiler.movement import MovementLowering
+from hemlp.errors import HemlpError, ShapeError, UnsupportedError
 
 
 def _np(t):
@@ -26,9 +32,16 @@ def _pair(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (int(v), int(v))
 
 
-_HINT = ("supported layers: Linear, Conv2d, BatchNorm1d/2d, AvgPool2d, AdaptiveAvgPool2d, Flatten, Dropout, "
-         "Identity, ReLU/SiLU/GELU/Sigmoid/Tanh (approximated), x*x / x**2 / polynomials "
+_HINT = ("supported layers: Linear, Conv2d (grouped too), BatchNorm1d/2d, AvgPool2d, AdaptiveAvgPool2d, mean/sum over "
+         "per-sample dims, slicing, zero padding, torch.cat, Flatten/view/reshape, Dropout, Identity, "
+         "ReLU/ReLU6/Hardtanh/clamp/SiLU/GELU/Sigmoid/Tanh (approximated), x*x / x**2 / polynomials "
          "(hemlp.compiler.Polynomial), residual additions")
+
+
+#: what to do with a normalisation layer that is not a polynomial (ONNX and torch frontends)
+NORM_HINT = ("layer / group / instance normalisation divides by a standard deviation computed from the encrypted "
+             "input, which is not a polynomial: use BatchNorm (folded into the layer before it) or nn.Identity and "
+             "retrain")
 
 
 def softmax_hint(final: bool) -> str:
@@ -41,20 +54,67 @@ def softmax_hint(final: bool) -> str:
             "a polynomial normalisation, or end the model before it and apply it after decryption")
 
 
+def source_line(node) -> str:
+    """'file.py:42: code' of the user's line that made an fx node (its recorded stack trace), or ''."""
+    lines = (node.stack_trace or "").strip().splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        m = re.match(r'\s*File "(.+)", line (\d+)', lines[i])
+        if m and f"{os.sep}torch{os.sep}" not in m.group(1):     # the user's frame, not torch's dispatch
+            code = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            return f"{os.path.basename(m.group(1))}:{m.group(2)}" + (f": {code}" if code else "")
+    return ""
+
+
 class _Builder:
-    def __init__(self, model_name):
+    def __init__(self, model_name, values):
         self.g = Graph(name=model_name)
         self.env = {}      # fx node name -> IR node name, or ("const", value) / ("poly", src, coeffs)
+        self.values = values   # fx node name -> its value on the example input (tensors, sizes, ints)
 
     def unsupported(self, node, what, instead=""):
-        raise UnsupportedError(f"{what} at fx node {node.name!r} ({node.format_node()}) is not supported by hemlp"
+        line = source_line(node)
+        raise UnsupportedError(f"{what} at fx node {node.name!r} ({node.format_node()})"
+                               + (f" [{line}]" if line else "") + " is not supported by hemlp"
                                + (f"; {instead}" if instead else f"; {_HINT}"))
 
     def shape_of(self, node):
-        tm = node.meta.get("tensor_meta")
-        if tm is None or not hasattr(tm, "shape"):
+        v = self.values.get(node.name)
+        if not hasattr(v, "shape") or not hasattr(v, "dim") or v.dim() < 1:
             return None
-        return tuple(int(d) for d in tm.shape[1:])
+        return tuple(int(d) for d in v.shape[1:])
+
+    def moved(self, node):
+        """The data-movement lowering for one fx node; the result's shape is checked against torch's."""
+        def emit(op, inputs, shp, attrs, base):
+            return self.new(op, inputs, shp, attrs, f"{node.name}: {base}", f"{node.name}_{base}")
+
+        def refuse(what, instead):
+            self.unsupported(node, what, instead)
+
+        return MovementLowering(self.g, emit, refuse)
+
+    def checked(self, node, out, shape):
+        """`out`, after checking that hemlp's per-sample shape for it is the one torch computed."""
+        got = self.g.node(out).shape
+        if shape is not None and tuple(got) != tuple(shape):
+            raise ShapeError(f"fx node {node.name!r}: hemlp derived per-sample shape {tuple(got)}, torch computed "
+                             f"{tuple(shape)}")
+        return out
+
+    def concrete(self, a):
+        """A node argument's value on the example input: ints, sizes and tuples of them stay Python values."""
+        import torch.fx as fx
+
+        if isinstance(a, fx.Node):
+            v = self.values.get(a.name)
+            return tuple(int(d) for d in v) if type(v).__name__ == "Size" else v
+        if isinstance(a, dict):
+            return {k: self.concrete(v) for k, v in a.items()}
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.concrete(v) for v in a)
+        if isinstance(a, slice):
+            return slice(self.concrete(a.start), self.concrete(a.stop), self.concrete(a.step))
+        return a
 
     def new(self, op, inputs, shape, attrs, source, base):
         name = self.g.unique(base)
@@ -90,6 +150,13 @@ def _is_const(v):
     return isinstance(v, (Number, np.ndarray)) and not isinstance(v, bool) or (isinstance(v, tuple) and v[0] == "const")
 
 
+def _is_meta(v) -> bool:
+    """A value forward() computes from shapes (x.size(0), out.size()[3], planes // 4), not a tensor."""
+    if isinstance(v, (bool, int, float)) or type(v).__name__ == "Size":
+        return True
+    return isinstance(v, (tuple, list)) and all(isinstance(e, (bool, int, float)) for e in v)
+
+
 def _const(v):
     return v[1] if isinstance(v, tuple) else v
 
@@ -97,7 +164,6 @@ def _const(v):
 def from_torch(model, example_input) -> Graph:
     import torch
     import torch.fx as fx
-    from torch.fx.passes.shape_prop import ShapeProp
 
     from hemlp.compiler.activations import ActPoly  # noqa: F401  (Polynomial module lives in __init__)
 
@@ -114,18 +180,34 @@ def from_torch(model, example_input) -> Graph:
                 return True
             return super().is_leaf_module(m, qualname)
 
+    class _Recorder(fx.Interpreter):
+        """Runs the traced module on the example input and keeps every node's value: tensor shapes, and the
+        concrete sizes and ints that forward() computes from them (x.size(0), out.size()[3], planes // 4)."""
+
+        def __init__(self, module):
+            super().__init__(module)
+            self.values = {}
+
+        def run_node(self, n):
+            v = super().run_node(n)
+            self.values[n.name] = v
+            return v
+
+    tracer = _Tracer()
+    tracer.record_stack_traces = True            # error messages name the line of forward() a node comes from
     try:
-        graph = _Tracer().trace(model)
+        graph = tracer.trace(model)
     except Exception as exc:  # data-dependent control flow, unsupported Python
         raise UnsupportedError(f"torch.fx could not trace {type(model).__name__}: {exc}. hemlp needs a model "
                                "without data-dependent control flow; export it to ONNX or simplify forward()") from None
     gm = fx.GraphModule(model, graph)
+    recorder = _Recorder(gm)
     with torch.no_grad():
         try:
-            ShapeProp(gm).propagate(x)
+            recorder.run(x)
         except Exception as exc:
             raise ShapeError(f"the example input of shape {tuple(x.shape)} does not run through the model: {exc}") from None
-    b = _Builder(type(model).__name__)
+    b = _Builder(type(model).__name__, recorder.values)
     mods = dict(gm.named_modules())
     act_modules = {nn.ReLU: "relu", nn.SiLU: "silu", nn.GELU: "gelu", nn.Sigmoid: "sigmoid", nn.Tanh: "tanh"}
     act_funcs = {F.relu: "relu", torch.relu: "relu", F.silu: "silu", F.gelu: "gelu", torch.sigmoid: "sigmoid",
@@ -154,14 +236,15 @@ def from_torch(model, example_input) -> Graph:
         src = ir(arg, node)
         env[node.name] = b.new("act", [src], b.g.node(src).shape, dict(kind=kind), f"{node.name}: {kind}", node.name)
 
-    for node in gm.graph.nodes:
+    def handle(node):
+        nonlocal placeholder_seen
         shape = b.shape_of(node)
         if node.op == "placeholder":
             if placeholder_seen:
                 b.unsupported(node, "a second model input", "hemlp models take one encrypted input tensor")
             placeholder_seen = True
             env[node.name] = b.new("input", [], tuple(x.shape[1:]), {}, "input", node.name)
-            continue
+            return
         if node.op == "output":
             out = node.args[0]
             if isinstance(out, (tuple, list)):
@@ -170,11 +253,13 @@ def from_torch(model, example_input) -> Graph:
                 out = out[0]
             src = ir(out, node)
             b.new("output", [src], b.g.node(src).shape, {}, "output", "output")
-            continue
-        if node.op == "get_attr":
-            b.unsupported(node, f"a parameter/buffer used as a tensor ({node.target})",
-                          "use layers (nn.Linear / nn.Conv2d) for weights; elementwise products with a "
-                          "plaintext tensor are not supported yet")
+            return
+        if node.op == "get_attr":          # a parameter / buffer: a constant (F.linear / F.conv2d weights)
+            env[node.name] = ("const", _np(b.values[node.name]))
+            return
+        if node.op in ("call_function", "call_method") and _is_meta(b.values.get(node.name)):
+            env[node.name] = ("meta", b.concrete(node))    # sizes and ints computed from shapes: concrete
+            return
         if node.op == "call_module":
             m = mods[node.target]
             where = f"{node.target}: {type(m).__name__}"
@@ -226,22 +311,22 @@ def from_torch(model, example_input) -> Graph:
                 env[node.name] = b.new("flatten", [src], shape, {}, where, nm)
             elif isinstance(m, nn.AvgPool2d):
                 src = ir(node.args[0], node)
-                if m.ceil_mode or m.divisor_override:
-                    b.unsupported(node, "AvgPool2d with ceil_mode/divisor_override", "use the defaults")
+                if m.ceil_mode:
+                    b.unsupported(node, "AvgPool2d with ceil_mode=True", "use ceil_mode=False (the default)")
                 k = _pair(m.kernel_size)
                 attrs = dict(kernel=k, stride=_pair(m.stride if m.stride is not None else k),
                              padding=_pair(m.padding), count_include_pad=bool(m.count_include_pad))
+                if m.divisor_override:
+                    attrs["divisor_override"] = int(m.divisor_override)
                 env[node.name] = b.new("avgpool2d", [src], shape, attrs, where, nm)
             elif isinstance(m, nn.AdaptiveAvgPool2d):
-                src = ir(node.args[0], node)
-                C, H, W = b.g.node(src).shape
-                Ho, Wo = shape[1], shape[2]
-                if H % Ho or W % Wo:
-                    b.unsupported(node, f"AdaptiveAvgPool2d from {H}x{W} to {Ho}x{Wo} (not divisible)",
-                                  "use AvgPool2d or sizes that divide")
-                k = (H // Ho, W // Wo)
-                env[node.name] = b.new("avgpool2d", [src], shape, dict(kernel=k, stride=k, padding=(0, 0),
-                                                                       count_include_pad=True), where, nm)
+                env[node.name] = b.checked(node, b.moved(node).adaptive_pool(ir(node.args[0], node), shape[1:]), shape)
+            elif isinstance(m, (nn.ZeroPad2d, nn.ConstantPad2d)):
+                value = getattr(m, "value", 0.0)
+                env[node.name] = b.checked(node, b.moved(node).pad(ir(node.args[0], node), m.padding, "constant",
+                                                                   value), shape)
+            elif isinstance(m, nn.Hardtanh):           # ReLU6 is a Hardtanh(0, 6)
+                act(node, clip_kind(m.min_val, m.max_val), node.args[0])
             elif type(m) in act_modules:
                 kind = act_modules[type(m)]
                 if kind == "gelu" and getattr(m, "approximate", "none") != "none":
@@ -253,11 +338,13 @@ def from_torch(model, example_input) -> Graph:
                 env[node.name] = b.new("act", [src], b.g.node(src).shape,
                                        dict(kind="poly", coeffs=np.asarray(m.coeffs, dtype=np.float64)),
                                        where, nm)
+            elif isinstance(m, (nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm1d, nn.InstanceNorm2d)):
+                b.unsupported(node, f"{type(m).__name__} (module {node.target!r})", NORM_HINT)
             elif isinstance(m, (nn.Softmax, nn.LogSoftmax)):
                 b.unsupported(node, f"{type(m).__name__} (module {node.target!r})", softmax_hint(is_final(node)))
             else:
                 b.unsupported(node, f"module {node.target!r} of type {type(m).__name__}")
-            continue
+            return
         # call_function / call_method
         tgt = node.target
         name = tgt if isinstance(tgt, str) else getattr(tgt, "__name__", str(tgt))
@@ -268,8 +355,9 @@ def from_torch(model, example_input) -> Graph:
         elif tgt in (torch.flatten,) or (node.op == "call_method" and tgt == "flatten"):
             start = args[1] if len(args) > 1 else node.kwargs.get("start_dim", 0)
             end = args[2] if len(args) > 2 else node.kwargs.get("end_dim", -1)
-            if start != 1 or end != -1:
-                b.unsupported(node, f"flatten(start_dim={start}, end_dim={end})", "use torch.flatten(x, 1)")
+            if b.concrete(start) % (len(shape) + 1 if shape else 2) == 0:
+                b.unsupported(node, f"flatten(start_dim={start}, end_dim={end}) across the batch dimension",
+                              "use torch.flatten(x, 1): the batch lives in the ciphertext slots")
             env[node.name] = b.new("flatten", [ir(args[0], node)], shape, {}, f"{node.name}: flatten", node.name)
         elif (node.op == "call_method" and tgt in ("view", "reshape")) or tgt in (torch.reshape,):
             src = ir(args[0], node)
@@ -286,31 +374,83 @@ def from_torch(model, example_input) -> Graph:
                 b.unsupported(node, f"transpose of dimensions {args[1:3]}", "only the last two per-sample "
                               "dimensions can be swapped (x.transpose(-2, -1))")
             env[node.name] = b.new("transpose", [src], shape, {}, f"{node.name}: transpose", node.name)
-        elif node.op == "call_method" and tgt in ("size", "dim"):
-            env[node.name] = ("meta", None)
-        elif tgt is getattr and len(args) == 2 and args[1] in ("shape", "ndim"):   # x.shape, as x.size()
-            env[node.name] = ("meta", None)
-        elif tgt is operator.getitem and isinstance(val(args[0]), tuple) and val(args[0])[0] == "meta":
-            env[node.name] = ("meta", None)                                       # x.shape[0], as x.size(0)
+        elif tgt is operator.getitem:                                           # x[:, :, ::2, ::2]
+            env[node.name] = b.checked(node, b.moved(node).getitem(ir(args[0], node), b.concrete(args[1])), shape)
+        elif tgt in (F.pad,):
+            pad = b.concrete(args[1] if len(args) > 1 else node.kwargs["pad"])
+            mode = b.concrete(args[2] if len(args) > 2 else node.kwargs.get("mode", "constant"))
+            value = b.concrete(args[3] if len(args) > 3 else node.kwargs.get("value", None))
+            env[node.name] = b.checked(node, b.moved(node).pad(ir(args[0], node), pad, mode, value), shape)
+        elif tgt in (torch.cat, torch.concat) or getattr(tgt, "__name__", "") in ("cat", "concat", "concatenate"):
+            tensors = args[0] if args else node.kwargs["tensors"]
+            dim = b.concrete(args[1] if len(args) > 1 else node.kwargs.get("dim", 0))
+            env[node.name] = b.checked(node, b.moved(node).cat([ir(t, node) for t in tensors], dim), shape)
+        elif tgt in (torch.mean, torch.sum) or (node.op == "call_method" and tgt in ("mean", "sum")):
+            dim = b.concrete(args[1] if len(args) > 1 else node.kwargs.get("dim", None))
+            keep = b.concrete(args[2] if len(args) > 2 else node.kwargs.get("keepdim", False))
+            mean = tgt in (torch.mean, "mean")
+            env[node.name] = b.checked(node, b.moved(node).reduce(ir(args[0], node), dim, bool(keep), mean), shape)
+        elif tgt in (F.adaptive_avg_pool2d,):
+            env[node.name] = b.checked(node, b.moved(node).adaptive_pool(ir(args[0], node), shape[1:]), shape)
+        elif tgt in (F.hardtanh, F.relu6, torch.clamp, torch.clip) or (
+                node.op == "call_method" and tgt in ("clamp", "clip", "clamp_", "hardtanh")):
+            if tgt is F.relu6:
+                lo, hi = 0.0, 6.0
+            elif tgt is F.hardtanh:
+                lo = b.concrete(args[1] if len(args) > 1 else node.kwargs.get("min_val", -1.0))
+                hi = b.concrete(args[2] if len(args) > 2 else node.kwargs.get("max_val", 1.0))
+            else:
+                lo = b.concrete(args[1] if len(args) > 1 else node.kwargs.get("min", None))
+                hi = b.concrete(args[2] if len(args) > 2 else node.kwargs.get("max", None))
+            if not all(v is None or isinstance(v, Number) for v in (lo, hi)) or (lo is None and hi is None):
+                b.unsupported(node, "clamp with tensor or missing bounds", "clamp to scalar bounds")
+            act(node, clip_kind(lo, hi), args[0])
         elif tgt in softmax_funcs or (node.op == "call_method" and tgt in ("softmax", "log_softmax")):
             b.unsupported(node, f"{name}", softmax_hint(is_final(node)))
         elif tgt in (F.dropout,) or (node.op == "call_method" and tgt in ("contiguous", "clone", "float")):
             env[node.name] = val(args[0])
         elif tgt in (F.avg_pool2d,):
-            k = _pair(args[1] if len(args) > 1 else node.kwargs["kernel_size"])
-            s = args[2] if len(args) > 2 else node.kwargs.get("stride")
-            p = args[3] if len(args) > 3 else node.kwargs.get("padding", 0)
-            env[node.name] = b.new("avgpool2d", [ir(args[0], node)], shape,
-                                   dict(kernel=k, stride=_pair(s) if s else k, padding=_pair(p),
-                                        count_include_pad=node.kwargs.get("count_include_pad", True)),
-                                   f"{node.name}: avg_pool2d", node.name)
+            names = ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+            kw = dict(zip(names[1:], b.concrete(tuple(args[1:]))), **b.concrete(dict(node.kwargs)))
+            if kw.get("ceil_mode"):
+                b.unsupported(node, "avg_pool2d with ceil_mode=True", "use ceil_mode=False (the default)")
+            k = _pair(kw["kernel_size"])
+            attrs = dict(kernel=k, stride=_pair(kw["stride"]) if kw.get("stride") else k,
+                         padding=_pair(kw.get("padding", 0)), count_include_pad=bool(kw.get("count_include_pad", True)))
+            if kw.get("divisor_override"):
+                attrs["divisor_override"] = int(kw["divisor_override"])
+            env[node.name] = b.new("avgpool2d", [ir(args[0], node)], shape, attrs, f"{node.name}: avg_pool2d",
+                                   node.name)
+        elif tgt in (F.linear,):
+            w, bias = val(args[1]), val(args[2]) if len(args) > 2 else val(node.kwargs.get("bias"))
+            if not _is_const(w) or not (bias is None or _is_const(bias)):
+                b.unsupported(node, "F.linear with an encrypted weight or bias", "weights must be parameters")
+            src = ir(args[0], node)
+            if len(b.g.node(src).shape) != 1:
+                b.unsupported(node, "F.linear on a multi-dimensional input", "flatten first")
+            env[node.name] = b.new("linear", [src], shape, dict(weight=np.asarray(_const(w), dtype=np.float64),
+                                                                bias=None if bias is None else _const(bias)),
+                                   f"{node.name}: linear", node.name)
+        elif tgt in (F.conv2d,):
+            names = ("weight", "bias", "stride", "padding", "dilation", "groups")
+            kw = dict(zip(names, args[1:]), **dict(node.kwargs))
+            w, bias = val(kw["weight"]), val(kw.get("bias"))
+            if not _is_const(w) or not (bias is None or _is_const(bias)):
+                b.unsupported(node, "F.conv2d with an encrypted weight or bias", "weights must be parameters")
+            pad = b.concrete(kw.get("padding", 0))
+            if isinstance(pad, str):
+                b.unsupported(node, f"conv2d with padding={pad!r}", "give the padding as integers")
+            attrs = dict(weight=np.asarray(_const(w), dtype=np.float64), bias=None if bias is None else _const(bias),
+                         stride=_pair(b.concrete(kw.get("stride", 1))), padding=_pair(pad),
+                         dilation=_pair(b.concrete(kw.get("dilation", 1))), groups=int(b.concrete(kw.get("groups", 1))))
+            env[node.name] = b.new("conv2d", [ir(args[0], node)], shape, attrs, f"{node.name}: conv2d", node.name)
         elif tgt in (operator.add, torch.add, operator.sub, torch.sub) or (
                 node.op == "call_method" and tgt in ("add", "sub")):
             sub = tgt in (operator.sub, torch.sub, "sub")
             va, vb = val(args[0]), val(args[1])
             if _is_const(va) and _is_const(vb):
                 env[node.name] = ("const", _const(va) - _const(vb) if sub else _const(va) + _const(vb))
-                continue
+                return
             pa, pb = b.as_poly(va), b.as_poly(vb)
             sgn = -1.0 if sub else 1.0
             if _is_const(vb) or _is_const(va):
@@ -341,13 +481,13 @@ def from_torch(model, example_input) -> Graph:
             va, vb = val(args[0]), val(args[1])
             if _is_const(va) and _is_const(vb):
                 env[node.name] = ("const", _const(va) * _const(vb))
-                continue
+                return
             if _is_const(va) or _is_const(vb):
                 p, c = (b.as_poly(vb), _const(va)) if _is_const(va) else (b.as_poly(va), _const(vb))
                 if not isinstance(c, float):
                     b.unsupported(node, "multiplying by a constant tensor", "use a layer with weights")
                 env[node.name] = ("poly", p[1], p[2] * c)
-                continue
+                return
             pa, pb = b.as_poly(va), b.as_poly(vb)
             if pa[1] != pb[1]:                    # two different encrypted tensors: a ct x ct product
                 a_ir, b_ir = b.materialise(va, node), b.materialise(vb, node)
@@ -356,7 +496,7 @@ def from_torch(model, example_input) -> Graph:
                     b.unsupported(node, f"the product of encrypted tensors of shapes {sa} and {sb} (broadcasting)",
                                   "multiply tensors of equal shape")
                 env[node.name] = b.new("mul", [a_ir, b_ir], sa, {}, f"{node.name}: mul", node.name)
-                continue
+                return
             env[node.name] = ("poly", pa[1], np.polynomial.polynomial.polymul(pa[2], pb[2]))
         elif tgt in (operator.truediv, torch.div) or (node.op == "call_method" and tgt == "div"):
             vb = val(args[1])
@@ -392,14 +532,20 @@ def from_torch(model, example_input) -> Graph:
                 b.unsupported(node, str(exc))
             env[node.name] = b.new("matmul", [a_ir, b_ir], tuple(sa[:-1]) + (sb[-1],), {},
                                    f"{node.name}: matmul", node.name)
-        elif tgt in (F.linear,):
-            b.unsupported(node, "functional F.linear", "use nn.Linear modules (weights must be module parameters)")
-        elif tgt in (F.conv2d,):
-            b.unsupported(node, "functional F.conv2d", "use nn.Conv2d modules")
         elif tgt in (F.max_pool2d,) or "max_pool" in str(name):
             b.unsupported(node, "max pooling", "use nn.AvgPool2d (max is not a polynomial)")
         else:
             b.unsupported(node, f"{node.op} {name!r}")
+
+    for node in gm.graph.nodes:
+        try:
+            handle(node)
+        except HemlpError:
+            raise
+        except Exception as exc:          # a raw error from torch or numpy on an idiom the handlers did not expect
+            line = source_line(node)
+            raise UnsupportedError(f"fx node {node.name!r} ({node.format_node()})" + (f" [{line}]" if line else "")
+                                   + f" could not be compiled: {type(exc).__name__}: {exc}; {_HINT}") from None
     g = b.g
     g.dead_code()
     return g
