@@ -375,6 +375,13 @@ def avgpool_apply(X, kernel, stride, padding, count_include_pad=True, divisor_ov
     ResNet evaluated it dozens of times)."""
     B, C, H, W = X.shape
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
+    torch = _torch()
+    if torch is not None and 2 * ph <= kh and 2 * pw <= kw:       # torch's limit on the padding
+        with torch.no_grad():
+            return torch.nn.functional.avg_pool2d(
+                torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64)), (kh, kw), (sh, sw), (ph, pw),
+                ceil_mode=False, count_include_pad=bool(count_include_pad),
+                divisor_override=int(divisor_override) if divisor_override else None).numpy()
     Ho, Wo = (H + 2 * ph - kh) // sh + 1, (W + 2 * pw - kw) // sw + 1
     if Ho <= 0 or Wo <= 0:
         raise ShapeError(f"pool output would be empty for input {(C, H, W)} and kernel {kernel}")
@@ -391,6 +398,33 @@ def avgpool_apply(X, kernel, stride, padding, count_include_pad=True, divisor_ov
     return total / (kh * kw if count_include_pad else np.maximum(count, 1))
 
 
+def _torch():
+    """torch when installed (its convolutions are ~50x faster than the numpy im2col below), else None."""
+    try:
+        import torch
+    except ImportError:    # pragma: no cover - torch is optional for the core
+        return None
+    return torch
+
+
+def conv2d_apply(X, weight, bias, stride, padding, dilation=(1, 1), groups=1):
+    """A batch (B, Ci, H, W) through a convolution in float64: torch's kernel when torch is installed, else the
+    im2col gather of the lowering (the same sums in another order)."""
+    torch = _torch()
+    if torch is not None:
+        with torch.no_grad():
+            y = torch.nn.functional.conv2d(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64)),
+                                           torch.from_numpy(np.asarray(weight, dtype=np.float64)),
+                                           None if bias is None else torch.from_numpy(np.asarray(bias, np.float64)),
+                                           tuple(stride), tuple(padding), tuple(dilation), int(groups))
+        return y.numpy()
+    B = X.shape[0]
+    w = dense_conv_weight(np.asarray(weight, dtype=np.float64), groups)
+    idx, (Ho, Wo) = conv2d_index(X.shape[1:], w.shape[2:], stride, padding, dilation)
+    y = gather_apply(w.reshape(w.shape[0], -1), idx, X.reshape(B, -1).T, bias)
+    return y.T.reshape(B, w.shape[0], Ho, Wo)
+
+
 def eval_node(n: Node, ins, x, exact=True):
     a = n.attrs
     if n.op == "input":
@@ -404,11 +438,9 @@ def eval_node(n: Node, ins, x, exact=True):
             y = y + a["bias"]
         return y.reshape((B,) + tuple(n.shape))
     if n.op == "conv2d":
-        w = dense_conv_weight(a["weight"], a.get("groups", 1))
-        idx, _ = conv2d_index(X.shape[1:], w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
-        rows = X.reshape(B, -1).T
-        y = gather_apply(w.reshape(w.shape[0], -1), idx, rows, a.get("bias"))
-        return y.T.reshape((B,) + tuple(n.shape))
+        y = conv2d_apply(X, a["weight"], a.get("bias"), a["stride"], a["padding"], a.get("dilation", (1, 1)),
+                         a.get("groups", 1))
+        return y.reshape((B,) + tuple(n.shape))
     if n.op == "avgpool2d":
         y = avgpool_apply(X.reshape((B,) + tuple(X.shape[1:])), a["kernel"], a["stride"], a["padding"],
                           a.get("count_include_pad", True), a.get("divisor_override"))

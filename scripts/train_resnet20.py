@@ -1,0 +1,118 @@
+"""Train the standard ReLU ResNet-20 (He et al. 2016, akamaster's option-A code: hemlp.models.zoo.resnet20) on the
+50 000 CIFAR-10 JPEG training images, report its plaintext accuracy on both CIFAR-10 test sets, and save its weights.
+
+    nice -n 5 python scripts/train_resnet20.py --data-root ../shared/data --epochs 40 --threads 2 \
+        --out models/weights/resnet20_cifar10.pt --json bench/resnet20_train.json
+
+The recipe is the paper's (SGD with momentum 0.9, weight decay 1e-4 on a 4-pixel random crop and horizontal flip,
+batch 128) with a one-cycle schedule instead of 182 epochs of step decay, so it fits a few hours on 2 CPU cores.
+A checkpoint is written after every epoch (``--out`` + ``.ckpt``) and ``--resume`` continues from it, so a run can be
+spread over several sessions; the weights file holds the model and the client's input standardisation (mean, std).
+Everything is seeded; the JSON records the machine, threads, epochs, seconds and both accuracies with their sets named.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from cifar_resnet_run import CIFAR_EXACT, CIFAR_JPEG, load, standardiser  # noqa: E402
+
+RECIPE = dict(batch_size=128, lr=0.1, momentum=0.9, weight_decay=1e-4, label_smoothing=0.0, pct_start=0.15, pad=4)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-root", required=True, help="folder with cifar10-jpeg/ and cifar-10-batches-py/")
+    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--train-limit", type=int, default=None, help="a seeded random subset (timing runs)")
+    ap.add_argument("--cache-dir", default=None, help="where the decoded JPEG archive is cached as .npz")
+    ap.add_argument("--out", default="models/weights/resnet20_cifar10.pt")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--resume", action="store_true", help="continue from --out + '.ckpt'")
+    args = ap.parse_args(argv)
+
+    import torch
+    from torch import nn
+
+    from hemlp.apps.bench.report import load_average, machine_info, save_json
+    from hemlp.models.train import RandomCropFlip, accuracy, predict, set_determinism
+    from hemlp.models.zoo import build
+
+    set_determinism(args.seed, args.threads)
+    torch.use_deterministic_algorithms(False)      # channels_last convolution backward has no deterministic kernel
+    tr, tests = load(args.data_root, args.cache_dir, args.train_limit, args.seed)
+    mean, std = standardiser(tr.x)
+    x = torch.as_tensor(np.ascontiguousarray((tr.x - mean) / std, dtype=np.float32))
+    y = torch.as_tensor(tr.y, dtype=torch.long)
+    model = build("resnet20", 10, seed=args.seed).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=RECIPE["lr"], momentum=RECIPE["momentum"],
+                          weight_decay=RECIPE["weight_decay"], nesterov=True)
+    steps_per_epoch = (len(y) + RECIPE["batch_size"] - 1) // RECIPE["batch_size"]
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=RECIPE["lr"], total_steps=args.epochs * steps_per_epoch,
+                                                pct_start=RECIPE["pct_start"])
+    gen = torch.Generator().manual_seed(args.seed)
+    history, start = [], 0
+    ckpt = Path(args.out + ".ckpt")
+    if args.resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        sched.load_state_dict(state["sched"])
+        gen.set_state(state["gen"])
+        history, start = state["history"], state["epoch"]
+        print(f"resumed after epoch {start}", flush=True)
+    augment, loss_fn = RandomCropFlip(RECIPE["pad"]), nn.CrossEntropyLoss(label_smoothing=RECIPE["label_smoothing"])
+    load_before = load_average()
+    for ep in range(start, args.epochs):
+        model.train()
+        t0, c0, total, correct = time.perf_counter(), time.process_time(), 0.0, 0
+        perm = torch.randperm(len(y), generator=gen)
+        for i in range(0, len(y), RECIPE["batch_size"]):
+            idx = perm[i:i + RECIPE["batch_size"]]
+            xb = augment(x[idx], gen).contiguous(memory_format=torch.channels_last)
+            out = model(xb)
+            loss = loss_fn(out, y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += loss.item() * len(idx)
+            correct += int((out.argmax(1) == y[idx]).sum())
+        rec = dict(epoch=ep + 1, loss=total / len(y), train_acc=correct / len(y), seconds=time.perf_counter() - t0,
+                   cpu_seconds=time.process_time() - c0, lr=sched.get_last_lr()[0])
+        if (ep + 1) % 5 == 0 or ep + 1 == args.epochs:
+            d = tests[CIFAR_EXACT]
+            rec["exact_acc"] = accuracy(model.eval(), np.ascontiguousarray((d.x - mean) / std, dtype=np.float32), d.y)
+        history.append(rec)
+        print(rec, flush=True)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), sched=sched.state_dict(), gen=gen.get_state(),
+                        history=history, epoch=ep + 1), ckpt)
+    model.eval().to(memory_format=torch.contiguous_format)
+    acc = {}
+    for name, d in tests.items():
+        logits = predict(model, np.ascontiguousarray((d.x - mean) / std, dtype=np.float32))
+        acc[name] = dict(accuracy=float(np.mean(logits.argmax(1) == d.y)), n=int(len(d.y)))
+    torch.save({"state_dict": {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()},
+                "model": "resnet20", "mean": mean, "std": std, "dtype": "float16"}, args.out)
+    rep = dict(model="resnet20 (akamaster option A, ReLU)", recipe=dict(RECIPE, epochs=args.epochs, seed=args.seed),
+               train_set=tr.name, train_images=int(len(y)), threads=args.threads, history=history, accuracy=acc,
+               weights=args.out, train_seconds=sum(h["seconds"] for h in history),
+               load_average=dict(before=load_before, after=load_average()), measured=True)
+    print({k: v["accuracy"] for k, v in acc.items()}, flush=True)
+    if args.json:
+        save_json(args.json, "resnet20-train", rep, machine=machine_info())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
