@@ -49,7 +49,7 @@ from hemlp.runtime.local import simulate as simulate_rows
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
            "boot_order", "boot_batch_size", "scale_factor", "scale_down_limit", "CTS_LOG_MESSAGE_RATIO",
-           "DEFAULT_NOISE_BITS", "value_rows", "BootPlanning",
+           "DEFAULT_NOISE_BITS", "value_peaks", "BootPlanning",
            "check_single_boot_keys", "sparse_summary_text", "single_key_bytes",
            "sparse_summary"]
 
@@ -103,13 +103,26 @@ def simulate_padded(steps, G: np.ndarray, capacity: int, weight_bits: int) -> np
     return simulate_rows(steps, X, weight_bits).T[: G.shape[0]]
 
 
-def value_rows(steps, x: np.ndarray, name: str, weight_bits: int) -> np.ndarray:
-    """The rows matrix of value `name` on the example input (the program up to its producer, plus an output)."""
-    i = next(k for k, s in enumerate(steps) if s.out == name)
-    probe = list(steps[: i + 1]) + [Step("output", name + "#probe", [name], steps[i].rows)]
+def value_peaks(steps, x: np.ndarray, names, weight_bits: int, products=()) -> dict:
+    """{name: max |value|} of the named values on the example input, and {(name, "product"): max |U_q input|} of the
+    named PCMMs' products before their bias (what MaMBo refreshes), in one pass of the program."""
+    names, products = set(names), set(products)
+    by_name = {s.out: s for s in steps}
+    peaks: dict = {}
+
+    def see(step, v):
+        if step.out in names:
+            peaks[step.out] = float(np.max(np.abs(v))) if v.size else 0.0
+        for p in products:                   # the product reads this value: U_q v
+            if by_name[p].inputs[0] == step.out:
+                Uq, delta = quantize(by_name[p].U, weight_bits)
+                uv = (Uq / delta) @ v
+                peaks[(p, "product")] = float(np.max(np.abs(uv))) if uv.size else 0.0
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return simulate_rows(probe, x, weight_bits)
+        simulate_rows(steps, x, weight_bits, on_value=see)
+    return peaks
 
 
 def mambo_candidates(steps, chunks: int) -> dict:
@@ -292,17 +305,14 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
     X = np.concatenate([X, np.zeros((X.shape[0], 1))], axis=1)    # + the padding slots' zero-input sample
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO if low.order == "cts_first" else S2C_LOG_MESSAGE_RATIO)
     factors, mfactors = {}, {}
-    by_name = {s.out: s for s in steps}
+    peaks = value_peaks(steps, X, {b.value for b in placement.bootstraps}, wb,
+                        {b.value for b in placement.bootstraps if b.value in low.mambo_values})
     for b in placement.bootstraps:
         if b.value in factors:
             continue
-        peak = float(np.max(np.abs(value_rows(steps, X, b.value, wb))))
-        factors[b.value] = scale_factor(peak, margin, limit, f"value {b.value!r}", params)
+        factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)
         if b.value in low.mambo_values:         # MaMBo refreshes U·X before the bias is added
-            p = by_name[b.value]
-            Uq, delta = quantize(p.U, wb)
-            ux = (Uq / delta) @ value_rows(steps, X, p.inputs[0], wb)
-            mfactors[b.value] = scale_factor(float(np.max(np.abs(ux))), margin, 2.0 ** 62,
+            mfactors[b.value] = scale_factor(peaks[(b.value, "product")], margin, 2.0 ** 62,
                                               f"the product of layer {b.value!r}", params)
     if low.order == "cts_first":
         bits = boot.precision_bits or DEFAULT_NOISE_BITS

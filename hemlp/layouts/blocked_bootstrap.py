@@ -24,7 +24,7 @@ from hemlp.compiler.params import depth_of, step_cost
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, BootPlanning, apply_placement,
                                            scale_down_limit, scale_factor,
-                                           value_rows)
+                                           value_peaks)
 from hemlp.layouts.blocked import CGEMM_LEVELS, BlockedProgram
 from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
 from hemlp.planner.layouts import unit_costs
@@ -71,11 +71,11 @@ def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> P
     margin = 1.0 + float(opts["activation_margin"])
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO)
     factors = {}
+    # a block's slots hold the value's entries (and zero padding): its coefficients are within its peak
+    peaks = value_peaks(steps, X, {b.value for b in placement.bootstraps}, wb)
     for b in placement.bootstraps:
         if b.value not in factors:
-            # a block's slots hold the value's entries (and zero padding): its coefficients are within its peak
-            peak = float(np.max(np.abs(value_rows(steps, X, b.value, wb))))
-            factors[b.value] = scale_factor(peak, margin, limit, f"value {b.value!r}", params)
+            factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)
     bits = boot.precision_bits or DEFAULT_NOISE_BITS
     new = apply_placement(steps, placement, factors, bits, prog.slots)
     for s in new:

@@ -26,7 +26,7 @@ from hemlp.compiler.params import depth_of
 from hemlp.errors import LevelError, ParameterError
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, scale_down_limit, scale_factor,
-                                           value_rows)
+                                           value_peaks)
 from hemlp.layouts.mlwe import MlweProgram, dft_depth_candidates
 from hemlp.layouts.mlwe_refresh import REFRESH_LOG_MESSAGE_RATIO, refresh_key_bytes, refresh_level
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES, PipelineCosts
@@ -124,9 +124,10 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Plan
     k, call, why = refresh_batch(costs, params, [a.cts for a in acts], opts.get("batch_bootstrap", "auto"))
     bits = costs.s2c_bits(k) or DEFAULT_NOISE_BITS
     before = {}
+    peaks = value_peaks(steps, X, {act.src.inputs[0] for act in acts}, wb)
     for n, act in enumerate(acts):
         v = act.src.inputs[0]
-        peak = float(np.max(np.abs(value_rows(steps, X, v, wb))))
+        peak = peaks[v]
         c = scale_factor(peak, margin, limit, f"value {v!r}", params)
         name = f"{v}#refresh{n}"
         calls = -(-act.cts // k)

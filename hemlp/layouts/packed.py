@@ -157,6 +157,9 @@ def _rot(v: np.ndarray, r: int) -> np.ndarray:
     return np.roll(v, -int(r), axis=-1)
 
 
+#: groups of b samples the plaintext oracle evaluates at once (numpy arrays of groups x slots values per value)
+SIMULATE_GROUPS = 32
+
 #: the client-replicated input layout is used up to this many input ciphertexts (upload size and
 #: encryption time grow with it); above, the input is one periodic ciphertext and the server rotates
 MAX_INPUT_CIPHERTEXTS = 32
@@ -421,37 +424,67 @@ class PackedProgram:
 
     # ------------------------------------------------------------------ plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:
-        """The same slot program on numpy slot vectors; X: (B, F_in) -> (B, F_out)."""
-        return self.unpack(np.stack(self.values(X)[self.output.out]), X.shape[0])
+        """The same slot program on numpy slot vectors; X: (B, F_in) -> (B, F_out), any B (groups of b samples,
+        evaluated together)."""
+        out = {}
+        self.run_plain(X, on_value=lambda name, v: out.__setitem__(name, v) if name == self.output.out else None)
+        y = out[self.output.out]
+        return np.concatenate([self.unpack(np.stack([v[g] for v in y]), min(self.b, len(X) - g * self.b))
+                               for g in range(y[0].shape[0])]) if len(X) else np.zeros((0, self.output.layout.features))
 
     def values(self, X: np.ndarray) -> dict:
         """Every step's slot vectors (a list of the layout's K vectors of `slots` values) for X (B <= b samples)."""
+        if len(X) > self.b:
+            raise ShapeError(f"layout (P) was planned for {self.b} sample(s) per ciphertext, got {len(X)}")
         vals = {}
-        for s in self.steps:
-            if s.op == "input":
-                vals[s.out] = list(self.pack(X))
-                continue
-            x = vals[s.inputs[0]]
-            if s.op == "matvec":
-                y = [self._matvec_plain(s, x)]
-            elif s.op in ("square", "poly"):
-                idx = s.layout.index(self.S1)
-                for v, ix in zip(x, idx):
-                    used = np.repeat(ix >= 0, self.b).reshape(-1, self.b)[:, : X.shape[0]]
-                    range_check(s.src, v.reshape(-1, self.b)[:, : X.shape[0]][used])
-                y = [s.src.act.eval_u(v) for v in x]
-            elif s.op == "affine":
-                y = [v * self.spread(a) + self.spread(bt) for v, a, bt in zip(x, s.alpha, s.beta)]
-            elif s.op == "add":
-                y = [u + v for u, v in zip(x, vals[s.inputs[1]])]
-            elif s.op == "mul":
-                y = [u * v for u, v in zip(x, vals[s.inputs[1]])]
-            elif s.op == "bootstrap":
-                y = simulate_packed_bootstrap(s.src, x, self.boot_slots)
-            else:
-                y = x
-            vals[s.out] = y
+        self.run_plain(X, on_value=lambda name, v: vals.__setitem__(name, [u[0] for u in v]), keep=True)
         return vals
+
+    def run_plain(self, X: np.ndarray, on_value, keep: bool = False) -> None:
+        """The slot program on all of X at once: every value is a list of the layout's K arrays (groups, slots), one
+        row per group of b samples; ``on_value(name, value)`` sees each step's value, which is then freed after its
+        last use (keep=True: never)."""
+        X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
+        starts = range(0, len(X), self.b)
+        nbs = np.array([min(self.b, len(X) - i) for i in starts])
+        packed = [self.pack(X[i: i + self.b]) for i in starts]                 # (K, slots) per group
+        last = {}
+        for i, st in enumerate(self.steps):
+            for name in st.inputs:
+                last[name] = i
+        vals: dict = {}
+        for i, st in enumerate(self.steps):
+            if st.op == "input":
+                y = [np.stack([p[k] for p in packed]) for k in range(self.input.layout.K)]
+            else:
+                y = self._plain_step(st, vals[st.inputs[0]], vals, nbs)
+            vals[st.out] = y
+            on_value(st.out, y)
+            if not keep:
+                for name in st.inputs:
+                    if last.get(name) == i:
+                        vals.pop(name, None)
+
+    def _plain_step(self, s: PackedStep, x: list, vals: dict, nbs: np.ndarray) -> list:
+        if s.op == "matvec":
+            return [self._matvec_plain(s, x)]
+        if s.op in ("square", "poly"):
+            idx = s.layout.index(self.S1)
+            live = np.arange(self.b)[None, None, :] < nbs[:, None, None]        # (groups, 1, b): real samples
+            for v, ix in zip(x, idx):
+                used = live & (ix >= 0)[None, :, None]
+                range_check(s.src, v.reshape(len(nbs), self.S1, self.b)[used])
+            return [s.src.act.eval_u(v) for v in x]
+        if s.op == "affine":
+            return [v * self.spread(a) + self.spread(bt) for v, a, bt in zip(x, s.alpha, s.beta)]
+        if s.op == "add":
+            return [u + v for u, v in zip(x, vals[s.inputs[1]])]
+        if s.op == "mul":
+            return [u * v for u, v in zip(x, vals[s.inputs[1]])]
+        if s.op == "bootstrap":
+            rows = [simulate_packed_bootstrap(s.src, [v[g] for v in x], self.boot_slots) for g in range(len(nbs))]
+            return [np.stack([r[k] for r in rows]) for k in range(len(x))]
+        return x
 
     def _matvec_plain(self, s: PackedStep, x: list) -> np.ndarray:
         b = self.b
@@ -742,8 +775,8 @@ class Packed(Layout):
         return self.runner(ctx, self._make_runner).run(cts, eval_keys.relin_key, eval_keys.galois_keys, timings,
                                                        boot=boot)
 
-    def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b
-        return self.in_groups(self.program.simulate, X, self.program.b)
+    def simulate(self, X: np.ndarray) -> np.ndarray:   # any number of samples, in groups of b evaluated together
+        return self.in_groups(self.program.simulate, X, SIMULATE_GROUPS * self.program.b)
 
     # ---- resources
     def key_inventory(self) -> dict:

@@ -34,7 +34,7 @@ from hemlp.fhe import Params
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, apply_placement, boot_preset,
                                            scale_down_limit, scale_factor)
-from hemlp.layouts.packed import PackedProgram
+from hemlp.layouts.packed import SIMULATE_GROUPS, PackedProgram
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
 
@@ -66,18 +66,24 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Pl
     prog = PackedProgram(steps, params.N // 2, bs)
     X = x.reshape(x.shape[0], -1)
     # per value, the largest slot magnitude over the calibration groups: every slot of a value's ciphertexts (pad
-    # positions and zero samples included) enters EvalMod; one group's values are held at a time
+    # positions and zero samples included) enters EvalMod; SIMULATE_GROUPS groups are evaluated together
     peaks: dict = {}
-    ys = []
-    for i in range(0, len(X), prog.b):
+    max_out, samples = 0.0, 0
+
+    def peak(name, vecs):
+        nonlocal max_out
+        peaks[name] = max(peaks.get(name, 0.0), max(float(np.max(np.abs(u))) for u in vecs))
+        if name == prog.output.out:         # the real samples' output features bound the final rescale
+            for g in range(vecs[0].shape[0]):
+                y = prog.unpack(np.stack([v[g] for v in vecs]), min(prog.b, samples - g * prog.b))
+                max_out = max(max_out, float(np.max(np.abs(y))) if y.size else 0.0)
+
+    chunk = SIMULATE_GROUPS * prog.b             # groups evaluated together, each value freed after its last use
+    for i in range(0, len(X), chunk):
+        samples = min(chunk, len(X) - i)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            v = prog.values(X[i: i + prog.b])
-        for name, vecs in v.items():
-            peaks[name] = max(peaks.get(name, 0.0), max(float(np.max(np.abs(u))) for u in vecs))
-        ys.append(prog.unpack(np.stack(v[prog.output.out]), min(prog.b, len(X) - i)))
-    y = np.concatenate(ys)
-    max_out = float(np.max(np.abs(y))) if y.size else 0.0
+            prog.run_plain(X[i: i + chunk], on_value=peak)
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     placement = place_bootstraps(packed_level_dag(prog, params, boot.levels_after), boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])

@@ -16,7 +16,7 @@ import numpy as np
 from hemlp import pcmm
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, matmul_index
-from hemlp.errors import LevelError, MissingKeyError, warn_always
+from hemlp.errors import LevelError, MissingKeyError, UnsupportedError, warn_always
 from hemlp.pcmm import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
 from hemlp.he.reinterpret import retag
@@ -62,53 +62,70 @@ def range_check(step, u, counts: dict | None = None):
 
 
 def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None = None,
-             bootstraps: bool = True) -> np.ndarray:
+             bootstraps: bool = True, on_value=None) -> np.ndarray:
     """X: rows matrix (features, batch) -> output rows matrix. range_counts: see range_check. bootstraps=False:
     bootstrap (and MaMBo) steps refresh exactly, without their range check and error (their layout (A) model): what
-    range_report needs for the activations of any layout."""
+    range_report needs for the activations of any layout. on_value(step, value) sees every step's value; values are
+    freed after their last use."""
+    last = {}
+    for i, s in enumerate(steps):
+        for name in s.inputs:
+            last[name] = i
+    out_name = next(s.out for s in steps if s.op == "output")
     vals = {}
-    for s in steps:
+    for i, s in enumerate(steps):
         if s.op == "input":
             vals[s.out] = np.asarray(X, dtype=np.float64)
-            continue
-        x = vals[s.inputs[0]]
-        if s.op == "pcmm":
-            Uq, delta = quantize(s.U, s.info.get("weight_bits", weight_bits))
-            U = Uq / delta
-            if s.index is None:
-                y = U @ x
-                if s.bias is not None:
-                    y = y + s.bias[:, None]
-            else:
-                y = gather_apply(U, s.index, x, s.bias)
-        elif s.op in ("poly", "square"):
-            range_check(s, x, range_counts)
-            y = s.act.eval_u(x)
-        elif s.op == "affine":
-            y = x * s.alpha[:, None] + s.beta[:, None]
-        elif s.op == "add":
-            y = x + vals[s.inputs[1]]
-        elif s.op == "mul":
-            y = x * vals[s.inputs[1]]
-        elif s.op == "perm":
-            y = x[s.index]
-        elif s.op == "matmul":
-            ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
-            y = np.einsum("otb,otb->ob", x[ia], vals[s.inputs[1]][ib])
-        elif s.op in ("alias", "output", "drop"):
-            y = x
-        elif s.op == "bootstrap":     # placed by hemlp.planner.bootstrap_placement (bootstrap=True)
-            y = simulate_bootstrap(s, x) if bootstraps else x
-        elif s.op == "mambo":         # a PCMM fused into its output's refresh (hemlp.planner.bootstrap_lowering)
-            if bootstraps:
-                y = simulate_mambo(s, x, weight_bits)
-            else:
-                Uq, delta = quantize(s.U, weight_bits)
-                y = (Uq / delta) @ x + (0.0 if s.bias is None else s.bias[:, None])
         else:
-            raise AssertionError(s.op)
-        vals[s.out] = y
-    return vals[next(s.out for s in steps if s.op == "output")]
+            vals[s.out] = simulate_step(s, vals, weight_bits, range_counts, bootstraps)
+        if on_value is not None:
+            on_value(s, vals[s.out])
+        for name in s.inputs:
+            if last.get(name) == i and name != out_name:
+                vals.pop(name, None)
+    return vals[out_name]
+
+
+def simulate_step(s, vals: dict, weight_bits: int, range_counts: dict | None = None,
+                  bootstraps: bool = True) -> np.ndarray:
+    """One lowered step in plaintext (see simulate) from the values it reads."""
+    x = vals[s.inputs[0]]
+    if s.op == "pcmm":
+        Uq, delta = quantize(s.U, s.info.get("weight_bits", weight_bits))
+        U = Uq / delta
+        if s.index is None:
+            y = U @ x
+            if s.bias is not None:
+                y = y + s.bias[:, None]
+        else:
+            y = gather_apply(U, s.index, x, s.bias)
+    elif s.op in ("poly", "square"):
+        range_check(s, x, range_counts)
+        y = s.act.eval_u(x)
+    elif s.op == "affine":
+        y = x * s.alpha[:, None] + s.beta[:, None]
+    elif s.op == "add":
+        y = x + vals[s.inputs[1]]
+    elif s.op == "mul":
+        y = x * vals[s.inputs[1]]
+    elif s.op == "perm":
+        y = x[s.index]
+    elif s.op == "matmul":
+        ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
+        y = np.einsum("otb,otb->ob", x[ia], vals[s.inputs[1]][ib])
+    elif s.op in ("alias", "output", "drop"):
+        y = x
+    elif s.op == "bootstrap":     # placed by hemlp.planner.bootstrap_placement (bootstrap=True)
+        y = simulate_bootstrap(s, x) if bootstraps else x
+    elif s.op == "mambo":         # a PCMM fused into its output's refresh (hemlp.planner.bootstrap_lowering)
+        if bootstraps:
+            y = simulate_mambo(s, x, weight_bits)
+        else:
+            Uq, delta = quantize(s.U, weight_bits)
+            y = (Uq / delta) @ x + (0.0 if s.bias is None else s.bias[:, None])
+    else:
+        raise UnsupportedError(f"step {s.out!r}: op {s.op!r} has no plaintext semantics")
+    return y
 
 
 # ---------------------------------------------------------------------------------------
