@@ -81,6 +81,11 @@ class TargetUnreachableError(HemlpError, ValueError):
     """No activation approximation within the available depth reaches the requested agreement target."""
 
 
+class ResourceError(HemlpError, MemoryError):
+    """The plan's estimated server memory exceeds the memory budget (server_memory): raised at compile time, before
+    any key or ciphertext exists."""
+
+
 class InsecureParametersWarning(UserWarning):
     """Emitted whenever a context below 128-bit security is built (tests only)."""
 

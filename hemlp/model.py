@@ -36,6 +36,9 @@ final_rescale (True; False: layout (A) runs a final linear layer at level 0 with
 sits one level lower, the client encrypts one prime less and every PCMM runs one GEMM per part and digit less; that
 layer's weights are quantised to the bits that keep the output under q_0, at most weight_bits:
 hemlp.compiler.params.unrescaled_weight_bits).
+server_memory ("auto": this machine's physical memory; a number of bytes; None: no limit): every plan's estimated
+server memory (hemlp.planner.resources, bootstrapping keys included) must fit it; layout="auto" skips the layouts that
+do not, and a plan that cannot fit raises ResourceError naming the fixes, before any key or ciphertext exists.
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
 slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
@@ -80,7 +83,7 @@ from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
 from hemlp.layouts.mlwe_bootstrap import plan_mlwe_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.layouts.blocked_bootstrap import plan_blocked_bootstrapped
-from hemlp.layouts.boot_choice import choose_bootstrapped
+from hemlp.layouts.boot_choice import choose_bootstrapped, server_bytes
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import Resources, estimate_resources
@@ -96,7 +99,8 @@ __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 OPTIONS = dict(calibration=None, target_agreement=0.99, activation_degree=None, activation_range=None,
                activation_margin=0.05, activation_guard=0.5, activation_method="auto", weight_bits=20,
                allow_insecure=False, preset=None, workers=4, layout="auto", encrypted_weights=False,
-               dft_depth=None, bootstrap=False, mambo="auto", batch_bootstrap="auto", final_rescale=True)
+               dft_depth=None, bootstrap=False, mambo="auto", batch_bootstrap="auto", final_rescale=True,
+               server_memory="auto")
 #: the options a compiled model keeps (the others only steer compilation)
 STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
 
@@ -609,6 +613,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
     if bad:
         raise TypeError(f"unknown option(s) {bad}; valid options: {sorted(OPTIONS)}")
     opts = dict(OPTIONS, **options)
+    budget = layouts.memory_budget(opts["server_memory"])      # checked against every plan before any key exists
     cands = layouts.candidates(opts["layout"], bool(opts["encrypted_weights"]), batch_size is not None)
     try:
         import torch   # optional: tensors are accepted when torch is installed
@@ -655,24 +660,25 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
                 raise UnsupportedError("layout (C) refreshes its blocks with single CtS-first bootstraps: mambo=True "
                                        "/ batch_bootstrap are layout (A) options")
             lay, estimates, why = layouts.choose([layouts.get("blocked")],
-                                                 plan_blocked_bootstrapped(steps, calib, opts, batch_size))
+                                                 plan_blocked_bootstrapped(steps, calib, opts, batch_size), budget)
         elif opts["layout"] == "packed":      # the single-image layout (hemlp.layouts.packed_bootstrap)
             if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
                 raise UnsupportedError("layout (P) refreshes one packed ciphertext per value with single CtS-first "
                                        "bootstraps: mambo=True / batch_bootstrap are layout (A) options")
             lay, estimates, why = layouts.choose([layouts.get("packed")],
-                                                 plan_packed_bootstrapped(steps, calib, opts, batch_size))
+                                                 plan_packed_bootstrapped(steps, calib, opts, batch_size), budget)
         elif opts["layout"] == "mlwe":      # refreshes at activation segments (hemlp.layouts.mlwe_bootstrap)
             if opts["mambo"] is True:
                 raise UnsupportedError("layout (A') runs the linear layer before a refresh at level 1 already (MaMBo's "
                                        "arrangement, on coefficient-encoded values): mambo=True is a layout (A) option")
             lay, estimates, why = layouts.choose([layouts.get("mlwe")],
-                                                 plan_mlwe_bootstrapped(steps, calib, opts, batch_size))
+                                                 plan_mlwe_bootstrapped(steps, calib, opts, batch_size), budget)
         elif opts["layout"] == "auto" and batch_size is not None:     # (A) or (P), bootstraps included
-            lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size))
+            lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=budget)
         else:
             lay, estimates, why = layouts.choose([layouts.get("batch")],
-                                                 plan_bootstrapped(steps, calib, opts, batch_size))
+                                                 plan_bootstrapped(steps, calib, opts, batch_size), budget)
+        layouts.check_memory(lay.name, server_bytes(lay), budget)     # with the bootstrapping keys
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         last = None
@@ -703,7 +709,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **
         if bs < 1:
             raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
         lay, estimates, why = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
-                                                               max_out))
+                                                               max_out), budget)
     info, params, depth, top, reserve = lay.preset_info, lay.params, lay.depth, lay.top_level, lay.reserve
     opts = dict(lay.options)
     slots = params.N // 2

@@ -10,7 +10,9 @@ by the planner's estimates. Adding a layout = a module here plus its entry in LA
 """
 from __future__ import annotations
 
-from hemlp.errors import LevelError, ParameterError, ShapeError, UnsupportedError
+import os
+
+from hemlp.errors import LevelError, ParameterError, ResourceError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout, Planned
 from hemlp.layouts.batch import Batch
 from hemlp.layouts.blocked import Blocked
@@ -18,7 +20,8 @@ from hemlp.layouts.mlwe import Mlwe
 from hemlp.layouts.packed import Packed
 from hemlp.planner.resources import estimate_resources
 
-__all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "choose"]
+__all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "choose", "check_memory", "memory_budget",
+           "machine_memory_bytes"]
 
 #: every layout by name; the order is the order of the planner's estimates in the plan ("auto" compares all
 #: those of the same encrypted_weights kind; the first one is the default when no batch size is given)
@@ -49,7 +52,37 @@ def candidates(layout: str, encrypted_weights: bool, batch_given: bool) -> list[
 TIME_TIE = 0.10
 
 
-def choose(cands: list[type[Layout]], planned: Planned) -> tuple[Layout, dict, str]:
+def machine_memory_bytes() -> int | None:
+    """This machine's physical memory (the default server memory budget), or None when it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):    # pragma: no cover - not POSIX
+        return None
+
+
+def memory_budget(option) -> int | None:
+    """server_memory: "auto" (this machine's memory), a number of bytes, or None (no limit)."""
+    if option is None:
+        return None
+    if option == "auto":
+        return machine_memory_bytes()
+    if isinstance(option, bool) or not isinstance(option, (int, float)) or not option > 0:
+        raise ParameterError(f"server_memory must be 'auto', a positive number of bytes or None, got {option!r}")
+    return int(option)
+
+
+def check_memory(name: str, need: int, budget: int | None, others: str = "") -> None:
+    """ResourceError naming the fixes when a plan's estimated server memory exceeds the budget."""
+    if budget is None or need <= budget:
+        return
+    raise ResourceError(
+        f"the plan needs ~{need / 2**30:.3g} GiB of server memory (estimated before any key or ciphertext exists) "
+        f"with layout {name}, above the budget of {budget / 2**30:.3g} GiB{others}. Compile with a smaller "
+        "batch_size (memory grows with the batch), another layout, or server_memory=<bytes> when the server has "
+        "more memory than this machine (server_memory=None: no limit)")
+
+
+def choose(cands: list[type[Layout]], planned: Planned, max_memory: int | None = None) -> tuple[Layout, dict, str]:
     """(the chosen layout, the planner's estimates by name, why): a single candidate is planned as asked (its
     errors propagate); several are planned, the ones that cannot run the model are listed with the reason, and the
     one with the lowest time estimate is taken -- unless another is within TIME_TIE of it and needs less server
@@ -58,16 +91,26 @@ def choose(cands: list[type[Layout]], planned: Planned) -> tuple[Layout, dict, s
     ~19 GB, (P) 29.9 s and ~6 GB; now (P) 1.8 s and ~0.9 GB)."""
     if len(cands) == 1:
         lay = cands[0].plan(planned)
+        check_memory(lay.name, estimate_resources(lay).server_memory_bytes, max_memory)
         lay.commit()
         return lay, {}, ""
-    est, built = {}, {}
+    est, built, over = {}, {}, {}
     for c in cands:
         try:
             built[c.name] = c.plan(planned)
         except (UnsupportedError, ShapeError, LevelError) as exc:
             est[c.name] = f"not possible: {exc}"
             continue
+        need = estimate_resources(built[c.name]).server_memory_bytes
+        if max_memory is not None and need > max_memory:
+            over[c.name] = need
+            est[c.name] = f"not possible: ~{need / 2**30:.3g} GiB of server memory, above {max_memory / 2**30:.3g} GiB"
+            del built[c.name]
+            continue
         est[c.name] = built[c.name].estimate()
+    if not built and over:
+        name = min(over, key=over.get)
+        check_memory(name, over[name], max_memory, "; " + "; ".join(f"{k}: {v}" for k, v in est.items()))
     fastest = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
     ties = [k for k, v in est.items() if isinstance(v, float) and v <= est[fastest] * (1 + TIME_TIE)]
     memory = {k: estimate_resources(built[k]).server_memory_bytes for k in ties}

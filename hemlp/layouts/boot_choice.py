@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from hemlp.bootstrap.batch_keys import estimate_bytes
 from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
-from hemlp.errors import EncodingError, LevelError, ShapeError, UnsupportedError
+from hemlp.errors import EncodingError, LevelError, ResourceError, ShapeError, UnsupportedError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.layouts.batch import Batch
@@ -59,8 +59,13 @@ def eval_key_bytes(lay: Layout) -> int:
     return int(estimate_resources(lay).eval_key_bytes) + boot_key_bytes(lay)
 
 
-def choose_bootstrapped(steps, calib, opts: dict, batch_size: int,
-                        max_key_bytes: float | None = None) -> tuple[Layout, dict, str]:
+def server_bytes(lay: Layout) -> int:
+    """A planned layout's estimated server memory with its bootstrapping keys."""
+    return int(estimate_resources(lay).server_memory_bytes) + boot_key_bytes(lay)
+
+
+def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes: float | None = None,
+                        max_memory: int | None = None) -> tuple[Layout, dict, str]:
     """(the chosen layout, the estimates by layout name, why) for layout="auto", bootstrap=True and a batch size:
     layouts (A) and (P) planned with their bootstraps; the one with the lower estimate among those whose keys fit
     max_key_bytes (none fits: the one with the fewer key bytes). A layout that cannot run the model is listed
@@ -82,10 +87,23 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int,
             errors[cls.name] = exc
             est[cls.name] = f"not possible: {exc}"
             continue
+        need = server_bytes(lay)
+        if max_memory is not None and need > max_memory:
+            errors[cls.name] = ResourceError(f"~{need / GIB:.3g} GiB of server memory with layout {cls.name}, above "
+                                             f"{max_memory / GIB:.3g} GiB")
+            est[cls.name] = f"not possible: {errors[cls.name]}"
+            continue
         built[cls.name], est[cls.name], keys[cls.name] = lay, float(lay.estimate()), eval_key_bytes(lay)
     est["mlwe"] = ("not compared: layout (A′) refreshes its activation segments only when asked (layout='mlwe'); "
                    "its keys grow with N/batch ModPack keys")
     if not built:
+        over = [e for e in errors.values() if isinstance(e, ResourceError)]
+        if over:
+            raise ResourceError("no layout's bootstrapped plan fits the server memory budget (estimated before any key "
+                                "or ciphertext exists): " + "; ".join(f"{k}: {v}" for k, v in est.items()
+                                                                       if k != "mlwe")
+                                + ". Compile with a smaller batch_size, or server_memory=<bytes> when the server has "
+                                "more memory than this machine (server_memory=None: no limit)")
         raise errors["batch"]
     fits = [k for k in built if keys[k] <= max_key_bytes]
     best = min(fits, key=est.get) if fits else min(built, key=keys.get)

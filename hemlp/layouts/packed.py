@@ -493,9 +493,14 @@ class PackedProgram:
         else:
             v = x[0]
             z = 0.0
+            baby = {g: _rot(v, g * b) for g in s.baby if any((h, g) in s.diags for h in s.giant)}   # hoisted
             for h in s.giant:
-                inner = sum(_rot(v, g * b) * self.spread(diag_vector(s.diags[(h, g)])) for g in s.baby
-                            if (h, g) in s.diags)
+                terms = [(g, s.diags[(h, g)]) for g in s.baby if (h, g) in s.diags]
+                if not terms:
+                    continue
+                inner = baby[terms[0][0]] * self.spread(diag_vector(terms[0][1]))
+                for g, d in terms[1:]:
+                    inner += baby[g] * self.spread(diag_vector(d))
                 z = z + _rot(inner, s.g1 * h * b)
         for r in s.reduce:
             z = z + _rot(z, r * b)
