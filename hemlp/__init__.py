@@ -15,11 +15,12 @@ from hemlp.threads import get_num_threads, set_num_threads  # noqa: F401
 __version__ = "0.1.0"
 
 
-def compile(model_or_onnx_path, example_input, batch_size=None, **options):
-    """Compile a model for encrypted inference: hemlp.model.compile (its docstring lists the options)."""
+def compile(model_or_onnx_path, example_input, batch_size=None, options=None, **overrides):
+    """Compile a model for encrypted inference: hemlp.model.compile (its docstring lists the options;
+    ``hemlp.CompileOptions`` holds them as one typed object)."""
     from hemlp import model
 
-    return model.compile(model_or_onnx_path, example_input, batch_size, **options)
+    return model.compile(model_or_onnx_path, example_input, batch_size, options, **overrides)
 
 
 def load(path, allow_insecure: bool = False):
@@ -35,4 +36,6 @@ def __getattr__(name):  # lazy subpackages: hemlp.fhe, hemlp.pcmm, ... (they loa
 
     if name in {"fhe", "he", "pcmm", "bootstrap", "planner", "baselines", "model", "layouts", "apps"}:
         return importlib.import_module(f"hemlp.{name}")
+    if name == "CompileOptions":
+        return importlib.import_module("hemlp.compile_options").CompileOptions
     raise AttributeError(f"module 'hemlp' has no attribute {name!r}")

@@ -86,6 +86,7 @@ from hemlp.layouts.blocked_bootstrap import plan_blocked_bootstrapped
 from hemlp.layouts.boot_choice import choose_bootstrapped, server_bytes
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
+from hemlp.compile_options import CompileOptions
 from hemlp.planner.resources import Resources, estimate_resources
 from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
@@ -96,11 +97,8 @@ from hemlp.threads import set_num_threads
 __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 
 #: compile()'s options and their defaults (see the module docstring)
-OPTIONS = dict(calibration=None, target_agreement=0.99, activation_degree=None, activation_range=None,
-               activation_margin=0.05, activation_guard=0.5, activation_method="auto", weight_bits=20,
-               allow_insecure=False, preset=None, workers=4, layout="auto", encrypted_weights=False,
-               dft_depth=None, bootstrap=False, mambo="auto", batch_bootstrap="auto", final_rescale=True,
-               server_memory="auto")
+#: every compile option and its default (hemlp.compile_options.CompileOptions documents each)
+OPTIONS = CompileOptions.defaults()
 #: the options a compiled model keeps (the others only steer compilation)
 STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
 
@@ -607,12 +605,15 @@ def _fhe4dmm_matmuls(steps, slots: int, chunks: int, workers: int) -> list[dict]
     return matmuls
 
 
-def compile(model_or_onnx_path, example_input, batch_size: int | None = None, **options) -> CompiledModel:
-    """Compile a model for encrypted inference (see the module docstring)."""
-    bad = sorted(set(options) - set(OPTIONS))
-    if bad:
-        raise TypeError(f"unknown option(s) {bad}; valid options: {sorted(OPTIONS)}")
-    opts = dict(OPTIONS, **options)
+def compile(model_or_onnx_path, example_input, batch_size: int | None = None, options: CompileOptions | None = None,
+            **overrides) -> CompiledModel:
+    """Compile a model for encrypted inference (see the module docstring): ``options`` a CompileOptions, keyword
+    overrides on top of it (or alone)."""
+    if options is not None and not isinstance(options, CompileOptions):
+        raise TypeError(f"options must be a hemlp.CompileOptions, got {type(options).__name__}; pass single options "
+                        "as keywords")
+    opts = (options or CompileOptions()).merged(**overrides).validate().as_dict()
+    options = (options.named() if options is not None else set()) | set(overrides)   # the options the caller set
     budget = layouts.memory_budget(opts["server_memory"])      # checked against every plan before any key exists
     cands = layouts.candidates(opts["layout"], bool(opts["encrypted_weights"]), batch_size is not None)
     try:
