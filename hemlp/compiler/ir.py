@@ -23,16 +23,35 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Optional
 
 import numpy as np
 
 from hemlp.errors import ShapeError, UnsupportedError
 
-LINEAR_OPS = ("linear", "conv2d", "avgpool2d")
+class Op(StrEnum):
+    """The IR's ops (equal to their strings: ``node.op == "linear"`` and ``Op("linear")`` both work)."""
+    INPUT = "input"
+    OUTPUT = "output"
+    LINEAR = "linear"
+    CONV2D = "conv2d"
+    AVGPOOL2D = "avgpool2d"
+    BATCHNORM = "batchnorm"
+    AFFINE = "affine"
+    FLATTEN = "flatten"
+    IDENTITY = "identity"
+    ACT = "act"
+    TRANSPOSE = "transpose"
+    ADD = "add"
+    MUL = "mul"
+    MATMUL = "matmul"
+
+
+LINEAR_OPS = (Op.LINEAR, Op.CONV2D, Op.AVGPOOL2D)
 #: every IR op and the number of inputs it takes
-OP_ARITY = {"input": 0, "output": 1, "linear": 1, "conv2d": 1, "avgpool2d": 1, "batchnorm": 1, "affine": 1,
-            "flatten": 1, "identity": 1, "act": 1, "transpose": 1, "add": 2, "mul": 2, "matmul": 2}
+OP_ARITY = {Op.INPUT: 0, Op.OUTPUT: 1, Op.LINEAR: 1, Op.CONV2D: 1, Op.AVGPOOL2D: 1, Op.BATCHNORM: 1, Op.AFFINE: 1,
+            Op.FLATTEN: 1, Op.IDENTITY: 1, Op.ACT: 1, Op.TRANSPOSE: 1, Op.ADD: 2, Op.MUL: 2, Op.MATMUL: 2}
 ACT_KINDS = ("square", "poly", "relu", "silu", "gelu", "sigmoid", "tanh")
 
 
@@ -425,49 +444,74 @@ def conv2d_apply(X, weight, bias, stride, padding, dilation=(1, 1), groups=1):
     return y.T.reshape(B, w.shape[0], Ho, Wo)
 
 
-def eval_node(n: Node, ins, x, exact=True):
+def _rows(X):
+    return X.shape[0]
+
+
+def _eval_linear(n, ins, x, exact):
+    X, a = ins[0], n.attrs
+    y = X.reshape(_rows(X), -1) @ a["weight"].T
+    if a.get("bias") is not None:
+        y = y + a["bias"]
+    return y.reshape((_rows(X),) + tuple(n.shape))
+
+
+def _eval_conv2d(n, ins, x, exact):
     a = n.attrs
-    if n.op == "input":
-        return np.asarray(x, dtype=np.float64)
-    X = ins[0] if ins else None
-    B = X.shape[0] if X is not None else 0
-    if n.op == "linear":
-        W = a["weight"]
-        y = X.reshape(B, -1) @ W.T
-        if a.get("bias") is not None:
-            y = y + a["bias"]
-        return y.reshape((B,) + tuple(n.shape))
-    if n.op == "conv2d":
-        y = conv2d_apply(X, a["weight"], a.get("bias"), a["stride"], a["padding"], a.get("dilation", (1, 1)),
-                         a.get("groups", 1))
-        return y.reshape((B,) + tuple(n.shape))
-    if n.op == "avgpool2d":
-        y = avgpool_apply(X.reshape((B,) + tuple(X.shape[1:])), a["kernel"], a["stride"], a["padding"],
-                          a.get("count_include_pad", True), a.get("divisor_override"))
-        return y.reshape((B,) + tuple(n.shape))
-    if n.op == "batchnorm":
-        C = X.shape[1]
-        sh = (1, C) + (1,) * (X.ndim - 2)
-        return X * a["scale"].reshape(sh) + a["shift"].reshape(sh)
-    if n.op == "affine":
-        return (X.reshape(B, -1) * a["alpha"] + a["beta"]).reshape(X.shape)
-    if n.op in ("flatten", "identity"):
-        return X.reshape((B,) + tuple(n.shape))
-    if n.op == "act":
-        if exact or "approx" not in a:
-            return exact_activation(a["kind"], X, a.get("coeffs"))
-        return a["approx"].apply(X)
-    if n.op == "add":
-        return ins[0] + ins[1]
-    if n.op == "mul":
-        return ins[0] * ins[1]
-    if n.op == "transpose":
-        return np.swapaxes(X, -1, -2)
-    if n.op == "matmul":
-        return np.matmul(ins[0], ins[1])
-    if n.op == "output":
-        return X
-    raise UnsupportedError(f"IR op {n.op!r}")
+    y = conv2d_apply(ins[0], a["weight"], a.get("bias"), a["stride"], a["padding"], a.get("dilation", (1, 1)),
+                     a.get("groups", 1))
+    return y.reshape((_rows(ins[0]),) + tuple(n.shape))
+
+
+def _eval_avgpool2d(n, ins, x, exact):
+    a = n.attrs
+    y = avgpool_apply(ins[0], a["kernel"], a["stride"], a["padding"], a.get("count_include_pad", True),
+                      a.get("divisor_override"))
+    return y.reshape((_rows(ins[0]),) + tuple(n.shape))
+
+
+def _eval_batchnorm(n, ins, x, exact):
+    X = ins[0]
+    sh = (1, X.shape[1]) + (1,) * (X.ndim - 2)
+    return X * n.attrs["scale"].reshape(sh) + n.attrs["shift"].reshape(sh)
+
+
+def _eval_act(n, ins, x, exact):
+    a = n.attrs
+    if exact or "approx" not in a:
+        return exact_activation(a["kind"], ins[0], a.get("coeffs"))
+    return a["approx"].apply(ins[0])
+
+
+#: the float64 semantics of every IR op on batch-first tensors: (node, input values, graph input, exact) -> value;
+#: exact=False evaluates activations with their attached approximations (attrs['approx'])
+EVAL = {
+    Op.INPUT: lambda n, ins, x, exact: np.asarray(x, dtype=np.float64),
+    Op.OUTPUT: lambda n, ins, x, exact: ins[0],
+    Op.LINEAR: _eval_linear,
+    Op.CONV2D: _eval_conv2d,
+    Op.AVGPOOL2D: _eval_avgpool2d,
+    Op.BATCHNORM: _eval_batchnorm,
+    Op.AFFINE: lambda n, ins, x, exact: (ins[0].reshape(_rows(ins[0]), -1) * n.attrs["alpha"]
+                                         + n.attrs["beta"]).reshape(ins[0].shape),
+    Op.FLATTEN: lambda n, ins, x, exact: ins[0].reshape((_rows(ins[0]),) + tuple(n.shape)),
+    Op.IDENTITY: lambda n, ins, x, exact: ins[0].reshape((_rows(ins[0]),) + tuple(n.shape)),
+    Op.ACT: _eval_act,
+    Op.TRANSPOSE: lambda n, ins, x, exact: np.swapaxes(ins[0], -1, -2),
+    Op.ADD: lambda n, ins, x, exact: ins[0] + ins[1],
+    Op.MUL: lambda n, ins, x, exact: ins[0] * ins[1],
+    Op.MATMUL: lambda n, ins, x, exact: np.matmul(ins[0], ins[1]),
+}
+
+
+def eval_node(n: Node, ins, x, exact=True):
+    """One node's value from its inputs' values (EVAL)."""
+    try:
+        f = EVAL[n.op]
+    except KeyError:
+        raise UnsupportedError(f"IR op {n.op!r} (node {n.name!r}) has no semantics; known ops: "
+                               f"{sorted(EVAL)}") from None
+    return f(n, ins, x, exact)
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,12 +20,13 @@ The input map u = alpha x + beta of every polynomial activation is folded into t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Optional
 
 import numpy as np
 
 from hemlp.compiler.activations import ActPoly
-from hemlp.compiler.ir import Graph, avgpool_matrix, conv2d_index, dense_conv_weight
+from hemlp.compiler.ir import Graph, Op, avgpool_matrix, conv2d_index, dense_conv_weight
 from hemlp.errors import UnsupportedError
 
 
@@ -64,71 +65,120 @@ class Step:
         return s
 
 
+class StepOp(StrEnum):
+    """The lowered program's step ops (equal to their strings). The planner adds BOOTSTRAP, MAMBO and DROP."""
+    INPUT = "input"
+    OUTPUT = "output"
+    PCMM = "pcmm"
+    POLY = "poly"
+    SQUARE = "square"
+    AFFINE = "affine"
+    ADD = "add"
+    MUL = "mul"
+    MATMUL = "matmul"
+    ALIAS = "alias"
+    PERM = "perm"
+    BOOTSTRAP = "bootstrap"
+    MAMBO = "mambo"
+    DROP = "drop"
+
+
+def _f64(v):
+    return None if v is None else np.asarray(v, dtype=np.float64)
+
+
+def _lower_linear(n, g, steps):
+    steps.append(Step(StepOp.PCMM, n.name, list(n.inputs), n.features, n.name, U=_f64(n.attrs["weight"]),
+                      bias=_f64(n.attrs.get("bias"))))
+
+
+def _lower_conv2d(n, g, steps):
+    a = n.attrs
+    in_shape = g.node(n.inputs[0]).shape
+    w = dense_conv_weight(np.asarray(a["weight"], dtype=np.float64), a.get("groups", 1))
+    idx, _ = conv2d_index(in_shape, w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
+    # the shapes let layout (P) build the conv's nonzero diagonals from its structure (packed_diagonals)
+    steps.append(Step(StepOp.PCMM, n.name, list(n.inputs), n.features, n.name, U=w.reshape(w.shape[0], -1),
+                      index=idx, bias=_f64(a.get("bias")), info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
+
+
+def _lower_avgpool2d(n, g, steps):
+    a = n.attrs
+    in_shape = g.node(n.inputs[0]).shape
+    C = in_shape[0]
+    if a.get("count_include_pad", True) or tuple(a["padding"]) == (0, 0):
+        idx1, (Ho, Wo) = conv2d_index((1,) + tuple(in_shape[1:]), a["kernel"], a["stride"], a["padding"])
+        HW = in_shape[1] * in_shape[2]
+        # one U row for every channel: P = C*Ho*Wo output blocks in (c, ho, wo) order
+        idx = np.concatenate([np.where(idx1 >= 0, idx1 + c * HW, -1) for c in range(C)], axis=1)
+        k = a["kernel"][0] * a["kernel"][1]
+        div = a.get("divisor_override") or k
+        steps.append(Step(StepOp.PCMM, n.name, list(n.inputs), n.features, n.name, U=np.full((1, k), 1.0 / div),
+                          index=idx, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
+    else:
+        M = avgpool_matrix(in_shape, a["kernel"], a["stride"], a["padding"], False, a.get("divisor_override"))
+        steps.append(Step(StepOp.PCMM, n.name, list(n.inputs), n.features, n.name, U=M))
+
+
+def _lower_transpose(n, g, steps):           # out row (.., i, j) = in row (.., j, i): no crypto
+    sh = g.node(n.inputs[0]).shape
+    perm = np.swapaxes(np.arange(int(np.prod(sh))).reshape(sh), -1, -2).reshape(-1)
+    steps.append(Step(StepOp.PERM, n.name, list(n.inputs), n.features, n.name, index=perm.astype(np.int64)))
+
+
+def _lower_matmul(n, g, steps):
+    steps.append(Step(StepOp.MATMUL, n.name, list(n.inputs), n.features, n.name,
+                      info=dict(a_shape=list(g.node(n.inputs[0]).shape), b_shape=list(g.node(n.inputs[1]).shape))))
+
+
+def _lower_act(n, g, steps):
+    ap: ActPoly = n.attrs["approx"]
+    if ap.form == "affine":
+        steps.append(Step(StepOp.AFFINE, n.name, list(n.inputs), n.features, n.name,
+                          alpha=np.full(n.features, ap.alpha), beta=np.full(n.features, ap.beta)))
+        return
+    src = n.inputs[0]
+    if ap.alpha != 1.0 or ap.beta != 0.0:
+        src = _fold_input_affine(steps, g, n, ap)
+    steps.append(Step(StepOp.SQUARE if ap.form == "square" else StepOp.POLY, n.name, [src], n.features, n.name,
+                      act=ap))
+
+
+def _plain(op):
+    """A node lowered to one step of `op` reading the node's inputs."""
+    def lower_node(n, g, steps):
+        steps.append(Step(op, n.name, list(n.inputs), n.features, n.name))
+    return lower_node
+
+
+#: one lowering per IR op: (node, graph, steps so far) -> appends the node's steps
+LOWER = {
+    Op.INPUT: lambda n, g, steps: steps.append(Step(StepOp.INPUT, n.name, [], n.features, n.name)),
+    Op.OUTPUT: _plain(StepOp.OUTPUT),
+    Op.LINEAR: _lower_linear,
+    Op.CONV2D: _lower_conv2d,
+    Op.AVGPOOL2D: _lower_avgpool2d,
+    Op.FLATTEN: _plain(StepOp.ALIAS),
+    Op.IDENTITY: _plain(StepOp.ALIAS),
+    Op.AFFINE: lambda n, g, steps: steps.append(Step(StepOp.AFFINE, n.name, list(n.inputs), n.features, n.name,
+                                                     alpha=_f64(n.attrs["alpha"]), beta=_f64(n.attrs["beta"]))),
+    Op.ADD: _plain(StepOp.ADD),
+    Op.TRANSPOSE: _lower_transpose,
+    Op.MUL: _plain(StepOp.MUL),
+    Op.MATMUL: _lower_matmul,
+    Op.ACT: _lower_act,
+}
+
+
 def lower(g: Graph) -> list[Step]:
+    """The graph as executable steps, one LOWER handler per node (batchnorm is folded or made affine before)."""
     steps: list[Step] = []
     for n in g.nodes:
-        a = n.attrs
-        if n.op == "input":
-            steps.append(Step("input", n.name, [], n.features, n.name))
-        elif n.op == "output":
-            steps.append(Step("output", n.name, list(n.inputs), n.features, n.name))
-        elif n.op == "linear":
-            W = np.asarray(a["weight"], dtype=np.float64)
-            steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=W,
-                              bias=None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64)))
-        elif n.op == "conv2d":
-            in_shape = g.node(n.inputs[0]).shape
-            w = dense_conv_weight(np.asarray(a["weight"], dtype=np.float64), a.get("groups", 1))
-            idx, _ = conv2d_index(in_shape, w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
-            # the shapes let layout (P) build the conv's nonzero diagonals from its structure (packed_diagonals)
-            bias = None if a.get("bias") is None else np.asarray(a["bias"], dtype=np.float64)
-            steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=w.reshape(w.shape[0], -1),
-                              index=idx, bias=bias, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
-        elif n.op == "avgpool2d":
-            in_shape = g.node(n.inputs[0]).shape
-            C = in_shape[0]
-            if a.get("count_include_pad", True) or tuple(a["padding"]) == (0, 0):
-                idx1, (Ho, Wo) = conv2d_index((1,) + tuple(in_shape[1:]), a["kernel"], a["stride"], a["padding"])
-                HW = in_shape[1] * in_shape[2]
-                # one U row for every channel: P = C*Ho*Wo output blocks in (c, ho, wo) order
-                idx = np.concatenate([np.where(idx1 >= 0, idx1 + c * HW, -1) for c in range(C)], axis=1)
-                k = a["kernel"][0] * a["kernel"][1]
-                div = a.get("divisor_override") or k
-                steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=np.full((1, k), 1.0 / div),
-                                  index=idx, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
-            else:
-                M = avgpool_matrix(in_shape, a["kernel"], a["stride"], a["padding"], False, a.get("divisor_override"))
-                steps.append(Step("pcmm", n.name, list(n.inputs), n.features, n.name, U=M))
-        elif n.op in ("flatten", "identity"):
-            steps.append(Step("alias", n.name, list(n.inputs), n.features, n.name))
-        elif n.op == "affine":
-            steps.append(Step("affine", n.name, list(n.inputs), n.features, n.name,
-                              alpha=np.asarray(a["alpha"], dtype=np.float64), beta=np.asarray(a["beta"], dtype=np.float64)))
-        elif n.op == "add":
-            steps.append(Step("add", n.name, list(n.inputs), n.features, n.name))
-        elif n.op == "transpose":                  # out row (.., i, j) = in row (.., j, i): no crypto
-            sh = g.node(n.inputs[0]).shape
-            perm = np.swapaxes(np.arange(int(np.prod(sh))).reshape(sh), -1, -2).reshape(-1)
-            steps.append(Step("perm", n.name, list(n.inputs), n.features, n.name, index=perm.astype(np.int64)))
-        elif n.op == "mul":
-            steps.append(Step("mul", n.name, list(n.inputs), n.features, n.name))
-        elif n.op == "matmul":
-            steps.append(Step("matmul", n.name, list(n.inputs), n.features, n.name,
-                              info=dict(a_shape=list(g.node(n.inputs[0]).shape),
-                                        b_shape=list(g.node(n.inputs[1]).shape))))
-        elif n.op == "act":
-            ap: ActPoly = a["approx"]
-            if ap.form == "affine":
-                steps.append(Step("affine", n.name, list(n.inputs), n.features, n.name,
-                                  alpha=np.full(n.features, ap.alpha), beta=np.full(n.features, ap.beta)))
-                continue
-            src = n.inputs[0]
-            if ap.alpha != 1.0 or ap.beta != 0.0:
-                src = _fold_input_affine(steps, g, n, ap)
-            op = "square" if ap.form == "square" else "poly"
-            steps.append(Step(op, n.name, [src], n.features, n.name, act=ap))
-        else:
-            raise UnsupportedError(f"cannot lower IR op {n.op!r} (node {n.name})")
+        handler = LOWER.get(n.op)
+        if handler is None:
+            raise UnsupportedError(f"cannot lower IR op {n.op!r} (node {n.name}); ops with a lowering: "
+                                   f"{sorted(LOWER)}")
+        handler(n, g, steps)
     return steps
 
 

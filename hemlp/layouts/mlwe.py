@@ -51,7 +51,7 @@ from hemlp.compiler.lower import dense_matrix
 from hemlp.compiler.params import candidates, choose_preset, output_reserve, step_cost
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError,
                           UnsupportedError)
-from hemlp.layouts.base import Layout, Planned
+from hemlp.layouts.base import CT_PRODUCT_OPS, Layout, Planned
 from hemlp.layouts.batch_bootstrap import boot_batch_size, summary, summary_text
 from hemlp.layouts.mlwe_refresh import refresh_key_bytes, refresh_params
 from hemlp.pcmm import CtMatrix, quantize
@@ -662,6 +662,11 @@ class Mlwe(Layout):
                 "CoeffToSlot (ModRaise, CoeffToSlot, EvalMod on coefficient-encoded ciphertexts: no SlotToCoeff at "
                 f"the bottom)\n#   bootstrapping keys {b['key_bytes'] / 2 ** 30:.2f} GiB in memory (S2C-first, "
                 f"k = {b.get('k', 1)}; estimated from the parameters)")
+
+    def relin_level(self):
+        """From the program's levels, so the resource estimate works before commit() writes them into the steps."""
+        lv = [m.level_in for m in self.program.steps if m.src is not None and m.src.op in CT_PRODUCT_OPS]
+        return (max(lv) if lv else None) if self.needs_relin else None
 
     def key_levels(self) -> dict:
         prog = self.program

@@ -16,6 +16,7 @@ import numpy as np
 from hemlp import pcmm
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, matmul_index
+from hemlp.compiler.lower import StepOp
 from hemlp.errors import LevelError, MissingKeyError, UnsupportedError, warn_always
 from hemlp.pcmm import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
@@ -86,46 +87,64 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
     return vals[out_name]
 
 
+def _sim_pcmm(s, x, vals, weight_bits, range_counts, bootstraps):
+    Uq, delta = quantize(s.U, s.info.get("weight_bits", weight_bits))
+    U = Uq / delta
+    if s.index is not None:
+        return gather_apply(U, s.index, x, s.bias)
+    y = U @ x
+    return y if s.bias is None else y + s.bias[:, None]
+
+
+def _sim_act(s, x, vals, weight_bits, range_counts, bootstraps):
+    range_check(s, x, range_counts)
+    return s.act.eval_u(x)
+
+
+def _sim_matmul(s, x, vals, weight_bits, range_counts, bootstraps):
+    ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
+    return np.einsum("otb,otb->ob", x[ia], vals[s.inputs[1]][ib])
+
+
+def _sim_mambo(s, x, vals, weight_bits, range_counts, bootstraps):
+    """A PCMM fused into its output's refresh (hemlp.planner.bootstrap_lowering)."""
+    if bootstraps:
+        return simulate_mambo(s, x, weight_bits)
+    Uq, delta = quantize(s.U, weight_bits)
+    return (Uq / delta) @ x + (0.0 if s.bias is None else s.bias[:, None])
+
+
+def _identity(s, x, vals, weight_bits, range_counts, bootstraps):
+    return x
+
+
+#: the plaintext semantics of every step op: (step, first input's rows matrix, values, weight_bits, range_counts,
+#: bootstraps) -> the step's rows matrix
+SIMULATE = {
+    StepOp.PCMM: _sim_pcmm,
+    StepOp.POLY: _sim_act,
+    StepOp.SQUARE: _sim_act,
+    StepOp.AFFINE: lambda s, x, *_: x * s.alpha[:, None] + s.beta[:, None],
+    StepOp.ADD: lambda s, x, vals, *_: x + vals[s.inputs[1]],
+    StepOp.MUL: lambda s, x, vals, *_: x * vals[s.inputs[1]],
+    StepOp.PERM: lambda s, x, *_: x[s.index],
+    StepOp.MATMUL: _sim_matmul,
+    StepOp.ALIAS: _identity,
+    StepOp.OUTPUT: _identity,
+    StepOp.DROP: _identity,
+    # placed by hemlp.planner.bootstrap_placement (bootstrap=True)
+    StepOp.BOOTSTRAP: lambda s, x, vals, wb, rc, bootstraps: simulate_bootstrap(s, x) if bootstraps else x,
+    StepOp.MAMBO: _sim_mambo,
+}
+
+
 def simulate_step(s, vals: dict, weight_bits: int, range_counts: dict | None = None,
                   bootstraps: bool = True) -> np.ndarray:
-    """One lowered step in plaintext (see simulate) from the values it reads."""
-    x = vals[s.inputs[0]]
-    if s.op == "pcmm":
-        Uq, delta = quantize(s.U, s.info.get("weight_bits", weight_bits))
-        U = Uq / delta
-        if s.index is None:
-            y = U @ x
-            if s.bias is not None:
-                y = y + s.bias[:, None]
-        else:
-            y = gather_apply(U, s.index, x, s.bias)
-    elif s.op in ("poly", "square"):
-        range_check(s, x, range_counts)
-        y = s.act.eval_u(x)
-    elif s.op == "affine":
-        y = x * s.alpha[:, None] + s.beta[:, None]
-    elif s.op == "add":
-        y = x + vals[s.inputs[1]]
-    elif s.op == "mul":
-        y = x * vals[s.inputs[1]]
-    elif s.op == "perm":
-        y = x[s.index]
-    elif s.op == "matmul":
-        ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
-        y = np.einsum("otb,otb->ob", x[ia], vals[s.inputs[1]][ib])
-    elif s.op in ("alias", "output", "drop"):
-        y = x
-    elif s.op == "bootstrap":     # placed by hemlp.planner.bootstrap_placement (bootstrap=True)
-        y = simulate_bootstrap(s, x) if bootstraps else x
-    elif s.op == "mambo":         # a PCMM fused into its output's refresh (hemlp.planner.bootstrap_lowering)
-        if bootstraps:
-            y = simulate_mambo(s, x, weight_bits)
-        else:
-            Uq, delta = quantize(s.U, weight_bits)
-            y = (Uq / delta) @ x + (0.0 if s.bias is None else s.bias[:, None])
-    else:
+    """One lowered step in plaintext (see simulate) from the values it reads (SIMULATE)."""
+    f = SIMULATE.get(s.op)
+    if f is None:
         raise UnsupportedError(f"step {s.out!r}: op {s.op!r} has no plaintext semantics")
-    return y
+    return f(s, vals[s.inputs[0]], vals, weight_bits, range_counts, bootstraps)
 
 
 # ---------------------------------------------------------------------------------------
@@ -452,39 +471,52 @@ def mambo_rows(ctx, boot, C: CtMatrix, step, weight_bits: int) -> CtMatrix:
     return CtMatrix(ctx, out, (d1, C.shape[1]), ch, C.format)
 
 
+def _run_pcmm(ctx, s, x, vals, ex, relin_key, weight_bits, boot):
+    bits = s.info.get("weight_bits", weight_bits)
+    # an unrescaled final PCMM (final_rescale=False): its product without the rescale (K = 1), at level 0
+    kw = dict(rescale=False) if s.info.get("rescale") is False else {}
+    if s.index is None:
+        return ex.pcmm(s.U, x, bias=s.bias, weight_bits=bits, step=s.out, **kw)
+    return ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=bits, step=s.out, **kw)
+
+
+def _run_elementwise(ctx, s, x, vals, ex, relin_key, weight_bits, boot):
+    return ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
+
+
+def _run_perm(ctx, s, x, vals, ex, relin_key, weight_bits, boot):
+    ch = x.chunks
+    return CtMatrix(ctx, [x.cts[r * ch + c] for r in s.index for c in range(ch)], (len(s.index), x.shape[1]), ch,
+                    x.format)
+
+
+#: every step op on ciphertexts: (ctx, step, first input's CtMatrix, values, executor, relin key, weight_bits,
+#: bootstrapper) -> the step's CtMatrix
+RUN = {
+    StepOp.PCMM: _run_pcmm,
+    StepOp.POLY: _run_elementwise,
+    StepOp.SQUARE: _run_elementwise,
+    StepOp.AFFINE: _run_elementwise,
+    StepOp.ADD: lambda ctx, s, x, vals, *_: add_aligned(ctx, x, vals[s.inputs[1]], s.level_out),
+    StepOp.MUL: lambda ctx, s, x, vals, ex, relin_key, *_: ct_products(ctx, s, x, vals[s.inputs[1]], relin_key),
+    StepOp.MATMUL: lambda ctx, s, x, vals, ex, relin_key, *_: ct_products(ctx, s, x, vals[s.inputs[1]], relin_key),
+    StepOp.PERM: _run_perm,
+    StepOp.ALIAS: lambda ctx, s, x, *_: x,
+    StepOp.OUTPUT: lambda ctx, s, x, *_: x,
+    StepOp.DROP: lambda ctx, s, x, *_: CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in x.cts], x.shape,
+                                                 x.chunks, x.format),
+    StepOp.BOOTSTRAP: lambda ctx, s, x, vals, ex, relin_key, wb, boot: ex.bootstrap(ctx, x, s, boot),
+    StepOp.MAMBO: lambda ctx, s, x, vals, ex, relin_key, wb, boot: ex.mambo(ctx, x, s, boot, wb),
+}
+
+
 def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
-    """One step of a lowered program on ciphertexts: its output CtMatrix from the values it reads (vals, by
+    """One step of a lowered program on ciphertexts (RUN): its output CtMatrix from the values it reads (vals, by
     name). The one definition of each step's arithmetic in process; Ray's node-local tasks run it too."""
-    x = vals[s.inputs[0]]
-    if s.op == "pcmm":
-        bits = s.info.get("weight_bits", weight_bits)
-        # an unrescaled final PCMM (final_rescale=False): its product without the rescale (K = 1), at level 0
-        kw = dict(rescale=False) if s.info.get("rescale") is False else {}
-        if s.index is None:
-            y = ex.pcmm(s.U, x, bias=s.bias, weight_bits=bits, step=s.out, **kw)
-        else:
-            y = ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=bits, step=s.out, **kw)
-    elif s.op in ("square", "poly", "affine"):
-        y = ex.map_cts(ctx, x, ElementwiseOp.from_step(s), relin_key, step=s.out)
-    elif s.op == "add":
-        y = add_aligned(ctx, x, vals[s.inputs[1]], s.level_out)
-    elif s.op in ("mul", "matmul"):
-        y = ct_products(ctx, s, x, vals[s.inputs[1]], relin_key)
-    elif s.op == "perm":
-        ch = x.chunks
-        y = CtMatrix(ctx, [x.cts[r * ch + c] for r in s.index for c in range(ch)], (len(s.index), x.shape[1]),
-                     ch, x.format)
-    elif s.op in ("alias", "output"):
-        y = x
-    elif s.op == "drop":
-        y = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in x.cts], x.shape, x.chunks, x.format)
-    elif s.op == "bootstrap":
-        y = ex.bootstrap(ctx, x, s, boot)
-    elif s.op == "mambo":
-        y = ex.mambo(ctx, x, s, boot, weight_bits)
-    else:
-        raise AssertionError(s.op)
-    return y
+    f = RUN.get(s.op)
+    if f is None:
+        raise UnsupportedError(f"step {s.out!r}: op {s.op!r} cannot run on ciphertexts in process")
+    return f(ctx, s, vals[s.inputs[0]], vals, ex, relin_key, weight_bits, boot)
 
 
 def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None, boot=None,

@@ -127,7 +127,8 @@ def test_search_prefers_lower_depth_for_a_looser_target():
     model = _train(_relu_mlp(), xtr, ytr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)
-        tight = hemlp.compile(model, cal[:1], calibration=cal, allow_insecure=True, target_agreement=0.99)
+        tight = hemlp.compile(model, cal[:1], calibration=cal, allow_insecure=True, target_agreement=0.99,
+                              server_memory=None)         # compiled to compare plans, never run
         loose = hemlp.compile(model, cal[:1], calibration=cal, allow_insecure=True, target_agreement=0.8)
     assert loose.plan.info["depth"] < tight.plan.info["depth"]
     assert loose.plan.info["activation_fit"]["agreement"] >= 0.9

@@ -116,7 +116,7 @@ def test_levels_and_preset_choice():
     lv = cm.key_levels
     assert lv == dict(relin=13, rotation=16, conjugation=13, modpack=17)
     # without a preset: the smallest 128-bit preset holding the DFT levels (N16-boot for this MLP)
-    big = hemlp.compile(mlp(), _x(256, 784), batch_size=256, layout="mlwe")
+    big = hemlp.compile(mlp(), _x(256, 784), batch_size=256, layout="mlwe", server_memory=None)   # planned only
     assert big.preset == "N16-boot" and big.mlwe.k == 256
     assert big.plan.info["depth"] == 3 + 2 + 4 * big.mlwe.dft_depth <= big.params.max_level
 

@@ -1,0 +1,114 @@
+"""The standard ReLU ResNet-20 (scripts/train_resnet20.py's weights) through hemlp: compile with bootstraps on 1 000
+calibration training images, simulate on the exact CIFAR-10 test images, and (--encrypted N) run N of them encrypted.
+
+    nice -n 5 python scripts/resnet20_report.py --data-root ../shared/data \
+        --weights models/weights/resnet20_cifar10.pt --json bench/resnet20_cifar10.json [--encrypted 20]
+
+The JSON records compile seconds and peak RSS, the plan (layout, depth, activation degrees, bootstrap points and
+calls, estimated seconds per image), plaintext accuracy, simulated accuracy and top-1 agreement with PyTorch on every
+exact test image, and for the encrypted images: seconds each, and whether encrypted = simulated = plaintext top-1.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from cifar_resnet_run import CIFAR_EXACT, calibration_rows, load  # noqa: E402
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-root", required=True)
+    ap.add_argument("--weights", default="models/weights/resnet20_cifar10.pt")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--calibration", type=int, default=1000, help="training images to calibrate on")
+    ap.add_argument("--preset", default="N16-boot")
+    ap.add_argument("--target", type=float, default=0.99, help="target_agreement")
+    ap.add_argument("--test", type=int, default=None, help="exact test images to simulate (default all)")
+    ap.add_argument("--encrypted", type=int, default=0, help="exact test images to run encrypted, one at a time")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--cache-dir", default=None)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    import hemlp
+    from hemlp.apps.bench.report import machine_info, save_json
+    from hemlp.models.train import predict
+    from hemlp.models.zoo import build
+
+    torch.set_num_threads(args.threads)
+    hemlp.set_num_threads(args.threads)
+    state = torch.load(args.weights, weights_only=False)
+    model = build(state["model"], 10)
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
+    model.eval()
+    mean, std = state["mean"], state["std"]
+    tr, tests = load(args.data_root, args.cache_dir, None)
+    d = tests[CIFAR_EXACT]
+    n = len(d.y) if args.test is None else min(args.test, len(d.y))
+    x = np.ascontiguousarray((d.x[:n] - mean) / std, dtype=np.float32)
+    rows = calibration_rows(len(tr.y), args.calibration)
+    x_cal = np.ascontiguousarray((tr.x[rows] - mean) / std, dtype=np.float32)
+    logits = predict(model, x)
+    rep = dict(model="resnet20 (akamaster option A, ReLU)", weights=args.weights, test_set=CIFAR_EXACT, n=n,
+               calibration_images=len(rows), preset=args.preset, target_agreement=args.target, threads=args.threads,
+               plaintext_accuracy=float(np.mean(logits.argmax(1) == d.y[:n])))
+    print(f"plaintext accuracy on {n} exact images: {rep['plaintext_accuracy']:.2%}", flush=True)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(model, x[:1], calibration=x_cal, batch_size=1, bootstrap=True, preset=args.preset,
+                           target_agreement=args.target, allow_insecure=args.preset.startswith("test-"))
+    rep["compile_seconds"] = time.perf_counter() - t0
+    rep["compile_peak_rss_gib"] = peak_rss_gib()
+    info = cm.plan.info
+    boot = info.get("bootstrap") or {}
+    fit = info.get("activation_fit") or {}
+    rep["plan"] = dict(layout=cm.layout, depth=info.get("depth"), degrees=[a["degree"] for a in fit.get("activations", [])],
+                       calibration_agreement=fit.get("agreement"), bootstrap_points=len(boot.get("placements", [])),
+                       bootstrap_calls=sum(p.get("bootstraps", 0) for p in boot.get("placements", [])),
+                       estimated_seconds=boot.get("total_seconds"), resources=info.get("resources"))
+    print(cm.plan, flush=True)
+    print(f"compile: {rep['compile_seconds']:.1f} s, peak RSS {rep['compile_peak_rss_gib']:.2f} GiB", flush=True)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y_sim = np.asarray(cm.simulate(x), dtype=np.float64).reshape(n, -1)
+    rep["simulate_seconds"] = time.perf_counter() - t0
+    rep["simulated_accuracy"] = float(np.mean(y_sim.argmax(1) == d.y[:n]))
+    rep["top1_agreement"] = float(np.mean(y_sim.argmax(1) == logits.argmax(1)))
+    print(f"simulated: accuracy {rep['simulated_accuracy']:.2%}, agreement with torch {rep['top1_agreement']:.2%}",
+          flush=True)
+    if args.encrypted:
+        sk, keys = cm.keygen()
+        runs = []
+        for i in range(min(args.encrypted, n)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            y = cm.decrypt(cm.run(cm.encrypt(x[i:i + 1], sk), keys), sk).reshape(-1)
+            runs.append(dict(index=i, seconds=time.perf_counter() - t0, cpu_seconds=time.process_time() - c0,
+                             encrypted_top1=int(y.argmax()), simulated_top1=int(y_sim[i].argmax()),
+                             plaintext_top1=int(logits[i].argmax()), label=int(d.y[i])))
+            print(runs[-1], flush=True)
+        rep["encrypted"] = runs
+    rep["measured"] = True
+    if args.json:
+        save_json(args.json, "resnet20-report", rep, machine=machine_info())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
