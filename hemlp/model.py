@@ -661,25 +661,26 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
                 raise UnsupportedError("layout (C) refreshes its blocks with single CtS-first bootstraps: mambo=True "
                                        "/ batch_bootstrap are layout (A) options")
             lay, estimates, why = layouts.choose([layouts.get("blocked")],
-                                                 plan_blocked_bootstrapped(steps, calib, opts, batch_size), budget)
+                                                 plan_blocked_bootstrapped(steps, calib, opts, batch_size))
         elif opts["layout"] == "packed":      # the single-image layout (hemlp.layouts.packed_bootstrap)
             if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
                 raise UnsupportedError("layout (P) refreshes one packed ciphertext per value with single CtS-first "
                                        "bootstraps: mambo=True / batch_bootstrap are layout (A) options")
             lay, estimates, why = layouts.choose([layouts.get("packed")],
-                                                 plan_packed_bootstrapped(steps, calib, opts, batch_size), budget)
+                                                 plan_packed_bootstrapped(steps, calib, opts, batch_size))
         elif opts["layout"] == "mlwe":      # refreshes at activation segments (hemlp.layouts.mlwe_bootstrap)
             if opts["mambo"] is True:
                 raise UnsupportedError("layout (A') runs the linear layer before a refresh at level 1 already (MaMBo's "
                                        "arrangement, on coefficient-encoded values): mambo=True is a layout (A) option")
             lay, estimates, why = layouts.choose([layouts.get("mlwe")],
-                                                 plan_mlwe_bootstrapped(steps, calib, opts, batch_size), budget)
+                                                 plan_mlwe_bootstrapped(steps, calib, opts, batch_size))
         elif opts["layout"] == "auto" and batch_size is not None:     # (A) or (P), bootstraps included
             lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=budget)
         else:
             lay, estimates, why = layouts.choose([layouts.get("batch")],
-                                                 plan_bootstrapped(steps, calib, opts, batch_size), budget)
-        layouts.check_memory(lay.name, server_bytes(lay), budget)     # with the bootstrapping keys
+                                                 plan_bootstrapped(steps, calib, opts, batch_size))
+        # one memory check for every bootstrapped branch, with the bootstrapping keys
+        layouts.check_memory(lay.name, server_bytes(lay), budget)
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         last = None

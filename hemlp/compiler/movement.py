@@ -1,13 +1,13 @@
 """Data movement as convolutions: strided slicing, zero padding and channel concatenation of (C, H, W) tensors.
 
-Each is an exact linear map whose weight is a 0/1 selection, written as an ``conv2d`` node so that every layout runs it
+Each is an exact linear map whose weight is a 0/1 selection, written as a ``conv2d`` node so that every layout runs it
 with the machinery it already has (im2col gathers, packed diagonals) and the folding pass can merge it into a
 neighbouring convolution (``fold.merge_channel_maps``):
 
 * ``x[:, c0:c1:cs, h0:h1:hs, w0:w1:ws]`` picks positions a, a + s, ..., a + (n - 1) s on each spatial axis: a
   convolution with stride s whose weight is 1 at offset a, and kernel a + 1 when the slice runs to the end of the
-  axis, else size - (n - 1) s (the last window ends at the last position). The channel slice is the weight's channel selection. Option-A ResNet shortcuts
-  (``x[:, :, ::2, ::2]``) become a 1x1 stride-2 kernel.
+  axis, else size - (n - 1) s (the last window ends at the last position). The channel slice is the weight's channel
+  selection. Option-A ResNet shortcuts (``x[:, :, ::2, ::2]``) become a 1x1 stride-2 kernel.
 * ``F.pad(x, (left, right, top, bottom, front, back))`` with zeros: padding P = max(before, after) per spatial axis,
   kernel |before - after| + 1 with the weight at offset P - before; the channel pad embeds the channels.
 * ``torch.cat([a, b, ...], dim=1)``: each input embedded at its channel offset (a 1x1 convolution), then added.
@@ -18,18 +18,13 @@ import numpy as np
 
 from hemlp.errors import ShapeError
 
-__all__ = ["slice_conv", "pad_conv", "channel_embed", "MovementConv"]
+__all__ = ["slice_conv", "pad_conv", "channel_embed"]
 
 
-class MovementConv(dict):
-    """conv2d attrs (weight, bias=None, stride, padding, dilation, groups=1) and the output shape (``shape``)."""
-
-    @property
-    def shape(self) -> tuple:
-        return self["out_shape"]
-
-    def attrs(self) -> dict:
-        return {k: v for k, v in self.items() if k != "out_shape"}
+def _selection(weight, stride, padding, out_shape) -> tuple[dict, tuple]:
+    """(conv2d attrs, output shape) of a 0/1 selection convolution (no bias, no dilation, one group)."""
+    return (dict(weight=weight, bias=None, stride=stride, padding=padding, dilation=(1, 1), groups=1),
+            tuple(out_shape))
 
 
 def _axis(size: int, sl: slice) -> tuple[int, int, int]:
@@ -49,7 +44,7 @@ def _kernel(size: int, a: int, s: int, n: int) -> int:
     return k if (size - k) // s + 1 == n else size - (n - 1) * s
 
 
-def slice_conv(in_shape, slices) -> MovementConv:
+def slice_conv(in_shape, slices) -> tuple[dict, tuple]:
     """x[:, slices[0], slices[1], slices[2]] on a (C, H, W) tensor as one convolution."""
     C, H, W = (int(d) for d in in_shape)
     cs, hs, ws = (tuple(slices) + (slice(None),) * 3)[:3]
@@ -60,11 +55,10 @@ def slice_conv(in_shape, slices) -> MovementConv:
     kh, kw = _kernel(H, ah, sh, nh), _kernel(W, aw, sw, nw)
     weight = np.zeros((len(chans), C, kh, kw))
     weight[np.arange(len(chans)), chans, ah, aw] = 1.0
-    return MovementConv(weight=weight, bias=None, stride=(sh, sw), padding=(0, 0), dilation=(1, 1), groups=1,
-                        out_shape=(len(chans), nh, nw))
+    return _selection(weight, (sh, sw), (0, 0), (len(chans), nh, nw))
 
 
-def pad_conv(in_shape, pads) -> MovementConv:
+def pad_conv(in_shape, pads) -> tuple[dict, tuple]:
     """Zero padding of a (C, H, W) tensor as one convolution; pads in F.pad order: (left, right[, top, bottom[,
     front, back]]), non-negative."""
     C, H, W = (int(d) for d in in_shape)
@@ -78,19 +72,17 @@ def pad_conv(in_shape, pads) -> MovementConv:
     kh, kw = abs(ht - hb) + 1, abs(wl - wr) + 1
     weight = np.zeros((C + cf + cb, C, kh, kw))
     weight[cf + np.arange(C), np.arange(C), Ph - ht, Pw - wl] = 1.0
-    return MovementConv(weight=weight, bias=None, stride=(1, 1), padding=(Ph, Pw), dilation=(1, 1), groups=1,
-                        out_shape=(C + cf + cb, H + ht + hb, W + wl + wr))
+    return _selection(weight, (1, 1), (Ph, Pw), (C + cf + cb, H + ht + hb, W + wl + wr))
 
 
-def channel_embed(in_shape, total: int, offset: int) -> MovementConv:
+def channel_embed(in_shape, total: int, offset: int) -> tuple[dict, tuple]:
     """A (C, H, W) tensor placed at channels [offset, offset + C) of a (total, H, W) zero tensor (torch.cat)."""
     C, H, W = (int(d) for d in in_shape)
     if offset < 0 or offset + C > total:
         raise ShapeError(f"channels [{offset}, {offset + C}) do not fit in {total}")
     weight = np.zeros((total, C, 1, 1))
     weight[offset + np.arange(C), np.arange(C), 0, 0] = 1.0
-    return MovementConv(weight=weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
-                        out_shape=(total, H, W))
+    return _selection(weight, (1, 1), (0, 0), (total, H, W))
 
 
 #: the largest dense selection matrix (rows x cols) a reduction or slice of a non-image tensor may become
@@ -112,8 +104,9 @@ class MovementLowering:
     def _reshape(self, src, shape, base="reshape"):
         return src if self._shape(src) == tuple(shape) else self.emit("flatten", [src], tuple(shape), {}, base)
 
-    def _conv(self, src, mc: MovementConv, base):
-        return self.emit("conv2d", [src], mc.shape, mc.attrs(), base)
+    def _conv(self, src, selection: tuple[dict, tuple], base):
+        attrs, shape = selection
+        return self.emit("conv2d", [src], shape, attrs, base)
 
     def _dense(self, src, M, out_shape, base, what):
         if M.size > DENSE_LIMIT:
@@ -166,10 +159,10 @@ class MovementLowering:
         if len(S) != 3:
             self.refuse(f"padding a tensor of per-sample shape {S}", "pad (C, H, W) image tensors")
         try:
-            mc = pad_conv(S, pads)
+            selection = pad_conv(S, pads)
         except ShapeError as exc:
             self.refuse(str(exc), "pad with non-negative amounts on the last three dimensions")
-        return self._conv(src, mc, "pad")
+        return self._conv(src, selection, "pad")
 
     # ---- torch.cat / Concat
     def cat(self, srcs, dim):

@@ -100,15 +100,19 @@ def from_onnx(model, example_input) -> Graph:
     def unsupported(node, what, instead=""):
         raise UnsupportedError(f"{what} at {where(node)} is not supported by hemlp; " + (instead or _HINT))
 
+    def checked(node, name):
+        """`name`, after cross-checking its per-sample shape against ONNX shape inference (when it knows it)."""
+        dims = vinfo.get(node.output[0]) if node is not None and node.output else None
+        shape = tuple(g.node(name).shape)
+        if dims and all(d is not None for d in dims[1:]) and tuple(dims[1:]) != shape:
+            raise ShapeError(f"{where(node)}: hemlp derived per-sample shape {shape} but ONNX shape "
+                             f"inference says {tuple(dims[1:])}")
+        return name
+
     def new(op, ins, shape, attrs, node, base, check=True):
         name = g.unique(base or node.op_type.lower())
         g.add(Node(name, op, list(ins), tuple(int(d) for d in shape), attrs, where(node)))
-        # cross-check against ONNX shape inference when it knows the shape
-        dims = vinfo.get(node.output[0]) if node is not None and node.output else None
-        if check and dims and all(d is not None for d in dims[1:]) and tuple(dims[1:]) != tuple(shape):
-            raise ShapeError(f"{where(node)}: hemlp derived per-sample shape {tuple(shape)} but ONNX shape "
-                             f"inference says {tuple(dims[1:])}")
-        return name
+        return checked(node, name) if check else name
 
     def const_of(name):
         return consts.get(name)
@@ -163,13 +167,6 @@ def from_onnx(model, example_input) -> Graph:
 
         return MovementLowering(g, emit, refuse)
 
-    def checked(node, out):
-        dims = vinfo.get(node.output[0])
-        if dims and all(d is not None for d in dims[1:]) and tuple(dims[1:]) != tuple(g.node(out).shape):
-            raise ShapeError(f"{where(node)}: hemlp derived per-sample shape {tuple(g.node(out).shape)} but ONNX "
-                             f"shape inference says {tuple(dims[1:])}")
-        return out
-
     def ints(name):
         v = raw.get(name)
         return None if v is None else [int(i) for i in np.asarray(v).reshape(-1)]
@@ -213,7 +210,8 @@ def from_onnx(model, example_input) -> Graph:
         if op == "Slice":
             src = materialise(val(ins[0]), node)
             S = g.node(src).shape
-            starts, ends = ints(ins[1]) if len(ins) > 1 else at.get("starts"), ints(ins[2]) if len(ins) > 2 else at.get("ends")
+            starts = ints(ins[1]) if len(ins) > 1 else at.get("starts")
+            ends = ints(ins[2]) if len(ins) > 2 else at.get("ends")
             axes = (ints(ins[3]) if len(ins) > 3 and ins[3] else at.get("axes")) or list(range(len(starts or [])))
             steps = (ints(ins[4]) if len(ins) > 4 and ins[4] else None) or [1] * len(axes)
             if starts is None or ends is None:
@@ -258,10 +256,10 @@ def from_onnx(model, example_input) -> Graph:
             continue
         if op == "Clip":
             src = materialise(val(ins[0]), node)
-            lo = float(raw[ins[1]]) if len(ins) > 1 and ins[1] else at.get("min")
-            hi = float(raw[ins[2]]) if len(ins) > 2 and ins[2] else at.get("max")
             if (len(ins) > 1 and ins[1] and ins[1] not in raw) or (len(ins) > 2 and ins[2] and ins[2] not in raw):
                 unsupported(node, "Clip with computed bounds", "clip to constant bounds")
+            lo = float(raw[ins[1]]) if len(ins) > 1 and ins[1] else at.get("min")
+            hi = float(raw[ins[2]]) if len(ins) > 2 and ins[2] else at.get("max")
             kind = clip_kind(lo, hi)
             env[o] = new("act", [src], g.node(src).shape, dict(kind=kind), node, node.name or "clip")
             continue

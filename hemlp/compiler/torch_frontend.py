@@ -101,6 +101,17 @@ class _Builder:
                              f"{tuple(shape)}")
         return out
 
+    def avgpool_attrs(self, node, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+        """avgpool2d attrs from nn.AvgPool2d's / F.avg_pool2d's arguments (stride None: the kernel)."""
+        if ceil_mode:
+            self.unsupported(node, "average pooling with ceil_mode=True", "use ceil_mode=False (the default)")
+        k = _pair(kernel_size)
+        attrs = dict(kernel=k, stride=_pair(stride) if stride else k, padding=_pair(padding),
+                     count_include_pad=bool(count_include_pad))
+        if divisor_override:
+            attrs["divisor_override"] = int(divisor_override)
+        return attrs
+
     def concrete(self, a):
         """A node argument's value on the example input: ints, sizes and tuples of them stay Python values."""
         import torch.fx as fx
@@ -311,13 +322,8 @@ def from_torch(model, example_input) -> Graph:
                 env[node.name] = b.new("flatten", [src], shape, {}, where, nm)
             elif isinstance(m, nn.AvgPool2d):
                 src = ir(node.args[0], node)
-                if m.ceil_mode:
-                    b.unsupported(node, "AvgPool2d with ceil_mode=True", "use ceil_mode=False (the default)")
-                k = _pair(m.kernel_size)
-                attrs = dict(kernel=k, stride=_pair(m.stride if m.stride is not None else k),
-                             padding=_pair(m.padding), count_include_pad=bool(m.count_include_pad))
-                if m.divisor_override:
-                    attrs["divisor_override"] = int(m.divisor_override)
+                attrs = b.avgpool_attrs(node, m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad,
+                                        m.divisor_override)
                 env[node.name] = b.new("avgpool2d", [src], shape, attrs, where, nm)
             elif isinstance(m, nn.AdaptiveAvgPool2d):
                 env[node.name] = b.checked(node, b.moved(node).adaptive_pool(ir(node.args[0], node), shape[1:]), shape)
@@ -381,7 +387,7 @@ def from_torch(model, example_input) -> Graph:
             mode = b.concrete(args[2] if len(args) > 2 else node.kwargs.get("mode", "constant"))
             value = b.concrete(args[3] if len(args) > 3 else node.kwargs.get("value", None))
             env[node.name] = b.checked(node, b.moved(node).pad(ir(args[0], node), pad, mode, value), shape)
-        elif tgt in (torch.cat, torch.concat) or getattr(tgt, "__name__", "") in ("cat", "concat", "concatenate"):
+        elif tgt in (torch.cat, torch.concat, torch.concatenate):
             tensors = args[0] if args else node.kwargs["tensors"]
             dim = b.concrete(args[1] if len(args) > 1 else node.kwargs.get("dim", 0))
             env[node.name] = b.checked(node, b.moved(node).cat([ir(t, node) for t in tensors], dim), shape)
@@ -410,15 +416,11 @@ def from_torch(model, example_input) -> Graph:
         elif tgt in (F.dropout,) or (node.op == "call_method" and tgt in ("contiguous", "clone", "float")):
             env[node.name] = val(args[0])
         elif tgt in (F.avg_pool2d,):
-            names = ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
-            kw = dict(zip(names[1:], b.concrete(tuple(args[1:]))), **b.concrete(dict(node.kwargs)))
-            if kw.get("ceil_mode"):
-                b.unsupported(node, "avg_pool2d with ceil_mode=True", "use ceil_mode=False (the default)")
-            k = _pair(kw["kernel_size"])
-            attrs = dict(kernel=k, stride=_pair(kw["stride"]) if kw.get("stride") else k,
-                         padding=_pair(kw.get("padding", 0)), count_include_pad=bool(kw.get("count_include_pad", True)))
-            if kw.get("divisor_override"):
-                attrs["divisor_override"] = int(kw["divisor_override"])
+            names = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+            kw = dict(zip(names, b.concrete(tuple(args[1:]))), **b.concrete(dict(node.kwargs)))
+            attrs = b.avgpool_attrs(node, kw["kernel_size"], kw.get("stride"), kw.get("padding", 0),
+                                    kw.get("ceil_mode", False), kw.get("count_include_pad", True),
+                                    kw.get("divisor_override"))
             env[node.name] = b.new("avgpool2d", [ir(args[0], node)], shape, attrs, f"{node.name}: avg_pool2d",
                                    node.name)
         elif tgt in (F.linear,):

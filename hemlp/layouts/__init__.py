@@ -94,26 +94,24 @@ def choose(cands: list[type[Layout]], planned: Planned, max_memory: int | None =
         check_memory(lay.name, estimate_resources(lay).server_memory_bytes, max_memory)
         lay.commit()
         return lay, {}, ""
-    est, built, over = {}, {}, {}
+    est, built, memory = {}, {}, {}
     for c in cands:
         try:
-            built[c.name] = c.plan(planned)
+            lay = c.plan(planned)
         except (UnsupportedError, ShapeError, LevelError) as exc:
             est[c.name] = f"not possible: {exc}"
             continue
-        need = estimate_resources(built[c.name]).server_memory_bytes
-        if max_memory is not None and need > max_memory:
-            over[c.name] = need
-            est[c.name] = f"not possible: ~{need / 2**30:.3g} GiB of server memory, above {max_memory / 2**30:.3g} GiB"
-            del built[c.name]
+        memory[c.name] = estimate_resources(lay).server_memory_bytes
+        if max_memory is not None and memory[c.name] > max_memory:
+            est[c.name] = (f"not possible: ~{memory[c.name] / 2**30:.3g} GiB of server memory, above "
+                           f"{max_memory / 2**30:.3g} GiB")
             continue
-        est[c.name] = built[c.name].estimate()
-    if not built and over:
-        name = min(over, key=over.get)
-        check_memory(name, over[name], max_memory, "; " + "; ".join(f"{k}: {v}" for k, v in est.items()))
+        built[c.name], est[c.name] = lay, lay.estimate()
+    if not built and memory:            # every layout that can run the model is over the budget
+        name = min(memory, key=memory.get)
+        check_memory(name, memory[name], max_memory, "; " + "; ".join(f"{k}: {v}" for k, v in est.items()))
     fastest = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
     ties = [k for k, v in est.items() if isinstance(v, float) and v <= est[fastest] * (1 + TIME_TIE)]
-    memory = {k: estimate_resources(built[k]).server_memory_bytes for k in ties}
     best = min(ties, key=lambda k: (memory[k], est[k]))
     why = "" if best == fastest else (
         f"{best} is within {TIME_TIE:.0%} of {fastest}'s time and needs less server memory "

@@ -432,18 +432,10 @@ class PackedProgram:
         return np.concatenate([self.unpack(np.stack([v[g] for v in y]), min(self.b, len(X) - g * self.b))
                                for g in range(y[0].shape[0])]) if len(X) else np.zeros((0, self.output.layout.features))
 
-    def values(self, X: np.ndarray) -> dict:
-        """Every step's slot vectors (a list of the layout's K vectors of `slots` values) for X (B <= b samples)."""
-        if len(X) > self.b:
-            raise ShapeError(f"layout (P) was planned for {self.b} sample(s) per ciphertext, got {len(X)}")
-        vals = {}
-        self.run_plain(X, on_value=lambda name, v: vals.__setitem__(name, [u[0] for u in v]), keep=True)
-        return vals
-
-    def run_plain(self, X: np.ndarray, on_value, keep: bool = False) -> None:
+    def run_plain(self, X: np.ndarray, on_value) -> None:
         """The slot program on all of X at once: every value is a list of the layout's K arrays (groups, slots), one
         row per group of b samples; ``on_value(name, value)`` sees each step's value, which is then freed after its
-        last use (keep=True: never)."""
+        last use."""
         X = np.asarray(X, dtype=np.float64).reshape(len(X), -1)
         starts = range(0, len(X), self.b)
         nbs = np.array([min(self.b, len(X) - i) for i in starts])
@@ -460,10 +452,9 @@ class PackedProgram:
                 y = self._plain_step(st, vals[st.inputs[0]], vals, nbs)
             vals[st.out] = y
             on_value(st.out, y)
-            if not keep:
-                for name in st.inputs:
-                    if last.get(name) == i:
-                        vals.pop(name, None)
+            for name in st.inputs:
+                if last.get(name) == i:
+                    vals.pop(name, None)
 
     def _plain_step(self, s: PackedStep, x: list, vals: dict, nbs: np.ndarray) -> list:
         if s.op == "matvec":

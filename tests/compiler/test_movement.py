@@ -148,3 +148,17 @@ def test_unsupported_idioms_name_the_op_and_the_line():
         from_torch(Fn(lambda y: F.pad(y, (-1, 0))), X)
     with pytest.raises(UnsupportedError, match="every dimension"):
         from_torch(Fn(lambda y: y.view(y.size(0), -1) - y.mean()), X)
+
+
+def test_onnx_clip_with_computed_bounds_is_a_typed_error():
+    from onnx import TensorProto, helper
+
+    from hemlp.compiler.onnx_frontend import from_onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("ReduceMean", ["x"], ["lo"], axes=[1], keepdims=0),   # a bound computed from the input
+             helper.make_node("Clip", ["x", "lo"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "clip", [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(UnsupportedError, match="Clip with computed bounds"):
+        from_onnx(model, np.zeros((2, 4)))
