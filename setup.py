@@ -66,6 +66,7 @@ setup(
     # also carries the C++ headers, the Makefile, docs, tests, examples and scripts (MANIFEST.in)
     # hemlp/bench holds only __main__.py (`python -m hemlp.bench`; the benchmarks are hemlp.apps.bench)
     packages=find_packages(include=["hemlp", "hemlp.*"]) + ["hemlp.bench"],
+    package_data={"hemlp.compiler": ["composite_sign.json"]},   # the composite sign polynomials, fitted once
     ext_modules=ext_modules,
     cmdclass={"build_ext": build_ext},
     python_requires=">=3.10",

@@ -59,6 +59,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 import warnings
 from pathlib import Path
 
@@ -67,7 +68,8 @@ import numpy as np
 from hemlp import layouts
 from hemlp.fhe import Ciphertext, Context, FloodSpec, Params, PublicKey, SecretKey
 from hemlp.fhe import load as load_ckks_object
-from hemlp.compiler.calibration import UNCAPPED_DEPTH, as_calibration, choose_activations, top1
+from hemlp.compiler.calibration import (UNCAPPED_DEPTH, ReferenceSummary, as_calibration, choose_activations,
+                                       needs_ranges, top1)
 from hemlp.compiler.fold import fold
 from hemlp.compiler.ir import format_graph
 from hemlp.compiler.lower import Step, lower
@@ -79,6 +81,7 @@ from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputR
                           ParameterError, SerializationError, ShapeError, UnsupportedError, warn_always)
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
+from hemlp.bootstrap.params import preset_levels_consumed
 from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
 from hemlp.layouts.mlwe_bootstrap import plan_mlwe_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
@@ -149,6 +152,10 @@ class Plan:
                 + (f" ({i['layout_reason']})" if i.get("layout_reason") else ""))
         if i.get("resources"):
             head += self.resources.lines(i["batch_size"])
+        if i.get("compile_seconds") is not None:
+            search = (f" (activation search {fit['search_seconds']:.1f} s, {fit['trials']} choices tried)"
+                      if fit and fit.get("search_seconds") is not None and fit.get("searched") else "")
+            head.append(f"compiled in {i['compile_seconds']:.1f} s{search}")
         self.text = lay.finish_plan_text(format_graph(self.graph, "\n".join(head)), i)
         return self.text
 
@@ -612,6 +619,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     if options is not None and not isinstance(options, CompileOptions):
         raise TypeError(f"options must be a hemlp.CompileOptions, got {type(options).__name__}; pass single options "
                         "as keywords")
+    t_compile = time.perf_counter()
     opts = (options or CompileOptions()).merged(**overrides).validate().as_dict()
     options = (options.named() if options is not None else set()) | set(overrides)   # the options the caller set
     budget = layouts.memory_budget(opts["server_memory"])      # checked against every plan before any key exists
@@ -639,13 +647,17 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     if opts["bootstrap"]:
         # a bootstrapping preset is checked first; the chain's depth is not capped (the planner places bootstraps
         # and names any single layer deeper than what a bootstrap leaves)
-        boot_preset(opts["preset"], allow)
+        boot_name = boot_preset(opts["preset"], allow)["name"]
         max_depth = UNCAPPED_DEPTH
+        max_step_depth = Params.preset(boot_name).max_level - preset_levels_consumed(boot_name)
     else:
         max_depth = (choose_preset(0, allow, opts["preset"]) if opts["preset"] else
                      max(preset_candidates(allow), key=lambda p: p["depth"]))["depth"]
+        max_step_depth = None
+    # one exact pass over the calibration set: activation ranges and the model's own outputs
+    reference = ReferenceSummary(g, calib) if needs_ranges(g) else None
     fit_report = choose_activations(g, calib, opts, max_depth, "target_agreement" in options,
-                                    opts["calibration"] is not None)
+                                    opts["calibration"] is not None, reference, max_step_depth)
     steps = lower(g)
     # the simulated plan's agreement on the calibration set; its output magnitude (checked against q_0 below)
     with warnings.catch_warnings():
@@ -653,8 +665,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
         y_sim = simulate_rows(steps, calib.reshape(calib.shape[0], -1).T, int(opts["weight_bits"]))
     max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
     if fit_report:
-        ref_out = g.reference(calib)[g.output.name]
-        fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(ref_out)))
+        fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(reference.output)))
     if opts["bootstrap"]:      # every layout with bootstraps placed by the planner
         if opts["encrypted_weights"]:       # layout (C): hemlp.layouts.blocked_bootstrap
             if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
@@ -742,6 +753,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     plan_info["input_range"] = [float(np.min(calib)), float(np.max(calib))]
     plan_info.update(lay.plan_info())
     plan_info["resources"] = estimate_resources(lay).to_json()
+    plan_info["compile_seconds"] = time.perf_counter() - t_compile
     plan = Plan(g, steps, plan_info)
     store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items() if k in STORED_OPTIONS}
     lay.options = store_opts

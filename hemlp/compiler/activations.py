@@ -20,10 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hemlp.compiler.composite_sign import composite_sign
 from hemlp.compiler.fit import METHODS, fit
+from hemlp.errors import ParameterError
 from hemlp.he.polynomial import depth as poly_depth
 
-__all__ = ["ActPoly", "RangeWarning", "approximate", "exact_poly", "METHODS", "DEFAULT_DEGREE"]
+__all__ = ["ActPoly", "RangeWarning", "approximate", "calibrate", "calibrate_range", "exact_poly", "METHODS",
+           "DEFAULT_DEGREE",
+           "COMPOSITE_KINDS", "approximate_composite"]
 
 DEFAULT_DEGREE = 7
 DEFAULT_MARGIN = 0.05
@@ -51,6 +55,12 @@ class ActPoly:
     dom_hi: float | None = None
     max_err_domain: float | None = None   # max |p - f| on the whole domain
     agreement: float | None = None        # top-1 agreement on the calibration set with only this one approximated
+    stages: list | None = None            # composite: each stage's Chebyshev coefficients on [-1, 1]; p = u * h(u)
+
+    @property
+    def schedule(self) -> tuple | None:
+        """A composite's stage degrees (None for a single polynomial)."""
+        return None if self.stages is None else tuple(len(c) - 1 for c in self.stages)
 
     @property
     def domain(self) -> tuple[float, float] | None:
@@ -65,6 +75,8 @@ class ActPoly:
             return 1
         if self.form == "affine":
             return 0
+        if self.form == "composite":      # the stages, then the product with u
+            return sum(poly_depth(len(c) - 1) for c in self.stages) + 1
         return poly_depth(len(self.coeffs) - 1)
 
     def eval_u(self, u):
@@ -74,6 +86,12 @@ class ActPoly:
             return u
         if self.form == "cheb":
             return chebval_clenshaw(u, self.coeffs)
+        if self.form == "composite":
+            u = np.asarray(u, dtype=np.float64)
+            v = u
+            for c in self.stages:
+                v = chebval_clenshaw(v, c)
+            return u * v
         return np.polynomial.polynomial.polyval(u, self.coeffs)
 
     def apply(self, x):
@@ -85,7 +103,9 @@ class ActPoly:
         if self.lo is not None:
             guard = "" if self.dom_lo is None else f", guard=[{self.dom_lo:.4g}, {self.dom_hi:.4g}]"
             agree = "" if self.agreement is None else f", agreement alone={self.agreement:.2%}"
-            return (f"{self.kind}_{self.method}{self.degree}({arg}, range=[{self.lo:.4g}, {self.hi:.4g}]{guard}, "
+            name = (f"{self.kind}_composite{self.schedule}" if self.form == "composite" else
+                    f"{self.kind}_{self.method}{self.degree}")
+            return (f"{name}({arg}, range=[{self.lo:.4g}, {self.hi:.4g}]{guard}, "
                     f"max_err={self.max_err:.2g}{agree})")
         if self.form == "square":
             return f"{self.kind}_as_square({arg})"
@@ -95,12 +115,15 @@ class ActPoly:
         return dict(kind=self.kind, form=self.form, alpha=self.alpha, beta=self.beta,
                     coeffs=[float(c) for c in self.coeffs], lo=self.lo, hi=self.hi, degree=self.degree,
                     method=self.method, max_err=self.max_err, dom_lo=self.dom_lo, dom_hi=self.dom_hi,
-                    max_err_domain=self.max_err_domain, agreement=self.agreement)
+                    max_err_domain=self.max_err_domain, agreement=self.agreement,
+                    stages=None if self.stages is None else [[float(v) for v in c] for c in self.stages])
 
     @classmethod
     def from_json(cls, d: dict) -> "ActPoly":
         d = dict(d)
         d["coeffs"] = np.asarray(d["coeffs"], dtype=np.float64)
+        if d.get("stages") is not None:
+            d["stages"] = [np.asarray(c, dtype=np.float64) for c in d["stages"]]
         return cls(**d)
 
 
@@ -151,7 +174,12 @@ def exact_poly(kind: str, coeffs=None) -> ActPoly:
 
 
 def calibrate(values: np.ndarray, margin: float) -> tuple[float, float]:
-    lo, hi = float(np.min(values)), float(np.max(values))
+    """The range of `values` widened by `margin` x its width on each side."""
+    return calibrate_range(float(np.min(values)), float(np.max(values)), margin)
+
+
+def calibrate_range(lo: float, hi: float, margin: float) -> tuple[float, float]:
+    """[lo, hi] widened by `margin` x its width on each side (a point: by margin x max(|lo|, 1))."""
     w = hi - lo
     if w <= 1e-12:
         w = max(abs(lo), 1.0)
@@ -173,3 +201,25 @@ def approximate(kind: str, lo: float, hi: float, degree: int = DEFAULT_DEGREE, m
         px = np.polynomial.polynomial.Polynomial(pu)(np.polynomial.polynomial.Polynomial([r.beta, r.alpha])).coef
         return _as_square(kind, px, **kw)
     return ActPoly(kind, "cheb", r.alpha, r.beta, r.coeffs.copy(), **kw)
+
+
+#: activation kinds with a composite (sign-based) approximation: ReLU(x) = x (1 + sign x) / 2
+COMPOSITE_KINDS = ("relu",)
+
+
+def approximate_composite(kind: str, lo: float, hi: float, schedule, guard: float = 0.0) -> ActPoly:
+    """ReLU on the core [lo, hi] as u * h(u), u = x / D, h a composite sign approximation (hemlp.compiler.
+    composite_sign) of (1 + sign u) / 2 times D; D covers the core and the guard band (`guard` x the width on each
+    side) at full precision. The error bound is the composite's error on [-1, 1] times D."""
+    if kind not in COMPOSITE_KINDS:
+        raise ParameterError(f"no composite approximation of {kind!r}: composites exist for {COMPOSITE_KINDS}")
+    lo, hi = float(lo), float(hi)
+    w = hi - lo
+    dom_lo, dom_hi = lo - guard * w, hi + guard * w
+    D = max(abs(dom_lo), abs(dom_hi))
+    cs, err = composite_sign(tuple(schedule))
+    stages = [c.copy() for c in cs.stages]
+    stages[-1] = stages[-1] * D
+    return ActPoly(kind, "composite", 1.0 / D, 0.0, np.zeros(0), lo=lo, hi=hi,
+                   degree=int(np.prod(cs.degrees)), method="composite", max_err=err * D, dom_lo=-D, dom_hi=D,
+                   max_err_domain=err * D, stages=stages)

@@ -1,22 +1,28 @@
 """Calibration data -> activation ranges and approximations chosen for an agreement target.
 
 ``choose_activations`` (called by hemlp.compile) implements docs/design/activations.md §3:
-1. run the exact float64 model on the calibration set and record every activation's input;
+1. run the exact float64 model on the calibration set, in chunks, and record every activation input's range
+   (ReferenceSummary);
 2. range per activation: [min, max] plus a small core margin, and a guard band (``activation_guard`` x the
    width on each side) fitted at low weight, so inputs slightly beyond the calibrated range stay sane;
-3. candidates per activation: degrees 2^k - 1 (depth-optimal with hemlp's BSGS evaluation), each fitted
-   by weighted minimax and by Chebyshev interpolation, the smaller core error kept;
+3. candidates per activation (its ``ladder``): degrees 2^k - 1 up to 127 (depth-optimal with hemlp's BSGS
+   evaluation), each fitted by weighted minimax and by Chebyshev interpolation, the smaller core error kept; for
+   ReLU then composite sign approximations (hemlp.compiler.composite_sign), which reach errors of 10^-4 x the
+   range that a single polynomial reaches only beyond degree 1000;
 4. the smallest uniform degree whose plan (simulated in float64) agrees with the exact model's top-1 on the
    calibration samples with a one-sided 90 % Clopper-Pearson lower bound >= ``target_agreement`` (with 1 000
-   samples: at most 5 disagreements for 99 %; below MIN_CERTIFY samples, the point estimate), then a greedy
-   descent: each round tries every activation one notch lower, keeps the best (critical-path depth first, then
-   agreement) and then each other one that still holds together with those kept;
+   samples: at most 5 disagreements for 99 %; below MIN_CERTIFY samples, the point estimate), then a descent
+   (``_descend``): each round ranks the one-notch lowerings by their harm on the samples nearest a decision
+   boundary and keeps, by bisection, the longest prefix of that ranking that still meets the target. Samples are
+   ordered by their margin and run in chunks (SEARCH_CHUNK) from the last cached cut node (CutCache); a trial
+   stops at the chunk that rules it out; polynomials are evaluated through PolyTable lookups (error <= 10^-3 x
+   the fit's);
 5. nothing fits the available depth: TargetUnreachableError when the target was asked for, else the best
    reachable choice with an AgreementWarning.
 
-The composite sign-based ReLU (Lee et al.) is not a candidate: at the depths a leveled plan has (<= 10
-levels per activation) a single minimax polynomial is 6-14x more accurate at equal depth
-(docs/design/activations.md §1.4); it pays off only beyond degree ~1000.
+At equal depth a single minimax polynomial is more accurate than a composite (docs/design/activations.md §1.4), so
+composites sit above degree 127 on the ladder: the search reaches them only when no single polynomial meets the
+target (deep ReLU networks, bootstrapped plans).
 
 ``check_inputs`` is the client-side guard: it runs the plan in plaintext on the inputs and reports, per
 activation, the inputs outside the calibrated core and beyond the polynomial's domain (garbage).
@@ -24,17 +30,48 @@ activation, the inputs outside the calibrated core and beyond the polynomial's d
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
-from hemlp.compiler.activations import ActPoly, approximate, calibrate, exact_poly
+from hemlp.compiler.activations import (COMPOSITE_KINDS, ActPoly, approximate, approximate_composite, calibrate_range,
+                                       exact_poly)
+from hemlp.compiler.composite_sign import SCHEDULES
 from hemlp.compiler.ir import clip_bounds
 from hemlp.errors import CalibrationError, TargetUnreachableError, warn_always
+from hemlp.he.polynomial import depth as poly_depth
 
-__all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "as_calibration",
-           "choose_activations", "is_ranged", "needs_ranges", "per_node_option", "top1", "RANGED_KINDS"]
+__all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "as_calibration", "as_rung",
+           "choose_activations", "CutCache", "ReferenceSummary", "is_ranged", "ladder", "margins", "needs_ranges",
+           "per_node_option", "step_depth", "top1", "RANGED_KINDS"]
 
 DEGREES = (3, 7, 15, 31, 63, 127)
+
+
+def step_depth(rung) -> int:
+    """Levels of the deepest single step of a rung (a composite's stages run as separate steps, so a bootstrap can
+    sit between them)."""
+    if isinstance(rung, tuple):
+        return max(max(poly_depth(d) for d in rung), 1)
+    return poly_depth(rung)
+
+
+def ladder(n, max_step_depth: int | None = None) -> tuple:
+    """The approximations the search tries for activation n, least precise first: single polynomials of DEGREES,
+    then for ReLU the composite sign schedules (hemlp.compiler.composite_sign.SCHEDULES), which reach errors a single
+    polynomial of degree <= 127 cannot. With bootstraps, only rungs whose every step fits in the levels a bootstrap
+    leaves (``max_step_depth``); the lowest rung always stays."""
+    rungs = DEGREES + (SCHEDULES if n.attrs["kind"] in COMPOSITE_KINDS else ())
+    if max_step_depth is None:
+        return rungs
+    return rungs[:1] + tuple(r for r in rungs[1:] if step_depth(r) <= max_step_depth)
+
+
+def as_rung(v):
+    """An activation_degree value as a ladder rung: an int degree, or a tuple of composite stage degrees."""
+    return tuple(int(d) for d in v) if isinstance(v, (tuple, list)) else int(v)
+
+
 #: calibration samples needed to certify 99 % agreement (the 90 % Clopper-Pearson bound of CONFIDENCE)
 MIN_CERTIFY = 1000
 #: below this many samples the search starts at degree 7 and uses the point estimate (a handful of samples
@@ -162,24 +199,69 @@ def _critical_depth(g, choice: dict) -> int:
 
 #: bytes of calibration-set values the search keeps at cut nodes (CutCache)
 CUT_CACHE_BYTES = 1 << 30
+#: calibration samples evaluated together: a trial that fails the target stops after the chunk that fails it
+SEARCH_CHUNK = 125
+#: calibration samples the per-activation "agreement alone" of the report is measured on
+ALONE_SAMPLES = 250
+
+
+def _last_uses(nodes) -> dict:
+    """Node name -> position of the last node reading it."""
+    last = {}
+    for i, n in enumerate(nodes):
+        for j in n.inputs:
+            last[j] = i
+    return last
+
+
+class ReferenceSummary:
+    """One exact float64 pass over a data set, in chunks, each value freed after its last use: the [min, max] of
+    every activation's input and the graph's output (memory: a chunk's live values, not every node's values for
+    every sample)."""
+
+    def __init__(self, g, X, chunk: int = SEARCH_CHUNK):
+        from hemlp.compiler.ir import eval_node
+
+        nodes = list(g.nodes)
+        last = _last_uses(nodes)
+        acts = {n.inputs[0] for n in nodes if n.op == "act"}
+        self.ranges: dict = {}
+        outs = []
+        for c0 in range(0, len(X), chunk):
+            Xc = X[c0:c0 + chunk]
+            vals = {}
+            for i, n in enumerate(nodes):
+                vals[n.name] = v = eval_node(n, [vals[j] for j in n.inputs], Xc, exact=True)
+                if n.name in acts and v.size:
+                    lo, hi = self.ranges.get(n.name, (np.inf, -np.inf))
+                    self.ranges[n.name] = (min(lo, float(v.min())), max(hi, float(v.max())))
+                for j in set(n.inputs):
+                    if last[j] == i:
+                        del vals[j]
+            outs.append(vals[nodes[-1].name])
+        self.output = np.concatenate(outs) if outs else np.zeros((0,) + tuple(g.output.shape))
 
 
 class CutCache:
     """Graph outputs under a choice of activation approximations, re-evaluated from the last cut node whose value
-    is cached for the same choice upstream.
+    is cached for the same choice upstream, one chunk of samples at a time.
 
     A node is a cut when no edge jumps over it in topological order: everything after it depends on the input only
     through its value, and its value depends only on the approximations at or before it. The degree search changes
     one activation at a time, so most evaluations restart at the cut just before that activation (in a ResNet, the
     previous block's output) instead of at the input. Values are kept, least recently used first out, within
-    ``max_bytes``."""
+    ``max_bytes``. ``act_eval(node, approx, x)`` evaluates an approximated activation (default: approx.apply)."""
 
-    def __init__(self, g, X, max_bytes: int = CUT_CACHE_BYTES):
+    def __init__(self, g, X, max_bytes: int = CUT_CACHE_BYTES, chunk: int | None = None, act_eval=None):
         from collections import OrderedDict
 
         from hemlp.compiler.ir import eval_node
 
         self.g, self.X, self.max_bytes, self.eval_node = g, X, max_bytes, eval_node
+        self.act_eval = act_eval
+        n = 0 if X is None else len(X)
+        chunk = max(1, n if chunk is None else int(chunk))
+        self.chunks = [slice(c, min(c + chunk, n)) for c in range(0, n, chunk)] or [slice(0, 0)]
         self.nodes = list(g.nodes)
         pos = {n.name: i for i, n in enumerate(self.nodes)}
         reach = -1                                 # the furthest position an earlier node's value is used at
@@ -205,20 +287,30 @@ class CutCache:
         return keys
 
     def output(self) -> np.ndarray:
-        """The graph output with the approximations currently attached (attrs['approx']; none: exact)."""
+        """The graph output on every sample with the approximations currently attached (attrs['approx']; none:
+        exact)."""
+        return np.concatenate([self.chunk_output(k) for k in range(len(self.chunks))])
+
+    def chunk_output(self, k: int) -> np.ndarray:
+        """The graph output on the samples of chunk k."""
         keys = self._keys()
+        Xc = self.X[self.chunks[k]]
         start, vals = 0, {}
         for i in range(len(self.nodes) - 1, -1, -1):
-            if self.cut[i] and (i, keys[i]) in self.values:
-                self.values.move_to_end((i, keys[i]))
-                vals[self.nodes[i].name] = self.values[(i, keys[i])]
+            if self.cut[i] and (k, i, keys[i]) in self.values:
+                self.values.move_to_end((k, i, keys[i]))
+                vals[self.nodes[i].name] = self.values[(k, i, keys[i])]
                 start = i + 1
                 break
         for i in range(start, len(self.nodes)):
             n = self.nodes[i]
-            vals[n.name] = self.eval_node(n, [vals[j] for j in n.inputs], self.X, exact=False)
+            ap = n.attrs.get("approx") if n.op == "act" else None
+            if ap is not None and self.act_eval is not None:
+                vals[n.name] = self.act_eval(n, ap, vals[n.inputs[0]])
+            else:
+                vals[n.name] = self.eval_node(n, [vals[j] for j in n.inputs], Xc, exact=False)
             if self.cut[i]:
-                self._keep((i, keys[i]), vals[n.name])
+                self._keep((k, i, keys[i]), vals[n.name])
                 for j in list(vals):          # nothing before a cut is read after it
                     if j != n.name:
                         del vals[j]
@@ -234,14 +326,45 @@ class CutCache:
             self.bytes -= old.nbytes
 
 
+def margins(logits: np.ndarray) -> np.ndarray:
+    """Per sample, how far its top-1 is from changing: the gap between the two largest logits (one output: |y|)."""
+    y = np.asarray(logits, dtype=np.float64).reshape(len(logits), -1)
+    if y.shape[1] == 1:
+        return np.abs(y[:, 0])
+    top2 = np.partition(y, -2, axis=1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
+
+
 class _Search:
-    def __init__(self, g, X, ref_top, cores, guard, methods, target):
-        self.g, self.X, self.ref_top = g, X, ref_top
+    def __init__(self, g, X, ref_out, cores, guard, methods, target):
+        from hemlp.compiler.poly_table import PolyTable
+
+        # samples closest to a decision boundary first: a choice that fails the target fails there, in the first chunk
+        m = margins(ref_out)
+        order = np.argsort(m, kind="stable")
+        self.g, self.X, self.ref_top = g, X[order], top1(ref_out)[order]
+        self.margin = np.maximum(m[order], 1e-12)
         self.cores, self.guard, self.methods = cores, guard, methods
         self._polys: dict = {}
         self._agree: dict = {}
+        self._tables: dict = {}
+        self.trials = self.stopped_early = 0       # choices evaluated, and those ruled out before the last chunk
         self.target, self.n = target, len(X)
-        self.cache = CutCache(g, X)
+        self.allowed = -1                          # the most disagreements the target tolerates (meets is monotone)
+        while self.allowed < self.n and self.meets((self.n - self.allowed - 1) / self.n):
+            self.allowed += 1
+
+        def act_eval(node, ap, x):
+            t = self._tables.get(id(ap))
+            if t is None:
+                t = self._tables[id(ap)] = PolyTable(ap) if ap.domain is not None else ap.apply
+            return t(x)
+
+        self.cache = CutCache(g, self.X, chunk=SEARCH_CHUNK, act_eval=act_eval)
+        # the report's per-activation agreement alone: an evenly spaced subset in the caller's order
+        sub = np.linspace(0, len(X) - 1, min(len(X), ALONE_SAMPLES)).astype(np.intp) if len(X) else np.zeros(0, int)
+        self.alone_top = top1(ref_out)[sub]
+        self.alone_cache = CutCache(g, X[sub], max_bytes=CUT_CACHE_BYTES // 4, act_eval=act_eval)
 
     def meets(self, agreement: float) -> bool:
         """The target holds: the point estimate below MIN_CERTIFY samples, else the Clopper-Pearson bound."""
@@ -249,31 +372,74 @@ class _Search:
             return agreement >= self.target
         return agreement_bound(int(round(agreement * self.n)), self.n) >= self.target
 
-    def poly(self, n, degree: int) -> ActPoly:
+    def poly(self, n, degree) -> ActPoly:
+        """The approximation of activation n at a rung of its ladder: a degree, or a composite's stage degrees."""
         key = (n.name, degree)
         if key not in self._polys:
             lo, hi = self.cores[n.name]
-            fits = [approximate(n.attrs["kind"], lo, hi, degree, m, self.guard) for m in self.methods]
-            self._polys[key] = min(fits, key=lambda a: a.max_err)
+            if isinstance(degree, tuple):
+                self._polys[key] = approximate_composite(n.attrs["kind"], lo, hi, degree, self.guard)
+            else:
+                fits = [approximate(n.attrs["kind"], lo, hi, degree, m, self.guard) for m in self.methods]
+                self._polys[key] = min(fits, key=lambda a: a.max_err)
         return self._polys[key]
 
-    def alone(self, n, degree: int, ranged) -> float:
-        """Agreement with only activation n approximated (the others exact): its own cost in agreement."""
+    def _disagreements(self, chunks, stop: int | None = None) -> tuple[int, int]:
+        """(disagreements, samples seen) over `chunks`; with `stop`, ends after the chunk that exceeds it."""
+        dis = seen = 0
+        for k in chunks:
+            sl = self.cache.chunks[k]
+            dis += int(np.count_nonzero(top1(self.cache.chunk_output(k)) != self.ref_top[sl]))
+            seen += sl.stop - sl.start
+            if stop is not None and dis > stop:
+                break
+        return dis, seen
+
+    def alone(self, n, degree, ranged) -> float:
+        """Agreement with only activation n approximated (the others exact), on ALONE_SAMPLES evenly spaced
+        samples: its own cost in agreement."""
         saved = {m.name: m.attrs.pop("approx") for m in ranged if m.name != n.name and "approx" in m.attrs}
         try:
             n.attrs["approx"] = self.poly(n, degree)
-            return float(np.mean(top1(self.cache.output()) == self.ref_top))
+            return float(np.mean(top1(self.alone_cache.output()) == self.alone_top)) if len(self.alone_top) else 1.0
         finally:
             for name, ap in saved.items():
                 self.g.node(name).attrs["approx"] = ap
 
-    def agreement(self, degrees: dict) -> float:
+    def harm(self, degrees: dict, base: np.ndarray) -> float:
+        """How much a choice moves the outputs of the first chunk (the samples nearest a decision boundary) from
+        `base` (that chunk's outputs under the current choice), relative to each sample's margin: the mean of
+        max |delta logit| / margin. It ranks the lowerings of one round (cheap: one chunk from the cached cut)."""
+        for name, d in degrees.items():
+            n = self.g.node(name)
+            n.attrs["approx"] = self.poly(n, d)
+        y = self.cache.chunk_output(0).reshape(len(base), -1)
+        sl = self.cache.chunks[0]
+        return float(np.mean(np.max(np.abs(y - base), axis=1) / self.margin[sl]))
+
+    def base_chunk(self, degrees: dict) -> np.ndarray:
+        """The first chunk's outputs under a choice."""
+        for name, d in degrees.items():
+            n = self.g.node(name)
+            n.attrs["approx"] = self.poly(n, d)
+        out = self.cache.chunk_output(0)
+        return out.reshape(len(out), -1)
+
+    def agreement(self, degrees: dict, early: bool = False) -> float:
+        """Top-1 agreement on the calibration set with these degrees. early=True: a choice that cannot meet the
+        target stops at the chunk that rules it out, and the value returned is then an upper bound (below the
+        target)."""
         key = tuple(sorted(degrees.items()))
         if key not in self._agree:
             for name, d in degrees.items():
                 n = self.g.node(name)
                 n.attrs["approx"] = self.poly(n, d)
-            self._agree[key] = float(np.mean(top1(self.cache.output()) == self.ref_top))
+            dis, seen = self._disagreements(range(len(self.cache.chunks)), self.allowed if early else None)
+            self.trials += 1
+            if seen < self.n:
+                self.stopped_early += 1
+                return 1.0 - dis / self.n
+            self._agree[key] = 1.0 - dis / self.n
         return self._agree[key]
 
 
@@ -281,8 +447,11 @@ class _Search:
 UNCAPPED_DEPTH = 10 ** 6
 
 
-def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, explicit_calibration: bool) -> dict:
-    """Attach an approximation (``attrs['approx']``) to every activation of `g`; returns the fit report."""
+def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, explicit_calibration: bool,
+                       reference: ReferenceSummary | None = None, max_step_depth: int | None = None) -> dict:
+    """Attach an approximation (``attrs['approx']``) to every activation of `g`; returns the fit report.
+    ``reference``: the exact pass over X when the caller has it; ``max_step_depth``: with bootstraps, the levels
+    one bootstrap leaves (no single step may be deeper)."""
     for n in g.nodes:
         if n.op == "act" and n.attrs["kind"] in ("square", "poly"):
             n.attrs["approx"] = exact_poly(n.attrs["kind"], n.attrs.get("coeffs"))
@@ -299,26 +468,28 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
             f"calibrated on real inputs: pass calibration=X (CLI: --calibration FILE.npy) with >= {MIN_CERTIFY} "
             "representative samples, preprocessed like the inputs you will encrypt")
     n_samples = len(X)
+    t_start = time.perf_counter()
     from_data = opts["activation_degree"] is None or any(per_node_option(opts["activation_range"], n) is None
                                                          for n in ranged)
     if n_samples < MIN_CERTIFY and from_data:
         warn_always(f"activation ranges and degrees calibrated on {n_samples} sample(s): at least {MIN_CERTIFY} "
                     f"are needed to certify {target:.0%} agreement; pass calibration=X with more representative "
                     "inputs", CalibrationWarning, stacklevel=4)
-    ref = g.reference(X)
-    ref_top = top1(ref[g.output.name])
+    if reference is None:
+        reference = ReferenceSummary(g, X)
     margin, guard = float(opts["activation_margin"]), float(opts["activation_guard"])
     cores = {}
     for n in ranged:
         rng = per_node_option(opts["activation_range"], n)
-        cores[n.name] = tuple(map(float, rng)) if rng is not None else calibrate(ref[n.inputs[0]], margin)
+        cores[n.name] = (tuple(map(float, rng)) if rng is not None else
+                         calibrate_range(*reference.ranges[n.inputs[0]], margin))
     method = opts["activation_method"]
     methods = ("minimax", "chebyshev") if method == "auto" else (method,)
-    s = _Search(g, X, ref_top, cores, guard, methods, target)
+    s = _Search(g, X, reference.output, cores, guard, methods, target)
     fixed = opts["activation_degree"]
     report = dict(target=target, samples=n_samples, searched=fixed is None, max_depth=max_depth)
     if fixed is not None:
-        degrees = {n.name: int(per_node_option(fixed, n, 7)) for n in ranged}
+        degrees = {n.name: as_rung(per_node_option(fixed, n, 7)) for n in ranged}
         agree = s.agreement(degrees)
         if not s.meets(agree) and (explicit_target or explicit_calibration):
             bound = (f" (90 % lower bound {agreement_bound(int(round(agree * n_samples)), n_samples):.2%})"
@@ -327,35 +498,41 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
                         f"{n_samples} calibration samples{bound}, below the target {target:.2%}; drop "
                         "activation_degree to let hemlp choose", AgreementWarning, stacklevel=4)
     else:
-        degrees, agree = _search(s, ranged, target, max_depth, explicit_target, n_samples)
+        degrees, agree = _search(s, ranged, target, max_depth, explicit_target, n_samples, max_step_depth)
     for n in ranged:
         n.attrs["approx"] = s.poly(n, degrees[n.name])
     for n in ranged:
         n.attrs["approx"].agreement = s.alone(n, degrees[n.name], ranged)
-    report.update(agreement=agree, confidence=CONFIDENCE if n_samples >= MIN_CERTIFY else None,
+    report.update(alone_samples=len(s.alone_top), trials=s.trials, trials_stopped_early=s.stopped_early,
+                  search_seconds=time.perf_counter() - t_start,
+                  agreement=agree, confidence=CONFIDENCE if n_samples >= MIN_CERTIFY else None,
                   agreement_bound=agreement_bound(int(round(agree * n_samples)), n_samples)
-                  if n_samples >= MIN_CERTIFY else None, depth=_critical_depth(g, {n.name: n.attrs["approx"] for n in g.nodes
-                                                            if n.op == "act"}),
+                  if n_samples >= MIN_CERTIFY else None,
+                  depth=_critical_depth(g, {n.name: n.attrs["approx"] for n in g.nodes if n.op == "act"}),
                   activations=[dict(node=n.name, kind=n.attrs["kind"], method=n.attrs["approx"].method,
-                                    degree=n.attrs["approx"].degree, depth=n.attrs["approx"].depth,
+                                    degree=n.attrs["approx"].degree, schedule=n.attrs["approx"].schedule,
+                                    depth=n.attrs["approx"].depth,
                                     range=list(cores[n.name]), domain=list(n.attrs["approx"].domain),
                                     max_err=n.attrs["approx"].max_err, agreement_alone=n.attrs["approx"].agreement)
                                for n in ranged])
     return report
 
 
-def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: bool, n_samples: int):
+def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: bool, n_samples: int,
+            max_step_depth: int | None = None):
     g = s.g
     exact = {n.name: n.attrs["approx"] for n in g.nodes if n.op == "act" and "approx" in n.attrs}
 
     def depth(degrees):
         return _critical_depth(g, dict(exact, **{k: s.poly(g.node(k), d) for k, d in degrees.items()}))
 
-    start = DEGREES if n_samples >= MIN_SEARCH else DEGREES[1:]
+    first = 0 if n_samples >= MIN_SEARCH else 1
+    start = DEGREES[first:]
+    ladders = {n.name: ladder(n, max_step_depth) for n in ranged}
     best = None
     found = None
-    for k in start:
-        degrees = {n.name: k for n in ranged}
+    for r in range(first, max(map(len, ladders.values()))):      # uniform rungs (each ladder capped at its top)
+        degrees = {k: lad[min(r, len(lad) - 1)] for k, lad in ladders.items()}
         if depth(degrees) > max_depth:
             break
         a = s.agreement(degrees)
@@ -376,7 +553,7 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
                 f"even degree-{start[0]} activations need {depth(degrees)} levels, more than the {max_depth} the "
                 "deepest available preset has: use x^2 or hemlp.compiler.Polynomial activations, fewer layers, or "
                 "a deeper preset" + boot_fix)
-        k = max(best[0].values())
+        k = max(best[0].values(), key=lambda v: v if isinstance(v, int) else int(np.prod(v)))
         msg = (f"no activation degree within {max_depth} levels reaches {target:.2%} agreement with the model on "
                f"{n_samples} calibration samples" + (" (90 % lower bound)" if n_samples >= MIN_CERTIFY else "")
                + f": the best is {best[1]:.2%} (degree {k}, depth {depth(best[0])}). "
@@ -387,26 +564,56 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
         warn_always(msg, AgreementWarning, stacklevel=5)
         return best
     degrees, agree = found
-    # greedy descent: lower one activation a notch while the target holds (depth first, then agreement)
+    return _descend(s, ranged, ladders, degrees, agree)
+
+
+def _descend(s: _Search, ranged, ladders: dict, degrees: dict, agree: float):
+    """Lower activations a notch at a time while the target holds. Each round ranks the possible lowerings by their
+    harm (``_Search.harm``: one chunk each, from the cached cut before the activation), then finds by bisection the
+    longest prefix of that ranking whose lowerings together still meet the target (each test a full agreement
+    evaluation that stops at the first chunk ruling it out); when not even the least harmful one holds with the
+    others, each remaining one is tried alone. The result always meets the target: every accepted choice was
+    evaluated on every calibration sample."""
+    def lowered(base, names):
+        out = dict(base)
+        for name in names:
+            lad = ladders[name]
+            out[name] = lad[lad.index(base[name]) - 1]
+        return out
+
     while True:
-        options = []
-        d0 = depth(degrees)
-        for n in ranged:
-            i = DEGREES.index(degrees[n.name])
-            if i == 0:
-                continue
-            trial = dict(degrees, **{n.name: DEGREES[i - 1]})
-            a = s.agreement(trial)
-            if s.meets(a):
-                options.append((depth(trial) - d0, -a, n.name, trial, a))
-        if not options:
+        cand = [n.name for n in ranged if ladders[n.name].index(degrees[n.name]) > 0]
+        if not cand:
             return degrees, agree
-        options.sort(key=lambda o: (o[0], o[1], o[2]))
-        degrees, agree = options[0][3], options[0][4]
-        # the other lowerings that held alone, in the same order, each kept if the target still holds with all the
-        # kept ones: one round lowers many activations (O(A) evaluations per notch instead of O(A^2))
-        for _, _, name, _, _ in options[1:]:
-            trial = dict(degrees, **{name: DEGREES[DEGREES.index(degrees[name]) - 1]})
-            a = s.agreement(trial)
+        base = s.base_chunk(degrees)
+        order = sorted(cand, key=lambda name: (s.harm(lowered(degrees, [name]), base), name))
+
+        def holds(k):
+            a = s.agreement(lowered(degrees, order[:k]), early=True)
+            return (a if s.meets(a) else None)
+
+        best_k, best_a = 0, None
+        a = holds(len(order))
+        if a is not None:
+            best_k, best_a = len(order), a
+        else:
+            lo, hi = 0, len(order)                 # prefix lo holds (0: trivially), prefix hi does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                a = holds(mid)
+                if a is not None:
+                    lo, best_a = mid, a
+                else:
+                    hi = mid
+            best_k = lo
+        if best_k > 0:
+            degrees, agree = lowered(degrees, order[:best_k]), best_a
+            continue
+        for name in order[1:]:                     # the least harmful one failed: any other alone
+            trial = lowered(degrees, [name])
+            a = s.agreement(trial, early=True)
             if s.meets(a):
                 degrees, agree = trial, a
+                break
+        else:
+            return degrees, agree

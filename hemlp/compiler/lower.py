@@ -140,8 +140,27 @@ def _lower_act(n, g, steps):
     src = n.inputs[0]
     if ap.alpha != 1.0 or ap.beta != 0.0:
         src = _fold_input_affine(steps, g, n, ap)
+    if ap.form == "composite":
+        _lower_composite(n, g, steps, ap, src)
+        return
     steps.append(Step(StepOp.SQUARE if ap.form == "square" else StepOp.POLY, n.name, [src], n.features, n.name,
                       act=ap))
+
+
+def _lower_composite(n, g, steps, ap: ActPoly, src: str) -> None:
+    """u * h(u): one poly step per stage of h (the first carries the activation's range, for the client's range
+    checks), then the ct x ct product with u."""
+    prev = src
+    for i, c in enumerate(ap.stages):
+        first = i == 0
+        stage = ActPoly(ap.kind if first else "sign_stage", "cheb", ap.alpha if first else 1.0, 0.0, c,
+                        degree=len(c) - 1, method="composite", lo=ap.lo if first else None,
+                        hi=ap.hi if first else None, dom_lo=ap.dom_lo if first else None,
+                        dom_hi=ap.dom_hi if first else None, max_err=ap.max_err if first else 0.0)
+        out = g.unique(f"{n.name}_sign{i + 1}")
+        steps.append(Step(StepOp.POLY, out, [prev], n.features, n.name, act=stage))
+        prev = out
+    steps.append(Step(StepOp.MUL, n.name, [src, prev], n.features, n.name))
 
 
 def _plain(op):

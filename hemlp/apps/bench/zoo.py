@@ -1,0 +1,248 @@
+"""The model zoo through the compiler: compile cost, plan and agreement with PyTorch on real images.
+
+    python -m hemlp.bench zoo --data-root ../shared/data [--models resnet20,lenet5] [--json bench/zoo.json]
+
+For each zoo model (hemlp.models.zoo; ``resnet20`` with the trained weights of models/weights/resnet20_cifar10.pt,
+the others seeded random initialisations, as their authors' code builds them), in a fresh process each so that its
+peak memory is its own: ``hemlp.compile`` with bootstraps (preset N16-boot by default, batch size 1) calibrated on
+``--calibration`` training images, from the nn.Module and from its ONNX export; compile seconds (wall) and the
+process's peak resident memory; the plan's layout, depth, activation choice, bootstrap points and estimated seconds
+per image (one thread); simulate-vs-torch top-1 agreement and accuracy on ``--test`` real test images (CIFAR-10 test,
+the exact first 1 017; EMNIST-mnist test, complete). Random-weight models have small logit margins, so their
+agreement is a harder test than a trained model's, and their accuracy is chance.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from hemlp.apps.bench import report
+
+HELP = "every zoo model compiled from torch and ONNX: compile time and memory, plan, agreement on real images"
+
+ROOT = Path(__file__).resolve().parents[3]
+WEIGHTS = {"resnet20": ROOT / "models" / "weights" / "resnet20_cifar10.pt"}
+CIFAR_EXACT = "CIFAR-10 test, first 1 017 images (exact)"
+EMNIST_TEST = "EMNIST-mnist test (10 000, complete)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--data-root", default=str(ROOT.parent / "shared" / "data"), help="the real data sets' root")
+    p.add_argument("--models", default=None, help="comma-separated zoo names (default: every model)")
+    p.add_argument("--calibration", type=int, default=1000, help="training images to calibrate on")
+    p.add_argument("--test", type=int, default=1017, help="test images to simulate")
+    p.add_argument("--preset", default="N16-boot")
+    p.add_argument("--target", type=float, default=0.99, help="target_agreement")
+    p.add_argument("--train-epochs", type=int, default=0,
+                   help="train models without shipped weights this many epochs on training images disjoint from the "
+                        "calibration and test images (0: seeded random initialisation)")
+    p.add_argument("--frontends", default="torch,onnx")
+    p.add_argument("--timeout", type=int, default=3600, help="seconds per model and frontend")
+    p.add_argument("--json", default=None)
+
+
+def _data(name: str, root: str, n_cal: int, n_test: int):
+    """(calibration inputs, test inputs, test labels, test set name, training inputs and labels disjoint from both),
+    preprocessed as the model expects."""
+    from hemlp.models.zoo import ZOO
+
+    e = ZOO[name]
+    rng = np.random.default_rng(1)
+    if e.dataset == "emnist":
+        from hemlp.datasets import load_emnist
+
+        mean, std = 0.1307, 0.3081
+        perm = rng.permutation
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if e.num_classes == 47:   # no balanced test set here: held-out balanced training images
+                tr = load_emnist(root, split="balanced", train=True)
+                idx = perm(len(tr.y))
+                held = idx[n_cal:n_cal + n_test]
+                cal, x_te, y_te = tr.x[np.sort(idx[:n_cal])], tr.x[held], tr.y[held]
+                rest = np.sort(idx[n_cal + n_test:])
+                test_name = f"EMNIST-balanced train images held out from calibration and training ({len(y_te)})"
+            else:
+                tr = load_emnist(root, split="mnist", train=True)
+                te = load_emnist(root, split="mnist", train=False)
+                idx = perm(len(tr.y))
+                cal, x_te, y_te = tr.x[np.sort(idx[:n_cal])], te.x[:n_test], te.y[:n_test]
+                rest = np.sort(idx[n_cal:])
+                test_name = EMNIST_TEST
+        cal, x_te, x_tr, y_tr = (cal - mean) / std, (x_te - mean) / std, (tr.x[rest] - mean) / std, tr.y[rest]
+    else:
+        from hemlp.datasets import load_cifar10, load_cifar10_jpeg
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tr = load_cifar10_jpeg(root, train=True, cache_dir=os.environ.get("HEMLP_CIFAR_CACHE"))
+            te = load_cifar10(root, train=False, verify=False)
+        idx = rng.permutation(len(tr.y))
+        cal = tr.x[np.sort(idx[:n_cal])]
+        rest = np.sort(idx[n_cal:])
+        state = _trained_state(name)
+        if state is not None:
+            mean, std = state["mean"], state["std"]
+        else:
+            mean = tr.x.mean(axis=(0, 2, 3), keepdims=True)
+            std = tr.x.std(axis=(0, 2, 3), keepdims=True)
+        x_te, y_te = te.x[:n_test], te.y[:n_test]
+        test_name = CIFAR_EXACT
+        cal, x_te, x_tr, y_tr = (cal - mean) / std, (x_te - mean) / std, (tr.x[rest] - mean) / std, tr.y[rest]
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
+    return f32(cal), f32(x_te), np.asarray(y_te), test_name, f32(x_tr), np.asarray(y_tr)
+
+
+def _trained_state(name: str):
+    path = WEIGHTS.get(name)
+    if path is None or not path.is_file():
+        return None
+    import torch
+
+    return torch.load(path, weights_only=False)
+
+
+def _model(name: str):
+    from hemlp.models.zoo import build
+
+    state = _trained_state(name)
+    model = build(name)
+    if state is not None:
+        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
+    return model.eval(), state is not None
+
+
+def _onnx_bytes(model, x) -> bytes:
+    import torch
+
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, torch.tensor(x[:1]), f, dynamo=False)
+    return f.getvalue()
+
+
+def one(name: str, frontend: str, args) -> dict:
+    """One model from one frontend, in this process (the parent runs it in a child for its peak memory)."""
+    import time
+
+    import torch
+
+    import hemlp
+    from hemlp.models.train import predict
+
+    torch.set_num_threads(1)
+    hemlp.set_num_threads(1)
+    model, trained = _model(name)
+    x_cal, x_te, y_te, test_name, x_tr, y_tr = _data(name, args.data_root, args.calibration, args.test)
+    train_s = None
+    if not trained and args.train_epochs > 0:
+        from hemlp.models.train import train
+
+        t0 = time.perf_counter()
+        train(model.train(), x_tr, y_tr, epochs=args.train_epochs, threads=1, progress=False)
+        model.eval()
+        train_s, trained = time.perf_counter() - t0, f"{args.train_epochs} epoch(s) on {len(y_tr)} images here"
+    src = model
+    if frontend == "onnx":
+        import onnx
+
+        src = onnx.load_from_string(_onnx_bytes(model, x_cal))
+    logits = predict(model, x_te)
+    rss0 = report_rss()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(src, x_cal[:1], calibration=x_cal, batch_size=1, bootstrap=True, preset=args.preset,
+                           target_agreement=args.target, allow_insecure=args.preset.startswith("test-"))
+    compile_s = time.perf_counter() - t0
+    peak = report_rss()
+    info = cm.plan.info
+    fit = info.get("activation_fit") or {}
+    boot = info.get("bootstrap") or {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = np.asarray(cm.simulate(x_te), dtype=np.float64).reshape(len(x_te), -1)
+    return dict(model=name, frontend=frontend, trained=trained, train_seconds=train_s, test_set=test_name,
+                test_images=len(x_te),
+                calibration_images=len(x_cal), compile_seconds=compile_s, peak_rss_gib=peak,
+                rss_before_compile_gib=rss0, layout=cm.layout, preset=info["preset"], depth=info.get("depth"),
+                activations=[a["schedule"] or a["degree"] for a in fit.get("activations", [])],
+                calibration_agreement=fit.get("agreement"), search_seconds=fit.get("search_seconds"),
+                bootstrap_points=len(boot.get("placements", [])), estimated_seconds=boot.get("total_seconds"),
+                agreement=float(np.mean(y.argmax(1) == logits.argmax(1))),
+                simulated_accuracy=float(np.mean(y.argmax(1) == y_te)),
+                plaintext_accuracy=float(np.mean(logits.argmax(1) == y_te)))
+
+
+def report_rss() -> float:
+    """This process's peak resident memory so far, GiB (VmHWM)."""
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:")) / 2 ** 20
+
+
+CHILD = r"""
+import json, sys, argparse
+from hemlp.apps.bench import zoo
+args = argparse.Namespace(**json.loads(sys.argv[3]))
+try:
+    row = zoo.one(sys.argv[1], sys.argv[2], args)
+except Exception as e:            # the table records the failure, typed, and the next model runs
+    row = dict(model=sys.argv[1], frontend=sys.argv[2], error=f"{type(e).__name__}: {e}"[:500])
+print("ZOO-ROW " + json.dumps(row, default=float))
+"""
+
+
+def main(args) -> int:
+    from hemlp.models.zoo import ZOO
+
+    names = args.models.split(",") if args.models else list(ZOO)
+    unknown = [n for n in names if n not in ZOO]
+    if unknown:
+        print(f"unknown zoo model(s) {unknown}; the zoo has {sorted(ZOO)}", file=sys.stderr)
+        return 2
+    rows = []
+    child_args = {k: v for k, v in vars(args).items() if k != "json"}
+    for name in names:
+        for frontend in args.frontends.split(","):
+            try:
+                out = subprocess.run([sys.executable, "-c", CHILD, name, frontend, json.dumps(child_args)],
+                                     capture_output=True, text=True, timeout=args.timeout,
+                                     env=report.benchmark_env(dict(os.environ)))
+                line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ZOO-ROW ")), None)
+                row = json.loads(line[8:]) if line else dict(model=name, frontend=frontend,
+                                                              error=(out.stderr or out.stdout)[-500:])
+            except subprocess.TimeoutExpired:
+                row = dict(model=name, frontend=frontend, error=f"timed out after {args.timeout} s")
+            rows.append(row)
+            print(json.dumps(row, default=float), flush=True)
+    _print(rows)
+    payload = dict(measured=True, preset=args.preset, threads=1, calibration_images=args.calibration,
+                   target_agreement=args.target, rows=rows,
+                   note="compile wall seconds and peak RSS (VmHWM, the child process: data and torch included) on "
+                        "one thread; estimated seconds are the planner's one-thread estimates per image")
+    if args.json:
+        report.save_json(args.json, "zoo", payload, machine=report.machine_info())
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def _print(rows) -> None:
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append([r["model"], r["frontend"], "error: " + r["error"][:60]] + [""] * 7)
+            continue
+        body.append([r["model"], r["frontend"], f"{r['compile_seconds']:.0f}", f"{r['peak_rss_gib']:.2f}", r["layout"],
+                     str(r["depth"]), str(r["bootstrap_points"]),
+                     "" if r["estimated_seconds"] is None else f"{r['estimated_seconds']:.0f}",
+                     f"{r['agreement']:.2%} of {r['test_images']}", f"{r['simulated_accuracy']:.2%}"])
+    print(report.table(["model", "frontend", "compile s", "peak GiB", "layout", "depth", "boot points", "est. s/img",
+                        "agreement", "sim. accuracy"], body, title="hemlp zoo (N16-boot, one thread)"))
+
