@@ -69,21 +69,31 @@ def main(argv=None) -> int:
                plaintext_accuracy=float(np.mean(logits.argmax(1) == d.y[:n])))
     print(f"plaintext accuracy on {n} exact images: {rep['plaintext_accuracy']:.2%}", flush=True)
     t0 = time.perf_counter()
+    rss_before = peak_rss_gib()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cm = hemlp.compile(model, x[:1], calibration=x_cal, batch_size=1, bootstrap=True, preset=args.preset,
                            target_agreement=args.target, allow_insecure=args.preset.startswith("test-"))
     rep["compile_seconds"] = time.perf_counter() - t0
     rep["compile_peak_rss_gib"] = peak_rss_gib()
+    rep["peak_rss_before_compile_gib"] = rss_before     # the data sets and torch, loaded before compile
     info = cm.plan.info
     boot = info.get("bootstrap") or {}
     fit = info.get("activation_fit") or {}
-    rep["plan"] = dict(layout=cm.layout, depth=info.get("depth"), degrees=[a["degree"] for a in fit.get("activations", [])],
+    rep["plan"] = dict(layout=cm.layout, depth=info.get("depth"), degrees=[a["schedule"] or a["degree"] for a in fit.get("activations", [])],
                        calibration_agreement=fit.get("agreement"), bootstrap_points=len(boot.get("placements", [])),
                        bootstrap_calls=sum(p.get("bootstraps", 0) for p in boot.get("placements", [])),
-                       estimated_seconds=boot.get("total_seconds"), resources=info.get("resources"))
+                       estimated_seconds=boot.get("total_seconds"), resources=info.get("resources"),
+                       search_seconds=fit.get("search_seconds"), text=str(cm.plan))
     print(cm.plan, flush=True)
     print(f"compile: {rep['compile_seconds']:.1f} s, peak RSS {rep['compile_peak_rss_gib']:.2f} GiB", flush=True)
+
+    def save(complete: bool) -> None:     # after every stage: a long run interrupted keeps what it measured
+        if args.json:
+            save_json(args.json, "resnet20-report", dict(rep, complete=complete), machine=machine_info())
+
+    rep["measured"] = True
+    save(False)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -93,6 +103,7 @@ def main(argv=None) -> int:
     rep["top1_agreement"] = float(np.mean(y_sim.argmax(1) == logits.argmax(1)))
     print(f"simulated: accuracy {rep['simulated_accuracy']:.2%}, agreement with torch {rep['top1_agreement']:.2%}",
           flush=True)
+    save(False)
     if args.encrypted:
         sk, keys = cm.keygen()
         runs = []
@@ -103,10 +114,9 @@ def main(argv=None) -> int:
                              encrypted_top1=int(y.argmax()), simulated_top1=int(y_sim[i].argmax()),
                              plaintext_top1=int(logits[i].argmax()), label=int(d.y[i])))
             print(runs[-1], flush=True)
-        rep["encrypted"] = runs
-    rep["measured"] = True
-    if args.json:
-        save_json(args.json, "resnet20-report", rep, machine=machine_info())
+            rep["encrypted"] = runs
+            save(False)
+    save(True)
     return 0
 
 

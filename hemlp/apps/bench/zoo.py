@@ -223,7 +223,7 @@ def main(args) -> int:
                 row = dict(model=name, frontend=frontend, error=f"timed out after {args.timeout} s")
             rows.append(row)
             print(json.dumps(row, default=float), flush=True)
-    _print(rows)
+    _print(rows, args.preset)
     payload = dict(measured=True, preset=args.preset, threads=1, calibration_images=args.calibration,
                    target_agreement=args.target, rows=rows,
                    note="compile wall seconds and peak RSS (VmHWM, the child process: data and torch included) on "
@@ -233,7 +233,7 @@ def main(args) -> int:
     return 0 if all("error" not in r for r in rows) else 1
 
 
-def _print(rows) -> None:
+def _print(rows, preset: str) -> None:
     body = []
     for r in rows:
         if "error" in r:
@@ -243,6 +243,6 @@ def _print(rows) -> None:
                      str(r["depth"]), str(r["bootstrap_points"]),
                      "" if r["estimated_seconds"] is None else f"{r['estimated_seconds']:.0f}",
                      f"{r['agreement']:.2%} of {r['test_images']}", f"{r['simulated_accuracy']:.2%}"])
-    print(report.table(["model", "frontend", "compile s", "peak GiB", "layout", "depth", "boot points", "est. s/img",
-                        "agreement", "sim. accuracy"], body, title="hemlp zoo (N16-boot, one thread)"))
+    report.table(["model", "frontend", "compile s", "peak GiB", "layout", "depth", "boot points", "est. s/img",
+                  "agreement", "sim. accuracy"], body, title=f"hemlp zoo ({preset}, one thread)")
 

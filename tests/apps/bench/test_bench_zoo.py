@@ -1,0 +1,37 @@
+"""``python -m hemlp.bench zoo`` end to end on small synthetic EMNIST files at a test preset: one zoo model compiled
+from torch and ONNX in child processes, its row in the table and the JSON (compile time, memory, plan, agreement)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_zoo_bench_rows(tmp_path):
+    from hemlp.datasets.synthetic import write_emnist
+
+    write_emnist(tmp_path / "data", "mnist", 300, 60)
+    out = tmp_path / "zoo.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "hemlp.bench", "zoo", "--data-root", str(tmp_path / "data"),
+                        "--models", "lenet5", "--calibration", "100", "--test", "30", "--preset", "test-N12-boot",
+                        "--target", "0.5", "--json", str(out)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stdout.count("hemlp zoo (test-N12-boot, one thread)") == 1
+    rows = json.loads(out.read_text())["rows"]
+    assert [(x["model"], x["frontend"]) for x in rows] == [("lenet5", "torch"), ("lenet5", "onnx")]
+    for x in rows:
+        assert "error" not in x, x
+        assert x["compile_seconds"] > 0 and x["peak_rss_gib"] >= x["rss_before_compile_gib"] > 0
+        assert x["test_images"] == 30 and x["calibration_images"] == 100 and len(x["activations"]) == 4
+        assert x["agreement"] >= 0.5 and x["bootstrap_points"] >= 1 and x["estimated_seconds"] > 0
+
+
+def test_zoo_bench_refuses_an_unknown_model(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "hemlp.bench", "zoo", "--models", "resnet21"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "unknown zoo model" in r.stderr and "resnet20" in r.stderr
