@@ -37,8 +37,9 @@ from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_
 from hemlp.layouts.packed import SIMULATE_GROUPS, PackedProgram
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
+from hemlp.runtime.local import simulate as simulate_rows
 
-__all__ = ["packed_level_dag", "plan_packed_bootstrapped"]
+__all__ = ["packed_level_dag", "packed_peaks", "plan_packed_bootstrapped"]
 
 
 def packed_level_dag(prog: PackedProgram, params, levels_after: int) -> list[LevelNode]:
@@ -56,17 +57,10 @@ def packed_level_dag(prog: PackedProgram, params, levels_after: int) -> list[Lev
     return nodes
 
 
-def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
-    """The layout (P) program with bootstraps for a lowered model. batch_size None: one sample (the single-image
-    layout)."""
-    info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
-    params = Params.preset(info["name"])
-    boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
-    bs = 1 if batch_size is None else int(batch_size)
-    prog = PackedProgram(steps, params.N // 2, bs)
-    X = x.reshape(x.shape[0], -1)
-    # per value, the largest slot magnitude over the calibration groups: every slot of a value's ciphertexts (pad
-    # positions and zero samples included) enters EvalMod; SIMULATE_GROUPS groups are evaluated together
+def _slot_peaks(prog: PackedProgram, X: np.ndarray) -> tuple[dict, float]:
+    """Per value, the largest |slot| over every slot of its ciphertexts (pad positions and the zero samples of a
+    partial group included) on the samples X, by the packed program itself; and the largest |output| of the real
+    samples."""
     peaks: dict = {}
     max_out, samples = 0.0, 0
 
@@ -84,6 +78,50 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Pl
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             prog.run_plain(X[i: i + chunk], on_value=peak)
+    return peaks, max_out
+
+
+def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int) -> tuple[dict, float]:
+    """Per value, the largest |slot| any calibration sample puts in its ciphertexts (every slot enters EvalMod), and
+    the largest |output| (X: samples x features).
+
+    A slot holds either a feature of a sample, or a value no sample's features reach: a pad position (the
+    diagonals and the folded biases are zero there, so it carries the activations' constant p(0) and sums of such
+    constants) or a zero sample of a partial group (the model's features on input 0). So the features' peaks come
+    from one pass of the lowered steps over all samples (rows, hemlp.runtime.local.simulate: no rotations, no
+    diagonals), and the other slots' from the packed program on one group of real samples and one of zeros. The
+    packed pass is the check: if its slots on the real group exceed the combined peak (beyond rounding), the
+    argument failed for this program and every sample runs through the packed program instead."""
+    def feature_peaks(rows: np.ndarray) -> dict:
+        feat: dict = {}
+
+        def see(step, v):
+            feat[step.out] = float(np.max(np.abs(v))) if v.size else 0.0
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            simulate_rows(steps, rows.T, weight_bits, on_value=see)
+        return feat
+
+    first = X[:prog.b]
+    other, _ = _slot_peaks(prog, np.zeros((prog.b,) + X.shape[1:]))     # pads, zero samples: the same for any input
+    real, _ = _slot_peaks(prog, first)
+    feat_first = feature_peaks(first)
+    if any(v > max(feat_first.get(name, 0.0), other[name]) * (1 + 1e-9) + 1e-12 for name, v in real.items()):
+        return _slot_peaks(prog, X)
+    feat = feature_peaks(X)
+    return {name: max(feat.get(name, 0.0), v) for name, v in other.items()}, feat.get(prog.output.out, 0.0)
+
+
+def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
+    """The layout (P) program with bootstraps for a lowered model. batch_size None: one sample (the single-image
+    layout)."""
+    info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
+    params = Params.preset(info["name"])
+    boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
+    bs = 1 if batch_size is None else int(batch_size)
+    prog = PackedProgram(steps, params.N // 2, bs)
+    peaks, max_out = packed_peaks(prog, steps, x.reshape(x.shape[0], -1), int(opts["weight_bits"]))
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     placement = place_bootstraps(packed_level_dag(prog, params, boot.levels_after), boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])

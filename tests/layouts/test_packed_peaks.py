@@ -1,0 +1,43 @@
+"""Layout (P)'s bootstrap scaling reads the largest slot of every value over the calibration set: packed_peaks
+(features from one pass of the lowered steps, pads and zero samples from the packed program on one group each) must
+equal the packed program run on every sample (_slot_peaks), for zoo models as their authors wrote them, full and
+partial groups."""
+import warnings
+
+import numpy as np
+import pytest
+
+from hemlp.compile_options import CompileOptions
+from hemlp.compiler.calibration import choose_activations
+from hemlp.compiler.fold import fold
+from hemlp.compiler.lower import lower
+from hemlp.layouts.packed import PackedProgram
+from hemlp.layouts.packed_bootstrap import _slot_peaks, packed_peaks
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("name,shape", [("resnet20", (3, 8, 8)), ("lenet5", (1, 28, 28))])
+@pytest.mark.parametrize("b,n", [(1, 12), (2, 12), (4, 9)])
+def test_packed_peaks_equal_the_packed_program(name, shape, b, n):
+    from hemlp.compiler.torch_frontend import from_torch
+    from hemlp.models.zoo import build
+
+    x = np.random.default_rng(0).normal(size=(n,) + shape)
+    g = fold(from_torch(build(name), x[:1]))
+    opts = CompileOptions().as_dict()
+    opts["activation_degree"] = 7
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        choose_activations(g, x, opts, 10 ** 6, False, True)
+    steps = lower(g)
+    prog = PackedProgram(steps, 16384, b)
+    fast, out_fast = packed_peaks(prog, steps, x.reshape(n, -1), 20)
+    slow, out_slow = _slot_peaks(prog, x.reshape(n, -1))
+    assert fast.keys() == slow.keys()
+    for k in slow:
+        # the zero group stands for the partial group's zero samples: equal when there is one, never below
+        assert fast[k] >= slow[k] * (1 - 1e-12)
+        if n % b:
+            assert fast[k] == pytest.approx(slow[k], rel=1e-9, abs=1e-12)
+    assert out_fast == pytest.approx(out_slow, rel=1e-9)
