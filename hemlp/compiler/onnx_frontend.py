@@ -16,7 +16,7 @@ import numpy as np
 
 from hemlp.compiler.ir import Graph, Node, clip_kind, conv2d_index
 from hemlp.compiler.movement import MovementLowering
-from hemlp.compiler.torch_frontend import NORM_HINT, softmax_hint
+from hemlp.compiler.torch_frontend import NORM_HINT, per_token_weight, softmax_hint
 from hemlp.errors import ShapeError, UnsupportedError
 from hemlp.extras import require
 
@@ -313,9 +313,9 @@ def from_onnx(model, example_input) -> Graph:
                 raise ShapeError(f"{where(node)}: MatMul expects {W.shape[0]} features, the input has {sh[-1]}")
             if len(sh) > 1:                        # x @ W on every row of a per-sample matrix (tokens)
                 rest = int(np.prod(sh[:-1]))
-                if rest * Wt.size * rest > 5e7:
+                Wt = per_token_weight(Wt, rest)
+                if Wt is None:
                     unsupported(node, "MatMul on a large multi-dimensional input", "flatten first")
-                Wt = np.kron(np.eye(rest), Wt)
             env[o] = new("linear", [src], tuple(sh[:-1]) + (W.shape[1],), dict(weight=Wt, bias=None), node,
                          node.name or "matmul")
             continue

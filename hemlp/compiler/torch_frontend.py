@@ -172,6 +172,18 @@ def _const(v):
     return v[1] if isinstance(v, tuple) else v
 
 
+#: entries of the block-diagonal weight a Linear / MatMul on each row of a per-sample matrix becomes (rest copies of
+#: W on the diagonal of a rest x rest block matrix); above, the frontends refuse it
+MAX_TOKEN_WEIGHT_ENTRIES = 50_000_000
+
+
+def per_token_weight(W: np.ndarray, rest: int) -> np.ndarray | None:
+    """W applied to each of `rest` rows of a per-sample matrix, as one block-diagonal weight (None: too large)."""
+    if rest * rest * W.size > MAX_TOKEN_WEIGHT_ENTRIES:
+        return None
+    return np.kron(np.eye(rest), W)
+
+
 def from_torch(model, example_input) -> Graph:
     import torch
     import torch.fx as fx
@@ -283,9 +295,9 @@ def from_torch(model, example_input) -> Graph:
                 W, bias = _np(m.weight), _np(m.bias)
                 if len(in_shape) > 1:
                     rest = int(np.prod(in_shape[:-1]))
-                    if rest * W.size > 5e7:
-                        b.unsupported(node, "nn.Linear on a multi-dimensional input", "flatten first")
-                    W = np.kron(np.eye(rest), W)
+                    W = per_token_weight(W, rest)
+                    if W is None:
+                        b.unsupported(node, "nn.Linear on a large multi-dimensional input", "flatten first")
                     bias = None if bias is None else np.tile(bias, rest)
                 env[node.name] = b.new("linear", [src], shape, dict(weight=W, bias=bias), where, nm)
             elif isinstance(m, nn.Conv2d):

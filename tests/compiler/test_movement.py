@@ -162,3 +162,35 @@ def test_onnx_clip_with_computed_bounds_is_a_typed_error():
     model = helper.make_model(helper.make_graph(nodes, "clip", [x], [y]), opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(UnsupportedError, match="Clip with computed bounds"):
         from_onnx(model, np.zeros((2, 4)))
+
+
+def test_a_per_token_linear_too_large_is_refused_by_both_frontends():
+    """nn.Linear / MatMul on each row of a (T, D) matrix becomes a block-diagonal weight of T^2 |W| entries: both
+    frontends refuse it above MAX_TOKEN_WEIGHT_ENTRIES (before building it), and accept it below."""
+    import io
+    import warnings
+
+    import onnx
+    import torch
+
+    from hemlp.compiler.onnx_frontend import from_onnx
+    from hemlp.compiler.torch_frontend import MAX_TOKEN_WEIGHT_ENTRIES, from_torch
+    from hemlp.errors import UnsupportedError
+
+    for tokens, refused in ((200, True), (16, False)):
+        assert (tokens * tokens * 64 * 64 > MAX_TOKEN_WEIGHT_ENTRIES) == refused
+        m = torch.nn.Sequential(torch.nn.Linear(64, 64)).eval()
+        x = np.random.default_rng(0).normal(size=(1, tokens, 64))
+        f = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m, torch.tensor(x, dtype=torch.float32), f, dynamo=False)
+        for build in (lambda: from_torch(m, x), lambda: from_onnx(onnx.load_from_string(f.getvalue()), x)):
+            if refused:
+                with pytest.raises(UnsupportedError, match="flatten first"):
+                    build()
+            else:
+                g = build()
+                with torch.no_grad():
+                    want = m(torch.tensor(x, dtype=torch.float64).float()).double().numpy()
+                assert np.allclose(g.reference(x)[g.output.name], want, atol=1e-5)
