@@ -30,7 +30,8 @@ from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES
 from hemlp.planner.resources import estimate_resources
 
-__all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "choose_bootstrapped"]
+__all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "memory_bytes",
+           "server_bytes", "choose_bootstrapped"]
 
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
@@ -53,15 +54,22 @@ def boot_key_bytes(lay: Layout) -> int:
     return single_key_bytes(params, slots)
 
 
+def memory_bytes(lay: Layout) -> tuple[int, int]:
+    """(server memory, evaluation keys) of a planned layout, bootstrapping keys included in both: one resource
+    estimate."""
+    r, boot = estimate_resources(lay), boot_key_bytes(lay)
+    return int(r.server_memory_bytes) + boot, int(r.eval_key_bytes) + boot
+
+
 def eval_key_bytes(lay: Layout) -> int:
     """All of a planned layout's evaluation keys in memory: relinearisation and rotation keys (the resource
     estimate) plus its bootstrapping keys."""
-    return int(estimate_resources(lay).eval_key_bytes) + boot_key_bytes(lay)
+    return memory_bytes(lay)[1]
 
 
 def server_bytes(lay: Layout) -> int:
     """A planned layout's estimated server memory with its bootstrapping keys."""
-    return int(estimate_resources(lay).server_memory_bytes) + boot_key_bytes(lay)
+    return memory_bytes(lay)[0]
 
 
 def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes: float | None = None,
@@ -87,13 +95,13 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
             errors[cls.name] = exc
             est[cls.name] = f"not possible: {exc}"
             continue
-        need = server_bytes(lay)
+        need, key_bytes = memory_bytes(lay)
         if max_memory is not None and need > max_memory:
             errors[cls.name] = ResourceError(f"~{need / GIB:.3g} GiB of server memory with layout {cls.name}, above "
                                              f"{max_memory / GIB:.3g} GiB")
             est[cls.name] = f"not possible: {errors[cls.name]}"
             continue
-        built[cls.name], est[cls.name], keys[cls.name] = lay, float(lay.estimate()), eval_key_bytes(lay)
+        built[cls.name], est[cls.name], keys[cls.name] = lay, float(lay.estimate()), key_bytes
     est["mlwe"] = ("not compared: layout (A′) refreshes its activation segments only when asked (layout='mlwe'); "
                    "its keys grow with N/batch ModPack keys")
     if not built:
