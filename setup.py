@@ -73,7 +73,7 @@ setup(
     install_requires=["numpy>=1.24"],
     extras_require={
         "dev": ["pytest>=7", "pytest-timeout", "pybind11>=2.11", "threadpoolctl>=3"],
-        "ray": ["ray[default]>=2.9"],
+        "ray": ["ray[default,serve]>=2.9"],   # Ray Core for batch jobs, Ray Serve for `hemlp serve`
         "boot": ["mpmath>=1.3"],   # bootstrapping's EvalMod coefficients (hemlp.bootstrap.evalmod)
         "fuzz": ["atheris>=2.3"],  # make fuzz / tests/fuzz: coverage-guided fuzzing of the Python-level loaders
         "ml": ["torch==2.14.1", "torchvision==0.29.2", "onnx", "mlxtend", "wandb", "tqdm", "rich", "matplotlib"],

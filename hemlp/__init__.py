@@ -34,8 +34,10 @@ def load(path, allow_insecure: bool = False):
 def __getattr__(name):  # lazy subpackages: hemlp.fhe, hemlp.pcmm, ... (they load the native core)
     import importlib
 
-    if name in {"fhe", "he", "pcmm", "bootstrap", "planner", "baselines", "model", "layouts", "apps"}:
+    if name in {"fhe", "he", "pcmm", "bootstrap", "planner", "baselines", "model", "layouts", "apps", "serving"}:
         return importlib.import_module(f"hemlp.{name}")
     if name == "CompileOptions":
         return importlib.import_module("hemlp.compile_options").CompileOptions
+    if name == "Client":                # the client of `hemlp serve`
+        return importlib.import_module("hemlp.serving.client").Client
     raise AttributeError(f"module 'hemlp' has no attribute {name!r}")

@@ -40,6 +40,8 @@ LAYERS = {
                       "hemlp.runtime"),
     # resumable batch jobs take a compiled-model directory (hemlp.load): the one runtime module above the model
     "hemlp.runtime.jobs": ("hemlp", "hemlp.fhe", "hemlp.pcmm", "hemlp.runtime"),
+    # serving a compiled-model directory over HTTP (hemlp.load, the artefacts, the Ray session)
+    "hemlp.serving": ("hemlp", "hemlp.fhe", "hemlp.runtime", "hemlp.serving"),
 }
 #: the only packages that may import the applications and the comparison baselines
 APPS = ("hemlp.apps", "hemlp.bench")

@@ -7,6 +7,8 @@
     hemlp run mnist.hemlp -e keys/eval.keys -i x.ct -o y.ct      # server: no secret key involved
     hemlp decrypt mnist.hemlp -k keys/secret.key -i y.ct -o y.npy
     hemlp batch mnist.hemlp -e keys/eval.keys -i cts/ -o out/     # many files: resumable, in-process or on Ray
+    hemlp serve mnist.hemlp --port 8000               # server: an HTTP endpoint on Ray Serve (--no-ray: without)
+    hemlp infer --url http://host:8000 mnist-client.hemlp -i x.npy -o y.npy   # client: keygen, encrypt, send, decrypt
     hemlp demo                                        # train → compile → encrypted inference on MNIST digits
 
 Every command refuses to overwrite an existing output unless ``--force``; ``--json`` prints one
@@ -341,6 +343,59 @@ def cmd_batch(args, ui: UI):
     ui.finish([f"{len(files)} result(s) in {out}"])
 
 
+def cmd_serve(args, ui: UI):
+    path = Path(args.compiled)
+    if not path.is_dir():
+        raise CLIError(f"{path} is not a compiled model directory (from `hemlp compile`)")
+    if args.no_ray:
+        from hemlp.serving.http import LocalServer
+        from hemlp.serving.service import ModelService
+
+        with ui.step("load and prepare the model"):
+            service = ModelService(path, args.insecure, args.max_body_bytes, args.max_keys)
+        srv = LocalServer(service, args.host, args.port)
+        ui.finish([f"serving {path} (model {service.model.model_id}) at {srv.url}/v1/ (no Ray; Ctrl-C stops)"])
+        try:
+            srv.serve_forever()
+        finally:
+            srv.close()
+        return 0
+    from hemlp.serving.ray_serve import serve
+
+    with ui.step(f"deploy on Ray Serve ({args.replicas} replica(s))"):
+        url = serve(path, args.host, args.port, args.replicas, args.address, args.insecure, args.max_body_bytes,
+                    args.max_keys, blocking=False)
+    ui.finish([f"serving {path} at {url}/v1/ on Ray Serve (Ctrl-C stops)"])
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        from ray import serve as ray_serve
+
+        ray_serve.shutdown()
+        _stop_ray()
+
+
+def cmd_infer(args, ui: UI):
+    import numpy as np
+
+    from hemlp.serving.client import Client
+
+    out = check_new(args.output, args.force, "output file")
+    x = load_array(args.input)
+    with ui.step(f"connect to {args.url}"):
+        client = Client(args.url, args.compiled, allow_insecure=args.insecure)
+        key_id = client.connect()
+    with ui.step(f"encrypted inference of {tuple(x.shape)} on the server"):
+        y = np.asarray(client.infer(x))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        np.save(f, y)
+    ui.result.update(command="infer", url=args.url, key_id=key_id, output=str(out), shape=list(y.shape),
+                     argmax=y.reshape(len(y), -1).argmax(1).tolist())
+    ui.finish([f"decrypted {tuple(y.shape)} -> {out}"])
+
+
 def cmd_bench(args, ui: UI):
     cmd = [sys.executable, "-m", "hemlp.bench"] + args.bench_args
     return subprocess.call(cmd)
@@ -549,6 +604,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, help="--runtime ray: CPUs of the local Ray (default: every core)")
     common(p, out_help="output directory (an interrupted job resumes; --force starts it over)")
     p.set_defaults(fn=cmd_batch)
+
+    p = sub.add_parser("serve", help="server: an encrypted-inference HTTP endpoint for a compiled model (Ray Serve)")
+    model_dir(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--replicas", type=int, default=1, help="Ray Serve replicas of the model (default 1)")
+    p.add_argument("--address", default=None, help="a Ray cluster to join (default: a local Ray)")
+    p.add_argument("--no-ray", action="store_true", help="serve from this process, without Ray")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 30, help="largest request body (default 1 GiB)")
+    p.add_argument("--max-keys", type=int, default=8, help="evaluation-key sets kept (default 8)")
+    common(p, output=False)
+    p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("infer", help="client: encrypted inference on a `hemlp serve` endpoint")
+    model_dir(p)
+    p.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("-i", "--input", required=True, help="inputs .npy (batch, *input_shape)")
+    common(p, out_help="decrypted outputs .npy")
+    p.set_defaults(fn=cmd_infer)
 
     p = sub.add_parser("bench", help="benchmarks (runs python -m hemlp.bench with the remaining arguments)",
                        add_help=False)

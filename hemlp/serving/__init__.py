@@ -1,0 +1,6 @@
+"""Serving a compiled model over HTTP: ``hemlp serve`` (hemlp.serving.ray_serve on Ray Serve, hemlp.serving.http
+without Ray), the API of hemlp.serving.service, and the client of hemlp.serving.client (``hemlp.Client``)."""
+from hemlp.serving.client import Client, ServerError
+from hemlp.serving.service import HttpError, MemoryKeyStore, ModelService
+
+__all__ = ["Client", "ServerError", "ModelService", "MemoryKeyStore", "HttpError"]

@@ -1,0 +1,217 @@
+"""hemlp serve: a real HTTP round trip with the Python client (the server's result = an in-process run, bit for bit),
+hostile requests answered with typed 4xx errors that change nothing, the HTTP layer's length checks, and Ray Serve
+with two replicas sharing one key upload."""
+import json
+import socket
+import warnings
+
+import numpy as np
+import pytest
+
+import hemlp
+from hemlp.serving import Client, ModelService, ServerError
+from hemlp.serving.client import ServerUnavailableError
+from hemlp.runtime.artifacts import EncryptedBatch
+from hemlp.serving.http import LocalServer
+
+
+def _compile(seed, classes=3):
+    import torch
+
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, classes)).eval()
+    x = np.random.default_rng(seed).normal(size=(300, 16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return hemlp.compile(m, x[:1], calibration=x, batch_size=4, allow_insecure=True, preset="test-N12-d18"), x
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    pytest.importorskip("torch")
+    d = tmp_path_factory.mktemp("serve")
+    cm, x = _compile(0)
+    cm.save(d / "server")
+    cm.save(d / "client", client=True)
+    other, _ = _compile(1, classes=4)
+    return cm, x, d, other
+
+
+def _service(d, **kw):
+    return ModelService(d / "server", allow_insecure=True, **kw)
+
+
+def test_round_trip_equals_an_in_process_run(served):
+    cm, x, d, _ = served
+    svc = _service(d)
+    with LocalServer(svc, port=0) as srv:
+        client = Client(srv.url, d / "client", allow_insecure=True)
+        meta = client.describe()
+        assert meta["model_id"] == cm.model_id and meta["input_shape"] == [16] and meta["security"] == "INSECURE"
+        y = client.infer(x[:4])
+        assert np.max(np.abs(y - cm.simulate(x[:4]))) < 2.0 ** -16
+        # the same ciphertext through the server and through run() here: the same bytes
+        ct = client.model.encrypt(x[4:8], client.secret_key)
+        status, _, body = svc.handle("POST", "/v1/infer", {"key": client.key_id}, ct.to_bytes())
+        assert status == 200
+        ek = svc._keys(client.key_id)
+        local = cm.run(EncryptedBatch.from_bytes(ct.to_bytes(), cm), ek).to_bytes()
+        assert body == local
+        # a second client, its own keys: both served, neither key set used for the other's ciphertexts
+        other = Client(srv.url, d / "client", allow_insecure=True)
+        y2 = other.infer(x[8:12])
+        assert other.key_id != client.key_id
+        assert np.max(np.abs(y2 - cm.simulate(x[8:12]))) < 2.0 ** -16
+        with pytest.raises(ServerError) as e:       # client 1's ciphertext with client 2's keys
+            other._request("POST", f"/v1/infer?key={other.key_id}", ct.to_bytes())
+        assert e.value.status == 409 and e.value.name == "KeyMismatchError"
+
+
+def test_hostile_requests_get_typed_errors_and_change_nothing(served):
+    cm, x, d, other = served
+    svc = _service(d, max_body_bytes=64 << 20)
+    sk, ek = cm.keygen()
+    keys = ek.to_bytes(cm.context)
+    status, _, body = svc.handle("POST", "/v1/keys", {}, keys)
+    assert status == 201
+    key_id = json.loads(body)["key_id"]
+    ct = cm.encrypt(x[:4], sk).to_bytes()
+    good = svc.handle("POST", "/v1/infer", {"key": key_id}, ct)
+    o_sk, o_ek = other.keygen()
+    cases = [
+        (("GET", "/v1/nothing", {}, b""), 404, "NotFound"),
+        (("GET", "/v1/keys", {}, b""), 405, "MethodNotAllowed"),
+        (("POST", "/v1/keys", {}, b""), 400, "EmptyBody"),
+        (("POST", "/v1/keys", {}, keys[: len(keys) // 2]), 400, "SerializationError"),
+        (("POST", "/v1/keys", {}, b"\x00" * 1000), 400, "SerializationError"),
+        (("POST", "/v1/keys", {}, o_ek.to_bytes(other.context)), 409, "KeyMismatchError"),   # another model's
+        (("POST", "/v1/infer", {}, ct), 400, "MissingKeyId"),
+        (("POST", "/v1/infer", {"key": "0" * 32}, ct), 404, "UnknownKey"),
+        (("POST", "/v1/infer", {"key": key_id}, b""), 400, "EmptyBody"),
+        (("POST", "/v1/infer", {"key": key_id}, ct[:-100]), 400, "SerializationError"),
+        (("POST", "/v1/infer", {"key": key_id}, bytes(reversed(ct))), 400, "SerializationError"),
+        (("POST", "/v1/infer", {"key": key_id}, other.encrypt(x[:4, :16], o_sk).to_bytes()), 409, None),
+        (("POST", "/v1/infer", {"key": key_id}, good[2]), 400, None),              # a result, not an input
+        (("POST", "/v1/infer", {"key": key_id}, cm.encrypt(x[:4], cm.keygen()[0]).to_bytes()), 409,
+         "KeyMismatchError"),                                                         # another key pair
+        (("POST", "/v1/keys", {}, b"x" * ((64 << 20) + 1)), 413, "PayloadTooLarge"),
+    ]
+    for request, status, name in cases:
+        got, ctype, body = svc.handle(*request)
+        err = json.loads(body)
+        assert ctype == "application/json" and 400 <= got < 500, (request[:2], got, err)
+        if status is not None:
+            assert got == status, (request[:2], got, err)
+        if name is not None:
+            assert err["error"] == name, (request[:2], err)
+        assert "Traceback" not in err["message"]
+    # nothing else happened: the same request gives the same bytes, and the key store holds the one upload
+    assert svc.handle("POST", "/v1/infer", {"key": key_id}, ct) == good
+    assert list(svc.key_store._keys) == [key_id]
+
+
+def test_http_length_checks(served):
+    cm, x, d, _ = served
+    svc = _service(d, max_body_bytes=1 << 16)
+    with LocalServer(svc, port=0) as srv:
+        host, port = srv.httpd.server_address[:2]
+
+        def raw(request: bytes) -> tuple[int, dict]:
+            with socket.create_connection((host, port), timeout=30) as s:
+                s.sendall(request)
+                s.shutdown(socket.SHUT_WR)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            return int(head.split()[1]), json.loads(body)
+
+        assert raw(b"POST /v1/keys HTTP/1.1\r\nHost: x\r\n\r\n") == (411, raw(
+            b"POST /v1/keys HTTP/1.1\r\nHost: x\r\n\r\n")[1])
+        status, err = raw(b"POST /v1/keys HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\nabc")
+        assert status == 413 and err["error"] == "PayloadTooLarge"
+        status, err = raw(b"POST /v1/keys HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        assert status == 400 and err["error"] == "TruncatedBody"
+        status, err = raw(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 200 and err == dict(status="ok", model_id=cm.model_id)
+    with pytest.raises(ServerUnavailableError, match="hemlp serve"):
+        Client(srv.url, d / "client", allow_insecure=True)
+
+
+def test_client_refuses_a_server_of_another_model(served):
+    cm, x, d, other = served
+    other_dir = d / "other"
+    other.save(other_dir)
+    with LocalServer(ModelService(other_dir, allow_insecure=True), port=0) as srv:
+        with pytest.raises(hemlp.errors.KeyMismatchError, match="serves model"):
+            Client(srv.url, d / "client", allow_insecure=True)
+
+
+def test_ray_serve_two_replicas_share_one_key_upload(served):
+    pytest.importorskip("ray.serve")
+    import ray
+    from ray import serve as ray_serve
+
+    from hemlp.serving.ray_serve import serve
+
+    cm, x, d, _ = served
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        url = serve(d / "server", port=port, replicas=2, allow_insecure=True, blocking=False)
+        client = Client(url, d / "client", allow_insecure=True)
+        for i in range(6):          # requests spread over both replicas; the keys were uploaded once
+            y = client.infer(x[4 * i: 4 * i + 4])
+            assert np.max(np.abs(y - cm.simulate(x[4 * i: 4 * i + 4]))) < 2.0 ** -16
+        with pytest.raises(ServerError) as e:
+            client._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")
+        assert e.value.status == 404 and e.value.name == "UnknownKey"
+    finally:
+        ray_serve.shutdown()
+        ray.shutdown()
+
+
+def test_cli_serve_and_infer(served, tmp_path):
+    """`hemlp serve --no-ray` in one process, `hemlp infer --url` in another: the decrypted outputs as in-process."""
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    cm, x, d, _ = served
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "hemlp.apps.cli", "serve", "--no-ray", "--insecure", "--port",
+                               str(port), str(d / "server")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(url + "/v1/health", timeout=1).read()
+                break
+            except OSError:
+                assert server.poll() is None, server.stderr.read().decode()
+                time.sleep(0.1)
+        np.save(tmp_path / "x.npy", x[:4])
+        r = subprocess.run([sys.executable, "-m", "hemlp.apps.cli", "infer", "--insecure", "--json", "--url", url,
+                            str(d / "client"), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy")],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["command"] == "infer" and out["shape"] == [4, 3]
+        y = np.load(tmp_path / "y.npy")
+        assert np.max(np.abs(y - cm.simulate(x[:4]))) < 2.0 ** -10    # standard decryption noise in a fresh process
+        r = subprocess.run([sys.executable, "-m", "hemlp.apps.cli", "infer", "--insecure", "--url",
+                            "http://127.0.0.1:1", str(d / "client"), "-i", str(tmp_path / "x.npy"), "-o",
+                            str(tmp_path / "z.npy")], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and "no hemlp server answers" in r.stderr and "Traceback" not in r.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
