@@ -363,13 +363,25 @@ def dense_conv_weight(w: np.ndarray, groups: int) -> np.ndarray:
     return out
 
 
+#: bytes of gathered im2col columns gather_apply holds at once (larger batches are evaluated in column chunks)
+GATHER_CHUNK_BYTES = 1 << 28
+
+
 def gather_apply(U, index, X, bias=None):
-    """Rows semantics of pcmm.pcmm_gather on a plaintext rows matrix X (d, B)."""
-    Xz = np.concatenate([X, np.zeros((1, X.shape[1]))], axis=0)
-    G = Xz[index]                                # (d2, P, B), -1 -> zero row
-    out = np.einsum("ri,ipb->rpb", U, G).reshape(U.shape[0] * index.shape[1], X.shape[1])
+    """Rows semantics of pcmm.pcmm_gather on a plaintext rows matrix X (d, B): one BLAS product per chunk of
+    samples (the gathered columns of a whole calibration set would take gigabytes)."""
+    U = np.asarray(U, dtype=np.float64)
+    d2, P = index.shape
+    B = X.shape[1]
+    out = np.empty((U.shape[0] * P, B))
+    step = max(1, int(GATHER_CHUNK_BYTES // max(1, d2 * P * 8)))
+    for b0 in range(0, B, step):
+        Xc = X[:, b0:b0 + step]
+        Xz = np.concatenate([Xc, np.zeros((1, Xc.shape[1]))], axis=0)
+        G = Xz[index]                            # (d2, P, b), -1 -> zero row
+        out[:, b0:b0 + step] = np.tensordot(U, G, axes=(1, 0)).reshape(U.shape[0] * P, Xc.shape[1])
     if bias is not None:
-        out += np.repeat(np.asarray(bias, dtype=np.float64), index.shape[1])[:, None]
+        out += np.repeat(np.asarray(bias, dtype=np.float64), P)[:, None]
     return out
 
 
