@@ -215,3 +215,30 @@ def test_cli_serve_and_infer(served, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_endpoints_under_mutated_bodies(served):
+    """The fuzzers' mutations (tests/fuzz/targets.mutate, checksums recomputed so the parsers meet the edits) of a real
+    key upload and a real request: every answer is a typed 4xx (or a 200 for an edit that still parses), never a 500,
+    and the service answers the original request with the same bytes afterwards."""
+    from hemlp.fhe.serialize import recompute_checksums
+    from tests.fuzz.targets import JSON_TOKENS, mutate
+
+    cm, x, d, _ = served
+    svc = _service(d, max_body_bytes=64 << 20, max_keys=100)     # mutated keys that still parse are new key sets
+    sk, ek = cm.keygen()
+    keys = ek.to_bytes(cm.context)
+    key_id = json.loads(svc.handle("POST", "/v1/keys", {}, keys)[2])["key_id"]
+    ct = cm.encrypt(x[:4], sk).to_bytes()
+    good = svc.handle("POST", "/v1/infer", {"key": key_id}, ct)
+    rng = np.random.default_rng(5)
+    seen = set()
+    for i in range(160):
+        path, body, query = ("/v1/keys", keys, {}) if i % 4 == 0 else ("/v1/infer", ct, {"key": key_id})
+        data = recompute_checksums(mutate(body, rng, JSON_TOKENS))
+        status, ctype, out = svc.handle("POST", path, query, data)
+        assert status in (200, 201) or 400 <= status < 500, (i, status, out[:300])
+        if status >= 400:
+            seen.add(json.loads(out)["error"])
+    assert "SerializationError" in seen
+    assert svc.handle("POST", "/v1/infer", {"key": key_id}, ct) == good
