@@ -26,7 +26,16 @@ class ServerError(HemlpError):
         self.status, self.name, self.detail = status, name, message
 
 
+#: retries of an inference after a 502 / 503 / 504 or a dropped connection (a replica restarting), with backoff
+RETRIES = 3
+RETRY_STATUS = (502, 503, 504)
+
+
 class Client:
+    """``Client(url, model)``: see the module docstring. An inference is idempotent (the same ciphertext gives the
+    same result), so it is retried after a gateway error or a dropped connection, and re-sends the keys once when the
+    server no longer holds them (evicted, or a restarted key store)."""
+
     def __init__(self, url: str, model, allow_insecure: bool = False, timeout: float = 600.0):
         import hemlp
 
@@ -37,7 +46,7 @@ class Client:
         if meta["model_id"] != self.model.model_id:
             raise KeyMismatchError(f"the server at {self.url} serves model {meta['model_id']}, this client holds "
                                    f"{self.model.model_id}: use the client artefact of the model it serves")
-        self.secret_key = None
+        self.secret_key = self._eval_keys = None
         self.key_id = None
 
     def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[str, bytes]:
@@ -65,19 +74,40 @@ class Client:
 
     def connect(self) -> str:
         """Keygen (once) and upload the evaluation keys (once); returns their key id on the server."""
+        if self.secret_key is None:
+            self.secret_key, self._eval_keys = self.model.keygen(verbose=False)
         if self.key_id is None:
-            sk, ek = self.model.keygen(verbose=False)
-            reply = json.loads(self._request("POST", "/v1/keys", ek.to_bytes(self.model.context))[1])
-            self.secret_key, self.key_id = sk, reply["key_id"]
+            self._upload(self._eval_keys)
         return self.key_id
+
+    def _upload(self, eval_keys) -> None:
+        reply = json.loads(self._request("POST", "/v1/keys", eval_keys.to_bytes(self.model.context))[1])
+        self.key_id = reply["key_id"]
 
     def infer(self, x) -> np.ndarray:
         """Encrypt x (batch, *input_shape), evaluate on the server, decrypt: the outputs (batch, *output_shape)."""
         from hemlp.runtime.artifacts import EncryptedBatch
 
-        key_id = self.connect()
-        ct = self.model.encrypt(np.asarray(x), self.secret_key)
-        _, data = self._request("POST", f"/v1/infer?key={key_id}", ct.to_bytes())
+        import time
+
+        self.connect()
+        body = self.model.encrypt(np.asarray(x), self.secret_key).to_bytes()
+        resent = False
+        for attempt in range(RETRIES + 1):
+            try:
+                _, data = self._request("POST", f"/v1/infer?key={self.key_id}", body)
+                break
+            except ServerError as e:
+                if e.name == "UnknownKey" and not resent:        # evicted: upload the same keys again
+                    self.key_id, resent = None, True
+                    self._upload(self._eval_keys)
+                    continue
+                if e.status not in RETRY_STATUS or attempt == RETRIES:
+                    raise
+            except ServerUnavailableError:
+                if attempt == RETRIES:
+                    raise
+            time.sleep(0.5 * 2 ** attempt)
         out = EncryptedBatch.from_bytes(data, self.model)
         if out.stage != "output" or out.model_id != self.model.model_id:
             raise ServerError(502, "BadResult", "the server's reply is not an encrypted result of this model")

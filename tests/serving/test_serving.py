@@ -242,3 +242,29 @@ def test_endpoints_under_mutated_bodies(served):
             seen.add(json.loads(out)["error"])
     assert "SerializationError" in seen
     assert svc.handle("POST", "/v1/infer", {"key": key_id}, ct) == good
+
+
+def test_client_re_uploads_evicted_keys_and_retries_gateway_errors(served):
+    """A server that forgot the keys (one key set kept, another client's upload evicted them) gets them again from
+    the client, once; a 503 from a restarting replica is retried; the answers stay correct."""
+    cm, x, d, _ = served
+    svc = _service(d, max_keys=1)
+    with LocalServer(svc, port=0) as srv:
+        a = Client(srv.url, d / "client", allow_insecure=True)
+        b = Client(srv.url, d / "client", allow_insecure=True)
+        a.connect()
+        b.connect()                                    # evicts a's keys (max_keys=1)
+        y = a.infer(x[:4])                             # 404 UnknownKey -> a re-uploads, then succeeds
+        assert np.max(np.abs(y - cm.simulate(x[:4]))) < 2.0 ** -16
+        calls = {"n": 0}
+        handle = svc.handle
+
+        def flaky(*args):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                return 503, "application/json", json.dumps(dict(error="Unavailable", message="restarting")).encode()
+            return handle(*args)
+
+        svc.handle = flaky
+        y = a.infer(x[4:8])
+        assert calls["n"] == 2 and np.max(np.abs(y - cm.simulate(x[4:8]))) < 2.0 ** -16
