@@ -26,14 +26,14 @@ class ServerError(HemlpError):
         self.status, self.name, self.detail = status, name, message
 
 
-#: retries of an inference after a 502 / 503 / 504 or a dropped connection (a replica restarting), with backoff
+#: retries of an inference after a server error (5xx: a replica dying mid-request, a gateway) or a dropped
+#: connection, with backoff; inference is pure, so a retry can only cost time
 RETRIES = 3
-RETRY_STATUS = (502, 503, 504)
 
 
 class Client:
     """``Client(url, model)``: see the module docstring. An inference is idempotent (the same ciphertext gives the
-    same result), so it is retried after a gateway error or a dropped connection, and re-sends the keys once when the
+    same result), so it is retried after a server error (5xx) or a dropped connection, and re-sends the keys once when the
     server no longer holds them (evicted, or a restarted key store)."""
 
     def __init__(self, url: str, model, allow_insecure: bool = False, timeout: float = 600.0):
@@ -102,7 +102,7 @@ class Client:
                     self.key_id, resent = None, True
                     self._upload(self._eval_keys)
                     continue
-                if e.status not in RETRY_STATUS or attempt == RETRIES:
+                if e.status < 500 or attempt == RETRIES:
                     raise
             except ServerUnavailableError:
                 if attempt == RETRIES:

@@ -168,6 +168,28 @@ def test_ray_serve_two_replicas_share_one_key_upload(served):
         with pytest.raises(ServerError) as e:
             client._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")
         assert e.value.status == 404 and e.value.name == "UnknownKey"
+        # a replica killed while requests run: each request is answered correctly (retried) or fails with a typed
+        # error, never with a wrong result
+        import threading
+
+        replicas = [a for a in ray.util.list_named_actors(all_namespaces=True) if "HemlpModel" in a["name"]]
+        assert len(replicas) == 2
+        results, errors = [], []
+
+        def requests():
+            for i in range(8):
+                try:
+                    results.append((i, client.infer(x[4 * i: 4 * i + 4])))
+                except hemlp.errors.HemlpError as exc:
+                    errors.append(exc)
+
+        t = threading.Thread(target=requests)
+        t.start()
+        ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
+        t.join(timeout=600)
+        assert not t.is_alive() and len(results) + len(errors) == 8 and len(results) >= 6, errors
+        for i, y in results:
+            assert np.max(np.abs(y - cm.simulate(x[4 * i: 4 * i + 4]))) < 2.0 ** -16
     finally:
         ray_serve.shutdown()
         ray.shutdown()
