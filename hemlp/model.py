@@ -82,11 +82,8 @@ from hemlp.errors import (ClientArtefactError, EncodingError, HemlpError, InputR
 from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.bootstrap.params import preset_levels_consumed
-from hemlp.layouts.batch_bootstrap import boot_preset, plan_bootstrapped
-from hemlp.layouts.mlwe_bootstrap import plan_mlwe_bootstrapped
-from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
-from hemlp.layouts.blocked_bootstrap import plan_blocked_bootstrapped
-from hemlp.layouts.boot_choice import choose_bootstrapped, server_bytes
+from hemlp.layouts.batch_bootstrap import boot_preset
+from hemlp.layouts.boot_choice import plan_with_bootstraps
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.compile_options import CompileOptions
@@ -666,32 +663,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
     if fit_report:
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(reference.output)))
-    if opts["bootstrap"]:      # every layout with bootstraps placed by the planner
-        if opts["encrypted_weights"]:       # layout (C): hemlp.layouts.blocked_bootstrap
-            if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
-                raise UnsupportedError("layout (C) refreshes its blocks with single CtS-first bootstraps: mambo=True "
-                                       "/ batch_bootstrap are layout (A) options")
-            lay, estimates, why = layouts.choose([layouts.get("blocked")],
-                                                 plan_blocked_bootstrapped(steps, calib, opts, batch_size))
-        elif opts["layout"] == "packed":      # the single-image layout (hemlp.layouts.packed_bootstrap)
-            if opts["mambo"] is True or opts["batch_bootstrap"] not in ("auto", False):
-                raise UnsupportedError("layout (P) refreshes one packed ciphertext per value with single CtS-first "
-                                       "bootstraps: mambo=True / batch_bootstrap are layout (A) options")
-            lay, estimates, why = layouts.choose([layouts.get("packed")],
-                                                 plan_packed_bootstrapped(steps, calib, opts, batch_size))
-        elif opts["layout"] == "mlwe":      # refreshes at activation segments (hemlp.layouts.mlwe_bootstrap)
-            if opts["mambo"] is True:
-                raise UnsupportedError("layout (A') runs the linear layer before a refresh at level 1 already (MaMBo's "
-                                       "arrangement, on coefficient-encoded values): mambo=True is a layout (A) option")
-            lay, estimates, why = layouts.choose([layouts.get("mlwe")],
-                                                 plan_mlwe_bootstrapped(steps, calib, opts, batch_size))
-        elif opts["layout"] == "auto" and batch_size is not None:     # (A) or (P), bootstraps included
-            lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=budget)
-        else:
-            lay, estimates, why = layouts.choose([layouts.get("batch")],
-                                                 plan_bootstrapped(steps, calib, opts, batch_size))
-        # one memory check for every bootstrapped branch, with the bootstrapping keys
-        layouts.check_memory(lay.name, server_bytes(lay), budget)
+    if opts["bootstrap"]:      # every layout with bootstraps placed by the planner (hemlp.layouts.boot_choice)
+        lay, estimates, why = plan_with_bootstraps(steps, calib, opts, batch_size, budget)
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         last = None

@@ -21,17 +21,19 @@ from __future__ import annotations
 from hemlp.bootstrap.batch_keys import estimate_bytes
 from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
 from hemlp.errors import EncodingError, LevelError, ResourceError, ShapeError, UnsupportedError
-from hemlp.layouts import batch_bootstrap
+from hemlp.layouts import batch_bootstrap, check_memory, choose, get
 from hemlp.layouts.base import Layout
 from hemlp.layouts.batch import Batch
 from hemlp.layouts.batch_bootstrap import single_key_bytes
 from hemlp.layouts.packed import Packed
+from hemlp.layouts.blocked_bootstrap import plan_blocked_bootstrapped
+from hemlp.layouts.mlwe_bootstrap import plan_mlwe_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES
 from hemlp.planner.resources import estimate_resources
 
 __all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "memory_bytes",
-           "server_bytes", "choose_bootstrapped"]
+           "server_bytes", "choose_bootstrapped", "BOOTSTRAPPED", "plan_with_bootstraps"]
 
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
@@ -135,3 +137,43 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
     lay = built[best]
     lay.commit()
     return lay, est, why
+
+
+def _refuse(message: str, mambo_too: bool = True):
+    """A layout's check of the bootstrap-pipeline options (mambo / batch_bootstrap are layout (A)'s)."""
+    def check(opts):
+        if (opts["mambo"] is True) or (mambo_too and opts["batch_bootstrap"] not in ("auto", False)):
+            raise UnsupportedError(message)
+    return check
+
+
+#: per layout: its bootstrapped planner and its check of the pipeline options (one entry per layout: compile has no
+#: per-layout branch)
+BOOTSTRAPPED = {
+    "batch": (batch_bootstrap.plan_bootstrapped, lambda opts: None),
+    "packed": (plan_packed_bootstrapped, _refuse(
+        "layout (P) refreshes one packed ciphertext per value with single CtS-first bootstraps: mambo=True / "
+        "batch_bootstrap are layout (A) options")),
+    "mlwe": (plan_mlwe_bootstrapped, _refuse(
+        "layout (A') runs the linear layer before a refresh at level 1 already (MaMBo's arrangement, on "
+        "coefficient-encoded values): mambo=True is a layout (A) option", mambo_too=False)),
+    "blocked": (plan_blocked_bootstrapped, _refuse(
+        "layout (C) refreshes its blocks with single CtS-first bootstraps: mambo=True / batch_bootstrap are layout "
+        "(A) options")),
+}
+
+
+def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget) -> tuple[Layout, dict, str]:
+    """The bootstrapped plan compile(..., bootstrap=True) asks for: layout (C) with encrypted weights, the layout
+    named by the layout option, or with layout="auto" and a batch size the cheaper of (A) and (P)
+    (choose_bootstrapped); then one memory check with the bootstrapping keys."""
+    name = "blocked" if opts["encrypted_weights"] else opts["layout"]
+    if name == "auto" and batch_size is not None:
+        lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=budget)
+    else:
+        name = "batch" if name == "auto" else name
+        plan, check = BOOTSTRAPPED[name]
+        check(opts)
+        lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size))
+    check_memory(lay.name, server_bytes(lay), budget)
+    return lay, estimates, why
