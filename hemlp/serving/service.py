@@ -50,7 +50,7 @@ class HttpError(HemlpError):
 
 
 class MemoryKeyStore:
-    """Serialised evaluation keys by key id, in this process (bounded: least recently used out first)."""
+    """Evaluation keys (serialised, or loaded) by key id, in this process (bounded: least recently used out first)."""
 
     def __init__(self, max_keys: int = DEFAULT_MAX_KEYS):
         self.max_keys = int(max_keys)
@@ -92,7 +92,7 @@ class ModelService:
         self.model.prepare(verbose=False)                     # encode the weights once, for every request
         self.max_body_bytes, self.max_keys = int(max_body_bytes), int(max_keys)
         self.key_store = key_store if key_store is not None else MemoryKeyStore(max_keys)
-        self._loaded: OrderedDict = OrderedDict()             # key id -> EvalKeys, this process's cache
+        self._loaded = MemoryKeyStore(max_keys)               # key id -> EvalKeys, this process's cache
         self._lock = threading.Lock()                         # one evaluation at a time per process
 
     # ---- the API
@@ -151,21 +151,13 @@ class ModelService:
             raise KeyMismatchError(f"the evaluation keys belong to compiled model {keys.model_id}, not "
                                    f"{self.model.model_id}")
         self.key_store.put(key_id, bytes(body))
-        self._cache(key_id, keys)
+        self._loaded.put(key_id, keys)
         return _json(201, dict(key_id=key_id))
-
-    def _cache(self, key_id, keys) -> None:
-        with self._lock:
-            self._loaded[key_id] = keys
-            self._loaded.move_to_end(key_id)
-            while len(self._loaded) > self.max_keys:
-                self._loaded.popitem(last=False)
 
     def _keys(self, key_id: str):
         from hemlp.runtime.artifacts import EvalKeys
 
-        with self._lock:
-            keys = self._loaded.get(key_id)
+        keys = self._loaded.get(key_id)
         if keys is not None:
             return keys
         data = self.key_store.get(key_id)
@@ -173,7 +165,7 @@ class ModelService:
             raise HttpError(404, f"no evaluation keys with id {key_id!r} on this server (evicted or never "
                                  "uploaded): POST them to /v1/keys first", "UnknownKey")
         keys = EvalKeys.from_bytes(data, self.model)
-        self._cache(key_id, keys)
+        self._loaded.put(key_id, keys)
         return keys
 
     def _infer(self, query, body):

@@ -17,20 +17,25 @@ from hemlp.layouts.packed_bootstrap import PEAK_TOLERANCE, _slot_peaks, packed_p
 torch = pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("name,shape", [("resnet20", (3, 8, 8)), ("lenet5", (1, 28, 28))])
-@pytest.mark.parametrize("b,n", [(1, 12), (2, 12), (4, 9)])
-def test_packed_peaks_equal_the_packed_program(name, shape, b, n):
+def _lowered(name, x):
+    """A zoo model's lowered steps, ReLU fitted at degree 7 on x."""
     from hemlp.compiler.torch_frontend import from_torch
     from hemlp.models.zoo import build
 
-    x = np.random.default_rng(0).normal(size=(n,) + shape)
     g = fold(from_torch(build(name), x[:1]))
     opts = CompileOptions().as_dict()
     opts["activation_degree"] = 7
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         choose_activations(g, x, opts, 10 ** 6, False, True)
-    steps = lower(g)
+    return lower(g)
+
+
+@pytest.mark.parametrize("name,shape", [("resnet20", (3, 8, 8)), ("lenet5", (1, 28, 28))])
+@pytest.mark.parametrize("b,n", [(1, 12), (2, 12), (4, 9)])
+def test_packed_peaks_equal_the_packed_program(name, shape, b, n):
+    x = np.random.default_rng(0).normal(size=(n,) + shape)
+    steps = _lowered(name, x)
     prog = PackedProgram(steps, 16384, b)
     fast, out_fast = packed_peaks(prog, steps, x.reshape(n, -1), 20)
     slow, out_slow = _slot_peaks(prog, x.reshape(n, -1))
@@ -48,17 +53,9 @@ def test_fast_peaks_are_used_on_a_full_size_resnet20(monkeypatch):
     """At 32x32 the packed program's features differ from the lowered steps' by ~3e-6 relative (separately quantised
     diagonals): within PEAK_TOLERANCE, so the check passes and the full packed pass is not run."""
     import hemlp.layouts.packed_bootstrap as pb
-    from hemlp.compiler.torch_frontend import from_torch
-    from hemlp.models.zoo import build
 
     x = np.random.default_rng(0).normal(size=(3, 3, 32, 32))
-    g = fold(from_torch(build("resnet20"), x[:1]))
-    opts = CompileOptions().as_dict()
-    opts["activation_degree"] = 7
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        choose_activations(g, x, opts, 10 ** 6, False, True)
-    steps = lower(g)
+    steps = _lowered("resnet20", x)
     prog = PackedProgram(steps, 32768, 1)
     calls = []
     real = pb._slot_peaks
