@@ -439,14 +439,15 @@ def _torch():
 
 
 def conv2d_apply(X, weight, bias, stride, padding, dilation=(1, 1), groups=1):
-    """A batch (B, Ci, H, W) through a convolution in float64: torch's kernel when torch is installed, else the
-    im2col gather of the lowering (the same sums in another order)."""
+    """A batch (B, Ci, H, W) through a convolution: torch's kernel when torch is installed (in float32 for a float32
+    batch, else float64), else the im2col gather of the lowering (the same sums in another order)."""
     torch = _torch()
     if torch is not None:
+        dt = np.float32 if np.asarray(X).dtype == np.float32 else np.float64
         with torch.no_grad():
-            y = torch.nn.functional.conv2d(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64)),
-                                           torch.from_numpy(np.asarray(weight, dtype=np.float64)),
-                                           None if bias is None else torch.from_numpy(np.asarray(bias, np.float64)),
+            y = torch.nn.functional.conv2d(torch.from_numpy(np.ascontiguousarray(X, dtype=dt)),
+                                           torch.from_numpy(np.asarray(weight, dtype=dt)),
+                                           None if bias is None else torch.from_numpy(np.asarray(bias, dt)),
                                            tuple(stride), tuple(padding), tuple(dilation), int(groups))
         return y.numpy()
     B = X.shape[0]

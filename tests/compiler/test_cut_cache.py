@@ -46,3 +46,20 @@ def test_cached_outputs_equal_the_reference_for_every_choice():
         want = g.reference(x, exact=False)[g.output.name]
         assert np.array_equal(cache.output(), want)
     assert cache.bytes <= 1 << 22 and len(cache.values) > 0
+
+
+def test_float32_search_values_stay_within_float32_rounding_of_float64():
+    """The search evaluates in float32 (SEARCH_DTYPE, torch's fast convolutions): its outputs stay within float32
+    rounding (~1e-6 relative over a ResNet-20) of the float64 ones, far below the approximations' own errors."""
+    from hemlp.compiler.calibration import SEARCH_DTYPE
+
+    g, x = _graph()
+    ref = g.reference(x)
+    for n in [n for n in g.nodes if n.op == "act"]:
+        v = ref[n.inputs[0]]
+        n.attrs["approx"] = approximate("relu", float(v.min()) - 0.1, float(v.max()) + 0.1, 15)
+    y64 = CutCache(g, x).output()
+    c32 = CutCache(g, x, dtype=SEARCH_DTYPE, chunk=4)
+    y32 = c32.output()
+    assert y32.dtype == np.float32 and SEARCH_DTYPE == np.float32
+    assert np.max(np.abs(y32 - y64)) <= 1e-5 * max(1.0, float(np.max(np.abs(y64))))
