@@ -27,6 +27,8 @@ cannot see values: check plaintexts with Bootstrapper.check_input_range(x) (or m
 """
 from __future__ import annotations
 
+import functools
+
 import math
 
 import numpy as np
@@ -46,6 +48,21 @@ from hemlp.bootstrap.evalmod import EvalModParams, eval_mod
 __all__ = ["Bootstrapper", "slot_coefficients", "max_coefficient"]
 
 
+@functools.lru_cache(maxsize=8)
+def _inverse_stages_reversed(n: int) -> tuple:
+    """The butterfly stages of U⁻¹ in application order, as read-only (offset, diagonal) pairs: building them costs
+    a Python loop per entry, and range checks call slot_coefficients once per ciphertext."""
+    stages = []
+    for D in reversed(sf.inverse_stages(n)):
+        pairs = []
+        for k, d in D.items():
+            d = np.array(d)
+            d.setflags(write=False)
+            pairs.append((k, d))
+        stages.append(tuple(pairs))
+    return tuple(stages)
+
+
 def slot_coefficients(z) -> np.ndarray:
     """The real coefficient vector (N = 2n values, x_k and x_(N/2+k) on the subring's positions, in the
     w-indexing of hemlp.he.dft) whose decoding gives the slots z: w = U⁻¹·z by the butterfly
@@ -53,8 +70,8 @@ def slot_coefficients(z) -> np.ndarray:
     z = np.asarray(z, dtype=np.complex128).reshape(-1)
     n = z.size
     v = z
-    for D in reversed(sf.inverse_stages(n)):      # U⁻¹ = R·B̃_1⋯B̃_L: B̃_L first
-        v = sum(d * np.roll(v, -k) for k, d in D.items())
+    for D in _inverse_stages_reversed(n):      # U⁻¹ = R·B̃_1⋯B̃_L: B̃_L first
+        v = sum(d * np.roll(v, -k) for k, d in D)
     w = v[sf.bit_reverse(n)]
     return np.concatenate([w.real, w.imag])
 
