@@ -28,7 +28,6 @@ cannot see values: check plaintexts with Bootstrapper.check_input_range(x) (or m
 from __future__ import annotations
 
 import functools
-
 import math
 
 import numpy as np
