@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     x = np.ascontiguousarray((d.x[:n] - mean) / std, dtype=np.float32)
     rows = calibration_rows(len(tr.y), args.calibration)
     x_cal = np.ascontiguousarray((tr.x[rows] - mean) / std, dtype=np.float32)
+    del tr, tests                  # the 50 000 training images: not needed past the calibration rows (memory for keys)
     logits = predict(model, x)
     rep = dict(model="resnet20 (akamaster option A, ReLU)", weights=args.weights, test_set=CIFAR_EXACT, n=n,
                calibration_images=len(rows), preset=args.preset, target_agreement=args.target, threads=args.threads,
