@@ -209,25 +209,16 @@ ALONE_SAMPLES = 250
 SEARCH_DTYPE = np.float32
 
 
-def _last_uses(nodes) -> dict:
-    """Node name -> position of the last node reading it."""
-    last = {}
-    for i, n in enumerate(nodes):
-        for j in n.inputs:
-            last[j] = i
-    return last
-
-
 class ReferenceSummary:
     """One exact float64 pass over a data set, in chunks, each value freed after its last use: the [min, max] of
     every activation's input and the graph's output (memory: a chunk's live values, not every node's values for
     every sample)."""
 
     def __init__(self, g, X, chunk: int = SEARCH_CHUNK):
-        from hemlp.compiler.ir import eval_node
+        from hemlp.compiler.ir import eval_node, last_uses
 
         nodes = list(g.nodes)
-        last = _last_uses(nodes)
+        last = last_uses(nodes)
         acts = {n.inputs[0] for n in nodes if n.op == "act"}
         self.ranges: dict = {}
         outs = []
@@ -413,22 +404,24 @@ class _Search:
             for name, ap in saved.items():
                 self.g.node(name).attrs["approx"] = ap
 
+    def attach(self, degrees: dict) -> None:
+        """Attach the approximations of a choice (node name -> rung) to the graph's activations."""
+        for name, d in degrees.items():
+            n = self.g.node(name)
+            n.attrs["approx"] = self.poly(n, d)
+
     def harm(self, degrees: dict, base: np.ndarray) -> float:
         """How much a choice moves the outputs of the first chunk (the samples nearest a decision boundary) from
         `base` (that chunk's outputs under the current choice), relative to each sample's margin: the mean of
         max |delta logit| / margin. It ranks the lowerings of one round (cheap: one chunk from the cached cut)."""
-        for name, d in degrees.items():
-            n = self.g.node(name)
-            n.attrs["approx"] = self.poly(n, d)
+        self.attach(degrees)
         y = self.cache.chunk_output(0).reshape(len(base), -1)
         sl = self.cache.chunks[0]
         return float(np.mean(np.max(np.abs(y - base), axis=1) / self.margin[sl]))
 
     def base_chunk(self, degrees: dict) -> np.ndarray:
         """The first chunk's outputs under a choice."""
-        for name, d in degrees.items():
-            n = self.g.node(name)
-            n.attrs["approx"] = self.poly(n, d)
+        self.attach(degrees)
         out = self.cache.chunk_output(0)
         return out.reshape(len(out), -1)
 
@@ -438,9 +431,7 @@ class _Search:
         target)."""
         key = tuple(sorted(degrees.items()))
         if key not in self._agree:
-            for name, d in degrees.items():
-                n = self.g.node(name)
-                n.attrs["approx"] = self.poly(n, d)
+            self.attach(degrees)
             dis, seen = self._disagreements(range(len(self.cache.chunks)), self.allowed if early else None)
             self.trials += 1
             if seen < self.n:

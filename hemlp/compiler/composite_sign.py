@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from hemlp.errors import ParameterError
+from hemlp.he.polynomial import depth as poly_depth
 
 __all__ = ["CompositeSign", "composite_sign", "fit_composite", "SCHEDULES", "relu_error", "write_table"]
 
@@ -52,29 +53,28 @@ def _grid(a: float, b: float) -> np.ndarray:
 def _odd_minimax(a: float, degree: int) -> np.ndarray:
     """Chebyshev coefficients (odd) of the degree-`degree` odd polynomial closest to 1 on [a, 1] in the max norm."""
     x = _grid(a, 1.0)
-    w = np.ones_like(x)
     V = np.polynomial.chebyshev.chebvander(x, degree)[:, 1::2]
     y = np.ones_like(x)
     lam = np.full(len(x), 1.0 / len(x))
     c = None
     for _ in range(LAWSON_ITERATIONS):
-        s = np.sqrt(lam) * w
+        s = np.sqrt(lam)
         # least squares by SVD: on the narrow intervals of later stages the odd basis is nearly collinear, and
         # normal equations would square its condition number
         c = np.linalg.lstsq(V * s[:, None], y * s, rcond=None)[0]
-        e = w * np.abs(V @ c - y) + 1e-300
+        e = np.abs(V @ c - y) + 1e-300
         lam = lam * e
-        lam = np.maximum(lam / lam.sum(), 1e-14)    # a floor keeps the normal equations regular
+        lam = np.maximum(lam / lam.sum(), 1e-14)    # a floor: weights that underflow to 0 would drop grid points
     full = np.zeros(degree + 1)
     full[1::2] = c
     return full
 
 
 class CompositeSign:
-    """The stages of a composite sign approximation, ready for evaluation on u = x / B in [-1, 1].
+    """The stages of a composite sign approximation, ready for evaluation on u = x / D in [-1, 1].
 
-    stages[:-1] map [-1, 1] into [-1, 1]; stages[-1] returns (1 + sign) / 2 (times ``scale``); ``sign_err`` is the
-    largest |p_k o ... o p_1 (u) - sign(u)| for eps <= |u| <= 1."""
+    stages[:-1] map [-1, 1] into [-1, 1]; stages[-1] returns (1 + sign) / 2 (approximate_composite scales it by D);
+    ``sign_err`` is the largest |p_k o ... o p_1 (u) - sign(u)| for eps <= |u| <= 1."""
 
     def __init__(self, degrees, eps: float, stages, sign_err: float):
         self.degrees, self.eps = tuple(degrees), float(eps)
@@ -84,7 +84,7 @@ class CompositeSign:
     @property
     def depth(self) -> int:
         """Levels of the stages (each ceil(log2(d + 1))) and of the final product with u."""
-        return sum(math.ceil(math.log2(d + 1)) for d in self.degrees) + 1
+        return sum(poly_depth(d) for d in self.degrees) + 1
 
     def step(self, u) -> np.ndarray:
         """(1 + sign(u)) / 2, approximately: the stages in float64."""

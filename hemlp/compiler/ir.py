@@ -363,6 +363,16 @@ def dense_conv_weight(w: np.ndarray, groups: int) -> np.ndarray:
     return out
 
 
+def last_uses(items) -> dict:
+    """Value name -> position of the last item (graph node or lowered step) that reads it: the passes that free
+    each value after its last use."""
+    last = {}
+    for i, it in enumerate(items):
+        for name in it.inputs:
+            last[name] = i
+    return last
+
+
 #: bytes of gathered im2col columns gather_apply holds at once (larger batches are evaluated in column chunks)
 GATHER_CHUNK_BYTES = 1 << 28
 

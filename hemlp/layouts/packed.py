@@ -40,6 +40,7 @@ from typing import Optional
 import numpy as np
 
 from hemlp.bootstrap import BootParams, BootstrapKeys
+from hemlp.compiler.ir import last_uses
 from hemlp.compiler.lower import dense_matrix
 from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
@@ -440,10 +441,7 @@ class PackedProgram:
         starts = range(0, len(X), self.b)
         nbs = np.array([min(self.b, len(X) - i) for i in starts])
         packed = [self.pack(X[i: i + self.b]) for i in starts]                 # (K, slots) per group
-        last = {}
-        for i, st in enumerate(self.steps):
-            for name in st.inputs:
-                last[name] = i
+        last = last_uses(self.steps)
         vals: dict = {}
         for i, st in enumerate(self.steps):
             if st.op == "input":

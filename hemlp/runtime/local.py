@@ -15,7 +15,7 @@ import numpy as np
 
 from hemlp import pcmm
 from hemlp.compiler.activations import RangeWarning
-from hemlp.compiler.ir import gather_apply, matmul_index
+from hemlp.compiler.ir import gather_apply, last_uses, matmul_index
 from hemlp.compiler.lower import StepOp
 from hemlp.errors import LevelError, MissingKeyError, UnsupportedError, warn_always
 from hemlp.pcmm import CtMatrix, quantize
@@ -68,10 +68,7 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
     bootstrap (and MaMBo) steps refresh exactly, without their range check and error (their layout (A) model): what
     range_report needs for the activations of any layout. on_value(step, value) sees every step's value; values are
     freed after their last use."""
-    last = {}
-    for i, s in enumerate(steps):
-        for name in s.inputs:
-            last[name] = i
+    last = last_uses(steps)
     out_name = next(s.out for s in steps if s.op == "output")
     vals = {}
     for i, s in enumerate(steps):

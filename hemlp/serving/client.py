@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -33,8 +34,8 @@ RETRIES = 3
 
 class Client:
     """``Client(url, model)``: see the module docstring. An inference is idempotent (the same ciphertext gives the
-    same result), so it is retried after a server error (5xx) or a dropped connection, and re-sends the keys once when the
-    server no longer holds them (evicted, or a restarted key store)."""
+    same result), so it is retried after a server error (5xx) or a dropped connection, and re-sends the keys once
+    when the server no longer holds them (evicted, or a restarted key store)."""
 
     def __init__(self, url: str, model, allow_insecure: bool = False, timeout: float = 600.0):
         import hemlp
@@ -88,8 +89,6 @@ class Client:
         """Encrypt x (batch, *input_shape), evaluate on the server, decrypt: the outputs (batch, *output_shape)."""
         from hemlp.runtime.artifacts import EncryptedBatch
 
-        import time
-
         self.connect()
         body = self.model.encrypt(np.asarray(x), self.secret_key).to_bytes()
         resent = False
@@ -99,7 +98,7 @@ class Client:
                 break
             except ServerError as e:
                 if e.name == "UnknownKey" and not resent:        # evicted: upload the same keys again
-                    self.key_id, resent = None, True
+                    resent = True
                     self._upload(self._eval_keys)
                     continue
                 if e.status < 500 or attempt == RETRIES:

@@ -34,20 +34,19 @@ def _deployment(serve_mod, ray, replicas: int):
 
             from starlette.concurrency import run_in_threadpool
 
+            limit = self.service.max_body_bytes
+            too_large = Response(json.dumps(dict(error="PayloadTooLarge", message=f"the body exceeds this server's "
+                                                 f"limit of {limit} bytes")), 413, media_type="application/json")
             body = b""
             if request.method == "POST":
                 n = request.headers.get("content-length")
-                if n is not None and n.isdigit() and int(n) > self.service.max_body_bytes:
-                    msg = f"the body has {n} bytes, above this server's limit of {self.service.max_body_bytes}"
-                    return Response(json.dumps(dict(error="PayloadTooLarge", message=msg)), 413,
-                                    media_type="application/json")
+                if n is not None and n.isdigit() and int(n) > limit:      # refused before a byte is read
+                    return too_large
                 chunks, size = [], 0
                 async for chunk in request.stream():       # a body without a length is capped as it arrives
                     size += len(chunk)
-                    if size > self.service.max_body_bytes:
-                        msg = f"the body exceeds this server's limit of {self.service.max_body_bytes} bytes"
-                        return Response(json.dumps(dict(error="PayloadTooLarge", message=msg)), 413,
-                                        media_type="application/json")
+                    if size > limit:
+                        return too_large
                     chunks.append(chunk)
                 body = b"".join(chunks)
             status, ctype, payload = await run_in_threadpool(self.service.handle, request.method, request.url.path,

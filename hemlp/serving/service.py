@@ -147,9 +147,6 @@ class ModelService:
                             "EmptyBody")
         key_id = hashlib.sha256(body).hexdigest()[:32]
         keys = EvalKeys.from_bytes(body, self.model)          # checks format, checksum, model and parameters
-        if keys.model_id != self.model.model_id:
-            raise KeyMismatchError(f"the evaluation keys belong to compiled model {keys.model_id}, not "
-                                   f"{self.model.model_id}")
         self.key_store.put(key_id, bytes(body))
         self._loaded.put(key_id, keys)
         return _json(201, dict(key_id=key_id))

@@ -48,9 +48,9 @@ def add_arguments(p) -> None:
     p.add_argument("--json", default=None)
 
 
-def _data(name: str, root: str, n_cal: int, n_test: int):
+def _data(name: str, root: str, n_cal: int, n_test: int, state=None):
     """(calibration inputs, test inputs, test labels, test set name, training inputs and labels disjoint from both),
-    preprocessed as the model expects."""
+    preprocessed as the model expects (``state``: shipped weights with their standardisation, or None)."""
     from hemlp.models.zoo import ZOO
 
     e = ZOO[name]
@@ -87,7 +87,6 @@ def _data(name: str, root: str, n_cal: int, n_test: int):
         idx = rng.permutation(len(tr.y))
         cal = tr.x[np.sort(idx[:n_cal])]
         rest = np.sort(idx[n_cal:])
-        state = _trained_state(name)
         if state is not None:
             mean, std = state["mean"], state["std"]
         else:
@@ -109,10 +108,9 @@ def _trained_state(name: str):
     return torch.load(path, weights_only=False)
 
 
-def _model(name: str):
+def _model(name: str, state):
     from hemlp.models.zoo import build
 
-    state = _trained_state(name)
     model = build(name)
     if state is not None:
         model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
@@ -140,8 +138,9 @@ def one(name: str, frontend: str, args) -> dict:
 
     torch.set_num_threads(1)
     hemlp.set_num_threads(1)
-    model, trained = _model(name)
-    x_cal, x_te, y_te, test_name, x_tr, y_tr = _data(name, args.data_root, args.calibration, args.test)
+    state = _trained_state(name)
+    model, trained = _model(name, state)
+    x_cal, x_te, y_te, test_name, x_tr, y_tr = _data(name, args.data_root, args.calibration, args.test, state)
     train_s = None
     if not trained and args.train_epochs > 0:
         from hemlp.models.train import train
