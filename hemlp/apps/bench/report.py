@@ -151,7 +151,11 @@ def machine_info() -> dict:
 
 # ----------------------------------------------------------------------------- JSON
 def _clean(obj):
-    """JSON has no inf/nan: write them as strings so every reader can load the file."""
+    """JSON has no inf/nan: write them as strings so every reader can load the file. Paths inside the checkout
+    (threadpoolctl's library files under .venv, a built CUDA library) are written relative to it: the JSON names no
+    machine's work folder."""
+    if isinstance(obj, str):
+        return obj.replace(f"{REPO_ROOT}/", "")
     if isinstance(obj, float):
         if math.isnan(obj):
             return "nan"

@@ -67,6 +67,13 @@ def test_report_json_envelope(tmp_path):
     assert mach["cpu"]["logical_cores"] >= 1
     env = report.benchmark_env({"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512", "A": "1"})
     assert env == {"A": "1"}
+    # paths inside the checkout are written relative to it: no work folder of this machine in the JSON
+    lib = str(report.REPO_ROOT / ".venv" / "lib" / "libx.so")
+    report.write_json(path, "unit", {"library": lib, "system": "/usr/lib/libopenblas.so", "note": f"looked for {lib}"})
+    doc = json.loads(path.read_text())
+    assert doc["library"] == ".venv/lib/libx.so" and doc["note"] == "looked for .venv/lib/libx.so"
+    assert doc["system"] == "/usr/lib/libopenblas.so"
+    assert str(report.REPO_ROOT) not in path.read_text()
 
 
 @needs_ckks
