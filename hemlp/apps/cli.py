@@ -352,7 +352,8 @@ def cmd_serve(args, ui: UI):
         from hemlp.serving.service import ModelService
 
         with ui.step("load and prepare the model"):
-            service = ModelService(path, args.insecure, args.max_body_bytes, args.max_keys)
+            service = ModelService(path, args.insecure, args.max_body_bytes, args.max_keys,
+                                   max_queued_jobs=args.max_queued_jobs, max_finished_jobs=args.max_finished_jobs)
         srv = LocalServer(service, args.host, args.port)
         ui.finish([f"serving {path} (model {service.model.model_id}) at {srv.url}/v1/ (no Ray; Ctrl-C stops)"])
         try:
@@ -364,7 +365,8 @@ def cmd_serve(args, ui: UI):
 
     with ui.step(f"deploy on Ray Serve ({args.replicas} replica(s))"):
         url = serve(path, args.host, args.port, args.replicas, args.address, args.insecure, args.max_body_bytes,
-                    args.max_keys, blocking=False)
+                    args.max_keys, blocking=False, max_queued_jobs=args.max_queued_jobs,
+                    max_finished_jobs=args.max_finished_jobs)
     ui.finish([f"serving {path} at {url}/v1/ on Ray Serve (Ctrl-C stops)"])
     try:
         while True:
@@ -386,8 +388,10 @@ def cmd_infer(args, ui: UI):
     with ui.step(f"connect to {args.url}"):
         client = Client(args.url, args.compiled, allow_insecure=args.insecure)
         key_id = client.connect()
-    with ui.step(f"encrypted inference of {tuple(x.shape)} on the server"):
-        y = np.asarray(client.infer(x))
+    jobs = -(-len(x) // client.batch_size) if x.ndim == len(client.model.input_shape) + 1 else 1
+    how = f" ({jobs} jobs of up to {client.batch_size} samples)" if jobs > 1 else ""
+    with ui.step(f"encrypted inference of {tuple(x.shape)} on the server{how}"):
+        y = np.asarray(client.infer(x, progress=False if ui.quiet else None))   # a bar of jobs on a terminal
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as f:
         np.save(f, y)
@@ -614,6 +618,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ray", action="store_true", help="serve from this process, without Ray")
     p.add_argument("--max-body-bytes", type=int, default=1 << 30, help="largest request body (default 1 GiB)")
     p.add_argument("--max-keys", type=int, default=8, help="evaluation-key sets kept (default 8)")
+    p.add_argument("--max-queued-jobs", type=int, default=32,
+                   help="jobs (POST /v1/jobs) waiting at once; beyond, 503 Busy (default 32)")
+    p.add_argument("--max-finished-jobs", type=int, default=128,
+                   help="finished jobs kept with their unfetched results, oldest out first (default 128)")
     common(p, output=False)
     p.set_defaults(fn=cmd_serve)
 

@@ -1,33 +1,55 @@
 """A ModelService on Ray Serve (``hemlp serve``): ``--replicas`` copies of the model, each with its weights encoded
-once, behind Ray Serve's HTTP proxy; the uploaded evaluation keys live in one key-store actor that every replica reads
-(a key uploaded through one replica serves requests landing on any other), and each replica keeps the keys it has
-loaded. Local Ray by default, ``address`` joins a cluster."""
+once, behind Ray Serve's HTTP proxy. What must survive a request landing on another replica lives in two actors that
+every replica calls: the uploaded evaluation keys (one key-store actor; each replica keeps the keys it has loaded)
+and the jobs (one job-store actor, hemlp.serving.jobs: the queue, each job's status and its result until fetched).
+Each replica runs a job worker that takes the next queued job from that shared queue, so a job submitted through one
+replica runs on whichever replica is free and is polled and fetched through any of them. Local Ray by default,
+``address`` joins a cluster."""
 from __future__ import annotations
 
-from hemlp.serving.service import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEYS
+from hemlp.serving.jobs import DEFAULT_LEASE_S, DEFAULT_MAX_FINISHED_JOBS, DEFAULT_MAX_QUEUED_JOBS, MemoryJobStore
+from hemlp.serving.service import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEYS, MemoryKeyStore
 
-__all__ = ["serve", "APP_NAME"]
+__all__ = ["serve", "APP_NAME", "ActorProxy"]
 
 APP_NAME = "hemlp"
+#: calls the job-store actor serves at once: each replica's worker waits on it for the next job, and each
+#: GET /v1/jobs/ID/result?wait=S waits on it for its job
+JOB_STORE_CONCURRENCY = 128
+#: requests one replica holds at once (Ray Serve's default is 5): long polls wait there without evaluating, and
+#: evaluations queue on the replica's lock either way
+MAX_ONGOING_REQUESTS = 32
 
 
-def _deployment(serve_mod, ray, replicas: int):
+class ActorProxy:
+    """A key or job store whose methods run on a shared Ray actor: ``proxy.get(k)`` is
+    ``ray.get(actor.get.remote(k))``."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        import ray
+
+        method = getattr(self.actor, name)
+        return lambda *args: ray.get(method.remote(*args))
+
+
+def _deployment(serve_mod, replicas: int):
     from starlette.requests import Request
     from starlette.responses import Response
 
-    @serve_mod.deployment(num_replicas=int(replicas), ray_actor_options={"num_cpus": 1})
+    @serve_mod.deployment(num_replicas=int(replicas), ray_actor_options={"num_cpus": 1},
+                          max_ongoing_requests=MAX_ONGOING_REQUESTS)
     class HemlpModel:
-        def __init__(self, model_dir: str, allow_insecure: bool, max_body_bytes: int, max_keys: int, store):
+        def __init__(self, model_dir: str, allow_insecure: bool, max_body_bytes: int, max_keys: int, keys, jobs):
             from hemlp.serving.service import ModelService
 
-            class ActorStore:                   # the shared key store, through its actor
-                def put(self, key_id, data):
-                    ray.get(store.put.remote(key_id, data))
-
-                def get(self, key_id):
-                    return ray.get(store.get.remote(key_id))
-
-            self.service = ModelService(model_dir, allow_insecure, max_body_bytes, max_keys, ActorStore())
+            self.service = ModelService(model_dir, allow_insecure, max_body_bytes, max_keys, ActorProxy(keys),
+                                        ActorProxy(jobs))
+            self.service.start_jobs()           # this replica takes queued jobs, whichever replica received them
 
         async def __call__(self, request: Request) -> Response:
             import json
@@ -58,7 +80,8 @@ def _deployment(serve_mod, ray, replicas: int):
 
 def serve(model_dir, host: str = "127.0.0.1", port: int = 8000, replicas: int = 1, address: str | None = None,
           allow_insecure: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_keys: int = DEFAULT_MAX_KEYS,
-          blocking: bool = True) -> str:
+          blocking: bool = True, max_queued_jobs: int = DEFAULT_MAX_QUEUED_JOBS,
+          max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS) -> str:
     """Deploy the model on Ray Serve at http://host:port/ and return that URL (blocking=True: serve until
     interrupted). The model directory must be readable by every node (a shared path on a cluster)."""
     from pathlib import Path
@@ -76,23 +99,13 @@ def serve(model_dir, host: str = "127.0.0.1", port: int = 8000, replicas: int = 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
 
-    @ray.remote(num_cpus=0)
-    class KeyStore:
-        def __init__(self, max_keys: int):
-            from hemlp.serving.service import MemoryKeyStore
-
-            self.store = MemoryKeyStore(max_keys)
-
-        def put(self, key_id, data):
-            self.store.put(key_id, data)
-
-        def get(self, key_id):
-            return self.store.get(key_id)
-
-    store = KeyStore.remote(max_keys)
+    keys = ray.remote(num_cpus=0)(MemoryKeyStore).remote(max_keys)
+    # a threaded actor: claims and long polls block in it, each on a thread of its own, until a job arrives or ends
+    jobs = ray.remote(num_cpus=0, max_concurrency=JOB_STORE_CONCURRENCY)(MemoryJobStore).remote(
+        max_queued_jobs, max_finished_jobs, DEFAULT_LEASE_S)
     serve_mod.start(http_options={"host": host, "port": int(port)})
-    app = _deployment(serve_mod, ray, replicas).bind(str(Path(model_dir).resolve()), bool(allow_insecure),
-                                                     int(max_body_bytes), int(max_keys), store)
+    app = _deployment(serve_mod, replicas).bind(str(Path(model_dir).resolve()), bool(allow_insecure),
+                                                int(max_body_bytes), int(max_keys), keys, jobs)
     serve_mod.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{host}:{int(port)}"
     if blocking:

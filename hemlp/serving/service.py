@@ -10,16 +10,25 @@ uploaded once per client and named by their content hash, ciphertexts in, cipher
     POST /v1/keys              body: the evaluation keys (``EvalKeys.to_bytes``) -> 201 {"key_id": sha256 of the body}
     POST /v1/infer?key=ID      body: an encrypted input batch (``EncryptedBatch.to_bytes``) -> 200, the encrypted
                                result batch (application/octet-stream)
+    POST /v1/jobs?key=ID       body: as /v1/infer, checked as /v1/infer checks it -> 202 {"job_id", "status": "queued"}
+                               (503 Busy: the queue is full, retry later); hemlp.serving.jobs runs it
+    GET  /v1/jobs/ID           {"job_id", "status": queued (with "position") | running | done | failed (with the
+                               "error", "message" and "http_status" /v1/infer would have answered)}
+    GET  /v1/jobs/ID/result    [?wait=S: hold the request up to S seconds (at most 30) until the job ends] -> 200,
+                               the encrypted result, once; 409 JobNotDone before, 410 ResultFetched after, 404
+                               UnknownJob (never submitted, or evicted), a failed job's own error
 
 Every failure is a typed JSON error ``{"error": <exception name>, "message": ...}`` with a 4xx status that says
-whose fault it is (400 a malformed or corrupted body, 404 an unknown key id or route, 405 a method, 409 keys or
-ciphertexts of another model or key pair, 413 a body over the limit); nothing else happens: the keys and the model
-stay as they were, and no traceback or secret leaves the server (it holds none: the client keeps its secret key).
+whose fault it is (400 a malformed or corrupted body, 404 an unknown key id, job id or route, 405 a method, 409 keys
+or ciphertexts of another model or key pair, 413 a body over the limit), or 503 Busy for a full job queue; nothing
+else happens: the keys, the jobs and the model stay as they were, and no traceback or secret leaves the server (it
+holds none: the client keeps its secret key).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -27,8 +36,11 @@ from pathlib import Path
 from hemlp.errors import (ClientArtefactError, ContextMismatchError, EncodingError, HemlpError, KeyMismatchError,
                           LevelError, MissingKeyError, ParameterError, ScaleMismatchError, SerializationError,
                           ShapeError)
+from hemlp.serving.jobs import DEFAULT_MAX_FINISHED_JOBS, DEFAULT_MAX_QUEUED_JOBS, JobWorker, MemoryJobStore
+from hemlp.threads import get_num_threads
 
-__all__ = ["ModelService", "MemoryKeyStore", "HttpError", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_KEYS"]
+__all__ = ["ModelService", "MemoryKeyStore", "HttpError", "error_answer", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_KEYS",
+           "MAX_WAIT_S"]
 
 #: the largest request body accepted (evaluation keys of a bootstrapped N = 2^16 plan are several GiB: raise it there)
 DEFAULT_MAX_BODY_BYTES = 1 << 30
@@ -39,6 +51,9 @@ DEFAULT_MAX_KEYS = 8
 STATUS = ((KeyMismatchError, 409), (MissingKeyError, 409), (ContextMismatchError, 409),
           (SerializationError, 400), (ShapeError, 400), (EncodingError, 400), (ParameterError, 400),
           (LevelError, 400), (ScaleMismatchError, 400))
+#: the longest a GET /v1/jobs/ID/result?wait=S holds its request (a long poll; the client asks again after)
+MAX_WAIT_S = 30.0
+JOB_PATH = re.compile(r"/v1/jobs/([^/]{1,200})(/result)?")
 
 
 class HttpError(HemlpError):
@@ -76,12 +91,27 @@ def _json(status: int, obj) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(obj).encode()
 
 
+def error_answer(e: Exception) -> dict:
+    """The typed answer to a failed request: {"status", "error", "message"}; a failure that is not hemlp's own
+    refusal is a generic 500 (no traceback or internal detail leaves the server)."""
+    if isinstance(e, HttpError):
+        return dict(status=e.status, error=e.name, message=str(e))
+    if isinstance(e, HemlpError):
+        status = next((code for cls, code in STATUS if isinstance(e, cls)), 400)
+        return dict(status=status, error=type(e).__name__, message=str(e))
+    return dict(status=500, error="InternalError", message=f"the server failed on this request ({type(e).__name__}); "
+                                                           "see its log")
+
+
 class ModelService:
     """One compiled model served over the API above. ``key_store``: where uploaded keys live (default: this
-    process; hemlp.serving.ray_serve shares one store among replicas)."""
+    process; hemlp.serving.ray_serve shares one store among replicas); ``job_store``: where jobs wait and finish
+    (default: a MemoryJobStore of ``max_queued_jobs`` / ``max_finished_jobs`` in this process; Ray Serve shares one).
+    The job worker thread starts with the first job (or ``start_jobs()``); ``close()`` stops it."""
 
     def __init__(self, model_dir, allow_insecure: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 max_keys: int = DEFAULT_MAX_KEYS, key_store=None):
+                 max_keys: int = DEFAULT_MAX_KEYS, key_store=None, job_store=None,
+                 max_queued_jobs: int = DEFAULT_MAX_QUEUED_JOBS, max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS):
         import hemlp
 
         self.model_dir = Path(model_dir)
@@ -92,26 +122,43 @@ class ModelService:
         self.model.prepare(verbose=False)                     # encode the weights once, for every request
         self.max_body_bytes, self.max_keys = int(max_body_bytes), int(max_keys)
         self.key_store = key_store if key_store is not None else MemoryKeyStore(max_keys)
+        self.jobs = job_store if job_store is not None else MemoryJobStore(max_queued_jobs, max_finished_jobs)
         self._loaded = MemoryKeyStore(max_keys)               # key id -> EvalKeys, this process's cache
-        self._lock = threading.Lock()                         # one evaluation at a time per process
+        #: one evaluation at a time per process (requests and jobs alike: they share the native core's threads)
+        self.eval_lock = threading.Lock()
+        self._worker = None
+        self._worker_lock = threading.Lock()
+
+    def start_jobs(self) -> None:
+        """Start this process's job worker (once): it runs queued jobs, whichever process queued them."""
+        with self._worker_lock:
+            if self._worker is None:
+                self._worker = JobWorker(self.jobs, self._execute).start()
+
+    def close(self) -> None:
+        """Stop the job worker (after its current job); queued jobs stay in the store."""
+        with self._worker_lock:
+            if self._worker is not None:
+                self._worker.stop()
+                self._worker = None
 
     # ---- the API
     def handle(self, method: str, path: str, query: dict, body: bytes) -> tuple[int, str, bytes]:
         """(status, content type, body) of one request; never raises."""
         try:
             return self._route(method.upper(), path.rstrip("/") or "/", query, body)
-        except HttpError as e:
-            return _json(e.status, dict(error=e.name, message=str(e)))
-        except HemlpError as e:
-            status = next((code for cls, code in STATUS if isinstance(e, cls)), 400)
-            return _json(status, dict(error=type(e).__name__, message=str(e)))
         except Exception as e:  # noqa: BLE001 - a request must never take the service down or leak a traceback
-            return _json(500, dict(error="InternalError", message=f"the server failed on this request "
-                                                                  f"({type(e).__name__}); see its log"))
+            err = error_answer(e)
+            return _json(err.pop("status"), err)
 
     def _route(self, method, path, query, body):
         routes = {"/v1/health": ("GET", self._health), "/v1/model": ("GET", self._meta),
-                  "/v1/keys": ("POST", self._put_keys), "/v1/infer": ("POST", self._infer)}
+                  "/v1/keys": ("POST", self._put_keys), "/v1/infer": ("POST", self._infer),
+                  "/v1/jobs": ("POST", self._submit), "/v1/jobs/ID": ("GET", self._job_status),
+                  "/v1/jobs/ID/result": ("GET", self._job_result)}
+        job = JOB_PATH.fullmatch(path)
+        if job is not None:
+            path, query = "/v1/jobs/ID" + (job.group(2) or ""), dict(query, job_id=job.group(1))
         if path not in routes:
             raise HttpError(404, f"no route {path!r}; the API: " + ", ".join(f"{m} {p}" for p, (m, _) in
                                                                                 routes.items()), "NotFound")
@@ -135,7 +182,8 @@ class ModelService:
         r = m.plan.resources
         return dict(model_id=m.model_id, input_shape=list(m.input_shape), output_shape=list(m.output_shape),
                     batch_size=m.batch_size, preset=m.preset, security=info.get("security"), layout=m.layout,
-                    N=info.get("N"), max_body_bytes=self.max_body_bytes,
+                    N=info.get("N"), max_body_bytes=self.max_body_bytes, jobs=self.jobs.limits(),
+                    native_threads=get_num_threads(),
                     expected_bytes=None if r is None else dict(eval_keys=r.eval_key_bytes, upload=r.upload_bytes,
                                                                download=r.download_bytes))
 
@@ -165,17 +213,95 @@ class ModelService:
         self._loaded.put(key_id, keys)
         return keys
 
-    def _infer(self, query, body):
+    def _request(self, query, body):
+        """The named keys and the decoded input batch of /v1/infer and /v1/jobs, checked as run() checks them before
+        any work: a refused job is refused at submission, with /v1/infer's answer."""
         from hemlp.runtime.artifacts import EncryptedBatch
 
         key_id = query.get("key")
         if not key_id:
-            raise HttpError(400, "name the evaluation keys: POST /v1/infer?key=<key_id from /v1/keys>", "MissingKeyId")
-        keys = self._keys(str(key_id))
+            raise HttpError(400, "name the evaluation keys: POST /v1/infer?key=<key_id from /v1/keys> (or "
+                                 "/v1/jobs?key=...)", "MissingKeyId")
+        key_id = str(key_id)
+        keys = self._keys(key_id)
         if not body:
             raise HttpError(400, "the body is empty: send an encrypted input batch (compiled.encrypt(...).to_bytes())",
                             "EmptyBody")
         ct = EncryptedBatch.from_bytes(body, self.model)
-        with self._lock:
+        # CompiledModel.run's checks before any work, here so that a job is refused when it is submitted
+        m = self.model
+        if ct.model_id != m.model_id:
+            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {m.model_id}")
+        if ct.stage != "input":
+            raise ShapeError("this is an encrypted result, not an input batch: send an encrypted input "
+                             "(compiled.encrypt(...).to_bytes())")
+        if m.needs_relin:
+            if keys.relin_key is None:
+                raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
+            if keys.relin_key.key_id != ct.key_id:
+                raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
+        for what, key, need, _ in m.layout_impl.level_checks(m.context, keys):
+            if key is not None and need is not None and key.level is not None and key.level < need:
+                raise LevelError(f"{what}: generated for levels <= {key.level}, but this model uses them at level "
+                                 f"{need}; use keygen()'s eval_keys")
+        m.layout_impl.check_run(ct, keys, None, "local", m.model_id)
+        return key_id, keys, ct
+
+    def _infer(self, query, body):
+        _, keys, ct = self._request(query, body)
+        with self.eval_lock:
             out = self.model.run(ct, keys)
         return 200, "application/octet-stream", out.to_bytes()
+
+    # ---- jobs (hemlp.serving.jobs)
+    def _submit(self, query, body):
+        key_id, _, _ = self._request(query, body)
+        job_id = self.jobs.submit(key_id, bytes(body))
+        if job_id is None:
+            raise HttpError(503, f"the job queue is full ({self.jobs.limits()['max_queued']} jobs waiting): retry "
+                                 "later", "Busy")
+        self.start_jobs()
+        return _json(202, dict(job_id=job_id, status="queued"))
+
+    def _job_status(self, query, body):
+        return _json(200, self._known(query["job_id"], self.jobs.status(query["job_id"])))
+
+    def _job_result(self, query, body):
+        job_id = query["job_id"]
+        try:
+            wait = min(MAX_WAIT_S, max(0.0, float(query.get("wait", 0))))
+        except ValueError:
+            raise HttpError(400, f"wait={query.get('wait')!r}: give seconds, e.g. wait=10", "BadRequest") from None
+        if wait > 0:
+            self._known(job_id, self.jobs.wait(job_id, wait))
+        status, data = self.jobs.take_result(job_id)
+        status = self._known(job_id, status)
+        if data is not None:
+            return 200, "application/octet-stream", data
+        if status["status"] == "failed":
+            raise HttpError(status["http_status"], f"job {job_id} failed: {status['message']}", status["error"])
+        if status["status"] == "done":
+            raise HttpError(410, f"the result of job {job_id} was already fetched (a result is kept until fetched "
+                                 "once): submit the batch again", "ResultFetched")
+        where = f" ({status['position']} in the queue)" if "position" in status else ""
+        raise HttpError(409, f"job {job_id} is {status['status']}{where}: ask again later, or with ?wait=<seconds>",
+                        "JobNotDone")
+
+    @staticmethod
+    def _known(job_id, status):
+        if status is None:
+            raise HttpError(404, f"no job {job_id!r} on this server (never submitted, or evicted: a server keeps its "
+                                 "latest finished jobs only)", "UnknownJob")
+        return status
+
+    def _execute(self, key_id: str, body: bytes):
+        """A job on the worker thread: (result bytes, None) or (None, the error /v1/infer would have answered)."""
+        from hemlp.runtime.artifacts import EncryptedBatch
+
+        try:
+            keys = self._keys(key_id)
+            ct = EncryptedBatch.from_bytes(body, self.model)
+            with self.eval_lock:
+                return self.model.run(ct, keys).to_bytes(), None
+        except Exception as e:  # noqa: BLE001 - a job's failure is its answer, the worker carries on
+            return None, error_answer(e)

@@ -3,7 +3,6 @@ hostile requests answered with typed 4xx errors that change nothing, the HTTP la
 with two replicas sharing one key upload."""
 import json
 import socket
-import warnings
 
 import numpy as np
 import pytest
@@ -13,32 +12,8 @@ from hemlp.serving import Client, ModelService, ServerError
 from hemlp.serving.client import ServerUnavailableError
 from hemlp.runtime.artifacts import EncryptedBatch
 from hemlp.serving.http import LocalServer
-
-
-def _compile(seed, classes=3):
-    import torch
-
-    torch.manual_seed(seed)
-    m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, classes)).eval()
-    x = np.random.default_rng(seed).normal(size=(300, 16))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return hemlp.compile(m, x[:1], calibration=x, batch_size=4, allow_insecure=True, preset="test-N12-d18"), x
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    pytest.importorskip("torch")
-    d = tmp_path_factory.mktemp("serve")
-    cm, x = _compile(0)
-    cm.save(d / "server")
-    cm.save(d / "client", client=True)
-    other, _ = _compile(1, classes=4)
-    return cm, x, d, other
-
-
-def _service(d, **kw):
-    return ModelService(d / "server", allow_insecure=True, **kw)
+from tests.serving.conftest import free_port
+from tests.serving.conftest import make_service as _service
 
 
 def test_round_trip_equals_an_in_process_run(served):
@@ -147,56 +122,45 @@ def test_client_refuses_a_server_of_another_model(served):
             Client(srv.url, d / "client", allow_insecure=True)
 
 
-def test_ray_serve_two_replicas_share_one_key_upload(served):
-    pytest.importorskip("ray.serve")
+def test_ray_serve_two_replicas_share_one_key_upload(served, ray_serve_url):
     import ray
-    from ray import serve as ray_serve
-
-    from hemlp.serving.ray_serve import serve
 
     cm, x, d, _ = served
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        url = serve(d / "server", port=port, replicas=2, allow_insecure=True, blocking=False)
-        client = Client(url, d / "client", allow_insecure=True)
-        for i in range(6):          # requests spread over both replicas; the keys were uploaded once
-            y = client.infer(x[4 * i: 4 * i + 4])
-            assert np.max(np.abs(y - cm.simulate(x[4 * i: 4 * i + 4]))) < 2.0 ** -16
-        with pytest.raises(ServerError) as e:
-            client._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")
-        assert e.value.status == 404 and e.value.name == "UnknownKey"
-        # a replica killed while requests run: each request is answered correctly (retried) or fails with a typed
-        # error, never with a wrong result
-        import threading
+    url = ray_serve_url
+    client = Client(url, d / "client", allow_insecure=True)
+    for i in range(6):          # requests spread over both replicas; the keys were uploaded once
+        y = client.infer(x[4 * i: 4 * i + 4])
+        assert np.max(np.abs(y - cm.simulate(x[4 * i: 4 * i + 4]))) < 2.0 ** -16
+    with pytest.raises(ServerError) as e:
+        client._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")
+    assert e.value.status == 404 and e.value.name == "UnknownKey"
+    # a replica killed while requests run: each request is answered correctly (retried) or fails with a typed
+    # error, never with a wrong result
+    import threading
 
-        replicas = [a for a in ray.util.list_named_actors(all_namespaces=True) if "HemlpModel" in a["name"]]
-        assert len(replicas) == 2
-        results, errors = [], []
+    replicas = [a for a in ray.util.list_named_actors(all_namespaces=True) if "HemlpModel" in a["name"]]
+    assert len(replicas) == 2
+    results, errors = [], []
 
-        def requests():
-            for i in range(8):
-                try:
-                    results.append((i, client.infer(x[4 * i: 4 * i + 4])))
-                except hemlp.errors.HemlpError as exc:
-                    errors.append(exc)
+    def requests():
+        for i in range(8):
+            try:
+                results.append((i, client.infer(x[4 * i: 4 * i + 4])))
+            except hemlp.errors.HemlpError as exc:
+                errors.append(exc)
 
-        t = threading.Thread(target=requests)
-        t.start()
-        ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
-        t.join(timeout=600)
-        assert not t.is_alive() and len(results) + len(errors) == 8 and len(results) >= 6, errors
-        for i, y in results:
-            assert np.max(np.abs(y - cm.simulate(x[4 * i: 4 * i + 4]))) < 2.0 ** -16
-    finally:
-        ray_serve.shutdown()
-        ray.shutdown()
+    t = threading.Thread(target=requests)
+    t.start()
+    ray.kill(ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"]), no_restart=True)
+    t.join(timeout=600)
+    assert not t.is_alive() and len(results) + len(errors) == 8 and len(results) >= 6, errors
+    for i, y in results:
+        assert np.max(np.abs(y - cm.simulate(x[4 * i: 4 * i + 4]))) < 2.0 ** -16
 
 
 def test_cli_serve_and_infer(served, tmp_path):
-    """`hemlp serve --no-ray` in one process, `hemlp infer --url` in another: the decrypted outputs as in-process."""
+    """`hemlp serve --no-ray` in one process, `hemlp infer --url` in another (more samples than the batch size: jobs):
+    the decrypted outputs as in-process."""
     import os
     import subprocess
     import sys
@@ -207,9 +171,7 @@ def test_cli_serve_and_infer(served, tmp_path):
     cm, x, d, _ = served
     repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "hemlp.apps.cli", "serve", "--no-ray", "--insecure", "--port",
                                str(port), str(d / "server")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -221,15 +183,15 @@ def test_cli_serve_and_infer(served, tmp_path):
             except OSError:
                 assert server.poll() is None, server.stderr.read().decode()
                 time.sleep(0.1)
-        np.save(tmp_path / "x.npy", x[:4])
+        np.save(tmp_path / "x.npy", x[:10])      # 10 samples, batch size 4: three jobs (hemlp infer's progress)
         r = subprocess.run([sys.executable, "-m", "hemlp.apps.cli", "infer", "--insecure", "--json", "--url", url,
                             str(d / "client"), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy")],
                            env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)
-        assert out["command"] == "infer" and out["shape"] == [4, 3]
+        assert out["command"] == "infer" and out["shape"] == [10, 3]
         y = np.load(tmp_path / "y.npy")
-        assert np.max(np.abs(y - cm.simulate(x[:4]))) < 2.0 ** -10    # standard decryption noise in a fresh process
+        assert np.max(np.abs(y - cm.simulate(x[:10]))) < 2.0 ** -10   # standard decryption noise in a fresh process
         r = subprocess.run([sys.executable, "-m", "hemlp.apps.cli", "infer", "--insecure", "--url",
                             "http://127.0.0.1:1", str(d / "client"), "-i", str(tmp_path / "x.npy"), "-o",
                             str(tmp_path / "z.npy")], env=env, capture_output=True, text=True, timeout=300)
