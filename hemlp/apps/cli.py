@@ -353,7 +353,8 @@ def cmd_serve(args, ui: UI):
 
         with ui.step("load and prepare the model"):
             service = ModelService(path, args.insecure, args.max_body_bytes, args.max_keys,
-                                   max_queued_jobs=args.max_queued_jobs, max_finished_jobs=args.max_finished_jobs)
+                                   max_queued_jobs=args.max_queued_jobs, max_finished_jobs=args.max_finished_jobs,
+                                   threads=args.threads)
         srv = LocalServer(service, args.host, args.port)
         ui.finish([f"serving {path} (model {service.model.model_id}) at {srv.url}/v1/ (no Ray; Ctrl-C stops)"])
         try:
@@ -366,7 +367,7 @@ def cmd_serve(args, ui: UI):
     with ui.step(f"deploy on Ray Serve ({args.replicas} replica(s))"):
         url = serve(path, args.host, args.port, args.replicas, args.address, args.insecure, args.max_body_bytes,
                     args.max_keys, blocking=False, max_queued_jobs=args.max_queued_jobs,
-                    max_finished_jobs=args.max_finished_jobs)
+                    max_finished_jobs=args.max_finished_jobs, threads=args.threads)
     ui.finish([f"serving {path} at {url}/v1/ on Ray Serve (Ctrl-C stops)"])
     try:
         while True:
@@ -622,6 +623,9 @@ def parser() -> argparse.ArgumentParser:
                    help="jobs (POST /v1/jobs) waiting at once; beyond, 503 Busy (default 32)")
     p.add_argument("--max-finished-jobs", type=int, default=128,
                    help="finished jobs kept with their unfetched results, oldest out first (default 128)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="native threads per evaluation (default: --no-ray every core; Ray Serve 1 per replica, each "
+                        "replica holding that many CPUs)")
     common(p, output=False)
     p.set_defaults(fn=cmd_serve)
 

@@ -52,7 +52,7 @@ class Client:
     when the server no longer holds them (evicted, or a restarted key store). A submission to a full job queue (503
     Busy) is retried with backoff for up to ``timeout`` seconds."""
 
-    def __init__(self, url: str, model, allow_insecure: bool = False, timeout: float = 600.0):
+    def __init__(self, url: str, model, allow_insecure: bool = False, timeout: float = 600.0, keys=None):
         import hemlp
 
         self.url = url.rstrip("/")
@@ -62,7 +62,8 @@ class Client:
         if meta["model_id"] != self.model.model_id:
             raise KeyMismatchError(f"the server at {self.url} serves model {meta['model_id']}, this client holds "
                                    f"{self.model.model_id}: use the client artefact of the model it serves")
-        self.secret_key = self._eval_keys = None
+        # keys: (secret key, evaluation keys) of this model's keygen() to use (default: made on first use)
+        self.secret_key, self._eval_keys = keys if keys is not None else (None, None)
         self.key_id = None
         #: samples per request: the model's batch size (infer and infer_many split larger inputs into such batches)
         self.batch_size = max(1, min(self.model.capacity, self.model.batch_size))

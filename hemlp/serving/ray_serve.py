@@ -37,18 +37,18 @@ class ActorProxy:
         return lambda *args: ray.get(method.remote(*args))
 
 
-def _deployment(serve_mod, replicas: int):
+def _deployment(serve_mod, replicas: int, threads: int | None):
     from starlette.requests import Request
     from starlette.responses import Response
 
-    @serve_mod.deployment(num_replicas=int(replicas), ray_actor_options={"num_cpus": 1},
+    @serve_mod.deployment(num_replicas=int(replicas), ray_actor_options={"num_cpus": threads or 1},
                           max_ongoing_requests=MAX_ONGOING_REQUESTS)
     class HemlpModel:
         def __init__(self, model_dir: str, allow_insecure: bool, max_body_bytes: int, max_keys: int, keys, jobs):
             from hemlp.serving.service import ModelService
 
             self.service = ModelService(model_dir, allow_insecure, max_body_bytes, max_keys, ActorProxy(keys),
-                                        ActorProxy(jobs))
+                                        ActorProxy(jobs), threads=threads)
             self.service.start_jobs()           # this replica takes queued jobs, whichever replica received them
 
         async def __call__(self, request: Request) -> Response:
@@ -81,9 +81,10 @@ def _deployment(serve_mod, replicas: int):
 def serve(model_dir, host: str = "127.0.0.1", port: int = 8000, replicas: int = 1, address: str | None = None,
           allow_insecure: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_keys: int = DEFAULT_MAX_KEYS,
           blocking: bool = True, max_queued_jobs: int = DEFAULT_MAX_QUEUED_JOBS,
-          max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS) -> str:
+          max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS, threads: int | None = None) -> str:
     """Deploy the model on Ray Serve at http://host:port/ and return that URL (blocking=True: serve until
-    interrupted). The model directory must be readable by every node (a shared path on a cluster)."""
+    interrupted). The model directory must be readable by every node (a shared path on a cluster). threads: native
+    threads per evaluation, each replica holding that many CPUs (None: 1, Ray's count for a 1-CPU actor)."""
     from pathlib import Path
 
     from hemlp.runtime.ray.session import import_ray
@@ -104,8 +105,8 @@ def serve(model_dir, host: str = "127.0.0.1", port: int = 8000, replicas: int = 
     jobs = ray.remote(num_cpus=0, max_concurrency=JOB_STORE_CONCURRENCY)(MemoryJobStore).remote(
         max_queued_jobs, max_finished_jobs, DEFAULT_LEASE_S)
     serve_mod.start(http_options={"host": host, "port": int(port)})
-    app = _deployment(serve_mod, replicas).bind(str(Path(model_dir).resolve()), bool(allow_insecure),
-                                                int(max_body_bytes), int(max_keys), keys, jobs)
+    app = _deployment(serve_mod, replicas, threads).bind(str(Path(model_dir).resolve()), bool(allow_insecure),
+                                                         int(max_body_bytes), int(max_keys), keys, jobs)
     serve_mod.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{host}:{int(port)}"
     if blocking:

@@ -107,11 +107,15 @@ class ModelService:
     """One compiled model served over the API above. ``key_store``: where uploaded keys live (default: this
     process; hemlp.serving.ray_serve shares one store among replicas); ``job_store``: where jobs wait and finish
     (default: a MemoryJobStore of ``max_queued_jobs`` / ``max_finished_jobs`` in this process; Ray Serve shares one).
-    The job worker thread starts with the first job (or ``start_jobs()``); ``close()`` stops it."""
+    The job worker thread starts with the first job (or ``start_jobs()``); ``close()`` stops it. ``threads``: native
+    threads per evaluation (None: the native default of the thread that evaluates: every core, or a Ray actor's
+    CPUs; the count is per OS thread, so set_num_threads in the thread that built the service does not reach the
+    server's request and job threads)."""
 
     def __init__(self, model_dir, allow_insecure: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  max_keys: int = DEFAULT_MAX_KEYS, key_store=None, job_store=None,
-                 max_queued_jobs: int = DEFAULT_MAX_QUEUED_JOBS, max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS):
+                 max_queued_jobs: int = DEFAULT_MAX_QUEUED_JOBS, max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS,
+                 threads: int | None = None):
         import hemlp
 
         self.model_dir = Path(model_dir)
@@ -121,6 +125,7 @@ class ModelService:
                                       "(compiled.save(dir) without client=True)")
         self.model.prepare(verbose=False)                     # encode the weights once, for every request
         self.max_body_bytes, self.max_keys = int(max_body_bytes), int(max_keys)
+        self.threads = None if threads is None else int(threads)
         self.key_store = key_store if key_store is not None else MemoryKeyStore(max_keys)
         self.jobs = job_store if job_store is not None else MemoryJobStore(max_queued_jobs, max_finished_jobs)
         self._loaded = MemoryKeyStore(max_keys)               # key id -> EvalKeys, this process's cache
@@ -183,7 +188,7 @@ class ModelService:
         return dict(model_id=m.model_id, input_shape=list(m.input_shape), output_shape=list(m.output_shape),
                     batch_size=m.batch_size, preset=m.preset, security=info.get("security"), layout=m.layout,
                     N=info.get("N"), max_body_bytes=self.max_body_bytes, jobs=self.jobs.limits(),
-                    native_threads=get_num_threads(),
+                    native_threads=self.threads if self.threads is not None else get_num_threads(),
                     expected_bytes=None if r is None else dict(eval_keys=r.eval_key_bytes, upload=r.upload_bytes,
                                                                download=r.download_bytes))
 
@@ -250,7 +255,7 @@ class ModelService:
     def _infer(self, query, body):
         _, keys, ct = self._request(query, body)
         with self.eval_lock:
-            out = self.model.run(ct, keys)
+            out = self.model.run(ct, keys, threads=self.threads)
         return 200, "application/octet-stream", out.to_bytes()
 
     # ---- jobs (hemlp.serving.jobs)
@@ -302,6 +307,6 @@ class ModelService:
             keys = self._keys(key_id)
             ct = EncryptedBatch.from_bytes(body, self.model)
             with self.eval_lock:
-                return self.model.run(ct, keys).to_bytes(), None
+                return self.model.run(ct, keys, threads=self.threads).to_bytes(), None
         except Exception as e:  # noqa: BLE001 - a job's failure is its answer, the worker carries on
             return None, error_answer(e)

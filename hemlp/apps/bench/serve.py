@@ -1,14 +1,20 @@
 """Serving overhead and throughput of ``hemlp serve`` on loopback.
 
-    python -m hemlp.bench serve [--ray --replicas 2] [--clients 1,4,16] [--json bench/serve_N14.json]
+    python -m hemlp.bench serve [--clients 1,4,16] [--ray-replicas 1,2] [--json bench/serve_N14.json]
 
 The demo's MLP (hemlp.models "mlp", 784 inputs, 10 classes, seeded weights; the serving path does not depend on the
-weights) compiled for batch size 1 at the default 128-bit preset, served from a fresh server (the standard library's
-threading server, or Ray Serve with ``--ray``). Each client process-thread keygens and uploads its evaluation keys
-once, then sends ``--requests`` encrypted single-image requests back to back. Reported per concurrency level:
-requests per second over the whole level, and the p50 / p99 latency of one request as the client sees it (encrypt,
-send, evaluate, receive, decrypt). Beside them, the same request in process (encrypt, run, decrypt, no HTTP): the
-serving overhead is p50 over-the-wire latency / in-process latency - 1.
+weights) compiled for batch size 1 at the default 128-bit preset, served from a fresh server: the standard library's
+threading server, then Ray Serve with each ``--ray-replicas`` count. Each client (a thread of this process) keygens
+and uploads its evaluation keys once, untimed, then sends single-image requests back to back, through both APIs:
+``infer`` (POST /v1/infer) and ``jobs`` (POST /v1/jobs, then a long poll of the result). A level of n clients sends
+``--requests`` requests per client, at most ``--level-requests`` in all (16 clients: 2 each). Reported per level:
+requests per second over the level, and the p50 / p99 latency of one request as the client sees it (encrypt, send,
+evaluate, receive, decrypt).
+
+The baseline is the same request in process (encrypt, run, decrypt; no HTTP), ``--local-block`` of them before each
+level and after the last, so that the machine's noise (other processes, clock changes) reaches both alike. The serving
+overhead of a level is a ratio: its p50 over the in-process p50 and its p99 over the in-process p99 (with several
+clients it includes the queueing behind the other clients' requests: one process evaluates one request at a time).
 """
 from __future__ import annotations
 
@@ -23,14 +29,21 @@ import numpy as np
 
 from hemlp.apps.bench import report
 
-HELP = "hemlp serve on loopback: requests/s and p50/p99 latency at several concurrent clients, overhead vs in-process"
+HELP = ("hemlp serve on loopback (threading server, Ray Serve replicas): requests/s and p50/p99 latency at 1..16 "
+        "clients, through /v1/infer and jobs, as a ratio to the same request in process")
 
 
 def add_arguments(p) -> None:
     p.add_argument("--clients", default="1,4,16", help="comma-separated concurrent client counts")
     p.add_argument("--requests", type=int, default=8, help="requests per client at each level")
-    p.add_argument("--ray", action="store_true", help="serve on Ray Serve (default: the threading server)")
-    p.add_argument("--replicas", type=int, default=1, help="Ray Serve replicas (--ray)")
+    p.add_argument("--level-requests", type=int, default=32,
+                   help="requests of one level at most (per client: at least 2)")
+    p.add_argument("--apis", default="infer,jobs", help="the APIs measured: infer (POST /v1/infer), jobs")
+    p.add_argument("--ray-replicas", default="",
+                   help="comma-separated Ray Serve replica counts to measure after the threading server (e.g. 1,2)")
+    p.add_argument("--local-block", type=int, default=2, help="in-process requests before each level and at the end")
+    p.add_argument("--threads", type=int, default=1,
+                   help="native threads per evaluation: in process, in the threading server and in each replica")
     p.add_argument("--preset", default=None, help="CKKS preset (default: the compiler's 128-bit choice)")
     p.add_argument("--json", default=None)
 
@@ -46,7 +59,7 @@ def _model(preset):
     x = np.random.default_rng(0).uniform(0, 1, (256, 1, 28, 28))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        kw = dict(preset=preset) if preset else {}
+        kw = dict(preset=preset, allow_insecure=preset.startswith("test-")) if preset else {}
         return hemlp.compile(model, x[:1], calibration=x, batch_size=1, **kw), x
 
 
@@ -55,79 +68,171 @@ def _percentile(v, q):
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
 
 
-def main(args) -> int:
-    import hemlp
-    from hemlp.serving import Client, ModelService
-    from hemlp.serving.http import LocalServer
+def _ints(text: str) -> list[int]:
+    return [int(c) for c in text.split(",") if c.strip()]
 
-    hemlp.set_num_threads(1)
-    cm, x = _model(args.preset)
-    d = Path(tempfile.mkdtemp(prefix="hemlp-serve-bench-"))
-    cm.save(d / "server")
-    cm.save(d / "client", client=True)
-    # in process: the same request without HTTP
-    sk, ek = cm.keygen()
-    local = []
-    for i in range(max(5, args.requests)):
-        t0 = time.perf_counter()
-        cm.decrypt(cm.run(cm.encrypt(x[i:i + 1], sk), ek), sk)
-        local.append(time.perf_counter() - t0)
-    srv, url = None, None
-    if args.ray:
-        import ray
 
-        from hemlp.serving.ray_serve import serve
+class _Server:
+    """One server under test: the threading server in this process, or Ray Serve with ``replicas`` replicas."""
 
-        ray.init(include_dashboard=False, log_to_driver=False)
-        url = serve(d / "server", port=8765, replicas=args.replicas, blocking=False)
-    else:
-        srv = LocalServer(ModelService(d / "server"), port=0).start()
-        url = srv.url
-    rows = []
-    try:
-        for n in [int(c) for c in args.clients.split(",")]:
-            clients = [Client(url, d / "client") for _ in range(n)]
-            for c in clients:                              # keygen and key upload once per client, not timed
-                c.connect()
-            lat: list = []
-            lock = threading.Lock()
+    def __init__(self, kind: str, replicas: int, model_dir: Path, max_keys: int, insecure: bool, threads: int):
+        self.kind, self.replicas = kind, replicas
+        if kind == "threading":
+            from hemlp.serving import ModelService
+            from hemlp.serving.http import LocalServer
 
-            def work(c, k):
-                for j in range(args.requests):
-                    t0 = time.perf_counter()
-                    c.infer(x[(k + j) % len(x):(k + j) % len(x) + 1])
-                    with lock:
-                        lat.append(time.perf_counter() - t0)
+            self.service = ModelService(model_dir, insecure, max_keys=max_keys, threads=threads)
+            self.srv = LocalServer(self.service, port=0).start()
+            self.url = self.srv.url
+        else:
+            import socket
 
-            threads = [threading.Thread(target=work, args=(c, k)) for k, c in enumerate(clients)]
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - t0
-            rows.append(dict(clients=n, requests=len(lat), requests_per_second=len(lat) / wall,
-                             p50_s=_percentile(lat, 0.5), p99_s=_percentile(lat, 0.99),
-                             overhead_p50=_percentile(lat, 0.5) / statistics.median(local) - 1.0))
-            print(rows[-1], flush=True)
-    finally:
-        if srv is not None:
-            srv.close()
-        if args.ray:
+            import ray
+
+            from hemlp.serving.ray_serve import serve
+
+            if not ray.is_initialized():
+                ray.init(include_dashboard=False, log_to_driver=False)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            self.url = serve(model_dir, port=port, replicas=replicas, allow_insecure=insecure, max_keys=max_keys,
+                             blocking=False, threads=threads)
+
+    def close(self) -> None:
+        if self.kind == "threading":
+            self.srv.close()
+            self.service.close()
+        else:
             from ray import serve as ray_serve
 
             ray_serve.shutdown()
+
+
+def _level(clients, api: str, per_client: int, x) -> tuple[list, float]:
+    """Latencies of every request of one level, and its wall-clock seconds."""
+    lat: list = []
+    lock = threading.Lock()
+
+    def work(c, k):
+        for j in range(per_client):
+            i = (k * per_client + j) % len(x)
+            t0 = time.perf_counter()
+            if api == "infer":
+                c.infer(x[i:i + 1])
+            else:
+                c.result(c.submit(x[i:i + 1]))
+            with lock:
+                lat.append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=work, args=(c, k)) for k, c in enumerate(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return lat, time.perf_counter() - t0
+
+
+def main(args) -> int:
+    import hemlp
+    from hemlp.serving import Client
+
+    busy = report.busy_warning()
+    hemlp.set_num_threads(args.threads)
+    cm, x = _model(args.preset)
+    insecure = cm.plan.info["security"] == "INSECURE"
+    d = Path(tempfile.mkdtemp(prefix="hemlp-serve-bench-"))
+    cm.save(d / "server")
+    cm.save(d / "client", client=True)
+    levels = _ints(args.clients)
+    apis = [a for a in args.apis.split(",") if a]
+    if not set(apis) <= {"infer", "jobs"}:
+        raise SystemExit(f"--apis: infer and/or jobs, got {args.apis!r}")
+    servers = [("threading", 1)] + [("ray-serve", r) for r in _ints(args.ray_replicas)]
+    # one key pair per client identity, made once (untimed) and uploaded to each server
+    client_model = hemlp.load(d / "client", allow_insecure=insecure)
+    t0 = time.perf_counter()
+    keys = [client_model.keygen(verbose=False) for _ in range(max(levels))]
+    keygen_s = (time.perf_counter() - t0) / len(keys)
+    sk, ek = keys[0]
+    local: list = []
+
+    def local_block():
+        block = []
+        for i in range(args.local_block):
+            t0 = time.perf_counter()
+            cm.decrypt(cm.run(cm.encrypt(x[i:i + 1], sk), ek), sk)
+            block.append(time.perf_counter() - t0)
+        local.extend(block)
+        return block
+
+    local_block()                           # warm: the first in-process request encodes the weights
+    local.clear()
+    results = []
+    try:
+        for kind, replicas in servers:
+            server = _Server(kind, replicas, d / "server", max(16, 2 * max(levels)), insecure, args.threads)
+            try:
+                clients = [Client(server.url, client_model, allow_insecure=insecure, keys=k) for k in keys]
+                for c in clients:
+                    c.connect()             # key upload, untimed
+                # warm, untimed: a serving process loads a client's keys on its first request from that client
+                _level(clients, "infer", 2, x)
+                rows = []
+                for api in apis:
+                    for n in levels:
+                        before = local_block()
+                        per_client = max(2, min(args.requests, args.level_requests // n))
+                        lat, wall = _level(clients[:n], api, per_client, x)
+                        rows.append(dict(api=api, clients=n, requests=len(lat), requests_per_second=len(lat) / wall,
+                                         p50_s=_percentile(lat, 0.5), p99_s=_percentile(lat, 0.99),
+                                         samples=lat, in_process_before_s=before))
+                        print(kind, replicas, {k: v for k, v in rows[-1].items() if not isinstance(v, list)},
+                              flush=True)
+                native = clients[0].describe().get("native_threads")
+            finally:
+                server.close()
+            results.append(dict(server=kind, replicas=replicas, server_native_threads=native, rows=rows))
+        local_block()
+    finally:
+        if any(kind == "ray-serve" for kind, _ in servers):
+            import ray
+
             ray.shutdown()
-    report.table(["clients", "requests", "req/s", "p50 ms", "p99 ms", "overhead (p50)"],
-                 [[r["clients"], r["requests"], f"{r['requests_per_second']:.2f}", f"{r['p50_s'] * 1e3:.0f}",
-                   f"{r['p99_s'] * 1e3:.0f}", f"{r['overhead_p50']:+.0%}"] for r in rows],
-                 title=f"hemlp serve ({'Ray Serve, %d replica(s)' % args.replicas if args.ray else 'threading server'}, "
-                       f"{cm.preset}, {cm.plan.info['security']}, loopback)")
-    payload = dict(measured=True, server="ray-serve" if args.ray else "threading", replicas=args.replicas if args.ray
-                   else 1, preset=cm.preset, security=cm.plan.info["security"], layout=cm.layout, batch_size=1,
-                   native_threads=1, in_process_median_s=statistics.median(local), in_process_samples=local, rows=rows,
-                   note="latency: encrypt + send + evaluate + receive + decrypt as the client sees it, loopback, "
-                        "clients as threads of one process; the server evaluates one request at a time per process")
-    if args.json:
-        report.save_json(args.json, "serve", payload, machine=report.machine_info())
+    p50, p99 = _percentile(local, 0.5), _percentile(local, 0.99)
+    for s in results:
+        for r in s["rows"]:
+            r["overhead_p50"], r["overhead_p99"] = r["p50_s"] / p50, r["p99_s"] / p99
+    payload = dict(
+        measured=True, command="python -m hemlp.bench serve " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, "") and k != "json"),
+        preset=cm.preset, security=cm.plan.info["security"], layout=cm.layout, batch_size=1,
+        native_threads=args.threads,
+        keygen_s=keygen_s, eval_key_bytes=len(ek.to_bytes(cm.context)),
+        in_process=dict(requests=len(local), median_s=statistics.median(local), p50_s=p50, p99_s=p99, samples=local),
+        servers=results, notes=[
+            "latency: encrypt + send + evaluate + receive + decrypt as the client sees it, loopback; clients are "
+            "threads of the benchmark process, so their encryption and decryption share the machine's cores with "
+            "the servers; a serving process evaluates one request at a time (threading server: this process; Ray "
+            "Serve: one per replica, each an actor of --threads CPUs), with --threads native threads",
+            "overhead_p50 / overhead_p99: the level's p50 / p99 over the in-process p50 / p99 (same request, no "
+            "HTTP), the in-process requests interleaved with the levels"])
+    report.publish(payload, "serve", args.json, report.machine_info(), busy, _print)
     return 0
+
+
+def _print(payload) -> None:
+    rows = []
+    for s in payload["servers"]:
+        name = "threading" if s["server"] == "threading" else f"Ray Serve x{s['replicas']}"
+        for r in s["rows"]:
+            rows.append([name, r["api"], r["clients"], r["requests"], f"{r['requests_per_second']:.2f}",
+                         f"{r['p50_s'] * 1e3:.0f}", f"{r['p99_s'] * 1e3:.0f}",
+                         f"{r['overhead_p50']:.2f}x / {r['overhead_p99']:.2f}x"])
+    ip = payload["in_process"]
+    report.table(["server", "api", "clients", "requests", "req/s", "p50 ms", "p99 ms", "vs in-process p50 / p99"],
+                 rows, title=f"hemlp serve ({payload['preset']}, {payload['security']}, loopback); in process: "
+                             f"p50 {ip['p50_s'] * 1e3:.0f} ms, p99 {ip['p99_s'] * 1e3:.0f} ms over {ip['requests']}")
+    for note in payload["notes"]:
+        print("note:", note)

@@ -1,0 +1,28 @@
+"""``python -m hemlp.bench serve`` end to end at the insecure test preset, threading server only, a few requests:
+the JSON holds every level of both APIs and the in-process baseline with its ratios."""
+import argparse
+import json
+
+import pytest
+
+
+def test_bench_serve_smoke(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from hemlp.apps.bench import serve
+
+    p = argparse.ArgumentParser()
+    serve.add_arguments(p)
+    out = tmp_path / "serve.json"
+    args = p.parse_args(["--preset", "test-N12-d18", "--clients", "1,2", "--requests", "2", "--level-requests", "2",
+                         "--local-block", "1", "--json", str(out)])
+    assert serve.main(args) == 0
+    doc = json.loads(out.read_text())
+    assert doc["subcommand"] == "serve" and doc["security"] == "INSECURE" and doc["measured"]
+    assert doc["in_process"]["requests"] == 5                  # one before each of the 4 levels, one at the end
+    (server,) = doc["servers"]
+    assert server["server"] == "threading" and server["server_native_threads"] == 1
+    assert [(r["api"], r["clients"], r["requests"]) for r in server["rows"]] == [
+        ("infer", 1, 2), ("infer", 2, 4), ("jobs", 1, 2), ("jobs", 2, 4)]
+    for r in server["rows"]:
+        assert r["p50_s"] <= r["p99_s"] and r["overhead_p50"] == pytest.approx(r["p50_s"] / doc["in_process"]["p50_s"])
+    assert "vs in-process" in capsys.readouterr().out
