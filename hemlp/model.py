@@ -92,6 +92,7 @@ from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
 from hemlp.runtime.local import range_report
 from hemlp.runtime.local import simulate as simulate_rows
+from hemlp.runtime.noise_analysis import STD_FACTOR, plan_noise_bound
 from hemlp.threads import set_num_threads
 
 __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
@@ -149,6 +150,8 @@ class Plan:
                 + (f" ({i['layout_reason']})" if i.get("layout_reason") else ""))
         if i.get("resources"):
             head += self.resources.lines(i["batch_size"])
+        if noise_line(i):
+            head.append(noise_line(i))
         if i.get("compile_seconds") is not None:
             search = (f" (activation search {fit['search_seconds']:.1f} s, {fit['trials']} choices tried)"
                       if fit and fit.get("search_seconds") is not None and fit.get("searched") else "")
@@ -202,22 +205,24 @@ class CompiledModel:
     def context(self) -> Context:
         if self._ctx is None:
             self._ctx = Context(self.params, allow_insecure=self.allow_insecure)
-            # standard-mode decryption noise: sigma = the plan's error bound (estimate_noise), not a ciphertext's
+            # standard-mode decryption noise: sigma = the plan's error bound, never anything a ciphertext carries
             self._ctx.noise_bound_log2 = self.noise_bound_log2
         return self._ctx
 
     @property
     def noise_bound_log2(self) -> float | None:
-        """log2 of the plan's bound t on the output ciphertexts' error (coefficient units), set by estimate_noise and
-        saved with the plan (both artefacts); None: decryption uses the fresh-encryption bound."""
+        """log2 of the plan's bound t on the output ciphertexts' error (coefficient units): compile's noise analysis
+        (hemlp.runtime.noise_analysis), or estimate_noise's measurement where larger; saved with the plan (both
+        artefacts). None (a layout whose error is not analysed): decryption uses the fresh-encryption bound."""
         v = self.plan.info.get("noise_bound_log2")
         return None if v is None else float(v)
 
     def estimate_noise(self, inputs, runs: int = 16, margin_bits: float = 1.0, seed: int = 0) -> float:
-        """The plan's output error bound t (returns log2 t), measured by simulated runs of the exact compiled
-        circuit under throwaway key pairs (never the client's keys), and stored with the plan so that decrypt()
-        adds noise of sigma = t (standard mode) and FloodSpec(bound_log2=t) floods with it
-        (docs/design/decryption.md §3).
+        """A measured check of the plan's output error bound: returns the log2 t decryption uses from now on, the
+        larger of this measurement and compile's noise analysis (hemlp.runtime.noise_analysis; a RuntimeWarning when
+        the measurement exceeds it), stored with the plan so that decrypt() adds noise of sigma = t (standard mode)
+        and FloodSpec(bound_log2=t) floods with it (docs/design/decryption.md §3). Measured by runs of the exact
+        compiled circuit under throwaway key pairs (never the client's keys).
 
         Inputs: the given samples plus worst cases of their domain (every feature at +max, at -max, alternating signs,
         then random sign patterns at +-max and, every third run, uniform draws), max = the largest |value| of `inputs`.
@@ -258,8 +263,17 @@ class CompiledModel:
                 d = (a - b) % q0
                 d = np.where(d > q0 // 2, d - q0, d)
                 peak = max(peak, int(np.max(np.abs(d))))
-        t_log2 = math.log2(max(peak, 1)) + float(margin_bits)
+        measured = math.log2(max(peak, 1)) + float(margin_bits)
+        nb = dict(self.plan.info.get("noise_bound") or {})
+        analysed = nb.get("log2_t") if nb.get("source", "analysis") == "analysis" else nb.get("analysis_log2_t")
+        if analysed is not None and measured > analysed:
+            warn_always(f"estimate_noise: the measured error bound 2^{measured:.2f} exceeds the plan's noise analysis "
+                        f"(2^{analysed:.2f}); decryption uses the measured one", RuntimeWarning, stacklevel=2)
+        t_log2 = measured if analysed is None else max(measured, analysed)
+        self.plan.info["noise_bound"] = dict(nb, source="measured" if t_log2 == measured else "analysis",
+                                             analysis_log2_t=analysed, measured_log2_t=measured, runs=int(runs))
         self.plan.info["noise_bound_log2"] = t_log2
+        self.plan.text = None          # the printed plan names the bound
         ctx.noise_bound_log2 = t_log2
         return t_log2
 
@@ -428,13 +442,15 @@ class CompiledModel:
 
     def decrypt(self, ct, sk, noise: str | None = None, flood: FloodSpec | None = None) -> np.ndarray:
         """The outputs (batch, *output_shape). noise (default the context's, "standard"): standard adds an integer
-        Gaussian of sigma = the plan's error bound t (estimate_noise; the fresh-encryption bound when the plan has
-        none); "flood" floods with FloodSpec(bound_log2=t) by default (LMSS: s = 30, one query), or `flood`;
+        Gaussian of sigma = the plan's error bound t (noise_bound_log2: compile's noise analysis; the
+        fresh-encryption bound when the layout has none); "flood" floods with FloodSpec(bound_log2=t) by default
+        (LMSS: s = 30, one query), or `flood`;
         "none" is for tests only."""
         if noise == "flood" and flood is None:
             if self.noise_bound_log2 is None:
-                raise ParameterError("noise='flood' needs the plan's error bound: run compiled.estimate_noise(inputs) "
-                                     "on the model owner's side first, or pass flood=FloodSpec(bound_log2=...)")
+                raise ParameterError(f"noise='flood' needs the plan's error bound, and layout {self.layout!r} has no "
+                                     "noise analysis: run compiled.estimate_noise(inputs) on the model owner's side "
+                                     "first, or pass flood=FloodSpec(bound_log2=...)")
             flood = FloodSpec(bound_log2=self.noise_bound_log2)
         with self.context.decrypt_settings(noise=noise, flood=flood):
             return self._decrypt(ct, sk)
@@ -562,6 +578,32 @@ class CompiledModel:
 # ---------------------------------------------------------------------------------------
 # compile
 # ---------------------------------------------------------------------------------------
+
+def fresh_noise_bound(params) -> int:
+    """The fresh-encryption bound of the native core (6 sigma of v·e + e0 + e1·s), what decryption uses without a
+    plan bound."""
+    sigma = float(params.native.spec.sigma)
+    return int(math.ceil(STD_FACTOR * sigma * math.sqrt(4.0 * params.N / 3.0 + 1.0)))
+
+
+def noise_line(info: dict) -> str | None:
+    """The plan's line on the standard decryption noise: its sigma, where it comes from and the bits per output
+    value it leaves (decrypt_noise_args' estimate over the slots); None for plans saved before it existed."""
+    fresh, scale = info.get("fresh_bound_log2"), info.get("log_scale")
+    if fresh is None or scale is None:
+        return None
+    nb = info.get("noise_bound") or {}
+    t = info.get("noise_bound_log2")
+    left = lambda lt: scale - lt - 0.5 * math.log2(info["slots"])     # noqa: E731
+    if t is None:
+        return (f"decryption noise: sigma = 2^{fresh:.1f}, the fresh-encryption bound (this layout's error is not "
+                "analysed: compiled.estimate_noise(inputs) measures a bound that follows the circuit), leaves ~"
+                f"{left(fresh):.1f} bits per output value")
+    how = ("measured by estimate_noise" if nb.get("source") == "measured" else
+           f"the plan's noise analysis: {STD_FACTOR:g} std of its worst output coefficient + {nb.get('margin_bits', 1):g} bit")
+    return (f"decryption noise: sigma = 2^{t:.1f} ({how}; fresh-encryption bound 2^{fresh:.1f}), leaves ~"
+            f"{left(t):.1f} bits per output value")
+
 
 def _frontend(model, x):
     """The IR graph of a torch module or an ONNX model (the frontends are imported only when used: torch and onnx
@@ -726,6 +768,13 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     plan_info["input_range"] = [float(np.min(calib)), float(np.max(calib))]
     plan_info.update(lay.plan_info())
     plan_info["resources"] = estimate_resources(lay).to_json()
+    # the decryption noise's sigma: the plan's own bound on its output error (the client artefact carries it)
+    noise = plan_noise_bound(lay, calib)
+    plan_info["fresh_bound_log2"] = math.log2(fresh_noise_bound(params))
+    plan_info["log_scale"] = float(params.log_scale)
+    if noise is not None:
+        plan_info["noise_bound_log2"] = noise.log2_t
+        plan_info["noise_bound"] = noise.to_json()
     plan_info["compile_seconds"] = time.perf_counter() - t_compile
     plan = Plan(g, steps, plan_info)
     store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items() if k in STORED_OPTIONS}

@@ -106,6 +106,14 @@ class Layout:
         """Entries this layout adds to the plan's info (saved with the model)."""
         return {}
 
+    def keyswitches(self) -> dict | None:
+        """Step name -> (1 if the step's input is rotated before its weights apply, rotations of partial sums after
+        them, rotate-and-sum steps of the result): the key switches and automorphism sums the plan's noise analysis
+        (hemlp.runtime.noise_analysis) adds to each linear step.
+        None: this layout's error is not analysed (its ciphertexts go through steps the lowered program does not
+        describe)."""
+        return None
+
     @staticmethod
     def plan_header(info: dict) -> list[str]:
         """The plan's header lines that describe the layout (from the saved info alone)."""

@@ -41,6 +41,9 @@ class Batch(Layout):
                 f"weights quantised to {info['weight_bits']} bits; eval keys: "
                 + ("relinearisation key only (no rotations)" if info["needs_relin"] else "none (linear model)")]
 
+    def keyswitches(self) -> dict:
+        return {}        # PCMMs and elementwise steps: no rotation
+
     def plan_info(self) -> dict:
         b = batch_bootstrap.summary(self.steps, self.params, self.batch_size)
         return {} if b is None else dict(bootstrap=b)

@@ -684,6 +684,13 @@ class Packed(Layout):
         return estimate_packed(self.program, self.steps, self.params) + (0.0 if b is None else b["boot_seconds"]) \
             + encode_seconds(self.uncached_diagonals(), self.params.N, 0) * self.program.groups
 
+    def keyswitches(self) -> dict:
+        out = {}
+        for t in self.program.steps:
+            if t.op == "matvec":
+                out[t.src.out] = (1 if any(g for g in t.baby) else 0, len([h for h in t.giant if h]), len(t.reduce))
+        return out
+
     def plan_info(self) -> dict:
         prog = self.program
         info = dict(packed=prog.describe(), rotation_keys=len(prog.rotations()), counts=prog.counts())

@@ -26,7 +26,10 @@ def test_options_object_and_keywords_give_the_same_plan():
     a = hemlp.compile(SmallCNN(), X, options=CompileOptions(allow_insecure=True, activation_degree=7))
     b = hemlp.compile(SmallCNN(), X, allow_insecure=True, activation_degree=7)
     c = hemlp.compile(SmallCNN(), X, options=CompileOptions(allow_insecure=True), activation_degree=7)
-    assert str(a.plan) == str(b.plan) == str(c.plan)
+    def plan(m):      # the compile time differs from run to run (the first compile also warms caches)
+        return "\n".join(line for line in str(m.plan).splitlines() if "compiled in" not in line)
+
+    assert plan(a) == plan(b) == plan(c)
     assert hemlp.CompileOptions is CompileOptions
 
 
