@@ -599,8 +599,9 @@ def noise_line(info: dict) -> str | None:
         return (f"decryption noise: sigma = 2^{fresh:.1f}, the fresh-encryption bound (this layout's error is not "
                 "analysed: compiled.estimate_noise(inputs) measures a bound that follows the circuit), leaves ~"
                 f"{left(fresh):.1f} bits per output value")
+    margin = nb.get("margin_bits", 1)
     how = ("measured by estimate_noise" if nb.get("source") == "measured" else
-           f"the plan's noise analysis: {STD_FACTOR:g} std of its worst output coefficient + {nb.get('margin_bits', 1):g} bit")
+           f"the plan's noise analysis: {STD_FACTOR:g} std of its worst output coefficient + {margin:g} bit")
     return (f"decryption noise: sigma = 2^{t:.1f} ({how}; fresh-encryption bound 2^{fresh:.1f}), leaves ~"
             f"{left(t):.1f} bits per output value")
 
