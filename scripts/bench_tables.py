@@ -410,13 +410,16 @@ def estimates(name: str, command: str) -> str:
 
 def decrypt_noise(name: str, command: str) -> str:
     d = load(name)
-    rows = [[r["ciphertext"], r["mode"], "-" if r["log2_sigma"] is None else f"{r['log2_sigma']:.1f}",
+    rows = [[r["ciphertext"], f"{r['bound_log2']:.1f}", r["mode"],
+             "-" if r["log2_sigma"] is None else f"{r['log2_sigma']:.1f}",
              "-" if r["est_bits_per_slot"] is None else f"{r['est_bits_per_slot']:.1f}",
              "exact" if r["measured_bits_max"] in ("inf", float("inf")) else f"{float(r['measured_bits_max']):.1f}",
              ms(r["decrypt"]["median_s"])] for r in d["results"]]
-    body = table(["ciphertext", "noise", "log2 σ", "bits per slot (std)", "bits (max error)", "decrypt (ms)"], rows) + \
-        f"\n\n{d['preset']}; flood: s = {d['flood']['stat_security']}, τ = {d['flood']['queries']}, bound " \
-        f"2^{d['flood']['bound_log2']:g}. Bits measure the decryption noise alone (against the exact decryption)."
+    sources = "; ".join(sorted({f"{r['ciphertext']}: {r['bound_source']}" for r in d["results"]}))
+    body = table(["ciphertext", "log2 t", "noise", "log2 σ", "bits per slot (std)", "bits (max error)",
+                  "decrypt (ms)"], rows) + \
+        f"\n\n{d['preset']}; flood: s = {d['flood']['stat_security']}, τ = {d['flood']['queries']}, bound t. " \
+        f"t per ciphertext: {sources}. Bits measure the decryption noise alone (against the exact decryption)."
     return section("Decryption noise (IND-CPA-D)", name, command, body, d)
 
 

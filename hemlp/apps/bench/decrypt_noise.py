@@ -1,10 +1,12 @@
 """Decryption noise (IND-CPA-D): the precision and time each mode costs, measured on real ciphertexts.
 
-For a preset: fresh encryptions of uniform [-1, 1] slots and the same after a chain of squarings (the
-depth-`--depth` circuit of the worked example in docs/design/decryption.md §3), decrypted with noise "none" (exact,
-tests only), "standard" (sigma = the fresh-encryption bound) and "flood" (LMSS, s = 30, tau = 1, bound 2^--bound-log2).
-Precision = -log2 max |dec - reference| over all slots (the reference is the noiseless decryption, so only
-the decryption noise is measured), time = median of decrypt calls.
+For a preset: a fresh encryption of uniform [-1, 1] slots, and the same slots through a compiled chain of `--depth`
+squarings (x -> x^2 -> ..., layout (A), every slot a sample: the worked example of docs/design/decryption.md §3),
+decrypted with noise "none" (exact, tests only), "standard" (sigma = t) and "flood" (LMSS, s = 30, tau = 1, bound t),
+where t is the bound of what is decrypted: the fresh-encryption bound for the fresh ciphertext, the compiled plan's
+own bound (compile's noise analysis) for the chain's output. Precision = -log2 max |dec - reference| over all slots
+(the reference is the noiseless decryption, so only the decryption noise is measured), time = median of decrypt
+calls.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import warnings
 import numpy as np
 
 from hemlp import fhe
+from hemlp.errors import LevelError
 from hemlp.apps.bench import measure
 from hemlp.apps.bench.report import fmt_ms, table, write_json
 
@@ -24,48 +27,72 @@ HELP = "precision and time of decryption with IND-CPA-D noise (none / standard /
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="N14-d6")
     p.add_argument("--depth", type=int, default=6, help="squarings before decryption (the deep row)")
-    p.add_argument("--bound-log2", type=float, default=10.0, help="flood mode's trusted error bound t (log2)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--allow-insecure", action="store_true")
     p.add_argument("--json", help="write the results here")
 
 
+def _chain(depth: int):
+    import torch
+
+    class Square(torch.nn.Module):
+        def forward(self, x):
+            return x * x
+
+    return torch.nn.Sequential(*[Square() for _ in range(depth)])
+
+
 def main(args) -> int:
+    import hemlp
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
         ctx = fhe.Context(args.preset, allow_insecure=args.allow_insecure, decrypt_noise="standard")
-    sk, pk = ctx.keygen()
-    rlk = ctx.relin_key(sk)
-    rng = np.random.default_rng(7)
-    x = rng.uniform(-1, 1, ctx.slots)
-    fresh = ctx.encrypt(x, pk)
-    deep = fresh
-    for _ in range(min(args.depth, ctx.max_level)):
-        deep = ctx.mul(deep, deep, relin_key=rlk, rescale=True)
-    flood = fhe.FloodSpec(bound_log2=args.bound_log2, stat_security=30, queries=1)
+        depth = min(args.depth, ctx.max_level)
+        rng = np.random.default_rng(7)
+        x = rng.uniform(-1, 1, ctx.slots)
+        while True:            # the deepest chain the preset holds (the first product may need a level more)
+            try:
+                cm = hemlp.compile(_chain(depth), x[:, None], batch_size=ctx.slots, preset=args.preset,
+                                   layout="batch", allow_insecure=args.allow_insecure)
+                break
+            except LevelError:
+                if depth == 1:
+                    raise
+                depth -= 1
+    cctx = cm.context
+    sk, ek = cm.keygen()
+    pk = cctx.wrap(fhe.PublicKey, cctx.native.public_key(sk.native))   # public-key inputs: the larger fresh error
+    fresh = cctx.encrypt(x, pk)
+    deep = cm.run(cm.encrypt(x[:, None], pk), ek).ctm.cts[0]
+    t_fresh = math.log2(ctx.native.fresh_noise_bound)
     rows, out = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fhe.UnsafeDecryptionWarning)
-        for label, ct in (("fresh", fresh), (f"after {min(args.depth, ctx.max_level)} squarings", deep)):
-            ref = ctx.decrypt(ct, sk, noise="none")
+        for label, c, ct, t_log2, source in (
+                ("fresh", cctx, fresh, t_fresh, "fresh-encryption bound"),
+                (f"after {depth} squarings", cctx, deep, cm.noise_bound_log2, "the compiled plan's noise analysis")):
+            flood = fhe.FloodSpec(bound_log2=t_log2, stat_security=30, queries=1)
+            ref = c.decrypt(ct, sk, noise="none")
             for mode in ("none", "standard", "flood"):
-                kw = dict(noise=mode, flood=flood if mode == "flood" else None)
-                y, info = ctx.decrypt(ct, sk, info=True, **kw)
+                kw = dict(noise=mode, bound_log2=t_log2 if mode == "standard" else None,
+                          flood=flood if mode == "flood" else None)
+                y, info = c.decrypt(ct, sk, info=True, **kw)
                 err = float(np.abs(y - ref).max())
                 bits = math.inf if err == 0 else -math.log2(err)
-                t = measure(lambda: ctx.decrypt(ct, sk, **kw), args.repeats)
-                rec = dict(ciphertext=label, level=ct.level, mode=mode, log2_sigma=info["log2_sigma"],
-                           est_bits_per_slot=info["est_bits"], measured_bits_max=bits,
+                t = measure(lambda: c.decrypt(ct, sk, **kw), args.repeats)
+                rec = dict(ciphertext=label, level=ct.level, mode=mode, bound_log2=t_log2, bound_source=source,
+                           log2_sigma=info["log2_sigma"], est_bits_per_slot=info["est_bits"], measured_bits_max=bits,
                            related_decryptions_budget=info["budget"], decrypt=t)
                 out.append(rec)
-                rows.append([label, mode, "-" if info["log2_sigma"] is None else f"{info['log2_sigma']:.1f}",
+                rows.append([label, f"{t_log2:.1f}", mode,
+                             "-" if info["log2_sigma"] is None else f"{info['log2_sigma']:.1f}",
                              "-" if info["est_bits"] is None else f"{info['est_bits']:.1f}",
                              "exact" if bits == math.inf else f"{bits:.1f}", fmt_ms(t["median_s"])])
-    table(["ciphertext", "noise", "log2 sigma", "est. bits (std)", "bits (max err)", "decrypt"], rows,
+    table(["ciphertext", "log2 t", "noise", "log2 sigma", "est. bits (std)", "bits (max err)", "decrypt"], rows,
           title=f"decryption noise, {args.preset} (N = 2^{ctx.params.log_n}, {ctx.slots} slots, "
                 f"scale 2^{ctx.params.log_scale:g})")
     if args.json:
-        write_json(args.json, "decrypt_noise", dict(preset=args.preset, depth=args.depth,
-                                                    flood=dict(bound_log2=args.bound_log2, stat_security=30,
-                                                               queries=1), results=out))
+        write_json(args.json, "decrypt_noise", dict(preset=args.preset, depth=depth, model="squaring chain",
+                                                    flood=dict(stat_security=30, queries=1), results=out))
     return 0
