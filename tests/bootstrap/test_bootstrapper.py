@@ -141,17 +141,23 @@ def test_pair_equals_two_single_bootstraps(env):
 
 
 def test_stc_scaling_gains_precision(env):
-    """EvalMod landing 2^8 above Δ·q0/Δ0' (default) against landing there directly (stc_log_scaling = 0)."""
+    """EvalMod landing 2^8 above Δ·q0/Δ0' (default) against landing there directly (stc_log_scaling = 0): the max
+    error over the slots, on 20 fresh encryptions. Measured over 2 key sets x 20 encryptions: direct 21.89 / 22.14 /
+    22.27 bits (min / median / max), scaled 22.46 / 22.79 / 22.99, gain per encryption 0.46 / 0.65 / 0.97, worst
+    case over 20 encryptions 0.57 and 0.75 bits better."""
     ctx, sk, pk, keys, boot = env
-    z = np.random.default_rng(17).uniform(-1, 1, ctx.slots) + 1j * np.random.default_rng(18).uniform(-1, 1, ctx.slots)
-    ct = ctx.encrypt(z, pk, level=1)
-    direct = Bootstrapper(ctx, keys, BootParams.for_context(ctx, stc_log_scaling=0)).bootstrap(ct)
-    assert direct.scale == 2.0 ** 40 and direct.level == 3
-    d0, d8 = ctx.decrypt(direct, sk) - z, ctx.decrypt(boot.bootstrap(ct), sk) - z
-    m0, m8 = -np.log2(np.mean(np.abs(d0))), -np.log2(np.mean(np.abs(d8)))
-    # mean error (the max over 2^11 slots varies with the keys: 22.1-22.2 -> 22.7-22.9, once a 0.38-bit gain):
-    # measured 23.76-23.81 -> 24.27-24.28 bits at N = 2^12 over five key sets
-    assert m8 >= m0 + 0.3, (m0, m8)
+    direct = Bootstrapper(ctx, keys, BootParams.for_context(ctx, stc_log_scaling=0))
+    b0, b8 = [], []
+    for i in range(20):
+        rng = np.random.default_rng(100 + i)
+        z = rng.uniform(-1, 1, ctx.slots) + 1j * rng.uniform(-1, 1, ctx.slots)
+        ct = ctx.encrypt(z, pk, level=1)
+        out = direct.bootstrap(ct)
+        assert out.scale == 2.0 ** 40 and out.level == 3
+        b0.append(bits(ctx.decrypt(out, sk), z))
+        b8.append(bits(ctx.decrypt(boot.bootstrap(ct), sk), z))
+    assert min(b8) >= min(b0) + 0.3, (b0, b8)
+    assert all(g >= 0.2 for g in np.subtract(b8, b0)), (b0, b8)
 
 
 def test_sparse_slots():
