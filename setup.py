@@ -66,7 +66,8 @@ setup(
     # also carries the C++ headers, the Makefile, docs, tests, examples and scripts (MANIFEST.in)
     # hemlp/bench holds only __main__.py (`python -m hemlp.bench`; the benchmarks are hemlp.apps.bench)
     packages=find_packages(include=["hemlp", "hemlp.*"]) + ["hemlp.bench"],
-    package_data={"hemlp.compiler": ["composite_sign.json"]},   # the composite sign polynomials, fitted once
+    package_data={"hemlp.compiler": ["composite_sign.json"],   # the composite sign polynomials, fitted once
+                  "hemlp.planner": ["cost_tables/*.json"]},    # the planner's cost tables (scripts/cost_tables.py)
     ext_modules=ext_modules,
     cmdclass={"build_ext": build_ext},
     python_requires=">=3.10",

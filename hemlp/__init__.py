@@ -40,4 +40,6 @@ def __getattr__(name):  # lazy subpackages: hemlp.fhe, hemlp.pcmm, ... (they loa
         return importlib.import_module("hemlp.compile_options").CompileOptions
     if name == "Client":                # the client of `hemlp serve`
         return importlib.import_module("hemlp.serving.client").Client
+    if name == "calibrate":             # `hemlp calibrate`: this machine's cost profile for the planner
+        return importlib.import_module("hemlp.apps.calibrate").calibrate
     raise AttributeError(f"module 'hemlp' has no attribute {name!r}")

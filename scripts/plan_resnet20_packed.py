@@ -23,7 +23,6 @@ import hemlp
 from hemlp.bootstrap import BootParams
 from hemlp.bootstrap.keys import rotation_levels
 from hemlp.planner.bootstrap_lowering import batch_ratios
-from hemlp.planner.bootstrap_placement import BOOT_BENCH_DIR
 
 
 class Block(torch.nn.Module):
@@ -89,7 +88,7 @@ def main():
             layers.append(dict(name=s.out, layout=s.layout.describe(), pt_mul=c["pt_mul"],
                                rot_hoisted=c["rot_hoisted"], rot=c["rot"], g1=s.g1, level_in=s.src.level_in))
     res = info["resources"]
-    _, keys, _, src = batch_ratios(a.preset, cm.context.params.N, BOOT_BENCH_DIR)
+    _, keys, _, src = batch_ratios(a.preset, cm.context.params.N)
     boot_keys = keys.get("single")
     ctx, P = cm.context, cm.context.params
 

@@ -7,6 +7,9 @@ import pytest
 # The test processes share the cores with each other and with other jobs: sleeping OpenMP waiters (see
 # hemlp.apps.cli.main). Set before any test loads the native core.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Plans do not depend on the machine the suite runs on: the planner prices them with the packaged avx512 table (what
+# the checkout's bench/*.json measured; hemlp.planner.cost_model), subprocesses included, unless a test sets another.
+os.environ.setdefault("HEMLP_COST_PROFILE", "packaged:avx512")
 
 
 def bits(err) -> float:

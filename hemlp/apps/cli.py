@@ -10,6 +10,7 @@
     hemlp serve mnist.hemlp --port 8000               # server: an HTTP endpoint on Ray Serve (--no-ray: without)
     hemlp infer --url http://host:8000 mnist-client.hemlp -i x.npy -o y.npy   # client: keygen, encrypt, send, decrypt
     hemlp demo                                        # train → compile → encrypted inference on MNIST digits
+    hemlp calibrate                                   # measure this machine's costs for the planner
 
 Every command refuses to overwrite an existing output unless ``--force``; ``--json`` prints one
 JSON object on stdout for programs (progress and messages go to stderr; ``--quiet`` silences them).
@@ -406,6 +407,20 @@ def cmd_bench(args, ui: UI):
     return subprocess.call(cmd)
 
 
+def cmd_calibrate(args, ui: UI):
+    """Measure this machine's unit costs, bootstrap and batched ratios; write the planner's cost profile."""
+    from hemlp.apps.calibrate import calibrate, print_comparison
+
+    out = check_new(Path(args.output), args.force, "profile") if args.output else None
+    profile = calibrate(quick=args.quick, output=out, log=ui.msg)
+    ui.result.update(command="calibrate", path=profile.source, cpu_model=profile.cpu_model,
+                     simd_path=profile.simd_path, unit_costs=profile.unit_costs)
+    if ui.json:
+        ui.finish()
+    else:
+        print_comparison(profile)
+
+
 def cmd_demo(args, ui: UI):
     """Train a small HE-friendly net on real MNIST digits, compile it, and classify encrypted digits
     through files exactly as client and server would."""
@@ -641,6 +656,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("bench_args", nargs=argparse.REMAINDER,
                    help="a benchmark and its options (`hemlp bench --help` lists them)")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("calibrate", help="measure this machine's costs for the planner (a few minutes, one thread) "
+                                         "and write its cost profile to the user cache")
+    p.add_argument("--quick", action="store_true", help="tiny repeat counts (seconds, noisy: for tests)")
+    p.add_argument("-o", "--output", help="write the profile here instead of the user cache (HEMLP_COST_PROFILE=PATH "
+                                          "then selects it)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    common(p, output=False)
+    p.set_defaults(fn=cmd_calibrate)
 
     p = sub.add_parser("demo", help="train, compile and classify encrypted MNIST digits end to end")
     p.add_argument("--model", choices=("fhe4dmm", "mlp", "mlp-poly", "cifar-cnn"), default="fhe4dmm",

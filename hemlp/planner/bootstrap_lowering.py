@@ -15,22 +15,22 @@ fusing never changes a level). The plan takes the cheapest family; within it MaM
 cheaper than the PCMM plus the refresh.
 
 Costs (one thread, seconds): the single bootstrap's time is hemlp.planner.bootstrap_placement.BootstrapCost
-(bench/boot_*.json of the preset, or scaled). Batched and MaMBo costs are that time multiplied by ratios measured
-side by side in one run of ``python -m hemlp.bench mambo`` (bench/mambo_*.json; CPU times, which the shared machine's
-load inflates less than wall times): rho(k) = S2C-first batch of k / (k single bootstraps). The StC of one ciphertext
+(the cost profile's measurement of the preset, or scaled). Batched and MaMBo costs are that time multiplied by
+ratios measured side by side in one run of ``python -m hemlp.bench mambo`` (the cost profile's batch runs:
+`hemlp calibrate`'s, or the packaged table's from bench/mambo_*.json; CPU times, which the shared machine's load
+inflates less than wall times): rho(k) = S2C-first batch of k / (k single bootstraps). The StC of one ciphertext
 at the bottom of the chain is STC_BOTTOM_FRACTION of a single bootstrap (measured at test-N12-boot). Presets without
-their own mambo JSON use the ratios of the nearest ring size (dimensionless; the source line says so).
+their own run use the ratios of the nearest ring size (dimensionless; the source line says so).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Optional
 
 from hemlp.errors import LevelError, ParameterError, UnsupportedError
-from hemlp.planner.bootstrap_placement import BOOT_BENCH_DIR, BootstrapCost, evaluate_placement, place_bootstraps
+from hemlp.planner.bootstrap_placement import BootstrapCost, evaluate_placement, place_bootstraps
+from hemlp.planner.cost_model import CostProfile, active_profile
 
 __all__ = ["PipelineCosts", "STC_BOTTOM_FRACTION", "MAX_BATCH_KEY_BYTES", "batch_ratios"]
 
@@ -44,53 +44,36 @@ STC_BOTTOM_FRACTION = 0.06
 MAX_BATCH_KEY_BYTES = 12 * 2 ** 30
 
 
-def batch_ratios(preset: str, N: int, bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> tuple[dict, dict, dict, str]:
-    """({k: rho(k)}, {k: key bytes, "single": the single bootstrap's key bytes}, {k: (bits of the S2C batch, of pcmm_bootstrap) minus the bits of the single
-    bootstrap measured in the same run}, source) from the bench/mambo_*.json of `preset`, else of the nearest ring
-    size; empty dicts when there is none. Every file of the best match (preset, ring size, thread count) contributes
-    its batch sizes (e.g. bench/mambo_N16.json k = 2 and bench/mambo_N16_k4.json k = 4; a k in two files: the newer
+def batch_ratios(preset: str, N: int, profile: Optional[CostProfile] = None) -> tuple[dict, dict, dict, str]:
+    """({k: rho(k)}, {k: key bytes, "single": the single bootstrap's key bytes}, {k: (bits of the S2C batch, of
+    pcmm_bootstrap) minus the bits of the single bootstrap measured in the same run}, source) from the cost
+    profile's batch runs (default: hemlp.planner.cost_model.active_profile()) of `preset`, else of the nearest ring
+    size; empty dicts when there is none. Every run of the best match (preset, ring size, thread count) contributes
+    its batch sizes (e.g. bench/mambo_N16.json k = 2 and bench/mambo_N16_k4.json k = 4; a k in two runs: the newer
     run's), each ratio against the single bootstrap of its own run. Key bytes: the S2C-first keys' memory where the
     run records it (s2c_key_memory_bytes: what the planned pipelines hold), else the keys it made. The bits are
     relative because the runs measure them in different ways (bench/mambo_N16.json with the decryption noise,
     bench/boot_*.json without)."""
+    profile = profile or active_profile()
     found = []
-    if bench_dir is not None and Path(bench_dir).is_dir():
-        for path in sorted(Path(bench_dir).glob("mambo_*.json")):
-            try:
-                d = json.loads(path.read_text())
-                if d.get("subcommand") != "mambo":
-                    continue
-                st = d["stages"]
-                single = float(st.get("single_cpu_s_used") or st["single"]["bootstrap_cpu_s"])
-                single_bits = float(st["single"]["max_bits"])
-                rho, bits = {}, {}
-                keys = {"single": int(st["single"]["key_bytes"])}     # the CtS-first single bootstrap's keys
-                for b in st.get("batches", []):
-                    if "s2c_batch_cpu_s" not in b:
-                        continue
-                    k = int(b["k"])
-                    rho[k] = float(b["s2c_batch_cpu_s"]) / (k * single)
-                    keys[k] = int(b.get("s2c_key_memory_bytes") or b.get("key_memory_bytes") or b["key_bytes"])
-                    bits[k] = (float(b["s2c_min_max_bits"]) - single_bits,
-                               float(b["pcmm_bootstrap_min_max_bits"]) - single_bits)
-                if rho:
-                    date = str((d.get("machine") or {}).get("date", ""))
-                    found.append(((d["preset"] == preset, -abs(math.log2(int(d["N"])) - math.log2(N)),
-                                   int(d.get("threads", 2)) == 1), date, path.name, d["preset"], rho, keys, bits))
-            except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
-                continue        # a malformed or partial benchmark file is not a measurement
+    for r in profile.batch_runs:
+        if r.rho:
+            found.append(((r.preset == preset, -abs(math.log2(r.N) - math.log2(N)), r.threads == 1), r.date,
+                          r.name, r.preset, r.rho, {"single": r.single_key_bytes, **r.key_bytes}, r.bits, r.derived))
     if not found:
-        return {}, {}, {}, "no bench/mambo_*.json"
+        return {}, {}, {}, f"no batched-bootstrapping run in the cost profile ({profile.source})"
     best = max(f[0] for f in found)
     group = sorted((f for f in found if f[0] == best), key=lambda f: (f[1], f[2]))   # oldest first: newer runs win
     own = best[0]
     rho, keys, bits = {}, {}, {}
-    for _, _, _, _, r, kb, bt in group:
+    for _, _, _, _, r, kb, bt, _ in group:
         rho.update(r)
         bits.update(bt)
         keys.update(kb)          # "single": the newest run's
-    names = ", ".join(f"bench/{f[2]}" for f in group)
-    src = f"{names} ({group[-1][3]}, CPU-time ratios{'' if own else ', nearest ring size: key bytes not for ' + preset})"
+    names = ", ".join(f[2] for f in group)
+    carried = "; " + group[-1][7] if group[-1][7] else ""
+    src = (f"{names} ({group[-1][3]}, CPU-time ratios{'' if own else ', nearest ring size: key bytes not for ' + preset}"
+           f"{carried})")
     return rho, (keys if own else {}), bits, src
 
 
@@ -125,8 +108,10 @@ class PipelineCosts:
 
     @classmethod
     def for_preset(cls, params, single: BootstrapCost, stc_depth: int,
-                   bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> "PipelineCosts":
-        rho, keys, bits, src = batch_ratios(getattr(params, "name", ""), params.N, bench_dir)
+                   profile: Optional[CostProfile] = None) -> "PipelineCosts":
+        """The costs at `params`' preset from the cost profile (default: the active one; single: its
+        BootstrapCost.from_params)."""
+        rho, keys, bits, src = batch_ratios(getattr(params, "name", ""), params.N, profile)
         single_keys = keys.pop("single", None)
         return cls(single, int(stc_depth), rho, keys, bits, src, single_key_bytes=single_keys)
 

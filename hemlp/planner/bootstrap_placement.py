@@ -23,30 +23,29 @@ value and the branch), so the state space stays (levels + 1)^width. ``place_boot
 enumerates every decision sequence (the test oracle), ``evaluate_placement`` prices one sequence.
 
 ``BootstrapCost.from_params`` takes the levels after a bootstrap from the bootstrapping parameters
-(hemlp.bootstrap.params.preset_levels_consumed, passed in by the caller) and the time from the measured ``bench/boot_*.json`` of the preset, or scales
-the nearest measurement by N·log2(N)·(L + 1)^2 (key switches dominate: their cost grows with the ring and
-with the limbs times the digits, both linear in L).
+(hemlp.bootstrap.params.preset_levels_consumed, passed in by the caller) and the time from the cost profile's
+measurement of the preset (hemlp.planner.cost_model: `hemlp calibrate`'s, or the packaged table's from
+``bench/boot_*.json``), or scales the nearest measurement by N·log2(N)·(L + 1)^2 (key switches dominate: their
+cost grows with the ring and with the limbs times the digits, both linear in L). Its source names the profile.
 """
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from hemlp.errors import LevelError, ParameterError, ShapeError
+from hemlp.planner.cost_model import BootMeasurement, CostProfile, active_profile
 
 __all__ = ["LevelNode", "BootstrapCost", "Decision", "PlacedBootstrap", "NodeLevels", "Placement",
-           "place_bootstraps", "place_bootstraps_exhaustive", "evaluate_placement", "BOOT_BENCH_DIR"]
+           "place_bootstraps", "place_bootstraps_exhaustive", "evaluate_placement"]
 
 OPS = ("input", "op", "add", "output")
-#: where the measured bootstrap times are looked up (the checkout's bench/ folder)
-BOOT_BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
-#: bench/boot_N16.json (N16-boot, AMD EPYC AVX-512, quiet machine, 1 thread), used when no JSON is present
-_REFERENCE = dict(preset="N16-boot", N=65536, max_level=28, seconds=9.276, pair_seconds=9.119,
-                  source="bench/boot_N16.json (N16-boot, 1 thread, built-in copy)")
+#: an earlier bench/boot_N16.json (N16-boot, AMD EPYC AVX-512, quiet machine, 1 thread): the scale reference for a
+#: cost profile that measured no bootstrap at `threads`
+REFERENCE = BootMeasurement("N16-boot", 65536, 28, 1, 9.276, 9.119, None,
+                            "bench/boot_N16.json (N16-boot, 1 thread, built-in copy)")
 
 
 @dataclass(frozen=True)
@@ -104,55 +103,32 @@ class BootstrapCost:
 
     @classmethod
     def from_params(cls, params, levels_consumed: int, threads: int = 1,
-                    bench_dir: Optional[Path] = BOOT_BENCH_DIR) -> "BootstrapCost":
+                    profile: Optional[CostProfile] = None) -> "BootstrapCost":
         """For a bootstrapping preset (hemlp.fhe.Params) whose bootstrap consumes `levels_consumed` levels
         (hemlp.bootstrap.params.preset_levels_consumed; passed in so the planner stays free of the native core):
-        levels after = L - levels_consumed; seconds from bench/boot_*.json of that preset at `threads` (median),
-        else scaled from the nearest measured preset by N·log2(N)·(L + 1)^2."""
+        levels after = L - levels_consumed; seconds from the cost profile's measurement of that preset at `threads`
+        (default profile: hemlp.planner.cost_model.active_profile()), else scaled from the nearest measured preset
+        by N·log2(N)·(L + 1)^2."""
+        profile = profile or active_profile()
         name = getattr(params, "name", None)
         levels_after = params.max_level - int(levels_consumed)
         if levels_after < 1:
             raise LevelError(f"bootstrapping at {name} leaves {levels_after} levels: no layer fits after it")
-        measured = _measurements(bench_dir, threads)
-        own = next((m for m in measured if m["preset"] == name), None)
+        measured = [m for m in profile.bootstrap if m.threads == threads]
+        own = next((m for m in measured if m.preset == name), None)
         if own is not None:
-            return cls(levels_after, own["seconds"], own["pair_seconds"], own["source"], own["precision_bits"])
-        ref = min(measured or [_REFERENCE], key=lambda m: abs(math.log2(m["N"]) - math.log2(params.N)))
+            return cls(levels_after, own.seconds, own.pair_seconds, f"{own.source} [cost profile: {profile.source}]",
+                       own.precision_bits)
+        ref = min(measured or [REFERENCE], key=lambda m: abs(math.log2(m.N) - math.log2(params.N)))
         f = (params.N * math.log2(params.N) * (params.max_level + 1) ** 2) / (
-            ref["N"] * math.log2(ref["N"]) * (ref["max_level"] + 1) ** 2)
-        pair = None if ref["pair_seconds"] is None else ref["pair_seconds"] * f
-        return cls(levels_after, ref["seconds"] * f, pair,
-                   f"estimate: {ref['source']} scaled by N·log2 N·(L+1)^2 (x{f:.3g})")
+            ref.N * math.log2(ref.N) * (ref.max_level + 1) ** 2)
+        pair = None if ref.pair_seconds is None else ref.pair_seconds * f
+        return cls(levels_after, ref.seconds * f, pair,
+                   f"estimate: {ref.source} scaled by N·log2 N·(L+1)^2 (x{f:.3g}) [cost profile: {profile.source}]")
 
     def describe(self) -> str:
         pair = "" if self.pair_seconds is None else f", {self.pair_seconds:.3g} s per pair of real ciphertexts"
         return f"{self.seconds:.3g} s per bootstrap{pair}, {self.levels_after} levels after ({self.source})"
-
-
-def _measurements(bench_dir: Optional[Path], threads: int) -> list[dict]:
-    """Every bench/boot_*.json (schema hemlp-bench/1, subcommand boot) with a result at `threads`."""
-    out = []
-    if bench_dir is None or not Path(bench_dir).is_dir():
-        return out
-    for path in sorted(Path(bench_dir).glob("boot_*.json")):
-        try:
-            d = json.loads(path.read_text())
-            if d.get("subcommand") != "boot" or d.get("input_encryption", "sk") != "sk":
-                continue
-            r = next(r for r in d["results"] if r.get("threads") == threads)
-            pair = r.get("bootstrap_pair", {}).get("median_s")
-            levels = d["levels_left"] + d["params"]["cts_depth"] + d["params"]["stc_depth"] + math.ceil(
-                math.log2(d["params"]["degree"] + 1)) + d["params"]["double_angles"]
-            bits = [x["max_bits"] for x in d["results"] if "max_bits" in x]
-            out.append(dict(preset=d["preset"], N=int(d["N"]), max_level=int(levels),
-                            precision_bits=float(min(bits)) if bits else None,
-                            seconds=float(r["bootstrap"]["median_s"]),
-                            pair_seconds=None if pair is None else float(pair),
-                            source=f"measured, bench/{path.name} ({d['preset']}, {threads} thread(s), "
-                                   f"{d['machine']['cpu']['model']})"))
-        except (OSError, ValueError, KeyError, TypeError, StopIteration):
-            continue
-    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,11 +15,12 @@ Unit costs are per (ring degree x limbs) so they scale to any preset and level:
   giant-step rotations at their levels, one conjugation per split; the activations' ct x ct products on
   both real-slot parts; the client's encryption of ceil(F/k) ciphertexts.
 
-Calibration: ``unit_costs()`` reads the benchmark JSON of the core (``bench/core_N14.json``: rotate,
-8 hoisted rotations, ct x ct + relin + rescale, encode, and the planner's own ops: ct x pt accumulated into a
-partial sum, rescale, first touch of fresh memory, at one thread) and of the PCMM (``bench/pcmm_N14.json``:
-RLWE PCMM seconds per multiply-accumulate) when they are present in the checkout; otherwise the
-defaults below, which are those files' figures on the 2-core reference machine.
+Calibration: ``unit_costs()`` returns the active cost profile's unit costs (hemlp.planner.cost_model: the
+profile `hemlp calibrate` measured on this machine, else the table packaged for its SIMD path, built by
+scripts/cost_tables.py from the core benchmark (``bench/core_N14.json``: rotate, 8 hoisted rotations, ct x ct +
+relin + rescale, encode, and the planner's own ops: ct x pt accumulated into a partial sum, rescale, first touch
+of fresh memory, at one thread) and the PCMM benchmark (``bench/pcmm_N14.json``: RLWE PCMM seconds per
+multiply-accumulate)); see docs/cost-model.md.
 A diagonal product costs ``pt_mul`` = one ct x pt product and one addition into the partial sum, each a new
 ciphertext (measured 5.9e-9 s per unit; the 3e-9 assumed before, the multiplication's arithmetic alone, made
 layout (P) look twice as fast as it runs: the CIFAR CNN at batch 16 was estimated 21.6 s). Servers encode
@@ -36,51 +37,20 @@ and takes (A). Recalibrate on the quiet machine with `python -m hemlp.bench infe
 """
 from __future__ import annotations
 
-import json
 import math
-from functools import lru_cache
-from pathlib import Path
+from typing import Optional
+
+from hemlp.planner.cost_model import CostProfile, active_profile
 
 __all__ = ["unit_costs", "estimate_batch", "estimate_packed", "packed_step_seconds", "estimate_mlwe", "encode_seconds"]
 
-#: seconds per (N * limbs) unit, one thread (reference machine, N = 2^14, 7 limbs); ``encode`` per ring coefficient
-#: (a plaintext's encoding is dominated by its FFT over the slots, not by its limbs); ``touch`` per byte of memory
-#: a process writes for the first time (page faults: what keeping every encoded diagonal costs on top of encoding)
-DEFAULTS = dict(rotate=5.4e-8, rotate_hoisted=6e-8, ct_mul=5e-8, pt_mul=5.9e-9, rescale=7.3e-9,
-                pcmm_mac=1.2e-10, encrypt=3.4e-8, mlwe_mac=1.2e-10, encode=7e-8, touch=1e-9)
-_BENCH = Path(__file__).resolve().parents[2] / "bench"
 
-
-@lru_cache(maxsize=1)
-def unit_costs() -> dict:
-    c = dict(DEFAULTS)
-    try:
-        core = json.loads((_BENCH / "core_N14.json").read_text())
-        r = next(r for r in core["results"] if r.get("threads") == 1)
-        units = 2 ** 14 * (1 + r.get("levels", {}).get("fresh", 6))
-        # CPU seconds of the one-thread run where recorded (the machine may have been shared), else wall-clock
-        op = {k: v.get("cpu_median_s", v["median_s"]) for k, v in r["ops"].items()}
-        c["rotate"] = op["rotate"] / units
-        c["rotate_hoisted"] = op["rotate_hoisted8"] / 8 / units
-        c["ct_mul"] = op["mul"] / units
-        c["encrypt"] = op["encrypt"] / units
-        c["encode"] = op["encode"] / 2 ** 14
-        if "mul_plain_add" in op:         # older core JSON files lack the plan ops: keep the defaults
-            c["pt_mul"] = op["mul_plain_add"] / units
-            c["rescale"] = op["rescale"] / units
-            c["touch"] = op["touch_256mib"] / 2 ** 28
-    except (OSError, KeyError, StopIteration, ValueError, TypeError):
-        pass
-    try:
-        pc = json.loads((_BENCH / "pcmm_N14.json").read_text())
-        per_mac = [r["pcmm_s"] / (r["d"] * r["d"] * 2 * 2 ** 14 * (r["level"] + 1)) for r in pc["results"]
-                   if r.get("format") == "rlwe" and r.get("threads") == 1 and r.get("d3") == 2 ** 13]
-        if per_mac:
-            c["pcmm_mac"] = sorted(per_mac)[len(per_mac) // 2]
-    except (OSError, KeyError, ValueError, TypeError, ZeroDivisionError):
-        pass
-    c["mlwe_mac"] = c["pcmm_mac"]   # the same exact modular GEMM kernel (ModGemmPlan)
-    return c
+def unit_costs(profile: Optional[CostProfile] = None) -> dict:
+    """Seconds per (N * limbs) unit at one thread of the ops the layouts run (``encode`` per ring coefficient: a
+    plaintext's encoding is dominated by its FFT over the slots, not by its limbs; ``touch`` per byte of memory a
+    process writes for the first time: what keeping every encoded diagonal costs on top of encoding), from
+    `profile` (default: the active cost profile)."""
+    return dict((profile or active_profile()).unit_costs)
 
 
 def encode_seconds(plaintexts: int, N: int, kept_bytes: int) -> float:

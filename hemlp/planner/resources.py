@@ -12,7 +12,8 @@ prepared_bytes, working_bytes); the sizes are those of the formats:
 * a fresh ciphertext encrypted by the client under its secret key: N (l + 1) words (the a-half is a seed), twice
   that in memory and for every ciphertext a run produces.
 
-Times use the planner's unit costs (hemlp.planner.layouts.unit_costs): the layout's seconds_estimate() (client
+Times use the planner's unit costs (hemlp.planner.layouts.unit_costs, from the active cost profile, which the
+plan names: hemlp.planner.cost_model): the layout's seconds_estimate() (client
 encryption included) split into encrypt and run, the layout's prepare_seconds_estimate() (the server encodes the
 weights once, before its first batch), and keygen as a fixed part plus seconds per byte of key material.
 Measured against these estimates: python -m hemlp.bench estimates, bench/estimates.json.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from hemlp.planner.cost_model import active_profile
 from hemlp.planner.layouts import unit_costs
 
 __all__ = ["Resources", "estimate_resources", "human_bytes", "KEYGEN_S_PER_BYTE", "SERVER_BASE_BYTES"]
@@ -53,6 +55,7 @@ class Resources:
     encrypt_seconds: float = 0.0
     run_seconds: float | None = None                 # None: the layout has no time estimate
     prepare_seconds: float = 0.0                     # the server's one-time encoding of the weights (prepare())
+    cost_profile: str = ""                           # where the unit costs came from (CostProfile.source)
 
     @property
     def eval_key_bytes(self) -> int:
@@ -80,7 +83,8 @@ class Resources:
                 f"download {human_bytes(self.download_bytes)}",
                 f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}, "
                 + (f"prepare ~{self.prepare_seconds:.3g} s once, " if self.prepare_seconds >= 0.05 else "")
-                + f"run ~{run} per batch (one thread)"]
+                + f"run ~{run} per batch (one thread)"] + (
+                    [f"  time estimates from the cost profile: {self.cost_profile}"] if self.cost_profile else [])
 
 
 def human_bytes(n: float) -> str:
@@ -114,6 +118,7 @@ def estimate_resources(layout) -> Resources:
                                 + input_mem * (1 + TRANSIENT_FACTOR)
                                 + layout.prepared_bytes() + layout.working_bytes())
     c = unit_costs()
+    r.cost_profile = active_profile().source
     r.keygen_seconds = KEYGEN_BASE_S + r.eval_key_bytes * KEYGEN_S_PER_BYTE
     r.encrypt_seconds = n_in * N * (top + 1) * c["encrypt"]
     r.prepare_seconds = float(layout.prepare_seconds_estimate())

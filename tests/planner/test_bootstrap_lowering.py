@@ -1,20 +1,24 @@
 """hemlp.planner.bootstrap_lowering: which pipeline runs each placed bootstrap (single CtS-first, S2C-first batched
 with k, MaMBo), from a cost model given here explicitly (so the expected choices follow from the numbers, not from
 whatever the bench JSONs hold) — both directions for batching and for MaMBo — and the typed errors of forced
-choices; the measured ratios are read from the bench JSON as the module says."""
+choices; the measured ratios come from the cost profile, whose packaged table holds the bench JSON's runs."""
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from hemlp.apps.calibrate import batch_run
 from hemlp.errors import ParameterError, UnsupportedError
 from hemlp.planner.bootstrap_lowering import (AUTO_MARGIN, STC_BOTTOM_FRACTION, PipelineCosts, batch_ratios,
                                               choose_pipelines)
-from hemlp.planner.bootstrap_placement import (BOOT_BENCH_DIR, BootstrapCost, LevelNode, place_bootstraps,
-                                               place_bootstraps_exhaustive)
+from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps, place_bootstraps_exhaustive
+from hemlp.planner.cost_model import packaged_profile
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def costs(rho=None, key_bytes=None, stc=2, per_boot=1.0):
@@ -132,8 +136,9 @@ def test_forced_choices_that_cannot_run_are_typed_errors():
             choose_pipelines(chain(16), costs(), min_output_level=0, pcmm_inputs={}, **bad)
 
 
-def test_ratios_are_read_from_the_mambo_benchmark():
-    path = BOOT_BENCH_DIR / "mambo_N12_t1.json"
+def test_ratios_are_the_mambo_benchmarks():
+    """The packaged avx512 table (the suite's profile, tests/conftest.py) holds bench/mambo_N12_t1.json's ratios."""
+    path = BENCH / "mambo_N12_t1.json"
     if not path.exists():
         pytest.skip("bench/mambo_N12_t1.json is not in this checkout")
     d = json.loads(path.read_text())
@@ -157,7 +162,7 @@ def _mambo_record(date: str, single_cpu: float, batches: list) -> dict:
                        "batches": batches}}
 
 
-def test_ratios_merge_every_run_of_the_preset_and_key_bytes_pick_the_budget(tmp_path):
+def test_ratios_merge_every_run_of_the_preset_and_key_bytes_pick_the_budget():
     """bench/mambo_N16.json (k = 2) and bench/mambo_N16_k4.json (k = 4) both count: each k against the single
     bootstrap of its own run, a k measured twice from the newer run, the S2C-first key memory where recorded; the
     planner's batch sizes are then chosen by the key budget."""
@@ -170,15 +175,16 @@ def test_ratios_merge_every_run_of_the_preset_and_key_bytes_pick_the_budget(tmp_
             b["s2c_key_memory_bytes"] = s2c_keys
         return b
 
-    (tmp_path / "mambo_N16.json").write_text(json.dumps(_mambo_record(
-        "2026-11-24T23:00:00+00:00", 10.0, [batch(2, 16.0, int(9.6 * gib)), batch(4, 36.0, 13 * gib)])))
-    (tmp_path / "mambo_N16_k4.json").write_text(json.dumps(_mambo_record(
-        "2026-11-25T05:00:00+00:00", 8.0, [batch(4, 24.0, int(12.4 * gib), int(11.4 * gib))])))
-    rho, keys, bits, src = batch_ratios("N16-boot", 65536, tmp_path)
+    runs = (batch_run(_mambo_record("2026-11-24T23:00:00+00:00", 10.0, [batch(2, 16.0, int(9.6 * gib)),
+                                                                         batch(4, 36.0, 13 * gib)]), "mambo_N16.json"),
+            batch_run(_mambo_record("2026-11-25T05:00:00+00:00", 8.0, [batch(4, 24.0, int(12.4 * gib),
+                                                                                int(11.4 * gib))]), "mambo_N16_k4.json"))
+    profile = replace(packaged_profile("avx512"), batch_runs=runs[::-1])    # the order of the runs does not matter
+    rho, keys, bits, src = batch_ratios("N16-boot", 65536, profile)
     assert rho == pytest.approx({2: 16.0 / 20.0, 4: 24.0 / 32.0})          # k = 4 from the newer run, not 36 / 40
     assert keys[2] == int(9.6 * gib) and keys[4] == int(11.4 * gib)       # the S2C-first keys where recorded
     assert "mambo_N16.json" in src and "mambo_N16_k4.json" in src
     c = PipelineCosts.for_preset(type("P", (), {"name": "N16-boot", "N": 65536})(),
-                                 BootstrapCost(3, 1.0, 1.0, "given"), 3, tmp_path)
+                                 BootstrapCost(3, 1.0, 1.0, "given"), 3, profile)
     assert c.batch_sizes(12 * gib) == [2, 4] and c.batch_sizes(10 * gib) == [2] and c.batch_sizes(9 * gib) == []
     assert c.ratio(4) == pytest.approx(0.75)

@@ -1,19 +1,24 @@
 """Bootstrap placement (hemlp.planner.bootstrap_placement): the DP against exhaustive search on small level DAGs
 (chains with random depths, residual blocks, ct x ct products), exact cost equality (integer costs, so the
 sums are exact in float64); level rules; typed errors; the cost model read from the bootstrapping parameters
-and the measured bench JSON."""
+and the cost profile (the packaged table: the measured bench JSON)."""
 from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from hemlp.fhe import Params
 from hemlp.bootstrap.params import preset_levels_consumed
 from hemlp.errors import LevelError, ParameterError, ShapeError
-from hemlp.planner.bootstrap_placement import (BOOT_BENCH_DIR, BootstrapCost, Decision, LevelNode,
-                                               evaluate_placement, place_bootstraps, place_bootstraps_exhaustive)
+from hemlp.planner.bootstrap_placement import (BootstrapCost, Decision, LevelNode, evaluate_placement,
+                                               place_bootstraps, place_bootstraps_exhaustive)
+from hemlp.planner.cost_model import active_profile
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def chain(depths, cts=None, costs=None):
@@ -204,7 +209,7 @@ def test_evaluate_rejects_reads_above_the_stored_level():
 
 def test_cost_model_from_the_bootstrapping_parameters_and_the_benchmarks():
     n16 = BootstrapCost.from_params(Params.preset("N16-boot"), preset_levels_consumed("N16-boot"))
-    measured = json.loads((BOOT_BENCH_DIR / "boot_N16.json").read_text())
+    measured = json.loads((BENCH / "boot_N16.json").read_text())
     one = next(r for r in measured["results"] if r["threads"] == 1)
     assert n16.levels_after == measured["levels_left"] == 12
     assert n16.seconds == pytest.approx(one["bootstrap"]["median_s"])
@@ -212,9 +217,10 @@ def test_cost_model_from_the_bootstrapping_parameters_and_the_benchmarks():
     assert "boot_N16.json" in n16.source and n16.precision_bits == pytest.approx(one["max_bits"])
     n12 = BootstrapCost.from_params(Params.preset("test-N12-boot"), preset_levels_consumed("test-N12-boot"))
     assert n12.levels_after == 3 and 0 < n12.seconds < 2 and "measured" in n12.source
+    assert "cost profile: packaged table avx512" in n16.source          # the plan names the profile
     # without measurements: scaled from the built-in N16 reference by N log N (L+1)^2
     est = BootstrapCost.from_params(Params.preset("test-N12-boot"), preset_levels_consumed("test-N12-boot"),
-                                    bench_dir=None)
+                                    profile=replace(active_profile(), bootstrap=()))
     f = (4096 * 12 * 17 ** 2) / (65536 * 16 * 29 ** 2)
     assert est.seconds == pytest.approx(9.276 * f) and "estimate" in est.source and est.precision_bits is None
     assert est.seconds_for(5) == pytest.approx(2 * est.pair_seconds + est.seconds)

@@ -99,7 +99,7 @@ def main(args) -> int:
     presets = [p.strip() for p in args.preset.split(",") if p.strip()]
     results, rows = [], []
     for preset in presets:  # several presets: side by side in one run, each row naming its preset
-        res, rws = _run_preset(preset, args)
+        res, rws = run_preset(preset, args)
         if len(presets) > 1:
             for r in res:
                 r["preset"] = preset
@@ -114,7 +114,7 @@ def main(args) -> int:
     return 0
 
 
-def _run_preset(preset: str, args) -> tuple[list, list]:
+def run_preset(preset: str, args) -> tuple[list, list]:
     """Every row of the benchmark for one preset: (results, table rows)."""
     import hemlp
     from hemlp import fhe, pcmm
