@@ -25,3 +25,9 @@ def test_mambo_bench_runs_every_stage():
     assert [r["round"] for r in st["batch_runs"]["1"]] == [0, 1] and len(b1["s2c_batch_samples"]) == 2
     assert min(b1["s2c_batch_samples"]) <= b1["s2c_batch_s"] <= max(b1["s2c_batch_samples"])
     assert len(st["batch_runs"]["64"]) == 1             # a skipped k is not tried again
+    # measured end to end (the k whose keys fit): the same rows through every path, each output checked
+    e = b1["end_to_end"]
+    assert e["derived"] is False and e["rows"] == 2 and "end_to_end" not in big
+    assert len(e["mambo_samples_s"]) == len(e["single_samples_s"]) == len(e["batched_samples_s"]) == 2
+    assert min(e["single_min_bits"], e["batched_min_bits"], e["mambo_min_bits"]) > 18
+    assert e["mambo_vs_single_cpu"] == e["single_cpu_s"] / e["mambo_cpu_s"]

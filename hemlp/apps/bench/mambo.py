@@ -24,7 +24,10 @@ Stages, in one process, each freeing its keys before the next (peak RSS recorded
    --mem-gib is skipped and reported; "memory_choice" is choose_k's report (the largest k that fits).
 Derived throughput for a d×d layer (d ciphertext rows, each refreshed): separate = d / (PCMM at the
 application level + d single bootstraps); MaMBo = d / (PCMM at level 1 + d/k S2C-first batched bootstraps),
-from the median stage times (stated as derived in the JSON).
+from the median stage times (stated as derived in the JSON). Measured end to end per k ("end_to_end", derived:
+false): the same 2k encrypted real rows at the application level through the PCMM then single bootstraps (paired;
+the single stage), the PCMM then bootstrap_batch, and pcmm_bootstrap (the batch stage), --inner calls each per
+round, with their precision against U·X.
 """
 from __future__ import annotations
 
@@ -198,7 +201,9 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
         d_out = ctx.decrypt(o, sk)
+        e2e = {k: e2e_single(boot, k) for k in e2e_in}
         rec = {"round": rnd, "keygen_s": kg, "first_s": first, "bootstrap_s": walls, "bootstrap_cpu_s": cpus,
+               "end_to_end": e2e,
                "key_bytes": keys.nbytes, "level_out": o.level, "max_bits": _bits(float(np.max(np.abs(d_out - z)))),
                "rss_gib": _rss_gib(), "load_average": report.load_average()}
         log(f"round {rnd}: single CtS-first bootstrap {', '.join(f'{t:.2f}' for t in walls)} s (first {first:.2f} s), "
@@ -281,12 +286,72 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         rec["pcmm_bootstrap_min_max_bits"] = min(_bits(float(np.max(np.abs(ctx.decrypt(y, sk) - w))))
                                                  for y, w in zip(ys, want))
         rec["s2c_level_out"] = ys[0].level
+        if k in e2e_in:
+            rec["end_to_end"] = e2e_batch(mb, k)
         rec["rss_after_mambo_gib"] = _rss_gib()
         log(f"   S2C-first batch {', '.join(f'{t:.2f}' for t in rec['s2c_batch_s'])} s "
             f"({rec['s2c_min_max_bits']:.2f} bits); pcmm_bootstrap {k}x{k}: {rec['pcmm_bootstrap_s']:.2f} s "
             f"({rec['pcmm_bootstrap_min_max_bits']:.2f} bits)")
         del mb, mkeys, bkeys, outs, ys
         clear_plans()
+        return rec
+
+    # ---- measured end to end (not derived): per k, the same 2k encrypted real rows at the application level (a
+    # layer's input after a bootstrap) and one U; the single stage runs the conventional path on them (the PCMM there,
+    # then CtS-first single bootstraps, paired), the batch stage MaMBo's pcmm_bootstrap on them (dropped to
+    # SlotToCoeff's level) and the PCMM then bootstrap_batch (on the same values encrypted one level above
+    # SlotToCoeff's); every output checked against U·X
+    e2e_in = {}
+    for k in [k for k in ks if k <= int(choice.get("k") or 0)]:      # only the k whose keys fit
+        xs = rng.uniform(-1, 1, (2 * k, n))
+        U = rng.uniform(-1, 1, (2 * k, 2 * k)) / (2 * k)       # |U·X| <= 1: inside EvalMod's range as it is
+        # the S2C-first batch needs its PCMM's outputs at SlotToCoeff's level: those rows are encrypted again there
+        e2e_in[k] = (U, U @ xs, [ctx.encrypt(x, sk, level=app_level) for x in xs],
+                     [ctx.encrypt(x, sk, level=s2c.stc_depth + 2) for x in xs])
+
+    def drop(c, level):
+        return c if c.level == level else ctx.drop_level(c, level)
+
+    def timed(fn):
+        t0, c0 = time.perf_counter(), time.process_time()
+        out_ = fn()
+        return out_, time.perf_counter() - t0, time.process_time() - c0
+
+    def e2e_bits(outs, want):
+        return min(_bits(float(np.max(np.abs(ctx.decrypt(y, sk) - w)))) for y, w in zip(outs, want))
+
+    def e2e_single(boot, k):
+        U, want, rows_in, _ = e2e_in[k]
+        rec = {"single_s": [], "single_cpu_s": []}
+        for _ in range(inner):
+            def path():
+                Y = pcmm_pkg.pcmm(U, pcmm_pkg.CtMatrix(ctx, rows_in, (len(rows_in), n), 1, "rlwe")).cts
+                Y = [drop(y, 1) for y in Y]
+                return [c for a, b in zip(Y[0::2], Y[1::2]) for c in boot.bootstrap_pair(a, b)]
+            outs, w, c = timed(path)
+            rec["single_s"].append(w)
+            rec["single_cpu_s"].append(c)
+        rec["single_min_bits"] = e2e_bits(outs, want)
+        return rec
+
+    def e2e_batch(mb, k):
+        U, want, rows_in, rows_hi = e2e_in[k]
+        lower = [drop(c, s2c.stc_depth + 1) for c in rows_in]
+        rec = {"mambo_s": [], "mambo_cpu_s": [], "batched_s": [], "batched_cpu_s": []}
+        for _ in range(inner):
+            ys, w, c = timed(lambda: mb.pcmm_bootstrap(U, lower, pair=True))
+            rec["mambo_s"].append(w)
+            rec["mambo_cpu_s"].append(c)
+            def path():
+                Y = pcmm_pkg.pcmm(U, pcmm_pkg.CtMatrix(ctx, rows_hi, (len(rows_hi), n), 1, "rlwe")).cts
+                return mb.bootstrap_batch(Y, pair=True)
+            zs_, w, c = timed(path)
+            rec["batched_s"].append(w)
+            rec["batched_cpu_s"].append(c)
+        rec["mambo_min_bits"], rec["batched_min_bits"] = e2e_bits(ys, want), e2e_bits(zs_, want)
+        log(f"   end to end, {2 * k} rows: MaMBo {', '.join(f'{t:.2f}' for t in rec['mambo_s'])} s "
+            f"({rec['mambo_min_bits']:.2f} bits), PCMM then bootstrap_batch "
+            f"{', '.join(f'{t:.2f}' for t in rec['batched_s'])} s ({rec['batched_min_bits']:.2f} bits)")
         return rec
 
     single_runs, batch_runs = [], {k: [] for k in ks}
@@ -333,6 +398,22 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
         b["cpu_speedup_vs_single"] = t_single_cpu * k / b["bootstrap_batch_cpu_s"]
         b["s2c_cpu_speedup_vs_single"] = t_single_cpu * k / b["s2c_batch_cpu_s"]
         b["rss_after_mambo_gib"] = max((r["rss_after_mambo_gib"] for r in recs), key=lambda v: v[1])
+        if k not in e2e_in:
+            batches.append(b)
+            continue
+        e2e = [r["end_to_end"] for r in recs]
+        singles = [r["end_to_end"][k] for r in single_runs]
+        row = {"k": k, "rows": 2 * k, "input_level": app_level, "derived": False}
+        for key, src in (("mambo", e2e), ("batched", e2e), ("single", singles)):
+            row[f"{key}_s"] = _median(flat(src, f"{key}_s"))
+            row[f"{key}_cpu_s"] = _median(flat(src, f"{key}_cpu_s"))
+            row[f"{key}_samples_s"] = flat(src, f"{key}_s")
+            row[f"{key}_cpu_samples_s"] = flat(src, f"{key}_cpu_s")
+            row[f"{key}_min_bits"] = min(r[f"{key}_min_bits"] for r in src)
+        row["mambo_vs_single_cpu"] = row["single_cpu_s"] / row["mambo_cpu_s"]
+        row["mambo_vs_batched_cpu"] = row["batched_cpu_s"] / row["mambo_cpu_s"]
+        row["mambo_vs_single_wall"] = row["single_s"] / row["mambo_s"]
+        b["end_to_end"] = row
         batches.append(b)
 
     # ---- derived: d×d layer throughput
@@ -388,6 +469,15 @@ def print_table(p: dict) -> None:
              for r in p["layer"]]
     report.table(["d", "k", "PCMM + d bootstraps", "MaMBo", "throughput ratio", "CPU-time ratio", "PCMM extrapolated"], lrows,
                  title="d×d layer then refresh (derived from the stage times)")
+    erows = [[b["k"], e["rows"], report.fmt_seconds(e["single_s"]), report.fmt_seconds(e["batched_s"]),
+              report.fmt_seconds(e["mambo_s"]), report.fmt_ratio(e["mambo_vs_single_cpu"]),
+              report.fmt_ratio(e["mambo_vs_batched_cpu"]), report.fmt_bits(e["single_min_bits"]),
+              report.fmt_bits(e["mambo_min_bits"])]
+             for b in st["batches"] if (e := b.get("end_to_end"))]
+    if erows:
+        report.table(["k", "rows", "PCMM + single", "PCMM + batch", "MaMBo", "MaMBo vs single (CPU)",
+                      "vs batch (CPU)", "bits single", "bits MaMBo"], erows,
+                     title="measured end to end: the same encrypted rows through each path (medians)")
     if p.get("memory_choice"):
         print(f"memory choice: {p['memory_choice']['reason']}")
     for note in p.get("notes", []):
