@@ -166,8 +166,10 @@ class Client:
         pause, attempt = 0.05, 0
         while True:
             hold = 0.0
-            if wait:
-                hold = LONG_POLL_S if deadline is None else min(LONG_POLL_S, max(0.0, deadline - time.monotonic()))
+            if wait:          # the long poll ends well within the client's own request timeout
+                hold = min(LONG_POLL_S, self.timeout / 2)
+                if deadline is not None:
+                    hold = min(hold, max(0.0, deadline - time.monotonic()))
             try:
                 query = f"?wait={hold:.3f}" if hold > 0 else ""
                 return self._decode(self._request("GET", f"/v1/jobs/{job_id}/result{query}")[1])
