@@ -299,6 +299,8 @@ class PackedProgram:
                 d = np.where(ok, W[np.minimum(r, m - 1), np.maximum(col, 0)], 0.0)
                 if np.any(d):
                     diags[k] = d
+            if not diags:         # an all-zero weight: one zero product keeps the output's level and scale
+                diags[0] = np.zeros(S1)
             red = [mp << e for e in range(int(math.log2(Lin.c)))]
             return PackedStep("matvec", s.out, list(s.inputs), out, s, method="rep", diags=diags, reduce=red,
                               bias=bias)
@@ -315,6 +317,8 @@ class PackedProgram:
                 continue
             h, g = divmod(j, g1)
             diags[(h, g)] = _rot(d, -g1 * h)
+        if not diags:             # an all-zero weight: one zero product keeps the output's level and scale
+            diags[(0, 0)] = np.zeros(S1)
         red = [mp << e for e in range(int(math.log2(n_p // mp)))] if mp < n_p else []
         return PackedStep("matvec", s.out, list(s.inputs), out, s, method="bsgs", g1=g1, diags=diags, reduce=red,
                           bias=bias)

@@ -332,3 +332,17 @@ def test_auto_layout_breaks_a_time_tie_by_server_memory(monkeypatch):
     monkeypatch.setattr(layouts, "TIME_TIE", 0.0)
     fastest = compile_case(dict(preset="N14-d6"), ("cifar-cnn", (3, 32, 32)), 16)[0]
     assert fastest.layout == "batch"
+
+
+@pytest.mark.parametrize("n_in,batch", [(20, 4), (20, 1)])
+def test_all_zero_weights_encrypted(n_in, batch):
+    """A layer whose weights are all zero (pruned, or freshly zero-initialised) has no nonzero diagonal: one zero
+    product keeps its output's level and scale, and the output is its bias (was a TypeError on None)."""
+    net = torch.nn.Linear(n_in, 4)
+    with torch.no_grad():
+        net.weight.zero_()
+    x = np.random.default_rng(0).normal(size=(batch, n_in))
+    cm = hemlp.compile(net, x, batch_size=batch, layout="packed", preset="test-N12-d6", allow_insecure=True)
+    sk, ek = cm.keygen()
+    y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek), sk)
+    assert np.max(np.abs(y - net.bias.detach().numpy())) < 2.0 ** -20
