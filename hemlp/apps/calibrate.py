@@ -226,5 +226,4 @@ def print_comparison(profile: CostProfile, out=print) -> None:
     out(f"wrote {profile.source}")
     now = active_profile().source
     if profile.source not in now:
-        out(f"note: the planner uses {now}, not this profile: {PROFILE_ENV} pins another (set it to 'auto', or to "
-            "this file)")
+        out(f"note: the planner uses {now}; {PROFILE_ENV}={profile.source} selects this profile")

@@ -6,7 +6,8 @@ Chen et al., "FHE4DMM", IEEE TPDS 2025 [S0]; reconstructions per docs/design/pcm
 * ``grid``    — Algorithm 3 processor grids minimising eq. (5) / eq. (6), latency eq. (7);
 * ``alg4``    — op counts of Algorithm 1 vs Algorithm 4 (loop interchange);
 * ``chain``   — layouts across a chain of MMs (DP / exhaustive / greedy) and MCM order;
-* ``bootstrap_placement`` — where to bootstrap in a level DAG (exact DP / exhaustive; issue #18).
+* ``bootstrap_placement`` — where to bootstrap in a level DAG (exact DP / exhaustive; issue #18);
+* ``cost_model`` — the cost profile every estimate is priced with (packaged tables, ``hemlp calibrate``).
 
 Nothing here touches ciphertexts or the C++ core.
 """

@@ -216,3 +216,10 @@ def test_planning_opens_no_file_of_the_checkout_outside_the_package(tmp_path):
     assert any(f.endswith(os.path.join("cost_tables", "avx512.json")) for f in opened)
     assert "pipeline: batched k=4 (S2C-first)" in plan, plan
     assert "time estimates from the cost profile: packaged table avx512 (HEMLP_COST_PROFILE=packaged:avx512)" in plan
+
+
+def test_hemlp_calibrate_is_the_command_line_one():
+    import hemlp
+    from hemlp.apps.calibrate import calibrate
+
+    assert hemlp.calibrate is calibrate
