@@ -8,7 +8,7 @@ hemlp.bench core``), the RLWE PCMM's multiply-accumulate at N14-d6 (``pcmm``), t
 N16-boot bootstrap needs ~12 GiB of keys) is carried from the packaged table of this SIMD path, scaled by the
 measured test-N12-boot bootstrap over the table's, and labelled derived. The profile goes to the user cache
 (hemlp.planner.cost_model.user_profile_path: keyed by CPU model and SIMD path), where the planner finds it.
-About 2 minutes on a 2-core AMD EPYC; ``--quick`` (tiny repeat counts, for tests) about 30 s.
+About 3 minutes on a 2-core AMD EPYC; ``--quick`` (tiny repeat counts, for tests) about 20-30 s.
 
 The parsers below turn benchmark payloads (bench/*.json, or what the measuring functions return) into profile
 parts; scripts/cost_tables.py builds the packaged tables with them from the repository's bench/.
