@@ -8,7 +8,7 @@ hemlp.bench core``), the RLWE PCMM's multiply-accumulate at N14-d6 (``pcmm``), t
 N16-boot bootstrap needs ~12 GiB of keys) is carried from the packaged table of this SIMD path, scaled by the
 measured test-N12-boot bootstrap over the table's, and labelled derived. The profile goes to the user cache
 (hemlp.planner.cost_model.user_profile_path: keyed by CPU model and SIMD path), where the planner finds it.
-About 3 minutes on a 2-core AMD EPYC; ``--quick`` (tiny repeat counts, for tests) about 20-30 s.
+About 2 minutes on a 2-core AMD EPYC; ``--quick`` (tiny repeat counts, for tests) about 20-30 s.
 
 The parsers below turn benchmark payloads (bench/*.json, or what the measuring functions return) into profile
 parts; scripts/cost_tables.py builds the packaged tables with them from the repository's bench/.
@@ -193,7 +193,7 @@ def _measure(quick: bool, info: dict, log) -> tuple:
         log(f"[calibrate] batched bootstrapping at {BOOT_PRESET} ...")
         mambo_doc = report.envelope("mambo", mambo.run(
             BOOT_PRESET, [2] if quick else [2, 4, 8], [], 1, 0, 4.0, True, log=lambda m: None,
-            repeats=1 if quick else 3, inner=1 if quick else 2), info)
+            repeats=1 if quick else 3, inner=1 if quick else 2, end_to_end=False), info)
     finally:
         hemlp.set_num_threads(threads_before)
     return core_doc, pcmm_doc, boot_doc, mambo_doc

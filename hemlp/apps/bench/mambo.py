@@ -106,9 +106,10 @@ def pcmm_bytes(ctx, d: int, level: int) -> int:
 
 def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib: float, allow_insecure: bool,
         log=print, checkpoint=lambda payload: None, repeats: int = 3, inner: int = 2, seeded: bool = True,
-        pcmm_mem_gib: float = 6.0) -> dict:
+        pcmm_mem_gib: float = 6.0, end_to_end: bool = True) -> dict:
     """repeats: interleaved rounds (single stage, then each k's batch stage, again ...), each stage timing `inner`
-    calls after its first; the speedups use the medians over every timed call of each side."""
+    calls after its first; the speedups use the medians over every timed call of each side. end_to_end=False skips
+    the measured end-to-end paths (hemlp calibrate needs only the stage ratios)."""
     import numpy as np
 
     import hemlp
@@ -302,7 +303,7 @@ def run(preset: str, ks: list, ds: list, threads: int, pcmm_max_d: int, mem_gib:
     # SlotToCoeff's level) and the PCMM then bootstrap_batch (on the same values encrypted one level above
     # SlotToCoeff's); every output checked against U·X
     e2e_in = {}
-    for k in [k for k in ks if k <= int(choice.get("k") or 0)]:      # only the k whose keys fit
+    for k in [k for k in ks if end_to_end and k <= int(choice.get("k") or 0)]:      # the k whose keys fit
         xs = rng.uniform(-1, 1, (2 * k, n))
         U = rng.uniform(-1, 1, (2 * k, 2 * k)) / (2 * k)       # |U·X| <= 1: inside EvalMod's range as it is
         # the S2C-first batch needs its PCMM's outputs at SlotToCoeff's level: those rows are encrypted again there
