@@ -92,7 +92,7 @@ from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
 from hemlp.runtime.local import range_report
 from hemlp.runtime.local import simulate as simulate_rows
-from hemlp.runtime.noise_analysis import STD_FACTOR, plan_noise_bound
+from hemlp.runtime.noise_analysis import STD_FACTOR, plan_noise_bound, row_magnitudes
 from hemlp.threads import set_num_threads
 
 __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
@@ -700,9 +700,11 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
                                     opts["calibration"] is not None, reference, max_step_depth)
     steps = lower(g)
     # the simulated plan's agreement on the calibration set; its output magnitude (checked against q_0 below)
+    row_peaks: dict = {}       # every value's largest |value| per row: the noise analysis' magnitudes, no pass of its own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        y_sim = simulate_rows(steps, calib.reshape(calib.shape[0], -1).T, int(opts["weight_bits"]))
+        y_sim = simulate_rows(steps, calib.reshape(calib.shape[0], -1).T, int(opts["weight_bits"]),
+                              on_value=lambda step, v: row_peaks.__setitem__(step.out, row_magnitudes(v)))
     max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
     if fit_report:
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(reference.output)))
@@ -770,7 +772,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     plan_info.update(lay.plan_info())
     plan_info["resources"] = estimate_resources(lay).to_json()
     # the decryption noise's sigma: the plan's own bound on its output error (the client artefact carries it)
-    noise = plan_noise_bound(lay, calib)
+    noise = plan_noise_bound(lay, calib, row_peaks)
     plan_info["fresh_bound_log2"] = math.log2(fresh_noise_bound(params))
     plan_info["log_scale"] = float(params.log_scale)
     if noise is not None:

@@ -42,8 +42,8 @@ from hemlp.pcmm import quantize
 from hemlp.planner.layouts import act_muls
 from hemlp.runtime.local import simulate
 
-__all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "MARGIN_BITS", "STD_FACTOR",
-           "MAGNITUDE_SAMPLES"]
+__all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "row_magnitudes", "MARGIN_BITS",
+           "STD_FACTOR", "MAGNITUDE_SAMPLES"]
 
 #: the bound's distance above the analysis's worst standard deviation times STD_FACTOR
 MARGIN_BITS = 1.0
@@ -244,20 +244,34 @@ def analyse_noise(steps, params, magnitudes: dict, weight_bits: int, keyswitches
                       margin_bits=float(margin_bits), worst_row=row)
 
 
-def plan_noise_bound(layout, calibration: np.ndarray, margin_bits: float = MARGIN_BITS) -> NoiseBound | None:
-    """The bound of a planned layout (None when the layout's error is not analysed, Layout.keyswitches): the
-    magnitudes from a plaintext run of its steps on up to MAGNITUDE_SAMPLES calibration samples."""
+def row_magnitudes(value) -> np.ndarray:
+    """The largest |value| of each row of a rows matrix (features x samples)."""
+    value = np.asarray(value)
+    return np.max(np.abs(value), axis=1) if value.shape[1] else np.zeros(value.shape[0])
+
+
+#: steps whose value is their first input's (for the magnitudes)
+SAME_VALUE = (StepOp.BOOTSTRAP, StepOp.DROP, StepOp.ALIAS, StepOp.OUTPUT)
+
+
+def plan_noise_bound(layout, calibration: np.ndarray, magnitudes: dict | None = None,
+                     margin_bits: float = MARGIN_BITS) -> NoiseBound | None:
+    """The bound of a planned layout (None when the layout's error is not analysed, Layout.keyswitches).
+    magnitudes: row_magnitudes of the values of a plaintext run on the calibration set (compile's own run of the
+    lowered steps; the values the planner added since, bootstraps and drops, are their inputs'); without them, or
+    when a value is missing (a fused MaMBo step), a run of the layout's steps on up to MAGNITUDE_SAMPLES samples."""
     ks = layout.keyswitches()
     if ks is None:
         return None
-    x = np.asarray(calibration, dtype=np.float64)[:MAGNITUDE_SAMPLES]
-    mags = {}
-
-    def keep(step, value):
-        value = np.asarray(value)
-        mags[step.out] = np.max(np.abs(value), axis=1) if value.shape[1] else np.zeros(value.shape[0])
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")      # the compile reported ranges already
-        simulate(layout.steps, x.reshape(x.shape[0], -1).T, layout.weight_bits, bootstraps=False, on_value=keep)
+    mags = dict(magnitudes or {})
+    for s in layout.steps:
+        if s.out not in mags and s.op in SAME_VALUE and s.inputs and s.inputs[0] in mags:
+            mags[s.out] = mags[s.inputs[0]]
+    if any(s.out not in mags for s in layout.steps):
+        x = np.asarray(calibration, dtype=np.float64)[:MAGNITUDE_SAMPLES]
+        mags = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # the compile reported ranges already
+            simulate(layout.steps, x.reshape(x.shape[0], -1).T, layout.weight_bits, bootstraps=False,
+                     on_value=lambda step, v: mags.__setitem__(step.out, row_magnitudes(v)))
     return analyse_noise(layout.steps, layout.params, mags, layout.weight_bits, ks, margin_bits)
