@@ -325,6 +325,28 @@ class CompiledModel:
             raise KeyMismatchError("the key belongs to another parameter set than this compiled model; use the "
                                    "keys from this model's keygen()")
 
+    def check_run(self, ct, eval_keys, weights=None, runtime: str = "local") -> None:
+        """Every check run() makes before any work: the batch and the keys belong to this model and to one key pair,
+        the batch is an input, the keys reach the levels the plan uses them at, and the layout's own checks. Raises
+        the typed error run() would (a server refuses a request with it before queueing any work)."""
+        if not isinstance(ct, EncryptedBatch) or not isinstance(eval_keys, EvalKeys):
+            raise TypeError("run(ct, eval_keys) takes an EncryptedBatch and the EvalKeys from keygen()")
+        if eval_keys.model_id != self.model_id:
+            raise KeyMismatchError(f"the evaluation keys belong to compiled model {eval_keys.model_id}, not "
+                                   f"{self.model_id}; use this model's keygen()")
+        if ct.model_id != self.model_id:
+            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
+        if ct.stage != "input":
+            raise ShapeError("run() takes an encrypted input batch, not an output (an encrypted result): send an "
+                             "encrypted input (compiled.encrypt(...))")
+        if self.needs_relin:
+            if eval_keys.relin_key is None:
+                raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
+            if eval_keys.relin_key.key_id != ct.key_id:
+                raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
+        self._check_key_levels(eval_keys)
+        self.layout_impl.check_run(ct, eval_keys, weights, runtime, self.model_id)
+
     def _check_key_levels(self, eval_keys):
         """Keys built for lower levels than the plan uses them at fail here, before any work."""
         for what, key, need, fix in self.layout_impl.level_checks(self.context, eval_keys):
@@ -511,22 +533,7 @@ class CompiledModel:
         if runtime == "local" and (address is not None or num_workers is not None):
             raise ValueError("address and num_workers are options of runtime='ray'")
 
-        if not isinstance(ct, EncryptedBatch) or not isinstance(eval_keys, EvalKeys):
-            raise TypeError("run(ct, eval_keys) takes an EncryptedBatch and the EvalKeys from keygen()")
-        if eval_keys.model_id != self.model_id:
-            raise KeyMismatchError(f"the evaluation keys belong to compiled model {eval_keys.model_id}, not "
-                                   f"{self.model_id}; use this model's keygen()")
-        if ct.model_id != self.model_id:
-            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {self.model_id}")
-        if ct.stage != "input":
-            raise ShapeError("run() takes an encrypted input batch, not an output")
-        if self.needs_relin:
-            if eval_keys.relin_key is None:
-                raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
-            if eval_keys.relin_key.key_id != ct.key_id:
-                raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
-        self._check_key_levels(eval_keys)
-        self.layout_impl.check_run(ct, eval_keys, weights, runtime, self.model_id)
+        self.check_run(ct, eval_keys, weights, runtime)
         if threads is not None:
             set_num_threads(threads)
         # model, load_model: layouts (P), (A'), (C) ship the model to the Ray workers, which load it with this module's

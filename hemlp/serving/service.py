@@ -234,22 +234,7 @@ class ModelService:
                             "EmptyBody")
         ct = EncryptedBatch.from_bytes(body, self.model)
         # CompiledModel.run's checks before any work, here so that a job is refused when it is submitted
-        m = self.model
-        if ct.model_id != m.model_id:
-            raise KeyMismatchError(f"the ciphertext belongs to compiled model {ct.model_id}, not {m.model_id}")
-        if ct.stage != "input":
-            raise ShapeError("this is an encrypted result, not an input batch: send an encrypted input "
-                             "(compiled.encrypt(...).to_bytes())")
-        if m.needs_relin:
-            if keys.relin_key is None:
-                raise MissingKeyError("this model's activations need the relinearisation key; use keygen()'s eval_keys")
-            if keys.relin_key.key_id != ct.key_id:
-                raise KeyMismatchError("the evaluation keys and the ciphertext come from different key pairs")
-        for what, key, need, _ in m.layout_impl.level_checks(m.context, keys):
-            if key is not None and need is not None and key.level is not None and key.level < need:
-                raise LevelError(f"{what}: generated for levels <= {key.level}, but this model uses them at level "
-                                 f"{need}; use keygen()'s eval_keys")
-        m.layout_impl.check_run(ct, keys, None, "local", m.model_id)
+        self.model.check_run(ct, keys)
         return key_id, keys, ct
 
     def _infer(self, query, body):
