@@ -716,7 +716,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     if fit_report:
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(reference.output)))
     if opts["bootstrap"]:      # every layout with bootstraps placed by the planner (hemlp.layouts.boot_choice)
-        lay, estimates, why = plan_with_bootstraps(steps, calib, opts, batch_size, budget)
+        lay, estimates, why = plan_with_bootstraps(steps, calib, opts, batch_size, budget, row_peaks)
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         last = None

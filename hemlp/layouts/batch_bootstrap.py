@@ -49,7 +49,7 @@ from hemlp.runtime.local import simulate as simulate_rows
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
            "boot_order", "boot_batch_size", "scale_factor", "scale_down_limit", "CTS_LOG_MESSAGE_RATIO",
-           "DEFAULT_NOISE_BITS", "value_peaks", "BootPlanning",
+           "DEFAULT_NOISE_BITS", "value_peaks", "with_zero_sample", "BootPlanning",
            "check_single_boot_keys", "sparse_summary_text", "single_key_bytes",
            "sparse_summary"]
 
@@ -103,9 +103,11 @@ def simulate_padded(steps, G: np.ndarray, capacity: int, weight_bits: int) -> np
     return simulate_rows(steps, X, weight_bits).T[: G.shape[0]]
 
 
-def value_peaks(steps, x: np.ndarray, names, weight_bits: int, products=()) -> dict:
+def value_peaks(steps, x: np.ndarray, names, weight_bits: int, products=(), known: dict | None = None) -> dict:
     """{name: max |value|} of the named values on the example input, and {(name, "product"): max |U_q input|} of the
-    named PCMMs' products before their bias (what MaMBo refreshes), in one pass of the program."""
+    named PCMMs' products before their bias (what MaMBo refreshes), in one pass of the program. known: the values'
+    per-row peaks on other samples from a pass already made; the result covers both (x then holds only the samples
+    that pass did not see)."""
     names, products = set(names), set(products)
     by_name = {s.out: s for s in steps}
     peaks: dict = {}
@@ -119,10 +121,22 @@ def value_peaks(steps, x: np.ndarray, names, weight_bits: int, products=()) -> d
                 uv = (Uq / delta) @ v
                 peaks[(p, "product")] = float(np.max(np.abs(uv))) if uv.size else 0.0
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        simulate_rows(steps, x, weight_bits, on_value=see)
+    if x.shape[1]:                           # known peaks and no sample left: no pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            simulate_rows(steps, x, weight_bits, on_value=see)
+    for name in names if known is not None else ():
+        peaks[name] = max(peaks.get(name, 0.0), float(np.max(known[name])) if np.size(known[name]) else 0.0)
     return peaks
+
+
+def with_zero_sample(steps, X: np.ndarray, names, weight_bits: int, products=(), known: dict | None = None) -> dict:
+    """value_peaks on the calibration rows X plus the zero sample of the padding slots; with `known` (X's peaks from
+    compile's pass) only the zero sample runs, unless MaMBo products need the whole pass."""
+    zero = np.zeros((X.shape[0], 1))
+    if known is not None and not products and all(n in known for n in names):
+        return value_peaks(steps, zero, names, weight_bits, known=known)
+    return value_peaks(steps, np.concatenate([X, zero], axis=1), names, weight_bits, products)
 
 
 def mambo_candidates(steps, chunks: int) -> dict:
@@ -243,15 +257,20 @@ class BootPlanning:
     reserve: int
 
     @classmethod
-    def of(cls, steps, x: np.ndarray, opts: dict) -> "BootPlanning":
+    def of(cls, steps, x: np.ndarray, opts: dict, known: dict | None = None) -> "BootPlanning":
+        """known: the values' per-row peaks on x from a pass already made (the output's peak is read there)."""
         info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
         params = Params.preset(info["name"])
         boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
         X = x.reshape(x.shape[0], -1).T
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            y = simulate_rows(steps, X, int(opts["weight_bits"]))
-        max_out = float(np.max(np.abs(y))) if y.size else 0.0
+        out = next(s.out for s in steps if s.op == "output")
+        if known is not None and out in known:
+            max_out = float(np.max(known[out])) if np.size(known[out]) else 0.0
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y = simulate_rows(steps, X, int(opts["weight_bits"]))
+            max_out = float(np.max(np.abs(y))) if y.size else 0.0
         return cls(info, params, boot, X, max_out, output_reserve(max_out, params.log_scale,
                                                                   int(math.log2(params.q[0]))))
 
@@ -283,9 +302,10 @@ def check_single_boot_keys(eval_keys, slots: int, what: str) -> None:
                               f"{bk.params.slots or 'all'} slots: use this plan's keygen()")
 
 
-def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
-    """The layout (A) program with bootstraps for a lowered model (compile(..., bootstrap=True))."""
-    bp = BootPlanning.of(steps, x, opts)
+def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict | None = None) -> Planned:
+    """The layout (A) program with bootstraps for a lowered model (compile(..., bootstrap=True)). peaks: the values'
+    per-row peaks on x from compile's pass (None: measured here)."""
+    bp = BootPlanning.of(steps, x, opts, peaks)
     info, params, boot, X, max_out, reserve = bp.info, bp.params, bp.boot, bp.X, bp.max_out, bp.reserve
     wb = int(opts["weight_bits"])
     bs = int(batch_size) if batch_size is not None else params.N // 2
@@ -302,11 +322,12 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
                            batch_bootstrap=opts.get("batch_bootstrap", "auto"))
     placement = low.placement
     margin = 1.0 + float(opts["activation_margin"])
-    X = np.concatenate([X, np.zeros((X.shape[0], 1))], axis=1)    # + the padding slots' zero-input sample
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO if low.order == "cts_first" else S2C_LOG_MESSAGE_RATIO)
     factors, mfactors = {}, {}
-    peaks = value_peaks(steps, X, {b.value for b in placement.bootstraps}, wb,
-                        {b.value for b in placement.bootstraps if b.value in low.mambo_values})
+    # the calibration rows and the padding slots' zero-input sample
+    known = peaks
+    peaks = with_zero_sample(steps, X, {b.value for b in placement.bootstraps}, wb,
+                             {b.value for b in placement.bootstraps if b.value in low.mambo_values}, known)
     for b in placement.bootstraps:
         if b.value in factors:
             continue

@@ -60,9 +60,10 @@ def blocked_level_dag(prog: BlockedProgram, steps, params) -> list[LevelNode]:
     return nodes
 
 
-def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
-    """The layout (C) program with bootstraps for a lowered chain (encrypted weights)."""
-    bp = BootPlanning.of(steps, x, opts)
+def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict | None = None) -> Planned:
+    """The layout (C) program with bootstraps for a lowered chain (encrypted weights). peaks: the values' per-row
+    peaks on x from compile's pass (None: measured here)."""
+    bp = BootPlanning.of(steps, x, opts, peaks)
     info, params, boot, X, max_out, reserve = bp.info, bp.params, bp.boot, bp.X, bp.max_out, bp.reserve
     bs = int(batch_size) if batch_size is not None else params.N // 2
     prog = BlockedProgram(steps, params.N // 2, bs)
@@ -72,7 +73,9 @@ def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> P
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO)
     factors = {}
     # a block's slots hold the value's entries (and zero padding): its coefficients are within its peak
-    peaks = value_peaks(steps, X, {b.value for b in placement.bootstraps}, wb)
+    names = {b.value for b in placement.bootstraps}
+    known = peaks if peaks is not None and all(n in peaks for n in names) else None
+    peaks = value_peaks(steps, X[:, :0] if known is not None else X, names, wb, known=known)
     for b in placement.bootstraps:
         if b.value not in factors:
             factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)

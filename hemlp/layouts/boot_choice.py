@@ -75,18 +75,19 @@ def server_bytes(lay: Layout) -> int:
 
 
 def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes: float | None = None,
-                        max_memory: int | None = None) -> tuple[Layout, dict, str]:
+                        max_memory: int | None = None, peaks: dict | None = None) -> tuple[Layout, dict, str]:
     """(the chosen layout, the estimates by layout name, why) for layout="auto", bootstrap=True and a batch size:
     layouts (A) and (P) planned with their bootstraps; the one with the lower estimate among those whose keys fit
     max_key_bytes (none fits: the one with the fewer key bytes). A layout that cannot run the model is listed
-    with the reason; when neither can, layout (A)'s error is raised (as layout='batch' would raise it)."""
+    with the reason; when neither can, layout (A)'s error is raised (as layout='batch' would raise it). peaks: the
+    values' per-row peaks on calib from a pass already made (compile's), which the planners then do not repeat."""
     max_key_bytes = MAX_BOOT_EVAL_KEY_BYTES if max_key_bytes is None else float(max_key_bytes)
     est: dict = {}
     built: dict = {}
     keys: dict = {}
     errors: dict = {}
-    plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(steps, calib, opts, batch_size)),
-             (Packed, lambda: plan_packed_bootstrapped(steps, calib, opts, batch_size)))
+    plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(steps, calib, opts, batch_size, peaks)),
+             (Packed, lambda: plan_packed_bootstrapped(steps, calib, opts, batch_size, peaks)))
     for cls, plan in plans:
         try:
             if cls is Packed and (opts.get("mambo") is True or opts.get("batch_bootstrap") not in ("auto", False)):
@@ -163,17 +164,19 @@ BOOTSTRAPPED = {
 }
 
 
-def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget) -> tuple[Layout, dict, str]:
+def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget,
+                         peaks: dict | None = None) -> tuple[Layout, dict, str]:
     """The bootstrapped plan compile(..., bootstrap=True) asks for: layout (C) with encrypted weights, the layout
     named by the layout option, or with layout="auto" and a batch size the cheaper of (A) and (P)
-    (choose_bootstrapped); then one memory check with the bootstrapping keys."""
+    (choose_bootstrapped); then one memory check with the bootstrapping keys. peaks: as in choose_bootstrapped."""
     name = "blocked" if opts["encrypted_weights"] else opts["layout"]
     if name == "auto" and batch_size is not None:
-        lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=budget)
+        lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=budget,
+                                                  peaks=peaks)
     else:
         name = "batch" if name == "auto" else name
         plan, check = BOOTSTRAPPED[name]
         check(opts)
-        lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size))
+        lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size, peaks))
     check_memory(lay.name, server_bytes(lay), budget)
     return lay, estimates, why

@@ -26,7 +26,7 @@ from hemlp.compiler.params import depth_of
 from hemlp.errors import LevelError, ParameterError
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, scale_down_limit, scale_factor,
-                                           value_peaks)
+                                           with_zero_sample)
 from hemlp.layouts.mlwe import MlweProgram, dft_depth_candidates
 from hemlp.layouts.mlwe_refresh import REFRESH_LOG_MESSAGE_RATIO, refresh_key_bytes, refresh_level
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES, PipelineCosts
@@ -87,11 +87,12 @@ def greedy_refreshes(prog: MlweProgram, top: int, land: int, reserve: int) -> li
     return chosen
 
 
-def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
+def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict | None = None) -> Planned:
     """The layout (A′) program with refreshes for a lowered model: the preset, the DFT depth (the first of
     dft_depth_candidates that places), the refreshes as bootstrap steps before the activations they start, the input
-    level."""
-    bp = BootPlanning.of(steps, x, opts)
+    level. peaks: the values' per-row peaks on x from compile's pass (None: measured here)."""
+    known = peaks
+    bp = BootPlanning.of(steps, x, opts, known)
     params, reserve, boot = bp.params, bp.reserve, bp.boot
     land, L = refresh_level(params), int(params.max_level)
     bs = 1 if batch_size is None else int(batch_size)
@@ -116,7 +117,6 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Plan
     chosen = greedy_refreshes(prog, top, land, reserve)
     cts = [i for i, m in enumerate(prog.steps) if m.kind == "cts"]
     wb = int(opts["weight_bits"])
-    X = np.concatenate([bp.X, np.zeros((bp.X.shape[0], 1))], axis=1)    # + the padding columns' zero sample
     margin = 1.0 + float(opts["activation_margin"])
     limit = scale_down_limit(params, REFRESH_LOG_MESSAGE_RATIO)
     costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[params.name][1])
@@ -124,7 +124,8 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Plan
     k, call, why = refresh_batch(costs, params, [a.cts for a in acts], opts.get("batch_bootstrap", "auto"))
     bits = costs.s2c_bits(k) or DEFAULT_NOISE_BITS
     before = {}
-    peaks = value_peaks(steps, X, {act.src.inputs[0] for act in acts}, wb)
+    # the calibration rows and the padding columns' zero sample
+    peaks = with_zero_sample(steps, bp.X, {act.src.inputs[0] for act in acts}, wb, known=known)
     for n, act in enumerate(acts):
         v = act.src.inputs[0]
         peak = peaks[v]

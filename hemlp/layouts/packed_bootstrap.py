@@ -86,7 +86,8 @@ def _slot_peaks(prog: PackedProgram, X: np.ndarray) -> tuple[dict, float]:
 PEAK_TOLERANCE = 1e-4
 
 
-def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int) -> tuple[dict, float]:
+def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int,
+                 known: dict | None = None) -> tuple[dict, float]:
     """Per value, the largest |slot| any calibration sample puts in its ciphertexts (every slot enters EvalMod), and
     the largest |output| (X: samples x features).
 
@@ -97,7 +98,8 @@ def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int) ->
     diagonals), and the other slots' from the packed program on one group of real samples and one of zeros. The
     packed pass is the check: if its slots on the real group exceed the combined peak (beyond rounding), the
     argument failed for this program and every sample runs through the packed program instead (PEAK_TOLERANCE
-    allows for the rounding that differs between the two)."""
+    allows for the rounding that differs between the two). known: the values' per-row peaks on X from a pass of the
+    lowered steps already made (compile's), which replace the features' pass."""
     def feature_peaks(rows: np.ndarray) -> dict:
         feat: dict = {}
 
@@ -116,20 +118,24 @@ def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int) ->
     tol = 1.0 + PEAK_TOLERANCE
     if any(v > max(feat_first.get(name, 0.0), other[name]) * tol + 1e-12 for name, v in real.items()):
         return _slot_peaks(prog, X)
-    feat = feature_peaks(X)
+    names = [s.out for s in steps]
+    if known is not None and all(n in known for n in names):
+        feat = {n: float(np.max(known[n])) if np.size(known[n]) else 0.0 for n in names}
+    else:
+        feat = feature_peaks(X)
     return ({name: max(feat.get(name, 0.0) * tol, v) for name, v in other.items()},
             feat.get(prog.output.out, 0.0) * tol)
 
 
-def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size) -> Planned:
+def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict | None = None) -> Planned:
     """The layout (P) program with bootstraps for a lowered model. batch_size None: one sample (the single-image
-    layout)."""
+    layout). peaks: the values' per-row peaks on x from compile's pass (None: measured here)."""
     info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
     params = Params.preset(info["name"])
     boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
     bs = 1 if batch_size is None else int(batch_size)
     prog = PackedProgram(steps, params.N // 2, bs)
-    peaks, max_out = packed_peaks(prog, steps, x.reshape(x.shape[0], -1), int(opts["weight_bits"]))
+    peaks, max_out = packed_peaks(prog, steps, x.reshape(x.shape[0], -1), int(opts["weight_bits"]), peaks)
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     placement = place_bootstraps(packed_level_dag(prog, params, boot.levels_after), boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])

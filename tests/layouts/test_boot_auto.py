@@ -131,3 +131,32 @@ def test_bootstrap_key_estimate_equals_generated_keys():
     assert boot_key_bytes(cm.layout_impl) == keys.memory_bytes
     full = BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx))
     assert boot_choice.single_key_bytes(params, params.N // 2) == full.memory_bytes
+
+
+@pytest.mark.parametrize("layout,model,x,batch", [("auto", "cnn", CNN_X, 1), ("auto", "mlp", MLP_X, 48),
+                                                  ("batch", "cnn", CNN_X, 4), ("packed", "mlp", MLP_X, 2),
+                                                  ("mlwe", "mlp", MLP_X, 48), ("blocked", "mlp", MLP_X, 48)])
+def test_bootstrap_planners_reuse_compiles_value_peaks(monkeypatch, layout, model, x, batch):
+    """compile hands its own plaintext pass's value peaks to the bootstrap planners (the output's peak, the
+    bootstrapped values', layout (P)'s features): the same plan as when every planner measures them itself."""
+    import hemlp.model as hm
+
+    net = ResCNN() if model == "cnn" else mlp()
+    kw = dict(encrypted_weights=True) if layout == "blocked" else dict(layout=layout)
+    shared = compile_boot(net, x, batch, **kw)
+    real = hm.plan_with_bootstraps
+    monkeypatch.setattr(hm, "plan_with_bootstraps", lambda *a: real(*a[:5]))       # peaks=None: measured again
+    alone = compile_boot(net, x, batch, **kw)
+
+    def text(cm):
+        return "\n".join(line for line in str(cm.plan).splitlines() if "compiled in" not in line)
+
+    def factors(cm):
+        return [(s.out, s.info.get("scale_factor"), s.info.get("noise_bits")) for s in cm.steps
+                if s.op in ("bootstrap", "mambo")]
+
+    assert text(shared) == text(alone) and shared.model_id == alone.model_id
+    assert factors(shared) == factors(alone)
+    assert shared.plan.info.get("noise_bound_log2") == alone.plan.info.get("noise_bound_log2")
+    if layout != "mlwe":                 # (A') fits this chain without a refresh; the others place bootstraps
+        assert factors(shared)
