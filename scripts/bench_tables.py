@@ -423,6 +423,31 @@ def decrypt_noise(name: str, command: str) -> str:
     return section("Decryption noise (IND-CPA-D)", name, command, body, d)
 
 
+def mambo_end_to_end(name: str, command: str) -> str:
+    d = load(name)
+    st = d["stages"]
+    rows = []
+    for b in st["batches"]:
+        e = b.get("end_to_end")
+        if not e:
+            continue
+        rows.append([e["k"], e["rows"], sec(e["single_cpu_s"]), sec(e["batched_cpu_s"]), sec(e["mambo_cpu_s"]),
+                     f"{e['mambo_vs_single_cpu']:.2f}×", f"{e['single_cpu_s'] / e['batched_cpu_s']:.2f}×",
+                     f"{e['mambo_vs_batched_cpu']:.2f}×",
+                     f"{e['single_min_bits']:.1f} / {e['batched_min_bits']:.1f} / {e['mambo_min_bits']:.1f}"])
+    n = next(b["end_to_end"] for b in st["batches"] if b.get("end_to_end"))
+    body = table(["k", "rows", "PCMM + single (CPU)", "PCMM + batch (CPU)", "MaMBo (CPU)", "MaMBo vs single",
+                  "batch vs single", "MaMBo vs batch", "bits single / batch / MaMBo"], rows) + \
+        (f"\n\nMeasured, not derived: {n['rows']} real rows and one U through each path (the single path and MaMBo "
+         f"on the same ciphertexts at level {n['input_level']}, the batch path on the same values encrypted one level "
+         f"above SlotToCoeff), median CPU seconds of {len(n['mambo_samples_s'])} interleaved runs per path, "
+         f"{d['threads']} thread, {d['preset']} ({d['security']}). PCMM + single: the PCMM at that level, then "
+         "CtS-first single bootstraps, two real rows per bootstrap; PCMM + batch: the PCMM, then one S2C-first "
+         "bootstrap_batch of the joined pairs; MaMBo: pcmm_bootstrap (SlotToCoeff on the input rows, the PCMM at "
+         "level 1, the batched refresh). Bits: the worst output against U·X with the decryption noise.")
+    return section("MaMBo end to end (measured)", name, command, body, d)
+
+
 def cifar_resnet(enc_name: str, poly_name: str, enc_command: str, poly_command: str) -> str:
     e, p = load(enc_name), load(poly_name)
     rs, n = e["rows"], len(e["rows"])
@@ -583,6 +608,9 @@ def render() -> str:
                  f"{env} -m hemlp.bench lintrans --log-n 15 --direction cts --json bench/lintrans_cts_N15.json"),
         lintrans("lintrans_stc_N15.json", "Bootstrapping linear transforms: SlotToCoeff",
                  f"{env} -m hemlp.bench lintrans --log-n 15 --direction stc --depth 3 --json bench/lintrans_stc_N15.json"),
+        mambo_end_to_end("end_to_end_mambo_N16.json", f"{env} -m hemlp.bench mambo --preset N16-boot --ks 2 "
+                                                      "--ds 256,1024 --repeats 3 --inner 1 --threads 1 "
+                                                      "--json bench/end_to_end_mambo_N16.json"),
         decrypt_noise("decrypt_noise_N14.json", f"{env} -m hemlp.bench decrypt_noise --preset N14-d6 --repeats 5 "
                                                 "--json bench/decrypt_noise_N14.json"),
         gpu("gpu_h200.json", "scripts/gpu_check.sh (on the GPU machine; it runs python -m hemlp.bench gpu --json "
