@@ -299,7 +299,7 @@ def boot(name: str, command: str) -> str:
     return section("Bootstrapping", name, command, body, d)
 
 
-def peers_boot(name: str, command: str) -> str:
+def peers_boot(name: str, command: str, title: str = "Bootstrapping vs OpenFHE") -> str:
     d = load(name)
     h, o = d["hemlp"], d["openfhe"]
     rows = []
@@ -322,15 +322,16 @@ def peers_boot(name: str, command: str) -> str:
                  f"parameters at N = {o['N']}: {len(o['refused'])} preferred candidates - more levels left or fewer "
                  "digits - refused by its 128-bit check), key generation "
                  f"{sec(o['keygen_s'])}, peak RSS {o['peak_rss_gib']:.1f} GiB. Both run one after the other in one "
-                 "command; target hemlp ≤ 0.7× OpenFHE's time.")
+                 f"command, {d['repeats']} timed bootstrap{'s' if d['repeats'] > 1 else ''} per side and thread count "
+                 "(medians); target hemlp ≤ 0.7× OpenFHE's time.")
     else:
         body += f"\n\nOpenFHE did not run: {d['openfhe_error']}." + "".join(
             f" Note: {n}" for n in d.get("notes_added_after_run", []))
-    return section("Bootstrapping vs OpenFHE", name, command, body, d)
+    return section(title, name, command, body, d)
 
 
-README_BOOT = ("<!-- boot figures: scripts/bench_tables.py writes this line from bench/boot_N16.json and "
-               "bench/peers_boot_N16.json -->")
+README_BOOT = ("<!-- boot figures: scripts/bench_tables.py writes this line from bench/boot_N16.json, "
+               "bench/peers_boot_N16.json and bench/peers_boot_N16_avx2.json -->")
 
 
 def readme_boot() -> str:
@@ -351,7 +352,14 @@ def readme_boot() -> str:
             line += ("; " + ", ".join(f"{r['ratio']:.2f}× OpenFHE's EvalBootstrap time on {r['threads']} thread"
                                       f"{'s' if r['threads'] > 1 else ''}" for r in rs)
                      + f" (it keeps {p['openfhe']['levels_left']} level{'' if p['openfhe']['levels_left'] == 1 else 's'}; "
-                       "`bench/peers_boot_N16.json`)")
+                       f"AVX-512, {p['repeats']} run per side, `bench/peers_boot_N16.json`)")
+    if (BENCH / "peers_boot_N16_avx2.json").exists():
+        p = load("peers_boot_N16_avx2.json")
+        rs = [r for r in p["ratios"] if r["ratio"]]
+        if rs and p["openfhe"]:
+            line += ("; on AVX2 " + ", ".join(f"{r['ratio']:.2f}× ({sec(r['hemlp_s'])} vs {sec(r['openfhe_s'])}, "
+                                               f"{r['threads']} thread{'s' if r['threads'] > 1 else ''})" for r in rs)
+                     + f", {p['repeats']} runs per side (`bench/peers_boot_N16_avx2.json`)")
     return line + "."
 
 
@@ -604,6 +612,10 @@ def render() -> str:
         peers_boot("peers_boot_N16.json", "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "
                                           "scripts/bench_peers.py boot --json bench/peers_boot_N16.json "
                                           "--hemlp-json bench/boot_N16.json"),
+        peers_boot("peers_boot_N16_avx2.json", "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE scripts/bench_peers.py "
+                                               "boot --threads 1 --repeats 3 --json bench/peers_boot_N16_avx2.json "
+                                               "--hemlp-json bench/peers_boot_N16_avx2_hemlp.json",
+                   "Bootstrapping vs OpenFHE, AVX2 CPU, 3 runs per side"),
         lintrans("lintrans_cts_N15.json", "Bootstrapping linear transforms: CoeffToSlot",
                  f"{env} -m hemlp.bench lintrans --log-n 15 --direction cts --json bench/lintrans_cts_N15.json"),
         lintrans("lintrans_stc_N15.json", "Bootstrapping linear transforms: SlotToCoeff",
