@@ -334,6 +334,14 @@ README_BOOT = ("<!-- boot figures: scripts/bench_tables.py writes this line from
                "bench/peers_boot_N16.json and bench/peers_boot_N16_avx2.json -->")
 
 
+def measured_ratios(name: str) -> tuple:
+    """(the peers_boot JSON, its ratios where OpenFHE ran), or (None, []) when the file or OpenFHE's run is missing."""
+    if not (BENCH / name).exists():
+        return None, []
+    p = load(name)
+    return p, [r for r in p["ratios"] if r["ratio"]] if p["openfhe"] else []
+
+
 def readme_boot() -> str:
     """The README's bootstrapping status line, from the JSON files."""
     d = load("boot_N16.json")
@@ -345,21 +353,17 @@ def readme_boot() -> str:
             f"1 thread; wall {r1['bootstrap']['median_s']:.1f} s on 1 thread, {r2['bootstrap']['median_s']:.1f} s on "
             f"{r2['threads']}{loaded}; {d['levels_left']} levels left at 2^40, {r1['max_bits']:.1f} bits (max error), "
             f"peak RSS {d['peak_rss_gib']:.1f} GiB (`bench/boot_N16.json`)")
-    if (BENCH / "peers_boot_N16.json").exists():
-        p = load("peers_boot_N16.json")
-        rs = [r for r in p["ratios"] if r["ratio"]]
-        if rs and p["openfhe"]:
-            line += ("; " + ", ".join(f"{r['ratio']:.2f}× OpenFHE's EvalBootstrap time on {r['threads']} thread"
-                                      f"{'s' if r['threads'] > 1 else ''}" for r in rs)
-                     + f" (it keeps {p['openfhe']['levels_left']} level{'' if p['openfhe']['levels_left'] == 1 else 's'}; "
-                       f"AVX-512, {p['repeats']} run per side, `bench/peers_boot_N16.json`)")
-    if (BENCH / "peers_boot_N16_avx2.json").exists():
-        p = load("peers_boot_N16_avx2.json")
-        rs = [r for r in p["ratios"] if r["ratio"]]
-        if rs and p["openfhe"]:
-            line += ("; on AVX2 " + ", ".join(f"{r['ratio']:.2f}× ({sec(r['hemlp_s'])} vs {sec(r['openfhe_s'])}, "
-                                               f"{r['threads']} thread{'s' if r['threads'] > 1 else ''})" for r in rs)
-                     + f", {p['repeats']} runs per side (`bench/peers_boot_N16_avx2.json`)")
+    p, rs = measured_ratios("peers_boot_N16.json")
+    if rs:
+        line += ("; " + ", ".join(f"{r['ratio']:.2f}× OpenFHE's EvalBootstrap time on {r['threads']} thread"
+                                  f"{'s' if r['threads'] > 1 else ''}" for r in rs)
+                 + f" (it keeps {p['openfhe']['levels_left']} level{'' if p['openfhe']['levels_left'] == 1 else 's'}; "
+                   f"AVX-512, {p['repeats']} run per side, `bench/peers_boot_N16.json`)")
+    p, rs = measured_ratios("peers_boot_N16_avx2.json")
+    if rs:
+        line += ("; on AVX2 " + ", ".join(f"{r['ratio']:.2f}× ({sec(r['hemlp_s'])} vs {sec(r['openfhe_s'])}, "
+                                           f"{r['threads']} thread{'s' if r['threads'] > 1 else ''})" for r in rs)
+                 + f", {p['repeats']} runs per side (`bench/peers_boot_N16_avx2.json`)")
     return line + "."
 
 
