@@ -1,8 +1,8 @@
 """Bootstrapping at the 128-bit N16-boot preset (N = 2^16, 2^15 slots): `make test-slow` only.
 
 Targets (issue #16, docs/design/bootstrap.md §1.3, T8-slow): >= 20 bits max error over all 2^15 random complex slots
-in [-1, 1]², >= 12 levels left at scale 2^40 exactly, peak RSS <= 10 GiB. Needs ~10 GiB and minutes: run it under
-`flock /work/wt/big.lock` on a shared machine.
+in [-1, 1]², >= 12 levels left at scale 2^40 exactly, peak RSS <= 10 GiB. Needs ~10 GiB and minutes: run it alone
+on a shared machine.
 Measured (bench/boot_N16.json and two earlier runs, 2026-11-24, after the exactly rounded fused
 multiply-relinearise-rescale, 61-bit EvalMod primes and seeded Galois keys): 21.9-22.3 bits max, 24.0 mean, 12
 levels, peak RSS 9.6-9.7 GiB (it was 19.8 bits / 21.8 mean / 10.8 GiB before those three changes).
