@@ -77,8 +77,9 @@ def compile_and_simulate(model, x_cal, x_test, logits_plain, preset: str, log) -
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # INSECURE test presets warn
+        # simulated only: the plan is not held to this machine's memory (server_memory=None)
         cm = hemlp.compile(model, x_cal[:1], calibration=x_cal, batch_size=16, bootstrap=True, preset=preset,
-                           layout="batch", allow_insecure=preset.startswith("test-"))
+                           layout="batch", allow_insecure=preset.startswith("test-"), server_memory=None)
         t_compile = time.perf_counter() - t0
         log(str(cm.plan))
         t0 = time.perf_counter()
@@ -110,7 +111,8 @@ def run(args, log) -> dict:
     tr, tests = load(args.data_root, args.cache_dir, args.train_limit, args.seed)
     mean, std = standardiser(tr.x)
     x_train = np.ascontiguousarray((tr.x - mean) / std, dtype=np.float32)
-    recipe = dict(RECIPE, **{k: getattr(args, k) for k in ("epochs", "lr") if getattr(args, k) is not None})
+    recipe = dict(RECIPE, **{k: getattr(args, k) for k in ("epochs", "lr", "batch_size")
+                             if getattr(args, k, None) is not None})
     widths = tuple(int(w) for w in args.widths.split(",")) if args.widths else WIDTHS
     torch.manual_seed(args.seed)
     model = CifarResNet(widths=widths, act=args.act)

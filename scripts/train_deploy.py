@@ -326,7 +326,7 @@ def run(args) -> dict:
                   width=args.width)
     x_train, y_train = shift_augment(tr.x, tr.y) if args.augment else (tr.x, tr.y)
     with stage("train"):
-        hist = train(model, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size, lr=lr, seed=args.seed,
+        hist = train(model, x_train, y_train, epochs=args.epochs, batch_size=args.batch_size or 64, lr=lr, seed=args.seed,
                      threads=args.threads, x_val=te.x, y_val=te.y, progress=not args.quiet,
                      callback=lambda r: wlog({f"train/{k}": v for k, v in r.items()}))
     with stage("evaluate"):
@@ -465,7 +465,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--epochs", type=int, default=None, help="default 8 (--resnet: 12)")
     ap.add_argument("--augment", action="store_true",
                     help="also train on one-pixel shifted copies of the images (small data sets: +1 pp on MNIST)")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=None, help="default 64 (--resnet: 512)")
     ap.add_argument("--lr", type=float, default=None, help="default: 1e-2 for fhe4dmm, 2e-3 otherwise")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)

@@ -107,7 +107,8 @@ def test_compiles_with_bootstraps_and_simulate_agrees(act):
 def test_training_command_on_a_subset(tmp_path):
     out = tmp_path / "resnet.json"
     cmd = [sys.executable, str(REPO / "scripts" / "train_deploy.py"), "--data-root", str(DATA), "--resnet", str(out),
-           "--train-limit", "3000", "--epochs", "2", "--widths", "8,16,16,32", "--act", "gelu", "--sim-samples", "4",
+           "--train-limit", "5000", "--epochs", "3", "--batch-size", "128", "--lr", "0.1", "--widths", "8,16,16,32",
+           "--act", "gelu", "--sim-samples", "4",
            "--preset", "test-N15-boot",
            "--cache-dir", str(tmp_path / "cache"), "--quiet"]
     r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=1800)
@@ -117,11 +118,12 @@ def test_training_command_on_a_subset(tmp_path):
     assert set(acc) == {"CIFAR-10 test, first 1 017 images (exact)", "CIFAR-10 test, 10 000 images, JPEG q75 (lossy)"}
     assert acc["CIFAR-10 test, first 1 017 images (exact)"]["n"] == 1017
     assert acc["CIFAR-10 test, 10 000 images, JPEG q75 (lossy)"]["n"] == 10000
-    # 3 000 images, 2 epochs, widths 8-16-16-32: above chance (10 %), far from the full run (measured 18.5 % / 17.4 %)
-    assert all(a["accuracy"] > 0.14 for a in acc.values()), acc
+    # 5 000 images, 3 epochs of batches of 128 (117 steps), widths 8-16-16-32: measured 45.4 % / 44.1 % (exact /
+    # JPEG test sets; chance is 10 %, the full 12-epoch run 86.6 %); the bound keeps 9 points below the run
+    assert all(a["accuracy"] > 0.35 for a in acc.values()), acc
     t = rep["training"]
-    assert t["epochs"] == 2 and t["threads"] == 2 and t["wall_seconds"] > 0 and t["cpu_seconds"] > 0
-    assert rep["data"]["n_train"] == 3000 and rep["model"]["parameters"] > 0
+    assert t["epochs"] == 3 and t["batch_size"] == 128 and t["threads"] == 2 and t["wall_seconds"] > 0 and t["cpu_seconds"] > 0
+    assert rep["data"]["n_train"] == 5000 and rep["model"]["parameters"] > 0
     assert rep["machine"]["load_average_before"] is not None
     assert rep["compile"]["status"] == "ok", rep["compile"]
     assert rep["compile"]["top1_agreement"] == 1.0 and rep["compile"]["bootstrap_points"] >= 3
