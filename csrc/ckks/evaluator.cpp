@@ -50,45 +50,67 @@ void Evaluator::check_size2(const Ciphertext& a, const char* op) {
                                                  "ctx.relinearize(ct, relin_key) first");
 }
 
-Ciphertext Evaluator::add(const Ciphertext& a, const Ciphertext& b) const {
-  check_compatible(a, b, "add");
-  if (!scales_match(a.scale, b.scale))
-    fail(ErrorKind::Scale, "add: scales differ (" + fmt_scale(a.scale) + " vs " + fmt_scale(b.scale) +
+void Evaluator::accumulate(Ciphertext& r, const Ciphertext& b, bool subtract, const char* op) const {
+  check_compatible(r, b, op);
+  if (!scales_match(r.scale, b.scale))
+    fail(ErrorKind::Scale, std::string(op) + ": scales differ (" + fmt_scale(r.scale) + " vs " + fmt_scale(b.scale) +
                                "); use ctx.set_scale(ct, scale) on one operand (costs one level) or keep "
                                "plaintext factors encoded at the prime being rescaled");
   const size_t n = ctx_.n();
-  const Ciphertext& big = a.size() >= b.size() ? a : b;
-  const Ciphertext& small = a.size() >= b.size() ? b : a;
-  Ciphertext r = big;
+  const size_t common = std::min(r.size(), b.size());
+  for (size_t j = r.size(); j < b.size(); ++j) r.polys.push_back(b.polys[j]);   // b's extra parts, negated below
   r.seeded = false;
-  r.is_complex = a.is_complex || b.is_complex;
-  for (size_t j = 0; j < small.size(); ++j)
+  r.is_complex = r.is_complex || b.is_complex;
+  const int level = r.level;
+  for (size_t j = 0; j < r.size(); ++j) {
+    const bool own = j < common;                    // r's part combined with b's, or a part only one side has
+    if (!own && (!subtract || j >= b.size())) continue;   // r's own extra part: unchanged; b's copied one: negated
 #pragma omp parallel for schedule(static)
-    for (int k = 0; k <= a.level; ++k) {
+    for (int k = 0; k <= level; ++k) {
       const u64 q = ctx_.modulus(k).q;
       u64* d = r.polys[j].data() + (size_t)k * n;
-      const u64* s = small.polys[j].data() + (size_t)k * n;
-      for (size_t i = 0; i < n; ++i) d[i] = ring::add_mod(d[i], s[i], q);
+      const u64* s = b.polys[j].data() + (size_t)k * n;
+      if (!own)
+        for (size_t i = 0; i < n; ++i) d[i] = ring::neg_mod(d[i], q);
+      else if (subtract)
+        for (size_t i = 0; i < n; ++i) d[i] = ring::sub_mod(d[i], s[i], q);
+      else
+        for (size_t i = 0; i < n; ++i) d[i] = ring::add_mod(d[i], s[i], q);
     }
+  }
+}
+
+Ciphertext Evaluator::add(const Ciphertext& a, const Ciphertext& b) const {
+  Ciphertext r = a.size() >= b.size() ? a : b;   // the larger operand's copy: the other is added into it
+  accumulate(r, a.size() >= b.size() ? b : a, false, "add");
   return r;
 }
 
-Ciphertext Evaluator::negate(const Ciphertext& a) const {
+void Evaluator::add_inplace(Ciphertext& a, const Ciphertext& b) const { accumulate(a, b, false, "add_inplace"); }
+
+void Evaluator::negate_inplace(Ciphertext& a) const {
   const size_t n = ctx_.n();
-  Ciphertext r = a;
-  r.seeded = false;
-  for (auto& p : r.polys)
+  a.seeded = false;
+  for (auto& p : a.polys)
     for (int k = 0; k <= a.level; ++k) {
       const u64 q = ctx_.modulus(k).q;
       for (size_t i = 0; i < n; ++i) p[(size_t)k * n + i] = ring::neg_mod(p[(size_t)k * n + i], q);
     }
+}
+
+Ciphertext Evaluator::negate(const Ciphertext& a) const {
+  Ciphertext r = a;
+  negate_inplace(r);
   return r;
 }
 
 Ciphertext Evaluator::sub(const Ciphertext& a, const Ciphertext& b) const {
-  check_compatible(a, b, "sub");
-  return add(a, negate(b));
+  Ciphertext r = a;        // one copy: b is subtracted into it (was a + negate(b), two full copies)
+  accumulate(r, b, true, "sub");
+  return r;
 }
+
+void Evaluator::sub_inplace(Ciphertext& a, const Ciphertext& b) const { accumulate(a, b, true, "sub_inplace"); }
 
 Ciphertext Evaluator::add_plain(const Ciphertext& a, const Plaintext& p) const {
   check_plain(a, p, true, "add_plain");

@@ -13,9 +13,15 @@ class Evaluator {
  public:
   explicit Evaluator(const Context& ctx) : ctx_(ctx) {}
 
+  // a + b, a - b, -a: new ciphertexts (one copy each). Throws Scale when the scales differ, and what
+  // check_compatible throws (another context, level or slot count) when the operands do not match.
   Ciphertext add(const Ciphertext& a, const Ciphertext& b) const;
   Ciphertext sub(const Ciphertext& a, const Ciphertext& b) const;
   Ciphertext negate(const Ciphertext& a) const;
+  // The same into a (no allocation unless b has more parts than a); a is left unchanged when they throw.
+  void add_inplace(Ciphertext& a, const Ciphertext& b) const;
+  void sub_inplace(Ciphertext& a, const Ciphertext& b) const;
+  void negate_inplace(Ciphertext& a) const;
   Ciphertext add_plain(const Ciphertext& a, const Plaintext& p) const;
   Ciphertext sub_plain(const Ciphertext& a, const Plaintext& p) const;
   Ciphertext mul_plain(const Ciphertext& a, const Plaintext& p) const;
@@ -70,6 +76,8 @@ class Evaluator {
   Ciphertext add_const_exact(const Ciphertext& a, double c) const;
 
  private:
+  // r += b (or r -= b): checks first, so a throw leaves r unchanged; b's parts beyond r's are appended.
+  void accumulate(Ciphertext& r, const Ciphertext& b, bool subtract, const char* op) const;
   const SwitchKey& find_key(const GaloisKeys& keys, uint64_t g, const Ciphertext& a) const;
   const Context& ctx_;
 };

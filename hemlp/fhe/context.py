@@ -286,6 +286,22 @@ class Context:
     def negate(self, a: Ciphertext) -> Ciphertext:
         return self._w(Ciphertext, self._e.negate(self._ct(a)))
 
+    def add_inplace(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        """a += b in a's own memory (no new ciphertext; every other reference to a sees the sum); returns a. The
+        checks of add come first: a is unchanged when they raise."""
+        self._e.add_inplace(self._ct(a), self._unwrap(b, Ciphertext, "second ciphertext"))
+        return a
+
+    def sub_inplace(self, a: Ciphertext, b: Ciphertext) -> Ciphertext:
+        """a -= b in a's own memory; returns a (see add_inplace)."""
+        self._e.sub_inplace(self._ct(a), self._unwrap(b, Ciphertext, "second ciphertext"))
+        return a
+
+    def negate_inplace(self, a: Ciphertext) -> Ciphertext:
+        """a = -a in a's own memory; returns a."""
+        self._e.negate_inplace(self._ct(a))
+        return a
+
     def mul(self, a: Ciphertext, b, relin_key: RelinKey | None = None, rescale: bool = False) -> Ciphertext:
         """a * b (slot-wise). b: Ciphertext (relinearised when relin_key is given), Plaintext, array or
         scalar. Arrays and scalars are encoded at scale q_level, so that a following rescale

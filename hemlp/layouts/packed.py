@@ -569,9 +569,9 @@ class PackedRunner:
             raise LevelError(f"step {s.out}: input at level {x[0].level}, planned {lv}")
         if s.method == "rep":
             z = None
-            for k, d in s.diags.items():
+            for k, d in s.diags.items():       # every product is a new ciphertext: accumulate into the first
                 t = ctx.mul(x[k], self._pt(s, k, d, lv))
-                z = t if z is None else ctx.add(z, t)
+                z = t if z is None else ctx.add_inplace(z, t)
             z = ctx.rescale(z)
         else:
             v = x[0]
@@ -587,13 +587,13 @@ class PackedRunner:
                     if d is None:
                         continue
                     t = ctx.mul(rots[g], self._pt(s, (h, g), d, lv))
-                    inner = t if inner is None else ctx.add(inner, t)
+                    inner = t if inner is None else ctx.add_inplace(inner, t)
                 inner = ctx.rescale(inner)
                 if h:
                     inner = ctx.rotate(inner, s.g1 * h * b, gk)
-                z = inner if z is None else ctx.add(z, inner)
-        for r in s.reduce:
-            z = ctx.add(z, ctx.rotate(z, r * b, gk))
+                z = inner if z is None else ctx.add_inplace(z, inner)
+        for r in s.reduce:                     # z is this step's own ciphertext (a rescale's or a rotation's result)
+            ctx.add_inplace(z, ctx.rotate(z, r * b, gk))
         if s.bias is not None:
             z = ctx.add(z, self.prog.spread(s.bias))
         return [z]

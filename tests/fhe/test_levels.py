@@ -101,3 +101,39 @@ def test_drop_level_keeps_the_low_limbs_bit_for_bit_and_the_metadata(t12, rng):
     for j in range(2):
         full, low = np.asarray(a.native.poly(j)), np.asarray(d.native.poly(j))
         assert low.shape[0] == 2 and np.array_equal(full[:2], low)
+
+
+def test_inplace_add_sub_negate_equal_the_copies_bit_for_bit(t12, rng):
+    """add_inplace / sub_inplace / negate_inplace and the direct sub (one copy, was a + negate(b)) against the
+    out-of-place ops, exactly: the same bytes, on 2- and 3-part ciphertexts (a product before relinearisation)."""
+    ctx = t12.ctx
+    x, y = rng.uniform(-1, 1, ctx.slots), rng.uniform(-1, 1, ctx.slots)
+    a, b = ctx.encrypt(x, t12.pk), ctx.encrypt(y, t12.sk)
+    a3 = ctx.mul(a, b)                                   # 3 parts, scale a.scale * b.scale
+    b3 = ctx.mul(b, a)
+    c2 = ctx.encrypt(y, t12.pk, scale=a3.scale, level=a3.level)
+    same = lambda u, v: u.to_bytes() == v.to_bytes()     # noqa: E731
+    for p, q in ((a, b), (a3, b3), (a3, c2), (c2, a3)):
+        assert same(ctx.sub(p, q), ctx.add(p, ctx.negate(q)))
+        r = ctx.add(p, ctx.negate(ctx.negate(p)))        # a private copy of p + p to accumulate into
+        ref = ctx.add(r, q)
+        assert same(ctx.add_inplace(r, q), ref)
+        r = ctx.negate(ctx.negate(p))
+        assert ctx.sub_inplace(r, q) is r and same(r, ctx.sub(p, q))
+        assert same(ctx.negate_inplace(r), ctx.negate(ctx.sub(p, q)))
+    assert bits(ctx.decrypt(ctx.sub_inplace(ctx.negate(ctx.negate(a)), b), t12.sk) - (x - y)) > 22
+    assert bits(ctx.decrypt(ctx.add_inplace(ctx.negate(ctx.negate(a)), b), t12.sk) - (x + y)) > 22
+
+
+def test_inplace_ops_check_first_and_change_nothing_on_error(t12, rng):
+    ctx = t12.ctx
+    a = ctx.encrypt(rng.uniform(-1, 1, ctx.slots), t12.pk)
+    b = ctx.encrypt(rng.uniform(-1, 1, ctx.slots), t12.pk, scale=2.0**35)
+    before = a.to_bytes()
+    with pytest.raises(ScaleMismatchError, match="add_inplace: scales differ"):
+        ctx.add_inplace(a, b)
+    with pytest.raises(LevelError):
+        ctx.sub_inplace(a, ctx.drop_level(ctx.encrypt(np.zeros(ctx.slots), t12.pk), a.level - 1))
+    assert a.to_bytes() == before
+    with pytest.raises(TypeError):
+        ctx.add_inplace(a, np.zeros(ctx.slots))
