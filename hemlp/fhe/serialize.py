@@ -60,7 +60,7 @@ _MAX_HEADER = 1 << 24
 _ALIGN = 8
 #: containers at least this large are checksummed in a thread while their objects are parsed (hashlib releases
 #: the GIL): the SHA-256 pass and the native import then run on two cores
-_THREADED_CHECKSUM_BYTES = 1 << 24
+_THREADED_CHECKSUM_BYTES = 1 << 22
 
 #: the artefact container before version 3 (hemlp.runtime.artifacts): magic | u32 header length | JSON header
 #: (with "kind" and "version": 1) | u64 payload length | payload | SHA-256; read_legacy_artefact reads it
