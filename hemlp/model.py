@@ -150,8 +150,8 @@ class Plan:
                 + (f" ({i['layout_reason']})" if i.get("layout_reason") else ""))
         if i.get("resources"):
             head += self.resources.lines(i["batch_size"])
-        if noise_line(i):
-            head.append(noise_line(i))
+        if (line := noise_line(i)) is not None:
+            head.append(line)
         if i.get("compile_seconds") is not None:
             search = (f" (activation search {fit['search_seconds']:.1f} s, {fit['trials']} choices tried)"
                       if fit and fit.get("search_seconds") is not None and fit.get("searched") else "")
@@ -265,7 +265,7 @@ class CompiledModel:
                 peak = max(peak, int(np.max(np.abs(d))))
         measured = math.log2(max(peak, 1)) + float(margin_bits)
         nb = dict(self.plan.info.get("noise_bound") or {})
-        analysed = nb.get("log2_t") if nb.get("source", "analysis") == "analysis" else nb.get("analysis_log2_t")
+        analysed = nb.get("log2_t")           # compile's analysis (None: this layout has none); never overwritten
         if analysed is not None and measured > analysed:
             warn_always(f"estimate_noise: the measured error bound 2^{measured:.2f} exceeds the plan's noise analysis "
                         f"(2^{analysed:.2f}); decryption uses the measured one", RuntimeWarning, stacklevel=2)
@@ -586,13 +586,6 @@ class CompiledModel:
 # compile
 # ---------------------------------------------------------------------------------------
 
-def fresh_noise_bound(params) -> int:
-    """The fresh-encryption bound of the native core (6 sigma of v·e + e0 + e1·s), what decryption uses without a
-    plan bound."""
-    sigma = float(params.native.spec.sigma)
-    return int(math.ceil(STD_FACTOR * sigma * math.sqrt(4.0 * params.N / 3.0 + 1.0)))
-
-
 def noise_line(info: dict) -> str | None:
     """The plan's line on the standard decryption noise: its sigma, where it comes from and the bits per output
     value it leaves (decrypt_noise_args' estimate over the slots); None for plans saved before it existed."""
@@ -707,7 +700,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
                                     opts["calibration"] is not None, reference, max_step_depth)
     steps = lower(g)
     # the simulated plan's agreement on the calibration set; its output magnitude (checked against q_0 below)
-    row_peaks: dict = {}       # every value's largest |value| per row: the noise analysis' magnitudes, no pass of its own
+    # every value's largest |value| per row: the bootstrap planners' peaks and the noise analysis' magnitudes
+    row_peaks: dict = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         y_sim = simulate_rows(steps, calib.reshape(calib.shape[0], -1).T, int(opts["weight_bits"]),
@@ -780,7 +774,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     plan_info["resources"] = estimate_resources(lay).to_json()
     # the decryption noise's sigma: the plan's own bound on its output error (the client artefact carries it)
     noise = plan_noise_bound(lay, calib, row_peaks)
-    plan_info["fresh_bound_log2"] = math.log2(fresh_noise_bound(params))
+    plan_info["fresh_bound_log2"] = math.log2(params.native.fresh_noise_bound)
     plan_info["log_scale"] = float(params.log_scale)
     if noise is not None:
         plan_info["noise_bound_log2"] = noise.log2_t

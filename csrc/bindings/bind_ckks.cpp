@@ -152,7 +152,9 @@ void bind_ckks(py::module_& m) {
       .def_property_readonly("is_128_bit_secure", &Params::is_128_bit_secure)
       .def_property_readonly("describe", &Params::describe)
       .def_property_readonly("hash_hex", &Params::hash_hex)
-      .def_property_readonly("hash64", &Params::hash64);
+      .def_property_readonly("hash64", &Params::hash64)
+      // what decryption's standard noise uses without a plan bound (a compiled plan prints it beside its own)
+      .def_property_readonly("fresh_noise_bound", [](const Params& p) { return fresh_noise_bound(p); });
 
   py::class_<Plaintext>(m, "Plaintext")
       .def_readonly("level", &Plaintext::level)

@@ -42,7 +42,8 @@ from typing import Optional
 
 from hemlp.planner.cost_model import CostProfile, active_profile
 
-__all__ = ["unit_costs", "estimate_batch", "estimate_packed", "packed_step_seconds", "estimate_mlwe", "encode_seconds"]
+__all__ = ["unit_costs", "poly_muls", "act_muls", "estimate_batch", "estimate_packed", "packed_step_seconds",
+           "estimate_mlwe", "encode_seconds"]
 
 
 def unit_costs(profile: Optional[CostProfile] = None) -> dict:
@@ -60,12 +61,16 @@ def encode_seconds(plaintexts: int, N: int, kept_bytes: int) -> float:
     return plaintexts * N * c["encode"] + kept_bytes * c["touch"]
 
 
+def poly_muls(degree: int) -> int:
+    """ct x ct products of a polynomial of this degree (baby-step giant-step evaluation)."""
+    return max(1, math.ceil(2 * math.sqrt(degree)) + math.ceil(math.log2(degree + 1)))
+
+
 def act_muls(step) -> int:
     if step.op == "square":
         return 1
     if step.op == "poly":
-        d = len(step.act.coeffs) - 1
-        return max(1, math.ceil(2 * math.sqrt(d)) + math.ceil(math.log2(d + 1)))
+        return poly_muls(len(step.act.coeffs) - 1)
     if step.op == "affine":
         return 0
     return 0

@@ -23,8 +23,8 @@ where a step sums automorphic images of one noise (layout (P)'s rotate-and-sum, 
 those add coherently on the coefficients the automorphisms fix, so a second variance, the peak coefficient's, is
 carried beside the slots'. t is six standard deviations of the worst row's peak (the convention of the
 fresh-encryption bound) times 2^margin_bits.
-A heuristic like every CKKS average-case analysis: ``tests/security/test_noise_analysis.py`` checks it lies above
-the error measured over 20 fresh encryptions (``CompiledModel.estimate_noise``) and within a few bits of it.
+A heuristic like every CKKS average-case analysis: ``tests/security/test_plan_noise.py`` checks it lies above the
+error measured over 20 fresh encryptions of held-out inputs and within a few bits of it.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from hemlp.compiler.lower import StepOp
 from hemlp.compiler.params import unrescaled
 from hemlp.errors import UnsupportedError
 from hemlp.pcmm import quantize
-from hemlp.planner.layouts import act_muls
+from hemlp.planner.layouts import act_muls, poly_muls
 from hemlp.runtime.local import simulate
 
 __all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "row_magnitudes", "MARGIN_BITS",
@@ -129,9 +129,9 @@ def _poly_variance(s, v, mag, nm: NoiseModel) -> np.ndarray:
     u, slope = _slope(act.eval_u, radius)
     first = float(np.max(slope)) ** 2 * v
     if act.form == "composite":
-        internal, w = 0.0, np.asarray(u)
+        internal = 0.0
         stages = [np.asarray(c, dtype=np.float64) for c in act.stages]
-        vals = [w]
+        vals = [u]
         for c in stages:
             vals.append(np.polynomial.chebyshev.chebval(vals[-1], c))
         for i, c in enumerate(stages):       # sensitivity of u * h(u) to stage i's output
@@ -139,8 +139,8 @@ def _poly_variance(s, v, mag, nm: NoiseModel) -> np.ndarray:
             for j in range(i + 1, len(stages)):
                 dc = np.polynomial.chebyshev.chebder(stages[j])
                 sens = sens * np.abs(np.polynomial.chebyshev.chebval(vals[j], dc))
-            muls = max(1, math.ceil(2 * math.sqrt(len(c) - 1)) + math.ceil(math.log2(len(c))))
-            internal += muls * nm.product * ((1.0 + float(np.sum(np.abs(c)))) * float(np.max(sens))) ** 2
+            amplification = (1.0 + float(np.sum(np.abs(c)))) * float(np.max(sens))
+            internal += poly_muls(len(c) - 1) * nm.product * amplification ** 2
         return first + internal + nm.product       # the final product u * h(u)
     return first + act_muls(s) * nm.product * (1.0 + float(np.sum(np.abs(act.coeffs)))) ** 2
 
@@ -168,12 +168,8 @@ def _bootstrap(s, v, mag, vals, mags, nm, weight_bits, ks):
     return np.full(s.rows, (c * 2.0 ** -float(s.info["noise_bits"])) ** 2)
 
 
-def _mambo(s, v, mag, vals, mags, nm, weight_bits, ks):
-    return _bootstrap(s, v, mag, vals, mags, nm, weight_bits, ks)
-
-
 #: the noise semantics of every step op: (step, first input's variances, its magnitudes, variances by value,
-#: magnitudes by value, NoiseModel, weight_bits, (hoisted, added) key switches) -> the step's variances per row
+#: magnitudes by value, NoiseModel, weight_bits, Layout.keyswitches' triple) -> the step's variances per row
 NOISE = {
     StepOp.PCMM: _pcmm,
     StepOp.POLY: lambda s, v, mag, vals, mags, nm, *_: _poly_variance(s, v, mag, nm),
@@ -188,7 +184,7 @@ NOISE = {
     StepOp.OUTPUT: lambda s, v, *_: v,
     StepOp.DROP: lambda s, v, *_: v,
     StepOp.BOOTSTRAP: _bootstrap,
-    StepOp.MAMBO: _mambo,
+    StepOp.MAMBO: _bootstrap,          # the fused PCMM's output is the refresh's: its error is the bootstrap's
 }
 
 
