@@ -49,7 +49,7 @@ from hemlp.runtime.local import simulate as simulate_rows
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
            "boot_order", "boot_batch_size", "scale_factor", "scale_down_limit", "CTS_LOG_MESSAGE_RATIO",
-           "DEFAULT_NOISE_BITS", "value_peaks", "with_zero_sample", "BootPlanning",
+           "DEFAULT_NOISE_BITS", "value_peaks", "calibration_peaks", "peak_of", "BootPlanning",
            "check_single_boot_keys", "sparse_summary_text", "single_key_bytes",
            "sparse_summary"]
 
@@ -126,14 +126,20 @@ def value_peaks(steps, x: np.ndarray, names, weight_bits: int, products=(), know
             warnings.simplefilter("ignore")
             simulate_rows(steps, x, weight_bits, on_value=see)
     for name in names if known is not None else ():
-        peaks[name] = max(peaks.get(name, 0.0), float(np.max(known[name])) if np.size(known[name]) else 0.0)
+        peaks[name] = max(peaks.get(name, 0.0), peak_of(known[name]))
     return peaks
 
 
-def with_zero_sample(steps, X: np.ndarray, names, weight_bits: int, products=(), known: dict | None = None) -> dict:
-    """value_peaks on the calibration rows X plus the zero sample of the padding slots; with `known` (X's peaks from
-    compile's pass) only the zero sample runs, unless MaMBo products need the whole pass."""
-    zero = np.zeros((X.shape[0], 1))
+def peak_of(row_peaks) -> float:
+    """The largest of a value's per-row peaks (0 for a value without rows)."""
+    return float(np.max(row_peaks)) if np.size(row_peaks) else 0.0
+
+
+def calibration_peaks(steps, X: np.ndarray, names, weight_bits: int, products=(), known: dict | None = None,
+                      zero_sample: bool = True) -> dict:
+    """value_peaks on the calibration rows X, plus (zero_sample) the zero sample of the padding slots. With `known`
+    (X's per-row peaks from compile's pass) X does not run again, unless MaMBo products need the whole pass."""
+    zero = np.zeros((X.shape[0], 1 if zero_sample else 0))
     if known is not None and not products and all(n in known for n in names):
         return value_peaks(steps, zero, names, weight_bits, known=known)
     return value_peaks(steps, np.concatenate([X, zero], axis=1), names, weight_bits, products)
@@ -265,7 +271,7 @@ class BootPlanning:
         X = x.reshape(x.shape[0], -1).T
         out = next(s.out for s in steps if s.op == "output")
         if known is not None and out in known:
-            max_out = float(np.max(known[out])) if np.size(known[out]) else 0.0
+            max_out = peak_of(known[out])
         else:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -325,9 +331,8 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict 
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO if low.order == "cts_first" else S2C_LOG_MESSAGE_RATIO)
     factors, mfactors = {}, {}
     # the calibration rows and the padding slots' zero-input sample
-    known = peaks
-    peaks = with_zero_sample(steps, X, {b.value for b in placement.bootstraps}, wb,
-                             {b.value for b in placement.bootstraps if b.value in low.mambo_values}, known)
+    peaks = calibration_peaks(steps, X, {b.value for b in placement.bootstraps}, wb,
+                              {b.value for b in placement.bootstraps if b.value in low.mambo_values}, peaks)
     for b in placement.bootstraps:
         if b.value in factors:
             continue

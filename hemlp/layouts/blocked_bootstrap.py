@@ -24,7 +24,7 @@ from hemlp.compiler.params import depth_of, step_cost
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, BootPlanning, apply_placement,
                                            scale_down_limit, scale_factor,
-                                           value_peaks)
+                                           calibration_peaks)
 from hemlp.layouts.blocked import CGEMM_LEVELS, BlockedProgram
 from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
 from hemlp.planner.layouts import unit_costs
@@ -73,9 +73,7 @@ def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peak
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO)
     factors = {}
     # a block's slots hold the value's entries (and zero padding): its coefficients are within its peak
-    names = {b.value for b in placement.bootstraps}
-    known = peaks if peaks is not None and all(n in peaks for n in names) else None
-    peaks = value_peaks(steps, X[:, :0] if known is not None else X, names, wb, known=known)
+    peaks = calibration_peaks(steps, X, {b.value for b in placement.bootstraps}, wb, known=peaks, zero_sample=False)
     for b in placement.bootstraps:
         if b.value not in factors:
             factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)

@@ -26,7 +26,7 @@ from hemlp.compiler.params import depth_of
 from hemlp.errors import LevelError, ParameterError
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (DEFAULT_NOISE_BITS, BootPlanning, scale_down_limit, scale_factor,
-                                           with_zero_sample)
+                                           calibration_peaks)
 from hemlp.layouts.mlwe import MlweProgram, dft_depth_candidates
 from hemlp.layouts.mlwe_refresh import REFRESH_LOG_MESSAGE_RATIO, refresh_key_bytes, refresh_level
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES, PipelineCosts
@@ -91,8 +91,7 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: 
     """The layout (A′) program with refreshes for a lowered model: the preset, the DFT depth (the first of
     dft_depth_candidates that places), the refreshes as bootstrap steps before the activations they start, the input
     level. peaks: the values' per-row peaks on x from compile's pass (None: measured here)."""
-    known = peaks
-    bp = BootPlanning.of(steps, x, opts, known)
+    bp = BootPlanning.of(steps, x, opts, peaks)
     params, reserve, boot = bp.params, bp.reserve, bp.boot
     land, L = refresh_level(params), int(params.max_level)
     bs = 1 if batch_size is None else int(batch_size)
@@ -125,7 +124,7 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: 
     bits = costs.s2c_bits(k) or DEFAULT_NOISE_BITS
     before = {}
     # the calibration rows and the padding columns' zero sample
-    peaks = with_zero_sample(steps, bp.X, {act.src.inputs[0] for act in acts}, wb, known=known)
+    peaks = calibration_peaks(steps, bp.X, {act.src.inputs[0] for act in acts}, wb, known=peaks)
     for n, act in enumerate(acts):
         v = act.src.inputs[0]
         peak = peaks[v]

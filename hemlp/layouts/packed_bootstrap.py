@@ -33,7 +33,7 @@ from hemlp.compiler.params import depth_of, output_reserve, step_cost
 from hemlp.fhe import Params
 from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, apply_placement, boot_preset,
-                                           scale_down_limit, scale_factor)
+                                           peak_of, scale_down_limit, scale_factor)
 from hemlp.layouts.packed import SIMULATE_GROUPS, PackedProgram
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
@@ -120,7 +120,7 @@ def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int,
         return _slot_peaks(prog, X)
     names = [s.out for s in steps]
     if known is not None and all(n in known for n in names):
-        feat = {n: float(np.max(known[n])) if np.size(known[n]) else 0.0 for n in names}
+        feat = {n: peak_of(known[n]) for n in names}
     else:
         feat = feature_peaks(X)
     return ({name: max(feat.get(name, 0.0) * tol, v) for name, v in other.items()},
