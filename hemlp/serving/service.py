@@ -237,11 +237,14 @@ class ModelService:
         self.model.check_run(ct, keys)
         return key_id, keys, ct
 
+    def _evaluate(self, keys, ct) -> bytes:
+        """The encrypted result of one checked batch, one evaluation at a time in this process."""
+        with self.eval_lock:
+            return self.model.run(ct, keys, threads=self.threads).to_bytes()
+
     def _infer(self, query, body):
         _, keys, ct = self._request(query, body)
-        with self.eval_lock:
-            out = self.model.run(ct, keys, threads=self.threads)
-        return 200, "application/octet-stream", out.to_bytes()
+        return 200, "application/octet-stream", self._evaluate(keys, ct)
 
     # ---- jobs (hemlp.serving.jobs)
     def _submit(self, query, body):
@@ -289,9 +292,6 @@ class ModelService:
         from hemlp.runtime.artifacts import EncryptedBatch
 
         try:
-            keys = self._keys(key_id)
-            ct = EncryptedBatch.from_bytes(body, self.model)
-            with self.eval_lock:
-                return self.model.run(ct, keys, threads=self.threads).to_bytes(), None
+            return self._evaluate(self._keys(key_id), EncryptedBatch.from_bytes(body, self.model)), None
         except Exception as e:  # noqa: BLE001 - a job's failure is its answer, the worker carries on
             return None, error_answer(e)

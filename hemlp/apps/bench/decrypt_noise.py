@@ -32,55 +32,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", help="write the results here")
 
 
-def _chain(depth: int):
+def main(args) -> int:
     import torch
 
-    class Square(torch.nn.Module):
-        def forward(self, x):
-            return x * x
-
-    return torch.nn.Sequential(*[Square() for _ in range(depth)])
-
-
-def main(args) -> int:
     import hemlp
+    from hemlp.models import Square
 
+    params = fhe.Params.preset(args.preset)
+    slots = params.N // 2
+    depth = min(args.depth, params.max_level)
+    x = np.random.default_rng(7).uniform(-1, 1, slots)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fhe.InsecureParametersWarning)
-        ctx = fhe.Context(args.preset, allow_insecure=args.allow_insecure, decrypt_noise="standard")
-        depth = min(args.depth, ctx.max_level)
-        rng = np.random.default_rng(7)
-        x = rng.uniform(-1, 1, ctx.slots)
         while True:            # the deepest chain the preset holds (the first product may need a level more)
             try:
-                cm = hemlp.compile(_chain(depth), x[:, None], batch_size=ctx.slots, preset=args.preset,
-                                   layout="batch", allow_insecure=args.allow_insecure)
+                cm = hemlp.compile(torch.nn.Sequential(*[Square() for _ in range(depth)]), x[:, None],
+                                   batch_size=slots, preset=args.preset, layout="batch",
+                                   allow_insecure=args.allow_insecure)
                 break
             except LevelError:
                 if depth == 1:
                     raise
                 depth -= 1
-    cctx = cm.context
+    ctx = cm.context            # every decryption below names its noise mode
     sk, ek = cm.keygen()
-    pk = cctx.wrap(fhe.PublicKey, cctx.native.public_key(sk.native))   # public-key inputs: the larger fresh error
-    fresh = cctx.encrypt(x, pk)
+    pk = ctx.wrap(fhe.PublicKey, ctx.native.public_key(sk.native))   # public-key inputs: the larger fresh error
+    fresh = ctx.encrypt(x, pk)
     deep = cm.run(cm.encrypt(x[:, None], pk), ek).ctm.cts[0]
-    t_fresh = math.log2(ctx.native.fresh_noise_bound)
+    t_fresh = math.log2(params.native.fresh_noise_bound)
     rows, out = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fhe.UnsafeDecryptionWarning)
-        for label, c, ct, t_log2, source in (
-                ("fresh", cctx, fresh, t_fresh, "fresh-encryption bound"),
-                (f"after {depth} squarings", cctx, deep, cm.noise_bound_log2, "the compiled plan's noise analysis")):
+        for label, ct, t_log2, source in (
+                ("fresh", fresh, t_fresh, "fresh-encryption bound"),
+                (f"after {depth} squarings", deep, cm.noise_bound_log2, "the compiled plan's noise analysis")):
             flood = fhe.FloodSpec(bound_log2=t_log2, stat_security=30, queries=1)
-            ref = c.decrypt(ct, sk, noise="none")
+            ref = ctx.decrypt(ct, sk, noise="none")
             for mode in ("none", "standard", "flood"):
                 kw = dict(noise=mode, bound_log2=t_log2 if mode == "standard" else None,
                           flood=flood if mode == "flood" else None)
-                y, info = c.decrypt(ct, sk, info=True, **kw)
+                y, info = ctx.decrypt(ct, sk, info=True, **kw)
                 err = float(np.abs(y - ref).max())
                 bits = math.inf if err == 0 else -math.log2(err)
-                t = measure(lambda: c.decrypt(ct, sk, **kw), args.repeats)
+                t = measure(lambda: ctx.decrypt(ct, sk, **kw), args.repeats)
                 rec = dict(ciphertext=label, level=ct.level, mode=mode, bound_log2=t_log2, bound_source=source,
                            log2_sigma=info["log2_sigma"], est_bits_per_slot=info["est_bits"], measured_bits_max=bits,
                            related_decryptions_budget=info["budget"], decrypt=t)
@@ -90,8 +84,7 @@ def main(args) -> int:
                              "-" if info["est_bits"] is None else f"{info['est_bits']:.1f}",
                              "exact" if bits == math.inf else f"{bits:.1f}", fmt_ms(t["median_s"])])
     table(["ciphertext", "log2 t", "noise", "log2 sigma", "est. bits (std)", "bits (max err)", "decrypt"], rows,
-          title=f"decryption noise, {args.preset} (N = 2^{ctx.params.log_n}, {ctx.slots} slots, "
-                f"scale 2^{ctx.params.log_scale:g})")
+          title=f"decryption noise, {args.preset} (N = 2^{params.log_n}, {slots} slots, scale 2^{params.log_scale:g})")
     if args.json:
         write_json(args.json, "decrypt_noise", dict(preset=args.preset, depth=depth, model="squaring chain",
                                                     flood=dict(stat_security=30, queries=1), results=out))

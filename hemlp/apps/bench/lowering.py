@@ -26,9 +26,7 @@ MODES = {"single": dict(mambo=False, batch_bootstrap=False), "batched": dict(mam
 def _models():
     import torch
 
-    class Square(torch.nn.Module):
-        def forward(self, x):
-            return x * x
+    from hemlp.models import Square
 
     def mlp():
         torch.manual_seed(3)

@@ -33,6 +33,7 @@ def main(args) -> int:
 
     import hemlp
     from hemlp.datasets.mnist_sample import load_mnist_sample
+    from hemlp.models import Square
     from hemlp.models.train import predict, train
 
     warn = report.busy_warning()
@@ -45,10 +46,6 @@ def main(args) -> int:
 
     def ds(x):
         return x.reshape(-1, side, d, side, d).mean((2, 4)).reshape(-1, side * side)
-
-    class Square(torch.nn.Module):
-        def forward(self, x):
-            return x * x
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(side * side, args.hidden), Square(), torch.nn.Linear(args.hidden, 10))
