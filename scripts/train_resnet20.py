@@ -38,6 +38,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="models/weights/resnet20_cifar10.pt")
     ap.add_argument("--json", default=None)
     ap.add_argument("--resume", action="store_true", help="continue from --out + '.ckpt'")
+    ap.add_argument("--init", default=None, help="start from these weights (a warm restart: a new one-cycle "
+                                                 "schedule from the weights of an earlier run) instead of at random")
+    ap.add_argument("--lr", type=float, default=RECIPE["lr"], help="the one-cycle schedule's peak learning rate")
     args = ap.parse_args(argv)
 
     import torch
@@ -51,13 +54,20 @@ def main(argv=None) -> int:
     torch.use_deterministic_algorithms(False)      # channels_last convolution backward has no deterministic kernel
     tr, tests = load(args.data_root, args.cache_dir, args.train_limit, args.seed)
     mean, std = standardiser(tr.x)
+    prior = None
+    if args.init:
+        prior = torch.load(args.init, weights_only=False)
+        mean, std = prior["mean"], prior["std"]     # the client's standardisation stays the one the weights know
     x = torch.as_tensor(np.ascontiguousarray((tr.x - mean) / std, dtype=np.float32))
     y = torch.as_tensor(tr.y, dtype=torch.long)
-    model = build("resnet20", 10, seed=args.seed).to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=RECIPE["lr"], momentum=RECIPE["momentum"],
+    model = build("resnet20", 10, seed=args.seed)
+    if prior is not None:
+        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in prior["state_dict"].items()})
+    model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=RECIPE["momentum"],
                           weight_decay=RECIPE["weight_decay"], nesterov=True)
     steps_per_epoch = (len(y) + RECIPE["batch_size"] - 1) // RECIPE["batch_size"]
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=RECIPE["lr"], total_steps=args.epochs * steps_per_epoch,
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.epochs * steps_per_epoch,
                                                 pct_start=RECIPE["pct_start"])
     gen = torch.Generator().manual_seed(args.seed)
     history, start = [], 0
@@ -104,7 +114,8 @@ def main(argv=None) -> int:
         acc[name] = dict(accuracy=float(np.mean(logits.argmax(1) == d.y)), n=int(len(d.y)))
     torch.save({"state_dict": {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()},
                 "model": "resnet20", "mean": mean, "std": std, "dtype": "float16"}, args.out)
-    rep = dict(model="resnet20 (akamaster option A, ReLU)", recipe=dict(RECIPE, epochs=args.epochs, seed=args.seed),
+    recipe = dict(RECIPE, lr=args.lr, epochs=args.epochs, seed=args.seed, init=args.init)
+    rep = dict(model="resnet20 (akamaster option A, ReLU)", recipe=recipe,
                train_set=tr.name, train_images=int(len(y)), threads=args.threads, history=history, accuracy=acc,
                weights=args.out, train_seconds=sum(h["seconds"] for h in history),
                load_average=dict(before=load_before, after=load_average()), measured=True)
