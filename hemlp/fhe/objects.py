@@ -67,13 +67,17 @@ class Ciphertext(_Wrapped):
 
     def to_parts(self) -> list:
         """to_bytes() as a list of buffers (see serialize.pack_parts): containers join them once."""
+        return ser.sealed(*self.unsealed_parts())
+
+    def unsealed_parts(self) -> tuple:
+        """(head, buffers): to_parts() before its SHA-256 (serialize.seal_later hashes it in a thread)."""
         o = self._obj
         seeded = o.seeded and o.size == 2
         # read-only views of the native polynomials (they keep the ciphertext alive): no copy until the join
         polys = [o.poly_view(0)] if seeded else [o.poly_view(j) for j in range(o.size)]
         header = dict(level=o.level, scale=o.scale.hex(), slots=o.slots, encoding=o.encoding,
                       is_complex=o.is_complex, key_id=f"{o.key_id:016x}", seed=o.seed.hex() if seeded else None)
-        return ser.pack_parts("ciphertext", self._phash, header, polys)
+        return ser.unsealed_parts("ciphertext", self._phash, header, polys)
 
 
 class SecretKey(_Wrapped):

@@ -32,8 +32,9 @@ import numpy as np
 
 from hemlp.errors import ContextMismatchError, HemlpError, SerializationError
 
-__all__ = ["MAGIC", "VERSION", "READS", "TYPES", "pack", "pack_parts", "unpack", "reading", "field", "check_context",
-           "peek_type", "peek_version", "read_legacy_artefact", "recompute_checksums", "seal_intact", "sealed"]
+__all__ = ["MAGIC", "VERSION", "READS", "TYPES", "pack", "pack_parts", "unsealed_parts", "PendingSeal", "sealed",
+           "seal_later", "unpack", "reading", "field", "check_context",
+           "peek_type", "peek_version", "read_legacy_artefact", "recompute_checksums", "seal_intact"]
 
 MAGIC = b"HEMLP\x00"
 VERSION = 3
@@ -77,13 +78,20 @@ def pack(obj_type: str, param_hash_hex: str, header: dict, arrays: list, version
 def pack_parts(obj_type: str, param_hash_hex: str, header: dict, arrays: list, version: int = VERSION) -> list:
     """pack() as a list of buffers whose concatenation is the serialised object: the arrays' memory is not
     copied (the caller joins once, or writes the parts to a file one by one). An element of `arrays` may also be
-    a list of bytes-like chunks: one uint8 array, their concatenation (e.g. the serialised ciphertexts of a matrix)."""
+    a list of bytes-like chunks: one uint8 array, their concatenation (e.g. the serialised ciphertexts of a matrix);
+    a chunk may be a PendingSeal (a nested container's seal still being hashed: seal_later)."""
+    return sealed(*unsealed_parts(obj_type, param_hash_hex, header, arrays, version))
+
+
+def unsealed_parts(obj_type: str, param_hash_hex: str, header: dict, arrays: list,
+                   version: int = VERSION) -> tuple:
+    """(head, buffers): pack_parts() without its SHA-256, for sealed() or seal_later()."""
     if version not in READS:
         raise ValueError(f"cannot write format version {version}; this hemlp writes {READS}")
     bufs, specs = [], []
     for a in arrays:
         if isinstance(a, list):
-            chunks = [memoryview(c).cast("B") for c in a]
+            chunks = [c if isinstance(c, PendingSeal) else memoryview(c).cast("B") for c in a]
             specs.append(["|u1", [sum(c.nbytes for c in chunks)]])
             bufs += chunks
         else:
@@ -97,15 +105,46 @@ def pack_parts(obj_type: str, param_hash_hex: str, header: dict, arrays: list, v
         hbytes += b" " * (-(_PREFIX.size + len(hbytes) + 8) % _ALIGN)
     head = (_PREFIX.pack(MAGIC, version, TYPES[obj_type], bytes.fromhex(param_hash_hex), len(hbytes)) + hbytes
             + struct.pack("<Q", sum(b.nbytes for b in bufs)))
-    return sealed(head, bufs)
+    return head, bufs
 
 
-def sealed(head: bytes, bufs: list) -> list:
-    """[head, *bufs, SHA-256 of their concatenation]: a container's parts, hashed in place (no join)."""
+class PendingSeal:
+    """The 32-byte SHA-256 seal of a container that a thread is still hashing (seal_later). A container holding
+    it (pack_parts) waits for it only when its own hash reaches it, so the nested seals and the outer one run at
+    once: a batch's ciphertexts are hashed twice (each its own seal, then the batch's) in the time of about one."""
+
+    nbytes = 32
+
+    def __init__(self, future):
+        self._future = future
+
+    def result(self) -> bytes:
+        return self._future.result()
+
+
+def _digest(head: bytes, bufs: list) -> bytes:
     digest = hashlib.sha256(head)
     for b in bufs:
         digest.update(b)
-    return [head, *bufs, digest.digest()]
+    return digest.digest()
+
+
+def sealed(head: bytes, bufs: list) -> list:
+    """[head, *bufs, SHA-256 of their concatenation]: a container's parts, hashed in place (no join); a
+    PendingSeal among bufs is replaced by its bytes once they are known."""
+    digest, out = hashlib.sha256(head), [head]
+    for b in bufs:
+        if isinstance(b, PendingSeal):
+            b = b.result()
+        digest.update(b)
+        out.append(b)
+    return out + [digest.digest()]
+
+
+def seal_later(head: bytes, bufs: list, pool) -> list:
+    """[head, *bufs, PendingSeal]: sealed()'s parts with the SHA-256 computed by `pool` (an Executor; hashlib
+    releases the GIL). Only for nesting in a container made by pack_parts, which resolves the seal."""
+    return [head, *bufs, PendingSeal(pool.submit(_digest, head, bufs))]
 
 
 def seal_intact(data: memoryview) -> bool:

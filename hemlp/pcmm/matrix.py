@@ -74,17 +74,21 @@ class CtMatrix:
     def element_parts(self) -> tuple:
         """(header, buffers): the matrix's header fields (shape, chunks, format, each element's size) and its
         elements serialised one after the other, each a container of its own (Ciphertext or MsRow): what a
-        ct_matrix container holds, and what an encrypted batch file (hemlp.runtime.artifacts) nests directly."""
-        one = lambda c: c.to_parts() if hasattr(c, "to_parts") else [c.to_bytes()]     # noqa: E731
-        if len(self.cts) > 1:
-            # each element seals itself with a SHA-256 of its bytes; hashlib releases the GIL, so two threads
-            # hash two elements at once (an upload of many ciphertexts is then sealed in about half the time)
-            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hemlp-seal") as pool:
-                parts = list(pool.map(one, self.cts))
+        ct_matrix container holds, and what an encrypted batch file (hemlp.runtime.artifacts) nests directly.
+        The buffers may hold PendingSeals: give them to serialize.pack_parts, which resolves them."""
+        if len(self.cts) > 1 and all(hasattr(c, "unsealed_parts") for c in self.cts):
+            # each element's seal (a SHA-256 of its bytes) is hashed by two threads while the enclosing
+            # container's own SHA-256 runs over the elements already sealed (hashlib releases the GIL)
+            pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hemlp-seal")
+            try:
+                parts = [ser.seal_later(*c.unsealed_parts(), pool) for c in self.cts]
+            finally:
+                pool.shutdown(wait=False)   # the queued seals still run; the threads end with the last
         else:
-            parts = [one(c) for c in self.cts]
+            parts = [c.to_parts() if hasattr(c, "to_parts") else [c.to_bytes()] for c in self.cts]
         header = dict(shape=list(self.shape), chunks=self.chunks, format=self.format,
-                      sizes=[sum(memoryview(b).nbytes for b in ps) for ps in parts])
+                      sizes=[sum(b.nbytes if isinstance(b, ser.PendingSeal) else memoryview(b).nbytes for b in ps)
+                             for ps in parts])
         return header, [b for ps in parts for b in ps]
 
     def save(self, path) -> None:

@@ -211,3 +211,26 @@ def test_parameter_prime_sizes_must_be_integers(bad):
                   alpha=s.alpha, log_scale=s.log_scale, secret_hw=s.secret_hw)
     with pytest.raises(SerializationError):
         fhe.Params.from_bytes(serialize.pack("params", p.hash, header, []))
+
+
+def test_pending_seals_give_the_bytes_of_sequential_seals(t10, objs):
+    """seal_later hashes nested containers in a thread pool while the outer SHA-256 runs: the container's bytes are
+    exactly those of sealing each element first; a seal that fails raises from pack_parts, never a short blob."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ctx = t10.ctx
+    cts = [ctx.encrypt(np.linspace(-1, 1, ctx.slots) * (k + 1), t10.pk, level=1) for k in range(5)]
+    want = serialize.pack("ct_matrix", ctx.hash, dict(n=5), [[c.to_bytes() for c in cts]])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        chunks = [part for c in cts for part in serialize.seal_later(*c.unsealed_parts(), pool)]
+        got = b"".join(serialize.pack_parts("ct_matrix", ctx.hash, dict(n=5), [chunks]))
+        assert got == want
+        assert all(c.to_bytes() == b"".join(serialize.sealed(*c.unsealed_parts())) for c in cts)
+
+        def boom(*_):
+            raise RuntimeError("seal failed")
+
+        broken = list(chunks)
+        broken[-1] = serialize.PendingSeal(pool.submit(boom))
+        with pytest.raises(RuntimeError, match="seal failed"):
+            serialize.pack_parts("ct_matrix", ctx.hash, dict(n=5), [broken])
