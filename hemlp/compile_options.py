@@ -10,20 +10,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
 from hemlp.errors import ParameterError
+from hemlp.options import Options
+from hemlp.options import option as _opt
 
 __all__ = ["CompileOptions"]
 
 
-def _opt(default, doc: str):
-    return field(default=default, metadata={"doc": doc})
-
-
 @dataclass(frozen=True)
-class CompileOptions:
+class CompileOptions(Options):
     """Every compile option (the module docstring of hemlp.model tells how they interact)."""
 
     calibration: Any = _opt(None, "representative inputs (n, *input_shape), >= 1000 to certify the agreement "
@@ -50,30 +48,11 @@ class CompileOptions:
     final_rescale: bool = _opt(True, "False: layout (A) runs its last linear layer at level 0 without the rescale")
     server_memory: Any = _opt("auto", "the server memory budget in bytes; 'auto': this machine's; None: no limit")
 
-    @classmethod
-    def names(cls) -> tuple:
-        return tuple(f.name for f in fields(cls))
-
-    @classmethod
-    def defaults(cls) -> dict:
-        return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
-
-    @classmethod
-    def help(cls) -> str:
-        return "\n".join(f"{f.name} (default {f.default!r}): {f.metadata['doc']}" for f in fields(cls))
-
     def named(self) -> set:
         """The options set to something other than their default (an explicit target, a calibration set, ...)."""
         d = self.defaults()
         return {k for k, v in self.as_dict().items()
                 if not (v is d[k] or (isinstance(v, (bool, int, float, str)) and type(v) is type(d[k]) and v == d[k]))}
-
-    def merged(self, **overrides) -> "CompileOptions":
-        """These options with some replaced; an unknown name is a TypeError that lists the valid ones."""
-        bad = sorted(set(overrides) - set(self.names()))
-        if bad:
-            raise TypeError(f"unknown option(s) {bad}; valid options: {sorted(self.names())}")
-        return replace(self, **overrides)
 
     def validate(self) -> "CompileOptions":
         """ParameterError naming the option and its valid values for the first value that cannot work."""
@@ -94,7 +73,3 @@ class CompileOptions:
             if not isinstance(getattr(self, name), bool):
                 bad(name, "True or False")
         return self
-
-    def as_dict(self) -> dict:
-        """{name: value}, values as given (not copied: the calibration set can be large)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -11,6 +11,11 @@ class ParameterError(HemlpError, ValueError):
     """Invalid or inconsistent encryption parameters."""
 
 
+class OptionError(ParameterError, TypeError):
+    """An option that does not apply: an unknown name, or an option of another runtime or layout (a Ray option with
+    runtime="local"); the message names the valid ones. A TypeError too, as for an unexpected keyword argument."""
+
+
 class InsecureParametersError(ParameterError):
     """A parameter set below 128-bit security was requested without opting in."""
 

@@ -87,6 +87,7 @@ from hemlp.layouts.boot_choice import plan_with_bootstraps
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.compile_options import CompileOptions
+from hemlp.run_options import RunOptions
 from hemlp.planner.resources import Resources, estimate_resources
 from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
@@ -507,45 +508,36 @@ class CompiledModel:
             bar.update(1)
         return seconds
 
-    def run(self, ct, eval_keys, runtime: str = "local", address: str | None = None, num_workers: int | None = None,
-            threads: int | None = None, weights=None, verbose: bool | None = None, **ray_options):
+    def run(self, ct, eval_keys, options: RunOptions | None = None, *, weights=None, **overrides):
         """Encrypted inference (server side: ciphertexts and evaluation keys only).
 
-        runtime="local": in this process (threads: native threads). runtime="ray": bit-identical to "local";
-        layout (A): every PCMM, elementwise step and bootstrap as Ray tasks (hemlp.runtime.ray); layouts (P), (A′),
-        (C): the request's independent groups (sample groups, column blocks) one task each; address=None
-        uses the connected Ray or starts a local one with num_workers CPUs for the call, an address
-        ("host:port", "ray://host:10001", "auto") joins that cluster (RuntimeUnavailableError if it
-        cannot be reached). Ray options: grid ((p_m, p_n, p_k[, p_s]) or {step: grid}; p_s = 2 puts the two
-        polynomials of every ciphertext in different tasks; default the planner's grid_store for num_workers),
-        cts_per_task, threads_per_task (native threads per task, each holding that many CPUs: e.g. a node's cores
-        when one N16 bootstrapping process per node is what memory allows; default 1), stats (a dict filled per step).
-        The result's
-        layer_seconds holds every step's wall-clock seconds. verbose: a per-layer progress bar on stderr (True /
-        False; None: only when stderr is a terminal, never in tests; hemlp.progress)."""
+        options: a hemlp.RunOptions (``RunOptions.help()`` lists every field with its default), keyword overrides
+        on top of it (or alone, as before): runtime, threads, verbose and the Ray options (hemlp.RayOptions: address,
+        num_workers, grid, cts_per_task, threads_per_task, stats). runtime="local": in this process (threads: native
+        threads). runtime="ray": bit-identical to "local"; layout (A): every PCMM, elementwise step and bootstrap as
+        Ray tasks (hemlp.runtime.ray); layouts (P), (A′), (C): the request's independent groups (sample groups,
+        column blocks) one task each, the workers loading this model (docs/ray.md). weights: layout (C)'s
+        EncryptedWeights (compiled.encrypt_weights on the client). The result's layer_seconds holds every step's
+        wall-clock seconds."""
         self._need_weights("run()")
-        if runtime not in ("local", "ray"):
-            raise ValueError(f"runtime must be 'local' or 'ray', got {runtime!r}")
-        unknown = set(ray_options) - {"grid", "cts_per_task", "stats", "threads_per_task"}
-        if unknown or (ray_options and runtime != "ray"):
-            raise TypeError(f"run() got unexpected options {sorted(unknown or ray_options)} (grid, cts_per_task, "
-                            "threads_per_task and stats are options of runtime='ray')")
-        if runtime == "local" and (address is not None or num_workers is not None):
-            raise ValueError("address and num_workers are options of runtime='ray'")
-
-        self.check_run(ct, eval_keys, weights, runtime)
-        if threads is not None:
-            set_num_threads(threads)
-        # model, load_model: layouts (P), (A'), (C) ship the model to the Ray workers, which load it with this module's
-        # load (Layout.run_groups_on_ray; the runtime sits below the model and does not import it)
-        ray = dict(ray_options, address=address, num_workers=num_workers, model=self,
-                   load_model=load) if runtime == "ray" else {}
-        with progress("run", total=self.layout_impl.progress_total(), verbose=verbose, unit="layer") as bar:
+        opts = RunOptions.of(options, **overrides)
+        self.check_run(ct, eval_keys, weights, opts.runtime)
+        if opts.threads is not None:
+            set_num_threads(opts.threads)
+        ray = opts.ray if opts.runtime == "ray" else None
+        with progress("run", total=self.layout_impl.progress_total(), verbose=opts.verbose, unit="layer") as bar:
             timings = StepTimings(bar)     # each step's seconds, advancing the bar as the layout records them
-            out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, runtime, ray)
+            # model=self: layouts (P), (A'), (C) ship this model to the Ray workers, which reload it with
+            # CompiledModel.load (the runtime sits below the model and does not import it)
+            out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, opts.runtime, ray, model=self)
         result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
         result.layer_seconds = dict(timings)
         return result
+
+    @staticmethod
+    def load(path, allow_insecure: bool = False) -> "CompiledModel":
+        """hemlp.load: a compiled-model directory (what the Ray workers load a shipped model with)."""
+        return load(path, allow_insecure=allow_insecure)
 
     def simulate(self, x) -> np.ndarray:
         """The same plan in plaintext numpy (quantised weights, the same polynomials and layouts)."""

@@ -7,7 +7,7 @@ client or server call that depends on where the values sit in the ciphertexts is
                                      ShapeError / LevelError when it cannot run them); estimate(); commit()
     keys       key_levels(), keygen(ctx, sk), level_checks(ctx, eval_keys), check_run(...)
     client     capacity, encrypt(ctx, x, key), decrypt(ctx, ctm, sk, batch), encrypt_weights(...)
-    server     prepare(ctx), run(ctx, ct, eval_keys, weights, timings, runtime, ray); a request's independent
+    server     prepare(ctx), run(ctx, ct, eval_keys, weights, timings, runtime, ray, model); a request's independent
                groups: groups(ct), run_group(...), join_groups(...) (run's default, in process or on Ray)
     oracle     simulate(X)
     text       plan_header(info), finish_plan_text(text, info), plan_info()
@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from hemlp.bootstrap import BatchBootstrapKeys, Bootstrapper, MamboBootstrapper
-from hemlp.errors import ParameterError, UnsupportedError
+from hemlp.errors import OptionError, ParameterError, UnsupportedError
 from hemlp.pcmm import CtMatrix
 
 __all__ = ["Layout", "Planned", "CT_PRODUCT_OPS"]
@@ -197,12 +197,13 @@ class Layout:
         """Encode / precompute what run() needs (seconds spent); run() does it on first use otherwise."""
         return 0.0
 
-    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray=None, model=None):
         """The encrypted input batch (hemlp.runtime.artifacts.EncryptedBatch) -> output CtMatrix. The default runs
         the request's independent groups (groups / run_group / join_groups): in process one after the other, on
-        Ray (runtime="ray") as one task each (run_groups_on_ray)."""
+        Ray (runtime="ray") as one task each (run_groups_on_ray). ray: the hemlp.RayOptions of runtime="ray";
+        model: the compiled model, which the Ray workers load (CompiledModel.load)."""
         if runtime == "ray":
-            return self.run_groups_on_ray(ctx, ct, eval_keys, weights, timings, ray)
+            return self.run_groups_on_ray(ctx, ct, eval_keys, weights, timings, ray, model)
         outs = []
         for g in self.groups(ct):
             t: dict = {}
@@ -233,30 +234,28 @@ class Layout:
         weights take none."""
         raise ParameterError(f"layout {self.name!r} takes no weights= argument")
 
-    def run_groups_on_ray(self, ctx, ct, eval_keys, weights, timings: dict, ray: dict):
+    def run_groups_on_ray(self, ctx, ct, eval_keys, weights, timings: dict, ray, model):
         """run() on Ray: every group a task in a worker that loads the model and the keys once (put once in the
         object store), bit-identical to the in-process run (hemlp.runtime.ray.requests)."""
         groups = [[ct.ctm.cts[i] for i in g] for g in self.groups(ct)]
-        return self.join_groups(ctx, ct, self.ray_tasks(ctx, groups, eval_keys, weights, timings, ray))
+        return self.join_groups(ctx, ct, self.ray_tasks(ctx, groups, eval_keys, weights, timings, ray, model))
 
-    def ray_tasks(self, ctx, groups: list, eval_keys, weights, timings: dict, ray: dict, part=None) -> list:
+    def ray_tasks(self, ctx, groups: list, eval_keys, weights, timings: dict, ray, model, part=None) -> list:
         """run_group(ctx, group, eval_keys, weights, timings, part) on Ray, one task per group of ciphertexts:
-        their output lists. part: what of the program a task runs (None: all; layouts define others)."""
+        their output lists. ray: hemlp.RayOptions; model: the compiled model the workers load. part: what of the
+        program a task runs (None: all; layouts define others)."""
         from hemlp.runtime.ray import run_groups   # Ray is optional: imported only when asked for
 
-        opts = dict(ray)
-        model, load_model = opts.pop("model", None), opts.pop("load_model", None)
-        if model is None or load_model is None:
+        if model is None:
             raise UnsupportedError(f"layout {self.label} runs on Ray through its compiled model: "
                                    "compiled.run(ct, eval_keys, runtime='ray')")
-        unknown = {k for k, v in opts.items() if v is not None} - {"address", "num_workers", "stats",
-                                                                     "threads_per_task"}
-        if unknown:
-            raise TypeError(f"layout {self.label} on Ray runs its groups as tasks: {sorted(unknown)} are options of "
-                            "layout (A) only")
-        return run_groups(model, load_model, eval_keys, weights, ctx, groups, timings, address=opts.get("address"),
-                          num_workers=opts.get("num_workers"), stats=opts.get("stats"), part=part,
-                          threads_per_task=1 if opts.get("threads_per_task") is None else opts["threads_per_task"])
+        grids = [n for n in ("grid", "cts_per_task") if getattr(ray, n) is not None]
+        if grids:
+            raise OptionError(f"layout {self.label} on Ray runs its groups as tasks: {grids} are options of "
+                              "layout (A) only")
+        return run_groups(model, model.load, eval_keys, weights, ctx, groups, timings, address=ray.address,
+                          num_workers=ray.num_workers, stats=ray.stats, part=part,
+                          threads_per_task=1 if ray.threads_per_task is None else ray.threads_per_task)
 
     # ---- plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:

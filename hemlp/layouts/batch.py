@@ -102,14 +102,13 @@ class Batch(Layout):
                 raise MissingKeyError(f"this plan bootstraps in batches of k = {k}; the bootstrapping keys are for "
                                       f"k = {bk.k}: use this plan's keygen()")
 
-    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
-        ray = {k: v for k, v in ray.items() if k not in ("model", "load_model")}   # layout (A) runs steps, not groups
-        if runtime == "ray":
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray=None, model=None):
+        if runtime == "ray":      # layout (A) runs steps, not groups: the workers never load the model
             from hemlp.runtime.ray import run_on_ray   # Ray is optional: imported only when asked for
 
             # a bootstrapped plan: step by step, every bootstrap a Ray task (the keys shipped once per worker)
             return run_on_ray(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
-                              bootstrap_keys=eval_keys.bootstrap_keys if self.bootstrapped else None, **ray)
+                              bootstrap_keys=eval_keys.bootstrap_keys if self.bootstrapped else None, **ray.as_dict())
         if self.bootstrapped:
             return run_local(ctx, self.steps, ct.ctm, eval_keys.relin_key, self.weight_bits, timings,
                              boot=self.bootstrapper(ctx, eval_keys.bootstrap_keys))

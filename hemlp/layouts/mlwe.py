@@ -752,20 +752,20 @@ class Mlwe(Layout):
         return runner.run(cts, eval_keys.relin_key, eval_keys.galois_keys, eval_keys.modpack_keys, timings,
                           boot=boot)
 
-    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray: dict):
+    def run(self, ctx, ct, eval_keys, weights, timings: dict, runtime: str, ray=None, model=None):
         """On Ray: the PCMMs in this process (one MLWE product mixes every ciphertext), every activation segment
         (CoeffToSlot, activations, SlotToCoeff) of every ciphertext a task (Layout.ray_tasks), a refreshed one of every
         refresh_k ciphertexts (one shared-a batch); the same bits."""
         if runtime != "ray":
-            return super().run(ctx, ct, eval_keys, weights, timings, runtime, ray)
+            return super().run(ctx, ct, eval_keys, weights, timings, runtime, ray, model)
         self.groups(ct)                  # the shape check
-        stats = ray.get("stats")
+        stats = ray.stats
 
         def segments(k, j, cts):
             st = {} if stats is not None else None
             n = self.refresh_k if self.program.steps[k].kind == "boot" else 1
             outs = self.ray_tasks(ctx, [cts[i: i + n] for i in range(0, len(cts), n)], eval_keys, weights, timings,
-                                  dict(ray, stats=st), part=(k, j))
+                                  ray.merged(stats=st), model, part=(k, j))
             if stats is not None:
                 stats[self.program.steps[k].out] = st
             return [c for o in outs for c in o]

@@ -42,7 +42,7 @@ class ModelShipment:
     model_id: str
     allow_insecure: bool      # the driver's policy, carried to the workers
     digest: str               # SHA-256 of files and keys: the workers' cache key
-    load_model: object        # load(directory, allow_insecure) -> compiled model (hemlp.model.load, pickled by name:
+    load_model: object        # load(directory, allow_insecure) -> compiled model (CompiledModel.load, pickled by name:
                               # the runtime sits below the model and does not import it)
 
     @classmethod
@@ -149,7 +149,7 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
                address=None, num_workers: int | None = None, stats: dict | None = None, part=None,
                threads_per_task: int = 1) -> list:
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
-    doc). load_model: how a worker loads the compiled model's saved directory (hemlp.model.load). part: passed to
+    doc). load_model: how a worker loads the compiled model's saved directory (CompiledModel.load). part: passed to
     run_group (what of the program each task runs; None: all). threads_per_task: the native threads of each task
     and the CPUs it holds (e.g. a node's cores when one N16 bootstrapping process is all its memory holds). timings:
     each step's seconds summed over the groups (as the in-process run reports them). stats: the tasks (process, node,
