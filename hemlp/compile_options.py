@@ -47,6 +47,12 @@ class CompileOptions(Options):
     batch_bootstrap: Any = _opt("auto", "with bootstrap=True: 'auto', True, False or an int k >= 2 (batch size)")
     final_rescale: bool = _opt(True, "False: layout (A) runs its last linear layer at level 0 without the rescale")
     server_memory: Any = _opt("auto", "the server memory budget in bytes; 'auto': this machine's; None: no limit")
+    nodes: Any = _opt(1, "the nodes a batch's ciphertexts are split over (ciphertext ranges / FHE4DMM row splits); "
+                         "the plan prints each node's peak; 'auto': the connected Ray cluster's live nodes (1 "
+                         "when Ray is not initialised)")
+    node_memory: Any = _opt(None, "each node's memory budget in bytes, checked against the per-node peak (keys once "
+                                  "per node); 'auto': the smallest 'memory' resource of the connected Ray cluster's "
+                                  "nodes, else this machine's; None: server_memory's budget")
 
     def named(self) -> set:
         """The options set to something other than their default (an explicit target, a calibration set, ...)."""
@@ -69,6 +75,12 @@ class CompileOptions(Options):
             bad("weight_bits", "an int in [2, 60]")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             bad("workers", "an int >= 1")
+        if self.nodes != "auto" and (isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1):
+            bad("nodes", "an int >= 1 or 'auto'")
+        nm = self.node_memory
+        if not (nm is None or nm == "auto" or (not isinstance(nm, bool) and isinstance(nm, (int, float))
+                                               and math.isfinite(nm) and nm > 0)):
+            bad("node_memory", "a positive number of bytes, 'auto' or None")
         for name in ("allow_insecure", "encrypted_weights", "bootstrap", "final_rescale"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "True or False")

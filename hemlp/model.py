@@ -39,6 +39,12 @@ hemlp.compiler.params.unrescaled_weight_bits).
 server_memory ("auto": this machine's physical memory; a number of bytes; None: no limit): every plan's estimated
 server memory (hemlp.planner.resources, bootstrapping keys included) must fit it; layout="auto" skips the layouts that
 do not, and a plan that cannot fit raises ResourceError naming the fixes, before any key or ciphertext exists.
+nodes (1; an int, or "auto": the connected Ray cluster's live nodes) and node_memory (None: server_memory's budget;
+bytes; "auto": the smallest node of the connected Ray cluster, else this machine): a batch split over several nodes
+(hemlp.planner.resources.estimate_nodes: layout (A) by ciphertext ranges and FHE4DMM row splits, every node holding
+the keys it needs); the plan prints each node's peak and the split, and when nodes > 1 or node_memory is given, that
+peak replaces the whole plan's check: a plan that cannot fit a node raises ResourceError naming the fixes (the
+fewest nodes that fit, a smaller batch, streaming), before any key or ciphertext exists.
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
 slots (every linear layer a PCMM-as-GEMM, no rotations: best for large batches); "packed" = (P), the features of
@@ -83,12 +89,12 @@ from hemlp.fhe.files import read_file, write_atomic
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.bootstrap.params import preset_levels_consumed
 from hemlp.layouts.batch_bootstrap import boot_preset
-from hemlp.layouts.boot_choice import plan_with_bootstraps
+from hemlp.layouts.boot_choice import boot_key_bytes, plan_with_bootstraps
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.compile_options import CompileOptions
 from hemlp.run_options import RunOptions
-from hemlp.planner.resources import Resources, estimate_resources
+from hemlp.planner.resources import NodeResources, Resources, check_nodes, estimate_nodes, estimate_resources
 from hemlp.progress import StepTimings, progress
 from hemlp.runtime.artifacts import FORMAT_VERSION, EncryptedBatch, EvalKeys
 from hemlp.runtime.local import range_report
@@ -151,6 +157,8 @@ class Plan:
                 + (f" ({i['layout_reason']})" if i.get("layout_reason") else ""))
         if i.get("resources"):
             head += self.resources.lines(i["batch_size"])
+        if i.get("nodes"):
+            head += NodeResources.from_json(i["nodes"]).lines()
         if (line := noise_line(i)) is not None:
             head.append(line)
         if i.get("compile_seconds") is not None:
@@ -628,6 +636,25 @@ def _frontend(model, x):
     raise TypeError(f"hemlp.compile takes a torch.nn.Module or an ONNX file path, got {type(model).__name__}")
 
 
+def node_options(nodes, node_memory, server_budget: int | None) -> tuple[int, int | None]:
+    """(node count, each node's memory budget) of compile's nodes= / node_memory= options: 'auto' reads the Ray
+    cluster this process is connected to (its live nodes; their smallest 'memory' resource), else 1 node / this
+    machine's memory; node_memory=None is server_memory's budget."""
+    cluster = None
+    if nodes == "auto" or node_memory == "auto":
+        from hemlp.runtime.ray.cluster import connected_nodes   # reads Ray only when the process already uses it
+
+        cluster = connected_nodes()
+    if nodes == "auto":
+        nodes = len(cluster) if cluster else 1
+    if node_memory is None:
+        return int(nodes), server_budget
+    if node_memory == "auto":
+        mems = [n["memory"] for n in cluster or [] if n["memory"] > 0]
+        return int(nodes), min(mems) if mems else layouts.machine_memory_bytes()
+    return int(nodes), int(node_memory)
+
+
 def _fhe4dmm_matmuls(steps, slots: int, chunks: int, workers: int) -> list[dict]:
     """Every PCMM as an FHE4DMM product with its Optimal Block Layout and 4D grid (for the distributed runtime)."""
     matmuls = []
@@ -655,6 +682,10 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     opts = (options or CompileOptions()).merged(**overrides).validate().as_dict()
     options = (options.named() if options is not None else set()) | set(overrides)   # the options the caller set
     budget = layouts.memory_budget(opts["server_memory"])      # checked against every plan before any key exists
+    nodes, node_budget = node_options(opts["nodes"], opts["node_memory"], budget)
+    per_node = nodes > 1 or opts["node_memory"] is not None
+    if per_node:    # each node's peak is checked below instead of the whole plan against one server
+        budget = None
     cands = layouts.candidates(opts["layout"], bool(opts["encrypted_weights"]), batch_size is not None)
     try:
         import torch   # optional: tensors are accepted when torch is installed
@@ -763,7 +794,14 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     # the calibration inputs' range: what a client artefact (no weights) checks its inputs against
     plan_info["input_range"] = [float(np.min(calib)), float(np.max(calib))]
     plan_info.update(lay.plan_info())
-    plan_info["resources"] = estimate_resources(lay).to_json()
+    resources = estimate_resources(lay)
+    plan_info["resources"] = resources.to_json()
+    if per_node:
+        # each node's peak (keys once per node), refused here, before any key or ciphertext exists
+        boot = boot_key_bytes(lay)
+        est = estimate_nodes(lay, nodes, boot, resources, node_budget)
+        check_nodes(lay, est, node_budget, boot, resources)
+        plan_info["nodes"] = est.to_json()
     # the decryption noise's sigma: the plan's own bound on its output error (the client artefact carries it)
     noise = plan_noise_bound(lay, calib, row_peaks)
     plan_info["fresh_bound_log2"] = math.log2(params.native.fresh_noise_bound)

@@ -78,7 +78,8 @@ def check_memory(name: str, need: int, budget: int | None, others: str = "") -> 
     raise ResourceError(
         f"the plan needs ~{need / 2**30:.3g} GiB of server memory (estimated before any key or ciphertext exists) "
         f"with layout {name}, above the budget of {budget / 2**30:.3g} GiB{others}. Compile with a smaller "
-        "batch_size (memory grows with the batch), another layout, or server_memory=<bytes> when the server has "
+        "batch_size (memory grows with the batch), another layout, nodes=<count> to split the batch over several "
+        "nodes (each node's peak is then checked: node_memory=), or server_memory=<bytes> when the server has "
         "more memory than this machine (server_memory=None: no limit)")
 
 

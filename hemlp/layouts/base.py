@@ -284,6 +284,16 @@ class Layout:
         """Bytes of the ciphertexts a run holds at its peak, the input excluded."""
         return 0
 
+    def node_peak(self, nodes: int) -> dict:
+        """Each node's ciphertexts when a batch is split over `nodes` nodes (hemlp.planner.resources.estimate_nodes):
+        dict(peak: bytes at the node's peak, its share of the input included; input: that share; extra: bytes
+        received from other nodes held at the peak; split: how the batch splits; splits: per step). Default: no
+        split is modelled, so every node is counted with the whole run (layouts that split override it)."""
+        top = int(self.top_level)
+        inp = int(self.ciphertexts_in()) * 2 * self.params.N * (top + 1) * 8
+        return dict(peak=inp + int(self.working_bytes()), input=inp, extra=0, at=None, splits=[],
+                    split=f"not split: layout {self.label}'s per-node memory is counted as the whole run on each node")
+
     def prepare_seconds_estimate(self) -> float:
         """Seconds of prepare(): the server's one-time encoding of what run() reuses (0: nothing to encode)."""
         return 0.0

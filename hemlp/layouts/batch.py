@@ -16,7 +16,7 @@ from hemlp.errors import MissingKeyError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
-from hemlp.runtime import streamed
+from hemlp.runtime import shards, streamed
 from hemlp.runtime.local import run as run_local
 from hemlp.runtime.local import simulate as simulate_rows
 
@@ -140,3 +140,12 @@ class Batch(Layout):
         inp = next(s for s in self.steps if s.op == "input")
         return max(0, streamed.peak_bytes(self.steps, self.params.N, self.chunks)
                    - inp.rows * self.chunks * streamed.ct_bytes(self.params.N, inp.level_out))
+
+    def node_peak(self, nodes: int) -> dict:
+        # ciphertext ranges and FHE4DMM row splits over the nodes (hemlp.runtime.shards)
+        r = shards.node_peak(self.steps, self.params.N, self.chunks, nodes)
+        kinds = ", ".join(f"{m['step']} {m['split']}" + (f" (blocks of {m['block_rows']} rows)" if m["block_rows"]
+                                                         else "") for m in r["splits"] if m["split"] != "local")
+        r["split"] = (f"ciphertext ranges: {r['p_n']} group(s) of the {self.chunks} chunk(s)"
+                      + (f", each group's rows over {r['p_r']} nodes; PCMMs: {kinds}" if r["p_r"] > 1 else ""))
+        return r

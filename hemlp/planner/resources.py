@@ -17,15 +17,24 @@ plan names: hemlp.planner.cost_model): the layout's seconds_estimate() (client
 encryption included) split into encrypt and run, the layout's prepare_seconds_estimate() (the server encodes the
 weights once, before its first batch), and keygen as a fixed part plus seconds per byte of key material.
 Measured against these estimates: python -m hemlp.bench estimates, bench/estimates.json.
+
+Per node (``estimate_nodes``, compile's ``nodes=`` / ``node_memory=``): a batch split over K nodes (the layout's
+node_peak: layout (A) by ciphertext ranges and FHE4DMM row splits, hemlp.runtime.shards) costs each node the base
+process, every evaluation key it needs (counted once per node: each node holds its own copy of the relinearisation
+and bootstrapping keys), the encoded weights, its ciphertext shards at its peak and a working set (the rows or
+partial sums it receives, the transient buffers on its share of the input). With K = 1 that is the server estimate
+plus the bootstrapping keys: the figure compile checks against server_memory.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from hemlp.errors import ResourceError
 from hemlp.planner.cost_model import active_profile
 from hemlp.planner.layouts import unit_costs
 
-__all__ = ["Resources", "estimate_resources", "human_bytes", "KEYGEN_S_PER_BYTE", "SERVER_BASE_BYTES"]
+__all__ = ["Resources", "estimate_resources", "human_bytes", "KEYGEN_S_PER_BYTE", "SERVER_BASE_BYTES", "NodeResources",
+           "estimate_nodes", "check_nodes", "fewest_nodes"]
 
 #: seconds of key generation per serialised key byte (PRNG, Gaussian error, NTTs and the P·s products of each
 #: digit), one thread; measured with `python -m hemlp.bench estimates` (N = 2^12 and 2^15 test sets, warm, on a
@@ -126,3 +135,100 @@ def estimate_resources(layout) -> Resources:
     if total is not None:
         r.run_seconds = max(0.0, float(total) - r.encrypt_seconds)
     return r
+
+
+GIB = 2.0 ** 30
+#: the most nodes fewest_nodes looks at
+MAX_NODES = 4096
+
+
+@dataclass
+class NodeResources:
+    """One node's estimated peak when a batch is split over `nodes` nodes (bytes; estimate_nodes)."""
+    nodes: int = 1
+    peak_bytes: int = 0          # base + keys + weights + shards + working
+    base_bytes: int = 0          # the process before any hemlp object
+    key_bytes: int = 0           # every evaluation key in memory, bootstrapping keys included: once per node
+    weight_bytes: int = 0        # the encoded weights (prepared)
+    shard_bytes: int = 0         # the node's ciphertexts resident at its peak (its share of the input included)
+    working_bytes: int = 0       # rows / partial sums received from other nodes at the peak + transient buffers
+    split: str = ""              # how the batch splits over the nodes
+    splits: list = field(default_factory=list)   # per matrix step: split, bytes moved per node, rows per block
+    at: str | None = None        # the step at the peak
+    node_memory: int | None = None   # the budget the plan was checked against (None: not checked)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "NodeResources":
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
+
+    def lines(self) -> list[str]:
+        budget = "" if self.node_memory is None else f" (node memory {human_bytes(self.node_memory)})"
+        return [f"  per node: peak ~{human_bytes(self.peak_bytes)} on each of {self.nodes} node(s){budget}: keys "
+                f"~{human_bytes(self.key_bytes)} (held once per node), ciphertext shards "
+                f"~{human_bytes(self.shard_bytes)}, encoded weights ~{human_bytes(self.weight_bytes)}, working set "
+                f"~{human_bytes(self.working_bytes)}" + (f", peak at {self.at}" if self.at else ""),
+                f"  split: {self.split}"]
+
+
+def estimate_nodes(layout, nodes: int, boot_key_bytes: int = 0, resources: Resources | None = None,
+                   node_memory: int | None = None) -> NodeResources:
+    """Each node's peak for a planned layout whose batch is split over `nodes` nodes (module docstring).
+    boot_key_bytes: its bootstrapping keys in memory (hemlp.layouts.boot_choice.boot_key_bytes; the planner does
+    not import the layouts); resources: its estimate_resources (computed when None)."""
+    r = estimate_resources(layout) if resources is None else resources
+    nd = layout.node_peak(int(nodes))
+    out = NodeResources(nodes=int(nodes), base_bytes=SERVER_BASE_BYTES,
+                        key_bytes=int(KEY_MEMORY_FACTOR * r.eval_key_bytes + boot_key_bytes),
+                        weight_bytes=int(layout.prepared_bytes()), shard_bytes=int(nd["peak"] - nd["extra"]),
+                        working_bytes=int(nd["extra"] + TRANSIENT_FACTOR * nd["input"]), split=nd["split"],
+                        splits=list(nd["splits"]), at=nd["at"], node_memory=node_memory)
+    out.peak_bytes = out.base_bytes + out.key_bytes + out.weight_bytes + out.shard_bytes + out.working_bytes
+    return out
+
+
+def fewest_nodes(layout, boot_key_bytes: int, budget: int, resources: Resources | None = None,
+                 start: int = 1) -> NodeResources | None:
+    """The estimate for the fewest nodes >= start whose per-node peak fits `budget` (None: none up to MAX_NODES
+    does: the keys and the unsplittable part exceed it). One node more, then doubling past 64."""
+    r = estimate_resources(layout) if resources is None else resources
+    k = max(1, int(start))
+    while k <= MAX_NODES:
+        est = estimate_nodes(layout, k, boot_key_bytes, r)
+        if est.peak_bytes <= budget:
+            return est
+        k = k + 1 if k < 64 else k * 2
+    return None
+
+
+def check_nodes(layout, est: NodeResources, budget: int | None, boot_key_bytes: int = 0,
+                resources: Resources | None = None) -> None:
+    """ResourceError naming the fixes when a node's estimated peak exceeds `budget` (before any key exists)."""
+    if budget is None or est.peak_bytes <= budget:
+        return
+    fit = fewest_nodes(layout, boot_key_bytes, budget, resources, start=est.nodes + 1)
+    fixed = est.base_bytes + est.key_bytes + est.weight_bytes
+    more = (f"nodes={fit.nodes} (the fewest whose peak fits: ~{fit.peak_bytes / GIB:.3g} GiB each)" if fit else
+            f"no number of nodes up to {MAX_NODES} fits: each node holds ~{fixed / GIB:.3g} GiB of keys, weights "
+            "and process whatever the split")
+    chunks, slots = getattr(layout, "chunks", None), layout.params.N // 2
+    if chunks == 1:
+        batch = (f"a smaller batch_size does not help below {slots} samples (layout {layout.label} holds one "
+                 "ciphertext per feature for a whole chunk of slots)")
+        stream = ("streaming: what the plan can stream already runs by blocks (chains PCMM -> activations -> PCMM "
+                  "in process, the rows a PCMM receives from other nodes); the rest is whole layers' shards (the "
+                  f"peak is at {est.at}; split: {est.split})")
+    else:
+        batch = (f"a smaller batch_size ({f'{chunks} chunks of {slots} slots: ' if chunks else ''}the shards grow "
+                 "with the batch)")
+        stream = ("streaming: run the batch as a resumable job of smaller batches (hemlp.runtime.jobs, `hemlp "
+                  "batch`), each node then holding one batch's shards at a time")
+    raise ResourceError(
+        f"the plan needs ~{est.peak_bytes / GIB:.3g} GiB on each of {est.nodes} node(s) (keys "
+        f"~{est.key_bytes / GIB:.3g} GiB held once per node, ciphertext shards ~{est.shard_bytes / GIB:.3g} GiB, "
+        f"encoded weights ~{est.weight_bytes / GIB:.3g} GiB, working set ~{est.working_bytes / GIB:.3g} GiB; "
+        f"estimated before any key or ciphertext exists), above the node memory of {budget / GIB:.3g} GiB. Fixes: "
+        f"more nodes: {more}; {batch}; {stream}; or "
+        "node_memory=<bytes> when the nodes have more memory (node_memory=None: server_memory's budget)")
