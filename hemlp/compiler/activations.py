@@ -127,25 +127,38 @@ class ActPoly:
         return cls(**d)
 
 
+#: elements per block of chebval_clenshaw: its four buffers (128 KiB each) stay in a core's L2 cache through all
+#: the coefficients, where whole-array passes stream every buffer from memory once per coefficient
+CLENSHAW_BLOCK = 16384
+
+
 def chebval_clenshaw(u, coeffs) -> np.ndarray:
-    """sum_k coeffs[k] T_k(u) by Clenshaw's recurrence in float64, in place on two buffers (numpy's chebval allocates
-    three arrays per coefficient; on calibration batches of 10^8 values that dominates the degree search)."""
+    """sum_k coeffs[k] T_k(u) by Clenshaw's recurrence in float64, block by block on four cache-sized buffers
+    (numpy's chebval allocates three arrays per coefficient; on calibration batches of 10^8 values that dominated
+    the degree search). Each element sees the same operations in the same order as the whole-array recurrence."""
     u = np.asarray(u, dtype=np.float64)
     c = np.asarray(coeffs, dtype=np.float64)
     if len(c) <= 2:
         return np.polynomial.chebyshev.chebval(u, c)
-    u2 = 2.0 * u
-    b1, b2 = np.full(u.shape, c[-1]), np.zeros(u.shape)
-    tmp = np.empty(u.shape)
-    for ck in c[-2:0:-1]:                     # b_k = 2u b_{k+1} - b_{k+2} + c_k, down to k = 1
-        np.multiply(u2, b1, out=tmp)
-        tmp -= b2
-        tmp += ck
-        b1, b2, tmp = tmp, b1, b2
-    np.multiply(u, b1, out=tmp)               # p(u) = u b_1 - b_2 + c_0
-    tmp -= b2
-    tmp += c[0]
-    return tmp
+    flat = u.reshape(-1)
+    out = np.empty(flat.shape)
+    bufs = np.empty((4, min(CLENSHAW_BLOCK, max(1, flat.size))))
+    for s in range(0, flat.size, CLENSHAW_BLOCK):
+        x = flat[s:s + CLENSHAW_BLOCK]
+        u2, b1, b2, tmp = (b[:x.size] for b in bufs)
+        np.multiply(x, 2.0, out=u2)
+        b1.fill(c[-1])
+        b2.fill(0.0)
+        for ck in c[-2:0:-1]:                 # b_k = 2u b_{k+1} - b_{k+2} + c_k, down to k = 1
+            np.multiply(u2, b1, out=tmp)
+            tmp -= b2
+            tmp += ck
+            b1, b2, tmp = tmp, b1, b2
+        o = out[s:s + CLENSHAW_BLOCK]         # p(u) = u b_1 - b_2 + c_0
+        np.multiply(x, b1, out=o)
+        o -= b2
+        o += c[0]
+    return out.reshape(u.shape)
 
 
 def _as_square(kind, c_power_x, alpha0=1.0, beta0=0.0, **kw) -> ActPoly:

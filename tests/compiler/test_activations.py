@@ -78,3 +78,23 @@ def test_explicit_range_and_per_node_degree():
     acts = [n.attrs["approx"] for n in cm.plan.graph if n.op == "act"]
     assert [a.degree for a in acts] == [3, 7] and all((a.lo, a.hi) == (-6, 6) for a in acts)
     assert cm.plan.info["depth"] == 1 + 2 + 1 + 3
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (16384,), (16385,), (2, 40000)])
+def test_blocked_clenshaw_equals_chebval_across_block_edges(shape, monkeypatch):
+    """chebval_clenshaw runs the recurrence block by block: within 1e-13 (relative to the coefficients' l1 norm) of
+    numpy's chebval for any shape, blocks of any size giving identical bits (a block edge changes nothing)."""
+    from hemlp.compiler import activations
+
+    rng = np.random.default_rng(len(shape))
+    u = rng.uniform(-1.0, 0.97, shape)                    # asymmetric
+    c = rng.normal(size=128) / np.arange(1, 129)
+    got = activations.chebval_clenshaw(u, c)
+    ref = np.polynomial.chebyshev.chebval(u, c)
+    assert got.shape == np.shape(ref)
+    assert np.max(np.abs(got - ref), initial=0.0) <= 1e-13 * np.abs(c).sum() * 2 ** 7
+    wide = u * 1.1                                        # past the interval too, where p grows fast
+    whole = activations.chebval_clenshaw(wide, c)
+    monkeypatch.setattr(activations, "CLENSHAW_BLOCK", 1000)
+    assert np.array_equal(activations.chebval_clenshaw(u, c), got)
+    assert np.array_equal(activations.chebval_clenshaw(wide, c), whole)
