@@ -24,11 +24,11 @@ def compile(model_or_onnx_path, example_input, batch_size=None, options=None, **
 
 
 def load(path, allow_insecure: bool = False):
-    """Load a compiled-model directory written by CompiledModel.save: hemlp.model.load (the caller's security
-    policy applies, not the directory's)."""
-    from hemlp import model
+    """Load a compiled-model directory written by CompiledModel.save: hemlp.compiled_model.load (the caller's
+    security policy applies, not the directory's)."""
+    from hemlp import compiled_model   # not the compile pipeline: a server or a client only loads
 
-    return model.load(path, allow_insecure=allow_insecure)
+    return compiled_model.load(path, allow_insecure=allow_insecure)
 
 
 def __getattr__(name):  # lazy subpackages: hemlp.fhe, hemlp.pcmm, ... (they load the native core)

@@ -1,4 +1,4 @@
-"""Client/server artefacts: evaluation keys and encrypted batches (the compiled-model directory: hemlp.model).
+"""Client/server artefacts: evaluation keys and encrypted batches (the compiled-model directory: hemlp.artefact).
 
 Evaluation keys (EvalKeys.save), encrypted batches (EncryptedBatch.save) and encrypted weights (layout C,
 hemlp.layouts.blocked) are single files, object types of the one checksummed container (hemlp.fhe.serialize:
@@ -19,7 +19,7 @@ from hemlp.fhe import serialize as ser
 from hemlp.fhe.files import map_file, write_atomic
 from hemlp.pcmm import CtMatrix, ModPackKeys
 
-#: the version of a compiled-model directory's plan.json (hemlp.model); the files here are versioned by the
+#: the version of a compiled-model directory's plan.json (hemlp.artefact); the files here are versioned by the
 #: container (hemlp.fhe.serialize.VERSION)
 FORMAT_VERSION = 1
 #: a parameter hash of zeros: an artefact bound to no parameter set (an EvalKeys without any key)
