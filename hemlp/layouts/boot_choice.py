@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from hemlp.bootstrap.batch_keys import estimate_bytes
 from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
+from hemlp.compiler.params import step_cost
+from hemlp.fhe import Params
 from hemlp.errors import EncodingError, LevelError, ResourceError, ShapeError, UnsupportedError
 from hemlp.layouts import batch_bootstrap, check_memory, choose, get
 from hemlp.layouts.base import Layout
@@ -31,9 +33,10 @@ from hemlp.layouts.mlwe_bootstrap import plan_mlwe_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES
 from hemlp.planner.resources import estimate_resources
+from hemlp.runtime import streamed
 
 __all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "memory_bytes",
-           "server_bytes", "choose_bootstrapped", "BOOTSTRAPPED", "plan_with_bootstraps"]
+           "server_bytes", "batch_memory_floor", "choose_bootstrapped", "BOOTSTRAPPED", "plan_with_bootstraps"]
 
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
@@ -74,6 +77,28 @@ def server_bytes(lay: Layout) -> int:
     return memory_bytes(lay)[0]
 
 
+def batch_memory_floor(steps, N: int, chunks: int) -> tuple[int, str]:
+    """(bytes, why): a lower bound of layout (A)'s server memory estimate under any bootstrap placement, from the
+    lowered steps alone, so that "auto" can pass over layout (A) before planning its bootstraps. An activation
+    that no streamed chain covers (hemlp.runtime.streamed.find_chains; inserting bootstraps only adds
+    single-reader steps, so it covers no more) holds its input, read at no fewer levels than it consumes, and its
+    output at once: streamed.peak_bytes counts both, and the estimate holds that peak."""
+    out = next(s.out for s in steps if s.op == "output")
+    last_use = {name: i for i, s in enumerate(steps) for name in s.inputs}
+    covered = {j for idx in streamed.find_chains(steps, last_use, out).values() for j in idx[1:-1]}
+    rows = {s.out: s.rows for s in steps}
+    best, why = 0, ""
+    for i, s in enumerate(steps):
+        if s.op not in ("poly", "square") or i in covered:
+            continue
+        d = step_cost(s)
+        held = chunks * (rows[s.inputs[0]] * streamed.ct_bytes(N, d) + s.rows * streamed.ct_bytes(N, 0))
+        if held > best:
+            best, why = held, (f"activation {s.out!r} holds {rows[s.inputs[0]] * chunks} input ciphertexts at >= {d} "
+                               f"levels and its output at once")
+    return best, why
+
+
 def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes: float | None = None,
                         max_memory: int | None = None, peaks: dict | None = None) -> tuple[Layout, dict, str]:
     """(the chosen layout, the estimates by layout name, why) for layout="auto", bootstrap=True and a batch size:
@@ -89,6 +114,14 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
     plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(steps, calib, opts, batch_size, peaks)),
              (Packed, lambda: plan_packed_bootstrapped(steps, calib, opts, batch_size, peaks)))
     for cls, plan in plans:
+        if cls is Batch and max_memory is not None:          # hopeless for the budget: skip planning its bootstraps
+            N = Params.preset(batch_bootstrap.boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))["name"]).N
+            floor, why = batch_memory_floor(steps, N, -(-int(batch_size) // (N // 2)))
+            if floor > max_memory:
+                errors[cls.name] = ResourceError(f"at least ~{floor / GIB:.3g} GiB of server memory with layout "
+                                                 f"{cls.name} ({why}), above {max_memory / GIB:.3g} GiB")
+                est[cls.name] = f"not possible: {errors[cls.name]}"
+                continue
         try:
             if cls is Packed and (opts.get("mambo") is True or opts.get("batch_bootstrap") not in ("auto", False)):
                 raise UnsupportedError("layout (P) runs single CtS-first bootstraps: mambo=True / batch_bootstrap "

@@ -383,17 +383,29 @@ def place_bootstraps(nodes: Sequence[LevelNode], boot: BootstrapCost, *, top_lev
     frontier: dict[tuple, tuple[float, Optional[tuple], Optional[Decision]]] = {(): (0.0, None, None)}
     history: list[dict] = []
     live_before: tuple = ()
+    memo: dict = {}                # (value, stored level) -> refresh seconds: a pure function, asked millions of times
+
+    def boot_cost(v, lv):
+        c = memo.get((v, lv))
+        if c is None:
+            c = memo[(v, lv)] = pb.boot_cost(v, lv)
+        return c
+
     for i, n in enumerate(pb.nodes):
         nxt: dict[tuple, tuple[float, tuple, Decision]] = {}
         for state, (cost, _, _) in frontier.items():
             levels = dict(zip(live_before, state))
+            refresh: dict = {}         # a bootstrap subset's seconds, the same for every read level that follows it
             for d, st in _choices(pb, i, levels):
                 reads = d.reads
                 res = pb.outcome(n, reads)
                 if res is None:
                     continue
                 out, secs = res
-                total = cost + secs + sum(pb.boot_cost(v, levels[v]) for v in d.boot)
+                boots = refresh.get(d.boot)
+                if boots is None:
+                    boots = refresh[d.boot] = sum(boot_cost(v, levels[v]) for v in d.boot)
+                total = cost + secs + boots
                 after = dict(st)
                 after[n.name] = out
                 key = tuple(after[v] for v in pb.live[i])

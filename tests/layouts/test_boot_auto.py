@@ -160,3 +160,36 @@ def test_bootstrap_planners_reuse_compiles_value_peaks(monkeypatch, layout, mode
     assert shared.plan.info.get("noise_bound_log2") == alone.plan.info.get("noise_bound_log2")
     if layout != "mlwe":                 # (A') fits this chain without a refresh; the others place bootstraps
         assert factors(shared)
+
+
+@pytest.mark.parametrize("model,x,batch", [("cnn", CNN_X, 1), ("cnn", CNN_X, 600), ("mlp", MLP_X, 1),
+                                           ("mlp", MLP_X, 4096)])
+def test_layout_a_memory_floor_is_below_its_planned_estimate(model, x, batch):
+    """batch_memory_floor (what "auto" checks before planning layout (A)'s bootstraps) never exceeds the server
+    memory estimate of the layout (A) plan that planning makes, so passing over (A) on it loses no plan that fits."""
+    net = ResCNN() if model == "cnn" else mlp()
+    a = compile_boot(net, x, batch, layout="batch", server_memory=None)
+    lay = a.layout_impl
+    floor, why = boot_choice.batch_memory_floor(a.layout_impl.steps, lay.params.N, lay.chunks)
+    assert 0 < floor <= boot_choice.server_bytes(lay) and "input ciphertexts" in why
+
+
+def test_auto_passes_over_layout_a_below_its_memory_floor(monkeypatch):
+    """With a budget under layout (A)'s floor, "auto" records (A) as not possible without planning its bootstraps
+    (its planner is not called) and plans (P) as layout="packed" does. (The floor is set above a 1 TB budget here:
+    at this test preset no plan's (A) floor exceeds (P)'s whole estimate.)"""
+    from hemlp.layouts import batch_bootstrap
+
+    full = compile_boot(ResCNN(), CNN_X, 1, layout="packed", server_memory=None)
+    calls = []
+    real = batch_bootstrap.plan_bootstrapped
+    monkeypatch.setattr(batch_bootstrap, "plan_bootstrapped", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cm = compile_boot(ResCNN(), CNN_X, 1, server_memory=10 ** 12)
+    assert calls and cm.layout == "packed"                     # below the floor: (A) planned, (P) cheaper
+    calls.clear()
+    monkeypatch.setattr(boot_choice, "batch_memory_floor", lambda steps, N, chunks: (2 * 10 ** 12, "a test floor"))
+    cm = compile_boot(ResCNN(), CNN_X, 1, server_memory=10 ** 12)
+    assert not calls and cm.layout == "packed"
+    assert cm.plan.info["layout_estimates"]["batch"].startswith("not possible: at least ~1.86e+03 GiB of server "
+                                                                "memory with layout batch (a test floor)")
+    assert [(s.op, s.out, s.level_out) for s in cm.steps] == [(s.op, s.out, s.level_out) for s in full.steps]
