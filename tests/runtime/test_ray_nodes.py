@@ -9,6 +9,9 @@ cluster lives in its own temporary directory and only its processes are ended af
 would end every Ray of this user on the machine)."""
 import importlib.util
 import os
+import signal
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -21,9 +24,12 @@ torch = pytest.importorskip("torch")
 import hemlp  # noqa: E402
 from hemlp.runtime.ray import session  # noqa: E402
 from tests.compiler.conftest import mlp  # noqa: E402
+from tests.runtime.faults import TASKS  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NODES, MEMORY = 3, 2 * 2 ** 30
+#: the environment variable naming the directory through which the test and the victim node's workers talk
+GATE_ENV = "HEMLP_TEST_NODE_GATE"
 
 
 def load_script():
@@ -126,3 +132,84 @@ def test_layout_a_sharded_over_three_raylets_is_bit_identical(cluster, case, gri
     assert used and used <= set(node_ids(cluster).values()), used
     if grid is not None:     # tasks on several nodes: 3 row blocks on all 3, 2 chunk blocks on at least 2
         assert len(used) >= (NODES if grid == (3, 1, 1) else 2), used
+
+
+def gate_hook(tasks, at: int):
+    """A worker set-up hook (pickled by value) wrapping the runtime's task functions: on the node named in
+    $GATE_ENV/victim, the at-th task to start writes $GATE_ENV/armed and sleeps, so that it is in flight when the
+    test kills the node's raylet; tasks elsewhere, and on the victim before, run as they are."""
+    def install():
+        import functools
+        import importlib
+        import os as _os
+        import time as _time
+
+        import ray as _ray
+
+        def gate():
+            d = _os.environ.get(GATE_ENV)
+            if not d:
+                return
+            try:
+                victim = open(_os.path.join(d, "victim")).read().strip()
+            except OSError:
+                return
+            if _ray.get_runtime_context().get_node_id() != victim:
+                return
+            n = len([f for f in _os.listdir(d) if f.startswith("task-")])   # one CPU: one task at a time
+            open(_os.path.join(d, f"task-{n}"), "w").close()
+            if n + 1 == at:
+                open(_os.path.join(d, "armed"), "w").write(str(_os.getpid()))
+                _time.sleep(120)
+
+        for mod_name, fn_name in tasks:
+            mod = importlib.import_module(mod_name)
+            fn = getattr(mod, fn_name)
+
+            @functools.wraps(fn)
+            def wrapped(*a, __fn=fn, **kw):
+                gate()
+                return __fn(*a, **kw)
+
+            setattr(mod, fn_name, wrapped)
+
+    return install
+
+
+def test_a_worker_node_killed_mid_job_changes_no_output_bit(cluster, case, tmp_path):
+    """The victim (a node without the driver) runs its first task, then its second one starts and stops there;
+    the test SIGKILLs the victim's raylet (its workers die with it), Ray declares the node dead, and the lost task
+    and every object lost with the node's store are re-run on the other two nodes from their lineage."""
+    lc = load_script()
+    if ray.is_initialized():
+        ray.shutdown()
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    ray.init(address=cluster["address"], log_to_driver=False,
+             runtime_env={"env_vars": {GATE_ENV: str(gate)}, "worker_process_setup_hook": gate_hook(TASKS, 2)})
+    driver = ray.get_runtime_context().get_node_id()
+    ids = node_ids(cluster)
+    victim = next(n for n in cluster["nodes"] if ids.get(n["port"]) and ids[n["port"]] != driver and not n["head"])
+    victim_id = ids[victim["port"]]
+    assert lc.node_pids(cluster["temp_dir"]).get(victim["port"]) == victim["pid"]
+    (gate / "victim").write_text(victim_id)
+    killed = {}
+
+    def killer():
+        deadline = time.monotonic() + 120
+        while not (gate / "armed").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if (gate / "armed").exists():
+            os.kill(victim["pid"], signal.SIGKILL)
+            killed["at"] = time.monotonic()
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    st = {}
+    out = case["cm"].run(case["ct"], case["ek"], runtime="ray", grid=(3, 1, 1), stats=st)
+    t.join(timeout=5)
+    assert killed, "the victim never started its second task: no node was killed"
+    assert (gate / "task-0").exists()                 # its first task's output was in the store that died
+    assert victim_id not in node_ids(cluster), "the killed node is still alive"
+    assert same(out, case["ref"])
+    assert len(nodes_used(st) - {victim_id}) >= 2     # the others carried the job
