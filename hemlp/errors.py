@@ -59,6 +59,16 @@ class UnsupportedError(HemlpError, NotImplementedError):
     """An operation or model construct hemlp does not support (yet)."""
 
 
+class UnsupportedOpError(UnsupportedError):
+    """A lowered step op that a layout (or a pass) cannot run, or that is no step op at all: ``op`` the op, ``layout``
+    the layout or pass that refused it, ``alternative`` what runs it instead (None when nothing does)."""
+
+    def __init__(self, message: str, op: str | None = None, layout: str | None = None,
+                 alternative: str | None = None):
+        super().__init__(message)
+        self.op, self.layout, self.alternative = op, layout, alternative
+
+
 class MissingDependencyError(HemlpError, ImportError):
     """An optional package a feature needs is not installed; the message names the extra that installs it."""
 

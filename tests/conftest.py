@@ -10,6 +10,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Plans do not depend on the machine the suite runs on: the planner prices them with the packaged avx512 table (what
 # the checkout's bench/*.json measured; hemlp.planner.cost_model), subprocesses included, unless a test sets another.
 os.environ.setdefault("HEMLP_COST_PROFILE", "packaged:avx512")
+# Every compile pass lints the steps it hands on (hemlp.step_ops.lint_pass): a broken pass fails where it happens.
+os.environ.setdefault("HEMLP_LINT_STEPS", "1")
 
 
 def bits(err) -> float:

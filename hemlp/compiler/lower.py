@@ -20,7 +20,6 @@ The input map u = alpha x + beta of every polynomial activation is folded into t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Optional
 
 import numpy as np
@@ -28,6 +27,7 @@ import numpy as np
 from hemlp.compiler.activations import ActPoly
 from hemlp.compiler.ir import Graph, Op, avgpool_matrix, conv2d_index, dense_conv_weight
 from hemlp.errors import UnsupportedError
+from hemlp.step_ops import StepOp, lint_pass
 
 
 @dataclass
@@ -63,24 +63,6 @@ class Step:
         for k, v in arrays.items():
             setattr(s, k, v)
         return s
-
-
-class StepOp(StrEnum):
-    """The lowered program's step ops (equal to their strings). The planner adds BOOTSTRAP, MAMBO and DROP."""
-    INPUT = "input"
-    OUTPUT = "output"
-    PCMM = "pcmm"
-    POLY = "poly"
-    SQUARE = "square"
-    AFFINE = "affine"
-    ADD = "add"
-    MUL = "mul"
-    MATMUL = "matmul"
-    ALIAS = "alias"
-    PERM = "perm"
-    BOOTSTRAP = "bootstrap"
-    MAMBO = "mambo"
-    DROP = "drop"
 
 
 def _f64(v):
@@ -198,7 +180,7 @@ def lower(g: Graph) -> list[Step]:
             raise UnsupportedError(f"cannot lower IR op {n.op!r} (node {n.name}); ops with a lowering: "
                                    f"{sorted(LOWER)}")
         handler(n, g, steps)
-    return steps
+    return lint_pass(steps, "lowering")
 
 
 def _fold_input_affine(steps: list[Step], g: Graph, n, ap: ActPoly) -> str:
@@ -210,14 +192,14 @@ def _fold_input_affine(steps: list[Step], g: Graph, n, ap: ActPoly) -> str:
         cur = g.node(cur.inputs[0])
         ok = len(g.users(cur.name)) == 1
     prod = next((s for s in steps if s.out == cur.name), None)
-    if ok and prod is not None and prod.op == "pcmm" and not prod.info.get("folded_affine"):
+    if ok and prod is not None and prod.op == StepOp.PCMM and not prod.info.get("folded_affine"):
         rows_U = prod.U.shape[0]
         prod.U = prod.U * ap.alpha
         b = np.zeros(rows_U) if prod.bias is None else prod.bias
         prod.bias = b * ap.alpha + ap.beta
         prod.info["folded_affine"] = n.name
         return name
-    aff = Step("affine", g.unique(n.name + "_in"), [name], n.features, n.name,
+    aff = Step(StepOp.AFFINE, g.unique(n.name + "_in"), [name], n.features, n.name,
                alpha=np.full(n.features, ap.alpha), beta=np.full(n.features, ap.beta))
     aff.info["note"] = "activation input scaling not foldable (1 level)"
     steps.append(aff)

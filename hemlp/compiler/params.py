@@ -17,19 +17,34 @@ import math
 import numpy as np
 
 from hemlp.errors import LevelError, ParameterError
+from hemlp.step_ops import PRODUCT_PAIR_OPS, StepOp, handler, lint_pass
 
 TEST_PRESETS = ("test-N12", "test-N12-d6")
 BY_NAME_ONLY = ("N14-pcmm",)
 
 
-def step_cost(step) -> int:
-    if step.op == "pcmm":
-        return 0 if unrescaled(step) else 1
-    if step.op in ("square", "affine", "mul", "matmul"):
-        return 1
-    if step.op == "poly":
-        return step.act.depth
+def _one(step) -> int:
+    return 1
+
+
+def _none(step) -> int:
     return 0
+
+
+#: the levels each step op consumes (a PCMM: its rescale, none when unrescaled; layouts whose linear layers cost more
+#: give plan_levels their pcmm_levels); bootstrap / MaMBo steps are placed with their own levels
+STEP_LEVELS = {
+    StepOp.PCMM: lambda step: 0 if unrescaled(step) else 1,
+    StepOp.SQUARE: _one, StepOp.AFFINE: _one, StepOp.MUL: _one, StepOp.MATMUL: _one,
+    StepOp.POLY: lambda step: step.act.depth,
+    StepOp.INPUT: _none, StepOp.OUTPUT: _none, StepOp.ALIAS: _none, StepOp.PERM: _none, StepOp.ADD: _none,
+    StepOp.DROP: _none, StepOp.BOOTSTRAP: _none, StepOp.MAMBO: _none,
+}
+
+
+def step_cost(step) -> int:
+    """The levels a step consumes (STEP_LEVELS)."""
+    return handler(STEP_LEVELS, step, "level planning")(step)
 
 
 def plan_levels(steps, top: int, pcmm_levels: int = 1) -> int:
@@ -37,35 +52,36 @@ def plan_levels(steps, top: int, pcmm_levels: int = 1) -> int:
     Levels may go negative here (the caller checks)."""
     lv = {}
     for s in steps:
-        if s.op == "input":
+        if s.op == StepOp.INPUT:
             s.level_in = s.level_out = top
-        elif s.op == "add":
+        elif s.op == StepOp.ADD:
             la, lb = lv[s.inputs[0]], lv[s.inputs[1]]
             s.level_in = max(la, lb)
             s.level_out = min(la, lb) if la != lb else la - 1
-        elif s.op in ("mul", "matmul"):            # both operands at the lower level, then one product
+        elif s.op in PRODUCT_PAIR_OPS:            # both operands at the lower level, then one product
             s.level_in = min(lv[s.inputs[0]], lv[s.inputs[1]])
             s.level_out = s.level_in - 1
         else:
             s.level_in = lv[s.inputs[0]]
-            s.level_out = s.level_in - (pcmm_levels if s.op == "pcmm" and not unrescaled(s) else step_cost(s))
+            s.level_out = s.level_in - (pcmm_levels if s.op == StepOp.PCMM and not unrescaled(s) else step_cost(s))
         lv[s.out] = s.level_out
-    out = next(s for s in steps if s.op == "output")
+    lint_pass(steps, "level planning")
+    out = next(s for s in steps if s.op == StepOp.OUTPUT)
     return out.level_out
 
 
 def unrescaled(step) -> bool:
     """A PCMM the planner runs without its rescale (final_rescale=False): it costs no level."""
-    return step.op == "pcmm" and step.info.get("rescale") is False
+    return step.op == StepOp.PCMM and step.info.get("rescale") is False
 
 
 def final_pcmm(steps):
     """The PCMM whose output is the program's output (through aliases), or None."""
     by_out = {s.out: s for s in steps}
-    s = by_out[next(s for s in steps if s.op == "output").inputs[0]]
-    while s.op == "alias":
+    s = by_out[next(s for s in steps if s.op == StepOp.OUTPUT).inputs[0]]
+    while s.op == StepOp.ALIAS:
         s = by_out[s.inputs[0]]
-    return s if s.op == "pcmm" else None
+    return s if s.op == StepOp.PCMM else None
 
 
 def unrescaled_weight_bits(step, max_abs_out: float, log_scale: float, q0_bits: int, weight_bits: int,

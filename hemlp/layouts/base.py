@@ -29,11 +29,9 @@ import numpy as np
 from hemlp.bootstrap import BatchBootstrapKeys, Bootstrapper, MamboBootstrapper
 from hemlp.errors import OptionError, ParameterError, UnsupportedError
 from hemlp.pcmm import CtMatrix
+from hemlp.step_ops import CT_PRODUCT_OPS, REFRESH_OPS, UNTIMED_OPS, StepOp, lint_pass
 
 __all__ = ["Layout", "Planned", "CT_PRODUCT_OPS"]
-
-#: steps that multiply two ciphertexts (and so relinearise)
-CT_PRODUCT_OPS = ("square", "poly", "mul", "matmul")
 
 
 @dataclass
@@ -49,6 +47,9 @@ class Planned:
     batch: int
     options: dict           # compile options (hemlp.model.OPTIONS)
     max_out: float          # largest |output| of the plaintext simulation of the example input
+
+    def __post_init__(self):
+        lint_pass(self.steps, "planning")       # every planner (bootstrap placements included) hands over a Planned
 
 
 class Layout:
@@ -88,6 +89,13 @@ class Layout:
     def build_program(self):
         """The layout's program for the steps (None: the steps are the program)."""
         return None
+
+    @classmethod
+    def step_tables(cls) -> dict:
+        """{pass: its handler table} for every pass of this layout that interprets lowered steps (planning, the
+        plaintext oracle, the encrypted run), each keyed by hemlp.step_ops.StepOp with one entry per op: a handler,
+        or an Unsupported refusal (tests/compiler/test_op_coverage.py checks every table of every layout)."""
+        raise NotImplementedError(f"layout {cls.name!r} does not list its step handler tables")
 
     @property
     def program(self):
@@ -134,7 +142,7 @@ class Layout:
     @property
     def bootstrapped(self) -> bool:
         """True when the planner placed bootstraps (or MaMBo steps) in the program (compile(..., bootstrap=True))."""
-        return any(s.op in ("bootstrap", "mambo") for s in self.steps)
+        return any(s.op in REFRESH_OPS for s in self.steps)
 
     def bootstrapper(self, ctx, keys):
         """The bootstrapper of these keys (a Bootstrapper for BootstrapKeys, a MamboBootstrapper for the S2C-first
@@ -306,10 +314,10 @@ class Layout:
 
     def progress_total(self) -> int | None:
         """Entries run() records in its timings (one per executed step): the length of run's progress bar."""
-        return sum(1 for s in self.steps if s.op not in ("input", "alias", "output"))
+        return sum(1 for s in self.steps if s.op not in UNTIMED_OPS)
 
     def output_level(self) -> int:
-        out = [s.level_out for s in self.steps if s.op == "output"]
+        out = [s.level_out for s in self.steps if s.op == StepOp.OUTPUT]
         return int(out[0]) if out and out[0] is not None else 0
 
     # ---- helpers for subclasses

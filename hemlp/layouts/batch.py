@@ -17,6 +17,7 @@ from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
 from hemlp.runtime import shards, streamed
+from hemlp.runtime.local import RUN, SIMULATE
 from hemlp.runtime.local import run as run_local
 from hemlp.runtime.local import simulate as simulate_rows
 
@@ -25,6 +26,10 @@ __all__ = ["Batch"]
 
 class Batch(Layout):
     name, label = "batch", "(A)"
+
+    @classmethod
+    def step_tables(cls) -> dict:
+        return {"simulate": SIMULATE, "run": RUN}      # the steps are the program: every op runs
 
     def estimate(self) -> float:
         b = batch_bootstrap.summary(self.steps, self.params, self.batch_size)

@@ -45,6 +45,7 @@ from hemlp.planner.bootstrap_lowering import Lowering, PipelineCosts, choose_pip
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, Placement
 from hemlp.planner.layouts import estimate_batch
 from hemlp.runtime.local import simulate as simulate_rows
+from hemlp.step_ops import REFRESH_OPS, StepOp
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
@@ -81,6 +82,11 @@ def boot_preset(preset, allow_insecure: bool) -> dict:
     return info
 
 
+#: the step ops that are their own kind of level-DAG node (hemlp.planner.bootstrap_placement.OPS); every other step
+#: is an "op" node of its step_cost's depth
+OWN_NODE_OPS = (StepOp.INPUT, StepOp.OUTPUT, StepOp.ADD)
+
+
 def level_dag(steps, params, batch: int) -> list[LevelNode]:
     """One LevelNode per step: depth (hemlp.compiler.params.step_cost), output ciphertexts (rows x chunks) and
     seconds per limb (hemlp.planner.layouts.estimate_batch of the step at level 0, i.e. one limb)."""
@@ -88,8 +94,8 @@ def level_dag(steps, params, batch: int) -> list[LevelNode]:
     nodes = []
     for s in steps:
         per_limb = estimate_batch([replace(s, level_in=0)], params, batch)
-        if s.op in ("input", "output", "add"):
-            nodes.append(LevelNode(s.out, s.op, tuple(s.inputs), 0, s.rows * chunks, per_limb))
+        if s.op in OWN_NODE_OPS:
+            nodes.append(LevelNode(s.out, str(s.op), tuple(s.inputs), 0, s.rows * chunks, per_limb))
         else:
             nodes.append(LevelNode(s.out, "op", tuple(s.inputs), step_cost(s), s.rows * chunks, per_limb))
     return nodes
@@ -155,7 +161,7 @@ def mambo_candidates(steps, chunks: int) -> dict:
             readers[v] = readers.get(v, 0) + 1
     rows = {s.out: s.rows for s in steps}
     return {s.out: rows[s.inputs[0]] * (chunks // 2 + chunks % 2) for s in steps
-            if s.op == "pcmm" and s.index is None and readers.get(s.out, 0) == 1}
+            if s.op == StepOp.PCMM and s.index is None and readers.get(s.out, 0) == 1}
 
 
 def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits: float, slots: int,
@@ -184,24 +190,24 @@ def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits
                 info.update(order=lowering.order, family=lowering.label, **ch.to_json())
                 if ch.kind != "mambo":
                     info["seconds"] = ch.seconds
-            out.append(Step("bootstrap", name, [current[v]], by_name[v].rows, "", level_in=stored[current[v]] + off,
-                            level_out=placement.levels_after + off, info=info))
+            out.append(Step(StepOp.BOOTSTRAP, name, [current[v]], by_name[v].rows, "",
+                            level_in=stored[current[v]] + off, level_out=placement.levels_after + off, info=info))
             current[v] = name
             stored[name] = placement.levels_after
         inputs = []
-        for v, r in zip(s.inputs, d.reads if s.op != "input" else ()):
+        for v, r in zip(s.inputs, d.reads if s.op != StepOp.INPUT else ()):
             src = current[v]
             if r < stored[src]:
                 key = (src, r)
                 if key not in drops:
                     drops[key] = f"{src}#L{r + off}"
-                    out.append(Step("drop", drops[key], [src], by_name[v].rows, "", level_in=stored[src] + off,
+                    out.append(Step(StepOp.DROP, drops[key], [src], by_name[v].rows, "", level_in=stored[src] + off,
                                     level_out=r + off))
                     stored[drops[key]] = r
                 src = drops[key]
             inputs.append(src)
-        t = replace(s, inputs=inputs if s.op != "input" else list(s.inputs), info=dict(s.info))
-        t.level_in = (d.reads[0] if s.op == "input" else max(d.reads)) + off
+        t = replace(s, inputs=inputs if s.op != StepOp.INPUT else list(s.inputs), info=dict(s.info))
+        t.level_in = (d.reads[0] if s.op == StepOp.INPUT else max(d.reads)) + off
         t.level_out = outs[s.out] + off
         out.append(t)
         current[s.out] = t.out
@@ -213,18 +219,18 @@ def lower_mambo(steps: list, factors: dict) -> list[Step]:
     """Every bootstrap step of kind "mambo" and the PCMM it refreshes -> one "mambo" step (at the bootstrap's
     place, reading the PCMM's input; factors: value -> the power of two c with |U·X| <= c on the calibration data)."""
     producers = {s.out: s for s in steps}
-    fused = {s.inputs[0] for s in steps if s.op == "bootstrap" and s.info.get("kind") == "mambo"}
+    fused = {s.inputs[0] for s in steps if s.op == StepOp.BOOTSTRAP and s.info.get("kind") == "mambo"}
     out = []
     for s in steps:
         if s.out in fused:
             continue
-        if s.op == "bootstrap" and s.info.get("kind") == "mambo":
+        if s.op == StepOp.BOOTSTRAP and s.info.get("kind") == "mambo":
             p = producers[s.inputs[0]]
-            if p.op != "pcmm" or p.index is not None:
+            if p.op != StepOp.PCMM or p.index is not None:
                 raise AssertionError(f"MaMBo lowering of {s.out}: its input {p.out} is a {p.op}, not a dense PCMM")
             info = dict(s.info, scale_factor=factors[p.out], pcmm=p.out, pcmm_level=p.level_in)
-            out.append(Step("mambo", s.out, list(p.inputs), p.rows, p.node, U=p.U, bias=p.bias, level_in=p.level_in,
-                            level_out=s.level_out, info=info))
+            out.append(Step(StepOp.MAMBO, s.out, list(p.inputs), p.rows, p.node, U=p.U, bias=p.bias,
+                            level_in=p.level_in, level_out=s.level_out, info=info))
             continue
         out.append(s)
     return out
@@ -269,7 +275,7 @@ class BootPlanning:
         params = Params.preset(info["name"])
         boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
         X = x.reshape(x.shape[0], -1).T
-        out = next(s.out for s in steps if s.op == "output")
+        out = next(s.out for s in steps if s.op == StepOp.OUTPUT)
         if known is not None and out in known:
             max_out = peak_of(known[out])
         else:
@@ -348,14 +354,14 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict 
     if low.mambo_values:
         mb_bits = costs.mambo_bits(low.k) or DEFAULT_NOISE_BITS
         for s in new:
-            if s.op == "bootstrap" and s.info.get("kind") == "mambo":
+            if s.op == StepOp.BOOTSTRAP and s.info.get("kind") == "mambo":
                 s.info["noise_bits"] = float(mb_bits)
         new = lower_mambo(new, mfactors)
     for s in new:
-        if s.op in ("bootstrap", "mambo"):
+        if s.op in REFRESH_OPS:
             s.info["lowering"] = low.reason
             s.info["family_totals"] = dict(low.totals)
-    top = next(s.level_out for s in new if s.op == "input")
+    top = next(s.level_out for s in new if s.op == StepOp.INPUT)
     preset = dict(info, depth=info["depth"])
     return Planned(new, params, preset, depth_of(steps), reserve, top, bs, opts, max_out)
 
@@ -366,7 +372,7 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict 
 
 def bootstrap_steps(steps) -> list:
     """The steps that refresh ciphertexts: placed bootstraps and MaMBo layers."""
-    return [s for s in steps if s.op in ("bootstrap", "mambo")]
+    return [s for s in steps if s.op in REFRESH_OPS]
 
 
 def sparse_summary(b: dict | None, params, slots: int) -> dict | None:

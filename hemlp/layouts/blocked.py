@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -41,8 +42,25 @@ from hemlp.planner.layouts import unit_costs
 from hemlp.runtime import artifacts
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
 from hemlp.runtime.local import ElementwiseOp, bootstrap_rows, cached_elementwise
+from hemlp.step_ops import ACT_OPS, UNTIMED_OPS, StepOp, Unsupported, handler
 
-__all__ = ["Blocked", "BlockedProgram", "BlockedRunner", "EncryptedWeights", "encrypt_blocks", "flat", "CGEMM_LEVELS"]
+__all__ = ["Blocked", "BlockedProgram", "BlockedRunner", "EncryptedWeights", "encrypt_blocks", "flat", "CGEMM_LEVELS",
+           "REFUSED"]
+
+_NOT_A_CHAIN = Unsupported("(C)", "plaintext weights (layout A/P)",
+                           "layout (C) (encrypted weights) runs chains of linear layers and x^2 / polynomial "
+                           "activations; step {out} ({op}) is not one: use plaintext weights (layout A/P) for this "
+                           "model")
+#: the step ops layout (C) cannot run: one refusal each, the entry of all its tables. An affine map would need its
+#: per-feature constants laid out like the blocks; MaMBo fuses a plaintext PCMM, and here every PCMM is a CCMM
+REFUSED = {
+    StepOp.AFFINE: _NOT_A_CHAIN,
+    StepOp.ADD: _NOT_A_CHAIN,
+    StepOp.MUL: _NOT_A_CHAIN,
+    StepOp.MATMUL: _NOT_A_CHAIN,
+    StepOp.PERM: _NOT_A_CHAIN,
+    StepOp.MAMBO: _NOT_A_CHAIN,
+}
 
 CGEMM_LEVELS = 3
 #: block CCMMs use at most this many slots: the rectangular kernel's transforms are found from dense
@@ -70,35 +88,25 @@ class BlockedProgram:
     def __init__(self, steps, slots: int, batch: int):
         self.batch = int(batch)
         self.layers: list[BlockedLayer] = []
+        #: the lowered steps the program runs, in order (a drop before the first layer is left to the runner's drop
+        #: to that layer's input level), and each linear layer's index in self.layers by its step's name
+        self.steps: list = []
+        self.layer_index: dict[str, int] = {}
         self.input_step, self.output_step = steps[0], steps[-1]
-        feats = None
+        st = SimpleNamespace(feats=None)      # the features of the last value
+        prev = None
         for s in steps:
-            if s.op == "input":
-                feats = s.rows
-            elif s.op == "pcmm":
-                W = dense_matrix(s, feats)
-                b = np.zeros(W.shape[0]) if s.bias is None else np.asarray(s.bias, dtype=np.float64)
-                if s.index is not None and s.bias is not None:
-                    b = np.repeat(b, s.index.shape[1])
-                self.layers.append(BlockedLayer(s, W, b, None))
-                feats = W.shape[0]
-            elif s.op in ("square", "poly", "bootstrap"):
-                if not self.layers:
-                    raise UnsupportedError(f"layout (C): an activation or bootstrap ({s.out}) before the first linear "
-                                           "layer; use plaintext weights (layout A/P)")
-                self.layers[-1].acts.append(s)      # bootstrap: placed by the planner (layouts.blocked_bootstrap)
-            elif s.op == "drop":
-                if self.layers:                     # before the first layer: the runner drops to its input level
-                    self.layers[-1].acts.append(s)
-            elif s.op in ("alias", "output"):
-                continue
-            else:
-                raise UnsupportedError(f"layout (C) (encrypted weights) runs chains of linear layers and x^2 / "
-                                       f"polynomial activations; step {s.out} ({s.op}) is not one: use plaintext "
-                                       "weights (layout A/P) for this model")
+            f = handler(self.PLAN, s, "layout (C)")
+            # the layers run one after the other on one value: a step reading another (a branch) is refused here,
+            # before a layer is built for the wrong input
+            if s.inputs and list(s.inputs) != [prev]:
+                raise UnsupportedError(f"layout (C) (encrypted weights) runs a chain of layers; step {s.out} does not "
+                                       "take the previous step's output: use plaintext weights (layout A/P) for this "
+                                       "model")
+            f(self, s, st)
+            prev = s.out
         if not self.layers:
             raise UnsupportedError("layout (C) needs at least one linear layer")
-
 
         c = unit_costs()   # FHE4DMM's Table II op counts priced by this machine's measured unit costs
         weights = dict(ROT=c["rotate"], MULT=c["ct_mul"], PMULT=c["pt_mul"], ADD=c["pt_mul"] / 2)
@@ -110,6 +118,50 @@ class BlockedProgram:
         self.slots = max(rectangular.default_slots(*L.dims) for L in self.layers)
         if self.slots > slots:
             raise ShapeError(f"layout (C): blocks need {self.slots} slots, the ciphertext has {slots}")
+
+    def _plan_input(self, s, st) -> None:
+        st.feats = s.rows
+        self.steps.append(s)
+
+    def _plan_pcmm(self, s, st) -> None:
+        W = dense_matrix(s, st.feats)
+        b = np.zeros(W.shape[0]) if s.bias is None else np.asarray(s.bias, dtype=np.float64)
+        if s.index is not None and s.bias is not None:
+            b = np.repeat(b, s.index.shape[1])
+        self.layer_index[s.out] = len(self.layers)
+        self.layers.append(BlockedLayer(s, W, b, None))
+        st.feats = W.shape[0]
+        self.steps.append(s)
+
+    def _plan_act(self, s, st) -> None:
+        """An activation, or a bootstrap (placed by the planner: layouts.blocked_bootstrap), on the last layer's
+        blocks."""
+        if not self.layers:
+            raise UnsupportedError(f"layout (C): an activation or bootstrap ({s.out}) before the first linear "
+                                   "layer; use plaintext weights (layout A/P)")
+        self.layers[-1].acts.append(s)
+        self.steps.append(s)
+
+    def _plan_drop(self, s, st) -> None:
+        if self.layers:                     # before the first layer: the runner drops to its input level
+            self.layers[-1].acts.append(s)
+            self.steps.append(s)
+
+    def _plan_same(self, s, st) -> None:
+        self.steps.append(s)
+
+    #: one planning handler per step op: (program, lowered step, planning state) -> the step placed in the chain
+    PLAN = {
+        **REFUSED,
+        StepOp.INPUT: _plan_input,
+        StepOp.PCMM: _plan_pcmm,
+        StepOp.SQUARE: _plan_act,
+        StepOp.POLY: _plan_act,
+        StepOp.BOOTSTRAP: _plan_act,
+        StepOp.DROP: _plan_drop,
+        StepOp.ALIAS: _plan_same,
+        StepOp.OUTPUT: _plan_same,
+    }
 
     # ---- geometry
     def in_blocks(self, i: int):
@@ -165,7 +217,7 @@ class BlockedProgram:
         """The highest level a relinearisation happens at: a CCMM relinearises its products after two
         rescales (level_in - 2); activations at their own input level."""
         lv = [L.step.level_in - (CGEMM_LEVELS - 1) for L in self.layers]
-        lv += [s.level_in for L in self.layers for s in L.acts if s.op in ("square", "poly")]
+        lv += [s.level_in for L in self.layers for s in L.acts if s.op in ACT_OPS]
         return max(lv)
 
     def describe(self) -> list[str]:
@@ -182,32 +234,44 @@ class BlockedProgram:
         """X: (B, F_in) -> (B, F_out)."""
         bk, bn, rk, cn = self.in_blocks(0)
         Y = self.split(np.asarray(X, dtype=np.float64).reshape(len(X), -1).T, bk, bn, rk, cn)
-        for i, L in enumerate(self.layers):
-            Wb, bb = self.weight_blocks(i), self.bias_blocks(i)
-            lay = L.layout
-            Y = [[sum(Wb[a][t] @ Y[t][j] for t in range(lay.b_k)) + bb[a] for j in range(lay.b_n)]
-                 for a in range(lay.b_m)]
-            for s in L.acts:
-                Y = self._simulate_act(s, Y)
+        for s in self.steps:
+            Y = handler(self.PLAIN, s, "layout (C)'s plaintext program")(self, s, Y)
         m = self.layers[-1].W.shape[0]
         return np.block(Y)[:m, : len(X)].T
 
-    def _simulate_act(self, s, Y: list) -> list:
-        """Blocks [a][j] after an activation, a drop (nothing to model) or a bootstrap (every block's slot vector
-        range-checked and given the bootstrap's error, as hemlp.runtime.bootstrap_sim models a sparse bootstrap)."""
-        if s.op == "drop":
-            return Y
-        if s.op == "bootstrap":
-            shapes = [[blk.shape for blk in row] for row in Y]
-            vecs = []
-            for row in Y:
-                for blk in row:
-                    v = np.zeros(self.slots)
-                    v[: blk.size] = blk.reshape(-1, order="F")
-                    vecs.append(v)
-            out = iter(simulate_packed_bootstrap(s, vecs, self.slots))
-            return [[next(out)[: r * c].reshape((r, c), order="F") for r, c in row] for row in shapes]
-        return [[s.act.eval_u(blk) for blk in row] for row in Y]
+    def _plain_layer(self, s, Y: list) -> list:
+        """Blocks [a][j] of a linear layer: the block products summed over the reduction blocks, plus the bias."""
+        i = self.layer_index[s.out]
+        Wb, bb, lay = self.weight_blocks(i), self.bias_blocks(i), self.layers[i].layout
+        return [[sum(Wb[a][t] @ Y[t][j] for t in range(lay.b_k)) + bb[a] for j in range(lay.b_n)]
+                for a in range(lay.b_m)]
+
+    def _plain_bootstrap(self, s, Y: list) -> list:
+        """Every block's slot vector range-checked and given the bootstrap's error, as hemlp.runtime.bootstrap_sim
+        models a sparse bootstrap."""
+        shapes = [[blk.shape for blk in row] for row in Y]
+        vecs = []
+        for row in Y:
+            for blk in row:
+                v = np.zeros(self.slots)
+                v[: blk.size] = blk.reshape(-1, order="F")
+                vecs.append(v)
+        out = iter(simulate_packed_bootstrap(s, vecs, self.slots))
+        return [[next(out)[: r * c].reshape((r, c), order="F") for r, c in row] for row in shapes]
+
+    #: the plaintext program, one handler per step op: (program, lowered step, blocks [a][j]) -> blocks after it (a
+    #: drop: nothing to model)
+    PLAIN = {
+        **REFUSED,
+        StepOp.INPUT: lambda self, s, Y: Y,
+        StepOp.ALIAS: lambda self, s, Y: Y,
+        StepOp.OUTPUT: lambda self, s, Y: Y,
+        StepOp.DROP: lambda self, s, Y: Y,
+        StepOp.PCMM: _plain_layer,
+        StepOp.BOOTSTRAP: _plain_bootstrap,
+        StepOp.SQUARE: lambda self, s, Y: [[s.act.eval_u(blk) for blk in row] for row in Y],
+        StepOp.POLY: lambda self, s, Y: [[s.act.eval_u(blk) for blk in row] for row in Y],
+    }
 
 
 def encrypt_blocks(ctx, blocks, key, slots: int, level: int) -> list:
@@ -300,18 +364,17 @@ class BlockedRunner:
             self._tr[i] = self.prog.transforms(i)
         return self._tr[i]
 
-    def _acts(self, s, blocks, relin_key, boot=None):
-        if s.op == "drop":
-            return [[self.ctx.drop_level(c, s.level_out) if c.level > s.level_out else c for c in row]
-                    for row in blocks]
-        if s.op == "bootstrap":
-            return self._bootstrap(s, blocks, boot)
-        fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s), relin_key)
+    def _act(self, s, blocks, keys):
+        fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s), keys.relin)
         return [[fn(0, c) for c in row] for row in blocks]
 
-    def _bootstrap(self, s, blocks, boot):
+    def _drop(self, s, blocks, keys):
+        return [[self.ctx.drop_level(c, s.level_out) if c.level > s.level_out else c for c in row] for row in blocks]
+
+    def _bootstrap(self, s, blocks, keys):
         """Every block through hemlp.runtime.local.bootstrap_rows (÷ c as a re-tag, two real ones per bootstrap_pair,
         × c exactly, dropped to the planned level), the blocks flattened row by row and put back."""
+        boot = keys.boot
         if boot is None:
             raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
                                   "eval_keys)")
@@ -320,50 +383,66 @@ class BlockedRunner:
                                                            1), s).cts)
         return [[next(out) for _ in row] for row in blocks]
 
+    def _layer(self, s, Y, keys):
+        """A linear layer: per output block C_aj = sum_t CCMM(W_at, Y_tj) + bias_a, with the client's encrypted
+        weight and bias blocks."""
+        ctx, i = self.ctx, self.prog.layer_index[s.out]
+        L, (Wb, bb) = self.prog.layers[i], keys.weights.layers[i]
+        lay = L.layout
+        if (len(Wb), len(Wb[0]), len(bb)) != (lay.b_m, lay.b_k, lay.b_m):
+            raise KeyMismatchError(f"layer {L.step.out}: the encrypted weights have another block layout")
+        lv = L.step.level_in
+        if Y[0][0].level != lv:
+            if Y[0][0].level < lv:
+                raise LevelError(f"layer {L.step.out}: input at level {Y[0][0].level}, planned {lv}")
+            Y = [[ctx.drop_level(c, lv) for c in row] for row in Y]
+        tr = self.transforms(i)
+        m, k, n = L.dims
+        out = []
+        for a in range(lay.b_m):
+            row = []
+            for j in range(len(Y[0])):    # every column block, or the one of a group (run_group)
+                acc = None
+                for t in range(lay.b_k):
+                    p = rectangular.matmul(ctx, Wb[a][t], Y[t][j], (m, k, n), keys.galois, keys.relin, transforms=tr)
+                    acc = p if acc is None else ctx.add(acc, p)
+                bias = bb[a]
+                if bias.level != acc.level + 1:
+                    raise LevelError(f"layer {L.step.out}: bias block at level {bias.level}, expected "
+                                     f"{acc.level + 1}")
+                row.append(ctx.add(acc, ctx.set_scale(bias, acc.scale)))
+            out.append(row)
+        return out
+
+    #: the encrypted program, one handler per step op: (runner, lowered step, blocks [a][j], the run's keys and
+    #: encrypted weights) -> blocks after it
+    RUN = {
+        **REFUSED,
+        StepOp.INPUT: lambda self, s, Y, keys: Y,
+        StepOp.ALIAS: lambda self, s, Y, keys: Y,
+        StepOp.OUTPUT: lambda self, s, Y, keys: Y,
+        StepOp.PCMM: _layer,
+        StepOp.SQUARE: _act,
+        StepOp.POLY: _act,
+        StepOp.DROP: _drop,
+        StepOp.BOOTSTRAP: _bootstrap,
+    }
+
     def run(self, x_blocks, weights: EncryptedWeights, relin_key, galois_keys, timings: dict | None = None,
             boot=None):
         """x_blocks [b_k][b_n] ciphertexts of the input -> output blocks [b_m][b_n]. boot: the Bootstrapper of a
         program with bootstrap steps."""
-        ctx = self.ctx
         if relin_key is None or galois_keys is None:
             raise MissingKeyError("layout (C) needs the relinearisation and rotation keys of keygen()'s eval_keys")
         if len(weights.layers) != len(self.prog.layers):
             raise KeyMismatchError("the encrypted weights do not have this model's layers")
+        keys = SimpleNamespace(relin=relin_key, galois=galois_keys, boot=boot, weights=weights)
         Y = x_blocks
-        for i, (L, (Wb, bb)) in enumerate(zip(self.prog.layers, weights.layers)):
+        for s in self.prog.steps:
             t0 = time.perf_counter()
-            lay = L.layout
-            if (len(Wb), len(Wb[0]), len(bb)) != (lay.b_m, lay.b_k, lay.b_m):
-                raise KeyMismatchError(f"layer {L.step.out}: the encrypted weights have another block layout")
-            lv = L.step.level_in
-            if Y[0][0].level != lv:
-                if Y[0][0].level < lv:
-                    raise LevelError(f"layer {L.step.out}: input at level {Y[0][0].level}, planned {lv}")
-                Y = [[ctx.drop_level(c, lv) for c in row] for row in Y]
-            tr = self.transforms(i)
-            m, k, n = L.dims
-            out = []
-            for a in range(lay.b_m):
-                row = []
-                for j in range(len(Y[0])):    # every column block, or the one of a group (run_group)
-                    acc = None
-                    for t in range(lay.b_k):
-                        p = rectangular.matmul(ctx, Wb[a][t], Y[t][j], (m, k, n), galois_keys, relin_key, transforms=tr)
-                        acc = p if acc is None else ctx.add(acc, p)
-                    bias = bb[a]
-                    if bias.level != acc.level + 1:
-                        raise LevelError(f"layer {L.step.out}: bias block at level {bias.level}, expected "
-                                         f"{acc.level + 1}")
-                    row.append(ctx.add(acc, ctx.set_scale(bias, acc.scale)))
-                out.append(row)
-            Y = out
-            if timings is not None:
-                timings[L.step.out] = time.perf_counter() - t0
-            for s in L.acts:
-                t0 = time.perf_counter()
-                Y = self._acts(s, Y, relin_key, boot)
-                if timings is not None:
-                    timings[s.out] = time.perf_counter() - t0
+            Y = handler(self.RUN, s, "layout (C)'s run")(self, s, Y, keys)
+            if timings is not None and s.op not in UNTIMED_OPS:
+                timings[s.out] = time.perf_counter() - t0
         return Y
 
 
@@ -376,6 +455,10 @@ class Blocked(Layout):
 
     def build_program(self) -> BlockedProgram:
         return BlockedProgram(self.steps, self.params.N // 2, self.batch_size)
+
+    @classmethod
+    def step_tables(cls) -> dict:
+        return {"plan": BlockedProgram.PLAN, "simulate": BlockedProgram.PLAIN, "run": BlockedRunner.RUN}
 
     def estimate(self):
         return "the only layout with encrypted weights"

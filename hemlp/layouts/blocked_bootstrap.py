@@ -18,6 +18,8 @@ at), its bias one level above the layer's output, as for a leveled plan.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from hemlp.compiler.params import depth_of, step_cost
@@ -25,39 +27,53 @@ from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, BootPlanning, apply_placement,
                                            scale_down_limit, scale_factor,
                                            calibration_peaks)
-from hemlp.layouts.blocked import CGEMM_LEVELS, BlockedProgram
+from hemlp.layouts.blocked import CGEMM_LEVELS, REFUSED, BlockedProgram
 from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
 from hemlp.planner.layouts import unit_costs
+from hemlp.step_ops import StepOp, handler
 
-__all__ = ["blocked_level_dag", "plan_blocked_bootstrapped"]
+__all__ = ["blocked_level_dag", "plan_blocked_bootstrapped", "LEVEL_NODE"]
+
+
+def _dag_input(prog, s, blocks, costs):
+    bk, bn, _, _ = prog.in_blocks(0)
+    blocks[s.out] = bk * bn
+    return LevelNode(s.out, "input", (), 0, blocks[s.out], 0.0)
+
+
+def _dag_output(prog, s, blocks, costs):
+    return LevelNode(s.out, "output", tuple(s.inputs), 0, blocks[s.inputs[0]], 0.0)
+
+
+def _dag_layer(prog, s, blocks, costs):
+    i = prog.layer_index[s.out]
+    bm, bn, _, _ = prog.out_blocks(i)
+    blocks[s.out] = bm * bn
+    per_limb = prog.chain.steps[i].mm_cost * costs.N
+    return LevelNode(s.out, "op", tuple(s.inputs), CGEMM_LEVELS, blocks[s.out], per_limb)
+
+
+def _dag_blockwise(prog, s, blocks, costs):
+    """An activation (or an alias: depth 0) on every block of its input."""
+    blocks[s.out] = blocks[s.inputs[0]]
+    d = step_cost(s)
+    return LevelNode(s.out, "op", tuple(s.inputs), d, blocks[s.out], blocks[s.out] * d * costs.ct_mul * costs.N)
+
+
+#: the level DAG's node of every step op: (program, lowered step, blocks by value, N and unit costs) -> its LevelNode
+#: (drops and bootstraps are placed on this DAG, not in it; layout (C)'s refusals raise in BlockedProgram first)
+LEVEL_NODE = {**REFUSED, StepOp.INPUT: _dag_input, StepOp.OUTPUT: _dag_output, StepOp.PCMM: _dag_layer,
+              **{op: _dag_blockwise for op in (StepOp.SQUARE, StepOp.POLY, StepOp.ALIAS, StepOp.DROP,
+                                               StepOp.BOOTSTRAP)}}
 
 
 def blocked_level_dag(prog: BlockedProgram, steps, params) -> list[LevelNode]:
     """One LevelNode per step of the chain: its depth (a linear layer CGEMM_LEVELS, an activation its polynomial's),
     its value's blocks, and its seconds per limb (a layer: the chain plan's cost of its block CCMMs; an activation:
     one ciphertext product per level of its polynomial on every block)."""
-    N, ct_mul = params.N, unit_costs()["ct_mul"]
+    costs = SimpleNamespace(N=params.N, ct_mul=unit_costs()["ct_mul"])
     blocks: dict = {}
-    nodes = []
-    bk, bn, _, _ = prog.in_blocks(0)
-    layer_of = {L.step.out: (i, L) for i, L in enumerate(prog.layers)}
-    for s in steps:
-        if s.op == "input":
-            blocks[s.out] = bk * bn
-            nodes.append(LevelNode(s.out, "input", (), 0, blocks[s.out], 0.0))
-        elif s.op == "output":
-            nodes.append(LevelNode(s.out, "output", tuple(s.inputs), 0, blocks[s.inputs[0]], 0.0))
-        elif s.op == "pcmm":
-            i, L = layer_of[s.out]
-            bm, bn, _, _ = prog.out_blocks(i)
-            blocks[s.out] = bm * bn
-            per_limb = prog.chain.steps[i].mm_cost * N
-            nodes.append(LevelNode(s.out, "op", tuple(s.inputs), CGEMM_LEVELS, blocks[s.out], per_limb))
-        else:       # an activation (or an alias: depth 0) on every block of its input
-            blocks[s.out] = blocks[s.inputs[0]]
-            d = step_cost(s)
-            nodes.append(LevelNode(s.out, "op", tuple(s.inputs), d, blocks[s.out], blocks[s.out] * d * ct_mul * N))
-    return nodes
+    return [handler(LEVEL_NODE, s, "layout (C)'s bootstrap placement")(prog, s, blocks, costs) for s in steps]
 
 
 def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict | None = None) -> Planned:
@@ -80,9 +96,9 @@ def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peak
     bits = boot.precision_bits or DEFAULT_NOISE_BITS
     new = apply_placement(steps, placement, factors, bits, prog.slots)
     for s in new:
-        if s.op == "bootstrap":
+        if s.op == StepOp.BOOTSTRAP:
             s.info["order"], s.info["kind"], s.info["k"] = "cts_first", "single", 1
             s.info["lowering"] = ("single (CtS-first): layout (C)'s blocks come out of ciphertext x ciphertext "
                                   "products (no plaintext PCMM to fuse)")
-    top = next(s.level_out for s in new if s.op == "input")
+    top = next(s.level_out for s in new if s.op == StepOp.INPUT)
     return Planned(new, params, dict(info), depth_of(steps, CGEMM_LEVELS), reserve, top, bs, opts, max_out)

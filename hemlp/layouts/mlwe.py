@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from functools import cached_property
 from typing import Optional
 
@@ -51,18 +52,42 @@ from hemlp.compiler.lower import dense_matrix
 from hemlp.compiler.params import candidates, choose_preset, output_reserve, step_cost
 from hemlp.errors import (KeyMismatchError, LevelError, MissingKeyError, ScaleMismatchError, ShapeError,
                           UnsupportedError)
-from hemlp.layouts.base import CT_PRODUCT_OPS, Layout, Planned
+from hemlp.layouts.base import Layout, Planned
 from hemlp.layouts.batch_bootstrap import boot_batch_size, summary, summary_text
 from hemlp.layouts.mlwe_refresh import refresh_key_bytes, refresh_params
 from hemlp.pcmm import CtMatrix, quantize
 from hemlp.planner.layouts import act_muls, encode_seconds, estimate_mlwe
 from hemlp.runtime.local import ElementwiseOp, cached_elementwise
+from hemlp.runtime.local import SIMULATE
 from hemlp.runtime.local import simulate as simulate_rows
+from hemlp.step_ops import ACT_OPS, CT_PRODUCT_OPS, StepOp, Unsupported, handler, lint_pass
 
 __all__ = ["Mlwe", "MlweProgram", "MlweRunner", "MStep", "mlwe_columns", "dft_depth_candidates", "input_scale",
-           "pow2", "MLWE_AUTO_MAX_KEY_BYTES"]
+           "pow2", "MLWE_AUTO_MAX_KEY_BYTES", "REFUSED", "MSTEP_KINDS"]
 
-_ELEMENTWISE = ("square", "poly", "affine")
+
+def _not_a_chain(what: str) -> Unsupported:
+    return Unsupported("(A')", "layout='batch'", "layout (A') runs chains of Linear layers and activations; step {out} "
+                                                 f"is a {what}: use layout='batch' (or 'packed' for a few samples)")
+
+
+_PLACED_ELSEWHERE = Unsupported("(A')", "layout='batch'", "layout (A') cannot run step {op!r} ({out}); use "
+                                                          "layout='batch'")
+#: the step ops layout (A') cannot run: its planning table's refusals
+REFUSED = {
+    StepOp.ADD: _not_a_chain("residual add"),
+    StepOp.MUL: _not_a_chain("ciphertext product"),
+    StepOp.MATMUL: _not_a_chain("ciphertext x ciphertext matmul"),
+    StepOp.PERM: _not_a_chain("row permutation (transpose)"),
+    # refreshes land at their own levels (no drops), and a PCMM before a refresh already runs at level 1 (MaMBo's
+    # arrangement): the planner places neither here
+    StepOp.DROP: _PLACED_ELSEWHERE,
+    StepOp.MAMBO: _PLACED_ELSEWHERE,
+}
+#: the program's step kinds (MStep.kind): one MlweRunner handler each
+MSTEP_KINDS = ("input", "pcmm", "cts", "boot", "act", "stc", "output")
+#: kinds without work of their own: no timing entry, no progress tick
+_UNTIMED_KINDS = ("input", "output")
 
 
 def pow2(n: int) -> int:
@@ -140,56 +165,14 @@ class MlweProgram:
 
     # ------------------------------------------------------------------ planning
     def _plan(self, steps):
-        prev, domain = None, "coeff"
+        st = SimpleNamespace(prev=None, domain="coeff")      # the chain's last value and its encoding
         for s in steps:
-            if s.op == "input":
-                if prev is not None:
-                    raise UnsupportedError("layout (A') runs single-input chains; use layout='batch'")
-                self.steps.append(MStep("input", s.out, s, s.rows, self._cts(s.rows)))
-                prev = s.out
-                continue
-            if s.op in ("add", "mul", "matmul", "perm"):
-                what = dict(add="residual add", mul="ciphertext product", matmul="ciphertext x ciphertext matmul",
-                            perm="row permutation (transpose)")[s.op]
-                raise UnsupportedError(f"layout (A') runs chains of Linear layers and activations; step {s.out} is a "
-                                       f"{what}: use layout='batch' (or 'packed' for a few samples)")
-            if list(s.inputs) != [prev]:
+            f = handler(self.PLAN, s, "layout (A')")
+            if s.inputs and list(s.inputs) != [st.prev]:
                 raise UnsupportedError(f"layout (A') runs a chain of layers; step {s.out} does not take the previous "
                                        "step's output: use layout='batch'")
-            if s.op == "alias":
-                prev = s.out
-                self.aliases[s.out] = s
-                continue
-            if s.op == "bootstrap":     # placed by hemlp.layouts.mlwe_bootstrap: the refresh is the CoeffToSlot
-                if domain != "coeff":
-                    raise UnsupportedError(f"layout (A'): bootstrap {s.out} must refresh a coefficient-encoded value "
-                                           "(a linear layer's output or the input) before an activation")
-                self.steps.append(MStep("boot", s.out, s, self.steps[-1].rows, self.steps[-1].cts))
-                domain, prev = "slot", s.out
-                continue
-            if s.op == "pcmm":
-                if domain == "slot":
-                    self.steps.append(MStep("stc", s.out + ".stc", None, self.steps[-1].rows, self.steps[-1].cts))
-                    domain = "coeff"
-                rows_in = self.steps[-1].rows
-                cols = s.U.shape[1] if s.index is None else rows_in
-                if s.index is not None and (s.index.max() >= rows_in or s.U.shape[0] * s.index.shape[1] != s.rows):
-                    raise ShapeError(f"layer {s.out}: its im2col index does not fit an input of {rows_in} features")
-                if cols != rows_in:
-                    raise ShapeError(f"layer {s.out}: the weight takes {cols} features, its input has {rows_in}")
-                self.steps.append(MStep("pcmm", s.out, s, s.rows, self._cts(s.rows), rows_in=rows_in))
-            elif s.op in _ELEMENTWISE:
-                if domain == "coeff":
-                    self.steps.append(MStep("cts", s.out + ".cts", None, self.steps[-1].rows, self.steps[-1].cts))
-                    domain = "slot"
-                self.steps.append(MStep("act", s.out, s, s.rows, self.steps[-1].cts))
-            elif s.op == "output":
-                if domain == "slot":
-                    self.steps.append(MStep("stc", s.out + ".stc", None, self.steps[-1].rows, self.steps[-1].cts))
-                self.steps.append(MStep("output", s.out, s, s.rows, self.steps[-1].cts))
-            else:
-                raise UnsupportedError(f"layout (A') cannot run step {s.op!r} ({s.out}); use layout='batch'")
-            prev = s.out
+            f(self, s, st)
+            st.prev = s.out
         if not self.steps or self.steps[-1].kind != "output":
             raise UnsupportedError("layout (A'): the program has no output step")
         for i, m in enumerate(self.steps):
@@ -198,6 +181,58 @@ class MlweProgram:
             if m.kind == "pcmm" and i + 1 < len(self.steps) and self.steps[i + 1].kind == "boot":
                 m.feeds_refresh = True
         self.input, self.output = self.steps[0], self.steps[-1]
+
+    def _plan_input(self, s, st) -> None:
+        if st.prev is not None:
+            raise UnsupportedError("layout (A') runs single-input chains; use layout='batch'")
+        self.steps.append(MStep("input", s.out, s, s.rows, self._cts(s.rows)))
+
+    def _plan_alias(self, s, st) -> None:
+        self.aliases[s.out] = s
+
+    def _plan_bootstrap(self, s, st) -> None:
+        """Placed by hemlp.layouts.mlwe_bootstrap: the refresh is the CoeffToSlot."""
+        if st.domain != "coeff":
+            raise UnsupportedError(f"layout (A'): bootstrap {s.out} must refresh a coefficient-encoded value "
+                                   "(a linear layer's output or the input) before an activation")
+        self.steps.append(MStep("boot", s.out, s, self.steps[-1].rows, self.steps[-1].cts))
+        st.domain = "slot"
+
+    def _plan_pcmm(self, s, st) -> None:
+        if st.domain == "slot":
+            self.steps.append(MStep("stc", s.out + ".stc", None, self.steps[-1].rows, self.steps[-1].cts))
+            st.domain = "coeff"
+        rows_in = self.steps[-1].rows
+        cols = s.U.shape[1] if s.index is None else rows_in
+        if s.index is not None and (s.index.max() >= rows_in or s.U.shape[0] * s.index.shape[1] != s.rows):
+            raise ShapeError(f"layer {s.out}: its im2col index does not fit an input of {rows_in} features")
+        if cols != rows_in:
+            raise ShapeError(f"layer {s.out}: the weight takes {cols} features, its input has {rows_in}")
+        self.steps.append(MStep("pcmm", s.out, s, s.rows, self._cts(s.rows), rows_in=rows_in))
+
+    def _plan_act(self, s, st) -> None:
+        if st.domain == "coeff":
+            self.steps.append(MStep("cts", s.out + ".cts", None, self.steps[-1].rows, self.steps[-1].cts))
+            st.domain = "slot"
+        self.steps.append(MStep("act", s.out, s, s.rows, self.steps[-1].cts))
+
+    def _plan_output(self, s, st) -> None:
+        if st.domain == "slot":
+            self.steps.append(MStep("stc", s.out + ".stc", None, self.steps[-1].rows, self.steps[-1].cts))
+        self.steps.append(MStep("output", s.out, s, s.rows, self.steps[-1].cts))
+
+    #: one planning handler per step op: (program, lowered step, the chain's state) -> appends its MSteps
+    PLAN = {
+        **REFUSED,
+        StepOp.INPUT: _plan_input,
+        StepOp.ALIAS: _plan_alias,
+        StepOp.BOOTSTRAP: _plan_bootstrap,
+        StepOp.PCMM: _plan_pcmm,
+        StepOp.SQUARE: _plan_act,
+        StepOp.POLY: _plan_act,
+        StepOp.AFFINE: _plan_act,
+        StepOp.OUTPUT: _plan_output,
+    }
 
     def _cts(self, rows: int) -> int:
         return -(-int(rows) // self.k)
@@ -316,7 +351,7 @@ class MlweProgram:
                 tot["dft_pt_mul"] += m.cts * c["pt_mul"]
                 tot["dft_rotations"] += m.cts * (c["rot_hoisted"] + c["rot"])
                 tot["conjugations"] += m.cts if m.kind == "cts" else 0
-            elif m.kind == "act" and m.src.op in ("square", "poly"):
+            elif m.kind == "act" and m.src.op in ACT_OPS:
                 tot["act_ct_mul"] += 2 * m.cts * act_muls(m.src)
             if m.kind != "output":
                 prev = m
@@ -427,7 +462,7 @@ class MlweRunner:
         K = max(1, round(target * q / (s_in * delta)))
         raw = _core.pcmm_mlwe(ctx.native, plan, [c.native for c in x], prog.k, int(K), float(delta * K),
                               mp_keys.native)
-        out = [ctx.rescale(ctx.wrap(Ciphertext, o)) for o in raw]
+        out = [ctx.rescale_inplace(ctx.wrap(Ciphertext, o)) for o in raw]
         bias = m.bias()
         if bias is not None:
             out = [ctx.add(c, prog.coeff_vector(bias, g, prog.batch)) for g, c in enumerate(out)]
@@ -458,30 +493,45 @@ class MlweRunner:
     def _stc(self, parts: list, gk) -> list:
         return [slot_to_coeff(self.ctx, join_real_imag(self.ctx, re, im), gk, self.prog.stc_plan) for re, im in parts]
 
-    def _act(self, m, parts: list, relin_key) -> list:
-        ctx, prog, s = self.ctx, self.prog, m.src
+    def _act(self, m, parts: list, keys) -> list:
+        """An activation on the real and imaginary parts of every ciphertext (ACT)."""
         flat = [c for pair in parts for c in pair]
-        if s.op == "affine":
-            out = []
-            for i, ct in enumerate(flat):
-                g = i // 2
-                y = ctx.rescale(ctx.mul(ct, prog.slot_vector(s.alpha, g)))
-                beta = prog.slot_vector(s.beta, g)
-                out.append(ctx.add(y, beta) if np.any(beta) else y)
-        else:
-            if relin_key is None:
-                raise MissingKeyError(f"step {s.out} multiplies ciphertexts: it needs the relinearisation key")
-            op = ElementwiseOp.from_step(s)
-            if op.kind == "square":   # all parts in parallel (native threads), then the sign / constant
-                out = ctx.mul_rescale_many(flat, flat, relin_key)
-                if op.sign < 0:
-                    out = [ctx.negate(y) for y in out]
-                if op.const:
-                    out = [ctx.add(y, op.const) for y in out]
-            else:
-                fn = cached_elementwise(self._pe, ctx, op, relin_key)
-                out = [fn(0, ct) for ct in flat]
+        out = handler(self.ACT, m.src, "layout (A')'s activations")(self, m.src, flat, keys.relin)
         return [(out[2 * i], out[2 * i + 1]) for i in range(len(parts))]
+
+    def _act_affine(self, s, flat: list, relin_key) -> list:
+        ctx, prog, out = self.ctx, self.prog, []
+        for i, ct in enumerate(flat):
+            g = i // 2
+            y = ctx.rescale_inplace(ctx.mul(ct, prog.slot_vector(s.alpha, g)))
+            beta = prog.slot_vector(s.beta, g)
+            out.append(ctx.add(y, beta) if np.any(beta) else y)
+        return out
+
+    def _act_square(self, s, flat: list, relin_key) -> list:
+        """All parts in parallel (native threads), then the sign / constant."""
+        ctx = self.ctx
+        op = ElementwiseOp.from_step(s)
+        out = ctx.mul_rescale_many(flat, flat, self._relin(s, relin_key))
+        if op.sign < 0:
+            out = [ctx.negate(y) for y in out]
+        if op.const:
+            out = [ctx.add(y, op.const) for y in out]
+        return out
+
+    def _act_poly(self, s, flat: list, relin_key) -> list:
+        fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s), self._relin(s, relin_key))
+        return [fn(0, ct) for ct in flat]
+
+    @staticmethod
+    def _relin(s, relin_key):
+        if relin_key is None:
+            raise MissingKeyError(f"step {s.out} multiplies ciphertexts: it needs the relinearisation key")
+        return relin_key
+
+    #: the activations on slot-encoded parts, one handler per elementwise step op: (runner, lowered step, the real
+    #: and imaginary parts of every ciphertext, relin key) -> the parts after the activation
+    ACT = {StepOp.AFFINE: _act_affine, StepOp.SQUARE: _act_square, StepOp.POLY: _act_poly}
 
     # ---- the program
     def run(self, cts: list, relin_key, galois_keys, modpack_keys, timings: dict | None = None,
@@ -496,6 +546,7 @@ class MlweRunner:
                                   "conjugation key of this model; use keygen()'s eval_keys")
         if len(cts) != prog.input.cts:
             raise ShapeError(f"layout (A') input needs {prog.input.cts} ciphertexts, got {len(cts)}")
+        keys = SimpleNamespace(relin=relin_key, galois=galois_keys, modpack=modpack_keys, boot=boot)
         steps, val, k = prog.steps, cts, 0
         while k < len(steps):
             m = steps[k]
@@ -506,7 +557,7 @@ class MlweRunner:
                     raise AssertionError(f"step {steps[j].out}: level {val[0].level}, planned {steps[j].level_out}")
                 k = j + 1
                 continue
-            val = self._step(m, val, relin_key, galois_keys, modpack_keys, timings, boot)
+            val = self._step(m, val, keys, timings)
             k += 1
         return val
 
@@ -516,36 +567,44 @@ class MlweRunner:
         outputs. Each ciphertext of a plain segment is independent of the others, a refresh's batch of refresh_k
         shares one call, and the arithmetic is run()'s, so the same bits."""
         val = list(cts)
+        keys = SimpleNamespace(relin=relin_key, galois=galois_keys, modpack=None, boot=boot)
         for m in self.prog.steps[k: j + 1]:
             if m.kind not in ("cts", "boot", "act", "stc"):
                 raise AssertionError(f"step {m.out} ({m.kind}) is not a CoeffToSlot / activation / SlotToCoeff")
-            val = self._step(m, val, relin_key, galois_keys, None, timings, boot)
+            val = self._step(m, val, keys, timings)
         return val
 
-    def _step(self, m, val: list, relin_key, galois_keys, modpack_keys, timings, boot=None) -> list:
-        ctx, prog = self.ctx, self.prog
+    def _input(self, m, val: list, keys) -> list:
+        ctx = self.ctx
+        if val[0].level < m.level_out:
+            raise LevelError(f"the input is at level {val[0].level} but the plan starts at level {m.level_out}")
+        want = input_scale(ctx, self.prog)
+        if abs(val[0].scale / want - 1.0) > 2.0 ** -30:
+            raise ScaleMismatchError(f"the input is at scale 2^{np.log2(val[0].scale):.2f}, the plan expects "
+                                     f"2^{np.log2(want):.2f}; encrypt with compiled.encrypt")
+        return [ctx.drop_level(c, m.level_out) if c.level != m.level_out else c for c in val]
+
+    def _run_pcmm(self, m, val: list, keys) -> list:
+        if val[0].level > m.level_in:      # feeds a refresh: run at the bottom of the chain
+            val = [self.ctx.drop_level(c, m.level_in) for c in val]
+        return self._pcmm(m, val, keys.modpack)
+
+    #: one handler per program step kind (MSTEP_KINDS): (runner, MStep, its input ciphertexts (the slot domain: (re,
+    #: im) pairs), the run's keys) -> its output
+    RUN = {
+        "input": _input,
+        "pcmm": _run_pcmm,
+        "cts": lambda self, m, val, keys: self._cts(val, keys.galois),
+        "boot": lambda self, m, val, keys: self._boot(m, val, keys.galois, keys.boot),
+        "act": _act,
+        "stc": lambda self, m, val, keys: self._stc(val, keys.galois),
+        "output": lambda self, m, val, keys: val,
+    }
+
+    def _step(self, m, val: list, keys, timings) -> list:
         t0 = time.perf_counter()
-        if m.kind == "input":
-            if val[0].level < m.level_out:
-                raise LevelError(f"the input is at level {val[0].level} but the plan starts at level {m.level_out}")
-            want = input_scale(ctx, prog)
-            if abs(val[0].scale / want - 1.0) > 2.0 ** -30:
-                raise ScaleMismatchError(f"the input is at scale 2^{np.log2(val[0].scale):.2f}, the plan expects "
-                                         f"2^{np.log2(want):.2f}; encrypt with compiled.encrypt")
-            return [ctx.drop_level(c, m.level_out) if c.level != m.level_out else c for c in val]
-        if m.kind == "pcmm":
-            if val[0].level > m.level_in:      # feeds a refresh: run at the bottom of the chain
-                val = [ctx.drop_level(c, m.level_in) for c in val]
-            val = self._pcmm(m, val, modpack_keys)
-        elif m.kind == "cts":
-            val = self._cts(val, galois_keys)
-        elif m.kind == "boot":
-            val = self._boot(m, val, galois_keys, boot)
-        elif m.kind == "act":
-            val = self._act(m, val, relin_key)
-        elif m.kind == "stc":
-            val = self._stc(val, galois_keys)
-        elif m.kind == "output":
+        val = self.RUN[m.kind](self, m, val, keys)
+        if m.kind in _UNTIMED_KINDS:
             return val
         lv = (val[0][0] if isinstance(val[0], tuple) else val[0]).level
         if lv != m.level_out:
@@ -581,11 +640,17 @@ class Mlwe(Layout):
                            top=self.top_level)
 
     @classmethod
+    def step_tables(cls) -> dict:
+        # the runner runs the program's MStep kinds (MlweRunner.RUN, its activations MlweRunner.ACT); the plaintext
+        # oracle is layout (A)'s arithmetic
+        return {"plan": MlweProgram.PLAN, "simulate": SIMULATE}
+
+    @classmethod
     def plan(cls, p: Planned) -> "Mlwe":
         """The smallest preset (compiler.params.candidates order, or the given preset) whose depth holds the
         program with its CoeffToSlot / SlotToCoeff levels; LevelError naming the missing levels when none does.
         Steps with refreshes placed (hemlp.layouts.mlwe_bootstrap) come with their preset, levels and DFT depth."""
-        if any(s.op == "bootstrap" for s in p.steps):
+        if any(s.op == StepOp.BOOTSTRAP for s in p.steps):
             return super().plan(p)
         opts = p.options
         allow = bool(opts["allow_insecure"])
@@ -634,6 +699,7 @@ class Mlwe(Layout):
 
     def commit(self) -> None:
         self.program.apply_levels()
+        lint_pass(self.steps, "layout (A')'s levels")
 
     def plan_info(self) -> dict:
         prog = self.program
@@ -795,7 +861,7 @@ class Mlwe(Layout):
         return self.program.input.cts
 
     def progress_total(self) -> int:
-        return sum(1 for m in self.program.steps if m.kind not in ("input", "output"))
+        return sum(1 for m in self.program.steps if m.kind not in _UNTIMED_KINDS)
 
     def seconds_estimate(self) -> float:
         b = self._boot_summary()     # also when "auto" declines it for its key bytes

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Optional
 
 import numpy as np
@@ -53,9 +54,21 @@ from hemlp.planner.layouts import encode_seconds, estimate_packed
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
 from hemlp.runtime.local import (ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise,
                                  range_check)
+from hemlp.step_ops import UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, Unsupported, handler
 
 __all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2",
-           "diag_vector", "cached_diagonals", "MAX_CACHED_DIAGONAL_BYTES"]
+           "diag_vector", "cached_diagonals", "MAX_CACHED_DIAGONAL_BYTES", "REFUSED"]
+
+_SIMD = "use layout='batch' (the batch rides in the slots, every product is SIMD)"
+#: the step ops layout (P) cannot run: one refusal each, the entry of its planning, plaintext and encrypted tables
+REFUSED = {
+    StepOp.MATMUL: Unsupported("(P)", "layout='batch'", "layout (P) has no ciphertext x ciphertext matrix product "
+                                                        "({out}); " + _SIMD),
+    StepOp.PERM: Unsupported("(P)", "layout='batch'", "layout (P) has no row permutation (transpose) ({out}); "
+                                                      + _SIMD),
+    StepOp.MAMBO: Unsupported("(P)", "layout='batch'", "layout (P) refreshes packed ciphertexts with single CtS-first "
+                                                       "bootstraps and has no MaMBo step ({out}); use layout='batch'"),
+}
 
 
 def pow2(n: int) -> int:
@@ -172,7 +185,7 @@ class PackedProgram:
     def __init__(self, steps, slots: int, batch: int):
         self.slots = int(slots)
         batch = max(1, int(batch))
-        widest = max([pow2(s.rows) for s in steps if s.op in ("input", "pcmm")] + [1])
+        widest = max([pow2(s.rows) for s in steps if s.op in (StepOp.INPUT, StepOp.PCMM)] + [1])
         if widest > self.slots:
             raise UnsupportedError(
                 f"layout (P) keeps a sample's tensor in one ciphertext: a tensor of the model has up to {widest} "
@@ -198,56 +211,72 @@ class PackedProgram:
                 users.setdefault(i, []).append(s)
         lay: dict[str, PackedLayout] = {}
         for s in steps:
-            if s.op == "input":
-                us = users.get(s.out, [])
-                while len(us) == 1 and us[0].op == "alias":     # flatten: a relabelling, look through it
-                    us = users.get(us[0].out, [])
-                self._check_fits(s.rows, "the input")
-                if len(us) == 1 and us[0].op == "pcmm":
-                    m = us[0].rows
-                    self._check_fits(m, f"layer {us[0].out}")
-                    mp = pow2(m)
-                    R = self.S1 // mp
-                    K = -(-s.rows // R)
-                    c = min(R, pow2(-(-s.rows // K)))
-                    L = PackedLayout("rep", s.rows, mp, K, c)
-                    if K > MAX_INPUT_CIPHERTEXTS:
-                        L = PackedLayout("per", s.rows, pow2(s.rows))
-                else:
-                    L = PackedLayout("per", s.rows, pow2(s.rows))
-                self.steps.append(PackedStep("input", s.out, [], L, s))
-            elif s.op == "pcmm":
-                Lin = lay[s.inputs[0]]
-                self.steps.append(self._matvec(s, Lin))
-            elif s.op in ("square", "poly"):
-                self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
-            elif s.op == "affine":
-                Lin = lay[s.inputs[0]]
-                idx = Lin.index(self.S1)
-                a = np.where(idx >= 0, np.asarray(s.alpha)[np.maximum(idx, 0)], 0.0)
-                bt = np.where(idx >= 0, np.asarray(s.beta)[np.maximum(idx, 0)], 0.0)
-                self.steps.append(PackedStep("affine", s.out, list(s.inputs), Lin, s, alpha=a, beta=bt))
-            elif s.op in ("add", "mul"):             # slot-wise: both operands in one layout
-                La, Lb = lay[s.inputs[0]], lay[s.inputs[1]]
-                if La != Lb:
-                    what = "residual add" if s.op == "add" else "product"
-                    raise UnsupportedError(f"layout (P): the {what} {s.out} joins tensors in different layouts "
-                                           f"({La.describe()} and {Lb.describe()}); use layout='batch'")
-                self.steps.append(PackedStep(s.op, s.out, list(s.inputs), La, s))
-            elif s.op in ("alias", "output", "drop", "bootstrap"):   # drop / bootstrap: placed by the planner
-                self.steps.append(PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s))
-            elif s.op in ("matmul", "perm"):
-                what = "ciphertext x ciphertext matrix product" if s.op == "matmul" else "row permutation (transpose)"
-                raise UnsupportedError(f"layout (P) has no {what} ({s.out}); "
-                                       "use layout='batch' (the batch rides in the slots, every product is SIMD)")
-            else:
-                raise UnsupportedError(f"layout (P) cannot run step {s.op!r} ({s.out})")
+            self.steps.append(handler(self.PLAN, s, "layout (P)")(self, s, lay, users))
             lay[s.out] = self.steps[-1].layout
         self.input = self.steps[0]
         self.output = self.steps[-1]
-        periods = [self.slot_period(t.layout) for t in self.steps if t.op == "bootstrap"]
+        periods = [self.slot_period(t.layout) for t in self.steps if t.op == StepOp.BOOTSTRAP]
         #: the bootstrapper's slot count: every refreshed value repeats with it (None: no bootstrap)
         self.boot_slots = max(2, max(periods)) if periods else None
+
+    def _plan_input(self, s, lay, users) -> PackedStep:
+        us = users.get(s.out, [])
+        while len(us) == 1 and us[0].op == StepOp.ALIAS:     # flatten: a relabelling, look through it
+            us = users.get(us[0].out, [])
+        self._check_fits(s.rows, "the input")
+        if len(us) == 1 and us[0].op == StepOp.PCMM:
+            m = us[0].rows
+            self._check_fits(m, f"layer {us[0].out}")
+            mp = pow2(m)
+            R = self.S1 // mp
+            K = -(-s.rows // R)
+            c = min(R, pow2(-(-s.rows // K)))
+            L = PackedLayout("rep", s.rows, mp, K, c)
+            if K > MAX_INPUT_CIPHERTEXTS:
+                L = PackedLayout("per", s.rows, pow2(s.rows))
+        else:
+            L = PackedLayout("per", s.rows, pow2(s.rows))
+        return PackedStep(StepOp.INPUT, s.out, [], L, s)
+
+    def _plan_pcmm(self, s, lay, users) -> PackedStep:
+        return self._matvec(s, lay[s.inputs[0]])
+
+    def _plan_same(self, s, lay, users) -> PackedStep:
+        """A step whose value keeps its input's layout (activations; alias, output; drop / bootstrap: placed by the
+        planner)."""
+        return PackedStep(s.op, s.out, list(s.inputs), lay[s.inputs[0]], s)
+
+    def _plan_affine(self, s, lay, users) -> PackedStep:
+        Lin = lay[s.inputs[0]]
+        idx = Lin.index(self.S1)
+        a = np.where(idx >= 0, np.asarray(s.alpha)[np.maximum(idx, 0)], 0.0)
+        bt = np.where(idx >= 0, np.asarray(s.beta)[np.maximum(idx, 0)], 0.0)
+        return PackedStep(StepOp.AFFINE, s.out, list(s.inputs), Lin, s, alpha=a, beta=bt)
+
+    def _plan_slotwise(self, s, lay, users) -> PackedStep:
+        """add / mul: slot-wise, both operands in one layout."""
+        La, Lb = lay[s.inputs[0]], lay[s.inputs[1]]
+        if La != Lb:
+            what = "residual add" if s.op == StepOp.ADD else "product"
+            raise UnsupportedError(f"layout (P): the {what} {s.out} joins tensors in different layouts "
+                                   f"({La.describe()} and {Lb.describe()}); use layout='batch'")
+        return PackedStep(s.op, s.out, list(s.inputs), La, s)
+
+    #: one planning handler per step op: (program, lowered step, layouts so far, readers by value) -> its PackedStep
+    PLAN = {
+        **REFUSED,
+        StepOp.INPUT: _plan_input,
+        StepOp.PCMM: _plan_pcmm,
+        StepOp.SQUARE: _plan_same,
+        StepOp.POLY: _plan_same,
+        StepOp.AFFINE: _plan_affine,
+        StepOp.ADD: _plan_slotwise,
+        StepOp.MUL: _plan_slotwise,
+        StepOp.ALIAS: _plan_same,
+        StepOp.OUTPUT: _plan_same,
+        StepOp.DROP: _plan_same,
+        StepOp.BOOTSTRAP: _plan_same,
+    }
 
     def slot_period(self, L: PackedLayout) -> int:
         """The smallest power-of-two n such that the slots of a value in layout L repeat every n slots (b
@@ -446,38 +475,49 @@ class PackedProgram:
         nbs = np.array([min(self.b, len(X) - i) for i in starts])
         packed = [self.pack(X[i: i + self.b]) for i in starts]                 # (K, slots) per group
         last = last_uses(self.steps)
+        x_in = [np.stack([p[k] for p in packed]) for k in range(self.input.layout.K)]
         vals: dict = {}
         for i, st in enumerate(self.steps):
-            if st.op == "input":
-                y = [np.stack([p[k] for p in packed]) for k in range(self.input.layout.K)]
-            else:
-                y = self._plain_step(st, vals[st.inputs[0]], vals, nbs)
+            f = handler(self.PLAIN, st.src, "layout (P)'s plaintext program")
+            y = f(self, st, vals[st.inputs[0]] if st.inputs else x_in, vals, nbs)
             vals[st.out] = y
             on_value(st.out, y)
             for name in st.inputs:
                 if last.get(name) == i:
                     vals.pop(name, None)
 
-    def _plain_step(self, s: PackedStep, x: list, vals: dict, nbs: np.ndarray) -> list:
-        if s.op == "matvec":
-            return [self._matvec_plain(s, x)]
-        if s.op in ("square", "poly"):
-            idx = s.layout.index(self.S1)
-            live = np.arange(self.b)[None, None, :] < nbs[:, None, None]        # (groups, 1, b): real samples
-            for v, ix in zip(x, idx):
-                used = live & (ix >= 0)[None, :, None]
-                range_check(s.src, v.reshape(len(nbs), self.S1, self.b)[used])
-            return [s.src.act.eval_u(v) for v in x]
-        if s.op == "affine":
-            return [v * self.spread(a) + self.spread(bt) for v, a, bt in zip(x, s.alpha, s.beta)]
-        if s.op == "add":
-            return [u + v for u, v in zip(x, vals[s.inputs[1]])]
-        if s.op == "mul":
-            return [u * v for u, v in zip(x, vals[s.inputs[1]])]
-        if s.op == "bootstrap":
-            rows = [simulate_packed_bootstrap(s.src, [v[g] for v in x], self.boot_slots) for g in range(len(nbs))]
-            return [np.stack([r[k] for r in rows]) for k in range(len(x))]
+    def _plain_act(self, s: PackedStep, x: list, vals: dict, nbs: np.ndarray) -> list:
+        idx = s.layout.index(self.S1)
+        live = np.arange(self.b)[None, None, :] < nbs[:, None, None]        # (groups, 1, b): real samples
+        for v, ix in zip(x, idx):
+            used = live & (ix >= 0)[None, :, None]
+            range_check(s.src, v.reshape(len(nbs), self.S1, self.b)[used])
+        return [s.src.act.eval_u(v) for v in x]
+
+    def _plain_bootstrap(self, s: PackedStep, x: list, vals: dict, nbs: np.ndarray) -> list:
+        rows = [simulate_packed_bootstrap(s.src, [v[g] for v in x], self.boot_slots) for g in range(len(nbs))]
+        return [np.stack([r[k] for r in rows]) for k in range(len(x))]
+
+    def _plain_same(self, s: PackedStep, x: list, vals: dict, nbs: np.ndarray) -> list:
         return x
+
+    #: the plaintext slot program, one handler per step op: (program, PackedStep, its first input's value (the input
+    #: step: the packed input), values, real samples per group) -> the step's value (K arrays of groups x slots)
+    PLAIN = {
+        **REFUSED,
+        StepOp.INPUT: _plain_same,
+        StepOp.PCMM: lambda self, s, x, vals, nbs: [self._matvec_plain(s, x)],
+        StepOp.SQUARE: _plain_act,
+        StepOp.POLY: _plain_act,
+        StepOp.AFFINE: lambda self, s, x, vals, nbs: [v * self.spread(a) + self.spread(bt)
+                                                      for v, a, bt in zip(x, s.alpha, s.beta)],
+        StepOp.ADD: lambda self, s, x, vals, nbs: [u + v for u, v in zip(x, vals[s.inputs[1]])],
+        StepOp.MUL: lambda self, s, x, vals, nbs: [u * v for u, v in zip(x, vals[s.inputs[1]])],
+        StepOp.BOOTSTRAP: _plain_bootstrap,
+        StepOp.ALIAS: _plain_same,
+        StepOp.OUTPUT: _plain_same,
+        StepOp.DROP: _plain_same,
+    }
 
     def _matvec_plain(self, s: PackedStep, x: list) -> np.ndarray:
         b = self.b
@@ -572,7 +612,7 @@ class PackedRunner:
             for k, d in s.diags.items():       # every product is a new ciphertext: accumulate into the first
                 t = ctx.mul(x[k], self._pt(s, k, d, lv))
                 z = t if z is None else ctx.add_inplace(z, t)
-            z = ctx.rescale(z)
+            ctx.rescale_inplace(z)
         else:
             v = x[0]
             baby = [g for g in s.baby if g]
@@ -588,9 +628,9 @@ class PackedRunner:
                         continue
                     t = ctx.mul(rots[g], self._pt(s, (h, g), d, lv))
                     inner = t if inner is None else ctx.add_inplace(inner, t)
-                inner = ctx.rescale(inner)
+                ctx.rescale_inplace(inner)
                 if h:
-                    inner = ctx.rotate(inner, s.g1 * h * b, gk)
+                    ctx.rotate_inplace(inner, s.g1 * h * b, gk)
                 z = inner if z is None else ctx.add_inplace(z, inner)
         for r in s.reduce:                     # z is this step's own ciphertext (a rescale's or a rotation's result)
             ctx.add_inplace(z, ctx.rotate(z, r * b, gk))
@@ -598,15 +638,16 @@ class PackedRunner:
             z = ctx.add(z, self.prog.spread(s.bias))
         return [z]
 
-    def _elementwise(self, s, x: list, relin_key):
-        ctx = self.ctx
-        if s.op == "affine":
-            out = []
-            for ct, a, bt in zip(x, s.alpha, s.beta):
-                y = ctx.rescale(ctx.mul(ct, self.prog.spread(a)))
-                out.append(ctx.add(y, self.prog.spread(bt)) if np.any(bt) else y)
-            return out
-        fn = cached_elementwise(self._pe, ctx, ElementwiseOp.from_step(s.src), relin_key)
+    def _affine(self, s, x: list, vals: dict, keys) -> list:
+        """Per position (the packed layout's alpha / beta slot vectors), not per feature as ElementwiseOp."""
+        ctx, out = self.ctx, []
+        for ct, a, bt in zip(x, s.alpha, s.beta):
+            y = ctx.rescale_inplace(ctx.mul(ct, self.prog.spread(a)))
+            out.append(ctx.add(y, self.prog.spread(bt)) if np.any(bt) else y)
+        return out
+
+    def _act(self, s, x: list, vals: dict, keys) -> list:
+        fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s.src), keys.relin)
         return [fn(0, ct) for ct in x]
 
     def _bootstrap(self, s, x: list, boot) -> list:
@@ -626,46 +667,61 @@ class PackedRunner:
                 out[i] = retag(ctx, ct, slots=ctx.slots) if n != ctx.slots else ct
         return out
 
+    def _input(self, s, x: list, vals: dict, keys) -> list:
+        lv = s.src.level_out
+        if x[0].level < lv:
+            raise LevelError(f"the input is at level {x[0].level} but the plan starts at level {lv}")
+        return [self.ctx.drop_level(c, lv) if c.level != lv else c for c in x]
+
+    def _add(self, s, x: list, vals: dict, keys) -> list:
+        ctx = self.ctx
+        A = CtMatrix(ctx, x, (len(x), ctx.slots), 1)
+        B = CtMatrix(ctx, vals[s.inputs[1]], (len(x), ctx.slots), 1)
+        return add_aligned(ctx, A, B, s.src.level_out).cts
+
+    def _mul(self, s, x: list, vals: dict, keys) -> list:
+        ctx, relin_key = self.ctx, keys.relin
+        if relin_key is None:
+            raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
+        B = vals[s.inputs[1]]
+        lv = min(x[0].level, B[0].level)
+        return [ctx.mul(ctx.drop_level(a, lv) if a.level != lv else a, ctx.drop_level(c, lv) if c.level != lv
+                        else c, relin_key=relin_key, rescale=True) for a, c in zip(x, B)]
+
+    def _same(self, s, x: list, vals: dict, keys) -> list:
+        return x
+
+    #: the encrypted program, one handler per step op: (runner, PackedStep, its first input's ciphertexts (the input
+    #: step: the encrypted input), values, the run's keys) -> the step's ciphertexts
+    RUN = {
+        **REFUSED,
+        StepOp.INPUT: _input,
+        StepOp.PCMM: lambda self, s, x, vals, keys: self._matvec(s, x, keys.galois),
+        StepOp.SQUARE: _act,
+        StepOp.POLY: _act,
+        StepOp.AFFINE: _affine,
+        StepOp.ADD: _add,
+        StepOp.MUL: _mul,
+        StepOp.DROP: lambda self, s, x, vals, keys: [self.ctx.drop_level(c, s.src.level_out) for c in x],
+        StepOp.BOOTSTRAP: lambda self, s, x, vals, keys: self._bootstrap(s, x, keys.boot),
+        StepOp.ALIAS: _same,
+        StepOp.OUTPUT: _same,
+    }
+
     def run(self, cts: list, relin_key, galois_keys, timings: dict | None = None, boot=None) -> list:
         """Input ciphertexts (the input layout's K) -> output ciphertext list. boot: the Bootstrapper of a program
         with bootstrap steps."""
-        ctx = self.ctx
         if self.prog.rotations() and galois_keys is None:
             raise MissingKeyError("layout (P) needs the rotation keys of this model: use keygen()'s eval_keys")
+        keys = SimpleNamespace(relin=relin_key, galois=galois_keys, boot=boot)
         vals = {}
         for s in self.prog.steps:
-            if s.op == "input":
-                lv = s.src.level_out
-                if cts[0].level < lv:
-                    raise LevelError(f"the input is at level {cts[0].level} but the plan starts at level {lv}")
-                vals[s.out] = [ctx.drop_level(c, lv) if c.level != lv else c for c in cts]
-                continue
-            x = vals[s.inputs[0]]
+            x = vals[s.inputs[0]] if s.inputs else cts
             t0 = time.perf_counter()
-            if s.op == "matvec":
-                y = self._matvec(s, x, galois_keys)
-            elif s.op in ("square", "poly", "affine"):
-                y = self._elementwise(s, x, relin_key)
-            elif s.op == "add":
-                A = CtMatrix(ctx, x, (len(x), ctx.slots), 1)
-                B = CtMatrix(ctx, vals[s.inputs[1]], (len(x), ctx.slots), 1)
-                y = add_aligned(ctx, A, B, s.src.level_out).cts
-            elif s.op == "drop":
-                y = [ctx.drop_level(c, s.src.level_out) for c in x]
-            elif s.op == "bootstrap":
-                y = self._bootstrap(s, x, boot)
-            elif s.op == "mul":
-                if relin_key is None:
-                    raise MissingKeyError(f"step {s.out} multiplies two ciphertexts: it needs the relinearisation key")
-                B = vals[s.inputs[1]]
-                lv = min(x[0].level, B[0].level)
-                y = [ctx.mul(ctx.drop_level(a, lv) if a.level != lv else a, ctx.drop_level(c, lv) if c.level != lv
-                             else c, relin_key=relin_key, rescale=True) for a, c in zip(x, B)]
-            else:
-                y = x
-            if s.op not in ("alias", "output", "add") and y[0].level != s.src.level_out:
+            y = handler(self.RUN, s.src, "layout (P)'s run")(self, s, x, vals, keys)
+            if s.src.op not in UNCHECKED_LEVEL_OPS and y[0].level != s.src.level_out:
                 raise AssertionError(f"step {s.out}: level {y[0].level}, planned {s.src.level_out}")
-            if timings is not None and s.op not in ("alias", "output"):
+            if timings is not None and s.src.op not in UNTIMED_OPS:
                 timings[s.out] = time.perf_counter() - t0
             vals[s.out] = y
         return vals[self.prog.output.out]
@@ -678,6 +734,10 @@ class Packed(Layout):
 
     def build_program(self) -> PackedProgram:
         return PackedProgram(self.steps, self.params.N // 2, self.batch_size)
+
+    @classmethod
+    def step_tables(cls) -> dict:
+        return {"plan": PackedProgram.PLAN, "simulate": PackedProgram.PLAIN, "run": PackedRunner.RUN}
 
     def _boot_summary(self):
         return batch_bootstrap.summary(self.steps, self.params, self.batch_size,
@@ -794,7 +854,7 @@ class Packed(Layout):
         return self.program.input.layout.K * self.program.groups
 
     def progress_total(self) -> int:
-        return sum(1 for s in self.program.steps if s.op not in ("input", "alias", "output"))
+        return sum(1 for s in self.program.steps if s.op not in UNTIMED_OPS)
 
     def ciphertexts_out(self) -> tuple:
         return self.program.output.layout.K * self.program.groups, self.output_level()
@@ -819,4 +879,4 @@ class Packed(Layout):
         # PackedRunner.run keeps every step's ciphertexts until the group is done
         N = self.params.N
         return sum(s.layout.K * 2 * N * 8 * (s.src.level_out + 1) for s in self.program.steps
-                   if s.op not in ("input", "alias", "output") and s.src.level_out is not None)
+                   if s.op not in UNTIMED_OPS and s.src.level_out is not None)

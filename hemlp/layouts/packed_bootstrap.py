@@ -32,12 +32,13 @@ from hemlp.bootstrap.params import preset_levels_consumed
 from hemlp.compiler.params import depth_of, output_reserve, step_cost
 from hemlp.fhe import Params
 from hemlp.layouts.base import Planned
-from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, apply_placement, boot_preset,
-                                           peak_of, scale_down_limit, scale_factor)
+from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, OWN_NODE_OPS, apply_placement,
+                                           boot_preset, peak_of, scale_down_limit, scale_factor)
 from hemlp.layouts.packed import SIMULATE_GROUPS, PackedProgram
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
 from hemlp.runtime.local import simulate as simulate_rows
+from hemlp.step_ops import StepOp
 
 __all__ = ["PEAK_TOLERANCE", "packed_level_dag", "packed_peaks", "plan_packed_bootstrapped"]
 
@@ -51,9 +52,9 @@ def packed_level_dag(prog: PackedProgram, params, levels_after: int) -> list[Lev
     nodes = []
     for s in prog.steps:
         per_limb = packed_step_seconds(prog, s, params, levels_after) / (levels_after + 1)
-        op = s.op if s.op in ("input", "output", "add") else "op"
-        depth = step_cost(s.src) if op == "op" else 0
-        nodes.append(LevelNode(s.out, op, tuple(s.inputs), depth, s.layout.K, per_limb))
+        own = s.src.op in OWN_NODE_OPS
+        depth = 0 if own else step_cost(s.src)
+        nodes.append(LevelNode(s.out, str(s.src.op) if own else "op", tuple(s.inputs), depth, s.layout.K, per_limb))
     return nodes
 
 
@@ -147,7 +148,7 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
     bits = boot.precision_bits or DEFAULT_NOISE_BITS
     new = apply_placement(steps, placement, factors, bits, params.N // 2)
     for s in new:
-        if s.op == "bootstrap":
+        if s.op == StepOp.BOOTSTRAP:
             # the placement priced one group: every group refreshes its own ciphertexts (no pairing across groups)
             for key in ("ciphertexts", "bootstraps"):
                 s.info[key] = int(s.info[key]) * prog.groups
@@ -155,5 +156,5 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
             s.info["order"], s.info["kind"], s.info["k"] = "cts_first", "single", 1
             s.info["lowering"] = ("single (CtS-first): layout (P) refreshes one packed ciphertext per value (nothing "
                                   "to batch, no PCMM to fuse)")
-    top = next(s.level_out for s in new if s.op == "input")
+    top = next(s.level_out for s in new if s.op == StepOp.INPUT)
     return Planned(new, params, dict(info), depth_of(steps), reserve, top, bs, opts, max_out)

@@ -41,6 +41,7 @@ import math
 from typing import Optional
 
 from hemlp.planner.cost_model import CostProfile, active_profile
+from hemlp.step_ops import ACT_OPS, StepOp
 
 __all__ = ["unit_costs", "poly_muls", "act_muls", "estimate_batch", "estimate_packed", "packed_step_seconds",
            "estimate_mlwe", "encode_seconds"]
@@ -67,12 +68,10 @@ def poly_muls(degree: int) -> int:
 
 
 def act_muls(step) -> int:
-    if step.op == "square":
+    if step.op == StepOp.SQUARE:
         return 1
-    if step.op == "poly":
+    if step.op == StepOp.POLY:
         return poly_muls(len(step.act.coeffs) - 1)
-    if step.op == "affine":
-        return 0
     return 0
 
 
@@ -83,18 +82,18 @@ def estimate_batch(steps, params, batch: int) -> float:
     t = 0.0
     for s in steps:
         lv = s.level_in if s.level_in is not None else params.max_level
-        if s.op == "input":      # the client encrypts one ciphertext per feature and chunk
+        if s.op == StepOp.INPUT:      # the client encrypts one ciphertext per feature and chunk
             t += s.rows * chunks * N * (lv + 1) * c["encrypt"]
-        elif s.op == "pcmm":
+        elif s.op == StepOp.PCMM:
             P = 1 if s.index is None else s.index.shape[1]
             t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
-        elif s.op in ("square", "poly"):
+        elif s.op in ACT_OPS:
             t += s.rows * chunks * act_muls(s) * N * (lv + 1) * c["ct_mul"]
-        elif s.op == "affine":
+        elif s.op == StepOp.AFFINE:
             t += s.rows * chunks * N * (lv + 1) * (c["pt_mul"] + c["rescale"])
-        elif s.op == "mul":
+        elif s.op == StepOp.MUL:
             t += s.rows * chunks * N * (lv + 1) * c["ct_mul"]
-        elif s.op == "matmul":     # k tensor products (4 limb-wise products each) + one relin/rescale per row
+        elif s.op == StepOp.MATMUL:     # k tensor products (4 limb-wise products each) + one relin/rescale per row
             k = s.info["a_shape"][-1]
             t += s.rows * chunks * N * (lv + 1) * (c["ct_mul"] + 2 * k * c["pt_mul"])
     return t
@@ -110,13 +109,13 @@ def packed_step_seconds(prog, s, params, level: int) -> float:
         groups = max(1, len(s.giant))
         return (u * (k["pt_mul"] * c["pt_mul"] + k["rot_hoisted"] * c["rotate_hoisted"] + groups * c["rescale"])
                 + N * level * k["rot"] * c["rotate"])
-    if s.op in ("square", "poly"):
+    if s.op in ACT_OPS:
         return s.layout.K * act_muls(s.src) * u * c["ct_mul"]
-    if s.op == "affine":
+    if s.op == StepOp.AFFINE:
         return s.layout.K * u * (c["pt_mul"] + c["rescale"])
-    if s.op == "mul":
+    if s.op == StepOp.MUL:
         return s.layout.K * u * c["ct_mul"]
-    if s.op == "input":          # the client's encryption of the input layout's K ciphertexts
+    if s.op == StepOp.INPUT:          # the client's encryption of the input layout's K ciphertexts
         return s.layout.K * u * c["encrypt"]
     return 0.0
 
@@ -127,9 +126,9 @@ def estimate_packed(prog, steps, params) -> float:
     (hemlp.layouts.packed adds the placement's estimate)."""
     t = 0.0
     for s in prog.steps:
-        if s.op in ("bootstrap", "drop"):
+        if s.op in (StepOp.BOOTSTRAP, StepOp.DROP):     # bootstraps: the placement's estimate
             continue
-        if s.op == "input":
+        if s.op == StepOp.INPUT:
             lv = s.src.level_out
         else:
             lv = s.src.level_in
@@ -161,9 +160,9 @@ def estimate_mlwe(prog, params) -> float:
                 t += m.cts * N * (m.level_out + 1) * c["rotate"]          # conjugation of the split
         elif m.kind == "act":
             u = N * (lv + 1)
-            if m.src.op in ("square", "poly"):
+            if m.src.op in ACT_OPS:
                 t += 2 * m.cts * act_muls(m.src) * u * c["ct_mul"]
-            elif m.src.op == "affine":
+            elif m.src.op == StepOp.AFFINE:
                 t += 2 * m.cts * u * (c["pt_mul"] + c["rescale"])
         if m.kind != "output":
             prev = m

@@ -16,13 +16,13 @@ import numpy as np
 from hemlp import pcmm
 from hemlp.compiler.activations import RangeWarning
 from hemlp.compiler.ir import gather_apply, last_uses, matmul_index
-from hemlp.compiler.lower import StepOp
-from hemlp.errors import LevelError, MissingKeyError, UnsupportedError, warn_always
+from hemlp.errors import LevelError, MissingKeyError, warn_always
 from hemlp.pcmm import CtMatrix, quantize
 from hemlp.he.polynomial import PolyEvaluator
 from hemlp.he.reinterpret import retag
 from hemlp.runtime import streamed
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap, simulate_mambo
+from hemlp.step_ops import ACT_OPS, UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, handler
 
 __all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
            "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units",
@@ -69,13 +69,10 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
     range_report needs for the activations of any layout. on_value(step, value) sees every step's value; values are
     freed after their last use."""
     last = last_uses(steps)
-    out_name = next(s.out for s in steps if s.op == "output")
+    out_name = next(s.out for s in steps if s.op == StepOp.OUTPUT)
     vals = {}
     for i, s in enumerate(steps):
-        if s.op == "input":
-            vals[s.out] = np.asarray(X, dtype=np.float64)
-        else:
-            vals[s.out] = simulate_step(s, vals, weight_bits, range_counts, bootstraps)
+        vals[s.out] = simulate_step(s, vals, weight_bits, range_counts, bootstraps, X)
         if on_value is not None:
             on_value(s, vals[s.out])
         for name in s.inputs:
@@ -115,9 +112,10 @@ def _identity(s, x, vals, weight_bits, range_counts, bootstraps):
     return x
 
 
-#: the plaintext semantics of every step op: (step, first input's rows matrix, values, weight_bits, range_counts,
-#: bootstraps) -> the step's rows matrix
+#: the plaintext semantics of every step op: (step, first input's rows matrix (the input step: the program's input),
+#: values, weight_bits, range_counts, bootstraps) -> the step's rows matrix
 SIMULATE = {
+    StepOp.INPUT: lambda s, x, *_: np.asarray(x, dtype=np.float64),
     StepOp.PCMM: _sim_pcmm,
     StepOp.POLY: _sim_act,
     StepOp.SQUARE: _sim_act,
@@ -136,12 +134,11 @@ SIMULATE = {
 
 
 def simulate_step(s, vals: dict, weight_bits: int, range_counts: dict | None = None,
-                  bootstraps: bool = True) -> np.ndarray:
-    """One lowered step in plaintext (see simulate) from the values it reads (SIMULATE)."""
-    f = SIMULATE.get(s.op)
-    if f is None:
-        raise UnsupportedError(f"step {s.out!r}: op {s.op!r} has no plaintext semantics")
-    return f(s, vals[s.inputs[0]], vals, weight_bits, range_counts, bootstraps)
+                  bootstraps: bool = True, X=None) -> np.ndarray:
+    """One lowered step in plaintext (see simulate) from the values it reads (SIMULATE); X: the program's input
+    (what the input step reads)."""
+    f = handler(SIMULATE, s, "the plaintext simulation")
+    return f(s, vals[s.inputs[0]] if s.inputs else X, vals, weight_bits, range_counts, bootstraps)
 
 
 # ---------------------------------------------------------------------------------------
@@ -182,7 +179,7 @@ def ct_products(ctx, s, A, B, relin_key):
     lv = min(A.level, B.level)
     drop = lambda ct: ctx.drop_level(ct, lv) if ct.level != lv else ct  # noqa: E731
     ch = A.chunks
-    if s.op == "mul":
+    if s.op == StepOp.MUL:
         out = [ctx.mul(drop(a), drop(b), relin_key=relin_key, rescale=True) for a, b in zip(A.cts, B.cts)]
         return CtMatrix(ctx, out, A.shape, ch, A.format)
     ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
@@ -211,18 +208,12 @@ class ElementwiseOp:
 
     @classmethod
     def from_step(cls, s) -> "ElementwiseOp":
-        if s.op == "square":
-            return cls("square", sign=float(s.act.coeffs[1]), const=float(s.act.coeffs[0]))
-        if s.op == "poly":
-            return cls("poly", coeffs=np.asarray(s.act.coeffs, dtype=np.float64),
-                       basis="chebyshev" if s.act.form == "cheb" else "power")
-        if s.op == "affine":
-            return cls("affine", alpha=np.asarray(s.alpha, dtype=np.float64), beta=np.asarray(s.beta, dtype=np.float64))
-        raise AssertionError(s.op)
+        """The op of an elementwise step (ELEMENTWISE_OPS; ELEMENTWISE_FROM_STEP)."""
+        return handler(ELEMENTWISE_FROM_STEP, s, "an elementwise op")(s)
 
     @property
     def needs_relin(self) -> bool:
-        return self.kind in ("square", "poly")
+        return self.kind in ACT_OPS
 
     def rows(self, r0: int, r1: int) -> "ElementwiseOp":
         """The same op for rows r0 .. r1 - 1 only (row r0 becomes row 0)."""
@@ -238,37 +229,57 @@ class ElementwiseOp:
             setattr(self, k, v)
 
 
+#: an elementwise step's ElementwiseOp, by step op
+ELEMENTWISE_FROM_STEP = {
+    StepOp.SQUARE: lambda s: ElementwiseOp("square", sign=float(s.act.coeffs[1]), const=float(s.act.coeffs[0])),
+    StepOp.POLY: lambda s: ElementwiseOp("poly", coeffs=np.asarray(s.act.coeffs, dtype=np.float64),
+                                         basis="chebyshev" if s.act.form == "cheb" else "power"),
+    StepOp.AFFINE: lambda s: ElementwiseOp("affine", alpha=np.asarray(s.alpha, dtype=np.float64),
+                                           beta=np.asarray(s.beta, dtype=np.float64)),
+}
+
+
+def _square_fn(ctx, op, relin_key, pe):
+    sign, const = op.sign, op.const
+
+    def sq(r, ct):
+        y = ctx.mul(ct, ct, relin_key=relin_key, rescale=True)
+        if sign < 0:
+            y = ctx.negate(y)
+        return ctx.add(y, const) if const else y
+
+    return sq
+
+
+def _poly_fn(ctx, op, relin_key, pe):
+    if pe is None:
+        pe = PolyEvaluator(ctx, relin_key)
+    return lambda r, ct: pe.evaluate(ct, op.coeffs, basis=op.basis)
+
+
+def _affine_fn(ctx, op, relin_key, pe):
+    def aff(r, ct):
+        y = ctx.rescale(ctx.mul(ct, float(op.alpha[r])))
+        return ctx.add(y, float(op.beta[r])) if op.beta[r] else y
+
+    return aff
+
+
+#: every ElementwiseOp kind's arithmetic: (ctx, op, relin_key, polynomial evaluator or None) -> fn(row, ct) -> ct
+ELEMENTWISE_FNS = {StepOp.SQUARE: _square_fn, StepOp.POLY: _poly_fn, StepOp.AFFINE: _affine_fn}
+
+
 def elementwise(ctx, op: ElementwiseOp, relin_key, pe=None):
     """fn(row, ct) -> ct applying op; the one definition of the elementwise steps' arithmetic, used in
     process and by the Ray workers (so both give the same bits)."""
-    if op.kind == "square":
-        sign, const = op.sign, op.const
-
-        def sq(r, ct):
-            y = ctx.mul(ct, ct, relin_key=relin_key, rescale=True)
-            if sign < 0:
-                y = ctx.negate(y)
-            return ctx.add(y, const) if const else y
-
-        return sq
-    if op.kind == "poly":
-        if pe is None:
-            pe = PolyEvaluator(ctx, relin_key)
-        return lambda r, ct: pe.evaluate(ct, op.coeffs, basis=op.basis)
-    if op.kind == "affine":
-        def aff(r, ct):
-            y = ctx.rescale(ctx.mul(ct, float(op.alpha[r])))
-            return ctx.add(y, float(op.beta[r])) if op.beta[r] else y
-
-        return aff
-    raise AssertionError(op.kind)
+    return ELEMENTWISE_FNS[op.kind](ctx, op, relin_key, pe)
 
 
 def cached_elementwise(cache: dict, ctx, op: ElementwiseOp, relin_key):
     """elementwise() with the polynomial evaluator kept in `cache` per (context, relin key), so its
     power tables and plaintext constants are built once per run, not once per step."""
     pe = None
-    if op.kind == "poly":
+    if op.kind == StepOp.POLY:
         key = (id(ctx), id(relin_key))
         if key not in cache:
             cache[key] = PolyEvaluator(ctx, relin_key)
@@ -292,7 +303,7 @@ class LocalExecutor:
         return pcmm.pcmm_gather(U, C, index, weight_bits=weight_bits, bias=bias, rescale=rescale)
 
     def map_cts(self, ctx, C, op: ElementwiseOp, relin_key, step=None):
-        if op.kind == "square" and relin_key is not None and len(C.cts) > 1:
+        if op.kind == StepOp.SQUARE and relin_key is not None and len(C.cts) > 1:
             return _square_many(ctx, C, op, relin_key)
         return _map_cts(C, cached_elementwise(self._pe, ctx, op, relin_key))
 
@@ -487,9 +498,18 @@ def _run_perm(ctx, s, x, vals, ex, relin_key, weight_bits, boot):
                     x.format)
 
 
-#: every step op on ciphertexts: (ctx, step, first input's CtMatrix, values, executor, relin key, weight_bits,
-#: bootstrapper) -> the step's CtMatrix
+def _run_input(ctx, s, x, vals, ex, relin_key, weight_bits, boot):
+    if x.level != s.level_out:
+        if x.level < s.level_out:
+            raise LevelError(f"the input is at level {x.level} but the plan starts at level {s.level_out}")
+        x = _map_cts(x, lambda r, ct: ctx.drop_level(ct, s.level_out))
+    return x
+
+
+#: every step op on ciphertexts: (ctx, step, first input's CtMatrix (the input step: the encrypted input), values,
+#: executor, relin key, weight_bits, bootstrapper) -> the step's CtMatrix
 RUN = {
+    StepOp.INPUT: _run_input,
     StepOp.PCMM: _run_pcmm,
     StepOp.POLY: _run_elementwise,
     StepOp.SQUARE: _run_elementwise,
@@ -507,13 +527,12 @@ RUN = {
 }
 
 
-def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None):
+def run_step(ctx, s, vals: dict, ex, relin_key, weight_bits: int, boot=None, C=None):
     """One step of a lowered program on ciphertexts (RUN): its output CtMatrix from the values it reads (vals, by
-    name). The one definition of each step's arithmetic in process; Ray's node-local tasks run it too."""
-    f = RUN.get(s.op)
-    if f is None:
-        raise UnsupportedError(f"step {s.out!r}: op {s.op!r} cannot run on ciphertexts in process")
-    return f(ctx, s, vals[s.inputs[0]], vals, ex, relin_key, weight_bits, boot)
+    name; the input step reads C, the encrypted input). The one definition of each step's arithmetic in process;
+    Ray's node-local tasks run it too."""
+    f = handler(RUN, s, "layout (A)'s in-process run")
+    return f(ctx, s, vals[s.inputs[0]] if s.inputs else C, vals, ex, relin_key, weight_bits, boot)
 
 
 def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, executor=None, boot=None,
@@ -535,7 +554,7 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
     for i, s in enumerate(steps):
         for name in s.inputs:
             last_use[name] = i
-    out_name = next(s.out for s in steps if s.op == "output")
+    out_name = next(s.out for s in steps if s.op == StepOp.OUTPUT)
     chains = streamed.find_chains(steps, last_use, out_name) if isinstance(ex, LocalExecutor) else {}
     skip_to = -1
     for i, s in enumerate(steps):
@@ -558,18 +577,11 @@ def run(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None,
                         vals.pop(name, None)
             skip_to = idx[-1]
             continue
-        if s.op == "input":
-            if C.level != s.level_out:
-                if C.level < s.level_out:
-                    raise LevelError(f"the input is at level {C.level} but the plan starts at level {s.level_out}")
-                C = _map_cts(C, lambda r, ct: ctx.drop_level(ct, s.level_out))
-            vals[s.out] = C
-            continue
         t0 = time.perf_counter()
-        y = run_step(ctx, s, vals, ex, relin_key, weight_bits, boot=boot)
-        if s.op not in ("alias", "output", "add", "perm") and y.level != s.level_out:
+        y = run_step(ctx, s, vals, ex, relin_key, weight_bits, boot=boot, C=C)
+        if s.op not in UNCHECKED_LEVEL_OPS and y.level != s.level_out:
             raise AssertionError(f"step {s.out}: level {y.level}, planned {s.level_out}")
-        if timings is not None and s.op not in ("alias", "output"):
+        if timings is not None and s.op not in UNTIMED_OPS:
             timings[s.out] = time.perf_counter() - t0
         vals[s.out] = y
         for name in s.inputs:

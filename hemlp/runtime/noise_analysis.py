@@ -35,12 +35,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from hemlp.compiler.ir import gather_apply, matmul_index
-from hemlp.compiler.lower import StepOp
 from hemlp.compiler.params import unrescaled
 from hemlp.errors import UnsupportedError
 from hemlp.pcmm import quantize
 from hemlp.planner.layouts import act_muls, poly_muls
 from hemlp.runtime.local import simulate
+from hemlp.step_ops import REFRESH_OPS, StepOp, handler
 
 __all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "row_magnitudes", "MARGIN_BITS",
            "STD_FACTOR", "MAGNITUDE_SAMPLES"]
@@ -195,7 +195,7 @@ def _peak_factor(s, params, ks) -> float:
     bootstrap's output was summed over the N / (2 slots) conjugates of its subring the same way."""
     if s.op == StepOp.PCMM:
         return 2.0 ** ks[2]
-    if s.op in (StepOp.BOOTSTRAP, StepOp.MAMBO):
+    if s.op in REFRESH_OPS:
         return max(1.0, params.N / 2.0 / float(s.info.get("slots", params.N // 2)))
     return 1.0
 
@@ -218,9 +218,7 @@ def analyse_noise(steps, params, magnitudes: dict, weight_bits: int, keyswitches
         if s.op == StepOp.INPUT:
             var[s.out] = peak[s.out] = np.full(s.rows, nm.slot(nm.fresh))
             continue
-        fn = NOISE.get(s.op)
-        if fn is None:
-            raise UnsupportedError(f"step {s.out!r}: op {s.op!r} has no noise semantics")
+        fn = handler(NOISE, s, "the noise analysis")
         x, k = s.inputs[0], ks.get(s.out, (0, 0, 0))
         var[s.out] = np.asarray(fn(s, var[x], magnitudes[x], var, magnitudes, nm, weight_bits, k),
                                 dtype=np.float64).reshape(-1)

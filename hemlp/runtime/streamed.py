@@ -20,6 +20,7 @@ import numpy as np
 from hemlp import _core, pcmm
 from hemlp.fhe import Ciphertext
 from hemlp.pcmm import CtMatrix, quantize
+from hemlp.step_ops import ELEMENTWISE_OPS, SHARED_VALUE_OPS, StepOp
 
 __all__ = ["DEFAULT_STREAM_BYTES", "find_chains", "chain_block_rows", "run_chain", "peak_bytes"]
 
@@ -27,7 +28,8 @@ __all__ = ["DEFAULT_STREAM_BYTES", "find_chains", "chain_block_rows", "run_chain
 #: features holding at most about this much (hemlp.runtime.local.run's ``stream_bytes``)
 DEFAULT_STREAM_BYTES = 1 << 30
 
-ROW_WISE = ("square", "poly", "affine", "alias")
+#: steps a chain streams through row by row
+ROW_WISE = ELEMENTWISE_OPS + (StepOp.ALIAS,)
 
 
 def ct_bytes(N: int, level: int) -> int:
@@ -39,7 +41,7 @@ def find_chains(steps, last_use: dict, out_name: str) -> dict:
     intermediate is read only by the next step of the chain (and is not the program's output)."""
     chains = {}
     for i, s in enumerate(steps):
-        if s.op != "pcmm":
+        if s.op != StepOp.PCMM:
             continue
         idx, j = [i], i
         while True:
@@ -50,7 +52,7 @@ def find_chains(steps, last_use: dict, out_name: str) -> dict:
             if list(nxt.inputs) != [cur.out]:
                 break
             idx.append(j + 1)
-            if nxt.op == "pcmm":
+            if nxt.op == StepOp.PCMM:
                 if nxt.index is None and len(idx) > 2:    # a dense B after at least one row-wise step
                     chains[i] = idx
                 break
@@ -70,7 +72,7 @@ def chain_block_rows(steps, idx: list, N: int, chunks: int, stream_bytes: int | 
     if stream_bytes is None:
         return None
     A = steps[idx[0]]
-    per_row = sum(ct_bytes(N, steps[k].level_out) for k in idx[:-1] if steps[k].op != "alias")
+    per_row = sum(ct_bytes(N, steps[k].level_out) for k in idx[:-1] if steps[k].op != StepOp.ALIAS)
     P = _blocks_of(A)
     whole = A.U.shape[0] * P * chunks * per_row
     if whole <= stream_bytes:
@@ -94,7 +96,7 @@ def run_chain(ctx, steps, idx: list, X: CtMatrix, ex, relin_key, weight_bits: in
     index_a = np.arange(X.shape[0])[:, None] if A.index is None else np.asarray(A.index)
     _, delta_a = quantize(A.U, weight_bits)
     _, delta_b = quantize(B.U, weight_bits)
-    ops = [None if m.op == "alias" else make_op(m) for m in mids]
+    ops = [None if m.op == StepOp.ALIAS else make_op(m) for m in mids]
     acc = None
     for r0 in range(0, d1, block_rows):
         r1 = min(d1, r0 + block_rows)
@@ -139,7 +141,7 @@ def peak_bytes(steps, N: int, chunks: int, stream_bytes: int | None = DEFAULT_ST
     """Peak bytes of live ciphertexts while hemlp.runtime.local.run runs this program (layout A), the encrypted
     input included (its caller holds it): a step's output lives until its last reader ran (aliases share it); a
     streamed chain holds one block of two consecutive intermediate layers and B's partial sums and output."""
-    last_use, out_name = {}, next(s.out for s in steps if s.op == "output")
+    last_use, out_name = {}, next(s.out for s in steps if s.op == StepOp.OUTPUT)
     for i, s in enumerate(steps):
         for name in s.inputs:
             last_use[name] = i
@@ -154,16 +156,16 @@ def peak_bytes(steps, N: int, chunks: int, stream_bytes: int | None = DEFAULT_ST
             if block is not None:
                 idx = chains[i]
                 last, B = idx[-1], steps[idx[-1]]
-                inter = [ct_bytes(N, steps[k].level_out) for k in idx[:-1] if steps[k].op != "alias"]
+                inter = [ct_bytes(N, steps[k].level_out) for k in idx[:-1] if steps[k].op != StepOp.ALIAS]
                 pair = max([inter[k] + inter[k + 1] for k in range(len(inter) - 1)] or inter)
                 extra = block * _blocks_of(s) * chunks * pair + B.rows * chunks * ct_bytes(N, B.level_out + 1)
                 s = B
-        if s.op in ("alias", "output", "perm"):
+        if s.op in SHARED_VALUE_OPS:
             store[s.out] = store[s.inputs[0]]
         else:
             store[s.out] = s.out
             nbytes[s.out] = s.rows * chunks * ct_bytes(N, s.level_out)
-            if s.op == "input":
+            if s.op == StepOp.INPUT:
                 held.add(s.out)
         peak = max(peak, live() + extra)
         for k in range(i, last + 1):

@@ -1,6 +1,8 @@
 """Every op in one place: each IR op has its semantics (EVAL), its printing and its lowering (LOWER); each lowered
-step op has a plaintext step (simulate_step); and every layout either runs a model using a step op (simulate agrees
-with the float64 reference) or refuses it with a typed UnsupportedError -- never another exception."""
+step op has a plaintext step (simulate_step); every layout's step tables (planning, plaintext oracle, encrypted run)
+hold a handler or an explicit typed refusal (hemlp.step_ops.Unsupported) for every step op; an unknown op fails in
+the one lookup with a typed error; and every layout either runs a model using a step op (simulate agrees with the
+float64 reference) or refuses it with a typed UnsupportedError -- never another exception."""
 import warnings
 
 import numpy as np
@@ -9,8 +11,10 @@ import torch
 
 import hemlp
 from hemlp.compiler.ir import EVAL, OP_ARITY, Op, describe, Node
-from hemlp.compiler.lower import LOWER, StepOp
-from hemlp.errors import UnsupportedError
+from hemlp.compiler.lower import LOWER, Step, StepOp
+from hemlp.errors import UnsupportedError, UnsupportedOpError
+from hemlp.layouts import LAYOUTS
+from hemlp.step_ops import Unsupported, check_table, handler, lint_steps
 
 
 def test_every_ir_op_has_semantics_arity_printing_and_a_lowering():
@@ -83,5 +87,81 @@ def test_every_layout_runs_or_refuses_every_step_op(op, layout):
 def test_every_step_op_has_plaintext_and_ciphertext_semantics():
     from hemlp.runtime.local import RUN, SIMULATE
 
-    assert set(SIMULATE) == set(StepOp) - {StepOp.INPUT}
-    assert set(RUN) == set(StepOp) - {StepOp.INPUT}
+    assert set(SIMULATE) == set(StepOp)
+    assert set(RUN) == set(StepOp)
+
+
+def _admitted(table) -> set:
+    return {op for op, h in table.items() if not isinstance(h, Unsupported)}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_every_layout_table_has_a_handler_or_a_typed_refusal_for_every_step_op(name):
+    tables = LAYOUTS[name].step_tables()
+    assert tables
+    for table in tables.values():
+        check_table(table)
+    # an op the layout plans has a handler in each of its other tables (its oracle and its run)
+    plan = tables.get("plan", tables["simulate"])
+    for pass_name, table in tables.items():
+        assert _admitted(plan) <= _admitted(table), (pass_name, _admitted(plan) - _admitted(table))
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_a_refusal_is_typed_and_names_the_op_the_layout_and_the_alternative(name):
+    label = LAYOUTS[name].label
+    for table in LAYOUTS[name].step_tables().values():
+        for op, h in table.items():
+            if not isinstance(h, Unsupported):
+                continue
+            with pytest.raises(UnsupportedOpError) as exc:
+                handler(table, Step(op, "v7", ["v6"], 4), "test")
+            err = exc.value
+            assert (err.op, err.layout, err.alternative) == (op, label, h.alternative)
+            assert f"layout {label}" in str(err) and err.alternative in str(err) and "v7" in str(err)
+
+
+def test_every_table_of_the_other_passes_covers_every_step_op():
+    """The compiler's own tables: the levels each op consumes, and the bootstrap placement of layout (C); the noise
+    analysis starts from the input's fresh noise and has semantics for every other op."""
+    from hemlp.compiler.params import STEP_LEVELS
+    from hemlp.layouts.blocked_bootstrap import LEVEL_NODE
+    from hemlp.runtime.noise_analysis import NOISE
+
+    check_table(STEP_LEVELS)
+    check_table(LEVEL_NODE)
+    assert set(NOISE) == set(StepOp) - {StepOp.INPUT}
+
+
+def test_layout_a_prime_runs_every_kind_its_planning_makes():
+    from hemlp.layouts.mlwe import MSTEP_KINDS, MlweProgram, MlweRunner
+    from hemlp.step_ops import ELEMENTWISE_OPS
+
+    assert set(MlweRunner.RUN) == set(MSTEP_KINDS)
+    assert set(MlweRunner.ACT) == set(ELEMENTWISE_OPS)
+    assert {op for op, h in MlweProgram.PLAN.items() if h is MlweProgram.PLAN[StepOp.SQUARE]} == set(ELEMENTWISE_OPS)
+
+
+def _program_with(op: str):
+    """input -> pcmm -> <a step of `op`> -> output, 4 features throughout."""
+    U = np.eye(4)
+    return [Step(StepOp.INPUT, "x", [], 4), Step(StepOp.PCMM, "h", ["x"], 4, U=U),
+            Step(op, "y", ["h"], 4), Step(StepOp.OUTPUT, "out", ["y"], 4)]
+
+
+def test_an_unknown_step_op_fails_in_the_one_lookup_with_a_typed_error():
+    from hemlp.compiler.params import step_cost
+    from hemlp.layouts.blocked import BlockedProgram
+    from hemlp.layouts.mlwe import MlweProgram
+    from hemlp.layouts.packed import PackedProgram
+    from hemlp.runtime.local import simulate
+
+    steps = _program_with("frobnicate")
+    for build in (lambda: simulate(steps, np.ones((4, 2)), 20), lambda: PackedProgram(steps, 2048, 1),
+                  lambda: MlweProgram(steps, 4096, 64, 3), lambda: BlockedProgram(steps, 2048, 4),
+                  lambda: step_cost(steps[2])):
+        with pytest.raises(UnsupportedOpError, match="unknown step op 'frobnicate'") as exc:
+            build()
+        assert exc.value.op == "frobnicate"
+    with pytest.raises(hemlp.errors.ShapeError, match="unknown op 'frobnicate'"):
+        lint_steps(steps)

@@ -38,6 +38,7 @@ import os
 import numpy as np
 
 from hemlp.apps.bench import measure, report, square_mlp
+from hemlp.step_ops import UNTIMED_OPS
 
 HELP = "PCMM or a compiled MLP (--model mlp) in-process vs Ray (1/2 workers), object-store bytes vs eq. (5)"
 
@@ -221,7 +222,7 @@ def main_mlp(args) -> int:
                            layout="batch")
         sk, ek = cm.keygen()
         ct = cm.encrypt(x, sk)
-    steps = [s for s in cm.steps if s.op not in ("input", "alias", "output")]
+    steps = [s for s in cm.steps if s.op not in UNTIMED_OPS]
     names = [s.out for s in steps]
     kinds = {s.out: s.op for s in steps}
     input_name = next(s.out for s in cm.steps if s.op == "input")

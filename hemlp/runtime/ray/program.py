@@ -48,6 +48,7 @@ from hemlp.runtime.ray.driver import RayDriver, relin_bytes
 from hemlp.runtime.ray.gemm import pcmm_in_meta
 from hemlp.runtime.ray.session import driver_threads, usable_cores
 from hemlp.runtime.ray.tasks import ELEMENTWISE, group_remote
+from hemlp.step_ops import ACT_OPS, CT_PRODUCT_OPS, StepOp
 
 __all__ = ["RayProgram", "SUPPORTED", "supported"]
 
@@ -60,7 +61,7 @@ class _Wave:
 
 
 #: the step ops RayProgram runs (run_on_ray falls back to RayExecutor for any other)
-SUPPORTED = ("input", "pcmm", "add", "alias", "output") + ELEMENTWISE
+SUPPORTED = (StepOp.INPUT, StepOp.PCMM, StepOp.ADD, StepOp.ALIAS, StepOp.OUTPUT) + ELEMENTWISE
 
 
 class RayProgram(RayDriver):
@@ -204,7 +205,7 @@ class RayProgram(RayDriver):
                  and all(e.inputs[0] == a.out for a, e in zip(seg, seg[1:])))
         R = shapes[ins[0]][0]
         ranges = [(r.start, r.stop) for r in splits(R, min(R, max(1, self.num_workers // t)))] if chain else [None]
-        needs_relin = any(e.op in ("square", "poly", "mul", "matmul") for e in seg)
+        needs_relin = any(e.op in CT_PRODUCT_OPS for e in seg)
         base = self._common(ctx, "segment", seg[0].out, needs_relin)
         # inputs that only PCMMs of the segment read stay in the store: the PCMM reads their blocks in place
         in_place = [n for n in ins if all(e.op == "pcmm" and e.inputs == [n] for e in seg if n in e.inputs)]
@@ -470,7 +471,7 @@ class RayProgram(RayDriver):
         """Steps i, i + 1, .. up to the next sharded PCMM (or the output) as one wave of node-local tasks; returns
         the index of the step after them."""
         j = i
-        while (j < len(steps) and steps[j].op not in ("input", "output")
+        while (j < len(steps) and steps[j].op not in (StepOp.INPUT, StepOp.OUTPUT)
                and steps[j].out not in self._on_grid
                and not (self.cts_per_task is not None and steps[j].op in ELEMENTWISE)):
             j += 1
@@ -496,7 +497,7 @@ class RayProgram(RayDriver):
         self._params = ctx.params.to_bytes()
         self._N, self._weight_bits = ctx.N, weight_bits
         self._on_grid = {s.out for s in steps if s.op == "pcmm" and self._sharded(ctx, s, C.chunks)}
-        if relin_key is not None and any(s.op in ("square", "poly") for s in steps):
+        if relin_key is not None and any(s.op in ACT_OPS for s in steps):
             data, digest = relin_bytes(relin_key)
             self._rlk = (relin_key, digest, [ray.put(data)])
             self._rlk_bytes = len(data)
@@ -517,7 +518,7 @@ class RayProgram(RayDriver):
                 vals[s.out] = C
                 i += 1
                 continue
-            if s.op in ("alias", "output"):
+            if s.op in (StepOp.ALIAS, StepOp.OUTPUT):
                 vals[s.out] = vals[s.inputs[0]]
                 _release(vals, users, s.inputs[0])
                 out_name = s.out if s.op == "output" else out_name

@@ -28,13 +28,14 @@ from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, 
 from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
 from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id
+from hemlp.step_ops import ELEMENTWISE_OPS, UNCHECKED_LEVEL_OPS, StepOp
 
 __all__ = ["ELEMENTWISE", "group_task", "group_remote", "elementwise_task", "elementwise_remote", "worker_context",
            "worker_relin_key", "worker_bootstrapper", "bootstrap_task", "bootstrap_remote", "mambo_task",
            "mambo_remote", "clear_worker_cache", "resolve_metas"]
 
 #: the steps that act on each ciphertext alone (fused into the task that produced their input)
-ELEMENTWISE = ("square", "poly", "affine")
+ELEMENTWISE = ELEMENTWISE_OPS
 
 _WORKER_CACHE: dict = {}   # per worker process: contexts by parameter hash, relin keys by digest
 _CACHE_MAX = 8
@@ -356,7 +357,7 @@ def segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
     ex = LocalExecutor()
     for s in spec["steps"]:
         t0 = time.perf_counter()
-        if s.op == "pcmm" and s.inputs[0] in stored:
+        if s.op == StepOp.PCMM and s.inputs[0] in stored:
             y = pcmm_in_place(ctx, s, *stored[s.inputs[0]], spec["bits"])
         elif s.op in ELEMENTWISE and rows is not None:  # rows r0:r1 of the chain: per-row constants of those rows
             y = ex.map_cts(ctx, vals[s.inputs[0]], ElementwiseOp.from_step(s).rows(*rows), rlk, step=s.out)
@@ -364,7 +365,7 @@ def segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
             y = run_step(ctx, s, vals, ex, rlk, spec["bits"])
         vals[s.out] = y
         secs[s.out] = secs.get(s.out, 0.0) + time.perf_counter() - t0
-        if s.op not in ("alias", "add"):
+        if s.op not in UNCHECKED_LEVEL_OPS:
             levels[s.out] = y.level
     t0 = time.perf_counter()
     outs, metas = [], []
