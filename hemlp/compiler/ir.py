@@ -50,8 +50,22 @@ class Op(StrEnum):
 
 LINEAR_OPS = (Op.LINEAR, Op.CONV2D, Op.AVGPOOL2D)
 #: every IR op and the number of inputs it takes
-OP_ARITY = {Op.INPUT: 0, Op.OUTPUT: 1, Op.LINEAR: 1, Op.CONV2D: 1, Op.AVGPOOL2D: 1, Op.BATCHNORM: 1, Op.AFFINE: 1,
-            Op.FLATTEN: 1, Op.IDENTITY: 1, Op.ACT: 1, Op.TRANSPOSE: 1, Op.ADD: 2, Op.MUL: 2, Op.MATMUL: 2}
+OP_ARITY = {
+    Op.INPUT: 0,
+    Op.OUTPUT: 1,
+    Op.LINEAR: 1,
+    Op.CONV2D: 1,
+    Op.AVGPOOL2D: 1,
+    Op.BATCHNORM: 1,
+    Op.AFFINE: 1,
+    Op.FLATTEN: 1,
+    Op.IDENTITY: 1,
+    Op.ACT: 1,
+    Op.TRANSPOSE: 1,
+    Op.ADD: 2,
+    Op.MUL: 2,
+    Op.MATMUL: 2,
+}
 ACT_KINDS = ("square", "poly", "relu", "silu", "gelu", "sigmoid", "tanh")
 
 

@@ -208,6 +208,9 @@ def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget,
                                                   peaks=peaks)
     else:
         name = "batch" if name == "auto" else name
+        if name not in BOOTSTRAPPED:        # a layout without a bootstrap placement (docs/extending.md)
+            raise UnsupportedError(f"layout {get(name).label} plans no bootstraps: compile it with bootstrap=False, "
+                                   "or use layout='batch'")
         plan, check = BOOTSTRAPPED[name]
         check(opts)
         lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size, peaks))

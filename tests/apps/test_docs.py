@@ -1,6 +1,8 @@
 """The docs quote their sources: docs/benchmarks.md is the rendering of bench/*.json (scripts/bench_tables.py),
-the preset table of docs/security.md is hemlp.fhe.Params.presets(), and the README stays a short front page."""
+the preset table of docs/security.md is hemlp.fhe.Params.presets(), the README stays a short front page, and the
+worked examples of docs/extending.md apply to the tree and pass their tests."""
 import importlib.util
+import os
 import re
 from pathlib import Path
 
@@ -54,3 +56,72 @@ def test_readme_is_a_short_front_page():
     assert code[:2] and code[0].startswith("make demo") and code[1].startswith("make test")
     for link in re.findall(r"\]\((docs/[\w.]+)\)", "\n".join(lines)):
         assert (ROOT / link).is_file() or link == "docs/ray.md", link   # docs/ray.md: written with the Ray runtime
+
+
+# ---- docs/extending.md: its worked examples are applied to a scratch copy of the tree and their tests run there
+
+#: a block of the page: <!-- extend: PATH after|before: `LINE` --> or <!-- extend: PATH new -->, then a python block
+_EXTEND = re.compile(r"<!-- extend: (?P<path>\S+) (?P<where>after|before|new)(?:: `(?P<anchor>.*?)`)? -->\n"
+                     r"```python\n(?P<code>.*?)```\n", re.S)
+
+
+def _extending_sections() -> dict:
+    """Section title -> (the files its table names, its blocks)."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    out = {}
+    for sec in text.split("\n## ")[1:]:
+        title = sec.splitlines()[0]
+        named = re.findall(r"^\| `([\w/.]+)` \|", sec, re.M)
+        out[title] = (named, [m.groupdict() for m in _EXTEND.finditer(sec)])
+    return out
+
+
+def _apply(root: Path, block: dict) -> None:
+    f = root / block["path"]
+    if block["where"] == "new":
+        assert not f.exists(), f"{block['path']} exists already"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(block["code"])
+        return
+    lines = f.read_text().splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if line.strip() == block["anchor"].strip()]
+    assert len(hits) == 1, (f"docs/extending.md: the line {block['anchor']!r} occurs {len(hits)} times in "
+                            f"{block['path']}: update the page's marker")
+    at = hits[0] + (1 if block["where"] == "after" else 0)
+    lines[at:at] = [block["code"]]
+    f.write_text("".join(lines))
+
+
+def test_extending_examples_touch_exactly_the_files_the_page_names():
+    sections = _extending_sections()
+    assert set(sections) == {"Adding an op", "Adding a layout"}
+    for title, (named, blocks) in sections.items():
+        assert blocks, title
+        assert sorted(set(named)) == sorted(named), f"{title}: a file is named twice"
+        assert {b["path"] for b in blocks} == set(named), title
+
+
+def test_extending_examples_apply_to_the_tree_and_their_tests_pass(tmp_path):
+    """The toy op (torch.negative as a free negate step) and the toy layout (G), applied to a copy of the package
+    and the tests they need; then the examples' tests and the op coverage test run there (the new op in every table
+    of every layout, the new layout running or refusing every step op)."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "hemlp", tmp_path / "hemlp", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for f in ("pyproject.toml", "tests/__init__.py", "tests/conftest.py", "tests/compiler/__init__.py",
+              "tests/compiler/conftest.py", "tests/compiler/test_op_coverage.py", "tests/layouts/__init__.py",
+              "tests/layouts/conftest.py"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / f, tmp_path / f)
+    for _, blocks in _extending_sections().values():
+        for b in blocks:
+            _apply(tmp_path, b)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    tests = ["tests/compiler/test_negate.py", "tests/layouts/test_grouped.py", "tests/compiler/test_op_coverage.py"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
+                          "-k", "not runs_or_refuses or grouped"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "negate" in (tmp_path / "hemlp" / "step_ops.py").read_text()

@@ -64,12 +64,12 @@ class _Block(torch.nn.Module):
 STEP_OPS = ["poly", "square", "affine", "add", "mul", "matmul", "perm", "alias"]
 
 
-@pytest.mark.parametrize("layout", ["batch", "packed", "mlwe", "blocked"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("op", STEP_OPS)
 def test_every_layout_runs_or_refuses_every_step_op(op, layout):
     model = _Block(op).eval()
     x = np.random.default_rng(0).uniform(-1, 1, size=(16, 8))
-    kw = dict(encrypted_weights=True) if layout == "blocked" else dict(layout=layout)
+    kw = dict(encrypted_weights=True) if LAYOUTS[layout].encrypted_weights else dict(layout=layout)
     if layout == "mlwe":
         kw["batch_size"] = 16
     with warnings.catch_warnings():
