@@ -24,8 +24,9 @@ layout ("auto" | "batch" | "packed" | "mlwe"; default "auto"), encrypted_weights
 the planner's choice; layout (A′): levels of each CoeffToSlot / SlotToCoeff), bootstrap (False; True: a
 bootstrapping preset, N16-boot, or test-N12-boot with allow_insecure=True, or the preset option, with the
 bootstraps placed by hemlp.planner.bootstrap_placement: layout (A), hemlp.layouts.batch_bootstrap; with
-layout="packed" layout (P), one sample by default: hemlp.layouts.packed_bootstrap; with layout="auto" and a
-batch_size the cheaper of the two, bootstraps included, whose keys fit: hemlp.layouts.boot_choice; with
+layout="packed" layout (P), one sample by default: hemlp.layouts.packed_bootstrap; with layout="mlwe" layout (A′)
+refreshing its activation segments: hemlp.layouts.mlwe_bootstrap; with layout="auto" and a batch_size the cheapest
+of the three, bootstraps included, whose keys fit: hemlp.layouts.boot_choice; with
 encrypted_weights=True layout (C): hemlp.layouts.blocked_bootstrap), mambo and
 batch_bootstrap (with bootstrap=True; "auto": the planner's estimates decide, hemlp.planner.bootstrap_lowering):
 mambo=True runs every dense layer whose output is refreshed as MaMBo (the PCMM fused into the S2C-first batched
@@ -43,7 +44,8 @@ nodes (1; an int, or "auto": the connected Ray cluster's live nodes) and node_me
 bytes; "auto": the smallest node of the connected Ray cluster, else this machine): a batch split over several nodes
 (hemlp.planner.resources.estimate_nodes: layout (A) by ciphertext ranges and FHE4DMM row splits, every node holding
 the keys it needs); the plan prints each node's peak and the split, and when nodes > 1 or node_memory is given, that
-peak replaces the whole plan's check: a plan that cannot fit a node raises ResourceError naming the fixes (the
+peak replaces the whole plan's check (layout="auto" compares the layouts by it: a layout that fits only when split
+is taken over one that fits no node): a plan that cannot fit a node raises ResourceError naming the fixes (the
 fewest nodes that fit, a smaller batch, streaming), before any key or ciphertext exists.
 
 Layouts (hemlp.layouts, docs/layouts.md): "batch" = (A), one feature per ciphertext and the batch along the
@@ -178,8 +180,8 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     budget = layouts.memory_budget(opts["server_memory"])      # checked against every plan before any key exists
     nodes, node_budget = node_options(opts["nodes"], opts["node_memory"], budget)
     per_node = nodes > 1 or opts["node_memory"] is not None
-    if per_node:    # each node's peak is checked below instead of the whole plan against one server
-        budget = None
+    # split over nodes, layouts compare by each node's peak and that peak replaces the whole plan's check
+    limit = layouts.MemoryLimit(node_budget, nodes) if per_node else layouts.MemoryLimit(budget)
     cands = layouts.candidates(opts["layout"], bool(opts["encrypted_weights"]), batch_size is not None)
     try:
         import torch   # optional: tensors are accepted when torch is installed
@@ -227,7 +229,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     if fit_report:
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(reference.output)))
     if opts["bootstrap"]:      # every layout with bootstraps placed by the planner (hemlp.layouts.boot_choice)
-        lay, estimates, why = plan_with_bootstraps(steps, calib, opts, batch_size, budget, row_peaks)
+        lay, estimates, why = plan_with_bootstraps(steps, calib, opts, batch_size, limit, row_peaks)
         steps, bs, allow = lay.steps, lay.batch_size, bool(opts["allow_insecure"])
     else:
         last = None
@@ -258,7 +260,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
         if bs < 1:
             raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
         lay, estimates, why = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
-                                                               max_out), budget)
+                                                               max_out), limit)
     info, params, depth, top, reserve = lay.preset_info, lay.params, lay.depth, lay.top_level, lay.reserve
     opts = dict(lay.options)
     slots = params.N // 2
@@ -288,11 +290,11 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     # the calibration inputs' range: what a client artefact (no weights) checks its inputs against
     plan_info["input_range"] = [float(np.min(calib)), float(np.max(calib))]
     plan_info.update(lay.plan_info())
-    resources = estimate_resources(lay)
+    boot = boot_key_bytes(lay)
+    resources = estimate_resources(lay, boot)     # the server's peak with the bootstrapping keys, as checked
     plan_info["resources"] = resources.to_json()
     if per_node:
         # each node's peak (keys once per node), refused here, before any key or ciphertext exists
-        boot = boot_key_bytes(lay)
         est = estimate_nodes(lay, nodes, boot, resources, node_budget)
         check_nodes(lay, est, node_budget, boot, resources)
         plan_info["nodes"] = est.to_json()

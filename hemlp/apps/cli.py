@@ -151,6 +151,40 @@ def parse_shape(s: str) -> tuple:
     return shape
 
 
+#: byte units --node-memory accepts
+BYTE_UNITS = {"": 1, "B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12, "KIB": 2 ** 10,
+              "MIB": 2 ** 20, "GIB": 2 ** 30, "TIB": 2 ** 40}
+
+
+def parse_nodes(s: str):
+    """--nodes: a positive int or 'auto'."""
+    if s == "auto":
+        return s
+    try:
+        n = int(s)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise CLIError(f"--nodes {s!r}: expected a number of nodes >= 1 or 'auto'")
+    return n
+
+
+def parse_bytes(s: str, flag: str):
+    """A byte count with an optional unit (24GiB, 20GB, 25769803776) or 'auto'."""
+    if s == "auto":
+        return s
+    t = s.strip().upper().replace(" ", "")
+    num = t.rstrip("KMGTIB")
+    unit = t[len(num):]
+    try:
+        value = float(num) * BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise CLIError(f"{flag} {s!r}: expected bytes, e.g. 25769803776, 24GiB or 20GB, or 'auto'") from None
+    if not value >= 1:
+        raise CLIError(f"{flag} {s!r}: expected a positive number of bytes")
+    return int(value)
+
+
 # ----------------------------------------------------------------------------------------------
 # commands
 def cmd_compile(args, ui: UI):
@@ -204,9 +238,14 @@ def cmd_compile(args, ui: UI):
         options["preset"] = args.preset
     if args.layout:
         options["layout"] = args.layout
+    if args.nodes is not None:
+        options["nodes"] = parse_nodes(args.nodes)
+    if args.node_memory is not None:
+        options["node_memory"] = parse_bytes(args.node_memory, "--node-memory")
     from hemlp.model import OPTIONS
 
-    flags = {"preset": "--preset", "layout": "--layout", "allow_insecure": "--insecure"}
+    flags = {"preset": "--preset", "layout": "--layout", "allow_insecure": "--insecure", "nodes": "--nodes",
+             "node_memory": "--node-memory"}
     for kv in args.option or []:
         if "=" not in kv:
             raise CLIError(f"--option {kv!r}: expected key=value")
@@ -237,7 +276,8 @@ def cmd_compile(args, ui: UI):
         lines.append(f"client artefact (no weights: send this one to the client): {client_out} "
                      f"({human(fsize(client_out))})")
     ui.result.update(command="compile", output=str(out), bytes=fsize(out), batch_size=args.batch_size,
-                     plan=str(compiled.plan), resources=compiled.plan.info.get("resources"))
+                     plan=str(compiled.plan), resources=compiled.plan.info.get("resources"),
+                     nodes=compiled.plan.info.get("nodes"))
     ui.finish(lines)
 
 
@@ -569,6 +609,14 @@ def parser() -> argparse.ArgumentParser:
                    help="auto (default: the planner's cost estimate for --batch-size) or a layout of hemlp.layouts: "
                         "batch (one feature per ciphertext, large batches), packed (samples in the slots, one or a "
                         "few samples), mlwe (the batch along the coefficients); see docs/layouts.md")
+    p.add_argument("--nodes", default=None, metavar="N|auto",
+                   help="split each batch over N nodes (layout (A): ciphertext ranges and FHE4DMM row splits): the "
+                        "plan prints each node's peak memory (keys once per node) and layout auto compares the "
+                        "layouts by it; auto: the connected Ray cluster's live nodes")
+    p.add_argument("--node-memory", default=None, metavar="BYTES|auto",
+                   help="each node's memory, checked against its estimated peak before any key exists (bytes, or "
+                        "with a unit: 24GiB, 20GB; auto: the smallest node of the connected Ray cluster, else this "
+                        "machine; default: --nodes 1 checks the whole plan against this machine's memory)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="another hemlp.compile option, repeatable, the value in JSON (e.g. activation_degree=15, "
                         "encrypted_weights=true); the options are listed in hemlp.model's docstring")

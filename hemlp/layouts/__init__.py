@@ -10,7 +10,9 @@ by the planner's estimates. Adding a layout = a module here plus its entry in LA
 """
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
 
 from hemlp.errors import LevelError, ParameterError, ResourceError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout, Planned
@@ -18,10 +20,10 @@ from hemlp.layouts.batch import Batch
 from hemlp.layouts.blocked import Blocked
 from hemlp.layouts.mlwe import Mlwe
 from hemlp.layouts.packed import Packed
-from hemlp.planner.resources import estimate_resources
+from hemlp.planner.resources import estimate_nodes, estimate_resources, fewest_nodes
 
 __all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "choose", "check_memory", "memory_budget",
-           "machine_memory_bytes"]
+           "machine_memory_bytes", "MemoryLimit", "as_limit"]
 
 #: every layout by name; the order is the order of the planner's estimates in the plan ("auto" compares all
 #: those of the same encrypted_weights kind; the first one is the default when no batch size is given)
@@ -83,39 +85,93 @@ def check_memory(name: str, need: int, budget: int | None, others: str = "") -> 
         "more memory than this machine (server_memory=None: no limit)")
 
 
-def choose(cands: list[type[Layout]], planned: Planned, max_memory: int | None = None) -> tuple[Layout, dict, str]:
+@dataclass(frozen=True)
+class MemoryLimit:
+    """What a plan's memory is held to: with nodes=None the whole plan on one server (server_memory: its estimated
+    server memory), else each node's estimated peak when the batch is split over `nodes` nodes (compile's nodes= /
+    node_memory=: hemlp.planner.resources.estimate_nodes, layout (A) split by ciphertext ranges and row splits, the
+    other layouts counted whole on each node). budget None: no limit."""
+    budget: int | None = None
+    nodes: int | None = None
+
+    def need(self, lay: Layout, boot_key_bytes: int = 0) -> int:
+        """The bytes held against the budget; boot_key_bytes: the plan's bootstrapping keys in memory (counted once
+        per node)."""
+        if self.nodes is None:
+            return int(estimate_resources(lay, boot_key_bytes).server_memory_bytes)
+        return int(estimate_nodes(lay, self.nodes, boot_key_bytes).peak_bytes)
+
+    def over(self, need: int) -> bool:
+        return self.budget is not None and need > self.budget
+
+    def closest(self, over: dict) -> str:
+        """Of layouts over the budget ({name: (need, layout, bootstrapping key bytes)}), the one compile's
+        refusal should name: split over nodes, the one that fits on the fewest nodes (a layout that splits can fit
+        where one counted whole on every node never does), then the smallest peak; else the smallest need."""
+        def rank(name):
+            need, lay, boot = over[name]
+            if self.nodes is None:
+                return (0, need)
+            fit = fewest_nodes(lay, boot, self.budget, start=self.nodes)
+            return (fit.nodes if fit is not None else math.inf, need)
+        return min(over, key=rank)
+
+    @property
+    def what(self) -> str:
+        return "server memory" if self.nodes is None else f"memory on each of {self.nodes} node(s)"
+
+    def text(self, need: int) -> str:
+        """'~X GiB of <what>, above Y GiB' (a layout "auto" passes over)."""
+        return f"~{need / 2**30:.3g} GiB of {self.what}, above {self.budget / 2**30:.3g} GiB"
+
+
+def as_limit(max_memory) -> MemoryLimit:
+    """A MemoryLimit from a MemoryLimit or a server budget in bytes (None: no limit)."""
+    return max_memory if isinstance(max_memory, MemoryLimit) else MemoryLimit(max_memory)
+
+
+def choose(cands: list[type[Layout]], planned: Planned,
+           max_memory: int | MemoryLimit | None = None) -> tuple[Layout, dict, str]:
     """(the chosen layout, the planner's estimates by name, why): a single candidate is planned as asked (its
     errors propagate); several are planned, the ones that cannot run the model are listed with the reason, and the
-    one with the lowest time estimate is taken -- unless another is within TIME_TIE of it and needs less server
-    memory: the estimates are good to ~2x, and at equal speed the memory decides how much a server can hold
+    one with the lowest time estimate is taken -- unless another is within TIME_TIE of it and needs less memory:
+    the estimates are good to ~2x, and at equal speed the memory decides how much a server can hold
     (the CIFAR CNN at batch 16 before layout (P) built convs from their nonzero diagonals: layout (A) 29.6 s and
-    ~19 GB, (P) 29.9 s and ~6 GB; now (P) 1.8 s and ~0.9 GB)."""
+    ~19 GB, (P) 29.9 s and ~6 GB; now (P) 1.8 s and ~0.9 GB). max_memory: a server budget in bytes or a
+    MemoryLimit; split over nodes (MemoryLimit.nodes) the layouts compare by each node's peak, so a layout that fits
+    only when split is taken over one that fits nowhere; when none fits a node, the one that fits on the fewest
+    nodes (MemoryLimit.closest) is returned for compile's per-node check to refuse, naming that count."""
+    limit = as_limit(max_memory)
     if len(cands) == 1:
         lay = cands[0].plan(planned)
-        check_memory(lay.name, estimate_resources(lay).server_memory_bytes, max_memory)
+        if limit.nodes is None:
+            check_memory(lay.name, limit.need(lay), limit.budget)
         lay.commit()
         return lay, {}, ""
-    est, built, memory = {}, {}, {}
+    est, built, memory, over = {}, {}, {}, {}
     for c in cands:
         try:
             lay = c.plan(planned)
         except (UnsupportedError, ShapeError, LevelError) as exc:
             est[c.name] = f"not possible: {exc}"
             continue
-        memory[c.name] = estimate_resources(lay).server_memory_bytes
-        if max_memory is not None and memory[c.name] > max_memory:
-            est[c.name] = (f"not possible: ~{memory[c.name] / 2**30:.3g} GiB of server memory, above "
-                           f"{max_memory / 2**30:.3g} GiB")
+        memory[c.name] = limit.need(lay)
+        if limit.over(memory[c.name]):
+            est[c.name], over[c.name] = f"not possible: {limit.text(memory[c.name])}", (memory[c.name], lay, 0)
             continue
         built[c.name], est[c.name] = lay, lay.estimate()
     if not built and memory:            # every layout that can run the model is over the budget
-        name = min(memory, key=memory.get)
-        check_memory(name, memory[name], max_memory, "; " + "; ".join(f"{k}: {v}" for k, v in est.items()))
+        name = limit.closest(over)
+        if limit.nodes is not None:     # compile's per-node check refuses it, naming the fixes (more nodes, ...)
+            lay = over[name][1]
+            lay.commit()
+            return lay, est, f"no layout fits {limit.what}: {name} fits on the fewest nodes"
+        check_memory(name, memory[name], limit.budget, "; " + "; ".join(f"{k}: {v}" for k, v in est.items()))
     fastest = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
     ties = [k for k, v in est.items() if isinstance(v, float) and v <= est[fastest] * (1 + TIME_TIE)]
     best = min(ties, key=lambda k: (memory[k], est[k]))
     why = "" if best == fastest else (
-        f"{best} is within {TIME_TIE:.0%} of {fastest}'s time and needs less server memory "
+        f"{best} is within {TIME_TIE:.0%} of {fastest}'s time and needs less {limit.what} "
         f"(~{memory[best] / 1e9:.3g} GB against ~{memory[fastest] / 1e9:.3g} GB)")
     lay = built[best]
     lay.commit()

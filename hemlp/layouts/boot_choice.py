@@ -1,19 +1,25 @@
-"""layout="auto" with bootstrap=True: layouts (A) and (P), each with its own bootstrap placement, compared by the
-planner's estimate *including the bootstraps*, among those whose evaluation keys fit the key-memory limit.
+"""layout="auto" with bootstrap=True: layouts (A), (P) and (A′), each with its own bootstrap placement, compared by
+the planner's estimate *including the bootstraps*, among those whose evaluation keys fit the key-memory limit.
 
 Each candidate is planned as compile(..., layout=that, bootstrap=True) would plan it
 (hemlp.layouts.batch_bootstrap.plan_bootstrapped, hemlp.layouts.packed_bootstrap.plan_packed_bootstrapped: the same
-placement DP on the same level DAG, each node priced with that layout's unit costs), and its estimate() is the one
+placement DP on the same level DAG, each node priced with that layout's unit costs; hemlp.layouts.mlwe_bootstrap:
+layout (A′)'s refreshes at its activation segments, batched by the measured k), and its estimate() is the one
 the plan prints: layers + placed bootstraps (+ layout (P)'s diagonals encoded per run), seconds per batch on one
 thread. Layout (A) refreshes one ciphertext per feature and chunk, layout (P) one packed ciphertext per value and
 group of samples, with sparse bootstraps of the packed period's slots: a single image of a conv net bootstraps a
 handful of ciphertexts in (P) against hundreds in (A); a large batch fills (A)'s slots and (P) runs many groups.
+Layout (A′) refreshes k = N/B' features per ciphertext in MaMBo's arrangement (the linear layer at level 1, the
+refresh the next segment's CoeffToSlot inside an S2C-first bootstrap): for a chain of dense layers at a batch well
+below the slots it refreshes the fewest ciphertexts. The reason names the chosen plan's pipeline: whether its
+refreshes run batched and as MaMBo, and why (hemlp.planner.bootstrap_lowering's estimates, pipeline_why).
 
 Keys: the evaluation keys in memory (relinearisation, layout (P)'s rotation keys, and the bootstrapping keys of the
 planned pipeline, estimated from the parameters before any key exists) must fit MAX_BOOT_EVAL_KEY_BYTES, the budget
-the bootstrap lowering already plans batched keys within (hemlp.planner.bootstrap_lowering.MAX_BATCH_KEY_BYTES).
-Layout (A′) is not compared: it refreshes its activation segments (hemlp.layouts.mlwe_bootstrap) when asked for by
-layout="mlwe". Encrypted weights (layout (C)) are another
+the bootstrap lowering already plans batched keys within (hemlp.planner.bootstrap_lowering.MAX_BATCH_KEY_BYTES)
+(layout (A′): its ModPack and rotation keys and its refresh keys; a plan whose ModPack keys alone exceed the (A′)
+limit is declined by its estimate()). Memory: the server's estimate, or split over nodes each node's peak
+(hemlp.layouts.MemoryLimit). Encrypted weights (layout (C)) are another
 kind of plan: compile plans them alone (hemlp.layouts.blocked_bootstrap), never against (A) / (P).
 """
 from __future__ import annotations
@@ -23,20 +29,22 @@ from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
 from hemlp.compiler.params import step_cost
 from hemlp.fhe import Params
 from hemlp.errors import EncodingError, LevelError, ResourceError, ShapeError, UnsupportedError
-from hemlp.layouts import batch_bootstrap, check_memory, choose, get
+from hemlp.layouts import MemoryLimit, as_limit, batch_bootstrap, check_memory, choose, get
 from hemlp.layouts.base import Layout
 from hemlp.layouts.batch import Batch
 from hemlp.layouts.batch_bootstrap import single_key_bytes
+from hemlp.layouts.mlwe import Mlwe
 from hemlp.layouts.packed import Packed
 from hemlp.layouts.blocked_bootstrap import plan_blocked_bootstrapped
 from hemlp.layouts.mlwe_bootstrap import plan_mlwe_bootstrapped
 from hemlp.layouts.packed_bootstrap import plan_packed_bootstrapped
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES
 from hemlp.planner.resources import estimate_resources
-from hemlp.runtime import streamed
+from hemlp.runtime import shards, streamed
 
 __all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "memory_bytes",
-           "server_bytes", "batch_memory_floor", "choose_bootstrapped", "BOOTSTRAPPED", "plan_with_bootstraps"]
+           "server_bytes", "batch_memory_floor", "choose_bootstrapped", "pipeline_why", "BOOTSTRAPPED",
+           "plan_with_bootstraps"]
 
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
@@ -62,8 +70,9 @@ def boot_key_bytes(lay: Layout) -> int:
 def memory_bytes(lay: Layout) -> tuple[int, int]:
     """(server memory, evaluation keys) of a planned layout, bootstrapping keys included in both: one resource
     estimate."""
-    r, boot = estimate_resources(lay), boot_key_bytes(lay)
-    return int(r.server_memory_bytes) + boot, int(r.eval_key_bytes) + boot
+    boot = boot_key_bytes(lay)
+    r = estimate_resources(lay, boot)
+    return int(r.server_memory_bytes), int(r.eval_key_bytes) + boot
 
 
 def eval_key_bytes(lay: Layout) -> int:
@@ -99,55 +108,108 @@ def batch_memory_floor(steps, N: int, chunks: int) -> tuple[int, str]:
     return best, why
 
 
+def pipeline_why(lay: Layout) -> str:
+    """Why a bootstrapped plan's refreshes do or do not run batched and as MaMBo: its pipeline's reason (the cheapest
+    family of hemlp.planner.bootstrap_lowering for layout (A), the refresh batch for (A′), (P)'s single sparse
+    bootstraps) and each placement's MaMBo reason."""
+    b = batch_bootstrap.summary(lay.steps, lay.params, lay.batch_size)
+    if b is None:
+        return "no bootstrap placed: nothing to batch or fuse"
+    rows = b["placements"]
+    k = max(int(r.get("k", 1)) for r in rows)
+    batched = [r for r in rows if r["kind"] in ("batched", "mambo") and int(r.get("k", 1)) > 1]
+    head = (f"batched bootstrapping k={k} on {len(batched)} of {len(rows)} point(s)" if batched else
+            "batched bootstrapping not used")
+    parts = [f"{head} ({b['lowering']})" if b.get("lowering") else head]
+    fused = sum(r["kind"] == "mambo" for r in rows)
+    if lay.name == "mlwe":
+        parts.append("MaMBo's arrangement by construction (a refreshed linear layer runs at level 1, its refresh "
+                     "the next segment's CoeffToSlot)")
+    elif fused:
+        parts.append(f"MaMBo on {fused} of {len(rows)} point(s)")
+    else:
+        plan_family = ("batched: the plan's family; ", "S2C-first single: the plan's family; ")
+        reasons = []
+        for r in rows:
+            why = r.get("reason", "")
+            for prefix in plan_family:
+                why = why[len(prefix):] if why.startswith(prefix) else why
+            if why and why not in reasons:
+                reasons.append(why)
+        parts.append("MaMBo not used: " + ("; ".join(reasons[:2]) + ("; ..." if len(reasons) > 2 else "")
+                                           if reasons else f"layout {lay.label} has no PCMM to fuse into a refresh"))
+    return "; ".join(parts)
+
+
 def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes: float | None = None,
-                        max_memory: int | None = None, peaks: dict | None = None) -> tuple[Layout, dict, str]:
+                        max_memory: int | MemoryLimit | None = None,
+                        peaks: dict | None = None) -> tuple[Layout, dict, str]:
     """(the chosen layout, the estimates by layout name, why) for layout="auto", bootstrap=True and a batch size:
-    layouts (A) and (P) planned with their bootstraps; the one with the lower estimate among those whose keys fit
-    max_key_bytes (none fits: the one with the fewer key bytes). A layout that cannot run the model is listed
-    with the reason; when neither can, layout (A)'s error is raised (as layout='batch' would raise it). peaks: the
-    values' per-row peaks on calib from a pass already made (compile's), which the planners then do not repeat."""
+    layouts (A), (P) and (A′) planned with their bootstraps; the one with the lower estimate among those whose keys
+    fit max_key_bytes (none fits: the one with the fewer key bytes). max_memory: a server budget in bytes or a
+    MemoryLimit (split over nodes: each node's peak, bootstrapping keys held once per node); a layout over it is
+    not possible (none fits a node: the one that fits on the fewest nodes is returned for compile's per-node check
+    to refuse, naming that count). A layout
+    that cannot run the model is listed with the reason; when none can, layout (A)'s error is raised (as
+    layout='batch' would raise it). why names each layout's estimate and the chosen one's pipeline (pipeline_why).
+    peaks: the values' per-row peaks on calib from a pass already made (compile's), which the planners then do not
+    repeat."""
     max_key_bytes = MAX_BOOT_EVAL_KEY_BYTES if max_key_bytes is None else float(max_key_bytes)
+    limit = as_limit(max_memory)
     est: dict = {}
     built: dict = {}
     keys: dict = {}
     errors: dict = {}
+    over: dict = {}
     plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(steps, calib, opts, batch_size, peaks)),
-             (Packed, lambda: plan_packed_bootstrapped(steps, calib, opts, batch_size, peaks)))
+             (Packed, lambda: plan_packed_bootstrapped(steps, calib, opts, batch_size, peaks)),
+             (Mlwe, lambda: plan_mlwe_bootstrapped(steps, calib, opts, batch_size, peaks)))
     for cls, plan in plans:
-        if cls is Batch and max_memory is not None:          # hopeless for the budget: skip planning its bootstraps
+        if cls is Batch and limit.budget is not None:      # hopeless for the budget: skip planning its bootstraps
             N = Params.preset(batch_bootstrap.boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))["name"]).N
-            floor, why = batch_memory_floor(steps, N, -(-int(batch_size) // (N // 2)))
-            if floor > max_memory:
-                errors[cls.name] = ResourceError(f"at least ~{floor / GIB:.3g} GiB of server memory with layout "
-                                                 f"{cls.name} ({why}), above {max_memory / GIB:.3g} GiB")
+            chunks = -(-int(batch_size) // (N // 2))
+            floor, why = batch_memory_floor(steps, N, chunks)
+            if limit.nodes is not None:     # a node holds at least its share of those ciphertexts (runtime.shards)
+                p_n, p_r = shards.split_shape(limit.nodes, chunks)
+                floor //= p_n * p_r
+            if floor > limit.budget:
+                errors[cls.name] = ResourceError(f"at least ~{floor / GIB:.3g} GiB of {limit.what} with layout "
+                                                 f"{cls.name} ({why}), above {limit.budget / GIB:.3g} GiB")
                 est[cls.name] = f"not possible: {errors[cls.name]}"
                 continue
         try:
-            if cls is Packed and (opts.get("mambo") is True or opts.get("batch_bootstrap") not in ("auto", False)):
-                raise UnsupportedError("layout (P) runs single CtS-first bootstraps: mambo=True / batch_bootstrap "
-                                       "are layout (A) options")
+            BOOTSTRAPPED[cls.name][1](opts)          # the layout's check of mambo= / batch_bootstrap=
             lay = cls.plan(plan())
         except (UnsupportedError, ShapeError, LevelError, EncodingError) as exc:
             errors[cls.name] = exc
             est[cls.name] = f"not possible: {exc}"
             continue
-        need, key_bytes = memory_bytes(lay)
-        if max_memory is not None and need > max_memory:
-            errors[cls.name] = ResourceError(f"~{need / GIB:.3g} GiB of server memory with layout {cls.name}, above "
-                                             f"{max_memory / GIB:.3g} GiB")
-            est[cls.name] = f"not possible: {errors[cls.name]}"
+        boot = boot_key_bytes(lay)
+        need, key_bytes = limit.need(lay, boot), int(estimate_resources(lay).eval_key_bytes) + boot
+        if limit.over(need):
+            errors[cls.name] = ResourceError(f"{limit.text(need)} with layout {cls.name}")
+            est[cls.name], over[cls.name] = f"not possible: {errors[cls.name]}", (need, lay, boot)
             continue
-        built[cls.name], est[cls.name], keys[cls.name] = lay, float(lay.estimate()), key_bytes
-    est["mlwe"] = ("not compared: layout (A′) refreshes its activation segments only when asked (layout='mlwe'); "
-                   "its keys grow with N/batch ModPack keys")
+        e = lay.estimate()
+        if not isinstance(e, (int, float)):        # declined for a reason other than time (its keys)
+            est[cls.name] = e
+            continue
+        built[cls.name], est[cls.name], keys[cls.name] = lay, float(e), key_bytes
     if not built:
-        over = [e for e in errors.values() if isinstance(e, ResourceError)]
-        if over:
-            raise ResourceError("no layout's bootstrapped plan fits the server memory budget (estimated before any key "
-                                "or ciphertext exists): " + "; ".join(f"{k}: {v}" for k, v in est.items()
-                                                                       if k != "mlwe")
-                                + ". Compile with a smaller batch_size, or server_memory=<bytes> when the server has "
-                                "more memory than this machine (server_memory=None: no limit)")
+        if over and limit.nodes is not None:       # compile's per-node check refuses it, naming the fixes
+            name = limit.closest(over)
+            lay = over[name][1]
+            lay.commit()
+            return lay, est, f"no layout fits {limit.what}: {name} fits on the fewest nodes"
+        if any(isinstance(e, ResourceError) for e in errors.values()):
+            raise ResourceError(f"no layout's bootstrapped plan fits the {limit.what} budget (estimated before any "
+                                "key or ciphertext exists): " + "; ".join(f"{k}: {v}" for k, v in est.items())
+                                + ". Compile with a smaller batch_size, "
+                                + ("more nodes (nodes=), or node_memory=<bytes> when the nodes have more memory"
+                                   if limit.nodes is not None else
+                                   "nodes=<count> to split the batch over several nodes, or server_memory=<bytes> "
+                                   "when the server has more memory than this machine (server_memory=None: no "
+                                   "limit)"))
         raise errors["batch"]
     fits = [k for k in built if keys[k] <= max_key_bytes]
     best = min(fits, key=est.get) if fits else min(built, key=keys.get)
@@ -159,16 +221,19 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
                 f"keys ~{keys[k] / GIB:.2f} GiB")
 
     parts = [line(k) for k in built]
-    limit = f"{max_key_bytes / GIB:.0f} GiB"
+    limit_text = f"{max_key_bytes / GIB:.0f} GiB"
     if not fits:
-        why = f"bootstraps included: {'; '.join(parts)}; no layout's keys fit {limit}: the smaller keys"
+        why = f"bootstraps included: {'; '.join(parts)}; no layout's keys fit {limit_text}: the smaller keys"
     elif len(built) == 1:
-        why = f"bootstraps included: {parts[0]}; the only layout that bootstraps this model"
+        why = (f"bootstraps included: {parts[0]}; the only layout "
+               + (f"that fits {limit.what}" if over else "that bootstraps this model"))
     else:
-        over = [k for k in built if k not in fits]
+        over_keys = [k for k in built if k not in fits]
         why = (f"bootstraps included: {'; '.join(parts)}; "
-               + (f"{over[0]}'s keys exceed {limit}" if over else f"the cheaper, keys within {limit}"))
+               + (f"{', '.join(over_keys)}'s keys exceed {limit_text}" if over_keys else
+                  f"the cheapest, keys within {limit_text}"))
     lay = built[best]
+    why += f"; {lay.label}'s pipeline: {pipeline_why(lay)}"
     lay.commit()
     return lay, est, why
 
@@ -200,11 +265,13 @@ BOOTSTRAPPED = {
 def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget,
                          peaks: dict | None = None) -> tuple[Layout, dict, str]:
     """The bootstrapped plan compile(..., bootstrap=True) asks for: layout (C) with encrypted weights, the layout
-    named by the layout option, or with layout="auto" and a batch size the cheaper of (A) and (P)
-    (choose_bootstrapped); then one memory check with the bootstrapping keys. peaks: as in choose_bootstrapped."""
+    named by the layout option, or with layout="auto" and a batch size the cheapest of (A), (P) and (A′)
+    (choose_bootstrapped); then one memory check with the bootstrapping keys. budget: the server budget in bytes or
+    a MemoryLimit (split over nodes compile checks each node's peak itself); peaks: as in choose_bootstrapped."""
+    limit = as_limit(budget)
     name = "blocked" if opts["encrypted_weights"] else opts["layout"]
     if name == "auto" and batch_size is not None:
-        lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=budget,
+        lay, estimates, why = choose_bootstrapped(steps, calib, opts, int(batch_size), max_memory=limit,
                                                   peaks=peaks)
     else:
         name = "batch" if name == "auto" else name
@@ -214,5 +281,6 @@ def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget,
         plan, check = BOOTSTRAPPED[name]
         check(opts)
         lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size, peaks))
-    check_memory(lay.name, server_bytes(lay), budget)
+    if limit.nodes is None:     # split over nodes, compile checks each node's peak (hemlp.planner.resources)
+        check_memory(lay.name, server_bytes(lay), limit.budget)
     return lay, estimates, why

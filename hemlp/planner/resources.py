@@ -23,7 +23,8 @@ node_peak: layout (A) by ciphertext ranges and FHE4DMM row splits, hemlp.runtime
 process, every evaluation key it needs (counted once per node: each node holds its own copy of the relinearisation
 and bootstrapping keys), the encoded weights, its ciphertext shards at its peak and a working set (the rows or
 partial sums it receives, the transient buffers on its share of the input). With K = 1 that is the server estimate
-plus the bootstrapping keys: the figure compile checks against server_memory.
+(``estimate_resources(layout, boot_key_bytes)``, whose peak counts the bootstrapping keys and the plan's "server: peak
+memory" line says so): the figure compile checks against server_memory.
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ class Resources:
     run_seconds: float | None = None                 # None: the layout has no time estimate
     prepare_seconds: float = 0.0                     # the server's one-time encoding of the weights (prepare())
     cost_profile: str = ""                           # where the unit costs came from (CostProfile.source)
+    boot_key_bytes: int = 0                          # bootstrapping keys in memory (in server_memory_bytes)
 
     @property
     def eval_key_bytes(self) -> int:
@@ -90,7 +92,9 @@ class Resources:
                 f"  client upload {human_bytes(self.upload_bytes)} per input batch "
                 f"(encrypt ~{self.encrypt_seconds:.3g} s), "
                 f"download {human_bytes(self.download_bytes)}",
-                f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}, "
+                f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}"
+                + (f" (bootstrapping keys ~{human_bytes(self.boot_key_bytes)} included)" if self.boot_key_bytes
+                   else "") + ", "
                 + (f"prepare ~{self.prepare_seconds:.3g} s once, " if self.prepare_seconds >= 0.05 else "")
                 + f"run ~{run} per batch (one thread)"] + (
                     [f"  time estimates from the cost profile: {self.cost_profile}"] if self.cost_profile else [])
@@ -108,8 +112,10 @@ def _ct_bytes(N: int, level: int, seeded: bool = False) -> int:
     return (1 if seeded else 2) * N * (int(level) + 1) * 8
 
 
-def estimate_resources(layout) -> Resources:
-    """The resources of a planned layout (hemlp.layouts.base.Layout) for its batch size."""
+def estimate_resources(layout, boot_key_bytes: int = 0) -> Resources:
+    """The resources of a planned layout (hemlp.layouts.base.Layout) for its batch size. boot_key_bytes: its
+    bootstrapping keys in memory (hemlp.layouts.boot_choice.boot_key_bytes; the planner does not import the layouts),
+    counted in the server's peak as compile's memory check counts them."""
     params = layout.params
     N, top = params.N, layout.top_level
     r = Resources()
@@ -123,7 +129,8 @@ def estimate_resources(layout) -> Resources:
     r.upload_bytes = n_in * _ct_bytes(N, top, seeded=True)
     r.download_bytes = n_out * _ct_bytes(N, lv_out)
     input_mem = n_in * _ct_bytes(N, top)
-    r.server_memory_bytes = int(SERVER_BASE_BYTES + KEY_MEMORY_FACTOR * r.eval_key_bytes
+    r.boot_key_bytes = int(boot_key_bytes)
+    r.server_memory_bytes = int(SERVER_BASE_BYTES + KEY_MEMORY_FACTOR * r.eval_key_bytes + r.boot_key_bytes
                                 + input_mem * (1 + TRANSIENT_FACTOR)
                                 + layout.prepared_bytes() + layout.working_bytes())
     c = unit_costs()

@@ -19,7 +19,7 @@ from hemlp.model import node_options
 from hemlp.planner.resources import KEY_MEMORY_FACTOR, check_nodes, estimate_nodes, estimate_resources
 from hemlp.runtime import shards, streamed
 
-from .conftest import mlp
+from .conftest import SmallCNN, mlp
 
 GIB = 2 ** 30
 X = np.random.default_rng(0).uniform(-1, 1, (16, 64))
@@ -83,6 +83,100 @@ def test_per_node_peak_decreases_with_nodes_and_keys_count_once_per_node():
     boot = boot_key_bytes(cb.layout_impl)
     assert boot > 0 and cb.plan.info["nodes"]["key_bytes"] == int(
         KEY_MEMORY_FACTOR * estimate_resources(cb.layout_impl).eval_key_bytes + boot)
+
+
+CNN_X = np.random.default_rng(0).normal(size=(16, 1, 8, 8))
+
+
+def cnn(**kw):
+    return hemlp.compile(SmallCNN(), CNN_X, batch_size=16, allow_insecure=True, **kw)
+
+
+def test_auto_compares_layouts_by_each_nodes_peak():
+    """Split over nodes, layout="auto" holds each layout's per-node peak to node_memory: at batch 16 the small CNN's
+    layout (P) is the faster but holds its whole run on every node, layout (A) splits its feature rows over the
+    nodes; with 4 nodes of a memory between the two peaks "auto" takes (A), which fits only when split, over (P),
+    which fits no node (before, every layout was compared by time and (P) was refused afterwards)."""
+    a = cnn(layout="batch", server_memory=None).layout_impl
+    p = cnn(layout="packed", server_memory=None).layout_impl
+    assert p.estimate() * (1 + hemlp.layouts.TIME_TIE) < a.estimate()      # (P) wins on time alone
+    peak_a, peak_p = estimate_nodes(a, 4).peak_bytes, estimate_nodes(p, 4).peak_bytes
+    assert peak_a < peak_p == estimate_nodes(p, 1).peak_bytes < estimate_nodes(a, 1).peak_bytes
+    budget = (peak_a + peak_p) // 2
+    assert cnn(server_memory=None).layout == "packed"
+    cm = cnn(nodes=4, node_memory=budget)
+    info = cm.plan.info
+    assert cm.layout == "batch" and info["nodes"]["peak_bytes"] == peak_a <= budget
+    assert info["layout_estimates"]["packed"].startswith("not possible: ~") and (
+        "of memory on each of 4 node(s), above" in info["layout_estimates"]["packed"])
+    # on one server of that memory neither fits; on one node of it the refusal names the layout that splits, with
+    # the fewest nodes it fits on
+    with pytest.raises(ResourceError, match="GiB of server memory"):
+        cnn(server_memory=budget)
+    with pytest.raises(ResourceError, match=r"on each of 1 node\(s\).*more nodes: nodes=\d") as exc:
+        cnn(nodes=1, node_memory=budget)
+    k = int(str(exc.value).split("nodes=")[1].split(" ")[0])
+    assert 1 < k <= 4 and estimate_nodes(a, k).peak_bytes <= budget < estimate_nodes(a, k - 1).peak_bytes
+
+
+def test_the_server_peak_line_counts_the_bootstrapping_keys_as_the_check_does():
+    """The plan's "server: peak memory" figure is the one compile checks against server_memory (the bootstrapping
+    keys included, and the line says so): equal to boot_choice.server_bytes and to the one-node peak."""
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.SiLU(), torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                              torch.nn.Linear(8, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cb = hemlp.compile(net, np.random.default_rng(11).uniform(-1, 1, (48, 6)), batch_size=32, bootstrap=True,
+                           layout="batch", allow_insecure=True, activation_degree=3)
+    lay, res = cb.layout_impl, cb.plan.resources
+    boot = boot_key_bytes(lay)
+    assert boot > 0 and res.boot_key_bytes == boot
+    assert res.server_memory_bytes == server_bytes(lay) == estimate_nodes(lay, 1, boot).peak_bytes
+    assert res.server_memory_bytes == estimate_resources(lay).server_memory_bytes + boot
+    line = next(ln for ln in str(cb.plan).splitlines() if "server: peak memory" in ln)
+    assert "bootstrapping keys ~" in line and "included" in line
+    with pytest.raises(ResourceError, match="GiB of server memory"):
+        hemlp.compile(net, np.random.default_rng(11).uniform(-1, 1, (48, 6)), batch_size=32, bootstrap=True,
+                      layout="batch", allow_insecure=True, activation_degree=3,
+                      server_memory=res.server_memory_bytes - boot // 2)
+    # a plan without bootstraps says nothing of them
+    assert "bootstrapping keys" not in next(ln for ln in str(wide(batch=8).plan).splitlines()
+                                            if "server: peak memory" in ln)
+
+
+def test_cli_compile_takes_nodes_and_node_memory(tmp_path, capsys):
+    """`hemlp compile --nodes N --node-memory BYTES`: the plan's per-node peak and split; a node memory too small is
+    refused as a message naming the fixes (no traceback); bad values are messages too."""
+    pytest.importorskip("onnx")
+    from hemlp.apps.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(mlp(dims=(64, 256, 256, 10)), (torch.zeros(1, 64),), str(tmp_path / "m.onnx"),
+                          dynamo=False, input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    np.save(tmp_path / "x.npy", X)
+    base = ["compile", str(tmp_path / "m.onnx"), "--example", str(tmp_path / "x.npy"), "--batch-size", "8192",
+            "--insecure", "--layout", "batch", "--json", "-q", "--force"]
+    one = wide().plan.info["resources"]["server_memory_bytes"]
+    budget = one // 2
+    capsys.readouterr()
+    assert main(base + ["-o", str(tmp_path / "a"), "--nodes", "4", "--node-memory", str(budget)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "on each of 4 node(s)" in out["plan"] and "split: ciphertext ranges: 4 group(s)" in out["plan"]
+    assert out["nodes"]["nodes"] == 4 and out["nodes"]["peak_bytes"] <= budget
+    got = hemlp.load(tmp_path / "a", allow_insecure=True).plan.info["nodes"]
+    assert got["nodes"] == 4 and got["node_memory"] == budget and got["peak_bytes"] <= budget
+    # units: 1 GiB per node
+    assert main(base + ["-o", str(tmp_path / "b"), "--nodes", "2", "--node-memory", "1GiB"]) == 0
+    assert hemlp.load(tmp_path / "b", allow_insecure=True).plan.info["nodes"]["node_memory"] == GIB
+    capsys.readouterr()
+    assert main(base + ["-o", str(tmp_path / "c"), "--nodes", "1", "--node-memory", str(budget)]) == 2
+    err = json.loads(capsys.readouterr().out)
+    assert err["error"] == "ResourceError" and "nodes=" in err["message"] and "smaller batch_size" in err["message"]
+    for flag, bad in (("--nodes", "0"), ("--nodes", "two"), ("--node-memory", "24 parsecs"), ("--node-memory", "0")):
+        assert main(base + ["-o", str(tmp_path / "d"), flag, bad]) == 2
+        assert flag in json.loads(capsys.readouterr().out)["message"]
 
 
 def test_a_job_that_cannot_fit_a_node_is_refused_naming_the_fixes_before_any_key():
