@@ -24,6 +24,8 @@ kind of plan: compile plans them alone (hemlp.layouts.blocked_bootstrap), never 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hemlp.bootstrap.batch_keys import estimate_bytes
 from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
 from hemlp.compiler.params import step_cost
@@ -161,9 +163,13 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
     keys: dict = {}
     errors: dict = {}
     over: dict = {}
-    plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(steps, calib, opts, batch_size, peaks)),
-             (Packed, lambda: plan_packed_bootstrapped(steps, calib, opts, batch_size, peaks)),
-             (Mlwe, lambda: plan_mlwe_bootstrapped(steps, calib, opts, batch_size, peaks)))
+
+    def fresh():    # each planner its own steps: the planners write levels into the steps they are given (depth_of)
+        return [replace(s, info=dict(s.info)) for s in steps]
+
+    plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(fresh(), calib, opts, batch_size, peaks)),
+             (Packed, lambda: plan_packed_bootstrapped(fresh(), calib, opts, batch_size, peaks)),
+             (Mlwe, lambda: plan_mlwe_bootstrapped(fresh(), calib, opts, batch_size, peaks)))
     for cls, plan in plans:
         if cls is Batch and limit.budget is not None:      # hopeless for the budget: skip planning its bootstraps
             N = Params.preset(batch_bootstrap.boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))["name"]).N

@@ -194,3 +194,102 @@ def test_auto_passes_over_layout_a_below_its_memory_floor(monkeypatch):
     assert cm.plan.info["layout_estimates"]["batch"].startswith("not possible: at least ~1.86e+03 GiB of server "
                                                                 "memory with layout batch (a test floor)")
     assert [(s.op, s.out, s.level_out) for s in cm.steps] == [(s.op, s.out, s.level_out) for s in full.steps]
+
+
+def deep_mlp():
+    """Five linear layers, four ReLUs (degree 3): the chain layout (A′) refreshes at its activation segments
+    (tests/layouts/test_mlwe_bootstrap.py's model)."""
+    from tests.compiler.conftest import mlp as chain
+
+    return chain(act=torch.nn.ReLU, dims=(8, 16, 16, 16, 16, 4), seed=4)
+
+
+DEEP_X = np.random.default_rng(5).uniform(-0.8, 0.9, (40, 8))
+
+
+@pytest.mark.parametrize("batch", [40, 256])
+def test_auto_picks_layout_a_prime_when_its_estimate_is_lowest(batch):
+    """A chain of dense layers at a batch below the slots: (A′) refreshes k = N/B' features per ciphertext with no
+    SlotToCoeff, its estimate (bootstraps included) is the lowest of the three and its keys fit, so "auto" takes it:
+    the plan layout="mlwe" makes (same steps, refreshes and keys), the reason naming its pipeline."""
+    from hemlp.layouts.mlwe_refresh import refresh_key_bytes
+
+    cm = compile_boot(deep_mlp(), DEEP_X, batch)
+    est = cm.plan.info["layout_estimates"]
+    forced = compile_boot(deep_mlp(), DEEP_X, batch, layout="mlwe")
+    assert set(k for k, v in est.items() if isinstance(v, float)) == {"batch", "packed", "mlwe"}
+    assert est["mlwe"] == pytest.approx(forced.layout_impl.estimate())
+    assert est["mlwe"] < min(est["batch"], est["packed"]) and cm.layout == chosen_by_estimates(cm) == "mlwe"
+    assert [(s.op, s.out, s.level_out) for s in cm.steps] == [(s.op, s.out, s.level_out) for s in forced.steps]
+    assert cm.layout_impl.bootstrapped and sum(s.op == "bootstrap" for s in cm.steps) == 2
+    # its keys, as the key limit counts them: the refresh keys of its batch size k and its ModPack / rotation keys
+    lay = cm.layout_impl
+    assert boot_key_bytes(lay) == refresh_key_bytes(lay.params, lay.refresh_k) == cm.plan.info["bootstrap"]["key_bytes"]
+    assert eval_key_bytes(lay) < boot_choice.MAX_BOOT_EVAL_KEY_BYTES
+    why = cm.plan.info["layout_reason"]
+    assert "(A') " in why and "the cheapest" in why and "(A')'s pipeline: " in why and "MaMBo's arrangement" in why
+    k = lay.refresh_k
+    assert (f"batched bootstrapping k={k} on 2 of 2" in why) if k > 1 else ("batched bootstrapping not used" in why)
+
+
+def test_auto_passes_over_layout_a_prime_when_its_keys_exceed_the_limit(monkeypatch):
+    """(A′)'s ModPack, rotation and refresh keys count in the key limit: under a limit just below them, "auto" takes
+    the cheapest layout whose keys fit and says why."""
+    cm = compile_boot(deep_mlp(), DEEP_X, 256)
+    est = cm.plan.info["layout_estimates"]
+    keys = {name: eval_key_bytes(compile_boot(deep_mlp(), DEEP_X, 256, layout=name).layout_impl)
+            for name in ("batch", "packed", "mlwe")}
+    below = [k for k in keys if keys[k] < keys["mlwe"]]
+    assert cm.layout == "mlwe" and below       # here (P)'s sparse bootstrapping keys
+    monkeypatch.setattr(boot_choice, "MAX_BOOT_EVAL_KEY_BYTES", (max(keys[k] for k in below) + keys["mlwe"]) / 2)
+    again = compile_boot(deep_mlp(), DEEP_X, 256)
+    why = again.plan.info["layout_reason"]
+    assert again.layout == min(below, key=est.get) and "'s keys exceed" in why
+    assert "mlwe" in why.split("'s keys exceed")[0].split("; ")[-1]
+
+
+def test_the_reason_says_why_batched_bootstrapping_and_mambo_are_or_are_not_used():
+    """The chosen plan's pipeline in the reason, from the lowering's own reasons: layout (A) batched with MaMBo not
+    paying or not applicable, layout (P)'s single sparse bootstraps (nothing to batch, no PCMM to fuse)."""
+    a = compile_boot(mlp(), MLP_X, 4096)
+    why, low = a.plan.info["layout_reason"], a.plan.info["bootstrap"]
+    assert a.layout == "batch" and "(A)'s pipeline: " in why
+    if low.get("k", 1) > 1:
+        assert f"batched bootstrapping k={low['k']}" in why and low["lowering"] in why
+    else:
+        assert "batched bootstrapping not used" in why and low["lowering"] in why
+    fused = [r for r in low["placements"] if r["kind"] == "mambo"]
+    assert (f"MaMBo on {len(fused)} of" in why) if fused else ("MaMBo not used: " in why)
+    if not fused:        # each placement's own reason, e.g. "not the output of a dense layer read once"
+        assert any(r.get("reason", "").split("; ")[-1] in why for r in low["placements"])
+    p = compile_boot(ResCNN(), CNN_X, 1)
+    why = p.plan.info["layout_reason"]
+    assert p.layout == "packed" and "(P)'s pipeline: batched bootstrapping not used" in why
+    assert "nothing to batch" in why and "MaMBo not used" in why
+
+
+def test_the_choice_follows_the_cost_profile(tmp_path, monkeypatch):
+    """The same model and batch under a cost profile (HEMLP_COST_PROFILE: a profile file, hemlp.planner.cost_model)
+    whose MLWE multiply-accumulate costs 2000x the packaged table's (a small share of (A′)'s layers here, whose DFTs
+    and refreshes dominate): (A′)'s estimate is no longer the lowest and "auto" takes the cheapest of the others; the
+    estimates of (A) and (P), which run no MLWE product, do not move."""
+    from dataclasses import replace
+
+    from hemlp.planner import cost_model
+    from hemlp.planner.cost_model import packaged_profile, reset_profile_cache, save_profile
+
+    before = compile_boot(deep_mlp(), DEEP_X, 256)
+    base = packaged_profile("avx512")
+    costly = replace(base, unit_costs=dict(base.unit_costs, mlwe_mac=2000 * base.unit_costs["mlwe_mac"]))
+    monkeypatch.setenv(cost_model.PROFILE_ENV, str(save_profile(costly, tmp_path / "mlwe_x2000.json")))
+    reset_profile_cache()
+    try:
+        after = compile_boot(deep_mlp(), DEEP_X, 256)
+    finally:
+        monkeypatch.undo()
+        reset_profile_cache()
+    e0, e1 = before.plan.info["layout_estimates"], after.plan.info["layout_estimates"]
+    assert before.layout == "mlwe" and e1["mlwe"] > e0["mlwe"]
+    assert e1["batch"] == pytest.approx(e0["batch"]) and e1["packed"] == pytest.approx(e0["packed"])
+    assert after.layout == chosen_by_estimates(after) == min(("batch", "packed"), key=e1.get)
+    assert e1["mlwe"] > e1[after.layout] and "mlwe_x2000.json" in str(after.plan)
