@@ -90,7 +90,8 @@ fuzz-sysdeps: | sysdeps
 	    || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(FUZZ_PKGS_14) >/dev/null; }; \
 	  else echo "hemlp's native fuzzing needs clang with libFuzzer: sudo apt-get install $(FUZZ_PKGS)"; $(if $(FUZZ_OPTIONAL),,exit 1;) fi; fi
 
-$(FUZZ_DIR)/obj/%.o: csrc/%.cpp
+# the headers too: a changed struct layout (e.g. ckks/context.h) must not link against stale objects
+$(FUZZ_DIR)/obj/%.o: csrc/%.cpp $(wildcard csrc/ckks/*.h csrc/ring/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $$(pkg-config --cflags libcrypto) -c $< -o $@
 

@@ -148,13 +148,15 @@ void bind_batch_boot(py::module_& m) {
     return ms_to_rlwe_back(e.ctx, ct, k);
   }, py::call_guard<py::gil_scoped_release>());
   // A copy with new metadata (exact re-tagging, as hemlp.he.reinterpret.retag for Ciphertext).
-  m.def("ms_retag", [](const Engine& e, const MsCiphertext& ct, double scale, int slots, int encoding) {
+  m.def("ms_retag", [](const Engine& e, const MsCiphertext& ct, double scale, int slots, Encoding encoding) {
     if (ct.param_hash != e.ctx.hash64()) fail(ErrorKind::ContextMismatch, "ms_retag: foreign ciphertext");
-    if (!(scale > 0) || (encoding != 0 && encoding != 1)) fail(ErrorKind::Parameter, "ms_retag: bad scale or encoding");
+    // an integer converts to any value of the enum
+    if (!(scale > 0) || (encoding != Encoding::Slot && encoding != Encoding::Coeff))
+      fail(ErrorKind::Parameter, "ms_retag: bad scale or encoding");
     MsCiphertext out = ct;
     out.scale = scale;
     out.slots = slots;
-    out.encoding = (Encoding)encoding;
+    out.encoding = encoding;
     return out;
   });
   py::class_<MsGaloisKeys>(m, "MsGaloisKeys")

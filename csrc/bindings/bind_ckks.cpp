@@ -4,7 +4,6 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -33,97 +32,18 @@ std::vector<cplx> to_cplx(py::array_t<std::complex<double>, py::array::c_style |
 }  // namespace
 
 void bind_ckks(py::module_& m) {
-  // One part of many ciphertexts into a limb-major (limbs, count, N) array (or a view with contiguous rows):
-  // the Ray runtime's block layout, in one native copy.
-  m.def(
-      "export_part",
-      [](std::vector<const Ciphertext*> cts, int part, py::array out) {
-        if (part != 0 && part != 1) throw py::value_error("export_part: part is 0 (c0) or 1 (c1)");
-        if (!py::isinstance<py::array_t<uint64_t>>(out) || !out.writeable() || out.ndim() != 3)
-          throw py::value_error("export_part: out must be a writable uint64 array (limbs, ciphertexts, N)");
-        const size_t count = cts.size();
-        if (static_cast<size_t>(out.shape(1)) != count)
-          throw py::value_error("export_part: out holds " + std::to_string(out.shape(1)) + " ciphertexts, got " +
-                                std::to_string(count));
-        if (count == 0) return;
-        const int limbs = static_cast<int>(out.shape(0));
-        const size_t n = static_cast<size_t>(out.shape(2));
-        for (const Ciphertext* c : cts) {
-          if (c == nullptr) throw py::value_error("export_part: a ciphertext is None");
-          if (c->size() != 2 || c->level + 1 != limbs || c->polys[part].size() != (size_t)limbs * n)
-            throw py::value_error("export_part: every ciphertext must be relinearised (size 2) at level " +
-                                  std::to_string(limbs - 1) + " with N = " + std::to_string(n));
-        }
-        if ((n > 1 && out.strides(2) != 8) || out.strides(1) % 8 != 0 || out.strides(0) % 8 != 0)
-          throw py::value_error("export_part: out must have contiguous rows of N residues");
-        const py::ssize_t s0 = out.strides(0) / 8, s1 = out.strides(1) / 8;
-        auto* base = static_cast<uint64_t*>(out.mutable_data());
-        py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static)
-        for (long i = 0; i < (long)count; ++i)
-          for (int k = 0; k < limbs; ++k)
-            std::memcpy(base + k * s0 + i * s1, cts[i]->polys[part].data() + (size_t)k * n, n * sizeof(uint64_t));
-      },
-      py::arg("cts"), py::arg("part"), py::arg("out"));
-
-  // The inverse: R x C ciphertexts (row-major) from the two parts of a block, each a (limbs, R, C, N) uint64 array
-  // or view whose rows of N residues are contiguous (Ray's object store, read in place). One native copy per
-  // polynomial, the residue-range check fused into it (a corrupted block is a SerializationError, as a file).
-  m.def(
-      "cts_from_parts",
-      [](const Engine& e, py::array p0, py::array p1, int level, double scale, int slots, int encoding,
-         bool is_complex, uint64_t key_id) {
-        check_imported_metadata(e.ctx, level, scale, slots, encoding, "ciphertext block");
-        const size_t n = e.ctx.n();
-        const int limbs = level + 1;
-        std::array<py::array, 2> parts{p0, p1};
-        for (auto& a : parts) {
-          if (!py::isinstance<py::array_t<uint64_t>>(a) || a.ndim() != 4 || a.shape(0) != limbs ||
-              static_cast<size_t>(a.shape(3)) != n || a.shape(1) != parts[0].shape(1) ||
-              a.shape(2) != parts[0].shape(2))
-            fail(ErrorKind::Serialization, "ciphertext block: expected two uint64 arrays (" + std::to_string(limbs) +
-                                               ", rows, cols, " + std::to_string(n) + ") of the same shape");
-          if ((n > 1 && a.strides(3) != 8) || a.strides(0) % 8 || a.strides(1) % 8 || a.strides(2) % 8)
-            fail(ErrorKind::Serialization, "ciphertext block: rows of N residues must be contiguous");
-        }
-        const size_t R = static_cast<size_t>(p0.shape(1)), C = static_cast<size_t>(p0.shape(2));
-        std::array<const uint64_t*, 2> bases{};
-        std::array<std::array<py::ssize_t, 3>, 2> st{};  // element strides of (limb, row, col)
-        for (int j = 0; j < 2; ++j) {
-          bases[j] = static_cast<const uint64_t*>(parts[j].data());
-          for (int d = 0; d < 3; ++d) st[j][d] = parts[j].strides(d) / 8;
-        }
-        std::vector<Ciphertext> out(R * C);
-        int bad = 0;
-        {
-          py::gil_scoped_release nogil;
-#pragma omp parallel for schedule(static) reduction(| : bad)
-          for (long idx = 0; idx < (long)(R * C); ++idx) {
-            const py::ssize_t r = idx / (long)C, c = idx % (long)C;
-            Ciphertext& ct = out[idx];
-            set_imported_metadata(ct, e.ctx, key_id, level, scale, slots, encoding);
-            ct.is_complex = is_complex;
-            ct.polys.assign(2, Poly((size_t)limbs * n));
-            for (int j = 0; j < 2; ++j) {
-              for (int k = 0; k < limbs; ++k) {
-                const uint64_t* src = bases[j] + k * st[j][0] + r * st[j][1] + c * st[j][2];
-                uint64_t* dst = ct.polys[j].data() + (size_t)k * n;
-                const uint64_t q = e.ctx.modulus(k).q;
-                uint64_t over = 0;
-                for (size_t i = 0; i < n; ++i) {
-                  dst[i] = src[i];
-                  over |= (uint64_t)(src[i] >= q);
-                }
-                bad |= (int)over;
-              }
-            }
-          }
-        }
-        if (bad) fail(ErrorKind::Serialization, "ciphertext block: residue out of range; the data is corrupted");
-        return out;
-      },
-      py::arg("engine"), py::arg("part0"), py::arg("part1"), py::arg("level"), py::arg("scale"), py::arg("slots"),
-      py::arg("encoding"), py::arg("is_complex"), py::arg("key_id"));
+  // The encodings and decryption-noise modes as enums (hemlp._core.Encoding.slot, DecryptMode.standard). Every
+  // argument of these types still accepts the integers it took before (implicit conversion); the functions check the
+  // value, since an integer converts to any value of the enum. Registered first: later defaults name them.
+  py::enum_<Encoding>(m, "Encoding", py::arithmetic())
+      .value("slot", Encoding::Slot)
+      .value("coeff", Encoding::Coeff);
+  py::implicitly_convertible<py::int_, Encoding>();
+  py::enum_<DecryptNoise::Mode>(m, "DecryptMode", py::arithmetic())
+      .value("none", DecryptNoise::Mode::None)
+      .value("standard", DecryptNoise::Mode::Standard)
+      .value("flood", DecryptNoise::Mode::Flood);
+  py::implicitly_convertible<py::int_, DecryptNoise::Mode>();
 
   py::class_<ParamsSpec>(m, "ParamsSpec")
       .def(py::init<>())
@@ -160,7 +80,7 @@ void bind_ckks(py::module_& m) {
       .def_readonly("level", &Plaintext::level)
       .def_readonly("scale", &Plaintext::scale)
       .def_readonly("slots", &Plaintext::slots)
-      .def_property_readonly("encoding", [](const Plaintext& p) { return (int)p.encoding; })
+      .def_property_readonly("encoding", [](const Plaintext& p) { return (int)p.encoding; })  // Encoding's value
       .def_readonly("is_complex", &Plaintext::is_complex)
       .def_readonly("param_hash", &Plaintext::param_hash)
       .def("poly", [](const Plaintext& p) { return poly_to_array(p.data, p.level + 1, p.data.size() / (p.level + 1)); });
@@ -169,6 +89,7 @@ void bind_ckks(py::module_& m) {
       .def_readonly("level", &Ciphertext::level)
       .def_readonly("scale", &Ciphertext::scale)
       .def_readonly("slots", &Ciphertext::slots)
+      // Encoding's value, an int: serialised headers and the Ray runtime's metadata carry it as one
       .def_property_readonly("encoding", [](const Ciphertext& c) { return (int)c.encoding; })
       .def_readonly("is_complex", &Ciphertext::is_complex)
       .def_readonly("param_hash", &Ciphertext::param_hash)
@@ -332,10 +253,12 @@ void bind_ckks(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def("encrypt_sk", [](const Engine& e, const Plaintext& p, const SecretKey& k) { return e.encryptor.encrypt(p, k); },
            py::call_guard<py::gil_scoped_release>())
-      // mode: 0 none (tests only), 1 standard, 2 flood; sigma = 0 with standard: the fresh-encryption bound.
-      .def("decrypt", [](const Engine& e, const Ciphertext& c, const SecretKey& k, int mode, uint64_t sigma) {
-        return e.encryptor.decrypt(c, k, decrypt_noise(e, mode, sigma));
-      }, py::arg("ct"), py::arg("sk"), py::arg("mode") = 1, py::arg("sigma") = 0, py::call_guard<py::gil_scoped_release>())
+      // mode: none (tests only), standard, flood (DecryptMode or 0 / 1 / 2); sigma = 0 with standard: the
+      // fresh-encryption bound.
+      .def("decrypt", [](const Engine& e, const Ciphertext& c, const SecretKey& k, DecryptNoise::Mode mode,
+                         uint64_t sigma) { return e.encryptor.decrypt(c, k, decrypt_noise(e, mode, sigma)); },
+           py::arg("ct"), py::arg("sk"), py::arg("mode") = DecryptNoise::Mode::Standard, py::arg("sigma") = 0,
+           py::call_guard<py::gil_scoped_release>())
       // evaluation
       .def("add", [](const Engine& e, const Ciphertext& a, const Ciphertext& b) { return e.eval.add(a, b); }, py::call_guard<py::gil_scoped_release>())
       .def("sub", [](const Engine& e, const Ciphertext& a, const Ciphertext& b) { return e.eval.sub(a, b); }, py::call_guard<py::gil_scoped_release>())
@@ -346,6 +269,7 @@ void bind_ckks(py::module_& m) {
       .def("add_plain", [](const Engine& e, const Ciphertext& a, const Plaintext& p) { return e.eval.add_plain(a, p); }, py::call_guard<py::gil_scoped_release>())
       .def("sub_plain", [](const Engine& e, const Ciphertext& a, const Plaintext& p) { return e.eval.sub_plain(a, p); }, py::call_guard<py::gil_scoped_release>())
       .def("mul_plain", [](const Engine& e, const Ciphertext& a, const Plaintext& p) { return e.eval.mul_plain(a, p); }, py::call_guard<py::gil_scoped_release>())
+      .def("mul_plain_inplace", [](const Engine& e, Ciphertext& a, const Plaintext& p) { e.eval.mul_plain_inplace(a, p); }, py::call_guard<py::gil_scoped_release>())
       .def("mul_integer", [](const Engine& e, const Ciphertext& a, int64_t k) { return e.eval.mul_integer(a, k); }, py::call_guard<py::gil_scoped_release>())
       .def("mul", [](const Engine& e, const Ciphertext& a, const Ciphertext& b, const SwitchKey* rlk) { return e.eval.mul(a, b, rlk); },
            py::arg("a"), py::arg("b"), py::arg("rlk") = nullptr, py::call_guard<py::gil_scoped_release>())
@@ -358,8 +282,17 @@ void bind_ckks(py::module_& m) {
       }, py::call_guard<py::gil_scoped_release>())
       .def("relinearize", [](const Engine& e, const Ciphertext& a, const SwitchKey& k) { return e.eval.relinearize(a, k); }, py::call_guard<py::gil_scoped_release>())
       .def("rescale", [](const Engine& e, const Ciphertext& a) { return e.eval.rescale(a); }, py::call_guard<py::gil_scoped_release>())
+      .def("rescale_inplace", [](const Engine& e, Ciphertext& a) { e.eval.rescale_inplace(a); }, py::call_guard<py::gil_scoped_release>())
       .def("drop_to_level", [](const Engine& e, const Ciphertext& a, int l) { return e.eval.drop_to_level(a, l); }, py::call_guard<py::gil_scoped_release>())
       .def("apply_galois", [](const Engine& e, const Ciphertext& a, uint64_t g, const GaloisKeys& k) { return e.eval.apply_galois(a, g, k); }, py::call_guard<py::gil_scoped_release>())
+      .def("apply_galois_inplace", [](const Engine& e, Ciphertext& a, uint64_t g, const GaloisKeys& k) { e.eval.apply_galois_inplace(a, g, k); }, py::call_guard<py::gil_scoped_release>())
+      // the key-switching scratch pool: (buffers, bytes) it retains; clear_scratch frees them (benchmarks, tests)
+      .def("scratch_stats", [](const Engine& e) {
+        return py::make_tuple(e.ctx.scratch().retained_buffers(), e.ctx.scratch().retained_bytes());
+      })
+      .def("clear_scratch", [](const Engine& e) { e.ctx.scratch().clear(); })
+      .def_property("scratch_limit", [](const Engine& e) { return e.ctx.scratch().max_bytes(); },
+                    [](const Engine& e, size_t b) { e.ctx.scratch().set_max_bytes(b); })
       .def("apply_galois_hoisted", [](const Engine& e, const Ciphertext& a, std::vector<uint64_t> gs, const GaloisKeys& k) {
         return e.eval.apply_galois_hoisted(a, gs, k);
       }, py::call_guard<py::gil_scoped_release>())
@@ -458,7 +391,7 @@ void bind_ckks(py::module_& m) {
         for (auto& k : keys) g.keys[k.galois] = k;
         return g;
       })
-      .def("import_ciphertext", [](const Engine& e, py::list polys, int level, double scale, int slots, int encoding,
+      .def("import_ciphertext", [](const Engine& e, py::list polys, int level, double scale, int slots, Encoding encoding,
                                    bool is_complex, uint64_t key_id, py::object seed) {
         std::vector<U64Arr> arrays;
         std::vector<PolyView> views;
@@ -468,7 +401,7 @@ void bind_ckks(py::module_& m) {
         const bool seeded = !seed.is_none();
         if (seeded) s = to_seed(seed.cast<py::bytes>());
         py::gil_scoped_release r;  // the copy, the residue checks and the seed expansion need no Python
-        return import_ciphertext(e.ctx, views, level, scale, slots, encoding, is_complex, key_id, seeded ? &s : nullptr);
+        return import_ciphertext(e.ctx, views, level, scale, slots, (int)encoding, is_complex, key_id, seeded ? &s : nullptr);
       })
       // many ciphertexts at once, in parallel on the native threads: records of (polys, level, scale, slots,
       // encoding, is_complex, key_id, seed or None), the arrays read in place (each copied once, when imported)

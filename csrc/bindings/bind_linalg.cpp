@@ -25,10 +25,10 @@ void bind_linalg(py::module_& m) {
       "pcmm_rlwe_rows",
       [](const hemlp::Engine& e, const hemlp::pcmm::ModGemmPlan& plan, std::vector<py::object> part0,
          std::vector<py::object> part1, size_t chunks, int64_t K, double factor, bool rescale, std::vector<double> bias,
-         int level, double scale, int slots, int encoding, bool is_complex, uint64_t key_id) {
+         int level, double scale, int slots, hemlp::Encoding encoding, bool is_complex, uint64_t key_id) {
         using hemlp::ErrorKind;
         using hemlp::fail;
-        hemlp::bind::check_imported_metadata(e.ctx, level, scale, slots, encoding, "pcmm input rows");
+        hemlp::bind::check_imported_metadata(e.ctx, level, scale, slots, (int)encoding, "pcmm input rows");
         if (part0.size() != part1.size())
           fail(ErrorKind::Shape, "pcmm input rows: part 0 and part 1 lists differ in length");
         const size_t n = e.ctx.n();
@@ -50,7 +50,7 @@ void bind_linalg(py::module_& m) {
           }
         }
         hemlp::Ciphertext meta;
-        hemlp::bind::set_imported_metadata(meta, e.ctx, key_id, level, scale, slots, encoding);
+        hemlp::bind::set_imported_metadata(meta, e.ctx, key_id, level, scale, slots, (int)encoding);
         meta.is_complex = is_complex;
         py::gil_scoped_release r;
         return hemlp::pcmm::pcmm_rlwe_rows(e.ctx, plan, rows, meta, chunks, K, factor, rescale, bias);
@@ -131,7 +131,7 @@ void bind_msrlwe(py::module_& m) {
       .def_readonly("param_hash", &MsCiphertext::param_hash)
       .def_readonly("seeded", &MsCiphertext::seeded)
       .def_property_readonly("seed", [](const MsCiphertext& c) { return from_seed(c.seed); })
-      .def_property_readonly("encoding", [](const MsCiphertext& c) { return (int)c.encoding; })
+      .def_property_readonly("encoding", [](const MsCiphertext& c) { return (int)c.encoding; })  // Encoding's value
       .def_property_readonly("k", [](const MsCiphertext& c) { return c.b.size(); })
       .def("poly_a", [](const MsCiphertext& c) { return poly_to_array(c.a, c.level + 1, c.a.size() / (c.level + 1)); })
       .def("poly_b", [](const MsCiphertext& c, size_t j) {
@@ -160,16 +160,17 @@ void bind_msrlwe(py::module_& m) {
     py::gil_scoped_release r;
     return ms_encrypt(e.ctx, pts, k, s);
   });
-  m.def("ms_decrypt", [](const Engine& e, const MsCiphertext& c, const MultiSecretKey& k, int mode, uint64_t sigma) {
+  m.def("ms_decrypt", [](const Engine& e, const MsCiphertext& c, const MultiSecretKey& k, DecryptNoise::Mode mode,
+                         uint64_t sigma) {
     return ms_decrypt(e.ctx, c, k, decrypt_noise(e, mode, sigma));
-  }, py::arg("engine"), py::arg("ct"), py::arg("key"), py::arg("mode") = 1, py::arg("sigma") = 0,
-        py::call_guard<py::gil_scoped_release>());
-  m.def("ms_import", [](const Engine& e, U64Arr a, std::vector<U64Arr> bs, int level, double scale, int slots, int encoding,
-                        uint64_t key_id, py::object seed) {
-    check_imported_metadata(e.ctx, level, scale, slots, encoding, "MSRLWE row");
+  }, py::arg("engine"), py::arg("ct"), py::arg("key"), py::arg("mode") = DecryptNoise::Mode::Standard,
+        py::arg("sigma") = 0, py::call_guard<py::gil_scoped_release>());
+  m.def("ms_import", [](const Engine& e, U64Arr a, std::vector<U64Arr> bs, int level, double scale, int slots,
+                        Encoding encoding, uint64_t key_id, py::object seed) {
+    check_imported_metadata(e.ctx, level, scale, slots, (int)encoding, "MSRLWE row");
     if (bs.empty()) fail(ErrorKind::Serialization, "MSRLWE row: no chunks");
     MsCiphertext c;
-    set_imported_metadata(c, e.ctx, key_id, level, scale, slots, encoding);
+    set_imported_metadata(c, e.ctx, key_id, level, scale, slots, (int)encoding);
     if (!seed.is_none()) {
       c.seed = to_seed(seed.cast<py::bytes>());
       c.seeded = true;

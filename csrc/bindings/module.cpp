@@ -13,6 +13,7 @@ extern "C" void openblas_set_num_threads(int);
 
 void bind_ring(py::module_& m);
 void bind_ckks(py::module_& m);
+void bind_blocks(py::module_& m);
 void bind_pcmm(py::module_& m);
 void bind_linalg(py::module_& m);
 void bind_msrlwe(py::module_& m);
@@ -54,6 +55,7 @@ PYBIND11_MODULE(_core, m) {
   auto ring = m.def_submodule("ring", "ring-level primitives, exposed for oracle tests");
   bind_ring(ring);
   bind_ckks(m);
+  bind_blocks(m);
   bind_pcmm(m);
   bind_linalg(m);
   bind_msrlwe(m);

@@ -263,7 +263,7 @@ const SwitchKey& NativeLinearTransform::key_for(const GaloisKeys& keys, int64_t 
   if (it == keys.keys.end())
     fail(ErrorKind::MissingKey, "linear transform: no key for rotation step " + std::to_string(step) +
                                     " (Galois element " + std::to_string(g) +
-                                    "); generate ctx.rotation_keys(sk, steps) with every step of the transform");
+                                    "); generate rotation keys (rotation_keys) for every step of the transform");
   check_key_level(it->second, ct.level, "linear transform");
   return it->second;
 }

@@ -321,7 +321,7 @@ pcmm::MsCiphertext MsLinearTransformAccess::apply(const NativeLinearTransform& T
                                " but the ciphertext is at level " + std::to_string(ct.level));
   if (rescale && T.level_ == 0) fail(ErrorKind::Level, "batched linear transform: no modulus left for the rescale");
   if (!T.qp_)
-    fail(ErrorKind::Parameter, "batched linear transform: the diagonals must be encoded over Q_l ∪ P (qp=True)");
+    fail(ErrorKind::Parameter, "batched linear transform: the diagonals must be encoded over Q_l ∪ P (the qp encoding)");
   const size_t n = ctx.n();
   const int l = T.level_, K = ctx.num_p(), E = l + 1 + K, k = (int)ct.b.size(), np = k + 1;
   const int logn = ctx.log_n();

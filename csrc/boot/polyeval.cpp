@@ -270,7 +270,7 @@ Ciphertext evaluate_polynomial(const Context& ctx, const Evaluator& ev, const Ci
     fail(ErrorKind::Scale, "polynomial evaluation: the target scale must be positive and finite");
   if (deg >= 2) {
     if (!rlk)
-      fail(ErrorKind::MissingKey, "polynomial evaluation needs a relinearisation key: ctx.relin_key(sk)");
+      fail(ErrorKind::MissingKey, "polynomial evaluation needs a relinearisation key (relin_key)");
     if (rlk->param_hash != ctx.hash64())
       fail(ErrorKind::ContextMismatch, "polynomial evaluation: the relinearisation key belongs to another "
                                        "parameter set");

@@ -1,6 +1,6 @@
 // Context: the parameters plus every precomputation the operations need (NTT tables,
 // RNS converters for ModUp/ModDown/rescale, Galois permutations). Immutable after
-// construction except for thread-safe lazily built caches.
+// construction except for thread-safe lazily built caches and the scratch-buffer pool.
 #pragma once
 #include <cstddef>
 #include <map>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckks/params.h"
+#include "ckks/scratch.h"
 #include "ring/modarith.h"
 #include "ring/ntt.h"
 #include "ring/rns.h"
@@ -68,6 +69,9 @@ class Context {
 
   const std::vector<uint32_t>& galois_permutation(uint64_t g) const;
 
+  // Temporaries of key switching, rotation and rescale, reused across operations (thread-safe; see scratch.h).
+  ScratchPool& scratch() const { return scratch_; }
+
  private:
   Params params_;
   SecurityPolicy policy_;
@@ -81,6 +85,7 @@ class Context {
   mutable std::map<std::pair<int, int>, std::unique_ptr<ring::BaseConverter>> modup_;
   mutable std::map<int, std::unique_ptr<ring::BaseConverter>> rescale_down_;
   mutable std::map<uint64_t, std::vector<uint32_t>> galois_;
+  mutable ScratchPool scratch_;
 };
 
 }  // namespace hemlp

@@ -85,7 +85,7 @@ uint64_t fresh_noise_bound(const Params& params) {
 
 void add_decrypt_noise(const Context& ctx, Poly& data, int limbs, const DecryptNoise& noise) {
   if (noise.mode == DecryptNoise::Mode::None) return;
-  if (noise.sigma < 1) fail(ErrorKind::Parameter, "decryption noise: sigma must be >= 1 (or mode None)");
+  if (noise.sigma < 1) fail(ErrorKind::Parameter, "decryption noise: sigma must be >= 1 unless the mode is none");
   const size_t n = ctx.n();
   std::vector<int64_t> z(n);
   sample_exact_gaussian(noise.sigma, z.data(), n);

@@ -1,5 +1,6 @@
 #include "ckks/evaluator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <string>
@@ -24,8 +25,8 @@ void Evaluator::check_compatible(const Ciphertext& a, const Ciphertext& b, const
     fail(ErrorKind::KeyMismatch, std::string(op) + ": the ciphertexts are encrypted under different key pairs");
   if (a.level != b.level)
     fail(ErrorKind::Level, std::string(op) + ": operands are at levels " + std::to_string(a.level) + " and " +
-                               std::to_string(b.level) + "; bring them to the same level first with "
-                                                         "ctx.drop_level(ct, level)");
+                               std::to_string(b.level) + "; bring them to the same level first "
+                                                         "(drop_level)");
   if (a.slots != b.slots || a.encoding != b.encoding)
     fail(ErrorKind::Encoding, std::string(op) + ": operands have different slot counts or encodings");
 }
@@ -46,15 +47,15 @@ void Evaluator::check_plain(const Ciphertext& a, const Plaintext& p, bool scale_
 
 void Evaluator::check_size2(const Ciphertext& a, const char* op) {
   if (a.size() != 2)
-    fail(ErrorKind::Parameter, std::string(op) + " needs a relinearised ciphertext (2 polynomials); call "
-                                                 "ctx.relinearize(ct, relin_key) first");
+    fail(ErrorKind::Parameter, std::string(op) + " needs a relinearised ciphertext (2 polynomials); "
+                                                 "relinearize it first");
 }
 
 void Evaluator::accumulate(Ciphertext& r, const Ciphertext& b, bool subtract, const char* op) const {
   check_compatible(r, b, op);
   if (!scales_match(r.scale, b.scale))
     fail(ErrorKind::Scale, std::string(op) + ": scales differ (" + fmt_scale(r.scale) + " vs " + fmt_scale(b.scale) +
-                               "); use ctx.set_scale(ct, scale) on one operand (costs one level) or keep "
+                               "); bring one operand to the other's scale (set_scale, one level) or keep "
                                "plaintext factors encoded at the prime being rescaled");
   const size_t n = ctx_.n();
   const size_t common = std::min(r.size(), b.size());
@@ -134,22 +135,31 @@ Ciphertext Evaluator::sub_plain(const Ciphertext& a, const Plaintext& p) const {
   return add_plain(a, neg);
 }
 
-Ciphertext Evaluator::mul_plain(const Ciphertext& a, const Plaintext& p) const {
-  check_plain(a, p, false, "mul_plain");
+void Evaluator::mul_plain_into(Ciphertext& r, const Plaintext& p) const {
   const size_t n = ctx_.n();
-  Ciphertext r = a;
   r.seeded = false;
-  r.scale = a.scale * p.scale;
-  r.is_complex = a.is_complex || p.is_complex;
+  r.scale = r.scale * p.scale;
+  r.is_complex = r.is_complex || p.is_complex;
   for (auto& poly : r.polys)
 #pragma omp parallel for schedule(static)
-    for (int k = 0; k <= a.level; ++k) {
+    for (int k = 0; k <= r.level; ++k) {
       const Modulus& q = ctx_.modulus(k);
       u64* d = poly.data() + (size_t)k * n;
       const u64* s = p.data.data() + (size_t)k * n;
       for (size_t i = 0; i < n; ++i) d[i] = q.mul(d[i], s[i]);
     }
+}
+
+Ciphertext Evaluator::mul_plain(const Ciphertext& a, const Plaintext& p) const {
+  check_plain(a, p, false, "mul_plain");
+  Ciphertext r = a;
+  mul_plain_into(r, p);
   return r;
+}
+
+void Evaluator::mul_plain_inplace(Ciphertext& a, const Plaintext& p) const {
+  check_plain(a, p, false, "mul_plain_inplace");
+  mul_plain_into(a, p);
 }
 
 void Evaluator::mul_integer_poly(u64* p, size_t stride, int level, int64_t c) const {
@@ -226,7 +236,7 @@ std::vector<Ciphertext> Evaluator::mul_relin_rescale_many(const std::vector<cons
     fail(ErrorKind::Shape, "mul_relin_rescale_many: " + std::to_string(a.size()) + " left and " +
                                std::to_string(b.size()) + " right operands");
   for (size_t i = 0; i < a.size(); ++i)
-    if (!a[i] || !b[i]) fail(ErrorKind::Shape, "mul_relin_rescale_many: an operand is None");
+    if (!a[i] || !b[i]) fail(ErrorKind::Shape, "mul_relin_rescale_many: an operand is missing (null)");
   std::vector<Ciphertext> out(a.size());
   std::exception_ptr err;
 #pragma omp parallel for schedule(dynamic)
@@ -257,7 +267,7 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
   const size_t n = ctx_.n();
   const int l = t.level;
   ModUpDigits d = modup(ctx_, t.polys[2].data(), l);
-  Poly u[2];
+  ScratchBuf u[2];
   key_inner_product(ctx_, d, rlk, nullptr, u[0], u[1]);
   Ciphertext r;
   copy_metadata(r, t);
@@ -277,16 +287,20 @@ Ciphertext Evaluator::mul_relin_rescale(const Ciphertext& a, const Ciphertext& b
   }
   // round(v_j / (P q_l)): ModDown fused with the rescale, rounded exactly in the q_l step (a single
   // uncentred base conversion from {q_l} ∪ P added up to (|P| + 1)/2 at the output scale: 0.8 bit)
-  const Poly* in[2] = {&u[0], &u[1]};
+  const u64* const in[2] = {u[0].data(), u[1].data()};
   Poly* outp[2] = {&r.polys[0], &r.polys[1]};
   moddown_rescale(ctx_, l, in, outp);
   return r;
 }
 
-Ciphertext Evaluator::rescale(const Ciphertext& a) const {
+void Evaluator::check_rescalable(const Ciphertext& a, const char* op) {
   if (a.level == 0)
-    fail(ErrorKind::Level, "rescale: the ciphertext is at level 0, no modulus left to divide by; choose a "
-                           "parameter set with more levels (a deeper preset) or bootstrap");
+    fail(ErrorKind::Level, std::string(op) + ": the ciphertext is at level 0, no modulus left to divide by; choose "
+                                             "a parameter set with more levels (a deeper preset) or bootstrap");
+}
+
+Ciphertext Evaluator::rescale(const Ciphertext& a) const {
+  check_rescalable(a, "rescale");
   const size_t n = ctx_.n();
   const int l = a.level;
   const u64 ql = ctx_.modulus(l).q;
@@ -304,25 +318,43 @@ Ciphertext Evaluator::rescale(const Ciphertext& a) const {
   return r;
 }
 
+void Evaluator::rescale_inplace(Ciphertext& a) const {
+  check_rescalable(a, "rescale_inplace");
+  const size_t n = ctx_.n();
+  const int l = a.level;
+  for (auto& p : a.polys) {
+    rescale_poly(p.data(), n, l, p.data(), n);
+    p.resize((size_t)l * n);  // keeps the capacity: no reallocation
+  }
+  a.level = l - 1;
+  a.scale = a.scale / (double)ctx_.modulus(l).q;
+  a.seeded = false;  // as rescale's new ciphertext
+  a.seed = Seed{};
+}
+
 void Evaluator::rescale_poly(const u64* in, size_t in_stride, int l, u64* out, size_t out_stride) const {
   const size_t n = ctx_.n();
   const u64 ql = ctx_.modulus(l).q;
-  Poly last(in + (size_t)l * in_stride, in + (size_t)l * in_stride + n);
+  ScratchBuf last(ctx_.scratch(), n);
+  std::copy(in + (size_t)l * in_stride, in + (size_t)l * in_stride + n, last.data());
   ctx_.ntt(l).inverse(last.data());
+  // t_i = NTT(lift(last)) is formed in the output limb, or in a scratch buffer when the output is the input
+  // (in place: out limb i is read as in limb i after t_i is formed)
+  const bool in_place = in == out;
+  ScratchBuf tmp = in_place ? ScratchBuf(ctx_.scratch(), (size_t)l * n) : ScratchBuf();
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < l; ++i) {
     const u64 qi = ctx_.modulus(i).q;
-    u64* t = out + (size_t)i * out_stride;  // reuse the output limb as scratch
+    u64* t = in_place ? tmp.data() + (size_t)i * n : out + (size_t)i * out_stride;
     ring::centred_lift_vec(last.data(), ql, qi, t, n);
     ctx_.ntt(i).forward(t);
     const u64 w = ctx_.q_inv_mod_q(l, i), wp = ring::shoup_precompute(w, qi);
-    ring::sub_mul_shoup_vec(in + (size_t)i * in_stride, t, w, wp, qi, nullptr, t, n);
+    ring::sub_mul_shoup_vec(in + (size_t)i * in_stride, t, w, wp, qi, nullptr, out + (size_t)i * out_stride, n);
   }
 }
 
 void Evaluator::rescale_many(std::vector<Ciphertext>& cts) const {
-  for (auto& c : cts)
-    if (c.level == 0) rescale(c);  // throws the typed level error before any work
+  for (auto& c : cts) check_rescalable(c, "rescale");  // the typed level error before any work
 #pragma omp parallel for schedule(dynamic)
   for (long i = 0; i < (long)cts.size(); ++i) cts[i] = rescale(cts[i]);  // inner loops run serially
 }
@@ -376,28 +408,27 @@ const SwitchKey& Evaluator::find_key(const GaloisKeys& keys, uint64_t g, const C
   auto it = keys.keys.find(g);
   if (it == keys.keys.end())
     fail(ErrorKind::MissingKey, "no key for Galois element " + std::to_string(g) +
-                                    "; generate it with ctx.rotation_keys(sk, steps) (or ctx.conjugation_key(sk))");
+                                    "; generate the rotation keys for this step (rotation_keys; conjugation_key for a "
+                                    "conjugation)");
   check_key_level(it->second, a.level, "rotate");
   return it->second;
 }
 
-Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const GaloisKeys& keys) const {
-  check_size2(a, "rotate");
-  if (a.encoding != Encoding::Slot) fail(ErrorKind::Encoding, "rotations act on slot-encoded ciphertexts only");
-  if (g == 1) return a;
-  const SwitchKey& key = find_key(keys, g, a);
-  // One rotation: permute (c0, c1) first, so the key switch reads its digits sequentially;
-  // the ModDown of the b-part adds the permuted c0 in the same pass.
-  const size_t n = ctx_.n();
+const SwitchKey* Evaluator::check_galois(const Ciphertext& a, uint64_t g, const GaloisKeys& keys,
+                                         const char* op) const {
+  check_size2(a, op);
+  if (a.encoding != Encoding::Slot)
+    fail(ErrorKind::Encoding, std::string(op) + ": rotations act on slot-encoded ciphertexts only");
+  return g == 1 ? nullptr : &find_key(keys, g, a);
+}
+
+void Evaluator::galois_into(const Ciphertext& a, uint64_t g, const SwitchKey& key, Poly& out0, Poly& out1) const {
+  // Permute (c0, c1) first, so the key switch reads its digits sequentially; the ModDown of the b-part adds the
+  // permuted c0 in the same pass. Every temporary comes from the scratch pool and out0 / out1 are written last, so
+  // they may be a's own parts (in place).
+  const size_t n = ctx_.n(), len = (size_t)(a.level + 1) * n;
   const auto& perm = ctx_.galois_permutation(g);
-  Ciphertext c;
-  copy_metadata(c, a);
-  c.key_id = a.key_id;
-  c.is_complex = a.is_complex;
-  c.seeded = false;
-  c.polys.resize(2);
-  Poly c0(a.polys[0].size());
-  ScratchPoly c1(a.polys[1].size());
+  ScratchBuf c0(ctx_.scratch(), len), c1(ctx_.scratch(), len);
 #pragma omp parallel for schedule(static)  // (limb, part) jobs: an even count for 2 threads
   for (int job = 0; job < 2 * (a.level + 1); ++job) {
     const size_t o = (size_t)(job / 2) * n;
@@ -405,24 +436,41 @@ Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const Galois
     ring::permute_vec(src.data() + o, perm.data(), (job % 2 ? c1.data() : c0.data()) + o, n);
   }
   ModUpDigits d = modup(ctx_, c1.data(), a.level);
-  Poly u0, u1;
+  ScratchBuf u0, u1;
   key_inner_product(ctx_, d, key, nullptr, u0, u1);
-  moddown_many(ctx_, a.level, {&u0, &u1}, {&c0, &c.polys[1]}, {c0.data(), nullptr});
-  c.polys[0] = std::move(c0);
+  moddown_many_raw(ctx_, a.level, {u0.data(), u1.data()}, {&out0, &out1}, {c0.data(), nullptr});
+}
+
+Ciphertext Evaluator::apply_galois(const Ciphertext& a, uint64_t g, const GaloisKeys& keys) const {
+  const SwitchKey* key = check_galois(a, g, keys, "rotate");
+  if (key == nullptr) return a;
+  Ciphertext c;
+  copy_metadata(c, a);
+  c.key_id = a.key_id;
+  c.is_complex = a.is_complex;
+  c.seeded = false;
+  c.polys.resize(2);
+  galois_into(a, g, *key, c.polys[0], c.polys[1]);
   return c;
+}
+
+void Evaluator::apply_galois_inplace(Ciphertext& a, uint64_t g, const GaloisKeys& keys) const {
+  const SwitchKey* key = check_galois(a, g, keys, "rotate_inplace");
+  if (key == nullptr) return;  // the identity (apply_galois returns a copy of a, seed included)
+  galois_into(a, g, *key, a.polys[0], a.polys[1]);
+  a.seeded = false;
+  a.seed = Seed{};
 }
 
 std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, const std::vector<uint64_t>& gs,
                                                         const GaloisKeys& keys) const {
-  check_size2(a, "rotate");
-  if (a.encoding != Encoding::Slot)
-    fail(ErrorKind::Encoding, "rotations act on slot-encoded ciphertexts only");
   std::vector<const SwitchKey*> ks;
+  check_galois(a, 1, keys, "rotate");  // the operand's checks (size 2, slot encoding)
   for (auto g : gs) ks.push_back(g == 1 ? nullptr : &find_key(keys, g, a));
   const size_t n = ctx_.n();
   ModUpDigits digits = modup(ctx_, a.polys[1].data(), a.level);  // shared by every rotation
   std::vector<Ciphertext> out;
-  Poly u0, u1;  // reused by every rotation
+  ScratchBuf u0, u1;  // reused by every rotation
   for (size_t r = 0; r < gs.size(); ++r) {
     Ciphertext c = a;
     c.seeded = false;
@@ -434,7 +482,7 @@ std::vector<Ciphertext> Evaluator::apply_galois_hoisted(const Ciphertext& a, con
       const size_t o = (size_t)k * n;
       ring::permute_vec(a.polys[0].data() + o, perm.data(), c.polys[0].data() + o, n);
     }
-    moddown_many(ctx_, a.level, {&u0, &u1}, {&c.polys[0], &c.polys[1]}, {c.polys[0].data(), nullptr});
+    moddown_many_raw(ctx_, a.level, {u0.data(), u1.data()}, {&c.polys[0], &c.polys[1]}, {c.polys[0].data(), nullptr});
     out.push_back(std::move(c));
   }
   return out;

@@ -132,7 +132,7 @@ int KeyGenerator::key_level(int level) const {
   if (level == -1) return L;
   if (level < 0 || level > L)
     fail(ErrorKind::Parameter, "key level " + std::to_string(level) + " is outside this context's modulus chain "
-                               "[0, " + std::to_string(L) + "]; pass a level in that range (or None for the top level)");
+                               "[0, " + std::to_string(L) + "]; pass a level in that range (or none for the top level)");
   return level;
 }
 

@@ -15,16 +15,17 @@ ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level) {
   const size_t n = ctx.n();
   const int K = ctx.num_p(), E = level + 1 + K, alpha = ctx.alpha(), L = ctx.max_level();
   const int beta = (level + alpha) / alpha;
-  ScratchPoly coeff(d_ntt, d_ntt + (size_t)(level + 1) * n);
+  ScratchBuf coeff(ctx.scratch(), (size_t)(level + 1) * n);
+  std::copy(d_ntt, d_ntt + (size_t)(level + 1) * n, coeff.data());
   ctx.intt_limbs(coeff.data(), level, level + 1, false);
   ModUpDigits out;
   out.level = level;
-  out.digits.resize(beta);
+  out.digits.reserve(beta);
   std::vector<std::pair<int, u64*>> jobs;  // (modulus index, limb) to bring to NTT form
   for (int t = 0; t < beta; ++t) {
     const int lo = t * alpha, cnt = std::min(alpha, level + 1 - lo);
-    ScratchPoly& D = out.digits[t];
-    D.resize((size_t)E * n);  // every limb is written: copied (own limbs) or converted
+    out.digits.emplace_back(ctx.scratch(), (size_t)E * n);  // every limb is written: copied (own limbs) or converted
+    ScratchBuf& D = out.digits[t];
     std::vector<const u64*> in(cnt);
     for (int i = 0; i < cnt; ++i) {
       in[i] = coeff.data() + (size_t)(lo + i) * n;
@@ -55,12 +56,13 @@ void check_key_level(const SwitchKey& key, int level, const char* op) {
   if (level <= key.level) return;
   const std::string what = key.galois == 0 ? "relinearisation key" : "rotation key (Galois element " +
                                                                          std::to_string(key.galois) + ")";
-  const std::string fix = key.galois == 0 ? "ctx.relin_key(sk, level=" : "ctx.rotation_keys(sk, steps, level=";
+  // names the operation, not one language's call syntax (the C++ and Python APIs both take a key level)
+  const std::string fix = key.galois == 0 ? "relinearisation" : "rotation";
   fail(ErrorKind::Level, std::string(op) + ": the ciphertext is at level " + std::to_string(level) + " but the " +
                              what + " was generated for levels <= " + std::to_string(key.level) +
-                             "; generate the keys with level >= " + std::to_string(level) + " (" + fix +
-                             std::to_string(level) + ")), or drop the ciphertext to level " +
-                             std::to_string(key.level) + " first");
+                             "; generate the keys with level >= " + std::to_string(level) + " (the level of " + fix +
+                             "-key generation), or drop the ciphertext to level " + std::to_string(key.level) +
+                             " first");
 }
 
 std::vector<const u64*> expand_seeded_parts(const Context& ctx, const std::vector<Seed>& seeds, int beta,
@@ -77,8 +79,10 @@ std::vector<const u64*> expand_seeded_parts(const Context& ctx, const std::vecto
   return parts;
 }
 
-void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
-                       const std::vector<uint32_t>* perm, Poly& u0, Poly& u1) {
+namespace {
+// key_inner_product into u0, u1 of (d.level + 1 + K) limbs each, every entry written.
+void key_inner_product_into(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
+                            const std::vector<uint32_t>* perm, u64* u0, u64* u1) {
   const size_t n = ctx.n();
   const int level = d.level, K = ctx.num_p(), E = level + 1 + K;
   const int beta = (int)d.digits.size();
@@ -102,8 +106,6 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   } else if (!seeded) {
     for (int t = 0; t < beta; ++t) ka[t] = key.a[t].data();
   }
-  u0.resize((size_t)E * n);  // every entry is written below
-  u1.resize((size_t)E * n);
   const uint32_t* pm = perm ? perm->data() : nullptr;
 #pragma omp parallel for schedule(dynamic, 1) firstprivate(ka)  // limbs differ in cost (AVX2: double precision below 2^46)
   for (int job = 0; job < E * S; ++job) {
@@ -124,8 +126,8 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
         ka[t] = dst - i0 - ko;
       }
     }
-    u64* __restrict o0 = u0.data() + dof;
-    u64* __restrict o1 = u1.data() + dof;
+    u64* __restrict o0 = u0 + dof;
+    u64* __restrict o1 = u1 + dof;
     {  // AVX-512 / AVX2 kernel when the active SIMD path has one (ring/keyip.h)
       std::vector<const u64*> xs(beta), kbs(beta), kas(beta);
       for (int t = 0; t < beta; ++t) {
@@ -182,18 +184,42 @@ void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey
   }
 }
 
+}  // namespace
+
+void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
+                       const std::vector<uint32_t>* perm, Poly& u0, Poly& u1) {
+  const size_t len = (size_t)(d.level + 1 + ctx.num_p()) * ctx.n();
+  u0.resize(len);
+  u1.resize(len);
+  key_inner_product_into(ctx, d, key, perm, u0.data(), u1.data());
+}
+
+void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
+                       const std::vector<uint32_t>* perm, ScratchBuf& u0, ScratchBuf& u1) {
+  const size_t len = (size_t)(d.level + 1 + ctx.num_p()) * ctx.n();
+  if (u0.size() != len) u0 = ScratchBuf(ctx.scratch(), len);
+  if (u1.size() != len) u1 = ScratchBuf(ctx.scratch(), len);
+  key_inner_product_into(ctx, d, key, perm, u0.data(), u1.data());
+}
+
 void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>& us, const std::vector<Poly*>& outs,
                   const std::vector<const u64*>& add_to) {
+  std::vector<const u64*> raw(us.size());
+  for (size_t m = 0; m < us.size(); ++m) raw[m] = us[m]->data();
+  moddown_many_raw(ctx, level, raw, outs, add_to);
+}
+
+void moddown_many_raw(const Context& ctx, int level, const std::vector<const u64*>& us, const std::vector<Poly*>& outs,
+                      const std::vector<const u64*>& add_to) {
   const size_t n = ctx.n();
   const int K = ctx.num_p(), cnt = (int)us.size();
   // the P limbs of every input to coefficient form, in one parallel loop
-  ScratchPoly pc((size_t)cnt * K * n);
+  ScratchBuf pc(ctx.scratch(), (size_t)cnt * K * n);
   for (int m = 0; m < cnt; ++m)
-    std::copy(us[m]->begin() + (size_t)(level + 1) * n, us[m]->begin() + (size_t)(level + 1 + K) * n,
-              pc.begin() + (size_t)m * K * n);
+    std::copy(us[m] + (size_t)(level + 1) * n, us[m] + (size_t)(level + 1 + K) * n, pc.data() + (size_t)m * K * n);
 #pragma omp parallel for schedule(static)
   for (int j = 0; j < cnt * K; ++j) ctx.ntt(ctx.p_index(j % K)).inverse(pc.data() + (size_t)j * n);
-  ScratchPoly conv((size_t)cnt * (level + 1) * n);
+  ScratchBuf conv(ctx.scratch(), (size_t)cnt * (level + 1) * n);
   std::vector<int> targets(level + 1);
   for (int i = 0; i <= level; ++i) targets[i] = i;
   for (int m = 0; m < cnt; ++m) {
@@ -211,7 +237,7 @@ void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>&
     u64* c = conv.data() + (size_t)job * n;
     ctx.ntt(i).forward(c);
     const u64 pinv = ctx.p_inv_mod_q(i), pinvp = ring::shoup_precompute(pinv, q.q);
-    ring::sub_mul_shoup_vec(us[m]->data() + (size_t)i * n, c, pinv, pinvp, q.q,
+    ring::sub_mul_shoup_vec(us[m] + (size_t)i * n, c, pinv, pinvp, q.q,
                             add_to[m] ? add_to[m] + (size_t)i * n : nullptr, outs[m]->data() + (size_t)i * n, n);
   }
 }
@@ -224,15 +250,18 @@ void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>&
 // ModDown then rescale. (A single base conversion from {q_l} ∪ P would be as cheap but adds an
 // integer error of up to (|P| + 1)/2 at the output scale: measured 0.8 bit worse.)
 void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]) {
+  const u64* const raw[2] = {u[0]->data(), u[1]->data()};
+  moddown_rescale(ctx, l, raw, out);
+}
+
+void moddown_rescale(const Context& ctx, int l, const u64* const u[2], Poly* out[2]) {
   const size_t n = ctx.n();
   const int K = ctx.num_p();
   // limbs P then q_l of both polynomials, to coefficient form
-  ScratchPoly low((size_t)2 * (K + 1) * n);
+  ScratchBuf low(ctx.scratch(), (size_t)2 * (K + 1) * n);
   for (int j = 0; j < 2; ++j) {
-    std::copy(u[j]->begin() + (size_t)(l + 1) * n, u[j]->begin() + (size_t)(l + 1 + K) * n,
-              low.begin() + (size_t)j * (K + 1) * n);
-    std::copy(u[j]->begin() + (size_t)l * n, u[j]->begin() + (size_t)(l + 1) * n,
-              low.begin() + (size_t)(j * (K + 1) + K) * n);
+    std::copy(u[j] + (size_t)(l + 1) * n, u[j] + (size_t)(l + 1 + K) * n, low.data() + (size_t)j * (K + 1) * n);
+    std::copy(u[j] + (size_t)l * n, u[j] + (size_t)(l + 1) * n, low.data() + (size_t)(j * (K + 1) + K) * n);
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (int job = 0; job < 2 * (K + 1); ++job) {
@@ -240,7 +269,7 @@ void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]) 
     ctx.ntt(m < K ? ctx.p_index(m) : l).inverse(low.data() + (size_t)job * n);
   }
   // conv_i = FBC_P(u) for i <= l, coefficient form; r_j limbs 0..l-1 hold conv_i, w_l the q_l one
-  ScratchPoly wl((size_t)2 * n);
+  ScratchBuf wl(ctx.scratch(), (size_t)2 * n);
   std::vector<int> targets(l + 1);
   for (int i = 0; i <= l; ++i) targets[i] = i;
   for (int j = 0; j < 2; ++j) {
@@ -275,7 +304,7 @@ void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]) 
     ring::centred_lift_vec(wl.data() + (size_t)j * n, ql.q, qi, lift.data(), n);
     ring::add_mul_shoup_vec(r, lift.data(), pm, pmp, qi, r, n);
     ctx.ntt(i).forward(r);
-    ring::sub_mul_shoup_vec(u[j]->data() + (size_t)i * n, r, inv[i], invp[i], qi, nullptr, r, n);
+    ring::sub_mul_shoup_vec(u[j] + (size_t)i * n, r, inv[i], invp[i], qi, nullptr, r, n);
   }
 }
 
@@ -285,9 +314,9 @@ void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64*
 
 void key_switch(const Context& ctx, const u64* d_ntt, int level, const SwitchKey& key, Poly& k0, Poly& k1) {
   ModUpDigits d = modup(ctx, d_ntt, level);
-  Poly u0, u1;
+  ScratchBuf u0, u1;
   key_inner_product(ctx, d, key, nullptr, u0, u1);
-  moddown_many(ctx, level, {&u0, &u1}, {&k0, &k1}, {nullptr, nullptr});
+  moddown_many_raw(ctx, level, {u0.data(), u1.data()}, {&k0, &k1}, {nullptr, nullptr});
 }
 
 }  // namespace hemlp

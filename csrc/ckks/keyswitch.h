@@ -9,28 +9,14 @@
 #include <vector>
 
 #include "ckks/objects.h"
+#include "ckks/scratch.h"  // ScratchPoly, ScratchBuf (the buffers below come from ctx.scratch())
 
 namespace hemlp {
 
-// std::allocator that leaves new elements uninitialised (resize does not zero-fill): for
-// scratch buffers whose every entry is written before it is read.
-template <class T>
-struct UninitAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind { using other = UninitAllocator<U>; };
-  UninitAllocator() = default;
-  template <class U>
-  UninitAllocator(const UninitAllocator<U>&) {}
-  template <class U>
-  void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) { ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...); }
-};
-using ScratchPoly = std::vector<u64, UninitAllocator<u64>>;
 
 struct ModUpDigits {
   int level = 0;
-  std::vector<ScratchPoly> digits;  // each (level+1+K) limbs, NTT form
+  std::vector<ScratchBuf> digits;  // each (level+1+K) limbs, NTT form; from the context's scratch pool
 };
 
 ModUpDigits modup(const Context& ctx, const u64* d_ntt, int level);
@@ -49,6 +35,10 @@ void check_key_level(const SwitchKey& key, int level, const char* op);
 // d.level <= key.level (checked).
 void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
                        const std::vector<uint32_t>* perm, Poly& u0, Poly& u1);
+// The same into pooled buffers (taken from ctx.scratch() unless they already have the size: reused across a
+// hoisted set of rotations).
+void key_inner_product(const Context& ctx, const ModUpDigits& d, const SwitchKey& key,
+                       const std::vector<uint32_t>* perm, ScratchBuf& u0, ScratchBuf& u1);
 
 // out = round(u / P) over Q_l (u has level+1+K limbs, NTT form); out gets level+1 limbs.
 // With add_to (level+1 limbs), out = add_to + round(u / P); out may be the same vector as add_to.
@@ -57,10 +47,15 @@ void moddown(const Context& ctx, const Poly& u, int level, Poly& out, const u64*
 // add_to[m] may be null.
 void moddown_many(const Context& ctx, int level, const std::vector<const Poly*>& us, const std::vector<Poly*>& outs,
                   const std::vector<const u64*>& add_to);
+// The same with the inputs as raw limb arrays (pooled buffers). Another name: a braced list of pointers would also
+// match the other overload's iterator-pair constructor.
+void moddown_many_raw(const Context& ctx, int level, const std::vector<const u64*>& us, const std::vector<Poly*>& outs,
+                      const std::vector<const u64*>& add_to);
 
 // out[j] = round(u[j] / (P q_l)) over Q_{l-1} (u[j]: l+1+K limbs, NTT form; out[j] gets l limbs): the ModDown
 // of a Q_l ∪ P accumulator fused with the rescale by q_l, rounded exactly in the q_l step (as a separate
 // rescale would), l + 1 NTTs per polynomial cheaper than ModDown then rescale.
+void moddown_rescale(const Context& ctx, int l, const u64* const u[2], Poly* out[2]);
 void moddown_rescale(const Context& ctx, int l, const Poly* u[2], Poly* out[2]);
 
 // Full key switch of one polynomial (level+1 limbs, NTT): returns (k0, k1) over Q_level.

@@ -210,7 +210,7 @@ std::vector<SwitchKey> ms_conversion_keys(const Context& ctx, const SecretKey& s
 std::vector<Ciphertext> ms_to_rlwe(const Context& ctx, const MsCiphertext& ct, const std::vector<SwitchKey>& keys) {
   if (keys.size() != ct.b.size())
     fail(ErrorKind::MissingKey, "MSRLWE -> RLWE needs one conversion key per chunk (" + std::to_string(ct.b.size()) +
-                                    "); make them with linalg.conversion_keys(ctx, sk, msk)");
+                                    "); generate them from the secret key and the multi-secret key (conversion_keys)");
   for (auto& k : keys)
     if (k.param_hash != ctx.hash64()) fail(ErrorKind::ContextMismatch, "conversion key of another parameter set");
   const size_t n = ctx.n();

@@ -20,7 +20,8 @@ import numpy as np
 
 from hemlp import _core
 from hemlp.errors import (ContextMismatchError, EncodingError, InsecureParametersError, InsecureParametersWarning,
-                          MissingKeyError, ParameterError, ShapeError, UnsafeDecryptionWarning, warn_always)
+                          LevelError, MissingKeyError, ParameterError, ShapeError, UnsafeDecryptionWarning,
+                          warn_always)
 from hemlp.fhe.objects import Ciphertext, GaloisKeys, Plaintext, PublicKey, RelinKey, SecretKey, from_bytes
 from hemlp.fhe.params import DECRYPT_NOISE_MODES, NOISE_CODES, FloodSpec, Params, default_decrypt_noise
 
@@ -315,7 +316,23 @@ class Context:
         else:
             pt = self._as_plain(a, b, float(self.modulus(a.level)))
             out = self._e.mul_plain(self._ct(a), self._unwrap(pt, Plaintext, "plaintext"))
-        return self._w(Ciphertext, self._e.rescale(out) if rescale else out)
+        if rescale:
+            self._e.rescale_inplace(out)   # the product is this call's own: no second copy
+        return self._w(Ciphertext, out)
+
+    def mul_plain_inplace(self, a: Ciphertext, b, rescale: bool = False) -> Ciphertext:
+        """a *= b in a's own memory for b a Plaintext, array or scalar (encoded as mul encodes it); returns a. The
+        checks of mul come first: a is unchanged when they raise. rescale=True then rescales a in place."""
+        if isinstance(b, Ciphertext):
+            raise TypeError("mul_plain_inplace multiplies by a plaintext, array or scalar; use mul for ciphertexts")
+        if rescale and a.level == 0:   # checked before the product, which would already have changed a
+            raise LevelError("mul_plain_inplace: rescale=True at level 0, no modulus left to divide by; choose a "
+                             "parameter set with more levels (a deeper preset) or bootstrap")
+        pt = self._as_plain(a, b, float(self.modulus(a.level)))
+        self._e.mul_plain_inplace(self._ct(a), self._unwrap(pt, Plaintext, "plaintext"))
+        if rescale:
+            self._e.rescale_inplace(self._ct(a))
+        return a
 
     def mul_integer(self, a: Ciphertext, k: int) -> Ciphertext:
         """a * k for an integer k: exact, no scale change, no level used."""
@@ -344,6 +361,11 @@ class Context:
         """Divide by the top prime q_level: level - 1, scale / q_level."""
         return self._w(Ciphertext, self._e.rescale(self._ct(a)))
 
+    def rescale_inplace(self, a: Ciphertext) -> Ciphertext:
+        """rescale into a's own memory (level - 1, scale / q_level); returns a, unchanged when it raises."""
+        self._e.rescale_inplace(self._ct(a))
+        return a
+
     def drop_level(self, a: Ciphertext, level: int) -> Ciphertext:
         """Discard primes down to `level` (no scale change)."""
         return self._w(Ciphertext, self._e.drop_to_level(self._ct(a), int(level)))
@@ -354,7 +376,8 @@ class Context:
         k = round(scale * q / a.scale)
         if not 1 <= k < (1 << 62):
             raise EncodingError("set_scale: the scale ratio is out of range for one multiply-and-rescale step")
-        c = self._e.rescale(self._e.mul_integer(self._ct(a), k))
+        c = self._e.mul_integer(self._ct(a), k)
+        self._e.rescale_inplace(c)
         return self._w(Ciphertext, self._e.with_scale(c, float(scale)))
 
     def rotate(self, a: Ciphertext, step: int, keys: GaloisKeys) -> Ciphertext:
@@ -363,6 +386,15 @@ class Context:
             raise MissingKeyError(f"rotate needs rotation keys: ctx.rotation_keys(sk, [{step}])")
         g = self._e.galois_element(int(step))
         return self._w(Ciphertext, self._e.apply_galois(self._ct(a), g, self._unwrap(keys, GaloisKeys, "Galois keys")))
+
+    def rotate_inplace(self, a: Ciphertext, step: int, keys: GaloisKeys) -> Ciphertext:
+        """rotate into a's own memory (its temporaries come from the context's scratch pool); returns a, unchanged
+        when it raises."""
+        if keys is None:
+            raise MissingKeyError(f"rotate needs rotation keys: ctx.rotation_keys(sk, [{step}])")
+        g = self._e.galois_element(int(step))
+        self._e.apply_galois_inplace(self._ct(a), g, self._unwrap(keys, GaloisKeys, "Galois keys"))
+        return a
 
     def rotate_hoisted(self, a: Ciphertext, steps, keys: GaloisKeys) -> list:
         """Several rotations of one ciphertext sharing one decomposition + ModUp (hoisting)."""

@@ -23,8 +23,8 @@ __all__ = ["Params", "FloodSpec", "DECRYPT_NOISE_MODES", "NOISE_CODES", "set_def
 #: decryptions); "flood" adds sigma = sqrt(12 tau) 2^(s/2) t (Li–Micciancio–Schultz–Sorrell, provable when t is a
 #: true bound); "none" decrypts exactly (tests only).
 DECRYPT_NOISE_MODES = ("standard", "flood", "none")
-#: the native decrypt's code for each mode
-NOISE_CODES = {"none": 0, "standard": 1, "flood": 2}
+#: the native decrypt's mode for each (hemlp._core.DecryptMode; the integers 0 / 1 / 2 it stands for are accepted too)
+NOISE_CODES = {"none": _core.DecryptMode.none, "standard": _core.DecryptMode.standard, "flood": _core.DecryptMode.flood}
 _default_decrypt_noise = "standard"
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from hemlp import _core
 from hemlp.fhe import Ciphertext, Context
 
 __all__ = ["retag", "mul_monomial"]
 
-_ENC = {"slot": 0, "coeff": 1}
+_ENC = {"slot": _core.Encoding.slot, "coeff": _core.Encoding.coeff}
 
 
 def retag(ctx: Context, ct: Ciphertext, *, slots: int | None = None, encoding: str | None = None,

@@ -64,7 +64,7 @@ def product(U: np.ndarray, C: CtMatrix, keys, weight_bits: int, bias, rescale: b
     raw = _core.pcmm_mlwe(ctx.native, plan, [c.native for c in C.cts], k, int(K), float(delta * K), keys.native)
     cts = [ctx.wrap(Ciphertext, o) for o in raw]
     if rescale:
-        cts = [ctx.rescale(c) for c in cts]
+        cts = [ctx.rescale_inplace(c) for c in cts]
     if bias is not None:
         b = np.zeros(rows_out)
         bb = np.asarray(bias, dtype=np.float64).reshape(-1)

@@ -164,7 +164,7 @@ def _assemble(C, out: np.ndarray, scale: float, bias, rescale: bool = True) -> l
             obj = ctx.native.import_ciphertext([out[r, j, 0], out[r, j, 1]], level, scale, ref.slots, ref.encoding,
                                            ref.is_complex, ref.key_id, None)
             ct = ctx.wrap(Ciphertext, obj)
-            cts.append(ctx.rescale(ct) if rescale else ct)
+            cts.append(ctx.rescale_inplace(ct) if rescale else ct)
     if b is not None:
         cts = [ctx.add(ct, float(b[idx // ncols])) for idx, ct in enumerate(cts)]
     return cts
