@@ -41,7 +41,15 @@ def main(argv=None) -> int:
     ap.add_argument("--encrypted", type=int, default=0, help="exact test images to run encrypted, one at a time")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--resume", action="store_true", help="continue the --json file's run (same compiled model)")
     args = ap.parse_args(argv)
+    import json
+
+    old = None
+    if args.resume:
+        if not args.json or not Path(args.json).exists():
+            raise SystemExit("--resume needs an existing --json file to continue")
+        old = json.loads(Path(args.json).read_text())
 
     import torch
 
@@ -94,18 +102,23 @@ def main(argv=None) -> int:
             save_json(args.json, "resnet20-report", dict(rep, complete=complete), machine=machine_info())
 
     rep["measured"] = True
+    rep["model_id"] = cm.model_id
+    if old is not None:
+        if old.get("model_id") != cm.model_id or old.get("n") != n:
+            raise SystemExit(f"--resume: {args.json} is a run of compiled model {old.get('model_id')} on "
+                             f"{old.get('n')} images, this is {cm.model_id} on {n}: rerun without --resume")
+        keep = ("compile_seconds", "compile_peak_rss_gib", "peak_rss_before_compile_gib", "plan", "simulate_seconds",
+                "simulated_with", "simulated_accuracy", "top1_agreement", "encrypted")
+        rep.update({k: old[k] for k in keep if k in old})
+        rep["resumed"] = old.get("resumed", 0) + 1
+        return encrypt_images(args, cm, x, d, logits, rep, save, set(r["index"] for r in rep.get("encrypted", [])))
     save(False)
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        # the plan's lowered steps on every image, bootstraps exact (their layout-(A) range model does not apply to
-        # a packed plan): the same values as the layout's slot program up to its separately rounded diagonals (~1e-6
-        # relative) and the bootstraps' ~2^-22 error, at a fraction of the time; the layout's own simulate (bootstrap
-        # errors included) runs on the encrypted images below
-        from hemlp.runtime.local import simulate as simulate_steps
-
-        y_sim = np.asarray(simulate_steps(cm.steps, x.reshape(n, -1).T, cm.weight_bits, bootstraps=False),
-                           dtype=np.float64).T
+    # the plan's lowered steps on every image, bootstraps exact (their layout-(A) range model does not apply to a
+    # packed plan): the same values as the layout's slot program up to its separately rounded diagonals (~1e-6
+    # relative) and the bootstraps' ~2^-22 error, at a fraction of the time; the layout's own simulate (bootstrap
+    # errors included) runs on the encrypted images
+    y_sim = simulate_steps_rows(cm, x)
     rep["simulate_seconds"] = time.perf_counter() - t0
     rep["simulated_with"] = "the plan's lowered steps (hemlp.runtime.local.simulate), bootstraps exact"
     rep["simulated_accuracy"] = float(np.mean(y_sim.argmax(1) == d.y[:n]))
@@ -113,21 +126,39 @@ def main(argv=None) -> int:
     print(f"simulated: accuracy {rep['simulated_accuracy']:.2%}, agreement with torch {rep['top1_agreement']:.2%}",
           flush=True)
     save(False)
-    if args.encrypted:
+    return encrypt_images(args, cm, x, d, logits, rep, save, set())
+
+
+def simulate_steps_rows(cm, x):
+    """The plan's lowered steps on images x (n, 3, 32, 32), bootstraps exact: (n, 10) logits."""
+    from hemlp.runtime.local import simulate as simulate_steps
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(simulate_steps(cm.steps, x.reshape(len(x), -1).T, cm.weight_bits, bootstraps=False),
+                          dtype=np.float64).T
+
+
+def encrypt_images(args, cm, x, d, logits, rep, save, done: set) -> int:
+    """Run the first --encrypted exact images encrypted, one request each (those in `done` are skipped), saving the
+    JSON after each."""
+    todo = [i for i in range(min(args.encrypted, len(x))) if i not in done]
+    if todo:
         sk, keys = cm.keygen()
-        runs = []
-        for i in range(min(args.encrypted, n)):
+        runs = list(rep.get("encrypted", []))
+        for i in todo:
             t0, c0 = time.perf_counter(), time.process_time()
             y = cm.decrypt(cm.run(cm.encrypt(x[i:i + 1], sk), keys), sk).reshape(-1)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             y_lay = np.asarray(cm.simulate(x[i:i + 1]), dtype=np.float64).reshape(-1)
+            y_sim = simulate_steps_rows(cm, x[i:i + 1]).reshape(-1)
             runs.append(dict(index=i, seconds=seconds, cpu_seconds=cpu,
-                             encrypted_top1=int(y.argmax()), simulated_top1=int(y_sim[i].argmax()),
+                             encrypted_top1=int(y.argmax()), simulated_top1=int(y_sim.argmax()),
                              layout_simulated_top1=int(y_lay.argmax()),
                              max_abs_error_vs_layout_simulate=float(np.max(np.abs(y - y_lay))),
                              plaintext_top1=int(logits[i].argmax()), label=int(d.y[i])))
             print(runs[-1], flush=True)
-            rep["encrypted"] = runs
+            rep["encrypted"] = sorted(runs, key=lambda r: r["index"])
             save(False)
     save(True)
     return 0
