@@ -8,12 +8,16 @@ too, in this one function. ``lint_steps`` checks a lowered program's invariants;
 ``lint_pass`` when ``HEMLP_LINT_STEPS=1`` (the test suite sets it), so a broken pass is named where it happens.
 
 A foundation module (it imports only hemlp.errors), so the planner, the compiler, the layouts and the runtimes all
-name ops from here. docs/extending.md adds an op end to end.
+name ops from here. Each op's metadata is a typed dataclass (INFO: PcmmInfo, MatmulInfo, AffineInfo, RefreshInfo).
+docs/extending.md adds an op end to end.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
+from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Optional
 
 import numpy as np
 
@@ -21,7 +25,8 @@ from hemlp.errors import LevelError, ShapeError, UnsupportedOpError
 
 __all__ = ["StepOp", "CT_PRODUCT_OPS", "ACT_OPS", "ELEMENTWISE_OPS", "REFRESH_OPS", "PRODUCT_PAIR_OPS",
            "UNTIMED_OPS", "UNCHECKED_LEVEL_OPS", "SHARED_VALUE_OPS", "MATRIX_OPS", "OP_NAMES", "ARITY", "Unsupported",
-           "handler", "check_table", "lint_steps", "lint_pass", "LINT_ENV"]
+           "handler", "check_table", "lint_steps", "lint_pass", "LINT_ENV", "StepInfo", "PcmmInfo", "MatmulInfo",
+           "AffineInfo", "RefreshInfo", "INFO", "step_info"]
 
 
 class StepOp(StrEnum):
@@ -65,6 +70,154 @@ MATRIX_OPS = (StepOp.PCMM, StepOp.MAMBO)
 OP_NAMES = frozenset(str(o) for o in StepOp)
 #: the values each op reads (every other op reads one)
 ARITY = {StepOp.INPUT: 0, StepOp.ADD: 2, StepOp.MUL: 2, StepOp.MATMUL: 2}
+
+
+# ---------------------------------------------------------------------------------------
+# typed step metadata
+# ---------------------------------------------------------------------------------------
+
+_FIELD_NAMES: dict = {}     # StepInfo class -> its field names (every attribute write checks them)
+
+
+@dataclass(eq=False, repr=False)
+class StepInfo(MutableMapping):
+    """A step's metadata: one dataclass per op family (INFO), its fields typed and documented, None when not set.
+
+    The fields are also a mapping of the set ones, in the order they were set (``info["k"]``, ``info.get("k", 1)``,
+    ``"k" in info``, ``dict(info)``, ``to_json()``: what Step.meta() saves), so the passes that read or write metadata
+    by name keep working; a name the op's family does not declare is a KeyError (an AttributeError as an attribute)
+    instead of a new free-form entry. The base class, for ops that carry none, has no field."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "_set", {f.name: None for f in fields(self) if getattr(self, f.name) is not None})
+
+    @classmethod
+    def names(cls) -> frozenset:
+        """The family's field names."""
+        names = _FIELD_NAMES.get(cls)
+        if names is None:
+            names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+        return names
+
+    @classmethod
+    def of(cls, data) -> "StepInfo":
+        """From a mapping (a dict of saved metadata, another StepInfo): exactly its keys set, in its order."""
+        unknown = [k for k in data if k not in cls.names()]
+        if unknown:
+            raise KeyError(f"{cls.__name__} has no field {unknown[0]!r} (fields: {sorted(cls.names())})")
+        info = cls(**dict(data))
+        object.__setattr__(info, "_set", dict.fromkeys(data))
+        return info
+
+    def __setattr__(self, name, value):
+        if name not in self.names():
+            raise AttributeError(f"{type(self).__name__} has no field {name!r} (fields: {sorted(self.names())})")
+        object.__setattr__(self, name, value)
+        set_ = self.__dict__.get("_set")
+        if set_ is not None:            # None while the dataclass __init__ runs: __post_init__ counts those
+            set_[name] = None
+
+    def __getitem__(self, key):
+        if key not in self._set:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key, value):
+        if key not in self.names():
+            raise KeyError(f"{type(self).__name__} has no field {key!r} (fields: {sorted(self.names())})")
+        setattr(self, key, value)
+
+    def __delitem__(self, key):
+        if key not in self._set:
+            raise KeyError(key)
+        del self._set[key]
+        object.__setattr__(self, key, None)
+
+    def __iter__(self):
+        return iter(list(self._set))
+
+    def __len__(self) -> int:
+        return len(self._set)
+
+    def to_json(self) -> dict:
+        """The set fields as a dict (what plan.json holds)."""
+        return {k: getattr(self, k) for k in self._set}
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.to_json()})"
+
+
+@dataclass(eq=False, repr=False)
+class PcmmInfo(StepInfo):
+    """A PCMM's metadata (hemlp.compiler.lower; compile)."""
+    in_shape: Optional[list] = None       # a conv / average pool: its input's per-sample shape (C, H, W)
+    out_shape: Optional[list] = None      # ... and its output's (layout (P) builds its diagonals from the structure)
+    folded_affine: Optional[str] = None   # the activation whose input map alpha x + beta is folded into the weights
+    rescale: Optional[bool] = None        # False: the last PCMM runs without its rescale (final_rescale=False)
+    weight_bits: Optional[int] = None     # that PCMM's weight bits (they keep its output under q_0)
+
+
+@dataclass(eq=False, repr=False)
+class MatmulInfo(StepInfo):
+    """A ciphertext x ciphertext matrix product's operand shapes (per sample, (..., m, k) @ (..., k, n))."""
+    a_shape: Optional[list] = None
+    b_shape: Optional[list] = None
+
+
+@dataclass(eq=False, repr=False)
+class AffineInfo(StepInfo):
+    """An affine step's metadata."""
+    note: Optional[str] = None            # why it is a step of its own (printed in the plan)
+
+
+@dataclass(eq=False, repr=False)
+class RefreshInfo(StepInfo):
+    """A bootstrap's or a MaMBo step's metadata: its placement (hemlp.planner.bootstrap_placement, written by
+    hemlp.layouts.batch_bootstrap.apply_placement or a layout's own placement), its pipeline (the bootstrap lowering)
+    and the MaMBo fusion."""
+    # the placement
+    value: Optional[str] = None           # the value refreshed
+    before: Optional[str] = None          # the step it is refreshed for
+    scale_factor: Optional[float] = None  # c: the values are divided by c before the refresh and multiplied back after
+    noise_bits: Optional[float] = None    # the refreshed values' precision (the plaintext simulation's error)
+    seed: Optional[int] = None            # the plaintext simulation's error seed
+    slots: Optional[int] = None           # the slots the bootstrapper refreshes (sparse when below N/2)
+    ciphertexts: Optional[int] = None     # ciphertexts refreshed
+    bootstraps: Optional[int] = None      # bootstrapping calls
+    seconds: Optional[float] = None       # the estimate of those calls
+    cost_source: Optional[str] = None     # where that estimate comes from
+    level_after: Optional[int] = None     # layout (A'): the level its refresh lands at
+    # the pipeline
+    order: Optional[str] = None           # "cts_first" (single bootstraps) or "s2c_first" (batched, MaMBo)
+    kind: Optional[str] = None            # "single", "batched" or "mambo"
+    k: Optional[int] = None               # ciphertexts per batched call
+    family: Optional[str] = None          # the pipeline family's label
+    reason: Optional[str] = None          # why this refresh runs so
+    single_seconds: Optional[float] = None    # the estimates of the alternatives
+    batched_seconds: Optional[float] = None
+    mambo_seconds: Optional[float] = None
+    lowering: Optional[str] = None        # why the plan runs this family
+    family_totals: Optional[dict] = None  # every family's total estimate (or why it was not planned)
+    # MaMBo: the PCMM fused into the refresh
+    pcmm: Optional[str] = None
+    pcmm_level: Optional[int] = None
+
+
+#: every step op's metadata class (StepInfo: none)
+INFO = {op: StepInfo for op in StepOp} | {StepOp.PCMM: PcmmInfo, StepOp.MATMUL: MatmulInfo,
+                                         StepOp.AFFINE: AffineInfo, StepOp.BOOTSTRAP: RefreshInfo,
+                                         StepOp.MAMBO: RefreshInfo}
+
+
+def step_info(op, info):
+    """info (a mapping, a StepInfo or None) as op's metadata class; a step of an unknown op keeps what it was given
+    (lint_steps and every handler refuse the op itself)."""
+    cls = INFO.get(op)
+    if cls is None:
+        return {} if info is None else info
+    if type(info) is cls:
+        return info
+    return cls.of({} if info is None else info)
 
 
 class Unsupported:

@@ -26,8 +26,8 @@ import numpy as np
 
 from hemlp.compiler.activations import ActPoly
 from hemlp.compiler.ir import Graph, Op, avgpool_matrix, conv2d_index, dense_conv_weight
-from hemlp.errors import UnsupportedError
-from hemlp.step_ops import StepOp, lint_pass
+from hemlp.errors import SerializationError, UnsupportedError
+from hemlp.step_ops import StepInfo, StepOp, lint_pass, step_info
 
 
 @dataclass
@@ -45,7 +45,10 @@ class Step:
     beta: Optional[np.ndarray] = None
     level_in: Optional[int] = None
     level_out: Optional[int] = None
-    info: dict = field(default_factory=dict)
+    info: StepInfo = field(default_factory=dict)   # the op's typed metadata (hemlp.step_ops.INFO); a dict converts
+
+    def __post_init__(self):
+        self.info = step_info(self.op, self.info)
 
     def arrays(self) -> dict:
         return {k: getattr(self, k) for k in ("U", "index", "bias", "alpha", "beta") if getattr(self, k) is not None}
@@ -53,13 +56,18 @@ class Step:
     def meta(self) -> dict:
         return dict(op=self.op, out=self.out, inputs=list(self.inputs), rows=self.rows, node=self.node,
                     act=None if self.act is None else self.act.to_json(), level_in=self.level_in,
-                    level_out=self.level_out, info=self.info)
+                    level_out=self.level_out, info=dict(self.info))
 
     @classmethod
     def from_meta(cls, meta: dict, arrays: dict) -> "Step":
+        try:
+            info = step_info(meta["op"], dict(meta.get("info", {})))
+        except KeyError as exc:       # a key this version's metadata classes do not declare
+            raise SerializationError(f"step {meta.get('out')!r}: {exc.args[0]}; the plan comes from another hemlp "
+                                     "version: recompile the model with this one") from None
         s = cls(meta["op"], meta["out"], list(meta["inputs"]), int(meta["rows"]), meta.get("node", ""),
                 act=None if meta.get("act") is None else ActPoly.from_json(meta["act"]),
-                level_in=meta.get("level_in"), level_out=meta.get("level_out"), info=dict(meta.get("info", {})))
+                level_in=meta.get("level_in"), level_out=meta.get("level_out"), info=info)
         for k, v in arrays.items():
             setattr(s, k, v)
         return s
