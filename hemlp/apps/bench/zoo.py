@@ -45,6 +45,9 @@ def add_arguments(p) -> None:
                         "calibration and test images (0: seeded random initialisation)")
     p.add_argument("--frontends", default="torch,onnx")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per model and frontend")
+    p.add_argument("--server-memory", default="auto",
+                   help="compile's server_memory: 'auto' (this machine's), bytes, or 'none' (no limit: plans a "
+                        "larger server would run are compiled and simulated here, their estimate recorded)")
     p.add_argument("--json", default=None)
 
 
@@ -159,8 +162,11 @@ def one(name: str, frontend: str, args) -> dict:
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        budget = getattr(args, "server_memory", "auto")
+        budget = None if str(budget).lower() == "none" else budget if budget == "auto" else int(budget)
         cm = hemlp.compile(src, x_cal[:1], calibration=x_cal, batch_size=1, bootstrap=True, preset=args.preset,
-                           target_agreement=args.target, allow_insecure=args.preset.startswith("test-"))
+                           target_agreement=args.target, allow_insecure=args.preset.startswith("test-"),
+                           server_memory=budget)
     compile_s = time.perf_counter() - t0
     peak = report_rss()
     info = cm.plan.info
@@ -176,6 +182,8 @@ def one(name: str, frontend: str, args) -> dict:
                 activations=[a["schedule"] or a["degree"] for a in fit.get("activations", [])],
                 calibration_agreement=fit.get("agreement"), search_seconds=fit.get("search_seconds"),
                 bootstrap_points=len(boot.get("placements", [])), estimated_seconds=boot.get("total_seconds"),
+                server_memory_budget=budget,
+                estimated_server_gib=(info.get("resources") or {}).get("server_memory_bytes", 0) / 2 ** 30,
                 agreement=float(np.mean(y.argmax(1) == logits.argmax(1))),
                 simulated_accuracy=float(np.mean(y.argmax(1) == y_te)),
                 plaintext_accuracy=float(np.mean(logits.argmax(1) == y_te)))
@@ -236,12 +244,13 @@ def _print(rows, preset: str) -> None:
     body = []
     for r in rows:
         if "error" in r:
-            body.append([r["model"], r["frontend"], "error: " + r["error"][:60]] + [""] * 7)
+            body.append([r["model"], r["frontend"], "error: " + r["error"][:60]] + [""] * 8)
             continue
         body.append([r["model"], r["frontend"], f"{r['compile_seconds']:.0f}", f"{r['peak_rss_gib']:.2f}", r["layout"],
                      str(r["depth"]), str(r["bootstrap_points"]),
                      "" if r["estimated_seconds"] is None else f"{r['estimated_seconds']:.0f}",
+                     f"{r.get('estimated_server_gib', 0):.1f}",
                      f"{r['agreement']:.2%} of {r['test_images']}", f"{r['simulated_accuracy']:.2%}"])
     report.table(["model", "frontend", "compile s", "peak GiB", "layout", "depth", "boot points", "est. s/img",
-                  "agreement", "sim. accuracy"], body, title=f"hemlp zoo ({preset}, one thread)")
+                  "server GiB (est.)", "agreement", "sim. accuracy"], body, title=f"hemlp zoo ({preset}, one thread)")
 

@@ -17,7 +17,7 @@ def test_zoo_bench_rows(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "hemlp.bench", "zoo", "--data-root", str(tmp_path / "data"),
                         "--models", "lenet5", "--calibration", "100", "--test", "30", "--preset", "test-N12-boot",
-                        "--target", "0.5", "--json", str(out)], cwd=REPO, env=env, capture_output=True, text=True,
+                        "--target", "0.5", "--server-memory", "none", "--json", str(out)], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stdout.count("hemlp zoo (test-N12-boot, one thread)") == 1
@@ -28,6 +28,7 @@ def test_zoo_bench_rows(tmp_path):
         assert x["compile_seconds"] > 0 and x["peak_rss_gib"] >= x["rss_before_compile_gib"] > 0
         assert x["test_images"] == 30 and x["calibration_images"] == 100 and len(x["activations"]) == 4
         assert x["agreement"] >= 0.5 and x["bootstrap_points"] >= 1 and x["estimated_seconds"] > 0
+        assert x["server_memory_budget"] is None and x["estimated_server_gib"] > 0   # --server-memory none
 
 
 def test_zoo_bench_refuses_an_unknown_model(tmp_path):
