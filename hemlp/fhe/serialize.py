@@ -32,8 +32,9 @@ import numpy as np
 
 from hemlp.errors import ContextMismatchError, HemlpError, SerializationError
 
-__all__ = ["MAGIC", "VERSION", "READS", "TYPES", "pack", "pack_parts", "unsealed_parts", "PendingSeal", "sealed",
-           "seal_later", "unpack", "reading", "field", "check_context",
+__all__ = ["MAGIC", "VERSION", "READS", "TYPES", "NO_SEAL", "pack", "pack_parts", "unsealed_parts", "PendingSeal",
+           "sealed", "iter_sealed", "SealedStream", "seal_later", "Receiver", "Received", "header_end", "sha256",
+           "unpack", "reading", "field", "check_context",
            "peek_type", "peek_version", "read_legacy_artefact", "recompute_checksums", "seal_intact"]
 
 MAGIC = b"HEMLP\x00"
@@ -59,6 +60,9 @@ ARTEFACT_TYPES = ("eval_keys", "encrypted_batch", "encrypted_weights")
 _PREFIX = struct.Struct("<6sHB32sI")
 _MAX_HEADER = 1 << 24
 _ALIGN = 8
+#: the seal of a container nested in another whose SHA-256 covers it, when its writer leaves it unhashed (a reader
+#: never checks a nested seal; the enclosing header says so, e.g. an encrypted batch's "element_seals": false)
+NO_SEAL = bytes(32)
 #: containers at least this large are checksummed in a thread while their objects are parsed (hashlib releases
 #: the GIL): the SHA-256 pass and the native import then run on two cores
 _THREADED_CHECKSUM_BYTES = 1 << 22
@@ -132,13 +136,38 @@ def _digest(head: bytes, bufs: list) -> bytes:
 def sealed(head: bytes, bufs: list) -> list:
     """[head, *bufs, SHA-256 of their concatenation]: a container's parts, hashed in place (no join); a
     PendingSeal among bufs is replaced by its bytes once they are known."""
-    digest, out = hashlib.sha256(head), [head]
+    return list(iter_sealed(head, bufs))
+
+
+def iter_sealed(head: bytes, bufs: list):
+    """sealed()'s parts one at a time, each hashed just before it is handed out and the SHA-256 last: a sender
+    that writes each part as it comes sends while it hashes (the receiver reads, and hashes, meanwhile)."""
+    digest = hashlib.sha256(head)
+    yield head
     for b in bufs:
         if isinstance(b, PendingSeal):
             b = b.result()
         digest.update(b)
-        out.append(b)
-    return out + [digest.digest()]
+        yield b
+    yield digest.digest()
+
+
+class SealedStream:
+    """A container to send: ``nbytes`` (known before its SHA-256 is: a Content-Length) and, on iteration, its
+    parts as iter_sealed() hands them out (each time anew: a retried request iterates again)."""
+
+    def __init__(self, head: bytes, bufs: list):
+        self.head, self.bufs = head, bufs
+        self.nbytes = len(head) + sum(b.nbytes for b in bufs) + 32
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __iter__(self):
+        return iter_sealed(self.head, self.bufs)
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self)
 
 
 def seal_later(head: bytes, bufs: list, pool) -> list:
@@ -149,7 +178,136 @@ def seal_later(head: bytes, bufs: list, pool) -> list:
 
 def seal_intact(data: memoryview) -> bool:
     """Whether a sealed container's last 32 bytes are the SHA-256 of everything before them (read in place)."""
+    if isinstance(data, Received):
+        return data.seal_intact()
     return hashlib.sha256(data[:-32]).digest() == bytes(data[-32:])
+
+
+class Received:
+    """Bytes that arrived in pieces (a Receiver's): ``data``, a read-only view of them, and the SHA-256 of all but
+    their last 32 bytes, computed as they arrived. A sealed container's check (reading, unpack) compares that
+    digest with the seal instead of hashing the bytes a second time; nothing else can change the bytes after.
+    ``watcher``: the Receiver's watcher (what it made of the bytes as they came), or None."""
+
+    __slots__ = ("data", "watcher", "_head", "_tail")
+
+    def __init__(self, data: memoryview, head_sha, tail: bytes, watcher=None):
+        self.data, self.watcher, self._head, self._tail = data, watcher, head_sha, tail
+
+    def __len__(self) -> int:
+        return self.data.nbytes
+
+    def __bytes__(self) -> bytes:
+        return self.data.tobytes()
+
+    def __getitem__(self, index):
+        return self.data[index]
+
+    def seal_intact(self) -> bool:
+        """Whether the last 32 bytes are the SHA-256 of everything before them (as seal_intact(data))."""
+        return len(self) >= 32 and self._head.digest() == self._tail
+
+    def sha256(self) -> bytes:
+        """The SHA-256 of all the bytes."""
+        whole = self._head.copy()
+        whole.update(self._tail)
+        return whole.digest()
+
+
+def sha256(data) -> bytes:
+    """The SHA-256 of bytes (any buffer) or of a Received (from the digest it kept: no second pass)."""
+    return data.sha256() if isinstance(data, Received) else hashlib.sha256(data).digest()
+
+
+class Receiver:
+    """An HTTP body (or any bytes) taken in as it arrives: copied once into one buffer, and hashed piece by piece
+    meanwhile, all but the latest 32 bytes (a sealed container's seal, known only at the end), so that when the
+    last piece is in, its SHA-256 is too. size: the length announced (a Content-Length), preallocated; None: any
+    length (a chunked body). watcher (with a size): called as watcher(view, received) after each piece, view a
+    read-only view of the whole buffer of which the first `received` bytes are in, to parse the bytes while the
+    rest travels (hemlp.runtime.artifacts.BatchReader); it must not raise. finish() gives the Received."""
+
+    def __init__(self, size: int | None = None, watcher=None):
+        self.size = None if size is None else int(size)
+        self.received = 0
+        self._sha = hashlib.sha256()
+        self._tail = b""              # the latest bytes, up to 32, not hashed yet: they may be the seal
+        # not zero-filled (bytearray(n) would be): memory is committed only as bytes arrive, so a large announced
+        # size that never comes costs no resident memory
+        self._buf = memoryview(np.empty(self.size, np.uint8)) if self.size is not None else None
+        self._chunks: list = []
+        self.watcher = watcher if self.size is not None else None
+        self._watched = self._buf.toreadonly() if self.watcher is not None else None
+
+    def _hash(self, piece: memoryview) -> None:
+        if len(piece) >= 32:
+            if self._tail:
+                self._sha.update(self._tail)
+            self._sha.update(piece[:-32])
+            self._tail = piece[-32:].tobytes()
+        else:
+            tail = self._tail + piece.tobytes()
+            self._sha.update(tail[:-32])
+            self._tail = tail[-32:]
+
+    def feed(self, chunk) -> None:
+        """The next piece (any buffer; copied). ValueError past the announced size."""
+        if self._sha is None:
+            raise ValueError("this Receiver has finished")
+        piece = memoryview(chunk).cast("B")
+        n = len(piece)
+        if self._buf is not None:
+            if self.received + n > self.size:
+                raise ValueError(f"{self.received + n} bytes arrived, {self.size} were announced")
+            self._buf[self.received:self.received + n] = piece
+        else:
+            self._chunks.append(piece.tobytes())
+        self.received += n
+        self._hash(piece)
+        if self.watcher is not None:
+            self.watcher(self._watched, self.received)
+
+    def read_from(self, readinto, block: int = 1 << 18) -> int:
+        """Read the announced size from readinto(view) -> count (a socket file's readinto), in blocks straight into
+        the buffer, hashing each block as it lands; returns the bytes read (fewer than the size: the sender
+        stopped early)."""
+        if self._buf is None:
+            raise ValueError("read_from needs the size announced (Receiver(size)), before finish()")
+        view = self._buf
+        while self.received < self.size:
+            n = readinto(view[self.received:min(self.size, self.received + block)])
+            if not n:
+                break
+            self._hash(view[self.received:self.received + n])
+            self.received += n
+            if self.watcher is not None:
+                self.watcher(self._watched, self.received)
+        return self.received
+
+    def finish(self) -> Received:
+        """The bytes received, read-only, with their digest. ValueError when fewer than the announced size came."""
+        if self._sha is None:
+            raise ValueError("this Receiver has finished")
+        if self._buf is not None:
+            if self.received != self.size:
+                raise ValueError(f"the body ended after {self.received} of {self.size} bytes")
+            data = self._buf.toreadonly()
+        else:
+            data = memoryview(b"".join(self._chunks))
+        received = Received(data, self._sha, self._tail, self.watcher)
+        # the buffer is the Received's alone now: no later feed can change what the digest vouches for
+        self._buf, self._chunks, self._sha, self.size, self._watched = None, None, None, 0, None
+        return received
+
+
+def header_end(data, available: int) -> int | None:
+    """Where a container's payload starts (after its prefix, header and payload length), once the first
+    `available` bytes of data are in; None before (for a reader of a container still arriving)."""
+    if available < _PREFIX.size:
+        return None
+    (hlen,) = struct.unpack_from("<I", data, _PREFIX.size - 4)
+    end = _PREFIX.size + hlen + 8
+    return end if available >= end else None
 
 
 #: the sealed container formats: magic -> offset of the u32 header length (then header, u64 payload length,
@@ -228,6 +386,8 @@ def check_context(obj_type: str, phash_hex: str, expected_hash_hex: str) -> None
 
 
 def _view(data) -> memoryview:
+    if isinstance(data, Received):
+        return data.data
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise SerializationError(f"expected bytes, got {type(data).__name__}")
     try:
@@ -305,19 +465,21 @@ def unpack(data, expected_hash_hex: str | None, expected_type: str | None = None
     any contiguous buffer, read in place (no copy of the whole). copy=False: the arrays are read-only views into
     data (for callers that copy them anyway, e.g. into native ciphertexts). checksum=False skips the SHA-256 check:
     only for an object nested in a container whose checksum, which covers these bytes, was checked (reading())."""
-    data = _view(data)
-    _check_prefix(data)
-    if checksum and not seal_intact(data):
+    view = _view(data)
+    _check_prefix(view)
+    if checksum and not seal_intact(data if isinstance(data, Received) else view):
         raise SerializationError(_CHECKSUM_MISMATCH)
-    return _parse(data, expected_hash_hex, expected_type, copy)
+    return _parse(view, expected_hash_hex, expected_type, copy)
 
 
 class _Checksum:
     """The seal check of one container, in a thread for large ones (hashlib releases the GIL while it hashes)."""
 
-    def __init__(self, data: memoryview):
+    def __init__(self, data):
         self._data, self._ok, self._thread = data, None, None
-        if len(data) >= _THREADED_CHECKSUM_BYTES:
+        if isinstance(data, Received):         # hashed as it arrived: compare, no second pass
+            self._ok = data.seal_intact()
+        elif len(data) >= _THREADED_CHECKSUM_BYTES:
             self._thread = threading.Thread(target=self._run, name="hemlp-checksum", daemon=True)
             self._thread.start()
         else:
@@ -340,12 +502,13 @@ def reading(data, expected_type: str, expected_hash_hex: str | None = None):
     the payload load with checksum=False: this checksum covers them). On leaving the block the checksum must
     match, else SerializationError, also when the block failed (corruption explains the failure): nothing parsed
     from corrupted bytes escapes. Large containers are hashed on a second core meanwhile; the native core
-    validates every residue it imports regardless."""
-    data = _view(data)
-    _check_prefix(data)
-    check = _Checksum(data)
+    validates every residue it imports regardless. data may be a Received: its digest, taken as it arrived, is
+    compared with the seal (the same check, no second pass)."""
+    view = _view(data)
+    _check_prefix(view)
+    check = _Checksum(data if isinstance(data, Received) else view)
     try:
-        yield _parse(data, expected_hash_hex, expected_type, copy=False)
+        yield _parse(view, expected_hash_hex, expected_type, copy=False)
     except (HemlpError, ValueError, TypeError):
         if not check.ok():
             raise SerializationError(_CHECKSUM_MISMATCH) from None

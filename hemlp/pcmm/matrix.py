@@ -71,11 +71,19 @@ class CtMatrix:
         header, parts = self.element_parts()
         return ser.pack_parts("ct_matrix", self.ctx.hash, header, [parts])
 
-    def element_parts(self) -> tuple:
+    def element_parts(self, seal: bool = True) -> tuple:
         """(header, buffers): the matrix's header fields (shape, chunks, format, each element's size) and its
         elements serialised one after the other, each a container of its own (Ciphertext or MsRow): what a
         ct_matrix container holds, and what an encrypted batch file (hemlp.runtime.artifacts) nests directly.
-        The buffers may hold PendingSeals: give them to serialize.pack_parts, which resolves them."""
+        The buffers may hold PendingSeals: give them to serialize.pack_parts, which resolves them. seal=False
+        (for a container whose own SHA-256 covers the elements, and whose readers never check a nested seal):
+        the ciphertexts' seals are left as zeros (serialize.NO_SEAL) instead of hashed, and the header says so
+        ("element_seals": false); readers of either kind load both."""
+        if not seal and all(hasattr(c, "unsealed_parts") for c in self.cts):
+            parts = [[head, *bufs, ser.NO_SEAL] for head, bufs in (c.unsealed_parts() for c in self.cts)]
+            header = dict(shape=list(self.shape), chunks=self.chunks, format=self.format, element_seals=False,
+                          sizes=[sum(memoryview(b).nbytes for b in ps) for ps in parts])
+            return header, [b for ps in parts for b in ps]
         if len(self.cts) > 1 and all(hasattr(c, "unsealed_parts") for c in self.cts):
             # each element's seal (a SHA-256 of its bytes) is hashed by two threads while the enclosing
             # container's own SHA-256 runs over the elements already sealed (hashlib releases the GIL)
@@ -105,13 +113,26 @@ class CtMatrix:
     def from_elements(cls, header: dict, payload, ctx: Context, checksum: bool = False) -> "CtMatrix":
         """The matrix from element_parts()' header and the concatenated elements (any buffer, read in place; the
         native imports copy). checksum=False: the enclosing container's checksum covers the elements (the default,
-        for callers inside serialize.reading)."""
+        for callers inside serialize.reading; elements written without their own seal, "element_seals": false,
+        can only be read so)."""
+        shape, chunks, fmt, blobs = cls.split_elements(header, payload, ctx)
+        if checksum and header.get("element_seals") is False:
+            raise SerializationError("ct_matrix: these elements carry no seal of their own (their container's seal "
+                                     "covers them): read them inside that container")
+        return cls(ctx, cls.import_elements(fmt, blobs, ctx, checksum), tuple(shape), chunks, fmt)
+
+    @staticmethod
+    def split_elements(header: dict, payload, ctx: Context) -> tuple:
+        """(shape, chunks, format, blobs): from_elements' checks of the header against the payload, and each
+        element's bytes as a view (its structure checked when it is imported: import_elements). Nothing of the
+        payload is read but its length, so it may still be arriving (hemlp.runtime.artifacts.BatchReader)."""
         if not isinstance(header, dict):
             raise SerializationError("ct_matrix: malformed header; the file is corrupted")
         shape, chunks = ser.field(header, "shape", list), ser.field(header, "chunks", int)
         sizes, fmt = ser.field(header, "sizes", list), ser.field(header, "format", str)
         raw = memoryview(payload).cast("B")
         if (len(shape) != 2 or fmt not in FORMATS or chunks < 1
+                or not isinstance(header.get("element_seals", True), bool)
                 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes + shape)
                 or (fmt == "mlwe" and (shape[1] >= ctx.N or ctx.N % shape[1]))
                 or len(sizes) != _count(fmt, shape, chunks, ctx) or sum(sizes) != raw.nbytes):
@@ -120,11 +141,15 @@ class CtMatrix:
         for s in sizes:
             blobs.append(raw[off : off + s])
             off += s
+        return shape, chunks, fmt, blobs
+
+    @staticmethod
+    def import_elements(fmt: str, blobs: list, ctx: Context, checksum: bool = False) -> list:
+        """The elements of a matrix of this format (split_elements' blobs, or some of them, in order) as objects
+        of ctx: MSRLWE rows one by one, ciphertexts in parallel on the native threads."""
         if fmt == "msrlwe":
-            cts = [MsRow.from_bytes(b, ctx, checksum=checksum) for b in blobs]
-        else:  # imported in parallel on the native threads
-            cts = ciphertexts_from_bytes(blobs, ctx, checksum=checksum)
-        return cls(ctx, cts, tuple(shape), chunks, fmt)
+            return [MsRow.from_bytes(b, ctx, checksum=checksum) for b in blobs]
+        return ciphertexts_from_bytes(blobs, ctx, checksum=checksum)
 
     @classmethod
     def load(cls, path, ctx: Context) -> "CtMatrix":

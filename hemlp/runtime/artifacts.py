@@ -11,6 +11,7 @@ is computed on a second core while its ciphertexts are imported, each copied onc
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 
 from hemlp.bootstrap import BatchBootstrapKeys, BootstrapKeys
 from hemlp.errors import KeyMismatchError, SerializationError
@@ -42,20 +43,29 @@ def pack(kind: str, param_hash: str, header: dict, payload) -> bytes:
 def reading(data, kind: str, compiled, fix: str = ""):
     """Read an artefact of `kind` that must belong to `compiled`: yields (header, payload view, legacy), legacy
     True for a file of the container before version 3 (its payload nests the objects as that container did). The
-    payload is read in place; its checksum is verified by the end of the block (serialize.reading)."""
-    view = memoryview(data).cast("B") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    payload is read in place; its checksum is verified by the end of the block (serialize.reading). data may be a
+    serialize.Received (an HTTP body hashed as it arrived)."""
+    if isinstance(data, ser.Received):
+        view = data.data
+    else:
+        view = memoryview(data).cast("B") if isinstance(data, (bytes, bytearray, memoryview)) else data
     if isinstance(view, memoryview) and bytes(view[:len(ser.LEGACY_ARTEFACT_MAGIC)]) == ser.LEGACY_ARTEFACT_MAGIC:
         h, payload = ser.read_legacy_artefact(view, kind)
         _check_model(h, kind, compiled, fix)
         yield h, payload, True
         return
     with ser.reading(data, kind) as (_, phash, h, arrays):
-        _check_model(h, kind, compiled, fix)
-        if phash != NO_PARAMS:
-            ser.check_context(kind, phash, compiled.context.hash)
-        if len(arrays) != 1 or arrays[0].dtype.itemsize != 1 or arrays[0].ndim != 1:
-            raise SerializationError(f"{kind}: the payload is not one byte array; the file is corrupted")
-        yield h, arrays[0], False
+        yield h, _checked_payload(kind, phash, h, arrays, compiled, fix), False
+
+
+def _checked_payload(kind: str, phash: str, h: dict, arrays: list, compiled, fix: str):
+    """The payload of a parsed artefact container, after its checks: the model, the parameters, one byte array."""
+    _check_model(h, kind, compiled, fix)
+    if phash != NO_PARAMS:
+        ser.check_context(kind, phash, compiled.context.hash)
+    if len(arrays) != 1 or arrays[0].dtype.itemsize != 1 or arrays[0].ndim != 1:
+        raise SerializationError(f"{kind}: the payload is not one byte array; the file is corrupted")
+    return arrays[0]
 
 
 def _check_model(h: dict, kind: str, compiled, fix: str) -> None:
@@ -195,9 +205,18 @@ class EncryptedBatch:
     def to_parts(self) -> list:
         """The file as a list of buffers: the header (model id, batch, shape, stage and the matrix's header) and
         the ciphertexts' own containers, their polynomials as views of the native memory (no copy)."""
-        matrix, parts = self.ctm.element_parts()
+        return ser.sealed(*self._unsealed())
+
+    def to_stream(self) -> "ser.SealedStream":
+        """to_bytes() to send: its length at once, its parts hashed as they are sent (the container's SHA-256
+        while the bytes travel, not before; no joined copy)."""
+        return ser.SealedStream(*self._unsealed())
+
+    def _unsealed(self) -> tuple:
+        # the batch's own SHA-256 covers its ciphertexts, and nested seals are never read: not hashed (NO_SEAL)
+        matrix, parts = self.ctm.element_parts(seal=False)
         header = dict(model_id=self.model_id, batch=self.batch, shape=list(self.shape), stage=self.stage, matrix=matrix)
-        return pack_parts("encrypted_batch", self.ctm.ctx.hash, header, parts)
+        return ser.unsealed_parts("encrypted_batch", self.ctm.ctx.hash, header, [parts])
 
     def save(self, path) -> None:
         write_atomic(path, self.to_parts())  # the ciphertexts' memory straight to the file, never one big buffer
@@ -205,14 +224,16 @@ class EncryptedBatch:
     @classmethod
     def from_bytes(cls, data: bytes, compiled) -> "EncryptedBatch":
         """data: bytes or any buffer (a memory-mapped file: load), read in place; each ciphertext is copied once,
-        into its native object."""
+        into its native object. A serialize.Received whose BatchReader (for this model) read it as it arrived gives
+        that reader's batch when it passed every check below and the seal matches; any other outcome is decided
+        here, as for bytes."""
+        reader = data.watcher if isinstance(data, ser.Received) else None
+        if isinstance(reader, BatchReader) and reader.compiled is compiled:
+            batch = reader.batch(data)
+            if batch is not None:
+                return batch
         with reading(data, "encrypted_batch", compiled) as (h, payload, legacy):
-            batch, shape, stage = h.get("batch"), h.get("shape"), h.get("stage", "input")
-            if (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or not isinstance(shape, list)
-                    or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)
-                    or stage not in ("input", "output")):
-                raise SerializationError("encrypted_batch: malformed header (batch, shape or stage); the file is "
-                                         "corrupted")
+            batch, shape, stage = _batch_fields(h)
             if legacy:  # version 1 nested a ct_matrix container
                 ctm = CtMatrix.from_bytes(payload, compiled.context)
             else:
@@ -224,3 +245,89 @@ class EncryptedBatch:
         """The batch file, memory-mapped: one SHA-256 pass (on a second core) while the ciphertexts are imported."""
         with map_file(path, "encrypted_batch") as data:
             return cls.from_bytes(data, compiled)
+
+
+def _batch_fields(h: dict) -> tuple:
+    """(batch, shape, stage) of an encrypted batch's header, checked."""
+    batch, shape, stage = h.get("batch"), h.get("shape"), h.get("stage", "input")
+    if (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1 or not isinstance(shape, list)
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in shape)
+            or stage not in ("input", "output")):
+        raise SerializationError("encrypted_batch: malformed header (batch, shape or stage); the file is corrupted")
+    return batch, shape, stage
+
+
+class BatchReader:
+    """An encrypted batch read while its bytes arrive: the watcher of a serialize.Receiver (an HTTP body of known
+    length). Once the header is in it makes EncryptedBatch.from_bytes' checks of it (container, model, parameters,
+    batch fields, the matrix's element sizes against the payload), then hands each ciphertext to an importer
+    thread as soon as its last byte is in: the imports run while the rest of the body travels and is hashed (the
+    receiving thread hashes, this one imports). EncryptedBatch.from_bytes(received) takes batch() when every
+    ciphertext came in, every check passed and the seal matches. Any failure only stops the reader: from_bytes
+    then reads the bytes itself and answers as it does for any bytes (the same errors, the checksum's first), so
+    nothing read here is used unless all of from_bytes' checks hold."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self._layout = None             # after the header: (batch fields, matrix fields, blobs, their end offsets)
+        self._queued = 0                # elements handed to the importer
+        self._imports: list = []        # its futures, one per run of elements, in order
+        self._pool = None
+        self._failed = False
+
+    def __call__(self, view: memoryview, received: int) -> None:
+        if self._failed:
+            return
+        try:
+            self._advance(view, received)
+        except Exception:  # noqa: BLE001 - from_bytes meets the same bytes again and answers with its own error
+            self._stop()
+
+    def _stop(self) -> None:
+        self._failed, self._imports = True, []
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _advance(self, view: memoryview, received: int) -> None:
+        ctx = self.compiled.context
+        if self._layout is None:
+            start = ser.header_end(view, received)
+            if start is None:
+                return
+            _, phash, h, arrays = ser.unpack(view, None, "encrypted_batch", copy=False, checksum=False)
+            payload = _checked_payload("encrypted_batch", phash, h, arrays, self.compiled, "")
+            batch, shape, stage = _batch_fields(h)
+            mshape, chunks, fmt, blobs = CtMatrix.split_elements(h.get("matrix"), payload, ctx)
+            ends, end = [], start
+            for b in blobs:
+                end += b.nbytes
+                ends.append(end)
+            self._layout = (h["model_id"], batch, tuple(shape), stage, tuple(mshape), chunks, fmt, blobs, ends)
+        *_, fmt, blobs, ends = self._layout
+        ready = self._queued
+        while ready < len(blobs) and ends[ready] <= received:
+            ready += 1
+        if ready > self._queued:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hemlp-import")
+            self._imports.append(self._pool.submit(CtMatrix.import_elements, fmt, blobs[self._queued:ready], ctx))
+            self._queued = ready
+            if ready == len(blobs):
+                self._pool.shutdown(wait=False)         # its thread ends after the last import
+
+    def batch(self, data: "ser.Received") -> "EncryptedBatch | None":
+        """The batch read from data, if all of it was read here without a failure and its seal matches; else None
+        (EncryptedBatch.from_bytes reads it then)."""
+        if self._failed or self._layout is None or self._queued != len(self._layout[7]) or not data.seal_intact():
+            self._stop()
+            return None
+        model_id, batch, shape, stage, mshape, chunks, fmt, _, _ = self._layout
+        cts = []
+        try:
+            for f in self._imports:
+                cts += f.result()
+            ctm = CtMatrix(self.compiled.context, cts, mshape, chunks, fmt)
+        except Exception:  # noqa: BLE001 - as in __call__: from_bytes answers
+            self._stop()
+            return None
+        return EncryptedBatch(model_id, ctm, batch, shape, stage)

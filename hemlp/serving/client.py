@@ -2,15 +2,19 @@
 ``infer(x)`` encrypts, sends, receives and decrypts. ``submit(x)`` / ``result(job_id)`` do the same through the
 server's job queue (POST /v1/jobs, then a long poll of GET /v1/jobs/ID/result), and ``infer_many(xs)`` splits many
 samples into model batches and keeps several jobs in flight, with a progress bar. Standard library HTTP only (the
-client needs no server packages). ``model``: the client artefact directory (or any compiled model: it uses only the
-plan, parameters and ranges)."""
+client needs no server packages): one kept-alive connection per thread, and an encrypted batch is sent part by part
+as its checksum is computed (no joined copy of the body; the server reads while the client hashes). ``model``: the
+client artefact directory (or any compiled model: it uses only the plan, parameters and ranges)."""
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections import deque
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -56,6 +60,15 @@ class Client:
         import hemlp
 
         self.url = url.rstrip("/")
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the server URL must be http(s)://host[:port][/prefix], got {url!r}")
+        self._https, self._host, self._port, self._prefix = (parts.scheme == "https", parts.hostname, parts.port,
+                                                             parts.path)
+        # an HTTP(S) proxy from the environment for this host: urllib's way (it honours it), a connection a request
+        proxy = urllib.request.getproxies().get(parts.scheme)
+        self._via_proxy = bool(proxy) and not urllib.request.proxy_bypass(parts.hostname)
+        self._local = threading.local()          # this thread's kept-alive connection
         self.model = model if hasattr(model, "keygen") else hemlp.load(model, allow_insecure=allow_insecure)
         self.timeout = float(timeout)
         self.server = meta = self.describe()
@@ -68,24 +81,78 @@ class Client:
         #: samples per request: the model's batch size (infer and infer_many split larger inputs into such batches)
         self.batch_size = max(1, min(self.model.capacity, self.model.batch_size))
 
-    def _request(self, method: str, path: str, body: bytes | None = None) -> tuple[str, bytes]:
-        req = urllib.request.Request(self.url + path, data=body, method=method,
+    def _request(self, method: str, path: str, body=None) -> tuple[str, bytes]:
+        """(content type, body) of one request; body: bytes, or a serialize.SealedStream sent part by part as it is
+        hashed. ServerError for an answer >= 400, ServerUnavailableError when no server answers."""
+        if self._via_proxy:
+            status, ctype, data = self._urllib(method, path, body)
+        else:
+            status, ctype, data = self._send(method, path, body)
+        if status >= 400:
+            try:
+                err = json.loads(data)
+                name, message = err.get("error", "Error"), err.get("message", "")
+            except (ValueError, AttributeError):
+                name, message = "HTTPError", data[:200].decode(errors="replace")
+            raise ServerError(status, name, message)
+        return ctype, data
+
+    def _unavailable(self, reason) -> ServerUnavailableError:
+        return ServerUnavailableError(f"no hemlp server answers at {self.url} ({reason}): start it with "
+                                      "`hemlp serve MODEL_DIR`, or check the URL")
+
+    def _send(self, method: str, path: str, body) -> tuple[int, str, bytes]:
+        headers = {} if body is None else {"Content-Type": "application/octet-stream",
+                                           "Content-Length": str(len(body))}
+        for fresh in (False, True):
+            conn = getattr(self._local, "conn", None)
+            reused = conn is not None and not fresh
+            if not reused:
+                self.close()
+                cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+                conn = self._local.conn = cls(self._host, self._port, timeout=self.timeout)
+            try:
+                conn.request(method, self._prefix + path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
+                    ConnectionAbortedError) as e:
+                self.close()
+                if reused:           # the server closed the idle connection: once more on a new one
+                    continue
+                raise self._unavailable(e) from None
+            except (OSError, http.client.HTTPException) as e:
+                self.close()
+                raise self._unavailable(e) from None
+            if r.will_close:
+                self.close()
+            return r.status, r.getheader("Content-Type", ""), data
+        raise AssertionError("unreachable")
+
+    def _urllib(self, method: str, path: str, body) -> tuple[int, str, bytes]:
+        data = None if body is None else body if isinstance(body, bytes) else bytes(body)
+        req = urllib.request.Request(self.url + path, data=data, method=method,
                                      headers={"Content-Type": "application/octet-stream"} if body is not None else {})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
-                return r.headers.get("Content-Type", ""), r.read()
+                return r.status, r.headers.get("Content-Type", ""), r.read()
         except urllib.error.HTTPError as e:
-            raw = e.read()
-            try:
-                err = json.loads(raw)
-                name, message = err.get("error", "Error"), err.get("message", "")
-            except (ValueError, AttributeError):
-                name, message = "HTTPError", raw[:200].decode(errors="replace")
-            raise ServerError(e.code, name, message) from None
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-            reason = getattr(e, "reason", e)
-            raise ServerUnavailableError(f"no hemlp server answers at {self.url} ({reason}): start it with "
-                                         "`hemlp serve MODEL_DIR`, or check the URL") from None
+            return e.code, e.headers.get("Content-Type", ""), e.read()
+        except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException) as e:
+            raise self._unavailable(getattr(e, "reason", e)) from None
+
+    def close(self) -> None:
+        """Close this thread's connection to the server (the next request opens another)."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def describe(self) -> dict:
         """The served model's public description (GET /v1/model)."""
@@ -103,8 +170,9 @@ class Client:
         reply = json.loads(self._request("POST", "/v1/keys", eval_keys.to_bytes(self.model.context))[1])
         self.key_id = reply["key_id"]
 
-    def _post_batch(self, route: str, body: bytes) -> bytes:
-        """POST an encrypted batch to /v1/infer or /v1/jobs with the retries of the class docstring."""
+    def _post_batch(self, route: str, body) -> bytes:
+        """POST an encrypted batch (bytes or a SealedStream) to /v1/infer or /v1/jobs with the retries of the class
+        docstring."""
         resent, attempt, busy = False, 0, 0
         deadline = time.monotonic() + self.timeout
         while True:
@@ -142,7 +210,7 @@ class Client:
         if x.ndim == len(self.model.input_shape) + 1 and len(x) > self.batch_size:
             return self.infer_many(x, progress=progress)
         self.connect()
-        body = self.model.encrypt(x, self.secret_key).to_bytes()
+        body = self.model.encrypt(x, self.secret_key).to_stream()
         return self._decode(self._post_batch("/v1/infer", body))
 
     # ---- jobs
@@ -150,7 +218,7 @@ class Client:
         """Encrypt one batch (at most ``batch_size`` samples) and queue it on the server: its job id (unguessable;
         pass it to ``result``)."""
         self.connect()
-        body = self.model.encrypt(np.asarray(x), self.secret_key).to_bytes()
+        body = self.model.encrypt(np.asarray(x), self.secret_key).to_stream()
         return json.loads(self._post_batch("/v1/jobs", body))["job_id"]
 
     def status(self, job_id: str) -> dict:

@@ -62,15 +62,25 @@ def _deployment(serve_mod, replicas: int, threads: int | None):
             body = b""
             if request.method == "POST":
                 n = request.headers.get("content-length")
-                if n is not None and n.isdigit() and int(n) > limit:      # refused before a byte is read
+                n = int(n) if n is not None and n.isdigit() else None
+                if n is not None and n > limit:             # refused before a byte is read
                     return too_large
-                chunks, size = [], 0
+                # copied once into one buffer, hashed (and a batch's ciphertexts imported) as the proxy hands the
+                # pieces over: the container's checksum is known when its last piece is in
+                receiver = self.service.receiver(request.method, request.url.path, dict(request.query_params), n)
                 async for chunk in request.stream():       # a body without a length is capped as it arrives
-                    size += len(chunk)
-                    if size > limit:
+                    if receiver.received + len(chunk) > limit:
                         return too_large
-                    chunks.append(chunk)
-                body = b"".join(chunks)
+                    try:
+                        receiver.feed(chunk)
+                    except ValueError as e:                # more than the Content-Length announced
+                        return Response(json.dumps(dict(error="BadRequest", message=str(e))), 400,
+                                        media_type="application/json")
+                try:
+                    body = receiver.finish()
+                except ValueError as e:                    # fewer: the client stopped sending
+                    return Response(json.dumps(dict(error="TruncatedBody", message=str(e))), 400,
+                                    media_type="application/json")
             status, ctype, payload = await run_in_threadpool(self.service.handle, request.method, request.url.path,
                                                              dict(request.query_params), body)
             return Response(payload, status, media_type=ctype)

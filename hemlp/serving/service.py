@@ -2,7 +2,9 @@
 uploaded once per client and named by their content hash, ciphertexts in, ciphertexts out.
 
 ``ModelService.handle(method, path, query, body)`` is the whole HTTP API, independent of the server that carries it
-(Ray Serve in hemlp.serving.ray_serve, or the standard library's threading HTTP server in hemlp.serving.http):
+(Ray Serve in hemlp.serving.ray_serve, or the standard library's threading HTTP server in hemlp.serving.http); the
+body is bytes, or the serialize.Received those servers make of it (hashed as it arrived: the container's checksum
+check compares that digest with the seal, and the key id is that SHA-256, without a second pass over the bytes):
 
     GET  /v1/health            {"status": "ok", "model_id": ...}
     GET  /v1/model             the model's public description: shapes, batch size, preset and security, layout,
@@ -26,7 +28,6 @@ holds none: the client keeps its secret key).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import threading
@@ -148,6 +149,21 @@ class ModelService:
                 self._worker = None
 
     # ---- the API
+    def receiver(self, method: str, path: str, query: dict, size: int | None):
+        """The Receiver for a request's body of `size` bytes (None: unknown), whose finish() the server passes to
+        handle(): the body copied once and hashed as it arrives; for an encrypted batch sent to /v1/infer or
+        /v1/jobs under keys this process has loaded, its ciphertexts are also imported as they arrive
+        (BatchReader: handle() makes every check of the body all the same, and uses that work only when they
+        pass)."""
+        from hemlp.fhe.serialize import Receiver
+        from hemlp.runtime.artifacts import BatchReader
+
+        watcher = None
+        if (method.upper() == "POST" and (path.rstrip("/") in ("/v1/infer", "/v1/jobs")) and size is not None
+                and 0 < size <= self.max_body_bytes and self._loaded.get(str(query.get("key"))) is not None):
+            watcher = BatchReader(self.model)
+        return Receiver(size, watcher)
+
     def handle(self, method: str, path: str, query: dict, body: bytes) -> tuple[int, str, bytes]:
         """(status, content type, body) of one request; never raises."""
         try:
@@ -193,12 +209,13 @@ class ModelService:
                                                                download=r.download_bytes))
 
     def _put_keys(self, query, body):
+        from hemlp.fhe.serialize import sha256
         from hemlp.runtime.artifacts import EvalKeys
 
         if not body:
             raise HttpError(400, "the body is empty: send the evaluation keys (EvalKeys.to_bytes / eval.keys)",
                             "EmptyBody")
-        key_id = hashlib.sha256(body).hexdigest()[:32]
+        key_id = sha256(body).hex()[:32]
         keys = EvalKeys.from_bytes(body, self.model)          # checks format, checksum, model and parameters
         self.key_store.put(key_id, bytes(body))
         self._loaded.put(key_id, keys)

@@ -234,3 +234,101 @@ def test_pending_seals_give_the_bytes_of_sequential_seals(t10, objs):
         broken[-1] = serialize.PendingSeal(pool.submit(boom))
         with pytest.raises(RuntimeError, match="seal failed"):
             serialize.pack_parts("ct_matrix", ctx.hash, dict(n=5), [broken])
+
+
+def _received(data: bytes, pieces, size=True):
+    """data fed to a Receiver in pieces of the given lengths (cycled), announced or not."""
+    r = serialize.Receiver(len(data) if size else None)
+    i, k = 0, 0
+    while i < len(data):
+        n = pieces[k % len(pieces)]
+        r.feed(data[i:i + n])
+        i, k = i + n, k + 1
+    return r.finish()
+
+
+def test_receiver_hashes_as_the_bytes_arrive(t10, objs):
+    """A Receiver keeps the bytes it is fed, in any pieces (shorter than a seal too, announced or not), and their
+    digest: its seal check and SHA-256 are those of the bytes, and the loaders take a Received as they take bytes
+    (a corrupted one is the same checksum mismatch); the announced size is held to, and a finished Receiver takes
+    nothing more."""
+    blob = objs["ct"].to_bytes()
+    bad = bytearray(blob)
+    bad[len(blob) // 2] ^= 1
+    for data in (blob, bytes(bad), blob[:20], b""):
+        for pieces, size in (([len(data) or 1], True), ([1], True), ([7, 31, 32, 33, 4096], True), ([5, 64], False)):
+            got = _received(data, pieces, size)
+            assert bytes(got) == data and len(got) == len(data)
+            assert serialize.sha256(got) == hashlib.sha256(data).digest()
+            assert got.seal_intact() == (len(data) >= 32 and serialize.seal_intact(memoryview(data)))
+    got = _received(blob, [1000])
+    assert got.data.readonly and got.seal_intact()
+    assert serialize.unpack(got, None)[0] == serialize.unpack(blob, None)[0] == "ciphertext"
+    assert fhe.from_bytes(got, t10.ctx).to_bytes() == blob and bytes(got[:6]) == serialize.MAGIC
+    keys = objs["gk"].to_bytes()
+    assert fhe.from_bytes(_received(keys, [999]), t10.ctx).to_bytes() == keys
+    with serialize.reading(got, "ciphertext") as (obj_type, *_):
+        assert obj_type == "ciphertext"
+    with pytest.raises(SerializationError, match="checksum mismatch"):
+        serialize.unpack(_received(bytes(bad), [1000]), None)
+    with pytest.raises(SerializationError, match="checksum mismatch"):
+        with serialize.reading(_received(bytes(bad), [1000]), "ciphertext"):
+            pass
+    r = serialize.Receiver(10)
+    with pytest.raises(ValueError, match="11 bytes arrived, 10 were announced"):
+        r.feed(b"x" * 11)
+    r.feed(b"x" * 4)
+    with pytest.raises(ValueError, match="ended after 4 of 10 bytes"):
+        r.finish()
+    r.feed(b"y" * 6)
+    r.finish()
+    for late in (lambda: r.feed(b"z"), r.finish, lambda: r.read_from(None)):
+        with pytest.raises(ValueError):
+            late()
+    # a large announced size is not committed memory until the bytes come (a body that never does costs nothing)
+    import os
+
+    def resident() -> int:      # bytes (Linux)
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = resident()
+    big = serialize.Receiver(1 << 30)
+    big.feed(b"x" * 1000)
+    assert resident() - before < (256 << 20)
+    del big
+
+
+def test_receiver_reads_a_stream_and_calls_its_watcher(objs):
+    """read_from fills the announced size from a file's readinto, in blocks (a short stream: fewer bytes, and
+    finish refuses); the watcher sees, after each piece, the whole buffer and how much of it is in."""
+    import io
+
+    blob = objs["ct"].to_bytes()
+    seen = []
+    r = serialize.Receiver(len(blob), watcher=lambda view, n: seen.append((len(view), n, bytes(view[:n]))))
+    assert r.read_from(io.BytesIO(blob).readinto, block=1000) == len(blob)
+    got = r.finish()
+    assert got.seal_intact() and bytes(got) == blob and got.watcher is r.watcher
+    assert [n for _, n, _ in seen] == list(range(1000, len(blob), 1000)) + [len(blob)]
+    assert all(size == len(blob) and head == blob[:n] for size, n, head in seen)
+    short = serialize.Receiver(len(blob) + 5)
+    assert short.read_from(io.BytesIO(blob).readinto) == len(blob)
+    with pytest.raises(ValueError, match="ended after"):
+        short.finish()
+
+
+def test_sealed_stream_is_the_packed_bytes_hashed_as_sent(t10, objs):
+    """A SealedStream's length is known before it is hashed, and its parts, handed out one at a time (any number
+    of times: a retried request), are pack_parts' bytes; header_end finds where a container's payload starts once
+    its prefix and header are in."""
+    ctx = t10.ctx
+    cts = [ctx.encrypt(np.linspace(-1, 1, ctx.slots) * (k + 1), t10.pk, level=1) for k in range(3)]
+    head, bufs = serialize.unsealed_parts("ct_matrix", ctx.hash, dict(n=3), [[c.to_bytes() for c in cts]])
+    want = serialize.pack("ct_matrix", ctx.hash, dict(n=3), [[c.to_bytes() for c in cts]])
+    stream = serialize.SealedStream(head, bufs)
+    assert len(stream) == stream.nbytes == len(want)
+    assert bytes(stream) == b"".join(bytes(p) for p in stream) == want
+    assert serialize.header_end(want, len(head) - 9) is None
+    assert serialize.header_end(want, len(head)) == len(head)
+    assert serialize.header_end(want, 3) is None

@@ -50,15 +50,44 @@ def test_artefacts_are_objects_of_the_one_container(model):
         assert obj_type == kind and phash == cm.context.hash and header["model_id"] == cm.model_id
         assert len(arrays) == 1 and arrays[0].dtype == np.uint8
     # an encrypted batch nests its ciphertexts directly (the matrix's header is a field), every one 8-byte aligned
+    # and unsealed (zeros: the batch's seal covers them)
     blob = batch.to_bytes()
     _, _, header, (payload,) = serialize.unpack(blob, None)
-    matrix, _ = batch.ctm.element_parts()
-    assert header["matrix"] == matrix and payload.tobytes() == b"".join(_ct_bytes(batch))
+    matrix, _ = batch.ctm.element_parts(seal=False)
+    assert header["matrix"] == matrix and matrix["element_seals"] is False
+    assert payload.tobytes() == b"".join(c[:-32] + serialize.NO_SEAL for c in _ct_bytes(batch))
     off = _payload_offset(blob)
     assert off % 8 == 0
     for c in _ct_bytes(batch):
         assert (off + _payload_offset(c)) % 8 == 0 and len(c) % 8 == 0
         off += len(c)
+
+
+def test_batch_elements_need_no_seal_of_their_own(model):
+    """A batch's ciphertexts are written without their own SHA-256 (its seal covers them; nested seals are never
+    read), flagged "element_seals": false; batches whose elements are sealed (written before) load the same, and
+    unsealed elements cannot be read as if no container covered them."""
+    from hemlp.pcmm import CtMatrix
+
+    cm, *_, batch = model
+    matrix, parts = batch.ctm.element_parts()                  # sealed elements, no flag: as hemlp wrote them before
+    assert "element_seals" not in matrix
+    header = dict(model_id=batch.model_id, batch=batch.batch, shape=list(batch.shape), stage=batch.stage,
+                  matrix=matrix)
+    sealed = b"".join(serialize.pack_parts("encrypted_batch", cm.context.hash, header, [parts]))
+    assert sealed != batch.to_bytes()
+    for blob in (sealed, batch.to_bytes(), bytes(batch.to_stream())):
+        assert _ct_bytes(EncryptedBatch.from_bytes(blob, cm)) == _ct_bytes(batch)
+    _, _, h, (payload,) = serialize.unpack(batch.to_bytes(), None)
+    with pytest.raises(SerializationError, match="no seal of their own"):
+        CtMatrix.from_elements(h["matrix"], payload, cm.context, checksum=True)
+    _, _, h, (payload,) = serialize.unpack(sealed, None)
+    assert [c.to_bytes() for c in CtMatrix.from_elements(h["matrix"], payload, cm.context, checksum=True).cts] \
+        == _ct_bytes(batch)
+    bad = dict(header, matrix=dict(batch.ctm.element_parts(seal=False)[0], element_seals="no"))
+    blob = b"".join(serialize.pack_parts("encrypted_batch", cm.context.hash, bad, [parts]))
+    with pytest.raises(SerializationError, match="header does not match"):
+        EncryptedBatch.from_bytes(blob, cm)
 
 
 def test_round_trips_through_mapped_files(model, tmp_path, monkeypatch):
@@ -167,3 +196,56 @@ def test_files_of_the_previous_container_still_load(model, tmp_path):
         EncryptedBatch.from_bytes(old_keys, cm)
     with pytest.raises(SerializationError, match="version 2 is not supported"):
         EncryptedBatch.from_bytes(_legacy("encrypted_batch", dict(model_id=cm.model_id), b"", version=2), cm)
+
+
+def _streamed(blob: bytes, compiled, piece: int):
+    """blob received in pieces by a Receiver whose BatchReader (for `compiled`) reads it as it arrives."""
+    from hemlp.runtime.artifacts import BatchReader
+
+    r = serialize.Receiver(len(blob), BatchReader(compiled))
+    for i in range(0, len(blob), piece):
+        r.feed(blob[i:i + piece])
+    return r.finish()
+
+
+def _answer(fn):
+    try:
+        return "ok", [c.to_bytes() for c in fn().ctm.cts]
+    except Exception as e:  # noqa: BLE001 - the answers are compared
+        return type(e).__name__, str(e)
+
+
+def test_a_batch_read_as_it_arrives_is_the_batch_of_its_bytes(model):
+    """A batch received in pieces and read meanwhile (BatchReader: checks once the header is in, each ciphertext
+    imported on its own thread once its bytes are) is from_bytes' batch of the same bytes; any other bytes get
+    exactly from_bytes' answer (corrupted, truncated, resealed edits, another model's, a legacy file): the reader's
+    work is used only when every check passed and the seal matches."""
+    from tests.fuzz.targets import JSON_TOKENS, mutate
+
+    _, other, _, _, x, _ = model
+    with warnings.catch_warnings():      # layout (A): a batch of 8 ciphertexts, imported as each one's bytes are in
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(torch.nn.Sequential(torch.nn.Linear(8, 3)).eval(), x, batch_size=2, allow_insecure=True,
+                           preset="test-N10", layout="batch")
+    batch = cm.encrypt(x, cm.keygen()[0])
+    assert batch.num_ciphertexts == 8
+    blob = batch.to_bytes()
+    for piece in (1, 33, 1000, len(blob)):
+        got = _streamed(blob, cm, piece)
+        reader_batch = got.watcher.batch(got)
+        assert reader_batch is not None and _ct_bytes(reader_batch) == _ct_bytes(batch)
+        assert _ct_bytes(EncryptedBatch.from_bytes(got, cm)) == _ct_bytes(batch)
+    rng = np.random.default_rng(7)
+    bodies = [blob[:-1] + bytes([blob[-1] ^ 1]), blob[: len(blob) // 2] + b"\0" * (len(blob) - len(blob) // 2),
+              blob[:100], _reseal(blob[:-32][:60] + b"X" + blob[61:-32]),
+              other.encrypt(x, other.keygen()[0]).to_bytes()]
+    bodies += [serialize.recompute_checksums(mutate(blob, rng, JSON_TOKENS)) for _ in range(40)]
+    for data in bodies:
+        want = _answer(lambda: EncryptedBatch.from_bytes(data, cm))
+        for piece in (97, 4096):
+            assert _answer(lambda: EncryptedBatch.from_bytes(_streamed(data, cm, piece), cm)) == want
+    # a batch read by a reader for another model, or none, is from_bytes' own
+    got = _streamed(blob, other, 500)
+    assert _answer(lambda: EncryptedBatch.from_bytes(got, cm))[0] == "ok"
+    with pytest.raises(KeyMismatchError):
+        EncryptedBatch.from_bytes(got, other)

@@ -134,6 +134,30 @@ def test_ray_serve_two_replicas_share_one_key_upload(served, ray_serve_url):
     with pytest.raises(ServerError) as e:
         client._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")
     assert e.value.status == 404 and e.value.name == "UnknownKey"
+    # the body as pieces of a chunked upload (no Content-Length), as one, or announced above the limit (refused
+    # before it is read)
+    import http.client
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    body = client.model.encrypt(x[:4], client.secret_key).to_bytes()
+    answers = []
+    for chunked in (True, False):
+        conn = http.client.HTTPConnection(host, port, timeout=300)
+        conn.request("POST", f"/v1/infer?key={client.key_id}",
+                     body=(body[i:i + 5000] for i in range(0, len(body), 5000)) if chunked else body)
+        r = conn.getresponse()
+        answers.append((r.status, r.read()))
+        conn.close()
+    assert answers[0] == answers[1] and answers[0][0] == 200
+    assert np.max(np.abs(client._decode(answers[0][1]) - cm.simulate(x[:4]))) < 2.0 ** -16
+    with socket.create_connection((host, port), timeout=60) as s:
+        s.sendall(f"POST /v1/infer?key={client.key_id} HTTP/1.1\r\nHost: x\r\nContent-Length: {(1 << 30) + 1}"
+                  "\r\n\r\n".encode())
+        head = b""
+        while b"PayloadTooLarge" not in head and (chunk := s.recv(65536)):
+            head += chunk
+    assert head.split()[1] == b"413" and b"PayloadTooLarge" in head
     # a replica killed while requests run: each request is answered correctly (retried) or fails with a typed
     # error, never with a wrong result
     import threading
@@ -252,3 +276,71 @@ def test_client_re_uploads_evicted_keys_and_retries_gateway_errors(served):
         svc.handle = flaky
         y = a.infer(x[4:8])
         assert calls["n"] == 2 and np.max(np.abs(y - cm.simulate(x[4:8]))) < 2.0 ** -16
+
+
+def _as_received(svc, method, path, query, body: bytes, piece: int = 4096):
+    """body as the HTTP servers hand it to handle(): through the service's Receiver, in pieces."""
+    r = svc.receiver(method, path, query, len(body))
+    for i in range(0, len(body), piece):
+        r.feed(body[i:i + piece])
+    return r.finish()
+
+
+def test_bodies_read_as_they_arrive_get_the_answers_of_bytes(served):
+    """What the servers pass to handle() (the body hashed, and an encrypted batch's ciphertexts imported, as the
+    pieces arrive) gets the same answers as the same bytes: the result bit for bit, every hostile or mutated body's
+    typed error, and a key upload's key id."""
+    from hemlp.fhe.serialize import recompute_checksums
+    from hemlp.runtime.artifacts import BatchReader
+    from tests.fuzz.targets import JSON_TOKENS, mutate
+
+    cm, x, d, other = served
+    svc = _service(d, max_body_bytes=64 << 20, max_keys=100)
+    sk, ek = cm.keygen()
+    keys = ek.to_bytes(cm.context)
+    status, _, body = svc.handle("POST", "/v1/keys", {}, _as_received(svc, "POST", "/v1/keys", {}, keys))
+    assert status == 201 and json.loads(body)["key_id"] == json.loads(svc.handle("POST", "/v1/keys", {}, keys)[2])[
+        "key_id"]
+    key_id = json.loads(body)["key_id"]
+    query = {"key": key_id}
+    ct = cm.encrypt(x[:4], sk).to_bytes()
+    received = _as_received(svc, "POST", "/v1/infer", query, ct, 1000)
+    assert isinstance(received.watcher, BatchReader)          # keys loaded here: read as it arrives
+    assert svc.handle("POST", "/v1/infer", query, received) == svc.handle("POST", "/v1/infer", query, ct)
+    assert svc.receiver("POST", "/v1/infer", {"key": "0" * 32}, len(ct)).watcher is None    # unknown keys: no work
+    o_sk, _ = other.keygen()
+    rng = np.random.default_rng(11)
+    bodies = [ct[:-1] + bytes([ct[-1] ^ 1]), ct[:-100], bytes(reversed(ct)), b"\0" * 1000,
+              other.encrypt(x[:4, :16], o_sk).to_bytes(), cm.encrypt(x[:4], cm.keygen()[0]).to_bytes(),
+              svc.handle("POST", "/v1/infer", query, ct)[2]]
+    bodies += [recompute_checksums(mutate(ct, rng, JSON_TOKENS)) for _ in range(30)]
+    for path in ("/v1/infer", "/v1/jobs"):
+        for data in bodies:
+            want = svc.handle("POST", path, query, data)
+            got = svc.handle("POST", path, query, _as_received(svc, "POST", path, query, data, 777))
+            if path == "/v1/jobs" and want[0] == 202:
+                assert got[0] == 202
+            else:
+                assert got == want, (path, want[:2], got[:2])
+    svc.close()
+
+
+def test_client_keeps_its_connection_and_reopens_a_closed_one(served):
+    """One connection per client thread for every request (keep-alive, also after a refusal); one dropped while
+    idle is replaced on the next request, and the answers stay correct."""
+    cm, x, d, _ = served
+    with LocalServer(_service(d), port=0) as srv:
+        with Client(srv.url, d / "client", allow_insecure=True) as client:
+            y = client.infer(x[:4])
+            conn = client._local.conn
+            assert conn is not None and np.max(np.abs(y - cm.simulate(x[:4]))) < 2.0 ** -16
+            client.infer(x[4:8])
+            client.describe()
+            assert client._local.conn is conn                  # the same connection throughout
+            with pytest.raises(ServerError):
+                client._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")   # a 4xx keeps the connection
+            assert client._local.conn is conn
+            conn.sock.shutdown(socket.SHUT_RDWR)                     # dropped while idle
+            assert np.max(np.abs(client.infer(x[4:8]) - cm.simulate(x[4:8]))) < 2.0 ** -16
+            assert client._local.conn is not conn and client._local.conn is not None
+        assert client._local.conn is None                           # closed with the client
