@@ -15,6 +15,10 @@ memory is what the node holds besides its shards):
 * streamed: the gathered rows arrive by blocks of at most stream_bytes and are multiplied into the node's own
   output rows, accumulated before the rescale; extra = one block + that accumulator.
 
+A chain run by blocks (A -> row-wise steps -> B) on p_r > 1 nodes computes its share of A's rows, and B's partial
+sums of every output row from them: those of the rows the other nodes own are sent to them (the chain's entry:
+moved includes them, chain_reduce says how many).
+
 The planner takes the one of gather / reduce that moves fewer bytes between nodes, streamed when its extra would
 exceed stream_bytes (as hemlp.runtime.streamed streams a chain whose layers exceed it in process). A chain that
 hemlp.runtime.streamed runs by blocks in process is run by blocks on each node too, on the node's share of rows.
@@ -69,8 +73,8 @@ def node_peak(steps, N: int, chunks: int, nodes: int = 1,
     """Each node's peak bytes of ciphertexts while layout (A)'s program runs split over `nodes` nodes (the module
     docstring): dict(peak (the node's share of the input included), input (that share), extra (the moved rows,
     partial sums or streamed blocks held besides the shards at the peak), at (the step at the peak), p_n, p_r,
-    chains (whether chains run by blocks), splits (per matrix step: split, moved bytes per node, extra bytes,
-    block_rows)).
+    chains (whether chains run by blocks), splits (per matrix step: split, moved bytes each node receives, extra
+    bytes, block_rows; a chain's entry, under its first PCMM, also names the chain and its B's reduce bytes)).
 
     On one node, chains run by blocks exactly when hemlp.runtime.streamed runs them so in process. Split over rows,
     a chain by blocks keeps B's partial sums of all its rows on every node, which can cost more than the node's
@@ -118,7 +122,10 @@ def _walk(steps, N: int, chunks: int, nodes: int, stream_bytes: int | None, use_
                 mv = _pcmm_move(s, rows_of[s.inputs[0]], ct_bytes(N, level_of[s.inputs[0]]), N, c_node, p_r,
                                 stream_bytes)
                 extra += mv["extra"]
-                splits.append(dict(mv, chain=[steps[k].out for k in idx], chain_block_rows=block))
+                # B's partial sums of the rows the other nodes sharing the chunk group own go to them
+                b_moved = (int(B.rows) - _cdiv(B.rows, p_r)) * c_node * ct_bytes(N, int(B.level_out) + 1)
+                splits.append(dict(mv, moved=int(mv["moved"] + b_moved), chain_reduce=int(b_moved),
+                                   chain=[steps[k].out for k in idx], chain_block_rows=block))
                 last, s, chained = idx[-1], B, True
         if not chained and s.op in MATRIX_OPS:
             mv = _pcmm_move(s, rows_of[s.inputs[0]], ct_bytes(N, level_of[s.inputs[0]]), N, c_node, p_r,
