@@ -27,7 +27,7 @@ import numpy as np
 from hemlp.compiler.activations import ActPoly
 from hemlp.compiler.ir import Graph, Op, avgpool_matrix, conv2d_index, dense_conv_weight
 from hemlp.errors import SerializationError, UnsupportedError
-from hemlp.step_ops import StepInfo, StepOp, lint_pass, step_info
+from hemlp.step_ops import MatmulInfo, PcmmInfo, StepInfo, StepOp, lint_pass, step_info
 
 
 @dataclass
@@ -89,7 +89,7 @@ def _lower_conv2d(n, g, steps):
     idx, _ = conv2d_index(in_shape, w.shape[2:], a["stride"], a["padding"], a.get("dilation", (1, 1)))
     # the shapes let layout (P) build the conv's nonzero diagonals from its structure (packed_diagonals)
     steps.append(Step(StepOp.PCMM, n.name, list(n.inputs), n.features, n.name, U=w.reshape(w.shape[0], -1),
-                      index=idx, bias=_f64(a.get("bias")), info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
+                      index=idx, bias=_f64(a.get("bias")), info=PcmmInfo(in_shape=list(in_shape), out_shape=list(n.shape))))
 
 
 def _lower_avgpool2d(n, g, steps):
@@ -104,7 +104,7 @@ def _lower_avgpool2d(n, g, steps):
         k = a["kernel"][0] * a["kernel"][1]
         div = a.get("divisor_override") or k
         steps.append(Step(StepOp.PCMM, n.name, list(n.inputs), n.features, n.name, U=np.full((1, k), 1.0 / div),
-                          index=idx, info=dict(in_shape=list(in_shape), out_shape=list(n.shape))))
+                          index=idx, info=PcmmInfo(in_shape=list(in_shape), out_shape=list(n.shape))))
     else:
         M = avgpool_matrix(in_shape, a["kernel"], a["stride"], a["padding"], False, a.get("divisor_override"))
         steps.append(Step(StepOp.PCMM, n.name, list(n.inputs), n.features, n.name, U=M))
@@ -118,7 +118,8 @@ def _lower_transpose(n, g, steps):           # out row (.., i, j) = in row (.., 
 
 def _lower_matmul(n, g, steps):
     steps.append(Step(StepOp.MATMUL, n.name, list(n.inputs), n.features, n.name,
-                      info=dict(a_shape=list(g.node(n.inputs[0]).shape), b_shape=list(g.node(n.inputs[1]).shape))))
+                      info=MatmulInfo(a_shape=list(g.node(n.inputs[0]).shape),
+                                      b_shape=list(g.node(n.inputs[1]).shape))))
 
 
 def _lower_act(n, g, steps):
@@ -200,16 +201,16 @@ def _fold_input_affine(steps: list[Step], g: Graph, n, ap: ActPoly) -> str:
         cur = g.node(cur.inputs[0])
         ok = len(g.users(cur.name)) == 1
     prod = next((s for s in steps if s.out == cur.name), None)
-    if ok and prod is not None and prod.op == StepOp.PCMM and not prod.info.get("folded_affine"):
+    if ok and prod is not None and prod.op == StepOp.PCMM and not prod.info.folded_affine:
         rows_U = prod.U.shape[0]
         prod.U = prod.U * ap.alpha
         b = np.zeros(rows_U) if prod.bias is None else prod.bias
         prod.bias = b * ap.alpha + ap.beta
-        prod.info["folded_affine"] = n.name
+        prod.info.folded_affine = n.name
         return name
     aff = Step(StepOp.AFFINE, g.unique(n.name + "_in"), [name], n.features, n.name,
                alpha=np.full(n.features, ap.alpha), beta=np.full(n.features, ap.beta))
-    aff.info["note"] = "activation input scaling not foldable (1 level)"
+    aff.info.note = "activation input scaling not foldable (1 level)"
     steps.append(aff)
     return aff.out
 

@@ -72,7 +72,7 @@ def plan_levels(steps, top: int, pcmm_levels: int = 1) -> int:
 
 def unrescaled(step) -> bool:
     """A PCMM the planner runs without its rescale (final_rescale=False): it costs no level."""
-    return step.op == StepOp.PCMM and step.info.get("rescale") is False
+    return step.op == StepOp.PCMM and step.info.rescale is False
 
 
 def final_pcmm(steps):

@@ -97,8 +97,8 @@ def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peak
     new = apply_placement(steps, placement, factors, bits, prog.slots)
     for s in new:
         if s.op == StepOp.BOOTSTRAP:
-            s.info["order"], s.info["kind"], s.info["k"] = "cts_first", "single", 1
-            s.info["lowering"] = ("single (CtS-first): layout (C)'s blocks come out of ciphertext x ciphertext "
+            s.info.order, s.info.kind, s.info.k = "cts_first", "single", 1
+            s.info.lowering = ("single (CtS-first): layout (C)'s blocks come out of ciphertext x ciphertext "
                                   "products (no plaintext PCMM to fuse)")
     top = next(s.level_out for s in new if s.op == StepOp.INPUT)
     return Planned(new, params, dict(info), depth_of(steps, CGEMM_LEVELS), reserve, top, bs, opts, max_out)

@@ -252,7 +252,7 @@ class MlweProgram:
                 lv -= step_cost(m.src)
             elif m.kind == "boot":      # lands where the planner said (the preset's S2C-first output level)
                 used = top - lv if used is None else used
-                lv = int(m.src.info["level_after"])
+                lv = int(m.src.info.level_after)
             m.level_out = lv
         for i, m in enumerate(self.steps):
             if m.feeds_act:
@@ -478,7 +478,7 @@ class MlweRunner:
             raise MissingKeyError(f"step {m.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
                                   "eval_keys)")
         ctx = self.ctx
-        c = float(m.src.info["scale_factor"])
+        c = float(m.src.info.scale_factor)
         q = float(ctx.modulus(m.level_out))
         outs = boot.refresh_coefficients([retag(ctx, ct, scale=ct.scale * c) for ct in x], c * q / 2.0)
         return [split_real_imag(ctx, retag(ctx, o, scale=o.scale / c), gk) for o in outs]

@@ -291,8 +291,8 @@ class PackedProgram:
         """A conv / avgpool's output on the input's image grid (multiplexed: packed_diagonals), a plain per(m')
         when the output is not a whole-gap subsampling of that grid."""
         m = s.rows
-        Cin, H, W = s.info["in_shape"]
-        Co, Ho, Wo = s.info["out_shape"]
+        Cin, H, W = s.info.in_shape
+        Co, Ho, Wo = s.info.out_shape
         H0, W0 = (Lin.grid[3], Lin.grid[4]) if Lin.grid is not None else (H, W)
         g = H0 // Ho if Ho and H0 % Ho == 0 else 0
         if g > 1 and W0 % Wo == 0 and W0 // Wo == g:
@@ -301,7 +301,7 @@ class PackedProgram:
         return PackedLayout("per", m, pow2(m))
 
     def _matvec(self, s, Lin: PackedLayout) -> PackedStep:
-        structured = s.index is not None and "in_shape" in s.info and "out_shape" in s.info
+        structured = s.index is not None and s.info.in_shape is not None and s.info.out_shape is not None
         if Lin.kind == "per" and (structured or Lin.grid is not None):
             return self._sparse_matvec(s, Lin, structured)
         W = dense_matrix(s, Lin.features)
@@ -358,7 +358,7 @@ class PackedProgram:
         layout from their matrix; only the nonzero diagonals, BSGS split for their offsets."""
         m = s.rows
         if structured:
-            Cin, H, W = s.info["in_shape"]
+            Cin, H, W = s.info.in_shape
             if Cin * H * W != Lin.features:
                 raise ShapeError(f"layer {s.out}: its input shape {Cin}x{H}x{W} does not match the {Lin.features} "
                                  "features of its input")
@@ -658,7 +658,7 @@ class PackedRunner:
             raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
                                   "eval_keys)")
         ctx, n = self.ctx, self.prog.boot_slots
-        c = int(s.src.info["scale_factor"])
+        c = int(s.src.info.scale_factor)
         cts = [retag(ctx, ct, scale=ct.scale * c, slots=n) if (c != 1 or n != ct.slots) else ct for ct in x]
         out = [None] * len(cts)
         for u in bootstrap_units(cts):

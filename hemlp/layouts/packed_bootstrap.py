@@ -150,11 +150,11 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
     for s in new:
         if s.op == StepOp.BOOTSTRAP:
             # the placement priced one group: every group refreshes its own ciphertexts (no pairing across groups)
-            for key in ("ciphertexts", "bootstraps"):
-                s.info[key] = int(s.info[key]) * prog.groups
-            s.info["seconds"] = float(s.info["seconds"]) * prog.groups
-            s.info["order"], s.info["kind"], s.info["k"] = "cts_first", "single", 1
-            s.info["lowering"] = ("single (CtS-first): layout (P) refreshes one packed ciphertext per value (nothing "
+            s.info.ciphertexts = int(s.info.ciphertexts) * prog.groups
+            s.info.bootstraps = int(s.info.bootstraps) * prog.groups
+            s.info.seconds = float(s.info.seconds) * prog.groups
+            s.info.order, s.info.kind, s.info.k = "cts_first", "single", 1
+            s.info.lowering = ("single (CtS-first): layout (P) refreshes one packed ciphertext per value (nothing "
                                   "to batch, no PCMM to fuse)")
     top = next(s.level_out for s in new if s.op == StepOp.INPUT)
     return Planned(new, params, dict(info), depth_of(steps), reserve, top, bs, opts, max_out)

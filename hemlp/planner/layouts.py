@@ -94,7 +94,7 @@ def estimate_batch(steps, params, batch: int) -> float:
         elif s.op == StepOp.MUL:
             t += s.rows * chunks * N * (lv + 1) * c["ct_mul"]
         elif s.op == StepOp.MATMUL:     # k tensor products (4 limb-wise products each) + one relin/rescale per row
-            k = s.info["a_shape"][-1]
+            k = s.info.a_shape[-1]
             t += s.rows * chunks * N * (lv + 1) * (c["ct_mul"] + 2 * k * c["pt_mul"])
     return t
 

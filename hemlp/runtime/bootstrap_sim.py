@@ -51,13 +51,13 @@ def input_range(x: np.ndarray, slots: int) -> float:
 def simulate_bootstrap(step, x: np.ndarray) -> np.ndarray:
     """x (rows matrix) after the bootstrap step: range-checked, with the bootstrap's error added."""
     info = step.info
-    c = float(info["scale_factor"])
-    if info.get("order", "cts_first") == "s2c_first":
+    c = float(info.scale_factor)
+    if info.order == "s2c_first":
         m = float(np.max(np.abs(x))) / c if x.size else 0.0
         what = "largest value"
         need = "values <= 1 in the S2C-first order"
     else:
-        m = input_range(x / c, int(info["slots"]))
+        m = input_range(x / c, int(info.slots))
         what = "largest coefficient"
         need = "coefficients <= 1 in units of the scale"
     if m > 1.0:
@@ -66,8 +66,8 @@ def simulate_bootstrap(step, x: np.ndarray) -> np.ndarray:
             f"divides by (EvalMod needs {need}, else the result wraps around). "
             f"The input batch is outside the range the model was compiled for: recompile with a representative "
             f"example input (or a larger activation_margin)")
-    rng = np.random.default_rng(int(info["seed"]))
-    return x + rng.normal(0.0, c * 2.0 ** -float(info["noise_bits"]), size=x.shape)
+    rng = np.random.default_rng(int(info.seed))
+    return x + rng.normal(0.0, c * 2.0 ** -float(info.noise_bits), size=x.shape)
 
 
 def simulate_mambo(step, x: np.ndarray, weight_bits: int) -> np.ndarray:
@@ -81,8 +81,8 @@ def simulate_mambo(step, x: np.ndarray, weight_bits: int) -> np.ndarray:
 def simulate_packed_bootstrap(step, vecs: list, n: int) -> list:
     """Layout (P): slot vectors (each repeating every n slots) after the bootstrap step, refreshed with n slots."""
     info = step.info
-    c = float(info["scale_factor"])
-    rng = np.random.default_rng(int(info["seed"]))
+    c = float(info.scale_factor)
+    rng = np.random.default_rng(int(info.seed))
     out = []
     for v in vecs:
         z = np.asarray(v, dtype=np.float64)[:n]
@@ -96,5 +96,5 @@ def simulate_packed_bootstrap(step, vecs: list, n: int) -> list:
                 f"divides by (EvalMod needs coefficients <= 1 in units of the scale, else the result wraps around). "
                 f"The input is outside the range the model was compiled for: recompile with a representative "
                 f"example input (or a larger activation_margin)")
-        out.append(np.tile(z + rng.normal(0.0, c * 2.0 ** -float(info["noise_bits"]), size=n), reps))
+        out.append(np.tile(z + rng.normal(0.0, c * 2.0 ** -float(info.noise_bits), size=n), reps))
     return out

@@ -82,7 +82,7 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
 
 
 def _sim_pcmm(s, x, vals, weight_bits, range_counts, bootstraps):
-    Uq, delta = quantize(s.U, s.info.get("weight_bits", weight_bits))
+    Uq, delta = quantize(s.U, s.info.weight_bits or weight_bits)
     U = Uq / delta
     if s.index is not None:
         return gather_apply(U, s.index, x, s.bias)
@@ -96,7 +96,7 @@ def _sim_act(s, x, vals, weight_bits, range_counts, bootstraps):
 
 
 def _sim_matmul(s, x, vals, weight_bits, range_counts, bootstraps):
-    ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
+    ia, ib = matmul_index(s.info.a_shape, s.info.b_shape)
     return np.einsum("otb,otb->ob", x[ia], vals[s.inputs[1]][ib])
 
 
@@ -182,7 +182,7 @@ def ct_products(ctx, s, A, B, relin_key):
     if s.op == StepOp.MUL:
         out = [ctx.mul(drop(a), drop(b), relin_key=relin_key, rescale=True) for a, b in zip(A.cts, B.cts)]
         return CtMatrix(ctx, out, A.shape, ch, A.format)
-    ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
+    ia, ib = matmul_index(s.info.a_shape, s.info.b_shape)
     Ad = [drop(c) for c in A.cts]
     Bd = [drop(c) for c in B.cts]
     out = []
@@ -356,17 +356,17 @@ def bootstrap_unit(ctx, boot, cts: list, step) -> list:
 
 
 def bootstrap_restore(ctx, out: list, step) -> list:
-    """Refreshed ciphertexts of the bootstrap step multiplied back by c = step.info["scale_factor"] exactly
+    """Refreshed ciphertexts of the bootstrap step multiplied back by c = step.info.scale_factor exactly
     (mul_integer) and dropped to the step's planned level."""
-    c = int(step.info["scale_factor"])
+    c = int(step.info.scale_factor)
     if c != 1:
         out = [ctx.mul_integer(ct, c) for ct in out]
     return [ctx.drop_level(ct, step.level_out) if ct.level > step.level_out else ct for ct in out]
 
 
 def bootstrap_retag(ctx, cts: list, step) -> list:
-    """The bootstrap step's input divided by c = step.info["scale_factor"]: a re-tag of the scale (no arithmetic)."""
-    c = int(step.info["scale_factor"])
+    """The bootstrap step's input divided by c = step.info.scale_factor: a re-tag of the scale (no arithmetic)."""
+    c = int(step.info.scale_factor)
     return [retag(ctx, ct, scale=ct.scale * c) if c != 1 else ct for ct in cts]
 
 
@@ -383,15 +383,15 @@ def batch_units(cts, k: int) -> tuple[list[tuple], bool]:
 def refresh_units(cts, step) -> tuple[list[tuple], bool]:
     """The units a bootstrap step refreshes its (re-tagged) ciphertexts in, and whether they pair: batch_units for
     the S2C-first batched pipeline, bootstrap_units for CtS-first single bootstraps."""
-    if step.info.get("order") == "s2c_first":
-        return batch_units(cts, int(step.info.get("k", 1)))
+    if step.info.order == "s2c_first":
+        return batch_units(cts, int(step.info.k or 1))
     return bootstrap_units(cts), False
 
 
 def refresh_unit(ctx, boot, cts: list, step, pair: bool = False) -> list:
     """One unit of a bootstrap step (bootstrap_units for CtS-first single bootstraps, batch_units for the
     S2C-first batched pipeline), already re-tagged by bootstrap_retag: refreshed and restored (bootstrap_restore)."""
-    if step.info.get("order") == "s2c_first":
+    if step.info.order == "s2c_first":
         return bootstrap_restore(ctx, boot.bootstrap_batch(list(cts), pair=pair), step)
     return bootstrap_unit(ctx, boot, cts, step)
 
@@ -411,13 +411,13 @@ def bootstrap_rows(ctx, boot, C: CtMatrix, step) -> CtMatrix:
 
 
 def _check_boot_kind(boot, step) -> None:
-    order = step.info.get("order", "cts_first")
+    order = step.info.order or "cts_first"
     have = getattr(getattr(boot, "params", None), "order", None)
     if have is not None and have != order:
         raise MissingKeyError(f"step {step.out} runs the {order} bootstrapping pipeline, but the run's bootstrapper "
                               f"is for {have}: use the eval keys this plan's keygen() makes")
-    if order == "s2c_first" and getattr(boot, "k", None) not in (None, int(step.info.get("k", 1))):
-        raise MissingKeyError(f"step {step.out} is planned for batches of k = {step.info.get('k')} but the "
+    if order == "s2c_first" and getattr(boot, "k", None) not in (None, int(step.info.k or 1)):
+        raise MissingKeyError(f"step {step.out} is planned for batches of k = {step.info.k} but the "
                               f"bootstrapping keys are for k = {boot.k}: use the eval keys this plan's keygen() makes")
 
 
@@ -441,7 +441,7 @@ def mambo_unit(ctx, boot, step, chunks: list, weight_bits: int, real: bool) -> l
     """One unit of mambo_units: chunks holds one or two lists of the input's rows (one chunk each); returns, per
     chunk, its d1 output ciphertexts: U·X / c refreshed, re-tagged and multiplied back by c exactly (as a bootstrap
     step), the bias added, dropped to the planned level."""
-    c = int(step.info["scale_factor"])
+    c = int(step.info.scale_factor)
     if len(chunks) == 2:
         outs = boot.pcmm_bootstrap_pairs(step.U, chunks[0], chunks[1], weight_bits=weight_bits, c=float(c))
     else:
@@ -480,9 +480,9 @@ def mambo_rows(ctx, boot, C: CtMatrix, step, weight_bits: int) -> CtMatrix:
 
 
 def _run_pcmm(ctx, s, x, vals, ex, relin_key, weight_bits, boot):
-    bits = s.info.get("weight_bits", weight_bits)
+    bits = s.info.weight_bits or weight_bits
     # an unrescaled final PCMM (final_rescale=False): its product without the rescale (K = 1), at level 0
-    kw = dict(rescale=False) if s.info.get("rescale") is False else {}
+    kw = dict(rescale=False) if s.info.rescale is False else {}
     if s.index is None:
         return ex.pcmm(s.U, x, bias=s.bias, weight_bits=bits, step=s.out, **kw)
     return ex.pcmm_gather(s.U, x, s.index, bias=s.bias, weight_bits=bits, step=s.out, **kw)

@@ -146,7 +146,7 @@ def _poly_variance(s, v, mag, nm: NoiseModel) -> np.ndarray:
 
 
 def _pcmm(s, v, mag, vals, mags, nm, weight_bits, ks):
-    Uq, delta = quantize(s.U, s.info.get("weight_bits", weight_bits))
+    Uq, delta = quantize(s.U, s.info.weight_bits or weight_bits)
     U2 = (Uq / delta) ** 2
     hoisted, giant, reduce = ks
     vin = v + hoisted * nm.slot(nm.keyswitch)
@@ -158,14 +158,14 @@ def _pcmm(s, v, mag, vals, mags, nm, weight_bits, ks):
 
 
 def _matmul(s, v, mag, vals, mags, nm, weight_bits, ks):
-    ia, ib = matmul_index(s.info["a_shape"], s.info["b_shape"])
+    ia, ib = matmul_index(s.info.a_shape, s.info.b_shape)
     vb, mb = vals[s.inputs[1]], mags[s.inputs[1]]
     return np.sum(mb[ib] ** 2 * v[ia] + mag[ia] ** 2 * vb[ib], axis=1) + ia.shape[1] * nm.product
 
 
 def _bootstrap(s, v, mag, vals, mags, nm, weight_bits, ks):
-    c = float(s.info["scale_factor"])
-    return np.full(s.rows, (c * 2.0 ** -float(s.info["noise_bits"])) ** 2)
+    c = float(s.info.scale_factor)
+    return np.full(s.rows, (c * 2.0 ** -float(s.info.noise_bits)) ** 2)
 
 
 #: the noise semantics of every step op: (step, first input's variances, its magnitudes, variances by value,
@@ -196,7 +196,7 @@ def _peak_factor(s, params, ks) -> float:
     if s.op == StepOp.PCMM:
         return 2.0 ** ks[2]
     if s.op in REFRESH_OPS:
-        return max(1.0, params.N / 2.0 / float(s.info.get("slots", params.N // 2)))
+        return max(1.0, params.N / 2.0 / float(s.info.slots or params.N // 2))
     return 1.0
 
 
@@ -230,7 +230,7 @@ def analyse_noise(steps, params, magnitudes: dict, weight_bits: int, keyswitches
         raise UnsupportedError("the plan has no output step")
     v = peak[out.out]
     src = next(s for s in steps if s.out == out.inputs[0])
-    log_scale = nm.log_scale + (float(src.info.get("weight_bits", weight_bits)) if unrescaled(src) else 0.0)
+    log_scale = nm.log_scale + (float(src.info.weight_bits or weight_bits) if unrescaled(src) else 0.0)
     row = int(np.argmax(v))
     std = 2.0 ** log_scale * math.sqrt(float(v[row]) / nm.N)     # the coefficients' standard deviation
     log2_std = math.log2(max(std, 1.0))
