@@ -225,7 +225,7 @@ class CompiledModel:
 
     def __getattr__(self, name):
         # compiled.packed / .mlwe / .blocked: the program of that layout, None for the others
-        if name in layouts.LAYOUTS and name != "batch":
+        if name in layouts.LAYOUTS and layouts.LAYOUTS[name].own_program:
             return self.program if name == self.__dict__.get("layout") else None
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 

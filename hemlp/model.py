@@ -234,9 +234,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     else:
         last = None
         if not opts["final_rescale"]:
-            if opts["layout"] not in ("auto", "batch") or opts["encrypted_weights"]:
-                raise UnsupportedError("final_rescale=False plans layout (A) only (layout='batch')")
-            cands = [layouts.get("batch")]
+            cands = layouts.unrescaled_candidates(opts["layout"], bool(opts["encrypted_weights"]))
             last = final_pcmm(steps)
             if last is None:
                 raise UnsupportedError("final_rescale=False needs a model whose output is a linear layer")

@@ -5,8 +5,8 @@
     mlwe     (A')  the batch along the coefficients, MLWE PCMMs, activations between CoeffToSlot / SlotToCoeff
     blocked  (C)   weights encrypted too: every linear layer a block CCMM (encrypted_weights=True)
 
-``candidates`` turns the compile options into the layouts to plan, ``choose`` plans them and takes the cheapest
-by the planner's estimates. Adding a layout = a module here plus its entry in LAYOUTS.
+``candidates`` turns the compile options into the layouts to plan (``unrescaled_candidates`` with
+final_rescale=False), ``choose`` plans them and takes the cheapest by the planner's estimates. Adding a layout = a module here plus its entry in LAYOUTS.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from hemlp.layouts.mlwe import Mlwe
 from hemlp.layouts.packed import Packed
 from hemlp.planner.resources import estimate_nodes, estimate_resources, fewest_nodes
 
-__all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "choose", "check_memory", "memory_budget",
+__all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "unrescaled_candidates", "choose", "check_memory", "memory_budget",
            "machine_memory_bytes", "MemoryLimit", "as_limit"]
 
 #: every layout by name; the order is the order of the planner's estimates in the plan ("auto" compares all
@@ -48,6 +48,17 @@ def candidates(layout: str, encrypted_weights: bool, batch_given: bool) -> list[
     if layout != "auto":
         return [get(layout)]
     return kind if batch_given else kind[:1]
+
+
+def unrescaled_candidates(layout: str, encrypted_weights: bool) -> list[type[Layout]]:
+    """The layouts compile() plans with final_rescale=False: those of the `layout` and `encrypted_weights` options
+    that run the last linear layer at level 0 unrescaled (Layout.unrescaled_final); UnsupportedError otherwise."""
+    able = [c for c in LAYOUTS.values() if c.unrescaled_final]
+    kind = [c for c in able if c.encrypted_weights == bool(encrypted_weights)]
+    if layout not in ("auto",) + tuple(c.name for c in kind) or not kind:
+        raise UnsupportedError("final_rescale=False plans " + ", ".join(f"layout {c.label}" for c in able)
+                               + " only (" + " or ".join(f"layout={c.name!r}" for c in able) + ")")
+    return kind if layout == "auto" else [get(layout)]
 
 
 #: layouts whose time estimates are this close to the fastest count as a tie, broken by server memory

@@ -65,6 +65,11 @@ class Layout:
     encrypted_weights: ClassVar[bool] = False
     #: True: the plan reports FHE4DMM block layouts / grids of its PCMMs (slot-GEMM layouts)
     fhe4dmm_grids: ClassVar[bool] = True
+    #: True: the layout can run the model's last linear layer at level 0 without its rescale (compile's
+    #: final_rescale=False; hemlp.compiler.params.unrescaled)
+    unrescaled_final: ClassVar[bool] = False
+    #: True: build_program makes a program of its own, which compiled.<name> returns (False: the steps are it)
+    own_program: ClassVar[bool] = True
 
     def __init__(self, steps, params, batch_size: int, top_level: int, options: dict, program=None):
         self.steps, self.params = steps, params

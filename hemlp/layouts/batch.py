@@ -26,6 +26,8 @@ __all__ = ["Batch"]
 
 class Batch(Layout):
     name, label = "batch", "(A)"
+    unrescaled_final = True     # a PCMM product at level 0 needs no rescale: hemlp.pcmm runs it with K = 1
+    own_program = False         # the steps are the program
 
     @classmethod
     def step_tables(cls) -> dict:
