@@ -93,6 +93,7 @@ from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import check_nodes, estimate_nodes, estimate_resources
 from hemlp.runtime.local import simulate as simulate_rows
 from hemlp.runtime.noise_analysis import plan_noise_bound, row_magnitudes
+from hemlp.step_ops import StepOp
 
 __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 
@@ -155,7 +156,7 @@ def _fhe4dmm_matmuls(steps, slots: int, chunks: int, workers: int) -> list[dict]
     """Every PCMM as an FHE4DMM product with its Optimal Block Layout and 4D grid (for the distributed runtime)."""
     matmuls = []
     for s in steps:
-        if s.op != "pcmm":
+        if s.op != StepOp.PCMM:
             continue
         P = 1 if s.index is None else s.index.shape[1]
         m, k, n_ = s.U.shape[0], s.U.shape[1], P * chunks * slots
@@ -238,7 +239,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
             last = final_pcmm(steps)
             if last is None:
                 raise UnsupportedError("final_rescale=False needs a model whose output is a linear layer")
-            last.info["rescale"] = False
+            last.info.rescale = False
         pcmm_levels = max(c.pcmm_levels for c in cands)
         depth = depth_of(steps, pcmm_levels)
         info = choose_preset(depth, allow, opts["preset"])
@@ -247,7 +248,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
         # an unrescaled final layer keeps its output under q_0 through its weight bits: no reserve level
         reserve = 0 if last is not None else output_reserve(max_out, params.log_scale, q0_bits)
         if last is not None:
-            last.info["weight_bits"] = unrescaled_weight_bits(last, max_out, params.log_scale, q0_bits,
+            last.info.weight_bits = unrescaled_weight_bits(last, max_out, params.log_scale, q0_bits,
                                                               int(opts["weight_bits"]))
         if reserve:
             info = choose_preset(depth, allow, opts["preset"], reserve=reserve)
@@ -271,12 +272,12 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
         if ss:
             n.level_in, n.level_out = ss[0].level_in, ss[-1].level_out
         for s in ss:
-            if s.info.get("folded_affine"):
-                n.notes.append(f"(input map of {s.info['folded_affine']} folded in)")
-            if s.op == "affine" and s.info.get("note"):
-                n.notes.append(s.info["note"])
+            if s.op == StepOp.PCMM and s.info.folded_affine:
+                n.notes.append(f"(input map of {s.info.folded_affine} folded in)")
+            if s.op == StepOp.AFFINE and s.info.note:
+                n.notes.append(s.info.note)
             if unrescaled(s):
-                n.notes.append(f"(not rescaled: weights {s.info['weight_bits']} bits keep the output under q_0)")
+                n.notes.append(f"(not rescaled: weights {s.info.weight_bits} bits keep the output under q_0)")
     matmuls = _fhe4dmm_matmuls(steps, slots, chunks, opts["workers"]) if lay.fhe4dmm_grids else []
     plan_info = dict(model=g.name, preset=info["name"], N=params.N, slots=slots, security=info["security"],
                      depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,

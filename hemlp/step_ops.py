@@ -83,13 +83,24 @@ _FIELD_NAMES: dict = {}     # StepInfo class -> its field names (every attribute
 class StepInfo(MutableMapping):
     """A step's metadata: one dataclass per op family (INFO), its fields typed and documented, None when not set.
 
-    The fields are also a mapping of the set ones, in the order they were set (``info["k"]``, ``info.get("k", 1)``,
-    ``"k" in info``, ``dict(info)``, ``to_json()``: what Step.meta() saves), so the passes that read or write metadata
-    by name keep working; a name the op's family does not declare is a KeyError (an AttributeError as an attribute)
-    instead of a new free-form entry. The base class, for ops that carry none, has no field."""
+    The fields are also a mapping of the set ones, in the order they were set (the constructor's keywords in the
+    order given; ``"k" in info``, ``dict(info)``, ``to_json()``: what Step.meta() saves, so that order is the saved
+    plan's), and by name (``info["k"]``, ``info.get("k", 1)``) for generic code; a name the op's family does not
+    declare is a KeyError (an AttributeError as an attribute) instead of a new free-form entry. The base class, for
+    ops that carry none, has no field."""
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        if args or kwargs:      # (none when pickle or copy rebuild one: they restore _set itself)
+            # the dataclass __init__ assigns in declaration order: keep the caller's, which the saved plan follows
+            object.__setattr__(self, "_given", [f.name for f in fields(cls)[:len(args)]] + list(kwargs))
+        return self
 
     def __post_init__(self):
-        object.__setattr__(self, "_set", {f.name: None for f in fields(self) if getattr(self, f.name) is not None})
+        given = self.__dict__.pop("_given", None)
+        if given is None:       # nothing given: every field is None, none is set
+            given = [f.name for f in fields(self)]
+        object.__setattr__(self, "_set", {n: None for n in given if getattr(self, n) is not None})
 
     @classmethod
     def names(cls) -> frozenset:
@@ -138,6 +149,10 @@ class StepInfo(MutableMapping):
 
     def __len__(self) -> int:
         return len(self._set)
+
+    def copy(self) -> "StepInfo":
+        """The same set fields in the same order (a step's replacement gets its own metadata)."""
+        return type(self).of(self)
 
     def to_json(self) -> dict:
         """The set fields as a dict (what plan.json holds)."""

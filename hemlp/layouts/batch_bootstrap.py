@@ -45,7 +45,7 @@ from hemlp.planner.bootstrap_lowering import Lowering, PipelineCosts, choose_pip
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, Placement
 from hemlp.planner.layouts import estimate_batch
 from hemlp.runtime.local import simulate as simulate_rows
-from hemlp.step_ops import REFRESH_OPS, StepOp
+from hemlp.step_ops import REFRESH_OPS, RefreshInfo, StepOp
 
 __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "apply_placement", "bootstrap_steps",
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
@@ -182,14 +182,16 @@ def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits
         for v in d.boot:
             b = boots[(s.out, v)]
             name = f"{v}#boot{len(out)}"
-            info = dict(scale_factor=scale_factors[v], noise_bits=float(noise_bits), seed=len(out),
-                        slots=slots, value=v, before=s.out, ciphertexts=b.ciphertexts,
-                        bootstraps=b.bootstraps, seconds=b.seconds, cost_source=placement.cost_source)
+            info = RefreshInfo(scale_factor=scale_factors[v], noise_bits=float(noise_bits), seed=len(out),
+                               slots=slots, value=v, before=s.out, ciphertexts=b.ciphertexts,
+                               bootstraps=b.bootstraps, seconds=b.seconds, cost_source=placement.cost_source)
             if lowering is not None:
                 ch = lowering.choices[(s.out, v)]
-                info.update(order=lowering.order, family=lowering.label, **ch.to_json())
-                if ch.kind != "mambo":
-                    info["seconds"] = ch.seconds
+                # set one by one, in this order (the saved plan's): an estimate set to None is saved as null
+                info.order, info.family, info.kind, info.k = lowering.order, lowering.label, ch.kind, ch.k
+                info.seconds = ch.seconds           # the chosen pipeline's estimate (MaMBo: the fused layer's)
+                info.single_seconds, info.batched_seconds = ch.single_seconds, ch.batched_seconds
+                info.mambo_seconds, info.reason = ch.mambo_seconds, ch.reason
             out.append(Step(StepOp.BOOTSTRAP, name, [current[v]], by_name[v].rows, "",
                             level_in=stored[current[v]] + off, level_out=placement.levels_after + off, info=info))
             current[v] = name
@@ -206,7 +208,7 @@ def apply_placement(steps, placement: Placement, scale_factors: dict, noise_bits
                     stored[drops[key]] = r
                 src = drops[key]
             inputs.append(src)
-        t = replace(s, inputs=inputs if s.op != StepOp.INPUT else list(s.inputs), info=dict(s.info))
+        t = replace(s, inputs=inputs if s.op != StepOp.INPUT else list(s.inputs), info=s.info.copy())
         t.level_in = (d.reads[0] if s.op == StepOp.INPUT else max(d.reads)) + off
         t.level_out = outs[s.out] + off
         out.append(t)
@@ -219,16 +221,17 @@ def lower_mambo(steps: list, factors: dict) -> list[Step]:
     """Every bootstrap step of kind "mambo" and the PCMM it refreshes -> one "mambo" step (at the bootstrap's
     place, reading the PCMM's input; factors: value -> the power of two c with |U·X| <= c on the calibration data)."""
     producers = {s.out: s for s in steps}
-    fused = {s.inputs[0] for s in steps if s.op == StepOp.BOOTSTRAP and s.info.get("kind") == "mambo"}
+    fused = {s.inputs[0] for s in steps if s.op == StepOp.BOOTSTRAP and s.info.kind == "mambo"}
     out = []
     for s in steps:
         if s.out in fused:
             continue
-        if s.op == StepOp.BOOTSTRAP and s.info.get("kind") == "mambo":
+        if s.op == StepOp.BOOTSTRAP and s.info.kind == "mambo":
             p = producers[s.inputs[0]]
             if p.op != StepOp.PCMM or p.index is not None:
                 raise AssertionError(f"MaMBo lowering of {s.out}: its input {p.out} is a {p.op}, not a dense PCMM")
-            info = dict(s.info, scale_factor=factors[p.out], pcmm=p.out, pcmm_level=p.level_in)
+            info = s.info.copy()
+            info.scale_factor, info.pcmm, info.pcmm_level = factors[p.out], p.out, p.level_in
             out.append(Step(StepOp.MAMBO, s.out, list(p.inputs), p.rows, p.node, U=p.U, bias=p.bias,
                             level_in=p.level_in, level_out=s.level_out, info=info))
             continue
@@ -239,13 +242,13 @@ def lower_mambo(steps: list, factors: dict) -> list[Step]:
 def boot_order(steps) -> str | None:
     """"cts_first" / "s2c_first": the bootstrapping order of a program's bootstrap steps (None: no bootstrap)."""
     b = bootstrap_steps(steps)
-    return None if not b else b[0].info.get("order", "cts_first")
+    return None if not b else b[0].info.order or "cts_first"
 
 
 def boot_batch_size(steps) -> int:
     """k of the S2C-first family's keys (1 for CtS-first single bootstraps)."""
     b = bootstrap_steps(steps)
-    return int(b[0].info.get("k", 1)) if b else 1
+    return int(b[0].info.k or 1) if b else 1
 
 
 def scale_factor(peak: float, margin: float, limit: float, what: str, params) -> int:
@@ -354,13 +357,13 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict 
     if low.mambo_values:
         mb_bits = costs.mambo_bits(low.k) or DEFAULT_NOISE_BITS
         for s in new:
-            if s.op == StepOp.BOOTSTRAP and s.info.get("kind") == "mambo":
-                s.info["noise_bits"] = float(mb_bits)
+            if s.op == StepOp.BOOTSTRAP and s.info.kind == "mambo":
+                s.info.noise_bits = float(mb_bits)
         new = lower_mambo(new, mfactors)
     for s in new:
         if s.op in REFRESH_OPS:
-            s.info["lowering"] = low.reason
-            s.info["family_totals"] = dict(low.totals)
+            s.info.lowering = low.reason
+            s.info.family_totals = dict(low.totals)
     top = next(s.level_out for s in new if s.op == StepOp.INPUT)
     preset = dict(info, depth=info["depth"])
     return Planned(new, params, preset, depth_of(steps), reserve, top, bs, opts, max_out)
@@ -394,6 +397,10 @@ def sparse_summary_text(info: dict, how: str) -> str:
     return "\n" + summary_text(b) + "\n#   " + how.format(slots=b["boot_slots"]) + keys
 
 
+#: a bootstrap's estimates of the pipelines not chosen and why (RefreshInfo fields), copied to summary()'s rows
+CHOICE_FIELDS = ("single_seconds", "batched_seconds", "mambo_seconds", "reason")
+
+
 def summary(steps, params, batch: int, layer_seconds: float | None = None) -> dict | None:
     """The placement as saved in the plan's info (None: no bootstrap in the program). layer_seconds: the layers'
     estimate (default: layout (A)'s, hemlp.planner.layouts.estimate_batch)."""
@@ -401,23 +408,22 @@ def summary(steps, params, batch: int, layer_seconds: float | None = None) -> di
     if not boots:
         return None
     layers = estimate_batch(steps, params, batch) if layer_seconds is None else float(layer_seconds)
+    first = boots[0].info
     rows = []
     for s in boots:
-        r = dict(value=s.info["value"], before=s.info["before"], level_before=s.level_in, level_after=s.level_out,
-                 ciphertexts=s.info["ciphertexts"], bootstraps=s.info["bootstraps"], seconds=s.info["seconds"],
-                 scale_factor=s.info["scale_factor"], kind=s.info.get("kind", "single"), k=s.info.get("k", 1))
-        for key in ("single_seconds", "batched_seconds", "mambo_seconds", "reason"):
-            if key in s.info:
-                r[key] = s.info[key]
+        i = s.info
+        r = dict(value=i.value, before=i.before, level_before=s.level_in, level_after=s.level_out,
+                 ciphertexts=i.ciphertexts, bootstraps=i.bootstraps, seconds=i.seconds, scale_factor=i.scale_factor,
+                 kind=i.kind or "single", k=i.k or 1)
+        # the alternatives' estimates the lowering set (a None one too: no such alternative), none when it did not
+        r.update((key, i[key]) for key in CHOICE_FIELDS if key in i)
         rows.append(r)
     boot_s = sum(r["seconds"] for r in rows)
     out = dict(placements=rows, levels_after=boots[0].level_out, boot_seconds=boot_s, layer_seconds=layers,
-               total_seconds=boot_s + layers, cost_source=boots[0].info.get("cost_source", ""),
-               noise_bits=boots[0].info["noise_bits"])
-    if "lowering" in boots[0].info:
-        out.update(lowering=boots[0].info["lowering"], order=boots[0].info.get("order", "cts_first"),
-                   k=boots[0].info.get("k", 1), family=boots[0].info.get("family", "single (CtS-first)"),
-                   family_totals=boots[0].info.get("family_totals", {}))
+               total_seconds=boot_s + layers, cost_source=first.cost_source or "", noise_bits=first.noise_bits)
+    if first.lowering is not None:
+        out.update(lowering=first.lowering, order=first.order or "cts_first", k=first.k or 1,
+                   family=first.family or "single (CtS-first)", family_totals=first.family_totals or {})
     return out
 
 

@@ -31,6 +31,7 @@ from hemlp.layouts.mlwe import MlweProgram, dft_depth_candidates
 from hemlp.layouts.mlwe_refresh import REFRESH_LOG_MESSAGE_RATIO, refresh_key_bytes, refresh_level
 from hemlp.planner.bootstrap_lowering import MAX_BATCH_KEY_BYTES, PipelineCosts
 from hemlp.bootstrap.params import PRESET_DEPTHS
+from hemlp.step_ops import RefreshInfo
 
 __all__ = ["greedy_refreshes", "feasible_refreshes", "refresh_batch", "plan_mlwe_bootstrapped"]
 
@@ -131,21 +132,21 @@ def plan_mlwe_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: 
         c = scale_factor(peak, margin, limit, f"value {v!r}", params)
         name = f"{v}#refresh{n}"
         calls = -(-act.cts // k)
-        info = dict(scale_factor=c, noise_bits=float(bits), seed=n, slots=params.N // 2, value=v, before=act.out,
-                    ciphertexts=act.cts, bootstraps=calls, seconds=calls * call(k), level_after=land,
-                    order="s2c_first", kind="batched" if k > 1 else "single", k=k,
-                    single_seconds=act.cts * call(1), batched_seconds=calls * call(k),
-                    cost_source=f"{boot.source}, less its SlotToCoeff share (a refresh runs none)"
-                                + (f"; batches x {costs.ratio(k):.3f} ({costs.source})" if k > 1 else ""),
-                    lowering=f"layout (A') refresh: the activation segment's CoeffToSlot inside an S2C-first "
-                             f"bootstrap without its SlotToCoeff, k = {k} ciphertexts a call ({why})")
+        info = RefreshInfo(scale_factor=c, noise_bits=float(bits), seed=n, slots=params.N // 2, value=v,
+                           before=act.out, ciphertexts=act.cts, bootstraps=calls, seconds=calls * call(k),
+                           level_after=land, order="s2c_first", kind="batched" if k > 1 else "single", k=k,
+                           single_seconds=act.cts * call(1), batched_seconds=calls * call(k),
+                           cost_source=f"{boot.source}, less its SlotToCoeff share (a refresh runs none)"
+                                       + (f"; batches x {costs.ratio(k):.3f} ({costs.source})" if k > 1 else ""),
+                           lowering=f"layout (A') refresh: the activation segment's CoeffToSlot inside an S2C-first "
+                                    f"bootstrap without its SlotToCoeff, k = {k} ciphertexts a call ({why})")
         before[act.src.out] = Step("bootstrap", name, [v], act.rows, "", level_out=land, info=info)
     new = []
     for s in steps:
         b = before.get(s.out)
         if b is not None:
             new.append(b)
-            s = replace(s, inputs=[b.out] + list(s.inputs[1:]), info=dict(s.info))
+            s = replace(s, inputs=[b.out] + list(s.inputs[1:]), info=s.info.copy())
         new.append(s)
     check = MlweProgram(new, params.N, bs, d, top=top)
     if any(m.level_out is not None and m.level_out < 0 for m in check.steps):

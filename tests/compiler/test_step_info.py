@@ -40,6 +40,18 @@ def test_fields_read_as_attributes_and_as_the_mapping_of_the_set_ones():
         info.scale = 2
 
 
+def test_the_constructor_sets_its_keywords_in_the_order_given_and_copy_keeps_it():
+    # the saved plan's keys follow the order fields are set in, so a typed constructor must keep the caller's
+    info = RefreshInfo(seed=3, value="v", kind=None, k=2)
+    assert list(info) == ["seed", "value", "k"] and info.kind is None              # None given: not set
+    assert list(RefreshInfo("v", "b")) == ["value", "before"] and list(RefreshInfo()) == []
+    info.batched_seconds = None                                                     # set to None is set
+    dup = info.copy()
+    assert type(dup) is RefreshInfo and list(dup) == ["seed", "value", "k", "batched_seconds"] and dup == info
+    dup.k = 4
+    assert info.k == 2
+
+
 def test_a_step_converts_its_metadata_to_its_op_family():
     U = np.eye(4)
     conv = Step(StepOp.PCMM, "c", ["x"], 4, U=U, info=dict(in_shape=[1, 2, 2], out_shape=[1, 2, 2]))

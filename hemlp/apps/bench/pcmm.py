@@ -265,7 +265,7 @@ def _fresh_rows(ctx, sk, d: int, threads: list, args, rng, preset: str) -> tuple
         for name, (cm, csk, ek, ct) in compiled.items():
             last = next(s for s in cm.steps if s.op == "pcmm")
             runs[name] = ((lambda cm=cm, ek=ek, ct=ct: cm.run(ct, ek)), cm.plan.info["top_level"],
-                          last.info.get("weight_bits", args.weight_bits),
+                          last.info.weight_bits or args.weight_bits,
                           (lambda out, cm=cm, csk=csk: cm.decrypt(out, csk).T))
         for name, (fn, level, bits, dec) in runs.items():
             out = fn()

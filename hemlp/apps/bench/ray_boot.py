@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 
 from hemlp.apps.bench import int_list, report
+from hemlp.step_ops import StepOp
 
 HELP = ("bootstrapped MLP (test-N12-boot) on Ray, layout (A) or (P): 1 vs 2 workers, bit-identity with "
         "in-process")
@@ -99,8 +100,8 @@ def main(args) -> int:
     n = args.batch if packed else cm.capacity
     x = rng.uniform(-0.9, 0.9, (n, F)) + rng.uniform(-0.1, 0.2, F)        # asymmetric per feature
     ct = cm.encrypt(x, sk)
-    boots = {s.out for s in cm.steps if s.op == "bootstrap"}
-    n_boot = sum(s.info["bootstraps"] for s in cm.steps if s.op == "bootstrap")
+    boots = {s.out for s in cm.steps if s.op == StepOp.BOOTSTRAP}
+    n_boot = sum(s.info.bootstraps for s in cm.steps if s.op == StepOp.BOOTSTRAP)
     groups = cm.layout_impl.program.groups if packed else None
     cm.run(ct, ek, threads=1)          # warm-up: the first bootstrap encodes the DFT matrices
     t0, tc = time.perf_counter(), time.process_time()

@@ -136,8 +136,8 @@ class RayExecutor(RayDriver):
         if self.bootstrap_keys is None:
             raise MissingKeyError(f"step {step.out} bootstraps: run the plan with the eval keys' bootstrapping keys")
         kind = self._boot_kind()
-        if kind != ("batch" if step.info.get("order") == "s2c_first" else "single"):
-            raise MissingKeyError(f"step {step.out} runs the {step.info.get('order', 'cts_first')} bootstrapping "
+        if kind != ("batch" if step.info.order == "s2c_first" else "single"):
+            raise MissingKeyError(f"step {step.out} runs the {step.info.order or 'cts_first'} bootstrapping "
                                   f"pipeline; the eval keys hold {type(self.bootstrap_keys).__name__}: use the eval "
                                   "keys this plan's keygen() makes")
         t0 = time.perf_counter()

@@ -583,4 +583,5 @@ def _release(vals: dict, users: dict, name: str) -> None:
 def supported(steps, C) -> bool:
     """Whether RayProgram runs this program (RLWE input, every step in SUPPORTED)."""
     # an unrescaled PCMM (final_rescale=False) runs through RayExecutor's ray_pcmm(rescale=False)
-    return C.format == "rlwe" and all(s.op in SUPPORTED and s.info.get("rescale") is not False for s in steps)
+    return C.format == "rlwe" and all(s.op in SUPPORTED and not (s.op == StepOp.PCMM and s.info.rescale is False)
+                                      for s in steps)
