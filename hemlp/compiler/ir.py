@@ -565,46 +565,59 @@ def _lv(n: Node) -> str:
     return f"L{n.level_in}" if n.level_in == n.level_out else f"L{n.level_in}→L{n.level_out}"
 
 
-def describe(n: Node) -> str:
-    """The right-hand side of `name = ...` for one node."""
+def _describe_linear(n: Node, ins: str) -> str:
+    w = n.attrs["weight"]
+    b = ", bias" if n.attrs.get("bias") is not None else ""
+    return f"pcmm({n.name}.weight[{w.shape[0]}x{w.shape[1]}], {ins}{b})"
+
+
+def _describe_conv2d(n: Node, ins: str) -> str:
     a = n.attrs
+    w = a["weight"]
+    extra = f", groups={a['groups']}" if a.get("groups", 1) != 1 else ""
+    return (f"pcmm_gather({n.name}.weight[{w.shape[0]}x{w.shape[1]}x{w.shape[2]}x{w.shape[3]}], {ins}, "
+            f"stride={tuple(a['stride'])}, padding={tuple(a['padding'])}{extra})")
+
+
+def _describe_avgpool2d(n: Node, ins: str) -> str:
+    a = n.attrs
+    div = f", divisor={a['divisor_override']}" if a.get("divisor_override") else ""
+    return f"avg_pool2d({ins}, kernel={tuple(a['kernel'])}, stride={tuple(a['stride'])}{div})"
+
+
+def _describe_act(n: Node, ins: str) -> str:
+    a = n.attrs
+    ap = a.get("approx")
+    if ap is not None:
+        return f"{ap.expr(ins)}"
+    if a["kind"] == "poly":
+        return f"poly({ins}, {np.round(a['coeffs'], 4).tolist()})"
+    return f"{a['kind']}({ins})"
+
+
+#: the printed right-hand side of every IR op: (node, its inputs joined by ", ") -> text; an op without an entry
+#: prints as op(inputs)
+DESCRIBE = {
+    Op.INPUT: lambda n, ins: "input",
+    Op.LINEAR: _describe_linear,
+    Op.CONV2D: _describe_conv2d,
+    Op.AVGPOOL2D: _describe_avgpool2d,
+    Op.BATCHNORM: lambda n, ins: f"batch_norm({ins})",
+    Op.AFFINE: lambda n, ins: f"affine({ins})",
+    Op.FLATTEN: lambda n, ins: f"flatten({ins})" if len(n.shape) == 1 else f"reshape({ins}, {list(n.shape)})",
+    Op.ACT: _describe_act,
+    Op.ADD: lambda n, ins: f"{n.inputs[0]} + {n.inputs[1]}",
+    Op.MUL: lambda n, ins: f"{n.inputs[0]} * {n.inputs[1]}  (ct x ct)",
+    Op.TRANSPOSE: lambda n, ins: f"{ins}.mT",
+    Op.MATMUL: lambda n, ins: f"ccmm({n.inputs[0]}, {n.inputs[1]})",
+}
+
+
+def describe(n: Node) -> str:
+    """The right-hand side of `name = ...` for one node (DESCRIBE)."""
     ins = ", ".join(n.inputs)
-    if n.op == "input":
-        return "input"
-    if n.op == "linear":
-        w = a["weight"]
-        b = ", bias" if a.get("bias") is not None else ""
-        return f"pcmm({n.name}.weight[{w.shape[0]}x{w.shape[1]}], {ins}{b})"
-    if n.op == "conv2d":
-        w = a["weight"]
-        extra = f", groups={a['groups']}" if a.get("groups", 1) != 1 else ""
-        return (f"pcmm_gather({n.name}.weight[{w.shape[0]}x{w.shape[1]}x{w.shape[2]}x{w.shape[3]}], {ins}, "
-                f"stride={tuple(a['stride'])}, padding={tuple(a['padding'])}{extra})")
-    if n.op == "avgpool2d":
-        div = f", divisor={a['divisor_override']}" if a.get("divisor_override") else ""
-        return f"avg_pool2d({ins}, kernel={tuple(a['kernel'])}, stride={tuple(a['stride'])}{div})"
-    if n.op == "batchnorm":
-        return f"batch_norm({ins})"
-    if n.op == "affine":
-        return f"affine({ins})"
-    if n.op == "flatten":
-        return f"flatten({ins})" if len(n.shape) == 1 else f"reshape({ins}, {list(n.shape)})"
-    if n.op == "act":
-        ap = a.get("approx")
-        if ap is not None:
-            return f"{ap.expr(ins)}"
-        if a["kind"] == "poly":
-            return f"poly({ins}, {np.round(a['coeffs'], 4).tolist()})"
-        return f"{a['kind']}({ins})"
-    if n.op == "add":
-        return f"{n.inputs[0]} + {n.inputs[1]}"
-    if n.op == "mul":
-        return f"{n.inputs[0]} * {n.inputs[1]}  (ct x ct)"
-    if n.op == "transpose":
-        return f"{ins}.mT"
-    if n.op == "matmul":
-        return f"ccmm({n.inputs[0]}, {n.inputs[1]})"
-    return f"{n.op}({ins})"
+    f = DESCRIBE.get(n.op)
+    return f"{n.op}({ins})" if f is None else f(n, ins)
 
 
 def format_graph(g: Graph, header: str = "", steps_info: dict | None = None) -> str:
@@ -616,9 +629,9 @@ def format_graph(g: Graph, header: str = "", steps_info: dict | None = None) -> 
     lines.append(f"def forward({inp.name}: Enc{_shape(inp.shape)}{lv}):")
     w = max([len(n.name) for n in g.nodes] + [4])
     for n in g.nodes:
-        if n.op in ("input",):
+        if n.op == Op.INPUT:
             continue
-        if n.op == "output":
+        if n.op == Op.OUTPUT:
             lines.append(f"    return {n.inputs[0]}")
             continue
         rhs = describe(n)

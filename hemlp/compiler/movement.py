@@ -2,7 +2,7 @@
 
 Each is an exact linear map whose weight is a 0/1 selection, written as a ``conv2d`` node so that every layout runs it
 with the machinery it already has (im2col gathers, packed diagonals) and the folding pass can merge it into a
-neighbouring convolution (``fold.merge_channel_maps``):
+neighbouring convolution (``fold.merge_channel_map``):
 
 * ``x[:, c0:c1:cs, h0:h1:hs, w0:w1:ws]`` picks positions a, a + s, ..., a + (n - 1) s on each spatial axis: a
   convolution with stride s whose weight is 1 at offset a, and kernel a + 1 when the slice runs to the end of the

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import hemlp
-from hemlp.compiler.ir import EVAL, OP_ARITY, Op, describe, Node
+from hemlp.compiler.fold import REWRITES, ROW_SCALE
+from hemlp.compiler.ir import DESCRIBE, EVAL, OP_ARITY, Op, describe, Node
 from hemlp.compiler.lower import LOWER, Step, StepOp
 from hemlp.errors import UnsupportedError, UnsupportedOpError
 from hemlp.layouts import LAYOUTS
@@ -25,6 +26,14 @@ def test_every_ir_op_has_semantics_arity_printing_and_a_lowering():
                                                                   stride=(1, 1), padding=(0, 0), kernel=(1, 1)))
         if op not in (Op.CONV2D, Op.AVGPOOL2D):
             assert isinstance(describe(n), str)
+
+
+def test_the_ir_passes_are_tables_keyed_by_op():
+    # describe and fold dispatch through tables of Op, like the step passes: an op is an entry, not a branch
+    assert set(DESCRIBE) <= set(Op)
+    assert describe(Node("n", Op.IDENTITY, ["a"], (2,))) == "identity(a)"     # an op without an entry: op(inputs)
+    assert [r.op for r in REWRITES] == [Op.BATCHNORM, Op.CONV2D, Op.ACT, Op.AVGPOOL2D, Op.LINEAR]
+    assert set(ROW_SCALE) == {Op.LINEAR, Op.CONV2D}
 
 
 class _Block(torch.nn.Module):
