@@ -408,8 +408,11 @@ def cmd_serve(args, ui: UI):
     with ui.step(f"deploy on Ray Serve ({args.replicas} replica(s))"):
         url = serve(path, args.host, args.port, args.replicas, args.address, args.insecure, args.max_body_bytes,
                     args.max_keys, blocking=False, max_queued_jobs=args.max_queued_jobs,
-                    max_finished_jobs=args.max_finished_jobs, threads=args.threads)
-    ui.finish([f"serving {path} at {url}/v1/ on Ray Serve (Ctrl-C stops)"])
+                    max_finished_jobs=args.max_finished_jobs, threads=args.threads, direct_port=args.direct_port)
+    lines = [f"serving {path} at {url}/v1/ on Ray Serve (Ctrl-C stops)"]
+    if args.direct_port is not None:
+        lines.append(f"each replica also at http://{args.host}:{args.direct_port}/v1/ (no Ray proxy)")
+    ui.finish(lines)
     try:
         while True:
             time.sleep(3600)
@@ -680,6 +683,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--replicas", type=int, default=1, help="Ray Serve replicas of the model (default 1)")
     p.add_argument("--address", default=None, help="a Ray cluster to join (default: a local Ray)")
     p.add_argument("--no-ray", action="store_true", help="serve from this process, without Ray")
+    p.add_argument("--direct-port", type=int, default=None,
+                   help="Ray Serve: each replica also serves the API on this port of its node, without Ray's HTTP proxy "
+                        "(the node's replicas share it; large uploads skip the proxy's transfer through Ray)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 30, help="largest request body (default 1 GiB)")
     p.add_argument("--max-keys", type=int, default=8, help="evaluation-key sets kept (default 8)")
     p.add_argument("--max-queued-jobs", type=int, default=32,

@@ -74,12 +74,20 @@ def _handler(service):
     return Handler
 
 
+class _SharedPortServer(ThreadingHTTPServer):
+    # SO_REUSEPORT: several processes (the Ray Serve replicas of one node) listen on one port, the kernel spreading
+    # the connections over them
+    allow_reuse_port = True
+
+
 class LocalServer:
     """``with LocalServer(service, port=0) as srv: srv.url``: the service on a background thread (port 0: any free
-    one)."""
+    one). shared_port: other processes may listen on the same port (SO_REUSEPORT; each connection goes to one of
+    them: hemlp.serving.ray_serve's direct port)."""
 
-    def __init__(self, service, host: str = "127.0.0.1", port: int = 8000):
-        self.httpd = ThreadingHTTPServer((host, int(port)), _handler(service))
+    def __init__(self, service, host: str = "127.0.0.1", port: int = 8000, shared_port: bool = False):
+        cls = _SharedPortServer if shared_port else ThreadingHTTPServer
+        self.httpd = cls((host, int(port)), _handler(service))
         self.httpd.daemon_threads = True
         self.thread = None
 

@@ -4,7 +4,13 @@ every replica calls: the uploaded evaluation keys (one key-store actor; each rep
 and the jobs (one job-store actor, hemlp.serving.jobs: the queue, each job's status and its result until fetched).
 Each replica runs a job worker that takes the next queued job from that shared queue, so a job submitted through one
 replica runs on whichever replica is free and is polled and fetched through any of them. Local Ray by default,
-``address`` joins a cluster."""
+``address`` joins a cluster.
+
+Ray Serve's HTTP proxy hands a request's body to the replica through Ray (actor calls returning the pieces it read,
+through the object store): for the demo's 10 MB encrypted upload that costs more than the rest of the serving path
+together (docs/serving.md). ``direct_port``: each replica also serves the same API itself, on that port of its node
+(hemlp.serving.http, the port shared by the node's replicas with SO_REUSEPORT: the kernel spreads the connections
+over them), so a client there skips the proxy; the proxy's port keeps working."""
 from __future__ import annotations
 
 from hemlp.serving.jobs import DEFAULT_LEASE_S, DEFAULT_MAX_FINISHED_JOBS, DEFAULT_MAX_QUEUED_JOBS, MemoryJobStore
@@ -44,12 +50,22 @@ def _deployment(serve_mod, replicas: int, threads: int | None):
     @serve_mod.deployment(num_replicas=int(replicas), ray_actor_options={"num_cpus": threads or 1},
                           max_ongoing_requests=MAX_ONGOING_REQUESTS)
     class HemlpModel:
-        def __init__(self, model_dir: str, allow_insecure: bool, max_body_bytes: int, max_keys: int, keys, jobs):
+        def __init__(self, model_dir: str, allow_insecure: bool, max_body_bytes: int, max_keys: int, keys, jobs,
+                     direct=None):
             from hemlp.serving.service import ModelService
 
             self.service = ModelService(model_dir, allow_insecure, max_body_bytes, max_keys, ActorProxy(keys),
                                         ActorProxy(jobs), threads=threads)
             self.service.start_jobs()           # this replica takes queued jobs, whichever replica received them
+            self.direct = None
+            if direct is not None:              # (host, port): the API without Ray's proxy, the port shared
+                from hemlp.serving.http import LocalServer
+
+                self.direct = LocalServer(self.service, *direct, shared_port=True).start()
+
+        def __del__(self):                      # Ray Serve's replica shutdown
+            if getattr(self, "direct", None) is not None:
+                self.direct.close()
 
         async def __call__(self, request: Request) -> Response:
             import json
@@ -91,10 +107,13 @@ def _deployment(serve_mod, replicas: int, threads: int | None):
 def serve(model_dir, host: str = "127.0.0.1", port: int = 8000, replicas: int = 1, address: str | None = None,
           allow_insecure: bool = False, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_keys: int = DEFAULT_MAX_KEYS,
           blocking: bool = True, max_queued_jobs: int = DEFAULT_MAX_QUEUED_JOBS,
-          max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS, threads: int | None = None) -> str:
+          max_finished_jobs: int = DEFAULT_MAX_FINISHED_JOBS, threads: int | None = None,
+          direct_port: int | None = None) -> str:
     """Deploy the model on Ray Serve at http://host:port/ and return that URL (blocking=True: serve until
     interrupted). The model directory must be readable by every node (a shared path on a cluster). threads: native
-    threads per evaluation, each replica holding that many CPUs (None: 1, Ray's count for a 1-CPU actor)."""
+    threads per evaluation, each replica holding that many CPUs (None: 1, Ray's count for a 1-CPU actor).
+    direct_port: each replica also serves the API at http://host:direct_port/ on its node, without Ray's proxy (see
+    the module docstring; across nodes, a load balancer in front)."""
     from pathlib import Path
 
     from hemlp.runtime.ray.session import import_ray
@@ -115,8 +134,9 @@ def serve(model_dir, host: str = "127.0.0.1", port: int = 8000, replicas: int = 
     jobs = ray.remote(num_cpus=0, max_concurrency=JOB_STORE_CONCURRENCY)(MemoryJobStore).remote(
         max_queued_jobs, max_finished_jobs, DEFAULT_LEASE_S)
     serve_mod.start(http_options={"host": host, "port": int(port)})
+    direct = None if direct_port is None else (host, int(direct_port))
     app = _deployment(serve_mod, replicas, threads).bind(str(Path(model_dir).resolve()), bool(allow_insecure),
-                                                         int(max_body_bytes), int(max_keys), keys, jobs)
+                                                         int(max_body_bytes), int(max_keys), keys, jobs, direct)
     serve_mod.run(app, name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{host}:{int(port)}"
     if blocking:

@@ -45,8 +45,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="package")
-def ray_serve_url(served):
-    """The served model on Ray Serve, two replicas, a local Ray of 2 CPUs; shut down after the package's tests."""
+def ray_serve_urls(served):
+    """The served model on Ray Serve, two replicas, a local Ray of 2 CPUs: (the URL of Ray's HTTP proxy, the
+    replicas' shared direct port); shut down after the package's tests."""
     pytest.importorskip("ray.serve")
     import ray
     from ray import serve as ray_serve
@@ -54,8 +55,16 @@ def ray_serve_url(served):
     from hemlp.serving.ray_serve import serve
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    direct = free_port()
     try:
-        yield serve(served[2] / "server", port=free_port(), replicas=2, allow_insecure=True, blocking=False)
+        yield (serve(served[2] / "server", port=free_port(), replicas=2, allow_insecure=True, blocking=False,
+                     direct_port=direct), f"http://127.0.0.1:{direct}")
     finally:
         ray_serve.shutdown()
         ray.shutdown()
+
+
+@pytest.fixture(scope="package")
+def ray_serve_url(ray_serve_urls):
+    """The Ray Serve deployment's URL through Ray's HTTP proxy."""
+    return ray_serve_urls[0]

@@ -122,11 +122,11 @@ def test_client_refuses_a_server_of_another_model(served):
             Client(srv.url, d / "client", allow_insecure=True)
 
 
-def test_ray_serve_two_replicas_share_one_key_upload(served, ray_serve_url):
+def test_ray_serve_two_replicas_share_one_key_upload(served, ray_serve_urls):
     import ray
 
     cm, x, d, _ = served
-    url = ray_serve_url
+    url, direct = ray_serve_urls
     client = Client(url, d / "client", allow_insecure=True)
     for i in range(6):          # requests spread over both replicas; the keys were uploaded once
         y = client.infer(x[4 * i: 4 * i + 4])
@@ -158,6 +158,24 @@ def test_ray_serve_two_replicas_share_one_key_upload(served, ray_serve_url):
         while b"PayloadTooLarge" not in head and (chunk := s.recv(65536)):
             head += chunk
     assert head.split()[1] == b"413" and b"PayloadTooLarge" in head
+    # the replicas' direct port (no Ray proxy): the same keys (one store), the same answers, the same refusals
+    with Client(direct, client.model, keys=(client.secret_key, client._eval_keys)) as near:
+        assert near.describe() == client.describe()
+        assert near.connect() == client.key_id
+        for i in range(4):                           # a new connection each time: the kernel picks the replica
+            near.close()
+            assert np.max(np.abs(near.infer(x[4 * i: 4 * i + 4]) - cm.simulate(x[4 * i: 4 * i + 4]))) < 2.0 ** -16
+        with pytest.raises(ServerError) as e:
+            near._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")
+        assert e.value.status == 404 and e.value.name == "UnknownKey"
+    dhost, dport = urlsplit(direct).hostname, urlsplit(direct).port
+    with socket.create_connection((dhost, dport), timeout=60) as s:
+        s.sendall(f"POST /v1/infer?key={client.key_id} HTTP/1.1\r\nHost: x\r\nContent-Length: {(1 << 30) + 1}"
+                  "\r\n\r\n".encode())
+        head = b""
+        while b"PayloadTooLarge" not in head and (chunk := s.recv(65536)):
+            head += chunk
+    assert head.split()[1] == b"413"
     # a replica killed while requests run: each request is answered correctly (retried) or fails with a typed
     # error, never with a wrong result
     import threading

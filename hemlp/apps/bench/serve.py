@@ -4,7 +4,8 @@
 
 The demo's MLP (hemlp.models "mlp", 784 inputs, 10 classes, seeded weights; the serving path does not depend on the
 weights) compiled for batch size 1 at the default 128-bit preset, served from a fresh server: the standard library's
-threading server, then Ray Serve with each ``--ray-replicas`` count. Each client (a thread of this process) keygens
+threading server, then Ray Serve with each ``--ray-replicas`` count, measured through Ray's HTTP proxy and through
+the replicas' direct port (hemlp.serving.ray_serve: the same replicas, without the proxy). Each client (a thread of this process) keygens
 and uploads its evaluation keys once, untimed, then sends single-image requests back to back, through both APIs:
 ``infer`` (POST /v1/infer) and ``jobs`` (POST /v1/jobs, then a long poll of the result). A level of n clients sends
 ``--requests`` requests per client, at most ``--level-requests`` in all (16 clients: 2 each). Reported per level:
@@ -83,7 +84,7 @@ class _Server:
 
             self.service = ModelService(model_dir, insecure, max_keys=max_keys, threads=threads)
             self.srv = LocalServer(self.service, port=0).start()
-            self.url = self.srv.url
+            self.urls = {None: self.srv.url}
         else:
             import socket
 
@@ -93,11 +94,15 @@ class _Server:
 
             if not ray.is_initialized():
                 ray.init(include_dashboard=False, log_to_driver=False)
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            self.url = serve(model_dir, port=port, replicas=replicas, allow_insecure=insecure, max_keys=max_keys,
-                             blocking=False, threads=threads)
+            ports = []
+            for _ in range(2):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", 0))
+                    ports.append(s.getsockname()[1])
+            url = serve(model_dir, port=ports[0], replicas=replicas, allow_insecure=insecure, max_keys=max_keys,
+                        blocking=False, threads=threads, direct_port=ports[1])
+            # the same replicas through Ray's HTTP proxy, and through their own (direct) port
+            self.urls = {"proxy": url, "direct": f"http://127.0.0.1:{ports[1]}"}
 
     def close(self) -> None:
         if self.kind == "threading":
@@ -174,26 +179,30 @@ def main(args) -> int:
         for kind, replicas in servers:
             server = _Server(kind, replicas, d / "server", max(16, 2 * max(levels)), insecure, args.threads)
             try:
-                clients = [Client(server.url, client_model, allow_insecure=insecure, keys=k) for k in keys]
-                for c in clients:
-                    c.connect()             # key upload, untimed
-                # warm, untimed: a serving process loads a client's keys on its first request from that client
-                _level(clients, "infer", 2, x)
-                rows = []
-                for api in apis:
-                    for n in levels:
-                        before = local_block()
-                        per_client = max(2, min(args.requests, args.level_requests // n))
-                        lat, wall = _level(clients[:n], api, per_client, x)
-                        rows.append(dict(api=api, clients=n, requests=len(lat), requests_per_second=len(lat) / wall,
-                                         p50_s=_percentile(lat, 0.5), p99_s=_percentile(lat, 0.99),
-                                         samples=lat, in_process_before_s=before))
-                        print(kind, replicas, {k: v for k, v in rows[-1].items() if not isinstance(v, list)},
-                              flush=True)
-                native = clients[0].describe().get("native_threads")
+                for ingress, url in server.urls.items():
+                    clients = [Client(url, client_model, allow_insecure=insecure, keys=k) for k in keys]
+                    for c in clients:
+                        c.connect()             # key upload, untimed
+                    # warm, untimed: a serving process loads a client's keys on its first request from that client
+                    _level(clients, "infer", 2, x)
+                    rows = []
+                    for api in apis:
+                        for n in levels:
+                            before = local_block()
+                            per_client = max(2, min(args.requests, args.level_requests // n))
+                            lat, wall = _level(clients[:n], api, per_client, x)
+                            rows.append(dict(api=api, clients=n, requests=len(lat),
+                                             requests_per_second=len(lat) / wall, p50_s=_percentile(lat, 0.5),
+                                             p99_s=_percentile(lat, 0.99), samples=lat, in_process_before_s=before))
+                            print(kind, replicas, ingress or "", {k: v for k, v in rows[-1].items()
+                                                                  if not isinstance(v, list)}, flush=True)
+                    native = clients[0].describe().get("native_threads")
+                    for c in clients:
+                        c.close()
+                    results.append(dict(server=kind, replicas=replicas, server_native_threads=native, rows=rows,
+                                        **({} if ingress is None else dict(ingress=ingress))))
             finally:
                 server.close()
-            results.append(dict(server=kind, replicas=replicas, server_native_threads=native, rows=rows))
         local_block()
     finally:
         if any(kind == "ray-serve" for kind, _ in servers):
@@ -216,6 +225,9 @@ def main(args) -> int:
             "threads of the benchmark process, so their encryption and decryption share the machine's cores with "
             "the servers; a serving process evaluates one request at a time (threading server: this process; Ray "
             "Serve: one per replica, each an actor of --threads CPUs), with --threads native threads",
+            "Ray Serve: ingress 'proxy' = through Ray's HTTP proxy (the body reaches the replica through Ray); "
+            "'direct' = the same replicas' own port (hemlp serve --direct-port: shared by the node's replicas, "
+            "the kernel spreading connections over them)",
             "overhead_p50 / overhead_p99: the level's p50 / p99 over the in-process p50 / p99 (same request, no "
             "HTTP), the in-process requests interleaved with the levels"])
     report.publish(payload, "serve", args.json, report.machine_info(), busy, _print)
@@ -225,7 +237,8 @@ def main(args) -> int:
 def _print(payload) -> None:
     rows = []
     for s in payload["servers"]:
-        name = "threading" if s["server"] == "threading" else f"Ray Serve x{s['replicas']}"
+        name = "threading" if s["server"] == "threading" else f"Ray Serve x{s['replicas']}" + (
+            ", direct" if s.get("ingress") == "direct" else "")
         for r in s["rows"]:
             rows.append([name, r["api"], r["clients"], r["requests"], f"{r['requests_per_second']:.2f}",
                          f"{r['p50_s'] * 1e3:.0f}", f"{r['p99_s'] * 1e3:.0f}",
