@@ -6,7 +6,8 @@
     blocked  (C)   weights encrypted too: every linear layer a block CCMM (encrypted_weights=True)
 
 ``candidates`` turns the compile options into the layouts to plan (``unrescaled_candidates`` with
-final_rescale=False), ``choose`` plans them and takes the cheapest by the planner's estimates. Adding a layout = a module here plus its entry in LAYOUTS.
+final_rescale=False), ``choose`` plans them and takes the cheapest by the planner's estimates. Adding a layout = a
+module here plus its entry in LAYOUTS.
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from hemlp.layouts.mlwe import Mlwe
 from hemlp.layouts.packed import Packed
 from hemlp.planner.resources import estimate_nodes, estimate_resources, fewest_nodes
 
-__all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "unrescaled_candidates", "choose", "check_memory", "memory_budget",
-           "machine_memory_bytes", "MemoryLimit", "as_limit"]
+__all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "unrescaled_candidates", "choose", "check_memory",
+           "memory_budget", "machine_memory_bytes", "MemoryLimit", "as_limit"]
 
 #: every layout by name; the order is the order of the planner's estimates in the plan ("auto" compares all
 #: those of the same encrypted_weights kind; the first one is the default when no batch size is given)
