@@ -165,7 +165,7 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
     over: dict = {}
 
     def fresh():    # each planner its own steps: the planners write levels into the steps they are given (depth_of)
-        return [replace(s, info=dict(s.info)) for s in steps]
+        return [replace(s, info=s.info.copy()) for s in steps]
 
     plans = ((Batch, lambda: batch_bootstrap.plan_bootstrapped(fresh(), calib, opts, batch_size, peaks)),
              (Packed, lambda: plan_packed_bootstrapped(fresh(), calib, opts, batch_size, peaks)),

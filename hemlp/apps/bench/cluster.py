@@ -78,7 +78,7 @@ def step_seconds(lay) -> dict:
         if s.op == "input":
             continue
         if s.op in ("bootstrap", "mambo"):
-            out[s.out] = float(s.info["seconds"])
+            out[s.out] = float(s.info.seconds)
         else:
             out[s.out] = float(estimate_batch([s], lay.params, lay.batch_size))
     return out
@@ -128,7 +128,7 @@ def node_fractions(lay, nodes: int, peak: dict) -> dict:
 
 def _calls_share(s, node_cts: int) -> float:
     """A refresh's share on a node holding node_cts of its ciphertexts: whole calls of the placement's batch."""
-    cts, calls = int(s.info["ciphertexts"]), int(s.info["bootstraps"])
+    cts, calls = int(s.info.ciphertexts), int(s.info.bootstraps)
     per_call = max(1, _cdiv(cts, calls))
     return min(1.0, _cdiv(min(node_cts, cts), per_call) / calls)
 
