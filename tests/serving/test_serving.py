@@ -362,3 +362,21 @@ def test_client_keeps_its_connection_and_reopens_a_closed_one(served):
             assert np.max(np.abs(client.infer(x[4:8]) - cm.simulate(x[4:8]))) < 2.0 ** -16
             assert client._local.conn is not conn and client._local.conn is not None
         assert client._local.conn is None                           # closed with the client
+
+
+def test_client_goes_through_an_environment_proxy(served, monkeypatch):
+    """With an HTTP proxy in the environment for the server's host, the client sends through it (urllib's way, a
+    connection per request), as before keep-alive: here the server itself, which takes absolute request URLs."""
+    cm, x, d, _ = served
+    with LocalServer(_service(d), port=0) as srv:
+        for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("http_proxy", srv.url)
+        client = Client(srv.url, d / "client", allow_insecure=True)
+        assert client._via_proxy
+        assert np.max(np.abs(client.infer(x[:4]) - cm.simulate(x[:4]))) < 2.0 ** -16
+        with pytest.raises(ServerError) as e:
+            client._request("POST", "/v1/infer?key=" + "0" * 32, b"junk")
+        assert e.value.status == 404 and e.value.name == "UnknownKey"
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        assert not Client(srv.url, d / "client", allow_insecure=True)._via_proxy
