@@ -337,8 +337,9 @@ def _sealed_end(buf, start: int, limit: int):
     return None
 
 
-def _reseal(buf: bytearray, start: int, end: int) -> None:
-    """Reseal every container nested in buf[start:end] (innermost first), then the one at start."""
+def _reseal(buf: bytearray, start: int, end: int, outer: bool = True) -> None:
+    """Reseal every container nested in buf[start:end] (innermost first), then the one at start; a nested one
+    written unsealed (NO_SEAL: its enclosing SHA-256 covers it) stays unsealed, as its writer left it."""
     body_end = end - 32
     pos = start + 1
     while True:
@@ -350,9 +351,10 @@ def _reseal(buf: bytearray, start: int, end: int) -> None:
         if inner is None:
             pos = i + 1
             continue
-        _reseal(buf, i, inner)
+        _reseal(buf, i, inner, outer=False)
         pos = inner
-    buf[body_end:end] = hashlib.sha256(memoryview(buf)[start:body_end]).digest()
+    if outer or bytes(buf[body_end:end]) != NO_SEAL:
+        buf[body_end:end] = hashlib.sha256(memoryview(buf)[start:body_end]).digest()
 
 
 def recompute_checksums(data) -> bytes:
