@@ -93,18 +93,33 @@ void test_moves() {
 }
 
 void test_threads() {
+  // Equal sizes: any pooled buffer serves any request, so a new one is made only when the pool is empty,
+  // and the pool never holds more buffers than the 4 threads x 2 held at once.
   ScratchPool pool;
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
-    ts.emplace_back([&pool, t] {
+    ts.emplace_back([&pool] {
       for (int i = 0; i < 2000; ++i) {
-        ScratchBuf a(pool, 64 + (size_t)((i * 7 + t) % 50)), b(pool, 128);
+        ScratchBuf a(pool, 128), b(pool, 128);
         a[0] = b[0] = (uint64_t)i;
       }
     });
   for (auto& t : ts) t.join();
   check(pool.retained_buffers() <= 8 && pool.retained_buffers() >= 2,
-        "concurrent use keeps at most the buffers in use at once");
+        "concurrent use of one size keeps at most the buffers in use at once");
+  // Mixed sizes: a small pooled buffer cannot serve a larger request, so the count may grow, but only to the bounds.
+  ScratchPool mixed(size_t(64) << 10);
+  ts.clear();
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&mixed, t] {
+      for (int i = 0; i < 2000; ++i) {
+        ScratchBuf a(mixed, 64 + (size_t)((i * 7 + t) % 50)), b(mixed, 128);
+        a[0] = b[0] = (uint64_t)i;
+      }
+    });
+  for (auto& t : ts) t.join();
+  check(mixed.retained_buffers() <= ScratchPool::kMaxBuffers && mixed.retained_bytes() <= (size_t(64) << 10),
+        "concurrent use of mixed sizes stays within the pool's bounds");
 }
 
 }  // namespace
