@@ -14,6 +14,11 @@ SerializationError / ContextMismatchError and never crash or decode to garbage; 
 residue again. A large container's checksum is computed while its objects are parsed (reading()): nothing it
 holds is returned unless the checksum matches.
 
+Nested containers: a container's payload may hold whole containers (a ct_matrix its ciphertexts, an encrypted batch
+its matrix's ciphertexts). The outer SHA-256 covers them, and readers check only the outer one (reading()), so a
+writer may leave a nested seal unhashed: 32 zero bytes (NO_SEAL), with the enclosing header saying so (an encrypted
+batch's "element_seals": false). Readers load both kinds; recompute_checksums keeps an unhashed seal unhashed.
+
 Versions: 1 = the first format; 2 = switching keys (relin_key, galois_keys) carry a "levels" header field (one per
 key: the highest level it switches; its arrays hold level + 1 + |P| limbs); 3 = the client/server artefacts are
 object types of this container (eval_keys, encrypted_batch, encrypted_weights: before, a container of their own,

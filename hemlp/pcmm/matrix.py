@@ -75,10 +75,9 @@ class CtMatrix:
         """(header, buffers): the matrix's header fields (shape, chunks, format, each element's size) and its
         elements serialised one after the other, each a container of its own (Ciphertext or MsRow): what a
         ct_matrix container holds, and what an encrypted batch file (hemlp.runtime.artifacts) nests directly.
-        The buffers may hold PendingSeals: give them to serialize.pack_parts, which resolves them. seal=False
-        (for a container whose own SHA-256 covers the elements, and whose readers never check a nested seal):
-        the ciphertexts' seals are left as zeros (serialize.NO_SEAL) instead of hashed, and the header says so
-        ("element_seals": false); readers of either kind load both."""
+        The buffers may hold PendingSeals: give them to serialize.pack_parts, which resolves them. seal=False:
+        the ciphertexts' seals are left unhashed, for an enclosing container whose seal covers them (the
+        "Nested containers" paragraph of hemlp.fhe.serialize)."""
         if not seal and all(hasattr(c, "unsealed_parts") for c in self.cts):
             parts = [[head, *bufs, ser.NO_SEAL] for head, bufs in (c.unsealed_parts() for c in self.cts)]
             header = dict(shape=list(self.shape), chunks=self.chunks, format=self.format, element_seals=False,

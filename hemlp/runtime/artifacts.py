@@ -213,7 +213,7 @@ class EncryptedBatch:
         return ser.SealedStream(*self._unsealed())
 
     def _unsealed(self) -> tuple:
-        # the batch's own SHA-256 covers its ciphertexts, and nested seals are never read: not hashed (NO_SEAL)
+        # the batch's own SHA-256 covers its ciphertexts: theirs are left unhashed (serialize: nested containers)
         matrix, parts = self.ctm.element_parts(seal=False)
         header = dict(model_id=self.model_id, batch=self.batch, shape=list(self.shape), stage=self.stage, matrix=matrix)
         return ser.unsealed_parts("encrypted_batch", self.ctm.ctx.hash, header, [parts])
