@@ -13,7 +13,9 @@ NodeManagerPort) in a JSON state file. ``stop`` ends exactly the processes of th
 the workers and their agents), never another Ray on the machine: ``ray stop`` would end every Ray of this user,
 other people's included. docs/ray.md has the same steps for a cluster of real machines.
 
-The functions (start / stop / status / node_pids) are what the tests' fixture uses (tests/runtime/test_ray_nodes.py).
+The functions (start / stop / status / node_pids, and for tests of Ray clusters in general processes / cluster_pids /
+driver_auth) are what the tests use (tests/runtime/test_ray_nodes.py, tests/runtime/test_ray_job_submit.py,
+tests/apps/bench/test_cluster.py) and hemlp.apps.bench.cluster's measured check.
 """
 from __future__ import annotations
 
@@ -63,8 +65,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _procs() -> dict:
-    """{pid: (ppid, command line)} of every process this user can read."""
+def driver_auth(env: dict) -> None:
+    """Set (value None: remove) these environment variables in this process, for a driver joining a cluster with
+    the auth_env() of its nodes (or restoring what it had). Ray reads them once, when it is imported: its own test
+    helper re-reads them (Ray >= 2.52; older Rays have no token authentication to re-read)."""
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        from ray._private.authentication_test_utils import reset_auth_token_state
+    except ImportError:
+        return
+    reset_auth_token_state()
+
+
+def processes() -> dict:
+    """{pid: (ppid, command line)} of every process this user can read (/proc)."""
     out = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -78,10 +96,19 @@ def _procs() -> dict:
     return out
 
 
+def _naming(temp_dir: str):
+    """A pattern that finds temp_dir in a command line: the directory itself or a path under it, not another
+    directory whose name starts the same."""
+    return re.compile(re.escape(str(temp_dir).rstrip("/")) + r"(?=/|\s|$)")
+
+
 def cluster_pids(temp_dir: str) -> set:
-    """The processes of the cluster in temp_dir: those whose command line names it, and their descendants."""
-    procs = _procs()
-    found = {p for p, (_, c) in procs.items() if str(temp_dir) in c}
+    """The processes of the cluster in temp_dir (a `ray start --temp-dir`): those whose command line names it (the
+    directory itself or a path under it, never another directory whose name starts the same), and their descendants
+    (workers, agents, a submitted job's driver); never this process or its parent."""
+    procs = processes()
+    names = _naming(temp_dir)
+    found = {p for p, (_, c) in procs.items() if names.search(c)}
     while True:
         kids = {p for p, (pp, _) in procs.items() if pp in found} - found
         if not kids:
@@ -92,10 +119,10 @@ def cluster_pids(temp_dir: str) -> set:
 
 def node_pids(temp_dir: str) -> dict:
     """{node-manager port: raylet pid} of the cluster in temp_dir."""
-    out = {}
-    for pid, (_, cmd) in _procs().items():
+    out, names = {}, _naming(temp_dir)
+    for pid, (_, cmd) in processes().items():
         m = re.search(r"--node_manager_port=(\d+)", cmd)
-        if m and "raylet" in cmd.split(" ", 1)[0] and str(temp_dir) in cmd:
+        if m and "raylet" in cmd.split(" ", 1)[0] and names.search(cmd):
             out[int(m.group(1))] = pid
     return out
 
@@ -116,16 +143,21 @@ def _node_args(memory: int, cpus: int, store: int) -> tuple[list, int]:
 
 
 def start(nodes: int, memory: int, cpus: int = 1, object_store: int = 256 * 2 ** 20, temp_dir: str | None = None,
-          state: Path | None = DEFAULT_STATE, health_check_ms: int | None = None, timeout: float = 180.0) -> dict:
+          state: Path | None = DEFAULT_STATE, health_check_ms: int | None = None, timeout: float = 180.0,
+          metrics_interval_ms: int | None = None) -> dict:
     """Start `nodes` raylets (the head is node 0) and return the cluster's description (also written to `state`):
     address, temp_dir, nodes [{port (node manager), pid (raylet), head}]. health_check_ms: how often the GCS checks
-    each raylet (a dead node is declared after 3 misses; None: Ray's default, tens of seconds). Every process is
-    ended again when a node fails to start."""
+    each raylet (a dead node is declared after 3 misses; None: Ray's default, tens of seconds). metrics_interval_ms:
+    how often each raylet updates the metrics it exports (the bytes its object manager received from other nodes:
+    hemlp.apps.bench.cluster.received_bytes; None: Ray's default, seconds). Every process is ended again when a node
+    fails to start."""
     if nodes < 1:
         raise ValueError(f"--nodes must be >= 1, got {nodes}")
     temp_dir = temp_dir or tempfile.mkdtemp(prefix="hlc", dir="/tmp")   # short: Ray's socket paths live under it
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **RAY_ENV,
                **auth_env())
+    if metrics_interval_ms:
+        env["RAY_metrics_report_interval_ms"] = str(int(metrics_interval_ms))
     if health_check_ms:
         env.update(RAY_health_check_period_ms=str(health_check_ms), RAY_health_check_timeout_ms=str(health_check_ms),
                    RAY_health_check_failure_threshold="3")

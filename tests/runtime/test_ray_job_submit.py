@@ -7,95 +7,48 @@ that directory, and their children), not by `ray stop`, which would end every Ra
 included; the processes are ended when the test fails too."""
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from hemlp.apps.bench.cluster import local_cluster_script
+
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
-RAY = Path(sys.executable).with_name("ray")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cluster_pids(temp_dir: str) -> set:
-    """The processes of the cluster in temp_dir: those whose command line names one of its sessions, and their
-    descendants (workers, agents, the job's driver)."""
-    procs = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        procs[int(d)] = (ppid, cmd)
-    found = {p for p, (_, c) in procs.items() if f"{temp_dir}/session_" in c}
-    while True:
-        kids = {p for p, (pp, _) in procs.items() if pp in found} - found
-        if not kids:
-            break
-        found |= kids
-    return found - {os.getpid(), os.getppid()}
-
-
-def stop_cluster(temp_dir: str) -> None:
-    """SIGTERM to the cluster's processes, SIGKILL to those left after 5 s."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 1.0)):
-        pids = cluster_pids(temp_dir)
-        for p in pids:
-            try:
-                os.kill(p, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while pids and time.monotonic() < deadline and cluster_pids(temp_dir):
-            time.sleep(0.2)
 
 
 @pytest.fixture
 def head():
-    """`ray start --head` on 127.0.0.1 with 2 CPUs (hemlp importable by its workers), stopped afterwards."""
-    if not RAY.exists():
+    """`ray start --head` on 127.0.0.1 with 2 CPUs (hemlp importable by its workers), stopped afterwards by ending
+    the processes of its directory (scripts/local_cluster.py: stop_dir fails when one survives)."""
+    lc = local_cluster_script()
+    if not lc.RAY.exists():
         pytest.skip("the `ray` command is not installed next to this Python")
     temp_dir = tempfile.mkdtemp(prefix="hrj", dir="/tmp")     # short: Ray's socket paths live under it
-    port, dash = free_port(), free_port()
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               RAY_free_objects_period_milliseconds="0", RAY_idle_worker_killing_time_threshold_ms="600000")
+    port, dash = lc.free_port(), lc.free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **lc.RAY_ENV)
     try:
-        subprocess.run([str(RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+        subprocess.run([str(lc.RAY), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
                         "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", "--num-cpus=2",
                         f"--temp-dir={temp_dir}", "--disable-usage-stats"],
                        env=env, check=True, capture_output=True, text=True, timeout=180)
-        yield f"http://127.0.0.1:{dash}", env
+        yield f"http://127.0.0.1:{dash}", env, lc.RAY
     finally:
-        stop_cluster(temp_dir)
-        left = cluster_pids(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
-    assert not left, f"processes of the test's Ray cluster survived: {sorted(left)}"
+        lc.stop_dir(temp_dir)
 
 
 def test_ray_job_submit_of_the_batch_script(head, tmp_path):
     import hemlp
 
-    address, env = head
+    address, env, ray_cmd = head
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.Linear(8, 3)).eval()
     rng = np.random.default_rng(4)
@@ -111,7 +64,7 @@ def test_ray_job_submit_of_the_batch_script(head, tmp_path):
             cm.encrypt(x, sk).save(tmp_path / "cts" / f"x{i}.ct")
     # docs/ray.md: token authentication (Ray >= 2.52 turns it on where ~/.ray/auth_token exists) -> RAY_AUTH_MODE
     submit_env = dict(env, RAY_AUTH_MODE="token") if (Path.home() / ".ray" / "auth_token").exists() else env
-    p = subprocess.run([str(RAY), "job", "submit", "--address", address, "--", sys.executable,
+    p = subprocess.run([str(ray_cmd), "job", "submit", "--address", address, "--", sys.executable,
                         str(REPO / "scripts" / "ray_batch_infer.py"), str(tmp_path / "cts"),
                         "-o", str(tmp_path / "out"),
                         "--model", str(tmp_path / "model"), "--keys", str(tmp_path / "eval.keys"), "--allow-insecure",

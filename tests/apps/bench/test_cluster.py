@@ -128,21 +128,6 @@ def test_the_docs_table_is_rendered_from_the_json():
             assert 0.5 * mo["network_bytes_total"] <= me["received_bytes"] <= 1.1 * mo["network_bytes_total"]
 
 
-def driver_auth(env: dict) -> None:
-    """Ray reads its auth variables once, when imported: set them and make its own helper re-read them (as
-    tests/runtime/test_ray_nodes.py does)."""
-    for k, v in env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        from ray._private.authentication_test_utils import reset_auth_token_state
-    except ImportError:
-        return
-    reset_auth_token_state()
-
-
 @pytest.mark.slow
 def test_the_model_against_one_two_and_three_raylets(monkeypatch):
     """The check's plan run on local clusters of 1, 2 and 3 raylets (1 CPU each; every PCMM on the projection's
@@ -171,11 +156,11 @@ def test_the_model_against_one_two_and_three_raylets(monkeypatch):
     if ray.is_initialized():
         ray.shutdown()
     saved = {k: os.environ.get(k) for k in lc.auth_env()}
-    driver_auth(lc.auth_env())
+    lc.driver_auth(lc.auth_env())
     try:
         rows = cluster.measure([1, 2, 3])
     finally:
-        driver_auth(saved)
+        lc.driver_auth(saved)
         monkeypatch.undo()
         cost_model.reset_profile_cache()
     got = {r["measured"]["nodes"]: r for r in rows}
