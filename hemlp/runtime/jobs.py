@@ -13,6 +13,11 @@ a second job on the same directory gets BatchJobLockedError. Temporary files a k
 when the next run starts. A deterministic failure (a typed hemlp error: a corrupted input, a wrong shape) is
 recorded after one attempt; only other failures (a lost worker, an I/O error) use the retries.
 
+A job that loses its items' workers or nodes beyond the retries (Ray's task retries, then the job's own) is
+resumed by running it again: an item that failed so is recorded with RESUME_HINT in its error, and a job whose
+executor itself stops (the cluster lost) raises BatchJobInterruptedError; both name that fix. The rerun continues
+from the last verified output: finished items are checked against their SHA-256 and skipped, the rest run again.
+
 A job is a small picklable object with ``key`` (its fingerprint) and ``process(data) -> bytes``
 (runs inside a worker; reads the input file's bytes, returns the output file's bytes). Only the
 driver touches the file system, so workers on other nodes need no shared disk.
@@ -47,11 +52,15 @@ from hemlp.runtime.ray.batch import RayItems
 from hemlp.runtime.retry import root_cause, transient
 
 __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",
-           "BatchJobMismatchError", "BatchJobLockedError", "BatchItemsFailedError", "DamagedOutputWarning", "run_model_batch", "LocalItems", "MANIFEST", "TMP_TAG"]
+           "BatchJobMismatchError", "BatchJobLockedError", "BatchItemsFailedError", "BatchJobInterruptedError",
+           "DamagedOutputWarning", "run_model_batch", "LocalItems", "MANIFEST", "TMP_TAG", "RESUME_HINT"]
 
 MANIFEST = "batch_manifest.json"
 #: the prefix of temporary output files (a killed run's are removed when the job restarts)
 TMP_TAG = ".hemlp-tmp-"
+#: the fix for a job stopped by lost workers or nodes (in every such item's error and in the job's error)
+RESUME_HINT = ("rerun the same job (the same inputs and output directory, without --restart / --force) to resume: "
+               "finished outputs are checked against their SHA-256 and skipped, the rest run again")
 
 
 class BatchOutputError(HemlpError, OSError):
@@ -68,6 +77,11 @@ class BatchItemsFailedError(HemlpError, RuntimeError):
 
 class BatchJobLockedError(HemlpError, RuntimeError):
     """Another job is running on the same output directory."""
+
+
+class BatchJobInterruptedError(HemlpError, RuntimeError):
+    """The executor stopped in the middle of the job (its cluster lost, an unexpected error); the finished items
+    are kept, and running the same job again resumes it (RESUME_HINT). The executor's error is the __cause__."""
 
 
 class DamagedOutputWarning(UserWarning):
@@ -356,14 +370,29 @@ class BatchResult:
     def outputs(self) -> list:
         return [self.out_dir / n for n in sorted(self.done + self.skipped)]
 
+    def raise_failed(self) -> None:
+        """BatchItemsFailedError naming every failed item, its error and what to do, when any failed."""
+        if not self.failed:
+            return
+        lines = "; ".join(f"{n}: {r}" for n, r in sorted(self.failed.items()))
+        n = len(self.done) + len(self.skipped) + len(self.failed)
+        raise BatchItemsFailedError(f"{len(self.failed)} of {n} items failed (see {self.out_dir / MANIFEST}): {lines}. "
+                                    f"Fix the inputs whose error says so, then {RESUME_HINT}")
+
     def summary(self) -> dict:
         return dict(done=len(self.done), skipped=len(self.skipped), failed=dict(self.failed),
                     redone=dict(self.redone), stale_removed=len(self.stale_removed), out_dir=str(self.out_dir), manifest=str(self.out_dir / MANIFEST), seconds=round(self.seconds, 3))
 
 
-def _reason(exc: BaseException) -> str:
+def _cause(exc: BaseException) -> str:
     exc = root_cause(exc)  # ray.exceptions.RayTaskError wraps the worker's exception
     return f"{type(exc).__name__}: {exc}".strip()[:2000]
+
+
+def _reason(exc: BaseException) -> str:
+    """The item's error for the manifest; a failure that another attempt may pass (a lost worker or node) names
+    the fix after the cause."""
+    return f"{_cause(exc)} -- {RESUME_HINT}" if transient(exc) else _cause(exc)
 
 
 def _read_input(path: Path) -> bytes:
@@ -420,6 +449,13 @@ def _run_locked(job, inputs, out_dir: Path, executor, retries: int, progress: bo
 
     try:
         executor.run(job, todo, retries, _read_input, done, failed)
+    except Exception as exc:
+        if isinstance(exc, HemlpError):   # typed: it names its own fix
+            raise
+        left = len(todo) - len(result.done) - len(result.failed)
+        raise BatchJobInterruptedError(
+            f"the batch job stopped with {left} of {len(inputs)} items not run ({_cause(exc)}); "
+            f"{len(result.done) + len(skipped)} finished outputs are in {out_dir}: {RESUME_HINT}") from exc
     finally:
         bar.close()
         result.seconds = time.perf_counter() - t0
@@ -470,7 +506,5 @@ def run_model_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None
     """`hemlp batch`: run a compiled model (directory or CompiledModel) over EncryptedBatch files.
     Returns the output paths; raises BatchItemsFailedError naming the items that failed."""
     res = run_batch(ModelJob.from_paths(compiled, eval_keys, allow_insecure), inputs, out_dir, address=address, **kw)
-    if res.failed:
-        lines = "; ".join(f"{n}: {r}" for n, r in sorted(res.failed.items()))
-        raise BatchItemsFailedError(f"{len(res.failed)} of {len(inputs)} items failed (see {out_dir}/{MANIFEST}): {lines}")
+    res.raise_failed()
     return res.outputs

@@ -198,6 +198,32 @@ def test_deterministic_failures_are_not_retried(tmp_path, exc, calls):
     assert len(seen) == calls and list(res.failed) == ["a.ct"] and type(exc).__name__ in res.failed["a.ct"]
     m = json.loads((tmp_path / "out" / batch.MANIFEST).read_text())["items"]
     assert m["a.ct"]["attempts"] == calls
+    # a failure another attempt may pass (a lost worker or node) names the fix: rerun the job; a typed one does not
+    assert (batch.RESUME_HINT in m["a.ct"]["error"]) == (calls > 1)
+    with pytest.raises(batch.BatchItemsFailedError, match="1 of 1 items failed.*a.ct.*rerun the same job"):
+        res.raise_failed()
+
+
+def test_an_executor_that_stops_names_the_resume(data, tmp_path):
+    """An executor that stops in the middle (here: the cluster connection lost after two items) ends the job with
+    BatchJobInterruptedError naming the fix (its cause chained); running the same job again resumes it: the two
+    finished items are skipped, the rest run, every output as in an uninterrupted run."""
+    class LosesTheCluster:
+        def run(self, job, todo, retries, read, done, failed):
+            for k, path in enumerate(todo):
+                if k == 2:
+                    raise ConnectionError("lost the connection to the cluster's head")
+                done(path, job.process(read(path)), 1)
+
+    inputs = batch.list_inputs(data["dir"] / "in", "x[0-4].ct")
+    out = tmp_path / "out"
+    with pytest.raises(batch.BatchJobInterruptedError, match="3 of 5 items not run.*ConnectionError.*2 finished "
+                       "outputs.*rerun the same job") as e:
+        batch.run_batch(job(data), inputs, out, executor=LosesTheCluster(), progress=False)
+    assert isinstance(e.value.__cause__, ConnectionError)
+    res = batch.run_batch(job(data), inputs, out, executor="local", progress=False)
+    assert sorted(res.skipped) == GOOD[:2] and sorted(res.done) == GOOD[2:]
+    check_outputs(data, out, GOOD)
 
 
 def test_any_executor_runs_the_same_job(data, tmp_path):
