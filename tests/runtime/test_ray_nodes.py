@@ -1,13 +1,15 @@
 """Layout (A) on a local multi-node Ray cluster (issue #30 items 2 and 4): three raylets started as a real cluster's
 nodes would be (scripts/local_cluster.py: `ray start --head` plus `ray start --address ... --num-cpus 1 --memory
 ...`), a compiled model's run sharded over them bit-identical to the in-process run, compile's nodes='auto' /
-node_memory='auto' reading the cluster, and a worker node whose raylet is killed (by pid) in the middle of the job:
-its tasks are retried on the other nodes and the output keeps every bit.
+node_memory='auto' reading the cluster, tasks placed next to their shards (only what the shards model says moves
+crosses between raylets), a worker node whose raylet is killed (by pid) in the middle of the job: its tasks are
+retried on the other nodes and the output keeps every bit, and a batch job that loses a node beyond Ray's retries:
+it stops naming the fix, and rerunning it resumes with outputs bit-identical to an uninterrupted run.
 
-One cluster serves the module (starting it costs ~30 s on 2 cores); the node kill is the module's last test. The
+One cluster serves the module (starting it costs ~30 s on 2 cores); the node kills are the module's last tests. The
 cluster lives in its own temporary directory and only its processes are ended afterwards (never `ray stop`, which
 would end every Ray of this user on the machine)."""
-import importlib.util
+import contextlib
 import os
 import signal
 import threading
@@ -22,51 +24,37 @@ ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
 import hemlp  # noqa: E402
+from hemlp import pcmm  # noqa: E402
+from hemlp.apps.bench import cluster as bench_cluster  # noqa: E402
+from hemlp.runtime import jobs  # noqa: E402
+from hemlp.runtime.ray import batch as ray_batch  # noqa: E402
 from hemlp.runtime.ray import session  # noqa: E402
 from tests.compiler.conftest import mlp  # noqa: E402
+from tests.conftest import make_ctx  # noqa: E402
 from tests.runtime.faults import TASKS  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 NODES, MEMORY = 3, 2 * 2 ** 30
 #: the environment variable naming the directory through which the test and the victim node's workers talk
 GATE_ENV = "HEMLP_TEST_NODE_GATE"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("local_cluster", REPO / "scripts" / "local_cluster.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def driver_auth(env: dict) -> None:
-    """Set (value None: remove) the auth variables of this process. Ray reads them once, when it is imported:
-    its own test helper re-reads them (Ray >= 2.52; older Rays have no token authentication to re-read)."""
-    for k, v in env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        from ray._private.authentication_test_utils import reset_auth_token_state
-    except ImportError:
-        return
-    reset_auth_token_state()
+LC = bench_cluster.local_cluster_script()
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """NODES raylets of 1 CPU and MEMORY bytes each; the GCS checks them every second, so a killed node is declared
-    dead within a few seconds. Every process of the cluster is ended afterwards, and the test fails if one survives."""
-    lc = load_script()
+    dead within a few seconds, and each raylet updates its metrics (the bytes it received from the other nodes) as
+    often as the bench's measured check reads them. Every process of the cluster is ended afterwards, and the test
+    fails if one survives."""
+    lc = LC
     if not lc.RAY.exists():
         pytest.skip("the `ray` command is not installed next to this Python")
     session.shutdown_local()          # a local Ray an earlier test had hemlp start
     if ray.is_initialized():
         ray.shutdown()
     saved = {k: os.environ.get(k) for k in lc.auth_env()}
-    driver_auth(lc.auth_env())        # the driver authenticates as the raylets do (Ray >= 2.52 with a token)
-    desc = lc.start(NODES, MEMORY, cpus=1, object_store=128 * 2 ** 20, state=None, health_check_ms=1000)
+    lc.driver_auth(lc.auth_env())     # the driver authenticates as the raylets do (Ray >= 2.52 with a token)
+    desc = lc.start(NODES, MEMORY, cpus=1, object_store=128 * 2 ** 20, state=None, health_check_ms=1000,
+                    metrics_interval_ms=bench_cluster.METRICS_INTERVAL_MS)
     try:
         yield desc
     finally:
@@ -74,17 +62,17 @@ def cluster(tmp_path_factory):
             ray.shutdown()
         lc.stop_dir(desc["temp_dir"])
         left = lc.cluster_pids(desc["temp_dir"])
-        driver_auth(saved)
+        lc.driver_auth(saved)
     assert not left, f"processes of the test's Ray cluster survived: {sorted(left)}"
 
 
 @pytest.fixture(scope="module")
 def case():
-    """A layout (A) MLP at test-N12-d6: 2 chunks of 2048 slots, x^2 activations."""
-    x = np.random.default_rng(5).uniform(-1, 1, (4096, 32))
+    """A layout (A) MLP at test-N12-d6: 3 chunks of 2048 slots (one per node), x^2 activations."""
+    x = np.random.default_rng(5).uniform(-1, 1, (6144, 32))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cm = hemlp.compile(mlp(dims=(32, 48, 48, 6), seed=2), x[:64], batch_size=4096, allow_insecure=True,
+        cm = hemlp.compile(mlp(dims=(32, 48, 48, 6), seed=2), x[:64], batch_size=6144, allow_insecure=True,
                            layout="batch")
         sk, ek = cm.keygen()
         ct = cm.encrypt(x, sk)
@@ -134,10 +122,38 @@ def test_layout_a_sharded_over_three_raylets_is_bit_identical(cluster, case, gri
         assert len(used) >= (NODES if grid == (3, 1, 1) else 2), used
 
 
-def gate_hook(tasks, at: int):
+def test_tasks_run_next_to_their_shards(cluster, case):
+    """Every PCMM on (1, 3, 1): the shards model's split of 3 chunks over 3 nodes (p_n = 3 chunk groups, p_r = 1:
+    no PCMM gathers or reduces), each chunk group's tasks on the node that holds its blocks. Between raylets only
+    the input's groups (from the driver's node), the output's (back to it), the keys and the weight blocks move: the
+    bytes Ray's object managers received are at least the input's and output's groups that must move and at most
+    the model's total (hemlp.apps.bench.cluster.project_nodes from hemlp.runtime.shards, keys included) plus the
+    weights each other node reads; every task ran on the node it was sent to, and the output keeps every bit."""
+    if not ray.is_initialized():
+        ray.init(address=cluster["address"], log_to_driver=False)
+    cm = case["cm"]
+    lay = cm.layout_impl
+    model = bench_cluster.project_nodes(lay, NODES)
+    assert (lay.chunks, model["p_n"], model["p_r"]) == (NODES, NODES, 1)
+    assert all(x["bytes"] == 0 for x in model["network"]["layers"])
+    weights = (NODES - 1) * sum(8 * np.size(s.U) for s in lay.steps if s.op == "pcmm")
+    ports = [n["MetricsExportPort"] for n in ray.nodes() if n.get("Alive")]
+    before = bench_cluster.settle_metrics(ports)
+    st = {}
+    out = cm.run(case["ct"], case["ek"], runtime="ray", grid=(1, NODES, 1), stats=st)
+    got = bench_cluster.settle_metrics(ports) - before
+    assert same(out, case["ref"])
+    assert st["_placement"]["tasks"] == st["_placement"]["on_node"] > 0, st["_placement"]
+    assert len(nodes_used(st)) == NODES
+    must = model["network"]["input"] + model["network"]["output"]
+    assert must <= got <= model["network_bytes_total"] + model["network"]["keys"] + weights, (got, must, model)
+
+
+def gate_hook(tasks, at: int, others: float = 0.0):
     """A worker set-up hook (pickled by value) wrapping the runtime's task functions: on the node named in
     $GATE_ENV/victim, the at-th task to start writes $GATE_ENV/armed and sleeps, so that it is in flight when the
-    test kills the node's raylet; tasks elsewhere, and on the victim before, run as they are."""
+    test kills the node's raylet; tasks on the victim before it run as they are, tasks elsewhere after `others`
+    seconds (a busy node: Ray sends the next tasks to the victim)."""
     def install():
         import functools
         import importlib
@@ -155,6 +171,7 @@ def gate_hook(tasks, at: int):
             except OSError:
                 return
             if _ray.get_runtime_context().get_node_id() != victim:
+                _time.sleep(others)
                 return
             n = len([f for f in _os.listdir(d) if f.startswith("task-")])   # one CPU: one task at a time
             open(_os.path.join(d, f"task-{n}"), "w").close()
@@ -176,24 +193,24 @@ def gate_hook(tasks, at: int):
     return install
 
 
-def test_a_worker_node_killed_mid_job_changes_no_output_bit(cluster, case, tmp_path):
-    """The victim (a node without the driver) runs its first task, then its second one starts and stops there;
-    the test SIGKILLs the victim's raylet (its workers die with it), Ray declares the node dead, and the lost task
-    and every object lost with the node's store are re-run on the other two nodes from their lineage."""
-    lc = load_script()
+@contextlib.contextmanager
+def victim_killed_when_armed(cluster, tmp_path, at: int, others: float = 0.0):
+    """Join the cluster with gate_hook(TASKS, at, others) installed in the workers; the victim is a live node
+    that is neither the head nor the driver's; a thread SIGKILLs its raylet once its at-th task is armed. Yields
+    {victim: node id, gate: the gate directory, killed: set once the raylet was killed}."""
     if ray.is_initialized():
         ray.shutdown()
     gate = tmp_path / "gate"
     gate.mkdir()
     ray.init(address=cluster["address"], log_to_driver=False,
-             runtime_env={"env_vars": {GATE_ENV: str(gate)}, "worker_process_setup_hook": gate_hook(TASKS, 2)})
+             runtime_env={"env_vars": {GATE_ENV: str(gate)}, "worker_process_setup_hook": gate_hook(TASKS, at,
+                                                                                                   others)})
     driver = ray.get_runtime_context().get_node_id()
     ids = node_ids(cluster)
     victim = next(n for n in cluster["nodes"] if ids.get(n["port"]) and ids[n["port"]] != driver and not n["head"])
-    victim_id = ids[victim["port"]]
-    assert lc.node_pids(cluster["temp_dir"]).get(victim["port"]) == victim["pid"]
-    (gate / "victim").write_text(victim_id)
-    killed = {}
+    assert LC.node_pids(cluster["temp_dir"]).get(victim["port"]) == victim["pid"]
+    (gate / "victim").write_text(ids[victim["port"]])
+    state = dict(victim=ids[victim["port"]], gate=gate)
 
     def killer():
         deadline = time.monotonic() + 120
@@ -201,15 +218,63 @@ def test_a_worker_node_killed_mid_job_changes_no_output_bit(cluster, case, tmp_p
             time.sleep(0.05)
         if (gate / "armed").exists():
             os.kill(victim["pid"], signal.SIGKILL)
-            killed["at"] = time.monotonic()
+            state["killed"] = time.monotonic()
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    st = {}
-    out = case["cm"].run(case["ct"], case["ek"], runtime="ray", grid=(3, 1, 1), stats=st)
-    t.join(timeout=5)
-    assert killed, "the victim never started its second task: no node was killed"
-    assert (gate / "task-0").exists()                 # its first task's output was in the store that died
-    assert victim_id not in node_ids(cluster), "the killed node is still alive"
+    try:
+        yield state
+    finally:
+        t.join(timeout=5)
+
+
+def test_a_worker_node_killed_mid_job_changes_no_output_bit(cluster, case, tmp_path):
+    """The victim (a node without the driver) runs its first task, then its second one starts and stops there;
+    the test SIGKILLs the victim's raylet (its workers die with it), Ray declares the node dead, and the lost task
+    and every object lost with the node's store are re-run on the other two nodes from their lineage."""
+    with victim_killed_when_armed(cluster, tmp_path, at=2) as k:
+        st = {}
+        out = case["cm"].run(case["ct"], case["ek"], runtime="ray", grid=(3, 1, 1), stats=st)
+    assert "killed" in k, "the victim never started its second task: no node was killed"
+    assert (k["gate"] / "task-0").exists()            # its first task's output was in the store that died
+    assert k["victim"] not in node_ids(cluster), "the killed node is still alive"
     assert same(out, case["ref"])
-    assert len(nodes_used(st) - {victim_id}) >= 2     # the others carried the job
+    assert len(nodes_used(st) - {k["victim"]}) >= 2   # the others carried the job
+
+
+def test_a_batch_job_that_loses_a_node_resumes_bit_identical(cluster, tmp_path, monkeypatch):
+    """A resumable batch job (one PCMM per input file) on the cluster with Ray's task retries set to none, as if a
+    lost node had used them all up: the victim's first item is in flight when its raylet is killed, so that item
+    fails while the others finish on the nodes left. The job reports the failure naming the fix (rerun it); a rerun
+    of the same job from a fresh driver skips the finished items (their outputs checked against the manifest) and
+    redoes the failed one; every output is byte-identical to an uninterrupted run's."""
+    ctx = make_ctx("test-N10")
+    sk, _ = ctx.keygen()
+    rng = np.random.default_rng(8)
+    (tmp_path / "in").mkdir()
+    for i in range(4):
+        pcmm.encrypt_matrix(ctx, rng.uniform(-1, 1, (4, 20)), sk, level=2).save(tmp_path / "in" / f"x{i}.ct")
+    np.save(tmp_path / "W.npy", rng.normal(size=(3, 4)))
+    job = jobs.WeightsJob.from_files(tmp_path / "W.npy", preset="test-N10", allow_insecure=True)
+    inputs = jobs.list_inputs(tmp_path / "in")
+    names = [p.name for p in inputs]
+    ref = jobs.run_batch(job, inputs, tmp_path / "ref", executor="local", progress=False)
+    assert sorted(ref.done) == names
+
+    monkeypatch.setattr(ray_batch, "TASK_RETRIES", 0)
+    with victim_killed_when_armed(cluster, tmp_path, at=1, others=1.0) as k:
+        res = jobs.run_batch(job, inputs, tmp_path / "out", retries=0, progress=False)
+    assert "killed" in k, "the victim never started an item: no node was killed"
+    assert len(res.failed) == 1 and sorted(res.done + list(res.failed)) == names, res.summary()
+    (lost, why), = res.failed.items()
+    assert "rerun" in why and "resume" in why, why
+    with pytest.raises(jobs.BatchItemsFailedError, match="rerun .* resume"):
+        res.raise_failed()
+
+    monkeypatch.undo()
+    ray.shutdown()
+    ray.init(address=cluster["address"], log_to_driver=False)     # the rerun: a fresh driver, the same job
+    again = jobs.run_batch(job, inputs, tmp_path / "out", progress=False)
+    assert again.done == [lost] and sorted(again.skipped) == sorted(res.done) and not again.failed
+    for n in names:
+        assert (tmp_path / "out" / n).read_bytes() == (tmp_path / "ref" / n).read_bytes(), n

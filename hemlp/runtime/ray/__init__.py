@@ -8,6 +8,7 @@ One job per module (data flows down the list; no module imports one above it):
     cost      where a PCMM runs (its grid across nodes or a node-local task) and on which grid
     gemm      the PCMM over store blocks: exact GEMM per limb, epilogue, the in-place product
     tasks     what runs in the workers: task bodies, per-process caches, the remote-function registry
+    placement which node each task of a wave runs on: next to its arguments' bytes, the wave balanced
     driver    the state both drivers share (the Ray, the worker count, the relinearisation key shipped once)
     pcmm      ray_pcmm / ray_pcmm_gather: one PCMM sharded on a grid
     program   RayProgram: a whole program in waves of tasks, blocks kept in the store

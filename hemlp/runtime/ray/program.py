@@ -27,8 +27,12 @@ blocks (the two polynomials of every ciphertext in different tasks).
   "reduce" task (i, j, s) adds piece s of the partials mod q and runs the epilogue and the fused steps, so the
   rescale and the activations stay spread over p_m p_n p_k p_s tasks.
 
+On several nodes every task is sent to the node that holds most of its arguments' bytes, its wave balanced over
+the nodes (hemlp.runtime.ray.placement): a block stays where it was made, and only the rows a task lacks move.
+
 Per step, ``stats`` gets the bytes the tasks read and wrote through the store next to the model, the grid, the
-task count, nodes, and the tasks' own wall and CPU seconds.
+task count, nodes, the tasks placed and those that ran where they were sent, and the tasks' own wall and CPU
+seconds.
 """
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ from hemlp.runtime.ray.blocks import (PARTS, Block, Dist, ct_bytes, export_block
 from hemlp.runtime.ray.cost import node_threads, sharded, store_grid
 from hemlp.runtime.ray.driver import RayDriver, relin_bytes
 from hemlp.runtime.ray.gemm import pcmm_in_meta
+from hemlp.runtime.ray.placement import Placement
 from hemlp.runtime.ray.session import driver_threads, usable_cores
 from hemlp.runtime.ray.tasks import ELEMENTWISE, group_remote
 from hemlp.step_ops import ACT_OPS, CT_PRODUCT_OPS, StepOp
@@ -124,6 +129,8 @@ class RayProgram(RayDriver):
                         arr = export_block(objs, shape[2], shape[3], ctx.N, staging_buffer(shape))
                         refs = (ray.put(arr[0]), ray.put(arr[1]))
                         del arr
+                    for r in refs:
+                        self._place.put(r)
                     blocks.append(Block(refs, rs.start, rs.stop, cs.start, cs.stop, [meta_of(o) for o in objs],
                                          nbytes))
                     put += nbytes
@@ -132,17 +139,20 @@ class RayProgram(RayDriver):
         self._t_ready = time.time()  # the first wave's time starts after the put
         return Dist((d, C.shape[1]), c, blocks)
 
-    def _submit(self, num_returns: int, spec: dict, *args, metas: list = (), cpus: int = 1, spread: bool = True):
-        """One group task, spread over the nodes (spread=False: Ray's default, locality-aware placement, for a
-        wave of one task: it goes where its arguments' bytes are). metas: the meta refs its spec names ("arg", k,
-        ..): passed after the arrays, so the task waits for them as for its arrays and the driver never waits
-        between waves. cpus: the CPUs it holds (= its native threads, spec["threads"])."""
+    def _submit(self, num_returns: int, spec: dict, *args, sizes: list, metas: list = (), cpus: int = 1):
+        """One group task of the open wave (Placement.wave), sent to the node that holds most of its arguments'
+        bytes (sizes: the bytes of each of args) among those with room in the wave. metas: the meta refs its spec
+        names ("arg", k, ..): passed after the arrays, so the task waits for them as for its arrays and the driver
+        never waits between waves. cpus: the CPUs it holds (= its native threads, spec["threads"])."""
         if metas:
             spec = dict(spec, n_meta=len(metas))
-        opts = dict(scheduling_strategy="SPREAD" if spread else "DEFAULT")
+        node = self._place.node(zip(args, sizes, strict=True))
+        opts = self._place.options(node)
         if cpus != 1:
             opts["num_cpus"] = cpus
-        return group_remote(num_returns).options(**opts).remote(spec, *args, *metas)
+        refs = group_remote(num_returns).options(**opts).remote(spec, *args, *metas)
+        self._place.produced(refs, node)
+        return refs
 
     @staticmethod
     def _meta_spec(b: "Block", metas: list):
@@ -211,15 +221,17 @@ class RayProgram(RayDriver):
         in_place = [n for n in ins if all(e.op == "pcmm" and e.inputs == [n] for e in seg if n in e.inputs)]
         base.update(threads=t, bits=int(self._weight_bits), steps=seg, outputs=outputs, in_place=in_place)
         final, reads = [], 0
+        self._place.wave(len(ranges), t)
         for rr in ranges:
             margs: list = []
-            inputs, args, values = [], [], []
+            inputs, args, sizes, values = [], [], [], []
             for n in ins:
                 blks = X[n].blocks if rr is None else X[n].overlapping(rr, (0, chunks))
                 values.append((n, len(blks), shapes[n], X[n].chunks))
                 for b in blks:
                     inputs.append((b.desc, self._meta_spec(b, margs)))
                     args += list(b.refs)
+                    sizes += [b.nbytes // len(b.refs)] * len(b.refs)
                     reads += b.nbytes
             # each output in row pieces (num_workers in all): the next wave's tasks read only their rows
             n_pieces = max(1, self.num_workers // len(ranges))
@@ -227,9 +239,9 @@ class RayProgram(RayDriver):
             pieces = {o: row_pieces(out_rows[o][1] - out_rows[o][0], n_pieces) for o in outputs}
             spec = dict(base, inputs=inputs, values=values, out_rows=rr, n_pieces=n_pieces)
             # one task: where its inputs are (on two raylets, SPREAD sent a one-task program's 1.2 GB input to the
-            # other node: +50 % end to end, bench ray --nodes 2); several: over the nodes
-            refs = self._submit(2 * sum(map(len, pieces.values())) + 1, spec, *args, metas=margs, cpus=t,
-                                spread=len(ranges) > 1)
+            # other node: +50 % end to end, bench ray --nodes 2); several: each next to its rows
+            refs = self._submit(2 * sum(map(len, pieces.values())) + 1, spec, *args, sizes=sizes, metas=margs,
+                                cpus=t)
             k, off = 0, 0
             for o in outputs:
                 r0 = out_rows[o][0]
@@ -286,17 +298,21 @@ class RayProgram(RayDriver):
         groups = [list(PARTS)] if ps == 1 else [[p] for p in PARTS]
         defer = ps > 1 and pk == 1 and bool(ops)  # part tasks alone: the steps need both parts, so the next wave
         fused = [] if defer else ops
-        u_refs, put = {}, 0
+        u_refs, u_bytes, put = {}, {}, 0
         for i, r in enumerate(rows):
             for t, red in enumerate(reds):
                 blk = np.ascontiguousarray(Uq[r, red])
                 u_refs[i, t] = ray.put(blk)
+                u_bytes[i, t] = blk.nbytes
+                self._place.put(u_refs[i, t])
                 put += blk.nbytes
         needs_relin = any(op.needs_relin for _, op in fused)
         base = self._common(ctx, "pcmm" if pk == 1 else "partial", s.out, needs_relin)
         base.update(level=meta[0], bits=int(weight_bits), K=int(K), factor=float(delta * K), in_meta=None,
                     scale_out=None, bias=bias, P=P)
         final, others, tasks = [], [], 0
+        reduces = []   # p_k > 1: per (i, j), its reduce wave's inputs (submitted once every partial is placed)
+        self._place.wave(len(rows) * len(cols) * len(reds) * len(groups))
         for i, r in enumerate(rows):
             for j, cs in enumerate(cols):
                 J = (cs.start, cs.stop)
@@ -323,19 +339,21 @@ class RayProgram(RayDriver):
                         spec = dict(base, T=(red.start, red.stop), J=J, out_rows=out_rows, parts=g, inputs=inputs,
                                     index=None if index is None else index[red], ops=[])
                         args = [b.refs[p] for b in inb for p in g]
+                        sizes = [u_bytes[i, t]] + [b.nbytes // len(b.refs) for b in inb for _ in g]
                         if pk == 1:
                             spec["ops"] = [(name, op.rows(*out_rows)) for name, op in fused]
                             if len(g) == 2:
-                                r0_ref, r1_ref, meta_ref = self._submit(3, spec, u_refs[i, t], *args, metas=margs)
+                                r0_ref, r1_ref, meta_ref = self._submit(3, spec, u_refs[i, t], *args, sizes=sizes,
+                                                                        metas=margs)
                                 final.append(((r0_ref, r1_ref), meta_ref, out_rows, J, None))
                             else:
                                 spec["pieces"] = out_pieces
                                 part_refs[g[0]] = self._submit(len(out_pieces) + 1, spec, u_refs[i, t], *args,
-                                                               metas=margs)
+                                                               sizes=sizes, metas=margs)
                         else:
                             spec["pieces"] = [(a - out_rows[0], b_ - out_rows[0]) for a, b_ in pieces_rows]
                             refs = self._submit(len(pieces_rows) * len(g) + 1, spec, u_refs[i, t], *args,
-                                                metas=margs)
+                                                sizes=sizes, metas=margs)
                             partial_refs.append((g, refs[:-1]))
                             others.append(refs[-1])
                         tasks += 1
@@ -346,19 +364,23 @@ class RayProgram(RayDriver):
                                       ((a - out_rows[0]) * nc, (b_ - out_rows[0]) * nc)))
                     others.append(part_refs[1][-1])
                 if pk > 1:
-                    for sidx, pr in enumerate(pieces_rows):
-                        args, piece_parts = [], []
-                        for g, refs in partial_refs:
-                            for k, p in enumerate(g):
-                                args.append(refs[sidx * len(g) + k])
-                                piece_parts.append(p)
-                        margs = []  # no input blocks: the input's metadata from one of its blocks
-                        spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
-                                    meta_inputs=[self._meta_spec(X.blocks[0], margs)],
-                                    ops=[(name, op.rows(*pr)) for name, op in fused])
-                        r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args, metas=margs)
-                        final.append(((r0_ref, r1_ref), meta_ref, pr, J, None))
-                        tasks += 1
+                    reduces.append((J, pieces_rows, partial_refs))
+        self._place.wave(sum(len(pr) for _, pr, _ in reduces))
+        for J, pieces_rows, partial_refs in reduces:
+            for sidx, pr in enumerate(pieces_rows):
+                args, piece_parts = [], []
+                for g, refs in partial_refs:
+                    for k, p in enumerate(g):
+                        args.append(refs[sidx * len(g) + k])
+                        piece_parts.append(p)
+                piece = (pr[1] - pr[0]) * (J[1] - J[0]) * (meta[0] + 1) * N * 8   # one part's partial sums
+                margs = []  # no input blocks: the input's metadata from one of its blocks
+                spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
+                            meta_inputs=[self._meta_spec(X.blocks[0], margs)],
+                            ops=[(name, op.rows(*pr)) for name, op in fused])
+                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args, sizes=[piece] * len(args), metas=margs)
+                final.append(((r0_ref, r1_ref), meta_ref, pr, J, None))
+                tasks += 1
         model = pcmm_store_bytes((pm, pn, pk, ps), d1, d2, c, H_in, H_pcmm if defer else H_out, float(Uq.itemsize),
                                  d_in, P)
         return _Wave(final, others, tasks, dict(grid=(pm, pn, pk, ps), put_bytes=put, model=model,
@@ -372,18 +394,18 @@ class RayProgram(RayDriver):
         final, reads = [], 0
         parts = max(1, -(-self.num_workers // len(X.blocks)))
         H_in, H_out = ct_bytes(ctx, X.level), ct_bytes(ctx, level_out)
-        for b in X.blocks:
+        per_block = [-(-(b.r1 - b.r0) // max(1, self.cts_per_task // (b.c1 - b.c0))) if self.cts_per_task
+                     else min(b.r1 - b.r0, parts) for b in X.blocks]
+        self._place.wave(sum(per_block))
+        for b, n_tasks in zip(X.blocks, per_block):
             nr, nc = b.r1 - b.r0, b.c1 - b.c0
-            if self.cts_per_task:
-                n_tasks = -(-nr // max(1, self.cts_per_task // nc))
-            else:
-                n_tasks = min(nr, parts)
             for rs in splits(nr, n_tasks):
                 rows = (b.r0 + rs.start, b.r0 + rs.stop)
                 margs: list = []
                 spec = dict(base, J=(b.c0, b.c1), out_rows=rows, inputs=[(b.desc, self._meta_spec(b, margs))],
                             ops=[(name, op.rows(*rows)) for name, op in ops])
-                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, metas=margs)
+                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *b.refs, sizes=[b.nbytes // len(b.refs)] * 2,
+                                                        metas=margs)
                 final.append(((r0_ref, r1_ref), meta_ref, rows, (b.c0, b.c1), None))
             reads += n_tasks * nr * nc * H_in  # every task of a block takes the whole block (both parts)
         n = X.rows * X.chunks
@@ -412,9 +434,13 @@ class RayProgram(RayDriver):
         prev_end = self._t_ready
         for group, wave, blocks, t_sub in self._pending:
             # part tasks return several blocks under one meta: fetch each task's meta once
-            refs = list({f[1]: None for f in wave.final}) + list(wave.others)
+            refs = list({f[1]: None for f in wave.final}) + list(wave.others)   # one meta per task
             got = dict(zip(refs, ray.get(refs)))
             allm = [got[r] for r in refs]
+            planned = [self._place.planned(r) for r in refs]
+            placed = [sum(p is not None for p in planned),
+                      sum(p == m["node"] for p, m in zip(planned, allm) if p is not None)]
+            self._placed = [a + b for a, b in zip(self._placed, placed)]
             for b, f in zip(blocks, wave.final):
                 m = got[f[1]]["metas"]
                 b.metas, b.meta_src = (m if f[4] is None else m[f[4][0]: f[4][1]]), None
@@ -444,6 +470,8 @@ class RayProgram(RayDriver):
                     st.update(group=[g.out for g in group], group_seconds=wall, submit_seconds=t_sub,
                               bytes=dict(read=read, written=written, total=read + written, keys_read=key_read),
                               model_bytes=info["model"], bytes_vs_model=(read + written) / info["model"]["total"],
+                              # tasks sent to a node (several nodes: next to their inputs), and those that ran there
+                              placement=dict(placed=placed[0], on_node=placed[1]),
                               group_task_seconds=sum(m["seconds"] for m in allm),
                               group_task_cpu_seconds=sum(m["cpu"] for m in allm),
                               # first touches of fresh memory in the tasks (~0.3 GB/s on a loaded VM: worth watching)
@@ -496,6 +524,8 @@ class RayProgram(RayDriver):
         ray = self.ray
         self._params = ctx.params.to_bytes()
         self._N, self._weight_bits = ctx.N, weight_bits
+        self._place = Placement(ray)
+        self._placed = [0, 0]   # tasks placed on a node, and those that ran there
         self._on_grid = {s.out for s in steps if s.op == "pcmm" and self._sharded(ctx, s, C.chunks)}
         if relin_key is not None and any(s.op in ACT_OPS for s in steps):
             data, digest = relin_bytes(relin_key)
@@ -562,6 +592,8 @@ class RayProgram(RayDriver):
             i += len(group)
         out = vals[out_name]
         self._collect(timings)
+        self.stats["_placement"] = dict(op="placement", nodes=sorted(self._place.cpus) if self._place.active else [],
+                                        tasks=self._placed[0], on_node=self._placed[1])
         for name, head in self._after.items():
             self.stats[name]["after"] = head
         t0 = time.perf_counter()
