@@ -592,8 +592,9 @@ class RayProgram(RayDriver):
             i += len(group)
         out = vals[out_name]
         self._collect(timings)
-        self.stats["_placement"] = dict(op="placement", nodes=sorted(self._place.cpus) if self._place.active else [],
-                                        tasks=self._placed[0], on_node=self._placed[1])
+        # the run's totals (nodes: none of its own, as the other entries that are not steps)
+        self.stats["_placement"] = dict(op="placement", nodes=[], tasks=self._placed[0], on_node=self._placed[1],
+                                        cluster_nodes=len(self._place.cpus))
         for name, head in self._after.items():
             self.stats[name]["after"] = head
         t0 = time.perf_counter()
