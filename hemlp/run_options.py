@@ -39,7 +39,9 @@ class RayOptions(Options):
     num_workers: Any = option(None, "the CPUs of a local Ray started for the call and the worker count the grids "
                                     "are planned for; None: this machine's / the cluster's CPUs")
     grid: Any = option(None, "layout (A): (p_m, p_n, p_k[, p_s]) for every PCMM or {step: grid}; p_s = 2 puts the "
-                             "two polynomials of a ciphertext in different tasks; None: the planner's grid_store")
+                             "two polynomials of a ciphertext in different tasks; None: on several live nodes the "
+                             "plan's split of the batch over them (compile(nodes=K)'s per-node memory), on one node "
+                             "node-local tasks")
     cts_per_task: Any = option(None, "layout (A): elementwise steps as tasks of their own over groups of this many "
                                      "ciphertexts; None: fused into the tasks around them (a plan run step by step, "
                                      "e.g. with bootstraps: spread over 2 x num_workers tasks)")

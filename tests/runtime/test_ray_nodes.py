@@ -2,9 +2,10 @@
 nodes would be (scripts/local_cluster.py: `ray start --head` plus `ray start --address ... --num-cpus 1 --memory
 ...`), a compiled model's run sharded over them bit-identical to the in-process run, compile's nodes='auto' /
 node_memory='auto' reading the cluster, tasks placed next to their shards (only what the shards model says moves
-crosses between raylets), a worker node whose raylet is killed (by pid) in the middle of the job: its tasks are
-retried on the other nodes and the output keeps every bit, and a batch job that loses a node beyond Ray's retries:
-it stops naming the fix, and rerunning it resumes with outputs bit-identical to an uninterrupted run.
+crosses between raylets, on a grid given or on the runtime's default: the plan's split), a worker node whose
+raylet is killed (by pid) in the middle of the job: its tasks are retried on the other nodes and the output keeps
+every bit, and a batch job that loses a node beyond Ray's retries: it stops naming the fix, and rerunning it
+resumes with outputs bit-identical to an uninterrupted run.
 
 One cluster serves the module (starting it costs ~30 s on 2 cores); the node kills are the module's last tests. The
 cluster lives in its own temporary directory and only its processes are ended afterwards (never `ray stop`, which
@@ -107,10 +108,9 @@ def test_the_script_started_every_node_and_auto_reads_the_cluster(cluster, case)
     assert got["nodes"] == NODES and got["node_memory"] == MEMORY and got["peak_bytes"] < MEMORY
 
 
-@pytest.mark.parametrize("grid", [(3, 1, 1), (1, 2, 1), None])
+@pytest.mark.parametrize("grid", [(3, 1, 1), (1, 2, 1)])
 def test_layout_a_sharded_over_three_raylets_is_bit_identical(cluster, case, grid):
-    """Row blocks on 3 nodes, chunk blocks on 2, and the runtime's own choice (this small model: one node-local
-    task, on any node)."""
+    """Row blocks on 3 nodes, chunk blocks on 2 (the runtime's own choice: test_tasks_run_next_to_their_shards)."""
     if not ray.is_initialized():
         ray.init(address=cluster["address"], log_to_driver=False)
     st = {}
@@ -118,17 +118,20 @@ def test_layout_a_sharded_over_three_raylets_is_bit_identical(cluster, case, gri
     assert same(out, case["ref"])
     used = nodes_used(st)
     assert used and used <= set(node_ids(cluster).values()), used
-    if grid is not None:     # tasks on several nodes: 3 row blocks on all 3, 2 chunk blocks on at least 2
-        assert len(used) >= (NODES if grid == (3, 1, 1) else 2), used
+    # tasks on several nodes: 3 row blocks on all 3, 2 chunk blocks on at least 2
+    assert len(used) >= (NODES if grid == (3, 1, 1) else 2), used
 
 
-def test_tasks_run_next_to_their_shards(cluster, case):
+@pytest.mark.parametrize("grid", [(1, NODES, 1), None])
+def test_tasks_run_next_to_their_shards(cluster, case, grid):
     """Every PCMM on (1, 3, 1): the shards model's split of 3 chunks over 3 nodes (p_n = 3 chunk groups, p_r = 1:
-    no PCMM gathers or reduces), each chunk group's tasks on the node that holds its blocks. Between raylets only
-    the input's groups (from the driver's node), the output's (back to it), the keys and the weight blocks move: the
-    bytes Ray's object managers received are at least the input's and output's groups that must move and at most
-    the model's total (hemlp.apps.bench.cluster.project_nodes from hemlp.runtime.shards, keys included) plus the
-    weights each other node reads; every task ran on the node it was sent to, and the output keeps every bit."""
+    no PCMM gathers or reduces), each chunk group's tasks on the node that holds its blocks; given as grid=, or the
+    runtime's default on several nodes (grid=None: the plan's split, hemlp.runtime.ray.split, in stats['_split']).
+    Between raylets only the input's groups (from the driver's node), the output's (back to it), the keys and the
+    weight blocks move: the bytes Ray's object managers received are at least the input's and output's groups that
+    must move and at most the model's total (hemlp.apps.bench.cluster.project_nodes from hemlp.runtime.shards, keys
+    included) plus the weights each other node reads; every task ran on the node it was sent to, and the output
+    keeps every bit."""
     if not ray.is_initialized():
         ray.init(address=cluster["address"], log_to_driver=False)
     cm = case["cm"]
@@ -140,13 +143,41 @@ def test_tasks_run_next_to_their_shards(cluster, case):
     ports = [n["MetricsExportPort"] for n in ray.nodes() if n.get("Alive")]
     before = bench_cluster.settle_metrics(ports)
     st = {}
-    out = cm.run(case["ct"], case["ek"], runtime="ray", grid=(1, NODES, 1), stats=st)
+    out = cm.run(case["ct"], case["ek"], runtime="ray", grid=grid, stats=st)
     got = bench_cluster.settle_metrics(ports) - before
     assert same(out, case["ref"])
+    if grid is None:     # the split the plan's per-node memory was counted for (layout.node_peak, nodes=3)
+        plan = lay.node_peak(NODES)
+        split = st["_split"]
+        assert (split["cluster_nodes"], split["p_n"], split["p_r"]) == (NODES, plan["p_n"], plan["p_r"])
+        assert split["node_peak_bytes"] == plan["peak"]
+        pcmms = [s.out for s in lay.steps if s.op == "pcmm"]
+        assert split["grids"] == {s: [1, NODES, 1] for s in pcmms}
+        assert all(st[s]["grid"] == (1, NODES, 1, 1) for s in pcmms)
     assert st["_placement"]["tasks"] == st["_placement"]["on_node"] > 0, st["_placement"]
     assert len(nodes_used(st)) == NODES
     must = model["network"]["input"] + model["network"]["output"]
     assert must <= got <= model["network_bytes_total"] + model["network"]["keys"] + weights, (got, must, model)
+
+
+def test_the_split_grids_follow_the_shards_model(case):
+    """The default grids on several nodes (hemlp.runtime.ray.split) are the shards model's split of the steps: chunk
+    groups on the grid's chunk axis, a gather's rows on its output-row axis, a reduce's on its reduction axis. The
+    case's steps read as one chunk over 3 nodes (p_r = 3): 32 -> 48 and 48 -> 48 gather (their input rows are no
+    more than their output rows), 48 -> 6 reduces; as 3 chunks over 2 or 3 nodes every PCMM stays local."""
+    from hemlp.runtime import shards
+    from hemlp.runtime.ray.split import split_of
+
+    lay = case["cm"].layout_impl
+    N, pcmms = lay.params.N, [s.out for s in lay.steps if s.op == "pcmm"]
+    one = split_of(lay.steps, N, 1, NODES)
+    model = shards.node_peak(lay.steps, N, 1, NODES)
+    assert (one.p_n, one.p_r) == (1, NODES) and one.peak == model["peak"]
+    assert [one.kinds[s] for s in pcmms] == ["gather", "gather", "reduce"] == [m["split"] for m in model["splits"]]
+    assert [one.grids[s] for s in pcmms] == [(NODES, 1, 1), (NODES, 1, 1), (1, 1, NODES)]
+    for K in (2, NODES):
+        split = split_of(lay.steps, N, lay.chunks, K)
+        assert (split.p_n, split.p_r) == (K, 1) and all(split.grids[s] == (1, K, 1) for s in pcmms)
 
 
 def gate_hook(tasks, at: int, others: float = 0.0):

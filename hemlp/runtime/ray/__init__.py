@@ -6,6 +6,7 @@ One job per module (data flows down the list; no module imports one above it):
     malloc    opt-in malloc tuning of the worker processes (off by default)
     blocks    ciphertexts as blocks in the object store: the layout and the copies in and out
     cost      where a PCMM runs (its grid across nodes or a node-local task) and on which grid
+    split     the plan's split of a batch over the live nodes as grids (the default on several nodes)
     gemm      the PCMM over store blocks: exact GEMM per limb, epilogue, the in-place product
     tasks     what runs in the workers: task bodies, per-process caches, the remote-function registry
     placement which node each task of a wave runs on: next to its arguments' bytes, the wave balanced

@@ -52,8 +52,9 @@ def store_grid(g, d1: int, c: int, d2: int, num_workers: int, parts_ok: bool, de
 
 def sharded(ctx, s, chunks: int, num_workers: int, node_threads: int, grid=None) -> bool:
     """Whether PCMM step s runs on its grid (tasks of one thread each over num_workers) or in a node-local task
-    with the steps around it. Sharded when a grid is given for it; otherwise only when the workers outnumber a
-    node-local task's threads (several nodes) and the grid saves more time than one more wave costs
+    with the steps around it. Sharded when a grid is given for it (on several nodes RayProgram gives the plan's
+    split, hemlp.runtime.ray.split); otherwise only when the workers outnumber a node-local task's threads and the
+    grid saves more time than one more wave costs
     (RAY_WAVE_SECONDS + its tasks' copy of the outputs into the store) plus the transfer between nodes of the
     share of its input and output that the other nodes' tasks read and write (RAY_NODE_TRANSFER_BYTES_PER_S;
     measured on two raylets: a 128 x 64 layer sharded took 0.21 s against 0.16 s in one task). The work: the

@@ -9,10 +9,13 @@ orchestrates waves of tasks (hemlp.runtime.ray.tasks). Two kinds of wave:
   from the store reads it there in place (``gemm.pcmm_in_place``), so the task imports nothing it only multiplies.
   On one node (workers <= a node's CPUs) the whole program is one such task. A chain of elementwise steps splits
   its rows over the nodes;
-* a sharded PCMM (across nodes, when the grid saves more than a wave costs: ``cost.sharded``; or ``grid=``): tasks
-  of one thread on a grid; each reads its input blocks by ObjectRef zero-copy, runs the exact GEMM per limb, then
-  x K, the rescale and the bias natively and the elementwise steps that follow on its rows, and returns its output
-  block for the next layer's tasks. Grids: ``planner.grid.grid_store`` (fewest object-store bytes), or ``grid=``.
+* a sharded PCMM (``grid=``; without it, on a cluster of several nodes every PCMM): tasks on a grid; each reads
+  its input blocks by ObjectRef zero-copy, runs the exact GEMM per limb, then x K, the rescale and the bias natively
+  and the elementwise steps that follow on its rows, and returns its output block for the next layer's tasks.
+  Grids: ``grid=`` (tasks of one thread); on several nodes without it, the plan's split of the batch over the live
+  nodes (hemlp.runtime.ray.split: a task per node's share, with the node's CPUs), so each node holds what
+  compile(nodes=K)'s per-node memory counted; on one node with more workers than its CPUs, when the grid saves more
+  than a wave costs (``cost.sharded``), ``planner.grid.grid_store``'s (fewest object-store bytes).
 
 A group is one task wave: a PCMM (or an add, or an elementwise step) plus the elementwise steps that follow it on
 the same rows (square / poly / affine whose input has no other consumer), fused into the producing task.
@@ -52,6 +55,7 @@ from hemlp.runtime.ray.driver import RayDriver, relin_bytes
 from hemlp.runtime.ray.gemm import pcmm_in_meta
 from hemlp.runtime.ray.placement import Placement
 from hemlp.runtime.ray.session import driver_threads, usable_cores
+from hemlp.runtime.ray.split import split_of
 from hemlp.runtime.ray.tasks import ELEMENTWISE, group_remote
 from hemlp.step_ops import ACT_OPS, CT_PRODUCT_OPS, StepOp
 
@@ -73,10 +77,11 @@ class RayProgram(RayDriver):
     """Runs a lowered program on a connected Ray with the activations in the object store between layers
     (use inside ``ray_session``; ``run_on_ray`` does both).
 
-    num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (on one node
-    the program runs node-local; across nodes, PCMMs worth a wave on the planner's ``grid_store`` for the workers,
-    fewest object-store bytes, see ``cost.sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those
-    steps on their grids).
+    num_workers: the worker count the grids are made for (default: the cluster's CPUs). grid: None (on a cluster of
+    several live nodes, every PCMM on the plan's split over them: hemlp.runtime.ray.split, stats['_split']; on one
+    node the program runs node-local, or with more workers than the node's CPUs, PCMMs worth a wave on the
+    planner's ``grid_store``, see ``cost.sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those
+    steps on their grids, tasks of one thread).
     cts_per_task: None (default) fuses every elementwise step into the task that produced its input or the next
     node-local task; a number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats
     (after run): per step, the grid (sharded) or threads (node-local), tasks, nodes, bytes read / written through
@@ -87,6 +92,8 @@ class RayProgram(RayDriver):
                  threads_per_task: int = 1, tune_malloc: bool | None = None):
         super().__init__(num_workers, grid, cts_per_task, threads_per_task, tune_malloc)
         self.node_threads = node_threads(self.ray, self.num_workers)
+        self._grids = grid              # this run's grids: grid=, or the plan's split (run)
+        self._share_threads = None      # the threads of a task per node's share (the split), else None
 
     # hooks (tests inject faults here)
     def _layer_start(self, name: str) -> None:
@@ -182,14 +189,14 @@ class RayProgram(RayDriver):
 
     def _grid(self, s, d1: int, c: int, d2: int, H_in: float, H_out: float, d_in: int, P: int, parts_ok: bool,
               deferred_H: float | None):
-        g = self.grid.get(s.out) if isinstance(self.grid, dict) else self.grid
+        g = self._grids.get(s.out) if isinstance(self._grids, dict) else self._grids
         return store_grid(g, d1, c, d2, self.num_workers, parts_ok, default=lambda: grid_store(
             d1, c, d2, self.num_workers, H_in, H_out, 8.0, d_in, P, parts=2 if parts_ok else 1,
             deferred_H=deferred_H).dims4)
 
     def _sharded(self, ctx, s, chunks: int) -> bool:
         """Whether PCMM step s runs on its grid or in a node-local task (hemlp.runtime.ray.cost.sharded)."""
-        return sharded(ctx, s, chunks, self.num_workers, self.node_threads, self.grid)
+        return sharded(ctx, s, chunks, self.num_workers, self.node_threads, self._grids)
 
     def _segment_wave(self, ctx, seg: list, vals: dict, outputs: list) -> dict:
         """Steps `seg` (no sharded PCMM among them) in node-local tasks of node_threads threads: a task imports its
@@ -310,9 +317,13 @@ class RayProgram(RayDriver):
         base = self._common(ctx, "pcmm" if pk == 1 else "partial", s.out, needs_relin)
         base.update(level=meta[0], bits=int(weight_bits), K=int(K), factor=float(delta * K), in_meta=None,
                     scale_out=None, bias=bias, P=P)
+        # the plan's split: a task per node's share, with the node's CPUs (else tasks of one CPU)
+        cpus = self._share_threads or 1
+        if self._share_threads:
+            base["threads"] = cpus
         final, others, tasks = [], [], 0
         reduces = []   # p_k > 1: per (i, j), its reduce wave's inputs (submitted once every partial is placed)
-        self._place.wave(len(rows) * len(cols) * len(reds) * len(groups))
+        self._place.wave(len(rows) * len(cols) * len(reds) * len(groups), cpus)
         for i, r in enumerate(rows):
             for j, cs in enumerate(cols):
                 J = (cs.start, cs.stop)
@@ -344,16 +355,16 @@ class RayProgram(RayDriver):
                             spec["ops"] = [(name, op.rows(*out_rows)) for name, op in fused]
                             if len(g) == 2:
                                 r0_ref, r1_ref, meta_ref = self._submit(3, spec, u_refs[i, t], *args, sizes=sizes,
-                                                                        metas=margs)
+                                                                        metas=margs, cpus=cpus)
                                 final.append(((r0_ref, r1_ref), meta_ref, out_rows, J, None))
                             else:
                                 spec["pieces"] = out_pieces
                                 part_refs[g[0]] = self._submit(len(out_pieces) + 1, spec, u_refs[i, t], *args,
-                                                               sizes=sizes, metas=margs)
+                                                               sizes=sizes, metas=margs, cpus=cpus)
                         else:
                             spec["pieces"] = [(a - out_rows[0], b_ - out_rows[0]) for a, b_ in pieces_rows]
                             refs = self._submit(len(pieces_rows) * len(g) + 1, spec, u_refs[i, t], *args,
-                                                sizes=sizes, metas=margs)
+                                                sizes=sizes, metas=margs, cpus=cpus)
                             partial_refs.append((g, refs[:-1]))
                             others.append(refs[-1])
                         tasks += 1
@@ -365,7 +376,7 @@ class RayProgram(RayDriver):
                     others.append(part_refs[1][-1])
                 if pk > 1:
                     reduces.append((J, pieces_rows, partial_refs))
-        self._place.wave(sum(len(pr) for _, pr, _ in reduces))
+        self._place.wave(sum(len(pr) for _, pr, _ in reduces), cpus)
         for J, pieces_rows, partial_refs in reduces:
             for sidx, pr in enumerate(pieces_rows):
                 args, piece_parts = [], []
@@ -378,7 +389,8 @@ class RayProgram(RayDriver):
                 spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
                             meta_inputs=[self._meta_spec(X.blocks[0], margs)],
                             ops=[(name, op.rows(*pr)) for name, op in fused])
-                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args, sizes=[piece] * len(args), metas=margs)
+                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args, sizes=[piece] * len(args), metas=margs,
+                                                        cpus=cpus)
                 final.append(((r0_ref, r1_ref), meta_ref, pr, J, None))
                 tasks += 1
         model = pcmm_store_bytes((pm, pn, pk, ps), d1, d2, c, H_in, H_pcmm if defer else H_out, float(Uq.itemsize),
@@ -526,6 +538,13 @@ class RayProgram(RayDriver):
         self._N, self._weight_bits = ctx.N, weight_bits
         self._place = Placement(ray)
         self._placed = [0, 0]   # tasks placed on a node, and those that ran there
+        # the grids of this run: grid=, else on several nodes the plan's split over them (one task per node's share)
+        self._grids, split = self.grid, None
+        if self.grid is None and self._place.active:
+            split = split_of(steps, ctx.N, C.chunks, len(self._place.cpus))
+            self._grids = split.grids
+            self.stats["_split"] = split.stats()
+        self._share_threads = self.node_threads if split is not None else None
         self._on_grid = {s.out for s in steps if s.op == "pcmm" and self._sharded(ctx, s, C.chunks)}
         if relin_key is not None and any(s.op in ACT_OPS for s in steps):
             data, digest = relin_bytes(relin_key)
