@@ -287,21 +287,10 @@ def _proc_cpu(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def parents() -> dict:
-    """{pid: parent pid} of every process this user can read."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                out[int(d)] = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
-
-
 def node_cpu(lc, desc) -> dict:
-    """{node-manager port: {pid: CPU seconds}} of every process under each raylet (its workers)."""
-    procs = parents()
+    """{node-manager port: {pid: CPU seconds}} of every process under each raylet (its workers); lc is
+    scripts/local_cluster.py (local_cluster_script), whose /proc scan finds them."""
+    procs = {p: pp for p, (pp, _) in lc.processes().items()}
     out = {}
     for port, root in lc.node_pids(desc["temp_dir"]).items():
         found = {root}
