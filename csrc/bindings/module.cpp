@@ -41,7 +41,7 @@ PYBIND11_MODULE(_core, m) {
       static const char* names[] = {"ParameterError",   "InsecureParametersError", "ContextMismatchError",
                                     "KeyMismatchError", "MissingKeyError",         "LevelError",
                                     "ScaleMismatchError", "EncodingError",         "ShapeError",
-                                    "SerializationError"};
+                                    "SerializationError", "ReadOnlyKeyError"};
       py::object cls = py::module_::import("hemlp.errors").attr(names[(int)e.kind()]);
       PyErr_SetString(cls.ptr(), e.what());
     }

@@ -22,15 +22,16 @@ namespace hemlp {
 // A seeded key (alpha empty) holds only the seeds of its shared a-parts: they are uniform, sampled directly in
 // NTT form, so each use expands them again (one AES-CTR pass) instead of holding 1 of the k + 1 polynomials
 // per digit in memory. The seeds are also what the key serialises to.
+// alpha and beta are owned, or borrowed from a shared key file (ckks/key_polys.h).
 struct MsSwitchKey {
   uint64_t galois = 0;
   int level = 0;                          // holds Q_level ∪ P, num_digits(level) digits
-  std::vector<Poly> alpha;                // [t]; empty when the key is seeded
+  KeyPolys alpha;                         // [t]; empty when the key is seeded
   std::vector<Seed> alpha_seeds;          // [t]
   // [t]: seed_segment_offsets of alpha_seeds[t] (a seeded key): the batched key switch draws each (limb, quarter)
   // of alpha in the job that uses it
   std::vector<std::vector<uint64_t>> alpha_offsets;
-  std::vector<std::vector<Poly>> beta;    // [j][t]
+  std::vector<KeyPolys> beta;             // [j][t]
 };
 
 struct MsGaloisKeys {
