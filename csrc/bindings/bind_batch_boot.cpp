@@ -130,7 +130,12 @@ void bind_batch_boot(py::module_& m) {
     r.big_b = views_of(bb);
     std::vector<std::vector<bind::U64Arr>> backs;
     std::vector<std::vector<Seed>> back_seeds;
+    std::vector<SwitchKey> keys;  // back keys given as native keys (a shared key file's, borrowed: not imported)
     for (auto item : back) {
+      if (py::isinstance<SwitchKey>(item)) {
+        keys.push_back(item.cast<const SwitchKey&>());
+        continue;
+      }
       py::tuple t = item.cast<py::tuple>();
       if (t.size() != 2) fail(ErrorKind::Serialization, "batch conversion keys: malformed back key");
       backs.emplace_back();
@@ -138,8 +143,9 @@ void bind_batch_boot(py::module_& m) {
       for (auto a : t[0].cast<py::list>()) backs.back().push_back(a.cast<bind::U64Arr>());
       for (auto s : t[1].cast<py::list>()) back_seeds.back().push_back(bind::to_seed(s.cast<py::bytes>()));
     }
+    if (!keys.empty() && !backs.empty())
+      fail(ErrorKind::Serialization, "batch conversion keys: back keys are either all native keys or all arrays");
     py::gil_scoped_release nogil;
-    std::vector<SwitchKey> keys;
     for (size_t j = 0; j < backs.size(); ++j) {
       SwitchKey sw = import_switch_key(e.ctx, views_of(backs[j]), back_seeds[j], key_id, 0, back_level);
       if (seeded) drop_expanded_a(e.ctx, sw);

@@ -260,6 +260,35 @@ MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k
   return out;
 }
 
+void add_ms_galois_keys(SharedKeyWriter& writer, uint32_t group, const MsGaloisKeys& keys) {
+  for (const auto& [g, key] : keys.keys) {
+    if ((int)key.beta.size() != keys.k) fail(ErrorKind::Parameter, "batched Galois keys: a key without k b-parts");
+    writer.add_multi_key(group, keys.ms_key_id, g, key.level, key.beta, key.alpha, key.alpha_seeds, key.alpha_offsets);
+  }
+}
+
+MsGaloisKeys ms_galois_keys_from_file(const Context& ctx, const SharedKeyFile& file, uint32_t group) {
+  MsGaloisKeys out;
+  out.param_hash = ctx.hash64();
+  std::vector<SharedKeyRecord> records = file.multi_keys(group);
+  out.ms_key_id = records.front().key_id;
+  out.k = (int)records.front().b.size();
+  for (SharedKeyRecord& r : records) {
+    if (r.key_id != out.ms_key_id || (int)r.b.size() != out.k || r.galois == 0 || out.keys.count(r.galois))
+      fail(ErrorKind::Serialization, "shared key file: its batched Galois keys mix multi-secret keys, batch sizes or "
+                                     "elements; write it again from the uploaded evaluation keys");
+    MsSwitchKey key;
+    key.galois = r.galois;
+    key.level = r.level;
+    key.alpha = std::move(r.a);
+    key.alpha_seeds = std::move(r.a_seeds);
+    key.alpha_offsets = std::move(r.a_offsets);
+    key.beta = std::move(r.b);
+    out.keys.emplace(key.galois, std::move(key));
+  }
+  return out;
+}
+
 size_t ms_galois_key_bytes(const MsGaloisKeys& keys) {
   size_t s = 0;
   for (const auto& [g, k] : keys.keys) {

@@ -15,6 +15,7 @@
 #include "boot/lintrans.h"
 #include "ckks/import.h"
 #include "ckks/objects.h"
+#include "ckks/shared_key_file.h"
 #include "pcmm/msrlwe.h"
 
 namespace hemlp {
@@ -60,6 +61,11 @@ struct MsKeyRecord {
 };
 MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k,
                                    const std::vector<MsKeyRecord>& records, int seed_max_level);
+
+// A shared key file's batched Galois keys (ckks/shared_key_file.h): written as records of k parts each, opened
+// borrowing the file's mapping (Error Serialization for records that do not form one key set).
+void add_ms_galois_keys(SharedKeyWriter& writer, uint32_t group, const MsGaloisKeys& keys);
+MsGaloisKeys ms_galois_keys_from_file(const Context& ctx, const SharedKeyFile& file, uint32_t group);
 
 // psi_g applied to every chunk of ct (one hoisted key switch).
 // The batched key switch's last step: out.a = round(u[0] / P), out.b[j] = b_add[j] + round(u[1 + j] / P) over Q_level
