@@ -76,7 +76,7 @@ FUZZ_FLAGS := -std=c++17 -g -O1 -fno-omit-frame-pointer -fsanitize=address,undef
 	-Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unknown-warning-option -Icsrc -Itests/fuzz/cpp
 FUZZ_LIB_SRCS := $(wildcard csrc/ckks/*.cpp csrc/ring/*.cpp)
 FUZZ_LIB_OBJS := $(patsubst csrc/%.cpp,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRCS))
-FUZZ_TARGETS := fuzz_import fuzz_params
+FUZZ_TARGETS := fuzz_import fuzz_params fuzz_shared_keys
 
 # clang with libFuzzer and the sanitizer runtimes (Debian ships those in libclang-rt-dev, apart from clang): only
 # attempted as root and only when a probe does not link; FUZZ_OPTIONAL=1 (set by `make test`) only warns when not root.

@@ -55,6 +55,11 @@ class SerializationError(HemlpError, ValueError):
     """Bytes are truncated, corrupted, of another type/version, or from another context."""
 
 
+class ReadOnlyKeyError(HemlpError, ValueError):
+    """A write into an evaluation key opened from a shared key file (hemlp.runtime.shared_keys): its pages are mapped
+    read-only and shared by every process on the machine; load an owned copy (EvalKeys.load) to change a key."""
+
+
 class UnsupportedError(HemlpError, NotImplementedError):
     """An operation or model construct hemlp does not support (yet)."""
 

@@ -26,11 +26,21 @@ struct BoundBatchTransform {
 };
 
 // A read-only (limbs, N) numpy view of a key polynomial; `owner` (the Python key object) is kept alive by it.
-py::array poly_view(const Poly& p, size_t limbs, size_t n, py::handle owner) {
-  if (p.size() != limbs * n) fail(ErrorKind::Parameter, "key export: a polynomial's size does not match its level");
-  py::array a(py::dtype::of<uint64_t>(), {limbs, n}, {n * sizeof(uint64_t), sizeof(uint64_t)}, p.data(), owner);
+py::array poly_view(const u64* p, size_t words, size_t limbs, size_t n, py::handle owner) {
+  if (words != limbs * n) fail(ErrorKind::Parameter, "key export: a polynomial's size does not match its level");
+  py::array a(py::dtype::of<uint64_t>(), {limbs, n}, {n * sizeof(uint64_t), sizeof(uint64_t)}, p, owner);
   py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return a;
+}
+
+py::array poly_view(const Poly& p, size_t limbs, size_t n, py::handle owner) {
+  return poly_view(p.data(), p.size(), limbs, n, owner);
+}
+
+py::list poly_views(const KeyPolys& ps, size_t limbs, size_t n, py::handle owner) {
+  py::list out;
+  for (size_t t = 0; t < ps.size(); ++t) out.append(poly_view(ps.data(t), ps.words(t), limbs, n, owner));
+  return out;
 }
 
 std::vector<PolyView> views_of(const std::vector<bind::U64Arr>& arrays) {
@@ -59,8 +69,7 @@ void bind_batch_boot(py::module_& m) {
         size_t s = 0;
         for (auto& p : k.small_beta) s += p.size();
         for (auto& p : k.big_b) s += p.size();
-        for (auto& sw : k.back)
-          for (auto& p : sw.b) s += p.size();
+        for (auto& sw : k.back) s += sw.b.total_words();
         return s * sizeof(uint64_t);
       });
   m.def("batch_conversion_keys", [](const Engine& e, const SecretKey& sk, const MultiSecretKey& msk, int h, int level,
@@ -84,9 +93,9 @@ void bind_batch_boot(py::module_& m) {
     for (auto& p : k.small_beta) sb.append(poly_view(p, 2, n, obj));
     for (auto& p : k.big_b) bb.append(poly_view(p, big, n, obj));
     for (auto& sw : k.back) {
-      py::list bs, seeds;
+      py::list seeds;
       const size_t limbs = (size_t)sw.level + 1 + e.ctx.num_p();
-      for (auto& b : sw.b) bs.append(poly_view(b, limbs, n, obj));
+      py::list bs = poly_views(sw.b, limbs, n, obj);
       for (auto& s : sw.a_seeds) seeds.append(bind::from_seed(s));
       back.append(py::make_tuple(bs, seeds));
     }
@@ -121,7 +130,12 @@ void bind_batch_boot(py::module_& m) {
     r.big_b = views_of(bb);
     std::vector<std::vector<bind::U64Arr>> backs;
     std::vector<std::vector<Seed>> back_seeds;
+    std::vector<SwitchKey> keys;  // back keys given as native keys (a shared key file's, borrowed: not imported)
     for (auto item : back) {
+      if (py::isinstance<SwitchKey>(item)) {
+        keys.push_back(item.cast<const SwitchKey&>());
+        continue;
+      }
       py::tuple t = item.cast<py::tuple>();
       if (t.size() != 2) fail(ErrorKind::Serialization, "batch conversion keys: malformed back key");
       backs.emplace_back();
@@ -129,8 +143,9 @@ void bind_batch_boot(py::module_& m) {
       for (auto a : t[0].cast<py::list>()) backs.back().push_back(a.cast<bind::U64Arr>());
       for (auto s : t[1].cast<py::list>()) back_seeds.back().push_back(bind::to_seed(s.cast<py::bytes>()));
     }
+    if (!keys.empty() && !backs.empty())
+      fail(ErrorKind::Serialization, "batch conversion keys: back keys are either all native keys or all arrays");
     py::gil_scoped_release nogil;
-    std::vector<SwitchKey> keys;
     for (size_t j = 0; j < backs.size(); ++j) {
       SwitchKey sw = import_switch_key(e.ctx, views_of(backs[j]), back_seeds[j], key_id, 0, back_level);
       if (seeded) drop_expanded_a(e.ctx, sw);
@@ -167,8 +182,7 @@ void bind_batch_boot(py::module_& m) {
       .def_property_readonly("serialised_nbytes", [](const MsGaloisKeys& k) {
         size_t s = 0;
         for (const auto& kv : k.keys)
-          for (const auto& bj : kv.second.beta)
-            for (const auto& p : bj) s += p.size();
+          for (const auto& bj : kv.second.beta) s += bj.total_words();
         return s * sizeof(uint64_t);
       })
       .def_property_readonly("seeded", [](const MsGaloisKeys& k) {
@@ -200,11 +214,7 @@ void bind_batch_boot(py::module_& m) {
       const size_t limbs = (size_t)key.level + 1 + e.ctx.num_p();
       py::list seeds, beta;
       for (auto& s : key.alpha_seeds) seeds.append(bind::from_seed(s));
-      for (auto& bj : key.beta) {
-        py::list digits;
-        for (auto& p : bj) digits.append(poly_view(p, limbs, n, obj));
-        beta.append(digits);
-      }
+      for (auto& bj : key.beta) beta.append(poly_views(bj, limbs, n, obj));
       out.append(py::make_tuple(g, key.level, seeds, beta));
     }
     return out;

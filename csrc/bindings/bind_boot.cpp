@@ -84,6 +84,10 @@ void bind_boot(py::module_& m) {
   // after import), in place.
   m.def("seed_galois_keys", [](const Engine& e, GaloisKeys& g, int seed_max_level) {
     if (g.param_hash != e.ctx.hash64()) fail(ErrorKind::ContextMismatch, "seed_galois_keys: keys of another context");
+    for (const auto& kv : g.keys) {  // all or nothing: a key file's set stays as written
+      kv.second.b.check_owned("seed_galois_keys");
+      kv.second.a.check_owned("seed_galois_keys");
+    }
     py::gil_scoped_release nogil;
     for (auto& kv : g.keys)
       if (kv.second.level <= seed_max_level) drop_expanded_a(e.ctx, kv.second);

@@ -131,16 +131,13 @@ void bind_ckks(py::module_& m) {
       .def_readonly("level", &SwitchKey::level)
       .def_property_readonly("num_digits", [](const SwitchKey& k) { return k.b.size(); })
       .def_property_readonly("nbytes", [](const SwitchKey& k) {  // the b polynomials (a is a seed)
-        size_t s = 0;
-        for (auto& b : k.b) s += b.size() * sizeof(uint64_t);
-        return s;
+        return k.b.total_words() * sizeof(uint64_t);
       })
       .def_property_readonly("memory_bytes", [](const SwitchKey& k) {  // b and the a-halves held expanded
-        size_t s = 0;
-        for (auto& b : k.b) s += b.size() * sizeof(uint64_t);
-        for (auto& a : k.a) s += a.size() * sizeof(uint64_t);
-        return s;
-      });
+        return (k.b.total_words() + k.a.total_words()) * sizeof(uint64_t);
+      })
+      // borrowed read-only from a shared key file (hemlp.runtime.shared_keys): its pages are the machine's one copy
+      .def_property_readonly("mapped", &SwitchKey::mapped);
   py::class_<GaloisKeys>(m, "GaloisKeys")
       .def(py::init<>())
       .def_readonly("param_hash", &GaloisKeys::param_hash)
@@ -164,17 +161,13 @@ void bind_ckks(py::module_& m) {
       })
       .def_property_readonly("nbytes", [](const GaloisKeys& g) {
         size_t s = 0;
-        for (auto& kv : g.keys)
-          for (auto& b : kv.second.b) s += b.size() * sizeof(uint64_t);
-        return s;
+        for (auto& kv : g.keys) s += kv.second.b.total_words();
+        return s * sizeof(uint64_t);
       })
       .def_property_readonly("memory_bytes", [](const GaloisKeys& g) {  // b and the a-halves held expanded
         size_t s = 0;
-        for (auto& kv : g.keys) {
-          for (auto& b : kv.second.b) s += b.size() * sizeof(uint64_t);
-          for (auto& a : kv.second.a) s += a.size() * sizeof(uint64_t);
-        }
-        return s;
+        for (auto& kv : g.keys) s += kv.second.b.total_words() + kv.second.a.total_words();
+        return s * sizeof(uint64_t);
       })
       .def("get", [](const GaloisKeys& g, uint64_t e) { return g.keys.at(e); })
       .def("merge", [](GaloisKeys& g, const GaloisKeys& o) {
@@ -328,7 +321,7 @@ void bind_ckks(py::module_& m) {
       .def("export_switch_key", [](const Engine& e, const SwitchKey& k) {
         py::list bs, seeds;
         const size_t limbs = (size_t)k.level + 1 + e.ctx.num_p();
-        for (auto& b : k.b) bs.append(poly_to_array(b, limbs, e.ctx.n()));
+        for (size_t t = 0; t < k.b.size(); ++t) bs.append(poly_to_array(k.b.data(t), k.b.words(t), limbs, e.ctx.n()));
         for (auto& s : k.a_seeds) seeds.append(from_seed(s));
         return py::make_tuple(bs, seeds);
       })
@@ -337,9 +330,11 @@ void bind_ckks(py::module_& m) {
       .def("export_switch_key_expanded", [](const Engine& e, const SwitchKey& k) {
         py::list bs, as;
         const int limbs = k.level + 1 + e.ctx.num_p();
-        for (auto& b : k.b) bs.append(poly_to_array(b, (size_t)limbs, e.ctx.n()));
+        for (size_t t = 0; t < k.b.size(); ++t)
+          bs.append(poly_to_array(k.b.data(t), k.b.words(t), (size_t)limbs, e.ctx.n()));
         if (!k.a.empty()) {
-          for (auto& a : k.a) as.append(poly_to_array(a, (size_t)limbs, e.ctx.n()));
+          for (size_t t = 0; t < k.a.size(); ++t)
+            as.append(poly_to_array(k.a.data(t), k.a.words(t), (size_t)limbs, e.ctx.n()));
         } else {
           for (auto& s : k.a_seeds) as.append(poly_to_array(uniform_from_seed(e.ctx, s, limbs, true, k.level), (size_t)limbs, e.ctx.n()));
         }
@@ -370,7 +365,7 @@ void bind_ckks(py::module_& m) {
               for (size_t i = 0; i < n; ++i)
                 if (p[(size_t)r * n + i] >= q) fail(ErrorKind::Parameter, "switch_key_from_arrays: residue >= modulus");
             }
-            (pass ? k.a : k.b).push_back(std::move(p));
+            (pass ? k.a : k.b).owned("switch_key_from_arrays").push_back(std::move(p));
           }
         return k;
       })

@@ -17,6 +17,14 @@ namespace hemlp::bind {
 namespace py = pybind11;
 using U64Arr = py::array_t<uint64_t, py::array::c_style | py::array::forcecast>;
 
+// A (limbs, N) copy of `words` residues at p (a key polynomial, owned or borrowed: ckks/key_polys.h).
+inline U64Arr poly_to_array(const uint64_t* p, size_t words, size_t limbs, size_t n) {
+  if (words != limbs * n) fail(ErrorKind::Parameter, "export: a polynomial's size does not match its level");
+  U64Arr out({limbs, n});
+  std::memcpy(out.mutable_data(), p, limbs * n * sizeof(uint64_t));
+  return out;
+}
+
 inline U64Arr poly_to_array(const Poly& p, size_t limbs, size_t n) {
   U64Arr out({limbs, n});
   std::memcpy(out.mutable_data(), p.data(), limbs * n * sizeof(uint64_t));

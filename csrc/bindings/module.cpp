@@ -23,6 +23,7 @@ void bind_boot(py::module_& m);
 void bind_lintrans(py::module_& m);
 void bind_polyeval(py::module_& m);
 void bind_batch_boot(py::module_& m);
+void bind_shared_keys(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -41,7 +42,7 @@ PYBIND11_MODULE(_core, m) {
       static const char* names[] = {"ParameterError",   "InsecureParametersError", "ContextMismatchError",
                                     "KeyMismatchError", "MissingKeyError",         "LevelError",
                                     "ScaleMismatchError", "EncodingError",         "ShapeError",
-                                    "SerializationError"};
+                                    "SerializationError", "ReadOnlyKeyError"};
       py::object cls = py::module_::import("hemlp.errors").attr(names[(int)e.kind()]);
       PyErr_SetString(cls.ptr(), e.what());
     }
@@ -65,4 +66,5 @@ PYBIND11_MODULE(_core, m) {
   bind_lintrans(m);
   bind_polyeval(m);
   bind_batch_boot(m);
+  bind_shared_keys(m);
 }

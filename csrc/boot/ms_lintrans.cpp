@@ -66,7 +66,7 @@ void ms_inner_product(const Context& ctx, const ModUpDigits& d, const MsSwitchKe
   if (seeded && !in_job) {
     ka = expand_seeded_parts(ctx, key.alpha_seeds, beta, key.level + 1 + K, key.level);
   } else if (!seeded) {
-    for (int t = 0; t < beta; ++t) ka[t] = key.alpha[t].data();
+    for (int t = 0; t < beta; ++t) ka[t] = key.alpha.data(t);
   }
 #pragma omp parallel for schedule(static)
   for (int job = 0; job < E * S; ++job) {
@@ -90,7 +90,7 @@ void ms_inner_product(const Context& ctx, const ModUpDigits& d, const MsSwitchKe
     } else {
       for (int t = 0; t < beta; ++t) ja[t] = ka[t];
     }
-    auto kp = [&](int p, int t) -> const u64* { return p == 0 ? ja[t] : key.beta[p - 1][t].data(); };
+    auto kp = [&](int p, int t) -> const u64* { return p == 0 ? ja[t] : key.beta[p - 1].data(t); };
     for (int p = 0; p < np; p += 2) {
       const int p1 = p + 1 < np ? p + 1 : p;
       u64* o0 = outs[p].data() + dof;
@@ -156,11 +156,12 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
     key.galois = g;
     key.level = level;
     key.beta.resize(k);
+    std::vector<Poly>& alpha_t = key.alpha.owned("batched key generation");
     for (int t = 0; t < digits; ++t) {
       key.alpha_seeds.push_back(os_seed());
-      key.alpha.emplace_back((size_t)total * n);
+      alpha_t.emplace_back((size_t)total * n);
       key.alpha_offsets.push_back(seed_segment_offsets(ctx, key.alpha_seeds.back(), total, true, level,
-                                                       key.alpha.back().data()));
+                                                       alpha_t.back().data()));
     }
     for (int j = 0; j < k; ++j) {
       const Poly& s = msk.ntt_qp[j];  // over Q_L ∪ P, indexed by modulus
@@ -175,7 +176,7 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
           const size_t o = (size_t)l * n, so = (size_t)m * n;
           const bool in_digit = m >= lo && m < hi;
           const u64 pf = in_digit ? ctx.p_mod_q(m) : 0;
-          const u64* a = key.alpha[t].data() + o;
+          const u64* a = alpha_t[t].data() + o;
           for (size_t x = 0; x < n; ++x) {
             u64 v = ring::sub_mod(e[o + x], q.mul(a[x], s[so + x]), q.q);
             if (in_digit) v = ring::add_mod(v, q.mul(pf, s[so + perm[x]]), q.q);  // P Qtilde_t psi(s_j)
@@ -183,11 +184,11 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
           }
         }
         wipe(e);
-        key.beta[j].push_back(std::move(b));
+        key.beta[j].owned("batched key generation").push_back(std::move(b));
       }
     }
     if (level <= seed_max_level)
-      key.alpha.clear();
+      alpha_t.clear();
     else
       key.alpha_offsets.clear();
     out.keys.emplace(g, std::move(key));
@@ -196,11 +197,16 @@ MsGaloisKeys ms_galois_keys(const Context& ctx, const pcmm::MultiSecretKey& msk,
 }
 
 void seed_ms_galois_keys(const Context& ctx, MsGaloisKeys& keys, int seed_max_level) {
+  const char* op = "seeding batched Galois keys";
+  for (const auto& kv : keys.keys) {  // all or nothing: a key file's set stays as written
+    kv.second.alpha.check_owned(op);
+    for (const KeyPolys& bj : kv.second.beta) bj.check_owned(op);
+  }
   for (auto& kv : keys.keys) {
     MsSwitchKey& key = kv.second;
-    if (key.level <= seed_max_level && key.alpha_seeds.size() == key.alpha.size()) {
-      key.alpha.clear();
-      key.alpha.shrink_to_fit();
+    std::vector<Poly>& alpha = key.alpha.owned(op);
+    if (key.level <= seed_max_level && key.alpha_seeds.size() == alpha.size()) {
+      std::vector<Poly>().swap(alpha);
       const int total = key.level + 1 + ctx.num_p();
       key.alpha_offsets.clear();
       for (const Seed& sd : key.alpha_seeds)
@@ -238,12 +244,14 @@ MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k
     for (int j = 0; j < k; ++j) {
       if ((int)r.beta[j].size() != digits)
         fail(ErrorKind::Serialization, "batched Galois keys: wrong digit count; the data is corrupted");
-      for (int t = 0; t < digits; ++t) key.beta[j].push_back(import_poly(ctx, r.beta[j][t], r.level, true,
-                                                                         "batched Galois key"));
+      for (int t = 0; t < digits; ++t)
+        key.beta[j].owned("batched key import").push_back(import_poly(ctx, r.beta[j][t], r.level, true,
+                                                                      "batched Galois key"));
     }
     if (r.level > seed_max_level)
-      for (int t = 0; t < digits; ++t) key.alpha.push_back(uniform_from_seed(ctx, key.alpha_seeds[t], total, true,
-                                                                             r.level));
+      for (int t = 0; t < digits; ++t)
+        key.alpha.owned("batched key import").push_back(uniform_from_seed(ctx, key.alpha_seeds[t], total, true,
+                                                                          r.level));
     else
       for (int t = 0; t < digits; ++t)
         key.alpha_offsets.push_back(seed_segment_offsets(ctx, key.alpha_seeds[t], total, true, r.level));
@@ -252,12 +260,40 @@ MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k
   return out;
 }
 
+void add_ms_galois_keys(SharedKeyWriter& writer, uint32_t group, const MsGaloisKeys& keys) {
+  for (const auto& [g, key] : keys.keys) {
+    if ((int)key.beta.size() != keys.k) fail(ErrorKind::Parameter, "batched Galois keys: a key without k b-parts");
+    writer.add_multi_key(group, keys.ms_key_id, g, key.level, key.beta, key.alpha, key.alpha_seeds, key.alpha_offsets);
+  }
+}
+
+MsGaloisKeys ms_galois_keys_from_file(const Context& ctx, const SharedKeyFile& file, uint32_t group) {
+  MsGaloisKeys out;
+  out.param_hash = ctx.hash64();
+  std::vector<SharedKeyRecord> records = file.multi_keys(group);
+  out.ms_key_id = records.front().key_id;
+  out.k = (int)records.front().b.size();
+  for (SharedKeyRecord& r : records) {
+    if (r.key_id != out.ms_key_id || (int)r.b.size() != out.k || r.galois == 0 || out.keys.count(r.galois))
+      fail(ErrorKind::Serialization, "shared key file: its batched Galois keys mix multi-secret keys, batch sizes or "
+                                     "elements; write it again from the uploaded evaluation keys");
+    MsSwitchKey key;
+    key.galois = r.galois;
+    key.level = r.level;
+    key.alpha = std::move(r.a);
+    key.alpha_seeds = std::move(r.a_seeds);
+    key.alpha_offsets = std::move(r.a_offsets);
+    key.beta = std::move(r.b);
+    out.keys.emplace(key.galois, std::move(key));
+  }
+  return out;
+}
+
 size_t ms_galois_key_bytes(const MsGaloisKeys& keys) {
   size_t s = 0;
   for (const auto& [g, k] : keys.keys) {
-    for (const auto& p : k.alpha) s += p.size();
-    for (const auto& bj : k.beta)
-      for (const auto& p : bj) s += p.size();
+    s += k.alpha.total_words();
+    for (const auto& bj : k.beta) s += bj.total_words();
   }
   return s * sizeof(u64);
 }

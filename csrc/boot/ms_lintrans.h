@@ -15,6 +15,7 @@
 #include "boot/lintrans.h"
 #include "ckks/import.h"
 #include "ckks/objects.h"
+#include "ckks/shared_key_file.h"
 #include "pcmm/msrlwe.h"
 
 namespace hemlp {
@@ -22,15 +23,16 @@ namespace hemlp {
 // A seeded key (alpha empty) holds only the seeds of its shared a-parts: they are uniform, sampled directly in
 // NTT form, so each use expands them again (one AES-CTR pass) instead of holding 1 of the k + 1 polynomials
 // per digit in memory. The seeds are also what the key serialises to.
+// alpha and beta are owned, or borrowed from a shared key file (ckks/key_polys.h).
 struct MsSwitchKey {
   uint64_t galois = 0;
   int level = 0;                          // holds Q_level ∪ P, num_digits(level) digits
-  std::vector<Poly> alpha;                // [t]; empty when the key is seeded
+  KeyPolys alpha;                         // [t]; empty when the key is seeded
   std::vector<Seed> alpha_seeds;          // [t]
   // [t]: seed_segment_offsets of alpha_seeds[t] (a seeded key): the batched key switch draws each (limb, quarter)
   // of alpha in the job that uses it
   std::vector<std::vector<uint64_t>> alpha_offsets;
-  std::vector<std::vector<Poly>> beta;    // [j][t]
+  std::vector<KeyPolys> beta;             // [j][t]
 };
 
 struct MsGaloisKeys {
@@ -59,6 +61,11 @@ struct MsKeyRecord {
 };
 MsGaloisKeys import_ms_galois_keys(const Context& ctx, uint64_t ms_key_id, int k,
                                    const std::vector<MsKeyRecord>& records, int seed_max_level);
+
+// A shared key file's batched Galois keys (ckks/shared_key_file.h): written as records of k parts each, opened
+// borrowing the file's mapping (Error Serialization for records that do not form one key set).
+void add_ms_galois_keys(SharedKeyWriter& writer, uint32_t group, const MsGaloisKeys& keys);
+MsGaloisKeys ms_galois_keys_from_file(const Context& ctx, const SharedKeyFile& file, uint32_t group);
 
 // psi_g applied to every chunk of ct (one hoisted key switch).
 // The batched key switch's last step: out.a = round(u[0] / P), out.b[j] = b_add[j] + round(u[1 + j] / P) over Q_level

@@ -287,10 +287,7 @@ size_t batch_conversion_key_bytes(const BatchConversionKeys& keys) {
   for (auto& p : keys.small_alpha) s += p.size();
   for (auto& p : keys.small_beta) s += p.size();
   for (auto& p : keys.big_b) s += p.size();
-  for (auto& k : keys.back) {
-    for (auto& p : k.b) s += p.size();
-    for (auto& p : k.a) s += p.size();
-  }
+  for (auto& k : keys.back) s += k.b.total_words() + k.a.total_words();
   return s * sizeof(u64);
 }
 

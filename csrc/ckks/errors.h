@@ -7,7 +7,8 @@
 namespace hemlp {
 
 enum class ErrorKind {
-  Parameter, Insecure, ContextMismatch, KeyMismatch, MissingKey, Level, Scale, Encoding, Shape, Serialization
+  Parameter, Insecure, ContextMismatch, KeyMismatch, MissingKey, Level, Scale, Encoding, Shape, Serialization,
+  ReadOnly  // a write into a key borrowed read-only from a shared key file
 };
 
 class Error : public std::runtime_error {

@@ -85,14 +85,16 @@ SwitchKey import_switch_key(const Context& ctx, const std::vector<PolyView>& bs,
   k.galois = galois;
   k.level = level;
   const int total = level + 1 + ctx.num_p();
+  std::vector<Poly>& kb = k.b.owned("switching key import");
+  std::vector<Poly>& ka = k.a.owned("switching key import");
   for (int t = 0; t < digits; ++t) {
     if (bs[t].rows != (size_t)total)
       fail(ErrorKind::Serialization, "switching key: the header says level " + std::to_string(level) + " (" +
                                      std::to_string(total) + " limbs) but the data has " +
                                      std::to_string(bs[t].rows) + " limbs; the data is corrupted");
-    k.b.push_back(import_poly(ctx, bs[t], level, true, "switching key"));
+    kb.push_back(import_poly(ctx, bs[t], level, true, "switching key"));
     k.a_seeds.push_back(seeds[t]);
-    k.a.push_back(uniform_from_seed(ctx, seeds[t], total, true, level));
+    ka.push_back(uniform_from_seed(ctx, seeds[t], total, true, level));
   }
   return k;
 }

@@ -86,8 +86,10 @@ Poly uniform_from_seed(const Context& ctx, const Seed& seed, int limbs, bool ext
 }
 
 void drop_expanded_a(const Context& ctx, SwitchKey& key) {
-  if (key.a_seeds.size() < key.a.size()) return;  // imported without seeds: keep the only copy
-  std::vector<Poly>().swap(key.a);
+  key.b.check_owned("seeding a switching key");  // a key file's key stays as written, whichever half it maps
+  std::vector<Poly>& a = key.a.owned("seeding a switching key");
+  if (key.a_seeds.size() < a.size()) return;  // imported without seeds: keep the only copy
+  std::vector<Poly>().swap(a);
   if (ctx.n() % kSeedSegments) return;
   const int total = key.level + 1 + ctx.num_p();
   key.a_offsets.clear();
@@ -145,6 +147,8 @@ SwitchKey KeyGenerator::switch_key(const SecretKey& sk, const Poly& sp, int leve
   key.param_hash = ctx_.hash64();
   key.key_id = sk.key_id;
   key.level = lv;
+  std::vector<Poly>& kb = key.b.owned("key generation");
+  std::vector<Poly>& ka = key.a.owned("key generation");
   for (int t = 0; t < digits; ++t) {
     Seed seed = os_seed();
     Poly a = uniform_from_seed(ctx_, seed, total, true, lv);
@@ -165,8 +169,8 @@ SwitchKey KeyGenerator::switch_key(const SecretKey& sk, const Poly& sp, int leve
         b[o + i] = v;
       }
     }
-    key.b.push_back(std::move(b));
-    key.a.push_back(std::move(a));
+    kb.push_back(std::move(b));
+    ka.push_back(std::move(a));
     key.a_seeds.push_back(seed);
   }
   return key;

@@ -92,7 +92,7 @@ void key_inner_product_into(const Context& ctx, const ModUpDigits& d, const Swit
   if ((int)key.b.size() < beta || (int)(seeded ? key.a_seeds.size() : key.a.size()) < beta)
     fail(ErrorKind::Parameter, "key switch: the key has fewer digits than its level needs; it is corrupted");
   for (int t = 0; t < beta; ++t)
-    if (key.b[t].size() != key_limbs * n || (!seeded && key.a[t].size() != key_limbs * n))
+    if (key.b.words(t) != key_limbs * n || (!seeded && key.a.words(t) != key_limbs * n))
       fail(ErrorKind::Parameter, "key switch: the key's size does not match its level; it is corrupted");
   // a-halves: the key's own, or a seeded key's expanded from its seeds
   // jobs = (limb, quarter of the coefficients): E limbs alone split unevenly over 2 threads
@@ -104,7 +104,7 @@ void key_inner_product_into(const Context& ctx, const ModUpDigits& d, const Swit
   if (seeded && !in_job) {
     ka = expand_seeded_parts(ctx, key.a_seeds, beta, (int)key_limbs, key.level);
   } else if (!seeded) {
-    for (int t = 0; t < beta; ++t) ka[t] = key.a[t].data();
+    for (int t = 0; t < beta; ++t) ka[t] = key.a.data(t);
   }
   const uint32_t* pm = perm ? perm->data() : nullptr;
 #pragma omp parallel for schedule(dynamic, 1) firstprivate(ka)  // limbs differ in cost (AVX2: double precision below 2^46)
@@ -132,7 +132,7 @@ void key_inner_product_into(const Context& ctx, const ModUpDigits& d, const Swit
       std::vector<const u64*> xs(beta), kbs(beta), kas(beta);
       for (int t = 0; t < beta; ++t) {
         xs[t] = d.digits[t].data() + dof;
-        kbs[t] = key.b[t].data() + ko;
+        kbs[t] = key.b.data(t) + ko;
         kas[t] = ka[t] + ko;
       }
       if (ring::key_inner_product_limb_simd(xs.data(), kbs.data(), kas.data(), beta, pm, i0, i1, q.q, o0, o1))
@@ -146,7 +146,7 @@ void key_inner_product_into(const Context& ctx, const ModUpDigits& d, const Swit
       const size_t len = std::min(kBlock, i1 - c0);
       for (int t = 0; t < beta; ++t) {
         const u64* __restrict x = d.digits[t].data() + dof;
-        const u64* __restrict kb = key.b[t].data() + ko + c0;
+        const u64* __restrict kb = key.b.data(t) + ko + c0;
         const u64* __restrict kat = ka[t] + ko + c0;
         if (pm) {
           const uint32_t* __restrict pp = pm + c0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ckks/context.h"
+#include "ckks/key_polys.h"
 #include "ckks/sampler.h"
 #include "ckks/wipe.h"
 
@@ -80,11 +81,14 @@ struct SwitchKey {
   uint64_t key_id = 0;
   uint64_t galois = 0;  // 0 for relinearisation, else the Galois element
   int level = 0;        // set by key generation / import (top level L unless asked otherwise)
-  std::vector<Poly> b, a;
+  // [t]: digit t over Q_level ∪ P; owned, or borrowed from a shared key file (ckks/key_polys.h). a is empty for a
+  // seeded key.
+  KeyPolys b, a;
   std::vector<Seed> a_seeds;
   // [t]: seed_segment_offsets of a_seeds[t] when a is dropped (a seeded key): key_inner_product draws each
   // (limb, quarter) of a_t in the job that uses it
   std::vector<std::vector<uint64_t>> a_offsets;
+  bool mapped() const { return b.mapped() || a.mapped(); }
 };
 
 struct GaloisKeys {

@@ -19,7 +19,7 @@ from tests.fuzz import targets as T
 
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ_DIR = ROOT / "build" / "fuzz"
-CPP_TARGETS = ("fuzz_import", "fuzz_params")
+CPP_TARGETS = ("fuzz_import", "fuzz_params", "fuzz_shared_keys")
 
 
 @pytest.fixture(scope="session")
