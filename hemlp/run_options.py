@@ -12,6 +12,7 @@ works on (the batch, the keys, layout (C)'s encrypted weights) are run()'s argum
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields, replace
 from numbers import Integral
 from typing import Any
@@ -48,6 +49,10 @@ class RayOptions(Options):
     threads_per_task: Any = option(None, "native threads of every task, each holding that many CPUs (e.g. a node's "
                                          "cores when its memory holds one N16 bootstrapping process); None: 1")
     stats: Any = option(None, "a dict that run() fills per step (tasks, nodes, bytes, seconds): an output")
+    shared_keys: Any = option(None, "how the workers of one machine hold the evaluation and bootstrapping keys: None / "
+                                    "True, one memory-mapped copy per machine in the temporary folder's "
+                                    "hemlp-keys-<uid>; a private folder's path, there; False, a copy per worker "
+                                    "(hemlp.runtime.ray.node_keys)")
 
     def named(self) -> list:
         """The options set (not None), in field order."""
@@ -68,6 +73,9 @@ class RayOptions(Options):
             bad("grid", "(p_m, p_n, p_k[, p_s]), {step: grid}, or None")
         if self.stats is not None and not isinstance(self.stats, dict):
             bad("stats", "a dict to fill, or None")
+        if not (self.shared_keys is None or isinstance(self.shared_keys, bool)
+                or (isinstance(self.shared_keys, (str, os.PathLike)) and str(self.shared_keys))):
+            bad("shared_keys", "True / None (the temporary folder), a private folder's path, or False")
         return self
 
 

@@ -268,7 +268,8 @@ class Layout:
                               "layout (A) only")
         return run_groups(model, model.load, eval_keys, weights, ctx, groups, timings, address=ray.address,
                           num_workers=ray.num_workers, stats=ray.stats, part=part,
-                          threads_per_task=1 if ray.threads_per_task is None else ray.threads_per_task)
+                          threads_per_task=1 if ray.threads_per_task is None else ray.threads_per_task,
+                          shared_keys=ray.shared_keys)
 
     # ---- plaintext oracle
     def simulate(self, X: np.ndarray) -> np.ndarray:

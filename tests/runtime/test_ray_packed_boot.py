@@ -117,3 +117,20 @@ def test_bootstrapped_packed_batch_job_bit_identical(local_ray, boot_packed, tmp
         assert p.read_bytes() == want[p.name]
     y = cm.decrypt(cm.load_encrypted(tmp_path / "out" / "r1.ct"), sk)
     assert np.max(np.abs(y - cm.simulate(x[8:24]))) < 2.0 ** -12
+
+
+def test_workers_of_a_machine_map_one_copy_of_the_keys(local_ray, boot_packed, tmp_path):
+    """RayOptions.shared_keys: the first worker to need a key set writes it to the machine's private folder, every
+    worker maps it (one copy per machine); the same bits as in process."""
+    cm, x, _, _ = boot_packed
+    sk, ek = cm.keygen()            # a key set no worker has loaded yet
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    ct = cm.encrypt(x, sk)
+    st: dict = {}
+    out = cm.run(ct, ek, runtime="ray", num_workers=2, shared_keys=str(folder), stats=st)
+    assert same(cm.run(ct, ek), out)
+    assert sum(t["model_loaded"] for t in st["tasks"]) >= 1
+    files = sorted(folder.glob("*.keys"))
+    assert len(files) == 1 and files[0].stat().st_size > ek.bootstrap_keys.memory_bytes // 2
+    assert not files[0].stat().st_mode & 0o222             # read-only: replaced by rename, never rewritten

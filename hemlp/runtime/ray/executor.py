@@ -16,6 +16,7 @@ from hemlp.bootstrap import BatchBootstrapKeys
 from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, mambo_chunk, mambo_units, refresh_units
 from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
 from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
+from hemlp.runtime.ray.node_keys import KeyHolder
 from hemlp.runtime.ray.session import spread_options
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
 from hemlp.runtime.ray.tasks import bootstrap_remote, elementwise_remote, mambo_remote
@@ -39,10 +40,11 @@ class RayExecutor(RayDriver):
     name = "ray"
 
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
-                 threads_per_task: int = 1, tune_malloc: bool | None = None, bootstrap_keys=None):
+                 threads_per_task: int = 1, tune_malloc: bool | None = None, bootstrap_keys=None, shared_keys=None):
         super().__init__(num_workers, grid, cts_per_task, threads_per_task, tune_malloc)
         self._params = {}     # phash -> Params bytes
         self.bootstrap_keys = bootstrap_keys
+        self.shared_keys = shared_keys    # how a machine's workers hold them (node_keys)
         self._boot = None     # (context hash, digest, [ref]) of the bootstrapping keys put in this run
 
     def _params_of(self, ctx) -> bytes:
@@ -112,7 +114,8 @@ class RayExecutor(RayDriver):
     def _boot_keys(self, ctx):
         if self._boot is None or self._boot[0] != ctx.hash:
             data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
-            self._boot = (ctx.hash, digest, [self.ray.put(data)])   # in a list: tasks fetch it on a cache miss only
+            # in a holder: a task fetches the bytes only when its machine has no shared copy and it decodes them
+            self._boot = (ctx.hash, digest, KeyHolder(self.ray.put(data), self.shared_keys))
         return self._boot[1], self._boot[2]
 
     def _boot_kind(self) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 from hemlp import _core
 from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
+from hemlp.runtime.ray.node_keys import load_shared
 from hemlp.runtime.ray.session import (TASK_RETRIES, check_task_cpus, import_ray, node_id, ray_session, spread_options,
                                       task_threads)
 
@@ -44,14 +45,16 @@ class ModelShipment:
     digest: str               # SHA-256 of files and keys: the workers' cache key
     load_model: object        # load(directory, allow_insecure) -> compiled model (CompiledModel.load, pickled by name:
                               # the runtime sits below the model and does not import it)
+    shared_keys: object = None  # RayOptions.shared_keys: how a machine's workers share one copy (node_keys)
 
     @classmethod
-    def of(cls, compiled, load_model, eval_keys, known: "ModelShipment | None" = None) -> "ModelShipment":
+    def of(cls, compiled, load_model, eval_keys, known: "ModelShipment | None" = None,
+           shared_keys=None) -> "ModelShipment":
         """known: an earlier shipment of the same model and keys (its files and digest are reused, the keys
         serialised again: the driver keeps no serialised copy between runs)."""
         keys = key_array(eval_keys, compiled.context)
         if known is not None:
-            return cls(known.files, keys, known.model_id, known.allow_insecure, known.digest, load_model)
+            return cls(known.files, keys, known.model_id, known.allow_insecure, known.digest, load_model, shared_keys)
         with tempfile.TemporaryDirectory(prefix="hemlp-ship-") as tmp:
             compiled.save(tmp)
             files = {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir()) if p.is_file()}
@@ -59,15 +62,19 @@ class ModelShipment:
         for name, data in sorted(files.items()):
             h.update(name.encode() + hashlib.sha256(data).digest())
         h.update(hashlib.sha256(keys).digest())
-        return cls(files, keys, compiled.model_id, bool(compiled.allow_insecure), h.hexdigest(), load_model)
+        return cls(files, keys, compiled.model_id, bool(compiled.allow_insecure), h.hexdigest(), load_model,
+                   shared_keys)
 
     def load(self):
-        """(the compiled model, its EvalKeys), read from the shipped bytes (the keys in place, in the store)."""
+        """(the compiled model, its EvalKeys), read from the shipped bytes (the keys in place, in the store), the keys
+        mapped from the machine's shared copy unless shared_keys is False (node_keys)."""
         with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
             for name, data in self.files.items():
                 (Path(tmp) / name).write_bytes(data)
             compiled = self.load_model(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
-        return compiled, EvalKeys.from_bytes(memoryview(self.keys), compiled)
+        keys = load_shared(self.digest, compiled, lambda: EvalKeys.from_bytes(memoryview(self.keys), compiled),
+                           self.shared_keys)
+        return compiled, keys
 
     def light(self) -> "ModelShipment":
         """This shipment without its keys (what the driver keeps between runs)."""
@@ -90,11 +97,11 @@ _WORKER: dict = {}     # per worker process: loaded models by shipment digest, d
 _WORKER_MAX = 4
 
 
-def shipment_of(compiled, load_model, eval_keys) -> ModelShipment:
+def shipment_of(compiled, load_model, eval_keys, shared_keys=None) -> ModelShipment:
     """The shipment of this model and these keys; the files and digest are kept for the last pair (a service runs
     many requests with them), the keys serialised for each run."""
     known = _LAST[0][2] if _LAST and _LAST[0][0] is compiled and _LAST[0][1] is eval_keys else None
-    ship = ModelShipment.of(compiled, load_model, eval_keys, known)
+    ship = ModelShipment.of(compiled, load_model, eval_keys, known, shared_keys)
     if known is None:
         _LAST[:] = [(compiled, eval_keys, ship.light())]
     return ship
@@ -147,16 +154,16 @@ def _remote():
 
 def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timings: dict | None = None, *,
                address=None, num_workers: int | None = None, stats: dict | None = None, part=None,
-               threads_per_task: int = 1) -> list:
+               threads_per_task: int = 1, shared_keys=None) -> list:
     """groups (lists of input ciphertexts) -> their output ciphertext lists, every group a Ray task (see the module
     doc). load_model: how a worker loads the compiled model's saved directory (CompiledModel.load). part: passed to
     run_group (what of the program each task runs; None: all). threads_per_task: the native threads of each task
     and the CPUs it holds (e.g. a node's cores when one N16 bootstrapping process is all its memory holds). timings:
     each step's seconds summed over the groups (as the in-process run reports them). stats: the tasks (process, node,
-    seconds, peak RSS, whether the process loaded the model) and the bytes put."""
+    seconds, peak RSS, whether the process loaded the model) and the bytes put. shared_keys: RayOptions.shared_keys."""
     t0 = time.perf_counter()
     threads = task_threads(threads_per_task)
-    ship = shipment_of(compiled, load_model, eval_keys)
+    ship = shipment_of(compiled, load_model, eval_keys, shared_keys)
     wbytes = None if weights is None else weights.to_bytes()
     with ray_session(address, num_workers) as ray:
         check_task_cpus(ray, threads)      # before anything is put: a task that cannot fit would wait forever

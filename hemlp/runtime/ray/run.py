@@ -11,14 +11,16 @@ __all__ = ["run_on_ray"]
 
 def run_on_ray(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None = None, *, address=None,
                num_workers: int | None = None, grid=None, cts_per_task: int | None = None, stats: dict | None = None,
-               tune_malloc: bool | None = None, bootstrap_keys=None, threads_per_task: int | None = None):
+               tune_malloc: bool | None = None, bootstrap_keys=None, threads_per_task: int | None = None,
+               shared_keys=None):
     """Run a lowered program on Ray (joins `address` or starts a local Ray for the call when none is connected;
     see ray_session): RayProgram, activations kept in the object store between layers. Programs with steps it
     does not know fall back to local.run with a RayExecutor (one Ray call per step). tune_malloc: the workers'
     malloc tuning, off unless True or HEMLP_RAY_TUNE_MALLOC=1 (hemlp.runtime.ray.malloc). bootstrap_keys: the
     hemlp.bootstrap.BootstrapKeys of a program with bootstrap steps (compile(..., bootstrap=True)): such programs
     run step by step, every bootstrap a task (RayExecutor.bootstrap). threads_per_task: the native threads (and CPUs
-    held) of each task (default 1; RayProgram's node-local tasks use a node's cores anyway)."""
+    held) of each task (default 1; RayProgram's node-local tasks use a node's cores anyway). shared_keys: how a
+    machine's workers hold the bootstrapping keys (RayOptions.shared_keys, hemlp.runtime.ray.node_keys)."""
     threads = task_threads(threads_per_task)
     with ray_session(address, num_workers) as ray:
         check_task_cpus(ray, threads)
@@ -28,7 +30,7 @@ def run_on_ray(ctx, steps, C, relin_key, weight_bits: int, timings: dict | None 
             out = ex.run(ctx, steps, C, relin_key, weight_bits, timings)
         else:
             ex = RayExecutor(num_workers=num_workers, grid=grid, cts_per_task=cts_per_task, tune_malloc=tune_malloc,
-                             bootstrap_keys=bootstrap_keys, threads_per_task=threads)
+                             bootstrap_keys=bootstrap_keys, threads_per_task=threads, shared_keys=shared_keys)
             out = run(ctx, steps, C, relin_key, weight_bits, timings, executor=ex)
     if stats is not None:
         stats.update(ex.stats)

@@ -22,11 +22,13 @@ from hemlp.bootstrap import BatchBootstrapKeys, Bootstrapper, BootstrapKeys, Mam
 from hemlp import fhe
 from hemlp.fhe import Ciphertext
 from hemlp.pcmm import CtMatrix
+from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.local import ElementwiseOp, LocalExecutor, elementwise, mambo_unit, refresh_unit, run_step
 from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, import_range, meta_of, pack_cts,
                                       row_pieces, unpack_cts)
 from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
 from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
+from hemlp.runtime.ray.node_keys import KeyHolder, load_shared
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id
 from hemlp.step_ops import ELEMENTWISE_OPS, UNCHECKED_LEVEL_OPS, StepOp
 
@@ -92,20 +94,23 @@ def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, me
 BOOT_KINDS = ("single", "batch")
 
 
-def worker_bootstrapper(ray, ctx, digest: str, holder: list, kind: str = "single"):
-    """(the bootstrapper of the bootstrapping keys the driver put once (holder[0]: their ObjectRef), built once per
-    worker process by digest, whether this call built it). kind "single": BootstrapKeys -> Bootstrapper; "batch":
-    BatchBootstrapKeys (S2C-first) -> MamboBootstrapper, which runs batched bootstraps and MaMBo steps."""
+def worker_bootstrapper(ray, ctx, digest: str, holder: KeyHolder, kind: str = "single"):
+    """(the bootstrapper of the bootstrapping keys the driver put once (holder.ref: their ObjectRef; the keys
+    mapped from the machine's shared copy per holder.shared: node_keys), built once per worker process by digest,
+    whether this call built it). kind "single": BootstrapKeys -> Bootstrapper; "batch": BatchBootstrapKeys
+    (S2C-first) -> MamboBootstrapper, which runs batched bootstraps and MaMBo steps."""
     if kind not in BOOT_KINDS:
         raise ValueError(f"bootstrapping key kind must be one of {BOOT_KINDS}, got {kind!r}")
     key = ("boot", ctx.hash, digest, kind)
     miss = key not in _WORKER_CACHE
 
+    def decode():
+        keys_type = BatchBootstrapKeys if kind == "batch" else BootstrapKeys
+        return EvalKeys(f"bootstrap-{digest}", bootstrap_keys=keys_type.from_bytes(ray.get(holder.ref), ctx))
+
     def make():
-        data = ray.get(holder[0])
-        if kind == "batch":
-            return MamboBootstrapper(ctx, BatchBootstrapKeys.from_bytes(data, ctx))
-        return Bootstrapper(ctx, BootstrapKeys.from_bytes(data, ctx))
+        keys = load_shared(f"boot-{digest}", ctx, decode, holder.shared).bootstrap_keys
+        return MamboBootstrapper(ctx, keys) if kind == "batch" else Bootstrapper(ctx, keys)
 
     return _cache(key, make), miss
 
