@@ -100,7 +100,8 @@ __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
 #: every compile option and its default (hemlp.compile_options.CompileOptions documents each)
 OPTIONS = CompileOptions.defaults()
 #: the options a compiled model keeps (the others only steer compilation)
-STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth")
+STORED_OPTIONS = ("weight_bits", "activation_method", "activation_margin", "workers", "dft_depth",
+                  "diagonal_cache_bytes")
 
 
 def _frontend(model, x):
@@ -290,6 +291,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     plan_info["input_range"] = [float(np.min(calib)), float(np.max(calib))]
     plan_info.update(lay.plan_info())
     boot = boot_key_bytes(lay)
+    lay.fit_memory(node_budget if per_node else budget, boot)    # what it keeps, sized to the budget it is held to
     resources = estimate_resources(lay, boot)     # the server's peak with the bootstrapping keys, as checked
     plan_info["resources"] = resources.to_json()
     if per_node:
@@ -306,7 +308,9 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
         plan_info["noise_bound"] = noise.to_json()
     plan_info["compile_seconds"] = time.perf_counter() - t_compile
     plan = Plan(g, steps, plan_info)
-    store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in opts.items() if k in STORED_OPTIONS}
+    # the layout's options: the compile options plus what fit_memory sized (layout (P)'s diagonal cache)
+    store_opts = {k: (v if not isinstance(v, tuple) else list(v)) for k, v in lay.options.items()
+                  if k in STORED_OPTIONS}
     lay.options = store_opts
     cm = CompiledModel(plan, steps, info["name"], params, g.input.shape, g.output.shape, bs, top, store_opts, allow,
                        layout=lay.name, planned_layout=lay)

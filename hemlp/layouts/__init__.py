@@ -21,7 +21,7 @@ from hemlp.layouts.batch import Batch
 from hemlp.layouts.blocked import Blocked
 from hemlp.layouts.mlwe import Mlwe
 from hemlp.layouts.packed import Packed
-from hemlp.planner.resources import estimate_nodes, estimate_resources, fewest_nodes
+from hemlp.planner.resources import estimate_nodes, estimate_resources, fewest_nodes, server_memory
 
 __all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "unrescaled_candidates", "choose", "check_memory",
            "memory_budget", "machine_memory_bytes", "MemoryLimit", "as_limit"]
@@ -85,13 +85,15 @@ def memory_budget(option) -> int | None:
     return int(option)
 
 
-def check_memory(name: str, need: int, budget: int | None, others: str = "") -> None:
-    """ResourceError naming the fixes when a plan's estimated server memory exceeds the budget."""
+def check_memory(name: str, need: int, budget: int | None, others: str = "", detail: str = "") -> None:
+    """ResourceError naming the fixes when a plan's estimated server memory exceeds the budget; detail: what the
+    need is made of (hemlp.planner.resources.ServerMemory.describe)."""
     if budget is None or need <= budget:
         return
     raise ResourceError(
-        f"the plan needs ~{need / 2**30:.3g} GiB of server memory (estimated before any key or ciphertext exists) "
-        f"with layout {name}, above the budget of {budget / 2**30:.3g} GiB{others}. Compile with a smaller "
+        f"the plan needs ~{need / 2**30:.3g} GiB of server memory (estimated before any key or ciphertext exists"
+        f"{': ' + detail if detail else ''}) with layout {name}, above the budget of {budget / 2**30:.3g} GiB"
+        f"{others}. Compile with a smaller "
         "batch_size (memory grows with the batch), another layout, nodes=<count> to split the batch over several "
         "nodes (each node's peak is then checked: node_memory=), or server_memory=<bytes> when the server has "
         "more memory than this machine (server_memory=None: no limit)")
@@ -107,11 +109,16 @@ class MemoryLimit:
     nodes: int | None = None
 
     def need(self, lay: Layout, boot_key_bytes: int = 0) -> int:
-        """The bytes held against the budget; boot_key_bytes: the plan's bootstrapping keys in memory (counted once
-        per node)."""
+        """The bytes held against the budget, once the layout has sized what it keeps to it (Layout.fit_memory);
+        boot_key_bytes: the plan's bootstrapping keys in memory (counted once per node)."""
+        lay.fit_memory(self.budget, boot_key_bytes)
         if self.nodes is None:
             return int(estimate_resources(lay, boot_key_bytes).server_memory_bytes)
         return int(estimate_nodes(lay, self.nodes, boot_key_bytes).peak_bytes)
+
+    def detail(self, lay: Layout, boot_key_bytes: int = 0) -> str:
+        """What the server's need is made of (check_memory's detail; '' split over nodes: check_nodes says it)."""
+        return server_memory(lay, boot_key_bytes).describe() if self.nodes is None else ""
 
     def over(self, need: int) -> bool:
         return self.budget is not None and need > self.budget
@@ -157,7 +164,7 @@ def choose(cands: list[type[Layout]], planned: Planned,
     if len(cands) == 1:
         lay = cands[0].plan(planned)
         if limit.nodes is None:
-            check_memory(lay.name, limit.need(lay), limit.budget)
+            check_memory(lay.name, limit.need(lay), limit.budget, detail=limit.detail(lay))
         lay.commit()
         return lay, {}, ""
     est, built, memory, over = {}, {}, {}, {}
@@ -178,7 +185,8 @@ def choose(cands: list[type[Layout]], planned: Planned,
             lay = over[name][1]
             lay.commit()
             return lay, est, f"no layout fits {limit.what}: {name} fits on the fewest nodes"
-        check_memory(name, memory[name], limit.budget, "; " + "; ".join(f"{k}: {v}" for k, v in est.items()))
+        check_memory(name, memory[name], limit.budget, "; " + "; ".join(f"{k}: {v}" for k, v in est.items()),
+                     limit.detail(over[name][1]))
     fastest = min((k for k, v in est.items() if isinstance(v, float)), key=est.get)
     ties = [k for k, v in est.items() if isinstance(v, float) and v <= est[fastest] * (1 + TIME_TIE)]
     best = min(ties, key=lambda k: (memory[k], est[k]))

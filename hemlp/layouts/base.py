@@ -298,6 +298,11 @@ class Layout:
         """Bytes of the ciphertexts a run holds at its peak, the input excluded."""
         return 0
 
+    def fit_memory(self, budget: int | None, boot_key_bytes: int = 0) -> None:
+        """Size what the layout keeps between runs to a memory budget in bytes (None: no budget) before its memory
+        is checked against it; boot_key_bytes: its bootstrapping keys in memory. Layout (P) sizes its diagonal
+        cache; the others keep nothing whose size they choose."""
+
     def node_peak(self, nodes: int) -> dict:
         """Each node's ciphertexts when a batch is split over `nodes` nodes (hemlp.planner.resources.estimate_nodes):
         dict(peak: bytes at the node's peak, its share of the input included; input: that share; extra: bytes

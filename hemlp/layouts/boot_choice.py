@@ -288,5 +288,6 @@ def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget,
         check(opts)
         lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size, peaks))
     if limit.nodes is None:     # split over nodes, compile checks each node's peak (hemlp.planner.resources)
-        check_memory(lay.name, server_bytes(lay), limit.budget)
+        boot = boot_key_bytes(lay)
+        check_memory(lay.name, limit.need(lay, boot), limit.budget, detail=limit.detail(lay, boot))
     return lay, estimates, why

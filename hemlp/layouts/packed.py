@@ -49,15 +49,17 @@ from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entries
                                            diagonals_from_entries, grid_period, grid_positions)
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
+from hemlp.layouts.boot_memory import single_boot_bytes
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.layouts import encode_seconds, estimate_packed
+from hemlp.planner.resources import server_memory
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
 from hemlp.runtime.local import (ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise,
                                  range_check)
 from hemlp.step_ops import UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, Unsupported, handler
 
 __all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2",
-           "diag_vector", "cached_diagonals", "MAX_CACHED_DIAGONAL_BYTES", "REFUSED"]
+           "diag_vector", "cached_diagonals", "program_bytes", "MAX_CACHED_DIAGONAL_BYTES", "CACHE_OPTION", "REFUSED"]
 
 _SIMD = "use layout='batch' (the batch rides in the slots, every product is SIMD)"
 #: the step ops layout (P) cannot run: one refusal each, the entry of its planning, plaintext and encrypted tables
@@ -546,10 +548,12 @@ def plan_packed(steps, slots: int, batch: int) -> PackedProgram:
     return PackedProgram(steps, slots, batch)
 
 
-#: bytes of encoded diagonals a runner keeps (in program order); the others are encoded when used and dropped.
-#: The ResNet-20-like plan at N16-boot has 15.8 GB of them (scripts/plan_resnet20_packed.py), more than the 2-core
-#: 24 GiB machine can keep beside the keys
+#: the most bytes of encoded diagonals a runner keeps (in program order); the others are encoded when used and
+#: dropped. Compiled with a memory budget, a plan keeps what the budget leaves (Packed.fit_memory), at most this.
+#: The ResNet-20-like plan at N16-boot has 15.8 GB of them (scripts/plan_resnet20_packed.py)
 MAX_CACHED_DIAGONAL_BYTES = 6 * 2 ** 30
+#: the stored option holding a compiled plan's cache size in bytes (absent: MAX_CACHED_DIAGONAL_BYTES)
+CACHE_OPTION = "diagonal_cache_bytes"
 
 
 def cached_diagonals(prog, N: int, budget: int | None = None) -> set:
@@ -569,11 +573,12 @@ def cached_diagonals(prog, N: int, budget: int | None = None) -> set:
 
 
 class PackedRunner:
-    def __init__(self, ctx, prog):
+    def __init__(self, ctx, prog, cache_bytes: int | None = None):
+        """cache_bytes: the encoded diagonals it keeps (cached_diagonals; None: MAX_CACHED_DIAGONAL_BYTES)."""
         self.ctx, self.prog = ctx, prog
         self._pts: dict = {}
         self._pe = {}
-        self._keep = cached_diagonals(prog, ctx.N)
+        self._keep = cached_diagonals(prog, ctx.N, cache_bytes)
 
     # ---- plaintexts
     def _pt(self, step, key, vec, level: int):
@@ -824,7 +829,7 @@ class Packed(Layout):
         return self.runner(ctx, self._make_runner).prepare()
 
     def _make_runner(self, ctx) -> PackedRunner:
-        return PackedRunner(ctx, self.program)
+        return PackedRunner(ctx, self.program, self.cache_bytes)
 
     def groups(self, ct) -> list[list[int]]:
         """The groups of b samples (K ciphertexts each): independent, the same program on each."""
@@ -859,16 +864,37 @@ class Packed(Layout):
     def ciphertexts_out(self) -> tuple:
         return self.program.output.layout.K * self.program.groups, self.output_level()
 
+    @property
+    def cache_bytes(self) -> int:
+        """The encoded diagonals the runner may keep: the plan's (fit_memory), else MAX_CACHED_DIAGONAL_BYTES."""
+        size = self.options.get(CACHE_OPTION)
+        return MAX_CACHED_DIAGONAL_BYTES if size is None else int(size)
+
+    def fit_memory(self, budget: int | None, boot_key_bytes: int = 0) -> None:
+        """The diagonal cache gets what the run leaves of `budget` with no cache (base, keys, input, working set)
+        when that is below MAX_CACHED_DIAGONAL_BYTES (the default otherwise, and with no budget); the plan stores it
+        and every run keeps that much. A budget the run exceeds even without a cache leaves it at 0 for the memory
+        check to refuse."""
+        self.options.pop(CACHE_OPTION, None)
+        if budget is not None:
+            self.options[CACHE_OPTION] = 0
+            left = int(budget) - server_memory(self, boot_key_bytes).running
+            if left >= MAX_CACHED_DIAGONAL_BYTES:
+                self.options.pop(CACHE_OPTION)
+            else:
+                self.options[CACHE_OPTION] = max(0, left)
+        self._runner = None
+
     def prepared_bytes(self) -> int:
         # the diagonals PackedRunner keeps, each encoded once at its step's input level (cached_diagonals)
         N = self.params.N
-        keep = cached_diagonals(self.program, N)
+        keep = cached_diagonals(self.program, N, self.cache_bytes)
         return sum(N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec"
                    for key in s.diags if (s.out, key) in keep)
 
     def uncached_diagonals(self) -> int:
         """Diagonals encoded anew on every run (beyond the runner's cache budget)."""
-        keep = cached_diagonals(self.program, self.params.N)
+        keep = cached_diagonals(self.program, self.params.N, self.cache_bytes)
         return sum(1 for s in self.program.steps if s.op == "matvec" for key in s.diags if (s.out, key) not in keep)
 
     def prepare_seconds_estimate(self) -> float:
@@ -876,7 +902,36 @@ class Packed(Layout):
         return encode_seconds(diags, self.params.N, self.prepared_bytes())
 
     def working_bytes(self) -> int:
-        # PackedRunner.run keeps every step's ciphertexts until the group is done
-        N = self.params.N
-        return sum(s.layout.K * 2 * N * 8 * (s.src.level_out + 1) for s in self.program.steps
-                   if s.op not in UNTIMED_OPS and s.src.level_out is not None)
+        return sum(self.memory_parts().values())
+
+    def memory_parts(self) -> dict:
+        """The run's memory beyond the keys, the input and the cache (bytes, working_bytes' terms): the program's
+        diagonal vectors, the values PackedRunner.run keeps until the group is done, the bootstrapper (encoded DFT
+        diagonals, its vectors and temporaries: hemlp.layouts.boot_memory) and the largest step's temporaries."""
+        N, prog = self.params.N, self.program
+        ct = lambda level: 2 * N * 8 * (int(level) + 1)     # noqa: E731
+        values = sum(s.layout.K * ct(s.src.level_out) for s in prog.steps
+                     if s.op not in UNTIMED_OPS and s.src.level_out is not None)
+        step = [(len([g for g in s.baby if g]) + MATVEC_WORKING_CIPHERTEXTS) * ct(s.src.level_in)
+                for s in prog.steps if s.op == "matvec"]
+        step += [ACTIVATION_WORKING_CIPHERTEXTS * s.layout.K * ct(s.src.level_in) for s in prog.steps
+                 if s.src.op in (StepOp.POLY, StepOp.SQUARE, StepOp.MUL)]
+        return dict(program=program_bytes(prog), values=values, step=max(step, default=0),
+                    bootstrapper=single_boot_bytes(self.params, prog.boot_slots) if prog.boot_slots else 0)
+
+
+#: a diagonal product's temporaries beyond its hoisted baby-step rotations, in ciphertexts at its input level (the
+#: partial sums, the product and the key switch's digits: measured 5-11 at test-N15-boot and N16-boot)
+MATVEC_WORKING_CIPHERTEXTS = 12
+#: a polynomial activation's temporaries in ciphertexts at its input level (its powers: measured 8-11)
+ACTIVATION_WORKING_CIPHERTEXTS = 12
+
+
+def program_bytes(prog: PackedProgram) -> int:
+    """The program's numpy vectors: every diagonal (dense, or a SparseDiag's positions and values) and the per-position
+    bias / affine vectors."""
+    def size(v):
+        return v.nbytes if isinstance(v, np.ndarray) else v.positions.nbytes + v.values.nbytes
+
+    return sum(size(d) for s in prog.steps if s.op == "matvec" for d in s.diags.values()) + sum(
+        np.asarray(v).nbytes for s in prog.steps for v in (s.bias, s.alpha, s.beta) if v is not None)

@@ -4,13 +4,21 @@ batch, the server's peak memory and the seconds of keygen / encrypt / run (``hem
 them against measurements).
 
 The counts come from the layout (hemlp.layouts.base.Layout: key_inventory, ciphertexts_in / _out,
-prepared_bytes, working_bytes); the sizes are those of the formats:
+prepared_bytes, working_bytes); the sizes are those of the formats: a key-switching key for level l is
+Params.switch_key_bytes(l) serialised (its a-halves travel as seeds); a fresh ciphertext encrypted by the client
+under its secret key is N (l + 1) words (the a-half is a seed), twice that in memory and for every ciphertext a run
+produces.
 
-* a key-switching key for level l: Params.switch_key_bytes(l) serialised (its a-halves travel as seeds) and
-  KEY_MEMORY_FACTOR times that in the server's memory (the a-halves expanded, the native key-switching forms, and
-  the file's bytes while it is read: measured 4.6x resident, 5.6x at the peak of loading);
-* a fresh ciphertext encrypted by the client under its secret key: N (l + 1) words (the a-half is a seed), twice
-  that in memory and for every ciphertext a run produces.
+Server memory (``server_memory``, docs/models.md "Plans that fit the machine"): a server process has two peaks and
+holds the larger one.
+
+* Importing the keys: the file or upload body, then the decoders' copies (KEY_IMPORT_FACTOR times the serialised
+  relinearisation / rotation keys, BOOT_KEY_IMPORT_FACTOR times the bootstrapping keys in memory). What the import
+  frees the process keeps and the run reuses, so this peak does not add to the next one.
+* Running: the process and its context's tables, every key resident (KEY_RESIDENT_FACTOR: the a-halves expanded;
+  the bootstrapping keys as boot_key_bytes counts them), the input and its file bytes while it is read
+  (TRANSIENT_FACTOR), what prepare() keeps (layout (P): its encoded diagonals, sized to the budget) and the
+  layout's working set (its ciphertexts, the bootstrapper's encoded DFT matrices, the largest step's temporaries).
 
 Times use the planner's unit costs (hemlp.planner.layouts.unit_costs, from the active cost profile, which the
 plan names: hemlp.planner.cost_model): the layout's seconds_estimate() (client
@@ -20,11 +28,11 @@ Measured against these estimates: python -m hemlp.bench estimates, bench/estimat
 
 Per node (``estimate_nodes``, compile's ``nodes=`` / ``node_memory=``): a batch split over K nodes (the layout's
 node_peak: layout (A) by ciphertext ranges and FHE4DMM row splits, hemlp.runtime.shards) costs each node the base
-process, every evaluation key it needs (counted once per node: each node holds its own copy of the relinearisation
-and bootstrapping keys), the encoded weights, its ciphertext shards at its peak and a working set (the rows or
-partial sums it receives, the transient buffers on its share of the input). With K = 1 that is the server estimate
-(``estimate_resources(layout, boot_key_bytes)``, whose peak counts the bootstrapping keys and the plan's "server: peak
-memory" line says so): the figure compile checks against server_memory.
+process, every evaluation key it needs (counted once per node: each node holds and imports its own copy of the
+relinearisation and bootstrapping keys), the encoded weights, its ciphertext shards at its peak and a working set
+(the rows or partial sums it receives, the transient buffers on its share of the input). With K = 1 that is the
+server estimate (``estimate_resources(layout, boot_key_bytes)``, whose peak counts the bootstrapping keys and the
+plan's "server: peak memory" line says so): the figure compile checks against server_memory.
 """
 from __future__ import annotations
 
@@ -33,10 +41,12 @@ from dataclasses import asdict, dataclass, field
 from hemlp.errors import ResourceError
 from hemlp.planner.cost_model import active_profile
 from hemlp.planner.layouts import unit_costs
+from hemlp.step_ops import REFRESH_OPS
 
-__all__ = ["Resources", "estimate_resources", "human_bytes", "KEYGEN_S_PER_BYTE", "SERVER_BASE_BYTES", "NodeResources",
-           "estimate_nodes", "check_nodes", "fewest_nodes"]
+__all__ = ["Resources", "ServerMemory", "estimate_resources", "server_memory", "human_bytes", "KEYGEN_S_PER_BYTE",
+           "SERVER_BASE_BYTES", "NodeResources", "estimate_nodes", "check_nodes", "fewest_nodes"]
 
+GIB = 2.0 ** 30
 #: seconds of key generation per serialised key byte (PRNG, Gaussian error, NTTs and the P·s products of each
 #: digit), one thread; measured with `python -m hemlp.bench estimates` (N = 2^12 and 2^15 test sets, warm, on a
 #: shared machine)
@@ -44,10 +54,19 @@ KEYGEN_S_PER_BYTE = 2.2e-9
 #: seconds of the key pair itself and the per-call work of keygen() (sampling, the public key, Python); a process's
 #: first keygen also starts the native thread pool and tables (a few ms more)
 KEYGEN_BASE_S = 3e-4
-#: the server process before any hemlp object: the interpreter, numpy and the native core (measured ~40 MB)
-SERVER_BASE_BYTES = 40 * 2 ** 20
-#: server memory per serialised evaluation-key byte (see the module docstring; measured at N = 2^12)
-KEY_MEMORY_FACTOR = 5.0
+#: the server process before any hemlp object: the interpreter, numpy and the native core (measured 46 MB)
+SERVER_BASE_BYTES = 46 * 2 ** 20
+#: the context's precomputed tables, in words per N (L + 1 + |P|) (measured 4.0-4.1 at N = 2^15 and 2^16)
+CONTEXT_TABLE_FACTOR = 4
+#: a relinearisation / rotation key in memory per serialised byte: its a-half expanded from the seed
+KEY_RESIDENT_FACTOR = 2.0
+#: the peak of importing relinearisation / rotation keys per serialised byte: the file or body, each key decoded
+#: with its a-half expanded, then copied into the key set (measured 6.8-7.0 at N = 2^12, 2^14 and 2^15)
+KEY_IMPORT_FACTOR = 7.5
+#: the peak of importing bootstrapping keys per byte they hold in memory, by pipeline (the boot steps' order):
+#: single CtS-first keys are copied whole twice and their rotation keys decoded expanded before most are re-seeded
+#: (measured 5.6-6.2, N = 2^12 and 2^15); batched S2C-first keys are read in place (file + keys: measured 2.02)
+BOOT_KEY_IMPORT_FACTOR = {"cts_first": 6.5, "s2c_first": 2.05}
 #: working memory of the native products on top of the values the layouts hold (GEMM buffers, key-switch
 #: temporaries, the file bytes of the input while it is read): a factor on the input batch in memory
 TRANSIENT_FACTOR = 1.0
@@ -67,6 +86,9 @@ class Resources:
     prepare_seconds: float = 0.0                     # the server's one-time encoding of the weights (prepare())
     cost_profile: str = ""                           # where the unit costs came from (CostProfile.source)
     boot_key_bytes: int = 0                          # bootstrapping keys in memory (in server_memory_bytes)
+    import_memory_bytes: int = 0                     # the server's peak while it imports the keys
+    run_memory_bytes: int = 0                        # the server's peak while it runs (keys resident)
+    prepared_bytes: int = 0                          # what prepare() keeps (in run_memory_bytes)
 
     @property
     def eval_key_bytes(self) -> int:
@@ -92,12 +114,20 @@ class Resources:
                 f"  client upload {human_bytes(self.upload_bytes)} per input batch "
                 f"(encrypt ~{self.encrypt_seconds:.3g} s), "
                 f"download {human_bytes(self.download_bytes)}",
-                f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}"
+                f"  server: peak memory ~{human_bytes(self.server_memory_bytes)}" + self.phases()
                 + (f" (bootstrapping keys ~{human_bytes(self.boot_key_bytes)} included)" if self.boot_key_bytes
                    else "") + ", "
                 + (f"prepare ~{self.prepare_seconds:.3g} s once, " if self.prepare_seconds >= 0.05 else "")
                 + f"run ~{run} per batch (one thread)"] + (
                     [f"  time estimates from the cost profile: {self.cost_profile}"] if self.cost_profile else [])
+
+
+    def phases(self) -> str:
+        """' while importing the keys, ~Y running' when the import is the larger peak (plans from before the two
+        were estimated: '')."""
+        if not self.run_memory_bytes or self.import_memory_bytes <= self.run_memory_bytes:
+            return ""
+        return f" while importing the keys, ~{human_bytes(self.run_memory_bytes)} running"
 
 
 def human_bytes(n: float) -> str:
@@ -112,6 +142,76 @@ def _ct_bytes(N: int, level: int, seeded: bool = False) -> int:
     return (1 if seeded else 2) * N * (int(level) + 1) * 8
 
 
+@dataclass
+class ServerMemory:
+    """A server process's memory for one batch, term by term (bytes; the module docstring)."""
+    base: int = 0          # the process and its context's tables
+    keys: int = 0          # relinearisation / rotation keys resident
+    boot_keys: int = 0     # bootstrapping keys resident
+    key_import: int = 0    # what importing the keys holds at its peak (the body and the decoders' copies)
+    input: int = 0         # the input ciphertexts and, while they are read, their bytes
+    prepared: int = 0      # what prepare() keeps (encoded weights / diagonals)
+    working: int = 0       # the layout's working set (hemlp.layouts.base.Layout.working_bytes)
+
+    @property
+    def importing(self) -> int:
+        return self.base + self.key_import
+
+    @property
+    def running(self) -> int:
+        return self.base + self.keys + self.boot_keys + self.input + self.prepared + self.working
+
+    @property
+    def peak(self) -> int:
+        return max(self.importing, self.running)
+
+    def to_json(self) -> dict:
+        return dict(asdict(self), importing=self.importing, running=self.running, peak=self.peak)
+
+    def describe(self) -> str:
+        """The two peaks and what the run holds, in GiB (compile's refusals name them)."""
+        g = lambda n: f"~{n / GIB:.3g} GiB"     # noqa: E731
+        return (f"importing the keys {g(self.importing)}, running {g(self.running)}: keys {g(self.keys)}, "
+                f"bootstrapping keys {g(self.boot_keys)}, kept by prepare() {g(self.prepared)}, working set "
+                f"{g(self.working)}, input {g(self.input)}, process {g(self.base)}")
+
+
+def key_bytes(layout) -> dict:
+    """{kind: (serialised bytes, count)} of a planned layout's relinearisation / rotation / ModPack keys."""
+    out = {}
+    for kind, (count, level) in layout.key_inventory().items():
+        if level is not None and count:
+            out[kind] = (int(count) * layout.params.switch_key_bytes(int(level)), int(count))
+    return out
+
+
+def boot_key_order(layout) -> str:
+    """The pipeline of a layout's bootstraps ("cts_first": single keys, "s2c_first": batched keys)."""
+    order = next((s.info.order for s in layout.steps if s.op in REFRESH_OPS), None)
+    return order or "cts_first"
+
+
+def context_bytes(params) -> int:
+    """The context's tables (CONTEXT_TABLE_FACTOR)."""
+    return CONTEXT_TABLE_FACTOR * params.N * (params.max_level + 1 + len(params.p)) * 8
+
+
+def server_memory(layout, boot_key_bytes: int = 0, eval_key_bytes: int | None = None) -> ServerMemory:
+    """A planned layout's server memory term by term (the module docstring). boot_key_bytes: its bootstrapping keys
+    in memory (hemlp.layouts.boot_choice.boot_key_bytes; the planner does not import the layouts); eval_key_bytes:
+    its serialised relinearisation / rotation keys (from key_inventory when None)."""
+    serialised = sum(b for b, _ in key_bytes(layout).values()) if eval_key_bytes is None else int(eval_key_bytes)
+    boot = int(boot_key_bytes)
+    input_mem = layout.ciphertexts_in() * _ct_bytes(layout.params.N, layout.top_level)
+    return ServerMemory(
+        base=SERVER_BASE_BYTES + context_bytes(layout.params), keys=int(KEY_RESIDENT_FACTOR * serialised),
+        boot_keys=boot,
+        key_import=int(KEY_IMPORT_FACTOR * serialised + (BOOT_KEY_IMPORT_FACTOR[boot_key_order(layout)] * boot
+                                                         if boot else 0)),
+        input=int(input_mem * (1 + TRANSIENT_FACTOR)), prepared=int(layout.prepared_bytes()),
+        working=int(layout.working_bytes()))
+
+
 def estimate_resources(layout, boot_key_bytes: int = 0) -> Resources:
     """The resources of a planned layout (hemlp.layouts.base.Layout) for its batch size. boot_key_bytes: its
     bootstrapping keys in memory (hemlp.layouts.boot_choice.boot_key_bytes; the planner does not import the layouts),
@@ -119,20 +219,16 @@ def estimate_resources(layout, boot_key_bytes: int = 0) -> Resources:
     params = layout.params
     N, top = params.N, layout.top_level
     r = Resources()
-    for kind, (count, level) in layout.key_inventory().items():
-        if level is None or not count:
-            continue
-        r.key_bytes[kind] = int(count) * params.switch_key_bytes(int(level))
-        r.key_counts[kind] = int(count)
+    for kind, (nbytes, count) in key_bytes(layout).items():
+        r.key_bytes[kind], r.key_counts[kind] = nbytes, count
     n_in = layout.ciphertexts_in()
     n_out, lv_out = layout.ciphertexts_out()
     r.upload_bytes = n_in * _ct_bytes(N, top, seeded=True)
     r.download_bytes = n_out * _ct_bytes(N, lv_out)
-    input_mem = n_in * _ct_bytes(N, top)
     r.boot_key_bytes = int(boot_key_bytes)
-    r.server_memory_bytes = int(SERVER_BASE_BYTES + KEY_MEMORY_FACTOR * r.eval_key_bytes + r.boot_key_bytes
-                                + input_mem * (1 + TRANSIENT_FACTOR)
-                                + layout.prepared_bytes() + layout.working_bytes())
+    mem = server_memory(layout, boot_key_bytes, r.eval_key_bytes)
+    r.server_memory_bytes, r.import_memory_bytes, r.run_memory_bytes = mem.peak, mem.importing, mem.running
+    r.prepared_bytes = mem.prepared
     c = unit_costs()
     r.cost_profile = active_profile().source
     r.keygen_seconds = KEYGEN_BASE_S + r.eval_key_bytes * KEYGEN_S_PER_BYTE
@@ -144,7 +240,6 @@ def estimate_resources(layout, boot_key_bytes: int = 0) -> Resources:
     return r
 
 
-GIB = 2.0 ** 30
 #: the most nodes fewest_nodes looks at
 MAX_NODES = 4096
 
@@ -153,9 +248,10 @@ MAX_NODES = 4096
 class NodeResources:
     """One node's estimated peak when a batch is split over `nodes` nodes (bytes; estimate_nodes)."""
     nodes: int = 1
-    peak_bytes: int = 0          # base + keys + weights + shards + working
-    base_bytes: int = 0          # the process before any hemlp object
+    peak_bytes: int = 0          # base + the larger of importing the keys and keys + weights + shards + working
+    base_bytes: int = 0          # the process and its context's tables
     key_bytes: int = 0           # every evaluation key in memory, bootstrapping keys included: once per node
+    import_bytes: int = 0        # importing those keys at its peak (the body and the decoders' copies)
     weight_bytes: int = 0        # the encoded weights (prepared)
     shard_bytes: int = 0         # the node's ciphertexts resident at its peak (its share of the input included)
     working_bytes: int = 0       # rows / partial sums received from other nodes at the peak + transient buffers
@@ -163,6 +259,11 @@ class NodeResources:
     splits: list = field(default_factory=list)   # per matrix step: split, bytes moved per node, rows per block
     at: str | None = None        # the step at the peak
     node_memory: int | None = None   # the budget the plan was checked against (None: not checked)
+
+    @property
+    def running_bytes(self) -> int:
+        """What the node holds running (keys resident), the base process excluded."""
+        return self.key_bytes + self.weight_bytes + self.shard_bytes + self.working_bytes
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -176,7 +277,9 @@ class NodeResources:
         return [f"  per node: peak ~{human_bytes(self.peak_bytes)} on each of {self.nodes} node(s){budget}: keys "
                 f"~{human_bytes(self.key_bytes)} (held once per node), ciphertext shards "
                 f"~{human_bytes(self.shard_bytes)}, encoded weights ~{human_bytes(self.weight_bytes)}, working set "
-                f"~{human_bytes(self.working_bytes)}" + (f", peak at {self.at}" if self.at else ""),
+                f"~{human_bytes(self.working_bytes)}" + (f", peak at {self.at}" if self.at else "")
+                + (f"; importing the keys ~{human_bytes(self.base_bytes + self.import_bytes)} (the larger peak)"
+                   if self.import_bytes > self.running_bytes else ""),
                 f"  split: {self.split}"]
 
 
@@ -185,14 +288,14 @@ def estimate_nodes(layout, nodes: int, boot_key_bytes: int = 0, resources: Resou
     """Each node's peak for a planned layout whose batch is split over `nodes` nodes (module docstring).
     boot_key_bytes: its bootstrapping keys in memory (hemlp.layouts.boot_choice.boot_key_bytes; the planner does
     not import the layouts); resources: its estimate_resources (computed when None)."""
-    r = estimate_resources(layout) if resources is None else resources
+    mem = server_memory(layout, boot_key_bytes, None if resources is None else resources.eval_key_bytes)
     nd = layout.node_peak(int(nodes))
-    out = NodeResources(nodes=int(nodes), base_bytes=SERVER_BASE_BYTES,
-                        key_bytes=int(KEY_MEMORY_FACTOR * r.eval_key_bytes + boot_key_bytes),
-                        weight_bytes=int(layout.prepared_bytes()), shard_bytes=int(nd["peak"] - nd["extra"]),
+    out = NodeResources(nodes=int(nodes), base_bytes=mem.base, key_bytes=mem.keys + mem.boot_keys,
+                        import_bytes=mem.key_import, weight_bytes=mem.prepared,
+                        shard_bytes=int(nd["peak"] - nd["extra"]),
                         working_bytes=int(nd["extra"] + TRANSIENT_FACTOR * nd["input"]), split=nd["split"],
                         splits=list(nd["splits"]), at=nd["at"], node_memory=node_memory)
-    out.peak_bytes = out.base_bytes + out.key_bytes + out.weight_bytes + out.shard_bytes + out.working_bytes
+    out.peak_bytes = out.base_bytes + max(out.import_bytes, out.running_bytes)
     return out
 
 
@@ -216,10 +319,10 @@ def check_nodes(layout, est: NodeResources, budget: int | None, boot_key_bytes: 
     if budget is None or est.peak_bytes <= budget:
         return
     fit = fewest_nodes(layout, boot_key_bytes, budget, resources, start=est.nodes + 1)
-    fixed = est.base_bytes + est.key_bytes + est.weight_bytes
+    fixed = est.base_bytes + max(est.import_bytes, est.key_bytes + est.weight_bytes)
     more = (f"nodes={fit.nodes} (the fewest whose peak fits: ~{fit.peak_bytes / GIB:.3g} GiB each)" if fit else
-            f"no number of nodes up to {MAX_NODES} fits: each node holds ~{fixed / GIB:.3g} GiB of keys, weights "
-            "and process whatever the split")
+            f"no number of nodes up to {MAX_NODES} fits: each node imports and holds ~{fixed / GIB:.3g} GiB of keys, "
+            "weights and process whatever the split")
     chunks, slots = getattr(layout, "chunks", None), layout.params.N // 2
     if chunks == 1:
         batch = (f"a smaller batch_size does not help below {slots} samples (layout {layout.label} holds one "
@@ -234,7 +337,8 @@ def check_nodes(layout, est: NodeResources, budget: int | None, boot_key_bytes: 
                   "batch`), each node then holding one batch's shards at a time")
     raise ResourceError(
         f"the plan needs ~{est.peak_bytes / GIB:.3g} GiB on each of {est.nodes} node(s) (keys "
-        f"~{est.key_bytes / GIB:.3g} GiB held once per node, ciphertext shards ~{est.shard_bytes / GIB:.3g} GiB, "
+        f"~{est.key_bytes / GIB:.3g} GiB held once per node, ~{est.import_bytes / GIB:.3g} GiB while importing them, "
+        f"ciphertext shards ~{est.shard_bytes / GIB:.3g} GiB, "
         f"encoded weights ~{est.weight_bytes / GIB:.3g} GiB, working set ~{est.working_bytes / GIB:.3g} GiB; "
         f"estimated before any key or ciphertext exists), above the node memory of {budget / GIB:.3g} GiB. Fixes: "
         f"more nodes: {more}; {batch}; {stream}; or "

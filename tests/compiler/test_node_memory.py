@@ -16,7 +16,8 @@ import hemlp
 from hemlp.errors import ParameterError, ResourceError
 from hemlp.layouts.boot_choice import boot_key_bytes, server_bytes
 from hemlp.model import node_options
-from hemlp.planner.resources import KEY_MEMORY_FACTOR, check_nodes, estimate_nodes, estimate_resources
+from hemlp.apps.bench.estimates import SERVER
+from hemlp.planner.resources import check_nodes, estimate_nodes, estimate_resources, server_memory
 from hemlp.runtime import shards, streamed
 
 from .conftest import SmallCNN, mlp
@@ -64,9 +65,10 @@ def test_per_node_peak_decreases_with_nodes_and_keys_count_once_per_node():
     peaks = [e.peak_bytes for e in ests]
     assert all(a > b for a, b in zip(peaks, peaks[1:])), peaks
     for e in ests:
-        # every node holds the keys whole: the same bytes on every node whatever the split
-        assert e.key_bytes == int(KEY_MEMORY_FACTOR * res.eval_key_bytes) > 0
-        assert e.peak_bytes == e.base_bytes + e.key_bytes + e.weight_bytes + e.shard_bytes + e.working_bytes
+        # every node holds (and imports) the keys whole: the same bytes on every node whatever the split
+        assert e.key_bytes == server_memory(lay).keys > 0 and e.import_bytes == server_memory(lay).key_import
+        assert e.peak_bytes == e.base_bytes + max(e.import_bytes,
+                                                  e.key_bytes + e.weight_bytes + e.shard_bytes + e.working_bytes)
     # 4 chunks: up to 4 nodes split whole chunks (no ciphertext moves); beyond, rows of each chunk
     assert "4 group(s) of the 4 chunk(s)" in ests[2].split and "PCMMs" not in ests[2].split
     assert "rows over 2 nodes" in ests[3].split and {m["split"] for m in ests[3].splits} <= {"gather", "reduce",
@@ -81,8 +83,7 @@ def test_per_node_peak_decreases_with_nodes_and_keys_count_once_per_node():
     cb = hemlp.compile(net, rng.uniform(-1, 1, (48, 6)), batch_size=32, bootstrap=True, mambo=False,
                        batch_bootstrap=False, layout="batch", allow_insecure=True, activation_degree=3, nodes=2)
     boot = boot_key_bytes(cb.layout_impl)
-    assert boot > 0 and cb.plan.info["nodes"]["key_bytes"] == int(
-        KEY_MEMORY_FACTOR * estimate_resources(cb.layout_impl).eval_key_bytes + boot)
+    assert boot > 0 and cb.plan.info["nodes"]["key_bytes"] == server_memory(cb.layout_impl).keys + boot
 
 
 CNN_X = np.random.default_rng(0).normal(size=(16, 1, 8, 8))
@@ -133,7 +134,9 @@ def test_the_server_peak_line_counts_the_bootstrapping_keys_as_the_check_does():
     boot = boot_key_bytes(lay)
     assert boot > 0 and res.boot_key_bytes == boot
     assert res.server_memory_bytes == server_bytes(lay) == estimate_nodes(lay, 1, boot).peak_bytes
-    assert res.server_memory_bytes == estimate_resources(lay).server_memory_bytes + boot
+    # the bootstrapping keys held while running, and imported (a larger peak than the run's here)
+    assert res.run_memory_bytes == estimate_resources(lay).run_memory_bytes + boot
+    assert res.import_memory_bytes > estimate_resources(lay).import_memory_bytes + boot
     line = next(ln for ln in str(cb.plan).splitlines() if "server: peak memory" in ln)
     assert "bootstrapping keys ~" in line and "included" in line
     with pytest.raises(ResourceError, match="GiB of server memory"):
@@ -227,21 +230,6 @@ def test_the_issue_example_at_n16_boot_is_refused_on_one_24_gib_node_and_fits_on
     fit = estimate_nodes(lay, k, boot)
     assert fit.peak_bytes <= 24 * GIB and fit.key_bytes >= boot
     assert "rows over" in fit.split and all(m["split"] != "local" for m in fit.splits)
-
-
-SERVER = r"""
-import json, sys, warnings
-warnings.simplefilter("ignore")
-import hemlp
-hemlp.set_num_threads(1)
-d = sys.argv[1]
-cm = hemlp.load(d + "/model", allow_insecure=True)
-ek = cm.load_eval_keys(d + "/eval.keys")
-ct = cm.load_encrypted(d + "/x.ct")
-cm.run(ct, ek)
-print(json.dumps(dict(peak_rss=next(int(ln.split()[1]) * 1024 for ln in open("/proc/self/status")
-                                    if ln.startswith("VmHWM:")))))
-"""
 
 
 @pytest.mark.parametrize("batch", [4096, 8192])
