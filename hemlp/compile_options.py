@@ -47,6 +47,9 @@ class CompileOptions(Options):
     batch_bootstrap: Any = _opt("auto", "with bootstrap=True: 'auto', True, False or an int k >= 2 (batch size)")
     final_rescale: bool = _opt(True, "False: layout (A) runs its last linear layer at level 0 without the rescale")
     server_memory: Any = _opt("auto", "the server memory budget in bytes; 'auto': this machine's; None: no limit")
+    import_keys: bool = _opt(True, "True: the server imports the client's evaluation keys (a file or an upload) and "
+                                   "the import's peak counts against server_memory; False: the server process makes "
+                                   "them itself (keygen() in process), only the run's peak counts")
     nodes: Any = _opt(1, "the nodes a batch's ciphertexts are split over (ciphertext ranges / FHE4DMM row splits); "
                          "the plan prints each node's peak; 'auto': the connected Ray cluster's live nodes (1 "
                          "when Ray is not initialised)")
@@ -81,7 +84,7 @@ class CompileOptions(Options):
         if not (nm is None or nm == "auto" or (not isinstance(nm, bool) and isinstance(nm, (int, float))
                                                and math.isfinite(nm) and nm > 0)):
             bad("node_memory", "a positive number of bytes, 'auto' or None")
-        for name in ("allow_insecure", "encrypted_weights", "bootstrap", "final_rescale"):
+        for name in ("allow_insecure", "encrypted_weights", "bootstrap", "final_rescale", "import_keys"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "True or False")
         return self

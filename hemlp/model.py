@@ -39,7 +39,9 @@ layer's weights are quantised to the bits that keep the output under q_0, at mos
 hemlp.compiler.params.unrescaled_weight_bits).
 server_memory ("auto": this machine's physical memory; a number of bytes; None: no limit): every plan's estimated
 server memory (hemlp.planner.resources, bootstrapping keys included) must fit it; layout="auto" skips the layouts that
-do not, and a plan that cannot fit raises ResourceError naming the fixes, before any key or ciphertext exists.
+do not, and a plan that cannot fit raises ResourceError naming the fixes, before any key or ciphertext exists; layout
+(P) sizes its diagonal cache to what the run leaves of it. import_keys (True; False: the server process makes its own
+keys, so the keys' import, often the larger peak, is not counted).
 nodes (1; an int, or "auto": the connected Ray cluster's live nodes) and node_memory (None: server_memory's budget;
 bytes; "auto": the smallest node of the connected Ray cluster, else this machine): a batch split over several nodes
 (hemlp.planner.resources.estimate_nodes: layout (A) by ciphertext ranges and FHE4DMM row splits, every node holding

@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     example = np.ascontiguousarray((test.x[:1] - mean) / std, dtype=np.float32)
     cm = hemlp.compile(model, example, calibration=x_cal, layout="packed", bootstrap=True, preset=args.preset,
-                       batch_size=1)
+                       batch_size=1, import_keys=False)      # keygen below, in this process: nothing imported
     compile_s = time.perf_counter() - t0
     del train, x_cal
     gc.collect()

@@ -76,7 +76,8 @@ def main():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cm = hemlp.compile(net, x, layout="packed", bootstrap=True, preset=a.preset, batch_size=1,
-                           activation_degree=a.degree, allow_insecure=a.preset != "N16-boot")
+                           activation_degree=a.degree, allow_insecure=a.preset != "N16-boot",
+                           server_memory=None)      # planned only, whatever this machine's memory
     compile_s = time.time() - t0
     info = cm.plan.info
     b = info["bootstrap"]

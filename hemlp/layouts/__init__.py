@@ -95,8 +95,9 @@ def check_memory(name: str, need: int, budget: int | None, others: str = "", det
         f"{': ' + detail if detail else ''}) with layout {name}, above the budget of {budget / 2**30:.3g} GiB"
         f"{others}. Compile with a smaller "
         "batch_size (memory grows with the batch), another layout, nodes=<count> to split the batch over several "
-        "nodes (each node's peak is then checked: node_memory=), or server_memory=<bytes> when the server has "
-        "more memory than this machine (server_memory=None: no limit)")
+        "nodes (each node's peak is then checked: node_memory=), server_memory=<bytes> when the server has "
+        "more memory than this machine (server_memory=None: no limit), or import_keys=False when the server process "
+        "makes its own keys (their import, counted otherwise, is then no peak)")
 
 
 @dataclass(frozen=True)

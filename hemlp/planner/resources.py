@@ -14,7 +14,8 @@ holds the larger one.
 
 * Importing the keys: the file or upload body, then the decoders' copies (KEY_IMPORT_FACTOR times the serialised
   relinearisation / rotation keys, BOOT_KEY_IMPORT_FACTOR times the bootstrapping keys in memory). What the import
-  frees the process keeps and the run reuses, so this peak does not add to the next one.
+  frees the process keeps and the run reuses, so this peak does not add to the next one. A plan compiled with
+  import_keys=False (the server process makes its keys) imports nothing.
 * Running: the process and its context's tables, every key resident (KEY_RESIDENT_FACTOR: the a-halves expanded;
   the bootstrapping keys as boot_key_bytes counts them), the input and its file bytes while it is read
   (TRANSIENT_FACTOR), what prepare() keeps (layout (P): its encoded diagonals, sized to the budget) and the
@@ -203,11 +204,13 @@ def server_memory(layout, boot_key_bytes: int = 0, eval_key_bytes: int | None = 
     serialised = sum(b for b, _ in key_bytes(layout).values()) if eval_key_bytes is None else int(eval_key_bytes)
     boot = int(boot_key_bytes)
     input_mem = layout.ciphertexts_in() * _ct_bytes(layout.params.N, layout.top_level)
+    # compile's import_keys=False: the server process makes its keys, nothing is imported
+    imported = layout.options.get("import_keys", True)
     return ServerMemory(
         base=SERVER_BASE_BYTES + context_bytes(layout.params), keys=int(KEY_RESIDENT_FACTOR * serialised),
         boot_keys=boot,
         key_import=int(KEY_IMPORT_FACTOR * serialised + (BOOT_KEY_IMPORT_FACTOR[boot_key_order(layout)] * boot
-                                                         if boot else 0)),
+                                                         if boot else 0)) if imported else 0,
         input=int(input_mem * (1 + TRANSIENT_FACTOR)), prepared=int(layout.prepared_bytes()),
         working=int(layout.working_bytes()))
 
