@@ -147,9 +147,7 @@ void bind_batch_boot(py::module_& m) {
       fail(ErrorKind::Serialization, "batch conversion keys: back keys are either all native keys or all arrays");
     py::gil_scoped_release nogil;
     for (size_t j = 0; j < backs.size(); ++j) {
-      SwitchKey sw = import_switch_key(e.ctx, views_of(backs[j]), back_seeds[j], key_id, 0, back_level);
-      if (seeded) drop_expanded_a(e.ctx, sw);
-      keys.push_back(std::move(sw));
+      keys.push_back(import_switch_key(e.ctx, views_of(backs[j]), back_seeds[j], key_id, 0, back_level, seeded));
     }
     return import_batch_conversion_keys(e.ctx, r, std::move(keys));
   });

@@ -370,22 +370,43 @@ void bind_ckks(py::module_& m) {
         return k;
       })
       .def("import_switch_key", [](const Engine& e, py::list bs, py::list seeds, uint64_t key_id, uint64_t galois,
-                                   int level) {
+                                   int level, bool seeded) {
         std::vector<U64Arr> arrays;  // keep the (maybe converted) arrays alive while the views are read
         std::vector<PolyView> views;
         std::vector<Seed> sv;
         for (auto b : bs) arrays.push_back(b.cast<U64Arr>());
         for (auto& a : arrays) views.push_back(view_of(a));
         for (auto s : seeds) sv.push_back(to_seed(s.cast<py::bytes>()));
-        return import_switch_key(e.ctx, views, sv, key_id, galois, level);
-      })
+        return import_switch_key(e.ctx, views, sv, key_id, galois, level, seeded);
+      }, py::arg("bs"), py::arg("seeds"), py::arg("key_id"), py::arg("galois"), py::arg("level"),
+         py::arg("seeded") = false)
       .def("make_galois_keys", [](const Engine& e, std::vector<SwitchKey> keys, uint64_t key_id) {
         GaloisKeys g;
         g.param_hash = e.ctx.hash64();
         g.key_id = key_id;
-        for (auto& k : keys) g.keys[k.galois] = k;
+        for (auto& k : keys) g.keys[k.galois] = std::move(k);  // `keys` is this call's own copy
         return g;
       })
+      // records: (b arrays, seeds, Galois element, level) per key, read in place; each key is imported straight
+      // into the set (never copied), seeded when its level <= seed_max_level
+      .def("import_galois_keys", [](const Engine& e, py::list records, uint64_t key_id, int seed_max_level) {
+        std::vector<std::vector<U64Arr>> arrays;  // keep the (maybe converted) arrays alive while the views are read
+        std::vector<SwitchKeyRecord> recs;
+        for (auto item : records) {
+          auto t = item.cast<py::tuple>();
+          if (t.size() != 4) throw py::value_error("import_galois_keys: a record has 4 fields");
+          arrays.emplace_back();
+          for (auto b : t[0].cast<py::list>()) arrays.back().push_back(b.cast<U64Arr>());
+          SwitchKeyRecord r;
+          for (auto& a : arrays.back()) r.bs.push_back(view_of(a));
+          for (auto s : t[1].cast<py::list>()) r.seeds.push_back(to_seed(s.cast<py::bytes>()));
+          r.galois = t[2].cast<uint64_t>();
+          r.level = t[3].cast<int>();
+          recs.push_back(std::move(r));
+        }
+        py::gil_scoped_release nogil;  // the copies, the residue checks and the seed expansions need no Python
+        return import_galois_keys(e.ctx, recs, key_id, seed_max_level);
+      }, py::arg("records"), py::arg("key_id"), py::arg("seed_max_level") = -1)
       .def("import_ciphertext", [](const Engine& e, py::list polys, int level, double scale, int slots, Encoding encoding,
                                    bool is_complex, uint64_t key_id, py::object seed) {
         std::vector<U64Arr> arrays;

@@ -67,7 +67,7 @@ PublicKey import_public_key(const Context& ctx, PolyView b, PolyView a, uint64_t
 }
 
 SwitchKey import_switch_key(const Context& ctx, const std::vector<PolyView>& bs, const std::vector<Seed>& seeds,
-                            uint64_t key_id, uint64_t galois, int level) {
+                            uint64_t key_id, uint64_t galois, int level, bool seeded) {
   if (level < 0 || level > ctx.max_level())
     fail(ErrorKind::Serialization, "switching key: level " + std::to_string(level) + " outside this context's "
                                    "modulus chain [0, " + std::to_string(ctx.max_level()) + "]; the data is "
@@ -94,9 +94,37 @@ SwitchKey import_switch_key(const Context& ctx, const std::vector<PolyView>& bs,
                                      std::to_string(bs[t].rows) + " limbs; the data is corrupted");
     kb.push_back(import_poly(ctx, bs[t], level, true, "switching key"));
     k.a_seeds.push_back(seeds[t]);
-    ka.push_back(uniform_from_seed(ctx, seeds[t], total, true, level));
+    if (!seeded) ka.push_back(uniform_from_seed(ctx, seeds[t], total, true, level));
   }
+  if (seeded) drop_expanded_a(ctx, k);  // a is empty: this records the seeds' segment offsets
   return k;
+}
+
+GaloisKeys import_galois_keys(const Context& ctx, const std::vector<SwitchKeyRecord>& records, uint64_t key_id,
+                              int seed_max_level) {
+  const long count = (long)records.size();
+  std::vector<SwitchKey> keys((size_t)count);
+  std::vector<std::exception_ptr> errors((size_t)count);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (long i = 0; i < count; ++i) {
+    const SwitchKeyRecord& r = records[(size_t)i];
+    try {  // no exception may leave an OpenMP region: kept, and the first rethrown after it
+      keys[(size_t)i] = import_switch_key(ctx, r.bs, r.seeds, key_id, r.galois, r.level, r.level <= seed_max_level);
+    } catch (...) {
+      errors[(size_t)i] = std::current_exception();
+    }
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  GaloisKeys g;
+  g.param_hash = ctx.hash64();
+  g.key_id = key_id;
+  for (auto& k : keys) {
+    const uint64_t el = k.galois;
+    if (!g.keys.emplace(el, std::move(k)).second)
+      fail(ErrorKind::Serialization, "Galois keys: an element is listed twice; the data is corrupted");
+  }
+  return g;
 }
 
 Ciphertext import_ciphertext(const Context& ctx, const std::vector<PolyView>& polys, int level, double scale,

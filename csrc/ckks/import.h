@@ -26,9 +26,24 @@ void check_imported_metadata(const Context& ctx, int level, double scale, int sl
 
 SecretKey import_secret_key(const Context& ctx, const int8_t* coeffs, size_t count, uint64_t key_id);
 PublicKey import_public_key(const Context& ctx, PolyView b, PolyView a, uint64_t key_id);
-// One switching key for `level`: num_digits(level) b-halves over Q_level ∪ P, the a-halves from their seeds.
+// One switching key for `level`: num_digits(level) b-halves over Q_level ∪ P, the a-halves from their seeds:
+// expanded, or (seeded) kept as seeds only and expanded on use (drop_expanded_a's form, never expanded here).
 SwitchKey import_switch_key(const Context& ctx, const std::vector<PolyView>& bs, const std::vector<Seed>& seeds,
-                            uint64_t key_id, uint64_t galois, int level);
+                            uint64_t key_id, uint64_t galois, int level, bool seeded = false);
+
+// One serialised switching key's fields, for import_galois_keys.
+struct SwitchKeyRecord {
+  std::vector<PolyView> bs;
+  std::vector<Seed> seeds;
+  uint64_t galois = 0;
+  int level = 0;
+};
+
+// A set of Galois keys, each checked as import_switch_key checks it and moved into the set (in parallel over the
+// keys); the keys for a level <= seed_max_level are imported seeded. An element listed twice is an error; when
+// records are invalid, the error of the first one (in order) is thrown.
+GaloisKeys import_galois_keys(const Context& ctx, const std::vector<SwitchKeyRecord>& records, uint64_t key_id,
+                              int seed_max_level);
 // A ciphertext: 2 or 3 polynomials, or c0 alone plus the seed of c1 (`seed` non-null).
 Ciphertext import_ciphertext(const Context& ctx, const std::vector<PolyView>& polys, int level, double scale,
                              int slots, int encoding, bool is_complex, uint64_t key_id, const Seed* seed);

@@ -309,13 +309,12 @@ class BatchBootstrapKeys:
         if len(arrays) != sum(counts) or len(back_seeds) != k or any(len(s) != back_digits for s in back_seeds):
             raise SerializationError(f"batch bootstrap keys: {len(arrays)} arrays where the header describes "
                                      f"{sum(counts)}; the data is corrupted")
-        galois = fhe.from_bytes(memoryview(arrays[0]), ctx, checksum=False)
+        seed_level = ctx.max_level if seeded else -1
+        galois = fhe.from_bytes(memoryview(arrays[0]), ctx, checksum=False, seed_max_level=seed_level)
         relin = fhe.from_bytes(memoryview(arrays[1]), ctx, checksum=False)
         if not isinstance(galois, GaloisKeys) or not isinstance(relin, RelinKey):
             raise SerializationError("batch bootstrap keys: the embedded keys have the wrong types; the data is "
                                      "corrupted")
-        seed_level = ctx.max_level if seeded else -1
-        _core.seed_galois_keys(ctx.native, galois.native, seed_level)
         pos = 2
         small_beta = list(arrays[pos:pos + k * k])
         pos += k * k

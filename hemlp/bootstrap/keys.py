@@ -151,13 +151,25 @@ class BootstrapKeys:
         Path(path).write_bytes(self.to_bytes(ctx))
 
     @classmethod
-    def from_bytes(cls, data: bytes, ctx: Context, seeded="auto") -> "BootstrapKeys":
-        """seeded: as in generate (the a-halves travel as seeds either way)."""
+    def from_bytes(cls, data, ctx: Context, seeded="auto", checksum: bool = True) -> "BootstrapKeys":
+        """data: bytes or any buffer (a mapped file: load), read in place; each key is imported once, into its
+        native object. seeded: as in generate (the a-halves travel as seeds either way). checksum=False: nested in
+        a container whose checksum was checked (the eval keys)."""
+        from hemlp.fhe import serialize as ser
+
+        if checksum:
+            with ser.reading(data, "bootstrap_keys", ctx.hash) as (_, _, h, arrays):
+                return cls._from_parsed(h, arrays, ctx, seeded)
+        _, _, h, arrays = ser.unpack(data, ctx.hash, "bootstrap_keys", copy=False, checksum=False)
+        return cls._from_parsed(h, arrays, ctx, seeded)
+
+    @classmethod
+    def _from_parsed(cls, h: dict, arrays: list, ctx: Context, seeded) -> "BootstrapKeys":
+        """The keys of a parsed container (arrays: views of its bytes, which must outlive this call only)."""
         from hemlp import fhe
         from hemlp.fhe import serialize as ser
         from hemlp.errors import SerializationError
 
-        _, _, h, arrays = ser.unpack(data, ctx.hash, "bootstrap_keys")
         if len(arrays) != 6:
             raise SerializationError("bootstrap keys: expected 6 arrays; the data is corrupted")
         try:
@@ -167,19 +179,21 @@ class BootstrapKeys:
             if type(exc).__module__ == "hemlp.errors":
                 raise
             raise SerializationError(f"bootstrap keys: malformed header ({exc})") from None
-        galois = fhe.from_bytes(arrays[0].tobytes(), ctx)
-        relin = fhe.from_bytes(arrays[1].tobytes(), ctx)
+        # the Galois keys of the lower levels are imported seeded (as generated): never expanded here
+        galois = fhe.from_bytes(memoryview(arrays[0]), ctx, checksum=False,
+                                seed_max_level=seed_max_level(ctx, params, seeded))
+        relin = fhe.from_bytes(memoryview(arrays[1]), ctx, checksum=False)
         if not isinstance(galois, GaloisKeys) or not isinstance(relin, RelinKey):
             raise SerializationError("bootstrap keys: the embedded keys have the wrong types; the data is corrupted")
-        _core.seed_galois_keys(ctx.native, galois.native, seed_max_level(ctx, params, seeded))
         enc = EncapsulationKeys.restore(ctx, ser.field(h, "encapsulation", dict), arrays[2:])
         return cls(params, galois, relin, enc, levels, ser.field(h, "conj_level", int))
 
     @classmethod
     def load(cls, path, ctx: Context, seeded="auto") -> "BootstrapKeys":
-        from pathlib import Path
+        from hemlp.fhe.files import map_file
 
-        return cls.from_bytes(Path(path).read_bytes(), ctx, seeded)
+        with map_file(path, "bootstrap keys") as data:
+            return cls.from_bytes(data, ctx, seeded)
 
     def describe(self, ctx: Context) -> str:
         """The key listing, one line per key, with serialised sizes (a-halves as seeds)."""

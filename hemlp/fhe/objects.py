@@ -205,9 +205,11 @@ def ciphertexts_from_bytes(blobs, ctx, checksum: bool = True) -> list:
     return [ctx.wrap(Ciphertext, o) for o in objs]
 
 
-def from_bytes(data: bytes, ctx=None, checksum: bool = True):
+def from_bytes(data: bytes, ctx=None, checksum: bool = True, seed_max_level: int = -1):
     """Load any serialised hemlp object; everything but Params needs the context to load into. checksum=False:
-    for an object nested in a container whose checksum was checked (serialize.reading)."""
+    for an object nested in a container whose checksum was checked (serialize.reading). seed_max_level: Galois
+    keys for a level <= this one keep their a-halves as seeds only, expanded on use (-1: none; bootstrapping keys
+    import theirs so, as they were generated)."""
     # one integrity check; the arrays are views into data (the native import copies them)
     obj_type, phash, h, arrays = ser.unpack(data, None, copy=False, checksum=checksum)
     if obj_type == "params":
@@ -245,19 +247,19 @@ def from_bytes(data: bytes, ctx=None, checksum: bool = True):
             if sum(digits) != len(arrays) or len(seeds) != len(arrays):
                 raise SerializationError(f"{obj_type}: array count does not match the header (key levels "
                                          f"{levels}); the data is corrupted")
-            keys, off = [], 0
+            records, off = [], 0
             for g, lv, dg in zip(gals, levels, digits):
                 if not isinstance(g, int) or g < 0 or g >= 2 * ctx.N or (g % 2 == 0 and g != 0):
                     raise SerializationError(f"{obj_type}: invalid Galois element")
                 sl = slice(off, off + dg)
                 off += dg
-                keys.append(e.import_switch_key(list(arrays[sl]), [bytes.fromhex(s) for s in seeds[sl]],
-                                                _key_id(h), g, lv))
+                records.append((list(arrays[sl]), [bytes.fromhex(s) for s in seeds[sl]], g, lv))
             if obj_type == "relin_key":
                 if gals != [0]:
                     raise SerializationError("relinearisation key with a Galois element")
-                return ctx.wrap(RelinKey, keys[0])
-            return ctx.wrap(GaloisKeys, e.make_galois_keys(keys, _key_id(h)))
+                return ctx.wrap(RelinKey, e.import_switch_key(*records[0][:2], _key_id(h), 0, records[0][3]))
+            # each key imported straight into the set: its memory is never copied
+            return ctx.wrap(GaloisKeys, e.import_galois_keys(records, _key_id(h), seed_max_level))
     except (ValueError, TypeError) as exc:
         raise _typed(exc, obj_type) from None
     raise SerializationError(f"cannot load a {obj_type} with hemlp.fhe.from_bytes (use its own module's loader)")

@@ -173,7 +173,7 @@ class EvalKeys:
             if kind == "batch_bootstrap_keys":
                 bk = BatchBootstrapKeys.from_bytes(payload[nr + ng + nm:], compiled.context, checksum=False)
             elif kind == "bootstrap_keys":
-                bk = BootstrapKeys.from_bytes(bytes(payload[nr + ng + nm:]), compiled.context)
+                bk = BootstrapKeys.from_bytes(payload[nr + ng + nm:], compiled.context, checksum=False)
             else:
                 raise SerializationError(f"eval_keys: unknown bootstrapping key kind {kind!r}; the file is corrupted")
         return cls(h["model_id"], rlk, gk, mp, bk)
