@@ -61,13 +61,13 @@ SERVER_BASE_BYTES = 46 * 2 ** 20
 CONTEXT_TABLE_FACTOR = 4
 #: a relinearisation / rotation key in memory per serialised byte: its a-half expanded from the seed
 KEY_RESIDENT_FACTOR = 2.0
-#: the peak of importing relinearisation / rotation keys per serialised byte: the file or body, each key decoded
-#: with its a-half expanded, then copied into the key set (measured 6.8-7.0 at N = 2^12, 2^14 and 2^15)
-KEY_IMPORT_FACTOR = 7.5
-#: the peak of importing bootstrapping keys per byte they hold in memory, by pipeline (the boot steps' order):
-#: single CtS-first keys are copied whole twice and their rotation keys decoded expanded before most are re-seeded
-#: (measured 5.6-6.2, N = 2^12 and 2^15); batched S2C-first keys are read in place (file + keys: measured 2.02)
-BOOT_KEY_IMPORT_FACTOR = {"cts_first": 6.5, "s2c_first": 2.05}
+#: the peak of importing relinearisation / rotation keys per serialised byte: the file or body, and each key
+#: imported once into its set with its a-half expanded (measured 3.0 at N = 2^12 and 2^15)
+KEY_IMPORT_FACTOR = 3.1
+#: the peak of importing bootstrapping keys per byte they hold in memory, by pipeline (the boot steps' order): the
+#: file or body (~0.62 of their memory: the a-halves travel as seeds) and the keys, those of the seeded levels
+#: imported seeded (single CtS-first keys: measured 1.62-1.63, N = 2^12 and 2^15; batched S2C-first keys: 1.98)
+BOOT_KEY_IMPORT_FACTOR = {"cts_first": 1.7, "s2c_first": 2.05}
 #: working memory of the native products on top of the values the layouts hold (GEMM buffers, key-switch
 #: temporaries, the file bytes of the input while it is read): a factor on the input batch in memory
 TRANSIENT_FACTOR = 1.0
