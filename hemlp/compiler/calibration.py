@@ -14,9 +14,9 @@
    samples: at most 5 disagreements for 99 %; below MIN_CERTIFY samples, the point estimate), then a descent
    (``_descend``): each round ranks the one-notch lowerings by their harm on the samples nearest a decision
    boundary and keeps, by bisection, the longest prefix of that ranking that still meets the target. Samples are
-   ordered by their margin and run in chunks (SEARCH_CHUNK) from the last cached cut node (CutCache); a trial
-   stops at the chunk that rules it out; polynomials are evaluated through PolyTable lookups (error <= 10^-3 x
-   the fit's);
+   ordered by their margin and run in chunks (SEARCH_CHUNK), each resumed at the first activation the trial
+   changes (hemlp.compiler.resume_cache); a trial, uniform rungs included, stops at the chunk that rules it out
+   (and is not run again); polynomials are evaluated through PolyTable lookups (error <= 10^-3 x the fit's);
 5. nothing fits the available depth: TargetUnreachableError when the target was asked for, else the best
    reachable choice with an AgreementWarning.
 
@@ -38,11 +38,13 @@ from hemlp.compiler.activations import (COMPOSITE_KINDS, ActPoly, approximate, a
                                        exact_poly)
 from hemlp.compiler.composite_sign import SCHEDULES
 from hemlp.compiler.ir import clip_bounds
+from hemlp.compiler.poly_table import TableActivations
+from hemlp.compiler.resume_cache import ResumeCache
 from hemlp.errors import CalibrationError, TargetUnreachableError, warn_always
 from hemlp.he.polynomial import depth as poly_depth
 
 __all__ = ["DEGREES", "MIN_CERTIFY", "AgreementWarning", "CalibrationWarning", "as_calibration", "as_rung",
-           "choose_activations", "CutCache", "ReferenceSummary", "is_ranged", "ladder", "margins", "needs_ranges",
+           "choose_activations", "ReferenceSummary", "is_ranged", "ladder", "margins", "needs_ranges",
            "per_node_option", "step_depth", "top1", "RANGED_KINDS"]
 
 DEGREES = (3, 7, 15, 31, 63, 127)
@@ -197,8 +199,6 @@ def _critical_depth(g, choice: dict) -> int:
     return d[g.output.name]
 
 
-#: bytes of calibration-set values the search keeps at cut nodes (CutCache)
-CUT_CACHE_BYTES = 1 << 30
 #: calibration samples evaluated together: a trial that fails the target stops after the chunk that fails it
 SEARCH_CHUNK = 125
 #: calibration samples the per-activation "agreement alone" of the report is measured on
@@ -237,93 +237,6 @@ class ReferenceSummary:
         self.output = np.concatenate(outs) if outs else np.zeros((0,) + tuple(g.output.shape))
 
 
-class CutCache:
-    """Graph outputs under a choice of activation approximations, re-evaluated from the last cut node whose value
-    is cached for the same choice upstream, one chunk of samples at a time.
-
-    A node is a cut when no edge jumps over it in topological order: everything after it depends on the input only
-    through its value, and its value depends only on the approximations at or before it. The degree search changes
-    one activation at a time, so most evaluations restart at the cut just before that activation (in a ResNet, the
-    previous block's output) instead of at the input. Values are kept, least recently used first out, within
-    ``max_bytes``. ``act_eval(node, approx, x)`` evaluates an approximated activation (default: approx.apply);
-    ``dtype`` the values' type (the search's float32: see SEARCH_DTYPE)."""
-
-    def __init__(self, g, X, max_bytes: int = CUT_CACHE_BYTES, chunk: int | None = None, act_eval=None,
-                 dtype=np.float64):
-        from collections import OrderedDict
-
-        from hemlp.compiler.ir import eval_node
-
-        self.g, self.X, self.max_bytes, self.eval_node = g, X, max_bytes, eval_node
-        self.act_eval, self.dtype = act_eval, dtype
-        n = 0 if X is None else len(X)
-        chunk = max(1, n if chunk is None else int(chunk))
-        self.chunks = [slice(c, min(c + chunk, n)) for c in range(0, n, chunk)] or [slice(0, 0)]
-        self.nodes = list(g.nodes)
-        pos = {n.name: i for i, n in enumerate(self.nodes)}
-        reach = -1                                 # the furthest position an earlier node's value is used at
-        self.cut = []
-        for i, n in enumerate(self.nodes):
-            for j in n.inputs:
-                reach = max(reach, i) if pos[j] < i else reach
-            self.cut.append(reach <= i)
-            for u in g.users(n.name):
-                reach = max(reach, pos[u.name])
-        self.cut[-1] = False
-        self.values: OrderedDict = OrderedDict()
-        self.bytes = 0
-
-    def _keys(self):
-        """The cache key of every position: the approximations chosen at or before it."""
-        keys, acc = [], []
-        for n in self.nodes:
-            if n.op == "act":
-                ap = n.attrs.get("approx")
-                acc.append((n.name, None if ap is None else id(ap)))
-            keys.append(tuple(acc))
-        return keys
-
-    def output(self) -> np.ndarray:
-        """The graph output on every sample with the approximations currently attached (attrs['approx']; none:
-        exact)."""
-        return np.concatenate([self.chunk_output(k) for k in range(len(self.chunks))])
-
-    def chunk_output(self, k: int) -> np.ndarray:
-        """The graph output on the samples of chunk k."""
-        keys = self._keys()
-        Xc = self.X[self.chunks[k]].astype(self.dtype, copy=False)
-        start, vals = 0, {}
-        for i in range(len(self.nodes) - 1, -1, -1):
-            if self.cut[i] and (k, i, keys[i]) in self.values:
-                self.values.move_to_end((k, i, keys[i]))
-                vals[self.nodes[i].name] = self.values[(k, i, keys[i])]
-                start = i + 1
-                break
-        for i in range(start, len(self.nodes)):
-            n = self.nodes[i]
-            ap = n.attrs.get("approx") if n.op == "act" else None
-            if ap is not None and self.act_eval is not None:
-                v = self.act_eval(n, ap, vals[n.inputs[0]])
-            else:
-                v = self.eval_node(n, [vals[j] for j in n.inputs], Xc, exact=False)
-            vals[n.name] = v.astype(self.dtype, copy=False)
-            if self.cut[i]:
-                self._keep((k, i, keys[i]), vals[n.name])
-                for j in list(vals):          # nothing before a cut is read after it
-                    if j != n.name:
-                        del vals[j]
-        return vals[self.nodes[-1].name]
-
-    def _keep(self, key, v) -> None:
-        if key in self.values or v.nbytes > self.max_bytes:
-            return
-        self.values[key] = v
-        self.bytes += v.nbytes
-        while self.bytes > self.max_bytes:
-            _, old = self.values.popitem(last=False)
-            self.bytes -= old.nbytes
-
-
 def margins(logits: np.ndarray) -> np.ndarray:
     """Per sample, how far its top-1 is from changing: the gap between the two largest logits (one output: |y|)."""
     y = np.asarray(logits, dtype=np.float64).reshape(len(logits), -1)
@@ -335,8 +248,6 @@ def margins(logits: np.ndarray) -> np.ndarray:
 
 class _Search:
     def __init__(self, g, X, ref_out, cores, guard, methods, target):
-        from hemlp.compiler.poly_table import PolyTable
-
         # samples closest to a decision boundary first: a choice that fails the target fails there, in the first chunk
         m = margins(ref_out)
         order = np.argsort(m, kind="stable")
@@ -345,24 +256,19 @@ class _Search:
         self.cores, self.guard, self.methods = cores, guard, methods
         self._polys: dict = {}
         self._agree: dict = {}
-        self._tables: dict = {}
+        self._ruled_out: dict = {}                 # choices stopped early: their agreement's upper bound
         self.trials = self.stopped_early = 0       # choices evaluated, and those ruled out before the last chunk
         self.target, self.n = target, len(X)
         self.allowed = -1                          # the most disagreements the target tolerates (meets is monotone)
         while self.allowed < self.n and self.meets((self.n - self.allowed - 1) / self.n):
             self.allowed += 1
 
-        def act_eval(node, ap, x):
-            t = self._tables.get(id(ap))
-            if t is None:
-                t = self._tables[id(ap)] = PolyTable(ap) if ap.domain is not None else ap.apply
-            return t(x)
-
-        self.cache = CutCache(g, self.X, chunk=SEARCH_CHUNK, act_eval=act_eval, dtype=SEARCH_DTYPE)
+        self.act_eval = TableActivations(SEARCH_DTYPE)    # no reference back to the search: freed with it
+        self.cache = ResumeCache(g, self.X, chunk=SEARCH_CHUNK, act_eval=self.act_eval, dtype=SEARCH_DTYPE)
         # the report's per-activation agreement alone: an evenly spaced subset in the caller's order
         sub = np.linspace(0, len(X) - 1, min(len(X), ALONE_SAMPLES)).astype(np.intp) if len(X) else np.zeros(0, int)
-        self.alone_top = top1(ref_out)[sub]
-        self.alone_cache = CutCache(g, X[sub], max_bytes=CUT_CACHE_BYTES // 4, act_eval=act_eval, dtype=SEARCH_DTYPE)
+        self.alone_X, self.alone_top = X[sub], top1(ref_out)[sub]
+        self.alone_cache = None                    # made when the search is done (its memory then the search's)
 
     def meets(self, agreement: float) -> bool:
         """The target holds: the point estimate below MIN_CERTIFY samples, else the Clopper-Pearson bound."""
@@ -396,8 +302,12 @@ class _Search:
     def alone(self, n, degree, ranged) -> float:
         """Agreement with only activation n approximated (the others exact), on ALONE_SAMPLES evenly spaced
         samples: its own cost in agreement."""
-        saved = {m.name: m.attrs.pop("approx") for m in ranged if m.name != n.name and "approx" in m.attrs}
+        if self.alone_cache is None:
+            self.cache.clear()
+            self.alone_cache = ResumeCache(self.g, self.alone_X, act_eval=self.act_eval, dtype=SEARCH_DTYPE)
+        saved = {m.name: m.attrs.pop("approx") for m in ranged if "approx" in m.attrs}
         try:
+            self.alone_cache.pin()                 # every other one exact: each evaluation resumes from its values
             n.attrs["approx"] = self.poly(n, degree)
             return float(np.mean(top1(self.alone_cache.output()) == self.alone_top)) if len(self.alone_top) else 1.0
         finally:
@@ -413,15 +323,22 @@ class _Search:
     def harm(self, degrees: dict, base: np.ndarray) -> float:
         """How much a choice moves the outputs of the first chunk (the samples nearest a decision boundary) from
         `base` (that chunk's outputs under the current choice), relative to each sample's margin: the mean of
-        max |delta logit| / margin. It ranks the lowerings of one round (cheap: one chunk from the cached cut)."""
+        max |delta logit| / margin. It ranks the lowerings of one round (cheap: one chunk, resumed at the
+        activation)."""
         self.attach(degrees)
         y = self.cache.chunk_output(0).reshape(len(base), -1)
         sl = self.cache.chunks[0]
         return float(np.mean(np.max(np.abs(y - base), axis=1) / self.margin[sl]))
 
-    def base_chunk(self, degrees: dict) -> np.ndarray:
-        """The first chunk's outputs under a choice."""
+    def keep(self, degrees: dict) -> None:
+        """The cache keeps this choice's values first: the next trials change it, or it may become that choice."""
         self.attach(degrees)
+        self.cache.pin()
+
+    def base_chunk(self, degrees: dict) -> np.ndarray:
+        """The first chunk's outputs under a choice, the one the next trials change (only its values kept first)."""
+        self.cache.unpin()
+        self.keep(degrees)
         out = self.cache.chunk_output(0)
         return out.reshape(len(out), -1)
 
@@ -430,14 +347,19 @@ class _Search:
         target stops at the chunk that rules it out, and the value returned is then an upper bound (below the
         target)."""
         key = tuple(sorted(degrees.items()))
-        if key not in self._agree:
-            self.attach(degrees)
-            dis, seen = self._disagreements(range(len(self.cache.chunks)), self.allowed if early else None)
+        if key in self._agree:
+            return self._agree[key]
+        if early and key in self._ruled_out:
+            return self._ruled_out[key]
+        self.attach(degrees)
+        dis, seen = self._disagreements(range(len(self.cache.chunks)), self.allowed if early else None)
+        if key not in self._ruled_out:
             self.trials += 1
-            if seen < self.n:
-                self.stopped_early += 1
-                return 1.0 - dis / self.n
-            self._agree[key] = 1.0 - dis / self.n
+        if seen < self.n:
+            self.stopped_early += 1
+            self._ruled_out[key] = 1.0 - dis / self.n
+            return self._ruled_out[key]
+        self._agree[key] = 1.0 - dis / self.n
         return self._agree[key]
 
 
@@ -527,18 +449,23 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
     first = 0 if n_samples >= MIN_SEARCH else 1
     start = DEGREES[first:]
     ladders = {n.name: ladder(n, max_step_depth) for n in ranged}
-    best = None
+    tried = []
     found = None
     for r in range(first, max(map(len, ladders.values()))):      # uniform rungs (each ladder capped at its top)
         degrees = {k: lad[min(r, len(lad) - 1)] for k, lad in ladders.items()}
         if depth(degrees) > max_depth:
             break
-        a = s.agreement(degrees)
-        if best is None or a > best[1]:
-            best = (degrees, a)
+        tried.append(degrees)
+        a = s.agreement(degrees, early=True)
         if s.meets(a):
             found = (degrees, a)
             break
+    best = None
+    if found is None:         # the best reachable rung: the trials above stopped where they failed, measure them all
+        for degrees in tried:
+            a = s.agreement(degrees)
+            if best is None or a > best[1]:
+                best = (degrees, a)
     # without bootstraps the depth is capped by the deepest preset; bootstrap=True lifts the cap (the planner refreshes
     # the levels between layers), which is the fix for a deep network
     boot_fix = "" if max_depth >= UNCAPPED_DEPTH else (
@@ -567,7 +494,7 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
 
 def _descend(s: _Search, ranged, ladders: dict, degrees: dict, agree: float):
     """Lower activations a notch at a time while the target holds. Each round ranks the possible lowerings by their
-    harm (``_Search.harm``: one chunk each, from the cached cut before the activation), then finds by bisection the
+    harm (``_Search.harm``: one chunk each, resumed at the activation), then finds by bisection the
     longest prefix of that ranking whose lowerings together still meet the target (each test a full agreement
     evaluation that stops at the first chunk ruling it out); when not even the least harmful one holds with the
     others, each remaining one is tried alone. The result always meets the target: every accepted choice was
@@ -587,8 +514,12 @@ def _descend(s: _Search, ranged, ladders: dict, degrees: dict, agree: float):
         order = sorted(cand, key=lambda name: (s.harm(lowered(degrees, [name]), base), name))
 
         def holds(k):
-            a = s.agreement(lowered(degrees, order[:k]), early=True)
-            return (a if s.meets(a) else None)
+            trial = lowered(degrees, order[:k])
+            a = s.agreement(trial, early=True)
+            if not s.meets(a):
+                return None
+            s.keep(trial)                          # the next base, unless a longer prefix holds too
+            return a
 
         best_k, best_a = 0, None
         a = holds(len(order))

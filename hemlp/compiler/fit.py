@@ -70,13 +70,21 @@ def _weighted_lsq(V, y, s) -> np.ndarray:
 def _weighted_minimax(V, y, w) -> np.ndarray:
     """Coefficients c minimising max_i w_i |V c - y|_i (Lawson: lam_i <- lam_i * w_i |e_i|)."""
     lam = np.full(len(y), 1.0 / len(y))
-    c = _weighted_lsq(V, y, w)
+    c = None
     for _ in range(LAWSON_ITERATIONS):
         c = _weighted_lsq(V, y, np.sqrt(lam) * w)
         e = w * np.abs(V @ c - y) + 1e-300
         lam = lam * e
         lam /= lam.sum()
     return c
+
+
+@functools.lru_cache(maxsize=16)
+def _vander(degree: int) -> np.ndarray:
+    """The Chebyshev basis on the fit grid (the same for every activation fitted at this degree)."""
+    V = np.polynomial.chebyshev.chebvander(_GRID, degree)
+    V.flags.writeable = False
+    return V
 
 
 @functools.lru_cache(maxsize=512)
@@ -92,7 +100,7 @@ def _fit_cached(kind: str, lo: float, hi: float, guard: float, degree: int, meth
     if method == "chebyshev":
         c = np.polynomial.chebyshev.Chebyshev.interpolate(f, degree).coef
     else:
-        V = np.polynomial.chebyshev.chebvander(u, degree)
+        V = _vander(degree)
         y = f(u)
         # one BLAS thread: small products, and a loaded machine makes threaded BLAS crawl
         with threadpool_limits(limits=1, user_api="blas"):
