@@ -96,20 +96,23 @@ def diagonals_from_entries(rows, cols, vals, pos_out: np.ndarray, period_out: in
     L, Pmin = max(period_in, period_out), min(period_in, period_out)
     j = (pi - po) % Pmin
     i = po if period_out >= period_in else (pi - j) % period_in
-    key = j * L + i
-    uk, inv = np.unique(key, return_inverse=True)
-    w = np.zeros(uk.size)
-    np.add.at(w, inv, vals)
-    keep = w != 0
-    uk, w = uk[keep], w[keep]
-    js, ps = uk // L, uk % L
+    # each (diagonal, position) sums its entries in entry order; the diagonals that occur numbered in order, so
+    # the sums land in one dense array (a few hundred diagonals x L) instead of a sort of every entry
+    used = np.flatnonzero(np.bincount(j, minlength=Pmin))
+    rank = np.zeros(Pmin, dtype=np.int64)
+    rank[used] = np.arange(used.size)
+    w = np.bincount(rank[j] * L + i, weights=vals, minlength=used.size * L)
+    uk = np.flatnonzero(w)
+    w = w[uk]
+    js, ps = used[uk // L], uk % L
     reps = S1 // L
     diags = {}
     bounds = np.flatnonzero(np.diff(js)) + 1
+    # every diagonal's positions in each of the reps periods of S1, and its weights repeated alike
+    full = (ps[None, :] + L * np.arange(reps)[:, None]).astype(np.int32)
+    wfull = np.broadcast_to(w, full.shape)
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, js.size]):
-        p = ps[lo:hi]
-        full = (p[None, :] + L * np.arange(reps)[:, None]).reshape(-1)
-        diags[int(js[lo])] = SparseDiag(full.astype(np.int32), np.tile(w[lo:hi], reps), S1)
+        diags[int(js[lo])] = SparseDiag(full[:, lo:hi].reshape(-1), wfull[:, lo:hi].reshape(-1), S1)
     red = [period_out << e for e in range(int(math.log2(period_in // period_out)))] if period_out < period_in else []
     return diags, red
 
