@@ -450,7 +450,7 @@ def _run_locked(job, inputs, out_dir: Path, executor, retries: int, progress: bo
     try:
         executor.run(job, todo, retries, _read_input, done, failed)
     except Exception as exc:
-        if isinstance(exc, HemlpError):   # typed: it names its own fix
+        if isinstance(exc, (HemlpError, ValueError, TypeError)):   # typed, or a usage error: it names its own fix
             raise
         left = len(todo) - len(result.done) - len(result.failed)
         raise BatchJobInterruptedError(

@@ -18,6 +18,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from hemlp.runtime.shared_keys import open_or_write_shared_keys
+
 __all__ = ["KeyHolder", "shared_key_folder", "load_shared", "KEEP_FILES"]
 
 #: the key files a folder keeps (the newest; each as large as its key set)
@@ -50,8 +52,6 @@ def load_shared(digest: str, context, decode, shared):
     folder = shared_key_folder(shared)
     if folder is None:
         return decode()
-    from hemlp.runtime.shared_keys import open_or_write_shared_keys
-
     path = folder / f"{digest}.keys"
     try:
         keys = open_or_write_shared_keys(path, context, decode)

@@ -540,8 +540,10 @@ class RayProgram(RayDriver):
         self._placed = [0, 0]   # tasks placed on a node, and those that ran there
         # the grids of this run: grid=, else on several nodes the plan's split over them (one task per node's share)
         self._grids, split = self.grid, None
-        if self.grid is None and self._place.active:
-            split = split_of(steps, ctx.N, C.chunks, len(self._place.cpus))
+        # (no more nodes than the workers asked for: num_workers=1 is one task wherever it runs)
+        nodes = min(len(self._place.cpus), self.num_workers) if self._place.active else 1
+        if self.grid is None and nodes > 1:
+            split = split_of(steps, ctx.N, C.chunks, nodes)
             self._grids = split.grids
             self.stats["_split"] = split.stats()
         self._share_threads = self.node_threads if split is not None else None
