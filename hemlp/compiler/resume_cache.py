@@ -11,7 +11,8 @@ as one from the input: the kept arrays are the values it would compute.
 
 Memory: entries are kept within ``max_bytes``. The search ``pin``s the choices the next trials resume from (its
 current one, and a trial that met the target and may become it): their entries go last, their first chunk (where
-every trial starts) last of all; among the others the least recently used go first.
+every trial starts) last of all; among the others, the later chunks go before the first one, the least recently used
+first.
 """
 from __future__ import annotations
 
@@ -119,9 +120,10 @@ class ResumeCache:
         self.bytes += size
         if self.bytes <= self.max_bytes:
             return
-        trials = [q for q in self.values if q[1:] not in self.pinned]
-        # trials first, least recently used first; then the pinned choices' last chunks (a trial reaches them only
-        # when it held on every chunk before), their first chunk (every trial's first evaluation) last
+        # unpinned first: their later chunks (of use only to a trial that held and is then pinned), then their first
+        # chunk (the next round's trials resume from it), least recently used first; then the pinned choices' last
+        # chunks (a trial reaches them only when it held on every chunk before), their first chunk last of all
+        trials = sorted((q for q in self.values if q[1:] not in self.pinned), key=lambda q: q[0] == 0)
         pinned = sorted((q for q in self.values if q[1:] in self.pinned), key=lambda q: -q[0])
         for old in trials + pinned:
             if self.bytes <= self.max_bytes:
