@@ -55,8 +55,9 @@ KEYGEN_S_PER_BYTE = 2.2e-9
 #: seconds of the key pair itself and the per-call work of keygen() (sampling, the public key, Python); a process's
 #: first keygen also starts the native thread pool and tables (a few ms more)
 KEYGEN_BASE_S = 3e-4
-#: the server process before any hemlp object: the interpreter, numpy and the native core (measured 46 MB)
-SERVER_BASE_BYTES = 46 * 2 ** 20
+#: the server process before any hemlp object: the interpreter, numpy and the native core (measured 46 MB; with a
+#: margin, as it varies with the environment's packages and allocator: the small plans' estimates rest on it)
+SERVER_BASE_BYTES = 52 * 2 ** 20
 #: the context's precomputed tables, in words per N (L + 1 + |P|) (measured 4.0-4.1 at N = 2^15 and 2^16)
 CONTEXT_TABLE_FACTOR = 4
 #: a relinearisation / rotation key in memory per serialised byte: its a-half expanded from the seed
