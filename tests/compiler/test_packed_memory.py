@@ -10,7 +10,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 import hemlp
 from hemlp.apps.bench.estimates import SERVER
