@@ -251,7 +251,7 @@ class _Search:
         # samples closest to a decision boundary first: a choice that fails the target fails there, in the first chunk
         m = margins(ref_out)
         order = np.argsort(m, kind="stable")
-        self.g, self.X, self.ref_top = g, X[order], top1(ref_out)[order]
+        self.g, self.ref_top = g, top1(ref_out)[order]
         self.margin = np.maximum(m[order], 1e-12)
         self.cores, self.guard, self.methods = cores, guard, methods
         self._polys: dict = {}
@@ -264,7 +264,7 @@ class _Search:
             self.allowed += 1
 
         self.act_eval = TableActivations(SEARCH_DTYPE)    # no reference back to the search: freed with it
-        self.cache = ResumeCache(g, self.X, chunk=SEARCH_CHUNK, act_eval=self.act_eval, dtype=SEARCH_DTYPE)
+        self.cache = ResumeCache(g, X[order], chunk=SEARCH_CHUNK, act_eval=self.act_eval, dtype=SEARCH_DTYPE)
         # the report's per-activation agreement alone: an evenly spaced subset in the caller's order
         sub = np.linspace(0, len(X) - 1, min(len(X), ALONE_SAMPLES)).astype(np.intp) if len(X) else np.zeros(0, int)
         self.alone_X, self.alone_top = X[sub], top1(ref_out)[sub]
@@ -329,6 +329,14 @@ class _Search:
         y = self.cache.chunk_output(0).reshape(len(base), -1)
         sl = self.cache.chunks[0]
         return float(np.mean(np.max(np.abs(y - base), axis=1) / self.margin[sl]))
+
+    def forget(self, rungs: dict) -> None:
+        """Drop the lookup tables of these rungs (activation name -> rungs) of the activations: not evaluated again."""
+        for name, rs in rungs.items():
+            for r in rs:
+                ap = self._polys.get((name, r))
+                if ap is not None:
+                    self.act_eval.forget(ap)
 
     def keep(self, degrees: dict) -> None:
         """The cache keeps this choice's values first: the next trials change it, or it may become that choice."""
@@ -510,6 +518,8 @@ def _descend(s: _Search, ranged, ladders: dict, degrees: dict, agree: float):
         cand = [n.name for n in ranged if ladders[n.name].index(degrees[n.name]) > 0]
         if not cand:
             return degrees, agree
+        # the descent only lowers: the tables of the rungs above an activation's current one are not read again
+        s.forget({name: lad[lad.index(degrees[name]) + 1:] for name, lad in ladders.items()})
         base = s.base_chunk(degrees)
         order = sorted(cand, key=lambda name: (s.harm(lowered(degrees, [name]), base), name))
 

@@ -119,3 +119,7 @@ class TableActivations:
             entry = self.tables[id(ap)] = (ap, PolyTable(ap) if ap.domain is not None else None)
         t = entry[1]
         return ap.apply(x) if t is None else t(x, self.dtype, self.work)
+
+    def forget(self, ap) -> None:
+        """Drop ap's table (its memory), if made."""
+        self.tables.pop(id(ap), None)
