@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=0.99, help="target_agreement")
     ap.add_argument("--test", type=int, default=None, help="exact test images to simulate (default all)")
     ap.add_argument("--encrypted", type=int, default=0, help="exact test images to run encrypted, one at a time")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="threads of torch, the native core and numpy's BLAS")
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--resume", action="store_true", help="continue the --json file's run (same compiled model)")
     args = ap.parse_args(argv)
@@ -57,9 +57,13 @@ def main(argv=None) -> int:
     from hemlp.apps.bench.report import machine_info, save_json
     from hemlp.models.train import predict
     from hemlp.models.zoo import build
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(args.threads)
     hemlp.set_num_threads(args.threads)
+    # numpy's own BLAS too (the compile's plaintext pass multiplies through it): its idle threads otherwise spin
+    # against the one working on a loaded machine
+    threadpool_limits(args.threads)
     state = torch.load(args.weights, weights_only=False)
     model = build(state["model"], 10)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
