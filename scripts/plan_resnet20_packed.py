@@ -17,45 +17,15 @@ import time
 import warnings
 
 import numpy as np
-import torch
 
 import hemlp
 from hemlp.bootstrap import BootParams
 from hemlp.bootstrap.keys import rotation_levels
 from hemlp.planner.bootstrap_lowering import batch_ratios
 
-
-class Block(torch.nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(cin, cout, 3, stride=stride, padding=1)
-        self.c2 = torch.nn.Conv2d(cout, cout, 3, padding=1)
-        self.short = None if stride == 1 and cin == cout else torch.nn.Conv2d(cin, cout, 1, stride=stride)
-
-    def forward(self, x):
-        h = self.c2(torch.relu(self.c1(x)))
-        return torch.relu(h + (x if self.short is None else self.short(x)))
-
-
-class ResNet20(torch.nn.Module):
-    """3x3 conv 3->16, three stages of three basic blocks (16, 32, 64 channels; stride 2 and a 1x1 shortcut at the
-    start of stages 2 and 3), global average pooling, a linear layer to 10 classes (BN folded: convs with bias)."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
-        blocks, cin = [], 16
-        for cout, stride in ((16, 1), (32, 2), (64, 2)):
-            for b in range(3):
-                blocks.append(Block(cin, cout, stride if b == 0 else 1))
-                cin = cout
-        self.blocks = torch.nn.Sequential(*blocks)
-        self.pool = torch.nn.AvgPool2d(8)
-        self.fc = torch.nn.Linear(64, 10)
-
-    def forward(self, x):
-        h = self.blocks(torch.relu(self.stem(x)))
-        return self.fc(self.pool(h).flatten(1))
+# ResNet-20's shape with random weights scaled by 0.5 (the same net scripts/packed_memory.py measures; the script's
+# folder is on sys.path when it runs)
+from packed_memory import ResNet
 
 
 def main():
@@ -65,12 +35,7 @@ def main():
     ap.add_argument("--preset", default="N16-boot")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    torch.manual_seed(0)
-    net = ResNet20().eval()
-    with torch.no_grad():          # scale the random weights so activations stay O(1) (a trained net's would)
-        for m in net.modules():
-            if isinstance(m, torch.nn.Conv2d):
-                m.weight.mul_(0.5)
+    net = ResNet()
     x = np.random.default_rng(0).uniform(-1, 1, (a.calib, 3, 32, 32))
     t0 = time.time()
     with warnings.catch_warnings():

@@ -1,12 +1,11 @@
 // libFuzzer target: the native validated import of every serialised object (csrc/ckks/import.h) on hostile
 // shapes, levels, metadata, seeds and residues, under AddressSanitizer + UndefinedBehaviorSanitizer.
 //
-// The context is tiny (N = 16, three q primes, one P prime) so that a whole valid object fits in a few hundred
-// bytes and the fuzzer reaches the deep paths (NTT of a secret, seed expansion). Input: one byte picks the object
-// kind, one byte of flags (bit 0: reduce the residues mod their primes, so the import gets past the range check;
-// bit 3: ciphertexts through the batch import),
-// then the fields, then the residues as 64-bit words, split into polynomials of `rows` rows. A hemlp::Error is the
-// expected outcome of a bad input; any other exception aborts (a finding), as do sanitizer reports.
+// The context is tiny (fuzz_context.h), so that the fuzzer reaches the deep paths (NTT of a secret, seed
+// expansion). Input: one byte picks the object kind, one byte of flags (bit 0: reduce the residues mod their
+// primes, so the import gets past the range check; bit 3: ciphertexts through the batch import), then the fields,
+// then the residues as 64-bit words, split into polynomials of `rows` rows. A hemlp::Error is the expected outcome
+// of a bad input; any other exception aborts (a finding), as do sanitizer reports.
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
@@ -16,25 +15,14 @@
 #include "ckks/context.h"
 #include "ckks/errors.h"
 #include "ckks/import.h"
+#include "fuzz_context.h"
 #include "fuzz_input.h"
 
 using namespace hemlp;
 
 namespace {
 
-const Context& tiny_context() {
-  static const Params params([] {
-    ParamsSpec s;
-    s.name = "fuzz-N16";
-    s.log_n = 4;
-    s.q_bits = {30, 25, 25};
-    s.p_bits = {31};
-    s.alpha = 2;
-    return s;
-  }());
-  static const Context ctx(params, SecurityPolicy{0});
-  return ctx;
-}
+using hemlp_fuzz::tiny_context;
 
 // The residues as `count` polynomials of `rows` rows each (the columns: whatever the words give).
 std::vector<PolyView> split(const Context& ctx, std::vector<uint64_t>& w, size_t count, size_t rows, bool reduce) {

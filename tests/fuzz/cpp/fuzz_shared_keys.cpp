@@ -26,6 +26,7 @@
 #include "ckks/errors.h"
 #include "ckks/keygen.h"
 #include "ckks/shared_key_file.h"
+#include "fuzz_context.h"
 #include "fuzz_input.h"
 
 using namespace hemlp;
@@ -36,19 +37,7 @@ namespace {
 constexpr size_t kHeader = 256, kDataOffset = 96, kFileBytes = 104, kHeaderHash = 144;
 constexpr uint64_t kKeyId = 7;
 
-const Context& tiny_context() {
-  static const Params params([] {
-    ParamsSpec s;
-    s.name = "fuzz-N16";
-    s.log_n = 4;
-    s.q_bits = {30, 25, 25};
-    s.p_bits = {31};
-    s.alpha = 2;
-    return s;
-  }());
-  static const Context ctx(params, SecurityPolicy{0});
-  return ctx;
-}
+using hemlp_fuzz::tiny_context;
 
 std::string scratch_path() { return "/tmp/hemlp_fuzz_shared_keys." + std::to_string(::getpid()); }
 
