@@ -45,8 +45,8 @@ from hemlp.planner.resources import estimate_resources
 from hemlp.runtime import shards, streamed
 
 __all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "memory_bytes",
-           "server_bytes", "batch_memory_floor", "choose_bootstrapped", "pipeline_why", "BOOTSTRAPPED",
-           "plan_with_bootstraps"]
+           "server_bytes", "batch_memory_floor", "fit_batch_pipeline", "choose_bootstrapped", "pipeline_why",
+           "BOOTSTRAPPED", "plan_with_bootstraps"]
 
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
@@ -143,6 +143,40 @@ def pipeline_why(lay: Layout) -> str:
     return "; ".join(parts)
 
 
+def fit_batch_pipeline(lay: Layout, replan, opts: dict, limit: MemoryLimit) -> tuple[Layout, str]:
+    """Layout (A) with batch_bootstrap='auto' held to a memory budget: the planner picks the batched-bootstrapping
+    k by time, and k's keys grow with it (at N16-boot k = 4 holds ~11.4 GiB, imported at about twice that). When the
+    plan's need (each node's peak split over nodes, else the server's) exceeds the budget, the plans with smaller
+    keys are tried in turn -- k halved down to 2, then single CtS-first keys -- and the first that fits is taken.
+    replan(opts): the layout planned afresh with those options. Returns (layout, why: '' when `lay` is kept)."""
+    if limit.budget is None or opts.get("batch_bootstrap") != "auto" or lay.name != "batch":
+        return lay, ""
+    need = limit.need(lay, boot_key_bytes(lay))
+    if not limit.over(need):
+        return lay, ""
+    k = batch_bootstrap.boot_batch_size(lay.steps)
+    if k < 2:
+        return lay, ""
+    where = f"each of {limit.nodes} node(s)" if limit.nodes is not None else "the server"
+    tried = [f"batched k={k} ~{need / GIB:.3g} GiB"]
+    smaller = []
+    while k // 2 >= 2:
+        k //= 2
+        smaller.append(k)
+    for bb in (*smaller, False):
+        alt = replan({**opts, "batch_bootstrap": bb})
+        alt_need = limit.need(alt, boot_key_bytes(alt))
+        label = f"batched k={bb}" if bb else "single CtS-first"
+        if not limit.over(alt_need):
+            why = (f"bootstrapping keys held to the memory budget ({limit.budget / GIB:.3g} GiB on {where}): "
+                   f"{'; '.join(tried)} over it, {label} ~{alt_need / GIB:.3g} GiB fits")
+            for b in batch_bootstrap.bootstrap_steps(alt.steps):     # the pipeline line says why, not "forced"
+                b.info.lowering = b.info.lowering.replace(f"(forced: batch_bootstrap={bb!r})", f"({why})")
+            return alt, why
+        tried.append(f"{label} ~{alt_need / GIB:.3g} GiB")
+    return lay, ""
+
+
 def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes: float | None = None,
                         max_memory: int | MemoryLimit | None = None,
                         peaks: dict | None = None) -> tuple[Layout, dict, str]:
@@ -163,6 +197,7 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
     keys: dict = {}
     errors: dict = {}
     over: dict = {}
+    fitted: dict = {}
 
     def fresh():    # each planner its own steps: the planners write levels into the steps they are given (depth_of)
         return [replace(s, info=s.info.copy()) for s in steps]
@@ -186,6 +221,10 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
         try:
             BOOTSTRAPPED[cls.name][1](opts)          # the layout's check of mambo= / batch_bootstrap=
             lay = cls.plan(plan())
+            if cls is Batch:
+                lay, fitted[cls.name] = fit_batch_pipeline(
+                    lay, lambda o: Batch.plan(batch_bootstrap.plan_bootstrapped(fresh(), calib, o, batch_size, peaks)),
+                    opts, limit)
         except (UnsupportedError, ShapeError, LevelError, EncodingError) as exc:
             errors[cls.name] = exc
             est[cls.name] = f"not possible: {exc}"
@@ -240,6 +279,8 @@ def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes
                   f"the cheapest, keys within {limit_text}"))
     lay = built[best]
     why += f"; {lay.label}'s pipeline: {pipeline_why(lay)}"
+    if fitted.get(best):
+        why += f" ({fitted[best]})"
     lay.commit()
     return lay, est, why
 
@@ -286,7 +327,10 @@ def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget,
                                    "or use layout='batch'")
         plan, check = BOOTSTRAPPED[name]
         check(opts)
+        pristine = [replace(s, info=s.info.copy()) for s in steps]      # the planners write levels into steps
         lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size, peaks))
+        lay, why = fit_batch_pipeline(lay, lambda o: choose([get(name)], plan(
+            [replace(s, info=s.info.copy()) for s in pristine], calib, o, batch_size, peaks))[0], opts, limit)
     if limit.nodes is None:     # split over nodes, compile checks each node's peak (hemlp.planner.resources)
         boot = boot_key_bytes(lay)
         check_memory(lay.name, limit.need(lay, boot), limit.budget, detail=limit.detail(lay, boot))

@@ -15,6 +15,7 @@ import torch
 import hemlp
 from hemlp.errors import ParameterError, ResourceError
 from hemlp.layouts.boot_choice import boot_key_bytes, server_bytes
+from hemlp.layouts.batch_bootstrap import boot_batch_size
 from hemlp.model import node_options
 from hemlp.apps.bench.estimates import SERVER
 from hemlp.planner.resources import check_nodes, estimate_nodes, estimate_resources, server_memory
@@ -139,10 +140,12 @@ def test_the_server_peak_line_counts_the_bootstrapping_keys_as_the_check_does():
     assert res.import_memory_bytes > estimate_resources(lay).import_memory_bytes + boot
     line = next(ln for ln in str(cb.plan).splitlines() if "server: peak memory" in ln)
     assert "bootstrapping keys ~" in line and "included" in line
+    # the plan's k forced: under batch_bootstrap="auto" a smaller k would be taken (test_boot_memory_fit.py)
+    k = boot_batch_size(lay.steps)
     with pytest.raises(ResourceError, match="GiB of server memory"):
         hemlp.compile(net, np.random.default_rng(11).uniform(-1, 1, (48, 6)), batch_size=32, bootstrap=True,
                       layout="batch", allow_insecure=True, activation_degree=3,
-                      server_memory=res.server_memory_bytes - boot // 2)
+                      server_memory=res.server_memory_bytes - boot // 2, batch_bootstrap=k if k > 1 else False)
     # a plan without bootstraps says nothing of them
     assert "bootstrapping keys" not in next(ln for ln in str(wide(batch=8).plan).splitlines()
                                             if "server: peak memory" in ln)
