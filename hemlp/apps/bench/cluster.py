@@ -36,7 +36,6 @@ at 1, 2 and 3 raylets (slow).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -46,7 +45,8 @@ import warnings
 
 import numpy as np
 
-from hemlp.apps.bench import report
+from hemlp.apps.bench import cluster_job, report
+from hemlp.apps.bench.local_raylets import local_cluster_script, node_cpu
 
 HELP = "a batch job projected to 1..64 nodes: compute, network bytes per layer, memory per node (--measure: raylets)"
 
@@ -249,17 +249,6 @@ def job_payload(name: str, node_counts) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the check
-def local_cluster_script():
-    """scripts/local_cluster.py of this checkout (the measured check starts raylets with it)."""
-    path = report.REPO_ROOT / "scripts" / "local_cluster.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is not there: --measure runs from a checkout of hemlp")
-    spec = importlib.util.spec_from_file_location("local_cluster", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def check_case():
     """(compiled model, inputs) of the measured check: an x^2 MLP at test-N12-d6, one chunk of 2 048 slots."""
     import hemlp
@@ -280,33 +269,6 @@ def received_bytes(metrics_ports) -> int:
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         total += sum(float(v) for v in RECEIVED_METRIC.findall(text))
     return int(total)
-
-
-def _proc_cpu(pid: int) -> float:
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def node_cpu(lc, desc) -> dict:
-    """{node-manager port: {pid: CPU seconds}} of every process under each raylet (its workers); lc is
-    scripts/local_cluster.py (local_cluster_script), whose /proc scan finds them."""
-    procs = {p: pp for p, (pp, _) in lc.processes().items()}
-    out = {}
-    for port, root in lc.node_pids(desc["temp_dir"]).items():
-        found = {root}
-        while True:
-            kids = {p for p, pp in procs.items() if pp in found} - found
-            if not kids:
-                break
-            found |= kids
-        cpu = {}
-        for p in found - {root}:
-            try:
-                cpu[p] = _proc_cpu(p)
-            except (OSError, ValueError, IndexError):
-                continue
-        out[port] = cpu
-    return out
 
 
 def settle_metrics(ports, wait: float = 10.0) -> int:
@@ -496,6 +458,8 @@ def print_table(payload: dict) -> None:
         print(f"check K={me['nodes']}: CPU {me['cpu_seconds']:.3g} s (tasks {me['task_cpu_seconds']:.3g}) vs model "
               f"{mo['compute_seconds_total']:.3g} s; received {human(me['received_bytes'])} vs model "
               f"{human(mo['network_bytes_total'])}; bit-identical {me['bit_identical']}")
+    if "run" in payload:
+        cluster_job.print_run(payload["run"])
     for n in payload["notes"]:
         print("note:", n)
 
@@ -506,6 +470,7 @@ def add_arguments(p) -> None:
     p.add_argument("--measure", default=None, metavar="K1,K2,..",
                    help="also run the check on local clusters of these raylet counts (e.g. 1,2,3)")
     p.add_argument("--json", default=None, help="write the results here")
+    cluster_job.add_arguments(p)
 
 
 def main(args) -> int:
@@ -525,4 +490,6 @@ def main(args) -> int:
                    jobs=[job_payload(j, counts) for j in names])
     if args.measure:
         payload["check"] = measure(int_list(args.measure))
+    if args.run:
+        payload["run"] = cluster_job.run_job(args)
     return report.publish(payload, "cluster", args.json, None, busy, print_table)

@@ -1,0 +1,57 @@
+"""The processes of local raylets (scripts/local_cluster.py) as the cluster benchmarks read them: the script itself,
+each raylet's process tree and its CPU seconds (/proc)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from hemlp.apps.bench import report
+
+__all__ = ["local_cluster_script", "node_trees", "node_cpu", "proc_cpu"]
+
+
+def local_cluster_script():
+    """scripts/local_cluster.py of this checkout (the measured check starts raylets with it)."""
+    path = report.REPO_ROOT / "scripts" / "local_cluster.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is not there: --measure runs from a checkout of hemlp")
+    spec = importlib.util.spec_from_file_location("local_cluster", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def proc_cpu(pid: int) -> float:
+    """The user + system CPU seconds of process `pid` so far."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def node_trees(lc, desc) -> dict:
+    """{node-manager port: pids of the raylet and every process under it} of the cluster `desc`; lc is
+    scripts/local_cluster.py (local_cluster_script), whose /proc scan finds them."""
+    procs = {p: pp for p, (pp, _) in lc.processes().items()}
+    out = {}
+    for port, root in lc.node_pids(desc["temp_dir"]).items():
+        found = {root}
+        while True:
+            kids = {p for p, pp in procs.items() if pp in found} - found
+            if not kids:
+                break
+            found |= kids
+        out[port] = (root, found)
+    return out
+
+
+def node_cpu(lc, desc) -> dict:
+    """{node-manager port: {pid: CPU seconds}} of every process under each raylet (its workers)."""
+    out = {}
+    for port, (root, found) in node_trees(lc, desc).items():
+        cpu = {}
+        for p in found - {root}:
+            try:
+                cpu[p] = proc_cpu(p)
+            except (OSError, ValueError, IndexError):
+                continue
+        out[port] = cpu
+    return out
