@@ -3,10 +3,12 @@
 server's job queue (POST /v1/jobs, then a long poll of GET /v1/jobs/ID/result), and ``infer_many(xs)`` splits many
 samples into model batches and keeps several jobs in flight, with a progress bar. Standard library HTTP only (the
 client needs no server packages): one kept-alive connection per thread, and an encrypted batch is sent part by part
-as its checksum is computed (no joined copy of the body; the server reads while the client hashes). ``model``: the
+while a second thread computes its checksum (no joined copy of the body; the socket writes, the server's reads and
+the client's SHA-256 run at once, the seal sent last). ``model``: the
 client artefact directory (or any compiled model: it uses only the plan, parameters and ranges)."""
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import threading
@@ -14,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -48,6 +51,40 @@ LONG_POLL_S = 20.0
 #: jobs infer_many keeps in flight (at most the server's queue bound): the next batch is encrypted and queued
 #: while the server evaluates, and replicas take them in parallel
 WINDOW = 8
+#: threads hashing uploads while they are sent (hashlib releases the GIL), shared by a process's clients
+_HASHERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hemlp-upload-sha256")
+
+
+def _digest(parts: list) -> bytes:
+    h = hashlib.sha256()
+    for b in parts:
+        h.update(b)
+    return h.digest()
+
+
+class _HashedWhileSent:
+    """A serialize.SealedStream sent with its SHA-256 computed by another thread meanwhile (the stream's own
+    iteration hashes each part before handing it out, so the socket waits for the hash): the same bytes, the seal
+    last. Iterated anew for each try of a retried request."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def __bytes__(self) -> bytes:
+        return bytes(self.stream)
+
+    def __iter__(self):
+        head, bufs = self.stream.head, self.stream.bufs
+        if not all(isinstance(b, (bytes, bytearray, memoryview)) for b in bufs):
+            yield from self.stream                  # seals still being hashed (PendingSeal): the stream's order
+            return
+        seal = _HASHERS.submit(_digest, [head, *bufs])
+        yield head
+        yield from bufs
+        yield seal.result()
 
 
 class Client:
@@ -210,7 +247,7 @@ class Client:
         if x.ndim == len(self.model.input_shape) + 1 and len(x) > self.batch_size:
             return self.infer_many(x, progress=progress)
         self.connect()
-        body = self.model.encrypt(x, self.secret_key).to_stream()
+        body = _HashedWhileSent(self.model.encrypt(x, self.secret_key).to_stream())
         return self._decode(self._post_batch("/v1/infer", body))
 
     # ---- jobs
@@ -218,7 +255,7 @@ class Client:
         """Encrypt one batch (at most ``batch_size`` samples) and queue it on the server: its job id (unguessable;
         pass it to ``result``)."""
         self.connect()
-        body = self.model.encrypt(np.asarray(x), self.secret_key).to_stream()
+        body = _HashedWhileSent(self.model.encrypt(np.asarray(x), self.secret_key).to_stream())
         return json.loads(self._post_batch("/v1/jobs", body))["job_id"]
 
     def status(self, job_id: str) -> dict:

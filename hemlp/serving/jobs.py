@@ -65,15 +65,17 @@ class MemoryJobStore:
             return dict(queued=len(self._queue), running=running, finished=len(self._finished))
 
     # ---- the API side
-    def submit(self, key_id: str, body: bytes) -> str | None:
-        """Queue a validated job: its unguessable id, or None when the queue is full."""
+    def submit(self, key_id: str, body, origin: str | None = None) -> str | None:
+        """Queue a validated job (body: its bytes, any buffer): its unguessable id, or None when the queue is full.
+        origin: the worker id of the process that submitted it, which keeps the batch it decoded: claim() gives
+        that worker no body (body() fetches it, should it need it after all)."""
         with self._cond:
             self._reap()
             if len(self._queue) >= self.max_queued:
                 return None
             job_id = secrets.token_urlsafe(18)
             self._jobs[job_id] = dict(status=QUEUED, key_id=key_id, body=body, result=None, error=None, worker=None,
-                                      attempts=0, fetched=False)
+                                      attempts=0, fetched=False, origin=origin)
             self._queue.append(job_id)
             self._cond.notify_all()
             return job_id
@@ -122,8 +124,9 @@ class MemoryJobStore:
         return out
 
     # ---- the worker side
-    def claim(self, worker: str, timeout: float) -> tuple[str, str, bytes] | None:
-        """The next queued job for ``worker``, (job id, key id, body), waiting up to ``timeout`` seconds for one."""
+    def claim(self, worker: str, timeout: float) -> tuple | None:
+        """The next queued job for ``worker``, (job id, key id, body), waiting up to ``timeout`` seconds for one;
+        body None: the worker's own process submitted it (see submit)."""
         deadline = time.monotonic() + max(0.0, float(timeout))
         with self._cond:
             self._seen[worker] = time.monotonic()
@@ -133,11 +136,17 @@ class MemoryJobStore:
                     job_id = self._queue.popleft()
                     job = self._jobs[job_id]
                     job.update(status=RUNNING, worker=worker, attempts=job["attempts"] + 1)
-                    return job_id, job["key_id"], job["body"]
+                    return job_id, job["key_id"], None if job["origin"] == worker else job["body"]
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
                 self._cond.wait(left)
+
+    def body(self, job_id: str):
+        """A queued or running job's body (None once it has finished, or for an unknown job)."""
+        with self._cond:
+            job = self._jobs.get(job_id)
+            return None if job is None else job["body"]
 
     def heartbeat(self, worker: str) -> None:
         with self._cond:
@@ -187,8 +196,10 @@ class MemoryJobStore:
 
 
 class JobWorker:
-    """A thread that runs a store's queued jobs one after another: ``execute(key_id, body) -> (result bytes,
-    None) or (None, error dict)`` never raises. A second thread sends the heartbeats while a job runs."""
+    """A thread that runs a store's queued jobs one after another: ``execute(job_id, key_id, body) -> (result
+    bytes, None) or (None, error dict)`` never raises; ``body`` is what the store's claim() gave (None for a job
+    this worker's own process submitted: MemoryJobStore.submit's origin). A second thread sends the heartbeats
+    while a job runs."""
 
     def __init__(self, store, execute, name: str = "hemlp-jobs"):
         self.store, self.execute = store, execute
@@ -224,7 +235,7 @@ class JobWorker:
             if job is None:
                 continue
             job_id, key_id, body = job
-            result, error = self.execute(key_id, body)
+            result, error = self.execute(job_id, key_id, body)
             try:
                 self.store.finish(job_id, self.worker_id, result, error)
             except Exception:  # noqa: BLE001 - the store unreachable: if it lives on, the lease requeues the job

@@ -10,13 +10,23 @@ Ray Serve's HTTP proxy hands a request's body to the replica through Ray (actor 
 through the object store): for the demo's 10 MB encrypted upload that costs more than the rest of the serving path
 together (docs/serving.md). ``direct_port``: each replica also serves the same API itself, on that port of its node
 (hemlp.serving.http, the port shared by the node's replicas with SO_REUSEPORT: the kernel spreads the connections
-over them), so a client there skips the proxy; the proxy's port keeps working."""
+over them), so a client there skips the proxy; the proxy's port keeps working.
+
+Ray starts its worker processes at nice 15 (its ``worker_niceness``): a replica, which does the service's work, then
+gets a fraction of a core shared with any ordinary process. A local Ray started here runs its workers at nice 0, and
+each replica asks for nice 0 itself (allowed where the user may raise priority; on a cluster start the nodes with
+``RAY_worker_niceness=0 ray start ...``).
+
+A job's input batch goes to the job-store actor as a numpy array (through Ray's object store, not pickled bytes;
+the actor keeps a copy, so the job outlives the replica that received it), and comes back to a worker only when
+that worker did not decode and check the batch itself at submission (ModelService keeps the latest ones it
+decoded: a job run where it was submitted is not fetched, hashed or imported again)."""
 from __future__ import annotations
 
 from hemlp.serving.jobs import DEFAULT_LEASE_S, DEFAULT_MAX_FINISHED_JOBS, DEFAULT_MAX_QUEUED_JOBS, MemoryJobStore
 from hemlp.serving.service import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_KEYS, MemoryKeyStore
 
-__all__ = ["serve", "APP_NAME", "ActorProxy"]
+__all__ = ["serve", "start_ray", "APP_NAME", "ActorProxy", "SharedJobStore"]
 
 APP_NAME = "hemlp"
 #: calls the job-store actor serves at once: each replica's worker waits on it for the next job, and each
@@ -43,6 +53,37 @@ class ActorProxy:
         return lambda *args: ray.get(method.remote(*args))
 
 
+class SharedJobStore(MemoryJobStore):
+    """The MemoryJobStore of the job-store actor: it keeps its own copy of a job's body (the call's argument, a
+    numpy array, arrives as a view of Ray's object store, which belongs to the replica that sent it)."""
+
+    def submit(self, key_id: str, body, origin: str | None = None) -> str | None:
+        import numpy as np
+
+        return super().submit(key_id, np.array(body, np.uint8, copy=True), origin)
+
+
+def start_ray(address: str | None = None) -> None:
+    """ray.init for serving, unless Ray runs already: a local Ray (address None) with its workers at nice 0 (see the
+    module docstring), or the cluster at ``address``."""
+    import ray
+
+    if not ray.is_initialized():
+        local = {} if address else dict(_system_config={"worker_niceness": 0})
+        ray.init(address=address, include_dashboard=False, log_to_driver=False, **local)
+
+
+def _normal_priority() -> None:
+    """This process at nice 0, where it may raise its priority (a Ray worker starts at nice 15)."""
+    import os
+
+    try:
+        if os.getpriority(os.PRIO_PROCESS, 0) > 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except OSError:         # not allowed (no CAP_SYS_NICE): the cluster's worker_niceness stays
+        pass
+
+
 def _deployment(serve_mod, replicas: int, threads: int | None):
     from starlette.requests import Request
     from starlette.responses import Response
@@ -54,6 +95,7 @@ def _deployment(serve_mod, replicas: int, threads: int | None):
                      direct=None):
             from hemlp.serving.service import ModelService
 
+            _normal_priority()
             self.service = ModelService(model_dir, allow_insecure, max_body_bytes, max_keys, ActorProxy(keys),
                                         ActorProxy(jobs), threads=threads)
             self.service.start_jobs()           # this replica takes queued jobs, whichever replica received them
@@ -126,12 +168,10 @@ def serve(model_dir, host: str = "127.0.0.1", port: int = 8000, replicas: int = 
 
         raise RuntimeUnavailableError("hemlp serve needs Ray Serve: pip install 'ray[serve]' (or serve without Ray: "
                                       "hemlp serve --no-ray)") from None
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-
+    start_ray(address)
     keys = ray.remote(num_cpus=0)(MemoryKeyStore).remote(max_keys)
     # a threaded actor: claims and long polls block in it, each on a thread of its own, until a job arrives or ends
-    jobs = ray.remote(num_cpus=0, max_concurrency=JOB_STORE_CONCURRENCY)(MemoryJobStore).remote(
+    jobs = ray.remote(num_cpus=0, max_concurrency=JOB_STORE_CONCURRENCY)(SharedJobStore).remote(
         max_queued_jobs, max_finished_jobs, DEFAULT_LEASE_S)
     serve_mod.start(http_options={"host": host, "port": int(port)})
     direct = None if direct_port is None else (host, int(direct_port))

@@ -54,6 +54,11 @@ STATUS = ((KeyMismatchError, 409), (MissingKeyError, 409), (ContextMismatchError
           (LevelError, 400), (ScaleMismatchError, 400))
 #: the longest a GET /v1/jobs/ID/result?wait=S holds its request (a long poll; the client asks again after)
 MAX_WAIT_S = 30.0
+#: decoded input batches of submitted jobs a process keeps for its own worker (the oldest out first when full):
+#: a job run where it was submitted is not fetched, hashed and imported a second time
+PREPARED_JOBS = 4
+#: ... and their bodies' bytes at most (an imported batch takes about twice its seeded upload)
+PREPARED_BYTES = 256 << 20
 JOB_PATH = re.compile(r"/v1/jobs/([^/]{1,200})(/result)?")
 
 
@@ -134,6 +139,8 @@ class ModelService:
         self.eval_lock = threading.Lock()
         self._worker = None
         self._worker_lock = threading.Lock()
+        self._prepared: OrderedDict = OrderedDict()          # job id -> (body size, its checked EncryptedBatch)
+        self._prepared_lock = threading.Lock()
 
     def start_jobs(self) -> None:
         """Start this process's job worker (once): it runs queued jobs, whichever process queued them."""
@@ -265,12 +272,26 @@ class ModelService:
 
     # ---- jobs (hemlp.serving.jobs)
     def _submit(self, query, body):
-        key_id, _, _ = self._request(query, body)
-        job_id = self.jobs.submit(key_id, bytes(body))
+        import numpy as np
+
+        from hemlp.fhe.serialize import Received
+
+        key_id, _, ct = self._request(query, body)
+        # a view (a Received's buffer is its own and read-only: no copy), as an array: a shared store's actor
+        # takes it through Ray's object store, not pickled
+        data = np.frombuffer(body.data if isinstance(body, Received) else body, np.uint8)
+        self.start_jobs()
+        # held while the job is queued, so this process's worker, which may claim it at once, finds its batch
+        with self._prepared_lock:
+            job_id = self.jobs.submit(key_id, data, self._worker.worker_id)
+            if job_id is not None and len(data) <= PREPARED_BYTES:
+                self._prepared[job_id] = (len(data), ct)
+                while (len(self._prepared) > PREPARED_JOBS
+                       or sum(n for n, _ in self._prepared.values()) > PREPARED_BYTES):
+                    self._prepared.popitem(last=False)
         if job_id is None:
             raise HttpError(503, f"the job queue is full ({self.jobs.limits()['max_queued']} jobs waiting): retry "
                                  "later", "Busy")
-        self.start_jobs()
         return _json(202, dict(job_id=job_id, status="queued"))
 
     def _job_status(self, query, body):
@@ -304,11 +325,21 @@ class ModelService:
                                  "latest finished jobs only)", "UnknownJob")
         return status
 
-    def _execute(self, key_id: str, body: bytes):
-        """A job on the worker thread: (result bytes, None) or (None, the error /v1/infer would have answered)."""
+    def _execute(self, job_id: str, key_id: str, body):
+        """A job on the worker thread: (result bytes, None) or (None, the error /v1/infer would have answered).
+        body: its bytes, or None for a job this process submitted: the batch it decoded and checked then, or,
+        if it no longer keeps it, the store's copy of the bytes."""
         from hemlp.runtime.artifacts import EncryptedBatch
 
         try:
-            return self._evaluate(self._keys(key_id), EncryptedBatch.from_bytes(body, self.model)), None
+            with self._prepared_lock:
+                _, ct = self._prepared.pop(job_id, (None, None))
+            keys = self._keys(key_id)
+            if ct is None:
+                body = body if body is not None else self.jobs.body(job_id)
+                if body is None:                # finished meanwhile: a lost worker's job, run again elsewhere
+                    raise HttpError(404, f"no job {job_id!r} to run on this server", "UnknownJob")
+                ct = EncryptedBatch.from_bytes(memoryview(body), self.model)     # bytes or a uint8 array
+            return self._evaluate(keys, ct), None
         except Exception as e:  # noqa: BLE001 - a job's failure is its answer, the worker carries on
             return None, error_answer(e)

@@ -220,3 +220,46 @@ def test_ray_serve_jobs_on_two_replicas(served, ray_serve_url):
     with pytest.raises(ServerError) as e:
         client.result("nosuchjob")
     assert e.value.status == 404 and e.value.name == "UnknownJob"
+
+
+def test_a_job_goes_back_to_its_submitter_without_its_body():
+    """The worker of the process that submitted a job (which keeps the batch it decoded) claims it without the
+    body; any other worker gets the body; body() gives it until the job ends."""
+    store = MemoryJobStore()
+    mine = store.submit("k", b"one", "w1")
+    theirs = store.submit("k", b"two", "w1")
+    assert store.claim("w1", 0) == (mine, "k", None) and store.body(mine) == b"one"
+    assert store.claim("w2", 0) == (theirs, "k", b"two")
+    store.finish(mine, "w1", result=b"r")
+    assert store.body(mine) is None and store.body("nosuchjob") is None
+
+
+def test_the_shared_store_keeps_its_own_copy_of_a_body():
+    """The job-store actor's store copies the array it is handed (a view of Ray's object store, which belongs to
+    the replica that sent it)."""
+    from hemlp.serving.ray_serve import SharedJobStore
+
+    src = np.frombuffer(b"encrypted batch", np.uint8)
+    store = SharedJobStore()
+    job = store.submit("k", src, "w1")
+    kept = store.body(job)
+    assert bytes(kept) == b"encrypted batch" and not np.shares_memory(kept, src)
+
+
+def test_jobs_beyond_the_kept_batches_read_their_bodies(served):
+    """More jobs queued than a process keeps decoded (service.PREPARED_JOBS): the first run from the batches
+    decoded at submission, the rest from the store's bytes; every result is /v1/infer's, bit for bit."""
+    from hemlp.serving.service import PREPARED_JOBS
+
+    cm, x, d, _ = served
+    svc = make_service(d)
+    try:
+        sk, _, key_id = _keys(svc, cm)
+        cts = [cm.encrypt(x[(4 * i) % 96: (4 * i) % 96 + 4], sk).to_bytes() for i in range(PREPARED_JOBS + 3)]
+        with svc.eval_lock:        # the worker waits: every job is queued (or held) before any runs
+            job_ids = [json.loads(svc.handle("POST", "/v1/jobs", {"key": key_id}, ct)[2])["job_id"] for ct in cts]
+        for ct, job_id in zip(cts, job_ids):
+            status, _, body = svc.handle("GET", f"/v1/jobs/{job_id}/result", {"wait": "60"}, b"")
+            assert status == 200 and body == svc.handle("POST", "/v1/infer", {"key": key_id}, ct)[2]
+    finally:
+        svc.close()

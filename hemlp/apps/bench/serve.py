@@ -16,15 +16,27 @@ The baseline is the same request in process (encrypt, run, decrypt; no HTTP), ``
 level and after the last, so that the machine's noise (other processes, clock changes) reaches both alike. The serving
 overhead of a level is a ratio: its p50 over the in-process p50 and its p99 over the in-process p99 (with several
 clients it includes the queueing behind the other clients' requests: one process evaluates one request at a time).
+
+Throughput against replicas (``--replay-clients``): a load generator replays requests encrypted once (two per client
+identity, built before any level), so that the clients, which share the machine's cores with the server, cost little
+CPU: each of n threads sends its bodies back to back on one kept-alive connection (``--replay-requests`` in all) and
+compares every answer with the in-process run of the same ciphertext, byte for byte. Reported per level: requests
+per second, p50 / p99, and the CPU seconds per request of the server (this process and the processes it started:
+the threading server's threads, or Ray's processes, replicas and proxy included; the replay threads' own CPU
+subtracted) and of the replaying clients, with the machine's CPU use over the level (every process: a busy machine
+shows). Requests per second of server CPU is throughput per core: what replicas on idle cores would add.
 """
 from __future__ import annotations
 
+import http.client
+import os
 import statistics
 import tempfile
 import threading
 import time
 import warnings
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -43,6 +55,10 @@ def add_arguments(p) -> None:
     p.add_argument("--ray-replicas", default="",
                    help="comma-separated Ray Serve replica counts to measure after the threading server (e.g. 1,2)")
     p.add_argument("--local-block", type=int, default=2, help="in-process requests before each level and at the end")
+    p.add_argument("--replay-clients", default="",
+                   help="comma-separated client counts of the replay load test (requests encrypted once, replayed; "
+                        "e.g. 1,2,4): throughput and CPU per request against replicas")
+    p.add_argument("--replay-requests", type=int, default=24, help="requests of one replay level")
     p.add_argument("--threads", type=int, default=1,
                    help="native threads per evaluation: in process, in the threading server and in each replica")
     p.add_argument("--preset", default=None, help="CKKS preset (default: the compiler's 128-bit choice)")
@@ -88,12 +104,9 @@ class _Server:
         else:
             import socket
 
-            import ray
+            from hemlp.serving.ray_serve import serve, start_ray
 
-            from hemlp.serving.ray_serve import serve
-
-            if not ray.is_initialized():
-                ray.init(include_dashboard=False, log_to_driver=False)
+            start_ray()                         # a local Ray, its workers (the replicas) at normal priority
             ports = []
             for _ in range(2):
                 with socket.socket() as s:
@@ -139,6 +152,90 @@ def _level(clients, api: str, per_client: int, x) -> tuple[list, float]:
     return lat, time.perf_counter() - t0
 
 
+def _cpu_ticks(pid) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])         # utime + stime
+
+
+def _tree_cpu_s() -> float:
+    """CPU seconds of this process and of every process it started (a local Ray's processes), Linux /proc."""
+    children: dict = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            total += _cpu_ticks(pid)
+        except OSError:
+            continue
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        v = [int(t) for t in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return (sum(v) - idle) / os.sysconf("SC_CLK_TCK"), sum(v) / os.sysconf("SC_CLK_TCK")
+
+
+def _replay_level(url: str, bodies: list, n: int, total: int) -> dict:
+    """n threads, each replaying its client's pre-encrypted (key id, body, expected result) on one kept-alive
+    connection, ``total`` requests in all; every answer compared with the in-process result."""
+    parts = urlsplit(url)
+    per = max(1, total // n)
+    lat, client_cpu, bad = [], [0.0], []
+    lock = threading.Lock()
+
+    def work(k):
+        key_id, reqs = bodies[k]
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
+        c0 = time.thread_time()
+        mine = []
+        for j in range(per):
+            body, expected = reqs[j % len(reqs)]
+            t0 = time.perf_counter()
+            conn.request("POST", f"/v1/infer?key={key_id}", body=body,
+                         headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(body))})
+            r = conn.getresponse()
+            data = r.read()
+            mine.append(time.perf_counter() - t0)
+            if r.status != 200 or data != expected:
+                with lock:
+                    bad.append((r.status, data[:200]))
+        conn.close()
+        with lock:
+            lat.extend(mine)
+            client_cpu[0] += time.thread_time() - c0
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n)]
+    cpu0, (busy0, all0) = _tree_cpu_s(), _machine_busy()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    cpu1, (busy1, all1) = _tree_cpu_s(), _machine_busy()
+    if bad:
+        raise RuntimeError(f"{len(bad)} replayed requests did not answer the in-process result: {bad[0]}")
+    server_cpu = cpu1 - cpu0 - client_cpu[0]
+    return dict(clients=n, requests=len(lat), requests_per_second=len(lat) / wall, p50_s=_percentile(lat, 0.5),
+                p99_s=_percentile(lat, 0.99), wall_s=wall, server_cpu_s_per_request=server_cpu / len(lat),
+                client_cpu_s_per_request=client_cpu[0] / len(lat), server_cores_busy=server_cpu / wall,
+                requests_per_server_cpu_s=len(lat) / server_cpu, machine_cpu_busy=(busy1 - busy0) / (all1 - all0),
+                verified=len(lat))
+
+
 def main(args) -> int:
     import hemlp
     from hemlp.serving import Client
@@ -158,7 +255,8 @@ def main(args) -> int:
     # one key pair per client identity, made once (untimed) and uploaded to each server
     client_model = hemlp.load(d / "client", allow_insecure=insecure)
     t0 = time.perf_counter()
-    keys = [client_model.keygen(verbose=False) for _ in range(max(levels))]
+    identities = max(levels + _ints(args.replay_clients))
+    keys = [client_model.keygen(verbose=False) for _ in range(identities)]
     keygen_s = (time.perf_counter() - t0) / len(keys)
     sk, ek = keys[0]
     local: list = []
@@ -174,10 +272,25 @@ def main(args) -> int:
 
     local_block()                           # warm: the first in-process request encodes the weights
     local.clear()
+    replay_levels = _ints(args.replay_clients)
+    replay, run_only = [], []
+    if replay_levels:
+        from hemlp.runtime.artifacts import EncryptedBatch
+
+        # two requests per client identity, encrypted once; the result each must give: the in-process run's bytes
+        for k, (sk_k, ek_k) in enumerate(keys[:max(replay_levels)]):
+            reqs = []
+            for j in range(2):
+                body = client_model.encrypt(x[2 * k + j:2 * k + j + 1], sk_k).to_bytes()
+                t0 = time.perf_counter()
+                out = cm.run(EncryptedBatch.from_bytes(body, cm), ek_k)
+                run_only.append(time.perf_counter() - t0)
+                reqs.append((body, out.to_bytes()))
+            replay.append(reqs)
     results = []
     try:
         for kind, replicas in servers:
-            server = _Server(kind, replicas, d / "server", max(16, 2 * max(levels)), insecure, args.threads)
+            server = _Server(kind, replicas, d / "server", max(16, 2 * identities), insecure, args.threads)
             try:
                 for ingress, url in server.urls.items():
                     clients = [Client(url, client_model, allow_insecure=insecure, keys=k) for k in keys]
@@ -186,6 +299,11 @@ def main(args) -> int:
                     # warm, untimed: a serving process loads a client's keys on its first request from that client
                     _level(clients, "infer", 2, x)
                     rows = []
+                    for n in replay_levels:
+                        lv = _replay_level(url, [(c.key_id, reqs) for c, reqs in zip(clients, replay)], n,
+                                           args.replay_requests)
+                        rows.append(dict(api="replay", **lv))
+                        print(kind, replicas, ingress or "", rows[-1], flush=True)
                     for api in apis:
                         for n in levels:
                             before = local_block()
@@ -212,7 +330,8 @@ def main(args) -> int:
     p50, p99 = _percentile(local, 0.5), _percentile(local, 0.99)
     for s in results:
         for r in s["rows"]:
-            r["overhead_p50"], r["overhead_p99"] = r["p50_s"] / p50, r["p99_s"] / p99
+            if r["api"] != "replay":
+                r["overhead_p50"], r["overhead_p99"] = r["p50_s"] / p50, r["p99_s"] / p99
     payload = dict(
         measured=True, command="python -m hemlp.bench serve " + " ".join(
             f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v not in (None, "") and k != "json"),
@@ -220,6 +339,8 @@ def main(args) -> int:
         native_threads=args.threads,
         keygen_s=keygen_s, eval_key_bytes=len(ek.to_bytes(cm.context)),
         in_process=dict(requests=len(local), median_s=statistics.median(local), p50_s=p50, p99_s=p99, samples=local),
+        **(dict(in_process_run=dict(requests=len(run_only), median_s=statistics.median(run_only),
+                                    samples=run_only)) if run_only else {}),
         servers=results, notes=[
             "latency: encrypt + send + evaluate + receive + decrypt as the client sees it, loopback; clients are "
             "threads of the benchmark process, so their encryption and decryption share the machine's cores with "
@@ -229,7 +350,13 @@ def main(args) -> int:
             "'direct' = the same replicas' own port (hemlp serve --direct-port: shared by the node's replicas, "
             "the kernel spreading connections over them)",
             "overhead_p50 / overhead_p99: the level's p50 / p99 over the in-process p50 / p99 (same request, no "
-            "HTTP), the in-process requests interleaved with the levels"])
+            "HTTP), the in-process requests interleaved with the levels",
+            *(["api 'replay': requests encrypted once and replayed by the benchmark's threads on kept-alive "
+               "connections, every answer equal to the in-process run of the same ciphertext byte for byte "
+               "('verified'); server_cpu_s_per_request: CPU of this process and the processes it started (Ray's "
+               "included) minus the replaying threads' own, per request; machine_cpu_busy: the whole machine's CPU "
+               "use over the level, every process counted (1.0 = all cores); in_process_run: run() alone on the "
+               "replayed ciphertexts, no encryption or decryption"] if replay_levels else [])])
     report.publish(payload, "serve", args.json, report.machine_info(), busy, _print)
     return 0
 
@@ -242,7 +369,9 @@ def _print(payload) -> None:
         for r in s["rows"]:
             rows.append([name, r["api"], r["clients"], r["requests"], f"{r['requests_per_second']:.2f}",
                          f"{r['p50_s'] * 1e3:.0f}", f"{r['p99_s'] * 1e3:.0f}",
-                         f"{r['overhead_p50']:.2f}x / {r['overhead_p99']:.2f}x"])
+                         f"{r['overhead_p50']:.2f}x / {r['overhead_p99']:.2f}x" if "overhead_p50" in r else
+                         f"server {r['server_cpu_s_per_request'] * 1e3:.0f} ms CPU/req, "
+                         f"machine {r['machine_cpu_busy'] * 100:.0f} %"])
     ip = payload["in_process"]
     report.table(["server", "api", "clients", "requests", "req/s", "p50 ms", "p99 ms", "vs in-process p50 / p99"],
                  rows, title=f"hemlp serve ({payload['preset']}, {payload['security']}, loopback); in process: "
