@@ -46,7 +46,7 @@ import warnings
 import numpy as np
 
 from hemlp.apps.bench import cluster_job, report
-from hemlp.apps.bench.local_raylets import local_cluster_script, node_cpu
+from hemlp.apps.bench.local_raylets import connected_cluster, cpu_since, local_cluster_script, node_cpu
 
 HELP = "a batch job projected to 1..64 nodes: compute, network bytes per layer, memory per node (--measure: raylets)"
 
@@ -298,8 +298,7 @@ def measure_on_cluster(lc, desc, cm, ek, ct, ref=None) -> dict:
     wall = time.perf_counter() - t0
     after_cpu = node_cpu(lc, desc)
     got = settle_metrics(ports) - before_bytes
-    cpu = {str(port): sum(v - before_cpu.get(port, {}).get(p, 0.0) for p, v in after_cpu[port].items())
-           for port in after_cpu}
+    cpu = cpu_since(before_cpu, after_cpu)
     same = ref is None or all(a.to_bytes() == b.to_bytes() for a, b in zip(out.ctm.cts, ref.ctm.cts, strict=True))
     warm_same = ref is None or all(a.to_bytes() == b.to_bytes() for a, b in zip(warm.ctm.cts, ref.ctm.cts,
                                                                                  strict=True))
@@ -330,8 +329,6 @@ def measure(node_counts, memory: int = 2 * 2 ** 30) -> list:
     lc = local_cluster_script()
     saved = {k: os.environ.get(k) for k in ("RAY_metrics_report_interval_ms", *lc.auth_env())}
     os.environ.update(RAY_metrics_report_interval_ms=str(METRICS_INTERVAL_MS), **lc.auth_env())
-    import ray
-
     cm, x = check_case()
     sk, ek = cm.keygen()
     ct = cm.encrypt(x, sk)
@@ -339,17 +336,8 @@ def measure(node_counts, memory: int = 2 * 2 ** 30) -> list:
     rows = []
     try:
         for K in node_counts:
-            desc = lc.start(int(K), memory, cpus=1, object_store=256 * 2 ** 20, state=None)
-            try:
-                ray.init(address=desc["address"], log_to_driver=False)
+            with connected_cluster(lc, int(K), memory, 256 * 2 ** 20) as desc:
                 got = measure_on_cluster(lc, desc, cm, ek, ct, ref)
-            finally:
-                if ray.is_initialized():
-                    ray.shutdown()
-                lc.stop_dir(desc["temp_dir"])
-            left = lc.cluster_pids(desc["temp_dir"])
-            if left:
-                raise RuntimeError(f"processes of the measured cluster survived: {sorted(left)}")
             rows.append(dict(measured=got, model=model_for_check(cm, int(K))))
     finally:
         for k, v in saved.items():

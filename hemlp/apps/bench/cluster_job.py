@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from hemlp.apps.bench import report
-from hemlp.apps.bench.local_raylets import local_cluster_script, node_cpu, node_trees
+from hemlp.apps.bench.local_raylets import connected_cluster, cpu_since, local_cluster_script, node_cpu, node_trees
 
 #: the job's hidden width (issue #30: 784-1024-1024-1024-10)
 HIDDEN = 1024
@@ -172,28 +172,14 @@ class MemorySampler:
 # ---------------------------------------------------------------------------------------------- the runs
 def run_on_cluster(lc, K: int, cm, ct, ek, key_folder: Path, node_memory: int, object_store: int) -> tuple:
     """(measured row, output EncryptedBatch) of the plan on a fresh local cluster of K raylets, stopped after."""
-    import ray
-
-    if ray.is_initialized():        # a Ray of this process's own (a local one) is not the cluster to measure
-        ray.shutdown()
-    desc = lc.start(int(K), node_memory, cpus=1, object_store=object_store, state=None)
-    try:
-        ray.init(address=desc["address"], log_to_driver=False)
+    with connected_cluster(lc, K, node_memory, object_store) as desc:
         before = node_cpu(lc, desc)
         st: dict = {}
         with MemorySampler(lc, desc) as mem:
             t0 = time.perf_counter()
             out = cm.run(ct, ek, runtime="ray", num_workers=int(K), shared_keys=str(key_folder), stats=st)
             wall = time.perf_counter() - t0
-        after = node_cpu(lc, desc)
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        lc.stop_dir(desc["temp_dir"])
-    left = lc.cluster_pids(desc["temp_dir"])
-    if left:
-        raise RuntimeError(f"processes of the measured cluster survived: {sorted(left)}")
-    cpu = {str(port): sum(v - before.get(port, {}).get(p, 0.0) for p, v in after[port].items()) for port in after}
+        cpu = cpu_since(before, node_cpu(lc, desc))
     steps = {k: v for k, v in st.items() if isinstance(v, dict) and not k.startswith("_")}
     row = dict(raylets=int(K), wall_seconds=wall, cpu_seconds_by_node=cpu, cpu_seconds=sum(cpu.values()),
                peak_private_bytes_by_node=mem.peak_anon, peak_pss_bytes_by_node=mem.peak_pss,

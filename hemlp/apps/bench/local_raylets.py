@@ -2,12 +2,13 @@
 each raylet's process tree and its CPU seconds (/proc)."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 
 from hemlp.apps.bench import report
 
-__all__ = ["local_cluster_script", "node_trees", "node_cpu", "proc_cpu"]
+__all__ = ["local_cluster_script", "connected_cluster", "node_trees", "node_cpu", "cpu_since", "proc_cpu"]
 
 
 def local_cluster_script():
@@ -55,3 +56,30 @@ def node_cpu(lc, desc) -> dict:
                 continue
         out[port] = cpu
     return out
+
+
+def cpu_since(before: dict, after: dict) -> dict:
+    """{node-manager port (str): CPU seconds its workers spent} between two node_cpu readings (a process that
+    started in between counts from zero)."""
+    return {str(port): sum(v - before.get(port, {}).get(p, 0.0) for p, v in after[port].items()) for port in after}
+
+
+@contextlib.contextmanager
+def connected_cluster(lc, nodes: int, memory: int, object_store: int):
+    """A fresh local cluster of `nodes` raylets (1 CPU each) that this process's Ray is connected to; yields its
+    description; disconnects, stops it and checks that none of its processes survived."""
+    import ray
+
+    if ray.is_initialized():        # a Ray of this process's own (a local one) is not the cluster to measure
+        ray.shutdown()
+    desc = lc.start(int(nodes), memory, cpus=1, object_store=object_store, state=None)
+    try:
+        ray.init(address=desc["address"], log_to_driver=False)
+        yield desc
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        lc.stop_dir(desc["temp_dir"])
+    left = lc.cluster_pids(desc["temp_dir"])
+    if left:
+        raise RuntimeError(f"processes of the measured cluster survived: {sorted(left)}")
