@@ -31,5 +31,7 @@ def test_bench_serve_smoke(tmp_path, capsys):
             assert 0 < r["machine_cpu_busy"] <= 1 and "overhead_p50" not in r
         else:
             assert r["overhead_p50"] == pytest.approx(r["p50_s"] / doc["in_process"]["p50_s"])
+        if r["api"] != "replay" and r["clients"] == 1:         # each request paired with one in process
+            assert len(r["in_process_paired_s"]) == r["requests"] and r["overhead_paired_p50"] > 0
     assert doc["in_process_run"]["requests"] == 4             # two replayed ciphertexts per client identity
     assert "vs in-process" in capsys.readouterr().out

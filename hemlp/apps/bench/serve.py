@@ -127,8 +127,9 @@ class _Server:
             ray_serve.shutdown()
 
 
-def _level(clients, api: str, per_client: int, x) -> tuple[list, float]:
-    """Latencies of every request of one level, and its wall-clock seconds."""
+def _level(clients, api: str, per_client: int, x, paired=None) -> tuple[list, float]:
+    """Latencies of every request of one level, and its wall-clock seconds. paired (one client): a function of a
+    sample index run after each request, untimed here (the in-process request of the same sample)."""
     lat: list = []
     lock = threading.Lock()
 
@@ -142,6 +143,8 @@ def _level(clients, api: str, per_client: int, x) -> tuple[list, float]:
                 c.result(c.submit(x[i:i + 1]))
             with lock:
                 lat.append(time.perf_counter() - t0)
+            if paired is not None:
+                paired(i)
 
     threads = [threading.Thread(target=work, args=(c, k)) for k, c in enumerate(clients)]
     t0 = time.perf_counter()
@@ -261,12 +264,13 @@ def main(args) -> int:
     sk, ek = keys[0]
     local: list = []
 
+    def local_one(i):
+        t0 = time.perf_counter()
+        cm.decrypt(cm.run(cm.encrypt(x[i:i + 1], sk), ek), sk)
+        return time.perf_counter() - t0
+
     def local_block():
-        block = []
-        for i in range(args.local_block):
-            t0 = time.perf_counter()
-            cm.decrypt(cm.run(cm.encrypt(x[i:i + 1], sk), ek), sk)
-            block.append(time.perf_counter() - t0)
+        block = [local_one(i) for i in range(args.local_block)]
         local.extend(block)
         return block
 
@@ -308,10 +312,19 @@ def main(args) -> int:
                         for n in levels:
                             before = local_block()
                             per_client = max(2, min(args.requests, args.level_requests // n))
-                            lat, wall = _level(clients[:n], api, per_client, x)
-                            rows.append(dict(api=api, clients=n, requests=len(lat),
-                                             requests_per_second=len(lat) / wall, p50_s=_percentile(lat, 0.5),
-                                             p99_s=_percentile(lat, 0.99), samples=lat, in_process_before_s=before))
+                            # one client: each request followed by the same request in process, the pair's
+                            # ratio taken under the same load (the machine's load drifts over a level)
+                            pairs: list = []
+                            paired = None if n > 1 else (lambda i: pairs.append(local_one(i)))
+                            lat, wall = _level(clients[:n], api, per_client, x, paired)
+                            row = dict(api=api, clients=n, requests=len(lat),
+                                       requests_per_second=len(lat) / (sum(lat) if pairs else wall),
+                                       p50_s=_percentile(lat, 0.5), p99_s=_percentile(lat, 0.99), samples=lat,
+                                       in_process_before_s=before)
+                            if pairs:
+                                row.update(in_process_paired_s=pairs, overhead_paired_p50=statistics.median(
+                                    [a / b for a, b in zip(lat, pairs)]))
+                            rows.append(row)
                             print(kind, replicas, ingress or "", {k: v for k, v in rows[-1].items()
                                                                   if not isinstance(v, list)}, flush=True)
                     native = clients[0].describe().get("native_threads")
@@ -351,6 +364,9 @@ def main(args) -> int:
             "the kernel spreading connections over them)",
             "overhead_p50 / overhead_p99: the level's p50 / p99 over the in-process p50 / p99 (same request, no "
             "HTTP), the in-process requests interleaved with the levels",
+            "one client: each request is followed by the same sample's request in process "
+            "(in_process_paired_s); overhead_paired_p50 is the median of the pairs' ratios (both under the same "
+            "load), requests_per_second the served requests over their own seconds",
             *(["api 'replay': requests encrypted once and replayed by the benchmark's threads on kept-alive "
                "connections, every answer equal to the in-process run of the same ciphertext byte for byte "
                "('verified'); server_cpu_s_per_request: CPU of this process and the processes it started (Ray's "
@@ -369,7 +385,9 @@ def _print(payload) -> None:
         for r in s["rows"]:
             rows.append([name, r["api"], r["clients"], r["requests"], f"{r['requests_per_second']:.2f}",
                          f"{r['p50_s'] * 1e3:.0f}", f"{r['p99_s'] * 1e3:.0f}",
-                         f"{r['overhead_p50']:.2f}x / {r['overhead_p99']:.2f}x" if "overhead_p50" in r else
+                         f"{r['overhead_p50']:.2f}x / {r['overhead_p99']:.2f}x" + (
+                             f" (paired {r['overhead_paired_p50']:.2f}x)" if "overhead_paired_p50" in r else "")
+                         if "overhead_p50" in r else
                          f"server {r['server_cpu_s_per_request'] * 1e3:.0f} ms CPU/req, "
                          f"machine {r['machine_cpu_busy'] * 100:.0f} %"])
     ip = payload["in_process"]
