@@ -34,4 +34,6 @@ def test_bench_serve_smoke(tmp_path, capsys):
         if r["api"] != "replay" and r["clients"] == 1:         # each request paired with one in process
             assert len(r["in_process_paired_s"]) == r["requests"] and r["overhead_paired_p50"] > 0
     assert doc["in_process_run"]["requests"] == 4             # two replayed ciphertexts per client identity
+    st = doc["stages_cpu"]
+    assert st["upload_bytes"] > st["result_bytes"] > 0 and min(v for k, v in st.items() if k.endswith("_s")) >= 0
     assert "vs in-process" in capsys.readouterr().out

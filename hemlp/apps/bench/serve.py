@@ -239,6 +239,61 @@ def _replay_level(url: str, bodies: list, n: int, total: int) -> dict:
                 verified=len(lat))
 
 
+def _stages(cm, client_model, x, sk, ek, repeats: int = 7) -> dict:
+    """CPU seconds (this process, all its threads; median of ``repeats``) of each stage of one request, measured
+    alone: what the client and a server do in process, and what serving adds (the body's SHA-256, once on each
+    side; the server's parse: its SHA-256 and the import of the ciphertexts, which expands their seeded halves; the
+    loopback transfer, both sides' copies)."""
+    import hashlib
+    import socket
+
+    from hemlp.runtime.artifacts import EncryptedBatch
+
+    def cpu(fn):
+        times = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            fn()
+            times.append(time.process_time() - t0)
+        return statistics.median(times)
+
+    ct = client_model.encrypt(x[:1], sk)
+    body = ct.to_bytes()
+    parsed = EncryptedBatch.from_bytes(body, cm)
+    out = cm.run(parsed, ek)
+    result = out.to_bytes()
+
+    def loopback():
+        a, b = socket.socketpair()
+        buf = memoryview(bytearray(len(body)))
+        reader = threading.Thread(target=_drain, args=(b, buf))
+        reader.start()
+        a.sendall(body)
+        reader.join()
+        a.close()
+        b.close()
+
+    return dict(upload_bytes=len(body), result_bytes=len(result), repeats=repeats,
+                encrypt_s=cpu(lambda: client_model.encrypt(x[:1], sk)),
+                body_sha256_s=cpu(lambda: hashlib.sha256(body).digest()),
+                to_stream_s=cpu(lambda: ct.to_stream()),
+                parse_s=cpu(lambda: EncryptedBatch.from_bytes(body, cm)),
+                run_s=cpu(lambda: cm.run(parsed, ek)),
+                loopback_s=cpu(loopback),
+                result_to_bytes_s=cpu(out.to_bytes),
+                result_parse_s=cpu(lambda: EncryptedBatch.from_bytes(result, client_model)),
+                decrypt_s=cpu(lambda: client_model.decrypt(out, sk)))
+
+
+def _drain(sock, buf) -> None:
+    got = 0
+    while got < len(buf):
+        n = sock.recv_into(buf[got:])
+        if not n:
+            break
+        got += n
+
+
 def main(args) -> int:
     import hemlp
     from hemlp.serving import Client
@@ -276,6 +331,7 @@ def main(args) -> int:
 
     local_block()                           # warm: the first in-process request encodes the weights
     local.clear()
+    stages = _stages(cm, client_model, x, sk, ek)
     replay_levels = _ints(args.replay_clients)
     replay, run_only = [], []
     if replay_levels:
@@ -352,6 +408,7 @@ def main(args) -> int:
         native_threads=args.threads,
         keygen_s=keygen_s, eval_key_bytes=len(ek.to_bytes(cm.context)),
         in_process=dict(requests=len(local), median_s=statistics.median(local), p50_s=p50, p99_s=p99, samples=local),
+        stages_cpu=stages,
         **(dict(in_process_run=dict(requests=len(run_only), median_s=statistics.median(run_only),
                                     samples=run_only)) if run_only else {}),
         servers=results, notes=[
@@ -364,6 +421,10 @@ def main(args) -> int:
             "the kernel spreading connections over them)",
             "overhead_p50 / overhead_p99: the level's p50 / p99 over the in-process p50 / p99 (same request, no "
             "HTTP), the in-process requests interleaved with the levels",
+            "stages_cpu: each stage of one request alone, CPU seconds of this process (all threads), median of "
+            "its repeats; serving adds body_sha256_s on each side (client and server), parse_s (the server's "
+            "SHA-256 and import), loopback_s, result_to_bytes_s and result_parse_s to what the in-process request "
+            "does (encrypt_s, run_s, decrypt_s)",
             "one client: each request is followed by the same sample's request in process "
             "(in_process_paired_s); overhead_paired_p50 is the median of the pairs' ratios (both under the same "
             "load), requests_per_second the served requests over their own seconds",
