@@ -192,15 +192,16 @@ def _machine_busy() -> tuple[float, float]:
 
 
 def _replay_level(url: str, bodies: list, n: int, total: int) -> dict:
-    """n threads, each replaying its client's pre-encrypted (key id, body, expected result) on one kept-alive
-    connection, ``total`` requests in all; every answer compared with the in-process result."""
+    """n threads, each replaying a client identity's pre-encrypted (key id, body, expected result) on one kept-alive
+    connection (thread k: identity k modulo their number), ``total`` requests in all; every answer compared with the
+    in-process result."""
     parts = urlsplit(url)
     per = max(1, total // n)
     lat, client_cpu, bad = [], [0.0], []
     lock = threading.Lock()
 
     def work(k):
-        key_id, reqs = bodies[k]
+        key_id, reqs = bodies[k % len(bodies)]          # more replaying threads than identities: shared
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
         c0 = time.thread_time()
         mine = []
@@ -313,7 +314,8 @@ def main(args) -> int:
     # one key pair per client identity, made once (untimed) and uploaded to each server
     client_model = hemlp.load(d / "client", allow_insecure=insecure)
     t0 = time.perf_counter()
-    identities = max(levels + _ints(args.replay_clients))
+    # the replay's threads share the identities beyond 4 (each identity's keys are tens of MB on every server)
+    identities = max(levels + [min(4, n) for n in _ints(args.replay_clients)])
     keys = [client_model.keygen(verbose=False) for _ in range(identities)]
     keygen_s = (time.perf_counter() - t0) / len(keys)
     sk, ek = keys[0]
@@ -338,7 +340,7 @@ def main(args) -> int:
         from hemlp.runtime.artifacts import EncryptedBatch
 
         # two requests per client identity, encrypted once; the result each must give: the in-process run's bytes
-        for k, (sk_k, ek_k) in enumerate(keys[:max(replay_levels)]):
+        for k, (sk_k, ek_k) in enumerate(keys[:min(len(keys), max(replay_levels))]):
             reqs = []
             for j in range(2):
                 body = client_model.encrypt(x[2 * k + j:2 * k + j + 1], sk_k).to_bytes()
