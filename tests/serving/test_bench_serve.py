@@ -28,7 +28,7 @@ def test_bench_serve_smoke(tmp_path, capsys):
         assert r["p50_s"] <= r["p99_s"]
         if r["api"] == "replay":        # pre-encrypted requests, each answer the in-process run's bytes
             assert r["verified"] == r["requests"] and r["server_cpu_s_per_request"] > 0
-            assert 0 < r["machine_cpu_busy"] <= 1 and "overhead_p50" not in r
+            assert 0 < r["machine_cpu_busy"] <= 1 + 1e-6 and "overhead_p50" not in r
         else:
             assert r["overhead_p50"] == pytest.approx(r["p50_s"] / doc["in_process"]["p50_s"])
         if r["api"] != "replay" and r["clients"] == 1:         # each request paired with one in process
