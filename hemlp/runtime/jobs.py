@@ -49,6 +49,7 @@ from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
 from hemlp.fhe.files import write_atomic
 from hemlp.progress import Progress
 from hemlp.runtime.ray.batch import RayItems
+from hemlp.runtime.ray.node_keys import load_shared, shared_key_folder
 from hemlp.runtime.retry import root_cause, transient
 
 __all__ = ["run_batch", "list_inputs", "WeightsJob", "ModelJob", "CallableJob", "BatchResult", "BatchOutputError",
@@ -158,7 +159,14 @@ class WeightsJob:
 
 @dataclasses.dataclass
 class ModelJob:
-    """out = compiled.run(in, eval_keys): inputs are EncryptedBatch files of a compiled model directory."""
+    """out = compiled.run(in, eval_keys): inputs are EncryptedBatch files of a compiled model directory.
+
+    shared_keys: how the Ray workers of one machine hold the evaluation keys (bootstrapping keys included), as
+    RayOptions.shared_keys (hemlp.runtime.ray.node_keys): None / True (default), the first worker of a machine
+    decodes them and writes the machine's shared key file in the temporary folder hemlp-keys-<uid>, every worker
+    there maps it (one copy per machine); a path, that private folder; False, a decoded copy per worker. The same
+    bits either way, so it is not part of the job's fingerprint. In this process (LocalItems, InProcessItems) the
+    default writes no file: run_batch turns None into False there."""
 
     files: dict                         # the model directory's files, by name (shipped to workers as bytes)
     keys: np.ndarray                    # the EvalKeys file as uint8: Ray keeps it out of band, so every task reads it
@@ -166,19 +174,22 @@ class ModelJob:
     model_id: str
     allow_insecure: bool = False        # the driver's policy (the caller's decision), carried to the workers
     keys_sha: str = ""                  # _sha(keys), computed once on the driver (not once per item)
+    shared_keys: object = None          # RayOptions.shared_keys' policy for the workers' keys (see above)
 
     @classmethod
-    def from_paths(cls, model, keys, allow_insecure: bool = False) -> "ModelJob":
+    def from_paths(cls, model, keys, allow_insecure: bool = False, shared_keys=None) -> "ModelJob":
         """model: a compiled model directory (hemlp.load) or a CompiledModel (whose own policy then applies); keys:
-        an EvalKeys file. allow_insecure: accept a directory below 128-bit security (tests only)."""
+        an EvalKeys file. allow_insecure: accept a directory below 128-bit security (tests only). shared_keys: see
+        the class (a ValueError here, not in the workers, for a value that is none of its forms)."""
+        shared_key_folder(shared_keys)
         if not isinstance(model, (str, os.PathLike)):  # a CompiledModel in memory: ship its saved files
             with tempfile.TemporaryDirectory(prefix="hemlp-model-") as tmp:
                 model.save(tmp)
-                return cls._from_dir(Path(tmp), keys, model.allow_insecure)
-        return cls._from_dir(Path(model), keys, allow_insecure)
+                return cls._from_dir(Path(tmp), keys, model.allow_insecure, shared_keys)
+        return cls._from_dir(Path(model), keys, allow_insecure, shared_keys)
 
     @classmethod
-    def _from_dir(cls, d: Path, keys, allow_insecure: bool) -> "ModelJob":
+    def _from_dir(cls, d: Path, keys, allow_insecure: bool, shared_keys=None) -> "ModelJob":
         try:
             files = {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.is_file()}
             kbytes = Path(keys).read_bytes()
@@ -186,21 +197,28 @@ class ModelJob:
             raise SerializationError(f"cannot read the compiled model {d} or keys {keys}: {exc}") from None
         compiled = hemlp.load(d, allow_insecure=allow_insecure)  # validates the directory and keys once, on the driver
         EvalKeys.from_bytes(kbytes, compiled)
-        return cls(files, np.frombuffer(kbytes, np.uint8), compiled.model_id, bool(allow_insecure), _sha(kbytes))
+        return cls(files, np.frombuffer(kbytes, np.uint8), compiled.model_id, bool(allow_insecure), _sha(kbytes),
+                   shared_keys)
 
     @property
     def key(self) -> str:
         return f"model:{self.model_id}:" + (self.keys_sha or _sha(self.keys))
 
     def _loaded(self):
+        sha = self.keys_sha or _sha(self.keys)
+
         def make():
             with tempfile.TemporaryDirectory(prefix=f"hemlp-model-{self.model_id}-") as tmp:
                 for name, data in self.files.items():
                     (Path(tmp) / name).write_bytes(data)
                 compiled = hemlp.load(tmp, allow_insecure=self.allow_insecure)  # reads everything into memory
-            return compiled, EvalKeys.from_bytes(memoryview(self.keys), compiled)
+            # the machine's one copy (named after the key set), written by the first worker that decodes them
+            keys = load_shared(f"job-{sha}", compiled, lambda: EvalKeys.from_bytes(memoryview(self.keys), compiled),
+                               self.shared_keys)
+            return compiled, keys
 
-        return _cached(("model", self.model_id, self.keys_sha or _sha(self.keys)), make)
+        # by policy too: a job that asks for a private copy gets one, whatever an earlier job of the process mapped
+        return _cached(("model", self.model_id, sha, repr(self.shared_keys)), make)
 
     def process(self, data: bytes) -> bytes:
         compiled, keys = self._loaded()
@@ -414,6 +432,8 @@ def run_batch(job, inputs, out_dir, *, retries: int = 2, executor="ray", address
         if executor not in ("ray", "local"):
             raise ValueError(f"executor must be 'ray', 'local' or an executor object, got {executor!r}")
         executor = LocalItems() if executor == "local" else RayItems(address, num_workers)
+    if isinstance(executor, LocalItems) and isinstance(job, ModelJob) and job.shared_keys is None:
+        job = dataclasses.replace(job, shared_keys=False)   # one process holds one copy: no key file for it
     if retries < 0:
         raise ValueError("retries must be >= 0")
     t0 = time.perf_counter()
@@ -502,9 +522,11 @@ class LocalItems:
 
 
 def run_model_batch(compiled, eval_keys, inputs, out_dir, *, address: str | None = None, allow_insecure: bool = False,
-                    **kw) -> list:
-    """`hemlp batch`: run a compiled model (directory or CompiledModel) over EncryptedBatch files.
-    Returns the output paths; raises BatchItemsFailedError naming the items that failed."""
-    res = run_batch(ModelJob.from_paths(compiled, eval_keys, allow_insecure), inputs, out_dir, address=address, **kw)
+                    shared_keys=None, **kw) -> list:
+    """`hemlp batch`: run a compiled model (directory or CompiledModel) over EncryptedBatch files. shared_keys: how
+    the Ray workers of a machine hold the keys (ModelJob). Returns the output paths; raises BatchItemsFailedError
+    naming the items that failed."""
+    res = run_batch(ModelJob.from_paths(compiled, eval_keys, allow_insecure, shared_keys), inputs, out_dir,
+                    address=address, **kw)
     res.raise_failed()
     return res.outputs

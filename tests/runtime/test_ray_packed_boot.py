@@ -134,3 +134,38 @@ def test_workers_of_a_machine_map_one_copy_of_the_keys(local_ray, boot_packed, t
     files = sorted(folder.glob("*.keys"))
     assert len(files) == 1 and files[0].stat().st_size > ek.bootstrap_keys.memory_bytes // 2
     assert not files[0].stat().st_mode & 0o222             # read-only: replaced by rename, never rewritten
+
+
+def test_batch_job_workers_map_one_copy_of_the_keys(local_ray, boot_packed, tmp_path):
+    """`hemlp batch`'s ModelJob with shared_keys (as RayOptions.shared_keys): the first worker of the machine writes
+    the job's evaluation keys (bootstrapping keys included) to the private folder, every worker maps that file; the
+    outputs are byte-identical to a job whose workers decode their own copies (shared_keys=False) and to the
+    in-process run. A value that is none of the policy's forms is a ValueError on the driver."""
+    cm, x, _, _ = boot_packed
+    sk, ek = cm.keygen()            # a key set no worker has loaded yet
+    cm.save(tmp_path / "model")
+    ek.save(tmp_path / "eval.keys", cm.context)
+    (tmp_path / "in").mkdir()
+    want = {}
+    for i in range(2):
+        ct = cm.encrypt(x[8 * i: 8 * i + 16], sk)
+        ct.save(tmp_path / "in" / f"r{i}.ct")
+        want[f"r{i}.ct"] = cm.run(ct, ek).to_bytes()
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    inputs = jobs.list_inputs(tmp_path / "in")
+    args = (tmp_path / "model", tmp_path / "eval.keys", inputs)
+    shared = jobs.run_model_batch(*args, tmp_path / "shared", progress=False, allow_insecure=True,
+                                  shared_keys=str(folder))
+    private = jobs.run_model_batch(*args, tmp_path / "private", progress=False, allow_insecure=True,
+                                   shared_keys=False)
+    for a, b in zip(shared, private, strict=True):
+        assert a.read_bytes() == b.read_bytes() == want[a.name]
+    files = sorted(folder.glob("*.keys"))
+    assert len(files) == 1 and files[0].stat().st_size > ek.bootstrap_keys.memory_bytes // 2
+    assert not files[0].stat().st_mode & 0o222             # read-only: replaced by rename, never rewritten
+    job = jobs.ModelJob.from_paths(tmp_path / "model", tmp_path / "eval.keys", allow_insecure=True,
+                                   shared_keys=str(folder))
+    assert job.key == jobs.ModelJob.from_paths(tmp_path / "model", tmp_path / "eval.keys", allow_insecure=True).key
+    with pytest.raises(ValueError, match="shared_keys"):
+        jobs.ModelJob.from_paths(tmp_path / "model", tmp_path / "eval.keys", allow_insecure=True, shared_keys=3)
