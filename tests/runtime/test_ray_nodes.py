@@ -2,7 +2,9 @@
 nodes would be (scripts/local_cluster.py: `ray start --head` plus `ray start --address ... --num-cpus 1 --memory
 ...`), a compiled model's run sharded over them bit-identical to the in-process run, compile's nodes='auto' /
 node_memory='auto' reading the cluster, tasks placed next to their shards (only what the shards model says moves
-crosses between raylets, on a grid given or on the runtime's default: the plan's split), a worker node whose
+crosses between raylets, on a grid given or on the runtime's default: the plan's split), a bootstrapped plan on the
+same split with every bootstrap call (and MaMBo unit) a task on the node holding its ciphertexts (the keys decoded
+once per machine with shared keys), a worker node whose
 raylet is killed (by pid) in the middle of the job: its tasks are retried on the other nodes and the output keeps
 every bit, and a batch job that loses a node beyond Ray's retries: it stops naming the fix, and rerunning it
 resumes with outputs bit-identical to an uninterrupted run.
@@ -178,6 +180,105 @@ def test_the_split_grids_follow_the_shards_model(case):
     for K in (2, NODES):
         split = split_of(lay.steps, N, lay.chunks, K)
         assert (split.p_n, split.p_r) == (K, 1) and all(split.grids[s] == (1, K, 1) for s in pcmms)
+
+
+def boot_plan(batch: int, dims=(6, 8, 8, 3), low: float = -0.9, **kw) -> dict:
+    """A bootstrapped layout (A) MLP (default 6-8-8-3 at test-N12-boot, x^2 activations, one refresh point of 8
+    rows, no MaMBo) for a batch of `batch` samples, its keys, input and in-process output (one thread: on a loaded
+    2-core machine the default threads cost more than they give)."""
+    rng = np.random.default_rng(17)
+    cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(low, 0.9, (batch, 6))
+    kw = dict(dict(mambo=False, preset="test-N12-boot"), **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(mlp(dims=dims, seed=5), cal, batch_size=batch, bootstrap=True, layout="batch",
+                           allow_insecure=True, **kw)
+        sk, ek = cm.keygen()
+        ct = cm.encrypt(x, sk)
+        ref = cm.run(ct, ek, threads=1)
+    return dict(cm=cm, ek=ek, ct=ct, ref=ref)
+
+
+def check_bootstraps(st, lay, per_call: int, decoded) -> None:
+    """Every bootstrap step of the run ran as refresh tasks (per_call ciphertexts a call), each on the node it was
+    sent to (the one holding most of its ciphertexts), reading its tiles' rows only (its input's producer cut its
+    blocks at them), the keys decoded `decoded` times (an int, or "per process")."""
+    steps = {s.out: s for s in lay.steps}
+    boots = [s for s in lay.steps if s.op == "bootstrap"]
+    assert boots
+    for b in boots:
+        e = st[b.out]
+        level_in = steps[b.inputs[0]].level_out
+        assert e["op"] == "bootstrap" and e["bootstraps"] == -(-b.rows * lay.chunks // per_call), e
+        assert e["placement"]["placed"] == e["placement"]["on_node"] == e["tasks"] > 0, e["placement"]
+        assert e["bytes"]["read"] == b.rows * lay.chunks * 2 * (level_in + 1) * lay.params.N * 8
+        assert 1 <= e["keys_loaded"] <= len(e["processes"])
+        assert e["keys_decoded"] == (e["keys_loaded"] if decoded == "per process" else decoded)
+    assert st["_placement"]["tasks"] == st["_placement"]["on_node"] > 0, st["_placement"]
+
+
+def test_a_bootstrapped_plan_takes_the_split(cluster, tmp_path):
+    """compile(..., bootstrap=True) in layout (A), one chunk, batched bootstraps (k = 2: 4 ciphertexts a call) on
+    the runtime's default over 3 nodes: the plan's split (every PCMM on its grid: two gathers and a reduce of one
+    chunk's rows), every bootstrap call a task on the node holding its rows, the bootstrapping keys decoded once on
+    this machine (shared_keys: one key file that every worker maps); the output keeps every bit."""
+    case = boot_plan(2048, batch_bootstrap=2)
+    if not ray.is_initialized():
+        ray.init(address=cluster["address"], log_to_driver=False)
+    cm = case["cm"]
+    lay = cm.layout_impl
+    assert lay.chunks == 1 and all(s.info.k == 2 for s in lay.steps if s.op == "bootstrap")
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    st = {}
+    out = cm.run(case["ct"], case["ek"], runtime="ray", shared_keys=str(folder), stats=st)
+    assert same(out, case["ref"])
+    plan, split = lay.node_peak(NODES), st["_split"]
+    assert (split["cluster_nodes"], split["p_n"], split["p_r"]) == (NODES, plan["p_n"], plan["p_r"]) == (NODES, 1, 3)
+    pcmms = [s.out for s in lay.steps if s.op == "pcmm"]
+    assert all(st[s]["grid"][:3] == tuple(split["grids"][s]) for s in pcmms)
+    check_bootstraps(st, lay, 4, decoded=1)
+    assert len(nodes_used(st)) == NODES
+    assert len(list(folder.glob("*.keys"))) == 1
+
+
+def test_bootstrap_calls_across_chunk_groups(cluster):
+    """Three chunks, one per node (the split (1, 3, 1)), single bootstraps: the in-process run pairs consecutive
+    ciphertexts, so the pairs cross the chunk groups and a task takes its partners' rows from the other nodes;
+    without shared keys every worker process decodes its own copy. Bit-identical."""
+    case = boot_plan(6144, batch_bootstrap=False)
+    if not ray.is_initialized():
+        ray.init(address=cluster["address"], log_to_driver=False)
+    cm = case["cm"]
+    lay = cm.layout_impl
+    st = {}
+    out = cm.run(case["ct"], case["ek"], runtime="ray", shared_keys=False, stats=st)
+    assert same(out, case["ref"])
+    assert st["_split"]["p_n"] == NODES
+    check_bootstraps(st, lay, 2, decoded="per process")
+
+
+def test_mambo_steps_take_the_split(cluster):
+    """MaMBo (a PCMM fused into S2C-first refreshes, then a level drop fused into its tasks) at test-N10-boot, 3
+    chunks on 3 nodes: the MaMBo step is a task per unit of the in-process run (chunks 0 and 1 sharing every
+    refresh, chunk 2 alone), each on the node holding most of its chunks' rows; bit-identical."""
+    case = boot_plan(1100, dims=(6, 2, 8, 3), low=-0.6, mambo=True, batch_bootstrap=2, preset="test-N10-boot")
+    if not ray.is_initialized():
+        ray.init(address=cluster["address"], log_to_driver=False)
+    cm = case["cm"]
+    lay = cm.layout_impl
+    fused = [s for s in lay.steps if s.op == "mambo"]
+    assert fused and lay.chunks == 3
+    st = {}
+    out = cm.run(case["ct"], case["ek"], runtime="ray", stats=st)
+    assert same(out, case["ref"])
+    assert st["_split"]["p_n"] == NODES
+    for s in fused:
+        e = st[s.out]
+        assert e["op"] == "mambo" and e["bootstraps"] == e["tasks"] == 2, e
+        assert e["placement"]["placed"] == e["placement"]["on_node"] == 2
+        assert any(st[d]["fused_into"] == s.out for d in st if d.startswith(f"{s.out}#L"))   # its drop
+    assert st["_placement"]["tasks"] == st["_placement"]["on_node"] > 0
 
 
 def gate_hook(tasks, at: int, others: float = 0.0):

@@ -371,7 +371,7 @@ def test_default_grid_splits_parts_for_a_wide_layer():
 def test_step_by_step_fallback(local_ray, mlp_case, monkeypatch):
     """Programs RayProgram does not know run through local.run with the per-step RayExecutor: same bits."""
     c = mlp_case
-    monkeypatch.setattr(run, "supported", lambda steps, C: False)
+    monkeypatch.setattr(run, "supported", lambda steps, C, bootstraps=False: False)
     st = {}
     out = c["cm"].run(c["ct"], c["ek"], runtime="ray", stats=st)
     assert same(out, c["ref"])

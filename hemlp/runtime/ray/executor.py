@@ -1,6 +1,7 @@
 """RayExecutor: the per-step executor that ``local.run`` calls, on a connected Ray.
 
-The fallback for programs with steps RayProgram does not know: PCMMs through ``ray_pcmm`` / ``ray_pcmm_gather``,
+The fallback for programs with steps RayProgram does not know (and for bootstrapped plans on one node; on several
+nodes RayProgram runs them on the plan's split): PCMMs through ``ray_pcmm`` / ``ray_pcmm_gather``,
 elementwise steps as tasks over groups of ciphertexts sent from and returned to the driver (``pack_cts``), and a
 bootstrap step as one task per bootstrap (one ciphertext or a pair: ``local.bootstrap_units``; an S2C-first batch
 of k pairs: ``local.batch_units``) and a MaMBo step as one task per chunk pair (``local.mambo_units``), spread over
@@ -19,7 +20,7 @@ from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
 from hemlp.runtime.ray.node_keys import KeyHolder
 from hemlp.runtime.ray.session import spread_options
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
-from hemlp.runtime.ray.tasks import bootstrap_remote, elementwise_remote, mambo_remote
+from hemlp.runtime.ray.tasks import boot_kind, bootstrap_remote, elementwise_remote, mambo_remote
 
 __all__ = ["RayExecutor"]
 
@@ -118,9 +119,6 @@ class RayExecutor(RayDriver):
             self._boot = (ctx.hash, digest, KeyHolder(self.ray.put(data), self.shared_keys))
         return self._boot[1], self._boot[2]
 
-    def _boot_kind(self) -> str:
-        return "batch" if isinstance(self.bootstrap_keys, BatchBootstrapKeys) else "single"
-
     def _collect(self, ctx, pending: list, n: int) -> tuple[list, list]:
         """The outputs of (indices, refs) tasks placed by index, and the tasks' metas."""
         out, tasks = [None] * n, []
@@ -136,13 +134,7 @@ class RayExecutor(RayDriver):
         """A bootstrap step: every bootstrap (unit) a task of its own, so the workers take them as they free up;
         the results land where local.bootstrap_rows puts them, with the same bits. CtS-first single bootstraps go
         one or two ciphertexts a task; the S2C-first batched pipeline one batch (k pairs) a task."""
-        if self.bootstrap_keys is None:
-            raise MissingKeyError(f"step {step.out} bootstraps: run the plan with the eval keys' bootstrapping keys")
-        kind = self._boot_kind()
-        if kind != ("batch" if step.info.order == "s2c_first" else "single"):
-            raise MissingKeyError(f"step {step.out} runs the {step.info.order or 'cts_first'} bootstrapping "
-                                  f"pipeline; the eval keys hold {type(self.bootstrap_keys).__name__}: use the eval "
-                                  "keys this plan's keygen() makes")
+        kind = boot_kind(self.bootstrap_keys, step)
         t0 = time.perf_counter()
         params = self._params_of(ctx)
         digest, holder = self._boot_keys(ctx)

@@ -12,7 +12,19 @@ costs bytes, never bits. On a one-node cluster nothing is placed (Ray's default)
 """
 from __future__ import annotations
 
-__all__ = ["Placement"]
+__all__ = ["Placement", "live_cpus", "split_nodes"]
+
+
+def live_cpus(ray) -> dict:
+    """{node id: CPUs} of the connected cluster's live nodes with at least one CPU: the nodes tasks are placed on."""
+    return {n["NodeID"]: float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1}
+
+
+def split_nodes(cpus: dict, num_workers: int) -> int:
+    """K, the nodes a run splits over: the nodes of `cpus` (live_cpus), no more than the workers asked for
+    (num_workers=1 is one task wherever it runs); 1 on a one-node cluster."""
+    return min(len(cpus), int(num_workers)) if len(cpus) > 1 else 1
 
 
 class Placement:
@@ -24,8 +36,7 @@ class Placement:
 
     def __init__(self, ray):
         self.ray = ray
-        self.cpus = {n["NodeID"]: float(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes()
-                     if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= 1}
+        self.cpus = live_cpus(ray)
         self.here = ray.get_runtime_context().get_node_id()   # the driver's node: what it puts lives there
         self.where: dict = {}      # object id (hex) -> the node it is (or will be) on
         self.count: dict = {}      # node -> tasks of the open wave sent there

@@ -33,6 +33,17 @@ blocks (the two polynomials of every ciphertext in different tasks).
 On several nodes every task is sent to the node that holds most of its arguments' bytes, its wave balanced over
 the nodes (hemlp.runtime.ray.placement): a block stays where it was made, and only the rows a task lacks move.
 
+A bootstrap step (a plan compiled with bootstrap=True; run_on_ray sends such plans here on several nodes) is a wave of
+"refresh" tasks, one per tile of whole bootstrap calls (split.refresh_tiles over local.refresh_units: a pair of
+ciphertexts, or k pairs of the S2C-first batched pipeline, with the in-process partners, so the same bits), each sent
+to the node holding its ciphertexts and holding threads_per_task CPUs; the elementwise steps after it are fused into
+those tasks. The calls pair ciphertexts by level and scale, so the driver fetches the metas of the bootstrap's input
+before it submits the wave (the one wait between waves). The producer of that input returns its blocks in row pieces
+cut at the tiles' rows (split.row_cuts), so a tile's task takes only its rows. The bootstrapping keys are put once
+per run (a node_keys.KeyHolder: a worker fetches them only to decode them, once per machine with shared keys). A
+MaMBo step is a wave of "mambo" tasks, one per unit of local.mambo_units (two chunks sharing every refresh, or one),
+each on the node holding most of its chunks' rows (it reads them all: every output row reads every input row).
+
 Per step, ``stats`` gets the bytes the tasks read and wrote through the store next to the model, the grid, the
 task count, nodes, the tasks placed and those that ran where they were sent, and the tasks' own wall and CPU
 seconds.
@@ -40,6 +51,7 @@ seconds.
 from __future__ import annotations
 
 import time
+from collections import namedtuple
 
 import numpy as np
 
@@ -47,19 +59,26 @@ from hemlp import pcmm
 from hemlp.errors import LevelError, ShapeError
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.grid import grid_store, pcmm_store_bytes
-from hemlp.runtime.local import ElementwiseOp
+from hemlp.runtime.local import ElementwiseOp, mambo_units, refresh_units
 from hemlp.runtime.ray.blocks import (PARTS, Block, Dist, ct_bytes, export_block, import_block, meta_of, row_pieces,
                                       splits, staging_buffer)
 from hemlp.runtime.ray.cost import node_threads, sharded, store_grid
-from hemlp.runtime.ray.driver import RayDriver, relin_bytes
+from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
 from hemlp.runtime.ray.gemm import pcmm_in_meta
-from hemlp.runtime.ray.placement import Placement
+from hemlp.runtime.ray.node_keys import KeyHolder
+from hemlp.runtime.ray.placement import Placement, live_cpus, split_nodes
 from hemlp.runtime.ray.session import driver_threads, usable_cores
-from hemlp.runtime.ray.split import split_of
-from hemlp.runtime.ray.tasks import ELEMENTWISE, group_remote
+from hemlp.runtime.ray.split import refresh_tiles, row_cuts, split_of
+from hemlp.runtime.ray.tasks import ELEMENTWISE, boot_kind, group_remote
 from hemlp.step_ops import ACT_OPS, CT_PRODUCT_OPS, StepOp
 
-__all__ = ["RayProgram", "SUPPORTED", "supported"]
+__all__ = ["RayProgram", "SUPPORTED", "BOOTSTRAPPED", "supported"]
+
+#: what the driver knows of a ciphertext when it cuts a bootstrap step into calls (local.refresh_units reads these)
+_CtMeta = namedtuple("_CtMeta", "level scale is_complex")
+#: and of a value when it cuts a MaMBo step into chunk units (local.mambo_units reads these)
+_Cts = namedtuple("_Cts", "cts chunks")
+
 
 class _Wave:
     """What a group's submission returns: output blocks (both part refs, the meta ref whose block metas count, out
@@ -71,6 +90,10 @@ class _Wave:
 
 #: the step ops RayProgram runs (run_on_ray falls back to RayExecutor for any other)
 SUPPORTED = (StepOp.INPUT, StepOp.PCMM, StepOp.ADD, StepOp.ALIAS, StepOp.OUTPUT) + ELEMENTWISE
+#: and with refreshes (run_on_ray sends bootstrapped plans here on several nodes; on one, to RayExecutor)
+BOOTSTRAPPED = SUPPORTED + (StepOp.BOOTSTRAP, StepOp.MAMBO)
+#: the refresh steps: a wave of their own (never in a node-local segment), their tasks next to their ciphertexts
+REFRESH = (StepOp.BOOTSTRAP, StepOp.MAMBO)
 
 
 class RayProgram(RayDriver):
@@ -83,17 +106,26 @@ class RayProgram(RayDriver):
     planner's ``grid_store``, see ``cost.sharded``), (p_m, p_n, p_k[, p_s]) for every PCMM, or {step: grid} (those
     steps on their grids, tasks of one thread).
     cts_per_task: None (default) fuses every elementwise step into the task that produced its input or the next
-    node-local task; a number runs elementwise steps as their own tasks over groups of that many ciphertexts. stats
+    node-local task; a number runs elementwise steps as their own tasks over groups of that many ciphertexts.
+    bootstrap_keys: the hemlp.bootstrap keys of a program with bootstrap steps (BootstrapKeys or BatchBootstrapKeys);
+    shared_keys: how a machine's workers hold them (RayOptions.shared_keys, hemlp.runtime.ray.node_keys). stats
     (after run): per step, the grid (sharded) or threads (node-local), tasks, nodes, bytes read / written through
     the store (measured: every put, argument and return is a numpy array whose size the tasks report) next to the
     model, seconds and the tasks' own seconds. tune_malloc: see RayDriver (off by default)."""
 
     def __init__(self, num_workers: int | None = None, grid=None, cts_per_task: int | None = None,
-                 threads_per_task: int = 1, tune_malloc: bool | None = None):
+                 threads_per_task: int = 1, tune_malloc: bool | None = None, bootstrap_keys=None, shared_keys=None):
         super().__init__(num_workers, grid, cts_per_task, threads_per_task, tune_malloc)
         self.node_threads = node_threads(self.ray, self.num_workers)
+        self.bootstrap_keys, self.shared_keys = bootstrap_keys, shared_keys
         self._grids = grid              # this run's grids: grid=, or the plan's split (run)
         self._share_threads = None      # the threads of a task per node's share (the split), else None
+        self._boot = None               # (digest, KeyHolder, kind) of the bootstrapping keys put in this run
+        self._cuts: dict = {}           # value -> the rows its producer cuts its blocks at (a bootstrap reads it)
+
+    def split_nodes(self) -> int:
+        """K, the nodes a run splits over: the live nodes with CPUs, at most num_workers (1 on one node)."""
+        return split_nodes(live_cpus(self.ray), self.num_workers)
 
     # hooks (tests inject faults here)
     def _layer_start(self, name: str) -> None:
@@ -108,7 +140,7 @@ class RayProgram(RayDriver):
             spec["rlk"], spec["rlk_bytes"] = self._rlk[1:], self._rlk_bytes
         return spec
 
-    def _put_input(self, ctx, C, row_parts: int, col_parts: int, ctmajor: bool = False) -> Dist:
+    def _put_input(self, ctx, C, row_parts: int, col_parts: int, ctmajor: bool = False, row_ranges=None) -> Dist:
         """The client's ciphertexts into the store once, in the blocks the first consumer reads (one object per
         part). All of it before the first task: a part split's second task needs the second part anyway, so
         putting the parts one by one under the first task only shifts the wait (measured).
@@ -117,12 +149,14 @@ class RayProgram(RayDriver):
         (limbs, N) views of the native memory that the put copies straight into the store — one copy instead of an
         export into a staging array and then the put's copy; the GEMM reads the rows from that list in place.
         Otherwise (elementwise steps and additions import whole ciphertexts) one limb-major array per part,
-        exported on every core: no task runs yet."""
+        exported on every core: no task runs yet. row_ranges: the blocks' (a, b) row ranges instead of row_parts
+        even ones (a bootstrap's tiles)."""
         t0 = time.perf_counter()
         ray, d, c = self.ray, C.shape[0], C.chunks
         blocks, put = [], 0
         with driver_threads(usable_cores()):
-            for rs in splits(d, min(row_parts, d)):
+            rows = (splits(d, min(row_parts, d)) if row_ranges is None else [slice(a, b) for a, b in row_ranges])
+            for rs in rows:
                 for cs in splits(c, min(col_parts, c)):
                     objs = [C.cts[r * c + j].native for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
                     L = objs[0].level + 1
@@ -243,8 +277,10 @@ class RayProgram(RayDriver):
             # each output in row pieces (num_workers in all): the next wave's tasks read only their rows
             n_pieces = max(1, self.num_workers // len(ranges))
             out_rows = {o: rr if rr is not None else (0, shapes[o][0]) for o in outputs}
-            pieces = {o: row_pieces(out_rows[o][1] - out_rows[o][0], n_pieces) for o in outputs}
-            spec = dict(base, inputs=inputs, values=values, out_rows=rr, n_pieces=n_pieces)
+            # a value a bootstrap reads: in pieces at its tiles' rows (the tasks of its calls read only theirs)
+            pieces = {o: (self._pieces(self._cuts[o], out_rows[o]) if o in self._cuts
+                          else row_pieces(out_rows[o][1] - out_rows[o][0], n_pieces)) for o in outputs}
+            spec = dict(base, inputs=inputs, values=values, out_rows=rr, n_pieces=n_pieces, pieces=pieces)
             # one task: where its inputs are (on two raylets, SPREAD sent a one-task program's 1.2 GB input to the
             # other node: +50 % end to end, bench ray --nodes 2); several: each next to its rows
             refs = self._submit(2 * sum(map(len, pieces.values())) + 1, spec, *args, sizes=sizes, metas=margs,
@@ -272,8 +308,129 @@ class RayProgram(RayDriver):
         self._pending.append((group, wave, blocks, time.perf_counter() - t0))
         return dists
 
+    @staticmethod
+    def _pieces(cuts, rows) -> list:
+        """Rows (r0, r1) cut at the global rows `cuts`, as local (a, b) ranges."""
+        r0, r1 = rows
+        edges = [r0, *[x for x in cuts if r0 < x < r1], r1]
+        return [(a - r0, b - r0) for a, b in zip(edges, edges[1:])]
+
+    def _submit_cut(self, spec, cuts, out_rows, J, *args, sizes, metas, cpus) -> list:
+        """A task returning one output block (rows out_rows x chunks J), in row pieces at `cuts` (split.row_cuts):
+        its blocks' final entries."""
+        pcs = self._pieces(cuts, out_rows) if cuts else [(0, out_rows[1] - out_rows[0])]
+        if len(pcs) > 1:
+            spec = dict(spec, cuts=pcs)
+        refs = self._submit(2 * len(pcs) + 1, spec, *args, sizes=sizes, metas=metas, cpus=cpus)
+        nc = J[1] - J[0]
+        return [((refs[2 * k], refs[2 * k + 1]), refs[-1], (out_rows[0] + a, out_rows[0] + b), J,
+                 None if len(pcs) == 1 else (a * nc, b * nc)) for k, (a, b) in enumerate(pcs)]
+
+    def _put_boot_keys(self, ctx, steps, chunks: int) -> None:
+        """The bootstrapping keys of the program's bootstrap steps into the store once (their kind checked against
+        the steps: tasks.boot_kind), and the rows at which the values the bootstraps read are cut (their tiles as
+        planned: every call pairs, as it does when the ciphertexts share level and scale)."""
+        self._boot, self._cuts = None, {}
+        boots = [s for s in steps if s.op in REFRESH]
+        if not boots:
+            return
+        kind = {boot_kind(self.bootstrap_keys, s) for s in boots}.pop()   # MaMBo: the S2C-first (batch) keys
+        data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
+        # in a holder: a task fetches the bytes only when its machine has no shared copy and it decodes them
+        self._boot = (digest, KeyHolder(self.ray.put(data), self.shared_keys), kind)
+        self.stats["_bootstrap_keys"] = dict(op="keys", put_bytes=len(data), nodes=[], tasks=0, kind=kind)
+        for s in (s for s in boots if s.op == StepOp.BOOTSTRAP):
+            units, _ = refresh_units([_CtMeta(s.level_out, 1.0, False)] * (int(s.rows) * chunks), s)
+            self._cuts[s.inputs[0]] = row_cuts(refresh_tiles(units, int(s.rows), chunks))
+
+    def _known_metas(self, D: Dist) -> None:
+        """Fill the metas of D's blocks still being computed: the driver waits for their producers' meta dicts."""
+        pending = list(dict.fromkeys(b.meta_src[0] for b in D.blocks if b.metas is None))
+        got = dict(zip(pending, self.ray.get(pending))) if pending else {}
+        for b in D.blocks:
+            if b.metas is None:
+                ref, a, bb = b.meta_src
+                m = got[ref]["metas"]
+                b.metas, b.meta_src = (m if a is None else m[a:bb]), None
+
     # ---- groups
-    def _pcmm_group(self, ctx, s, X, ops, weight_bits: int, level_out: int) -> _Wave:
+    def _boot_group(self, ctx, s, X, ops, level_out: int, drop=None) -> _Wave:
+        """Bootstrap step s (and the elementwise steps `ops` fused after it; drop: the (name, level) of the level
+        drop right after it, or None) as refresh tasks, one per tile of whole bootstrap calls (split.refresh_tiles
+        over local.refresh_units: the in-process calls and partners), each sent to the node that holds most of its
+        ciphertexts, on threads_per_task CPUs."""
+        R, c = X.shape[0], X.chunks
+        if not isinstance(X, Dist):    # the client's input: in blocks of the tiles' rows
+            X = self._put_input(ctx, X, 1, 1, row_ranges=self._pieces(self._cuts.get(s.inputs[0], ()), (0, R)))
+        self._known_metas(X)           # the calls pair ciphertexts by level and scale: the one wait
+        metas = [None] * (R * c)
+        for b in X.blocks:
+            cells = [r * c + j for r in range(b.r0, b.r1) for j in range(b.c0, b.c1)]
+            for i, m in zip(cells, b.metas, strict=True):
+                metas[i] = m
+        f = int(s.info.scale_factor)    # local.bootstrap_retag's scale x c, before the calls pair
+        units, pair = refresh_units([_CtMeta(m[0], m[1] * f if f != 1 else m[1], m[4]) for m in metas], s)
+        tiles = refresh_tiles(units, R, c)
+        base = self._common(ctx, "refresh", s.out, any(op.needs_relin for _, op in ops))
+        base.update(step=s, boot=self._boot, pair=pair, drop=drop)
+        H_in, H_out = ct_bytes(ctx, X.level), ct_bytes(ctx, level_out)
+        final, reads = [], 0
+        self._place.wave(len(tiles), self.threads)
+        for (r0, r1, c0, c1), calls in tiles:
+            inb = X.overlapping((r0, r1), (c0, c1))
+            # placement weighs the tile's own ciphertexts in each block (a block a producer cut at the tiles' rows
+            # holds no others)
+            cells = [(min(r1, b.r1) - max(r0, b.r0)) * (min(c1, b.c1) - max(c0, b.c0)) for b in inb]
+            spec = dict(base, rect=(r0, r1, c0, c1), calls=calls, inputs=[(b.desc, b.metas) for b in inb],
+                        ops=[(name, op.rows(r0, r1)) for name, op in ops])
+            r0_ref, r1_ref, meta_ref = self._submit(3, spec, *[ref for b in inb for ref in b.refs],
+                                                    sizes=[n * H_in // 2 for n in cells for _ in PARTS],
+                                                    cpus=self.threads)
+            final.append(((r0_ref, r1_ref), meta_ref, (r0, r1), (c0, c1), None))
+            reads += sum(b.nbytes for b in inb)
+        model = dict(reads=dict(inputs=reads), writes=dict(outputs=R * c * H_out), total=reads + R * c * H_out)
+        return _Wave(final, [], len(tiles), dict(shape=X.shape, chunks=c, model=model, bootstraps=len(units),
+                                                 boot_kind=self._boot[2]))
+
+    def _mambo_group(self, ctx, s, X, ops, weight_bits: int, level_out: int, drop=None) -> _Wave:
+        """MaMBo step s (U X refreshed by pcmm_bootstrap: its outputs read every input row of their chunks; and the
+        level drop and elementwise steps fused after it, as _boot_group's) as tasks, one per unit of local.mambo_units (two chunks sharing every
+        refresh, or one), each sent to the node holding most of its chunks' rows and returning the d1 output rows of
+        its chunks: the in-process units, so the same bits."""
+        R, c = X.shape[0], X.chunks
+        d1 = np.shape(s.U)[0]
+        if not isinstance(X, Dist):    # the client's input: a block per chunk
+            X = self._put_input(ctx, X, 1, c)
+        self._known_metas(X)           # whether the rows are real decides the units: the one wait
+        metas = [None] * (R * c)
+        for b in X.blocks:
+            cells = [r * c + j for r in range(b.r0, b.r1) for j in range(b.c0, b.c1)]
+            for i, m in zip(cells, b.metas, strict=True):
+                metas[i] = m
+        units, real = mambo_units(_Cts([_CtMeta(m[0], m[1], m[4]) for m in metas], c))
+        base = self._common(ctx, "mambo", s.out, any(op.needs_relin for _, op in ops))
+        base.update(step=s, boot=self._boot, bits=int(weight_bits), real=real, rows=R, drop=drop,
+                    ops=[(name, op.rows(0, d1)) for name, op in ops])
+        H_in, H_out = ct_bytes(ctx, X.level), ct_bytes(ctx, level_out)
+        final, reads = [], 0
+        self._place.wave(len(units), self.threads)
+        for u in units:
+            J = (u[0], u[-1] + 1)
+            inb = X.overlapping((0, R), J)
+            cells = [(b.r1 - b.r0) * (min(J[1], b.c1) - max(J[0], b.c0)) for b in inb]
+            spec = dict(base, J=J, inputs=[(b.desc, b.metas) for b in inb])
+            r0_ref, r1_ref, meta_ref = self._submit(3, spec, *[ref for b in inb for ref in b.refs],
+                                                    sizes=[n * H_in // 2 for n in cells for _ in PARTS],
+                                                    cpus=self.threads)
+            final.append(((r0_ref, r1_ref), meta_ref, (0, d1), J, None))
+            reads += sum(b.nbytes for b in inb)
+        model = dict(reads=dict(inputs=reads), writes=dict(outputs=d1 * c * H_out), total=reads + d1 * c * H_out)
+        return _Wave(final, [], len(units), dict(shape=(d1, X.shape[1]), chunks=c, model=model, bootstraps=len(units),
+                                                 boot_kind=self._boot[2]))
+
+    def _pcmm_group(self, ctx, s, X, ops, weight_bits: int, level_out: int, cuts=None) -> _Wave:
+        """A PCMM (and the elementwise steps fused after it) on its grid; cuts: the rows at which its output blocks
+        are returned in pieces (a bootstrap reads them: split.row_cuts), None: whole blocks."""
         ray = self.ray
         U = np.asarray(s.U, dtype=np.float64)
         d1, d2 = U.shape
@@ -354,9 +511,8 @@ class RayProgram(RayDriver):
                         if pk == 1:
                             spec["ops"] = [(name, op.rows(*out_rows)) for name, op in fused]
                             if len(g) == 2:
-                                r0_ref, r1_ref, meta_ref = self._submit(3, spec, u_refs[i, t], *args, sizes=sizes,
-                                                                        metas=margs, cpus=cpus)
-                                final.append(((r0_ref, r1_ref), meta_ref, out_rows, J, None))
+                                final += self._submit_cut(spec, cuts, out_rows, J, u_refs[i, t], *args, sizes=sizes,
+                                                          metas=margs, cpus=cpus)
                             else:
                                 spec["pieces"] = out_pieces
                                 part_refs[g[0]] = self._submit(len(out_pieces) + 1, spec, u_refs[i, t], *args,
@@ -389,9 +545,8 @@ class RayProgram(RayDriver):
                 spec = dict(base, kind="reduce", J=J, out_rows=pr, inputs=[], wave=1, piece_parts=piece_parts,
                             meta_inputs=[self._meta_spec(X.blocks[0], margs)],
                             ops=[(name, op.rows(*pr)) for name, op in fused])
-                r0_ref, r1_ref, meta_ref = self._submit(3, spec, *args, sizes=[piece] * len(args), metas=margs,
-                                                        cpus=cpus)
-                final.append(((r0_ref, r1_ref), meta_ref, pr, J, None))
+                final += self._submit_cut(spec, cuts, pr, J, *args, sizes=[piece] * len(args), metas=margs,
+                                          cpus=cpus)
                 tasks += 1
         model = pcmm_store_bytes((pm, pn, pk, ps), d1, d2, c, H_in, H_pcmm if defer else H_out, float(Uq.itemsize),
                                  d_in, P)
@@ -502,6 +657,11 @@ class RayProgram(RayDriver):
                         st["cts_per_task"] = info["cts_per_task"]
                     if "threads" in info:  # node-local tasks: their threads, the inputs their PCMMs read in place
                         st.update(threads=info["threads"], in_place=info["in_place"])
+                    if "bootstraps" in info:  # refresh tasks: the calls, and how their processes got the keys
+                        st.update(bootstraps=info["bootstraps"], boot_kind=info["boot_kind"],
+                                  processes=sorted({m["pid"] for m in allm}),
+                                  keys_loaded=sum(bool(m.get("keys_loaded")) for m in allm),
+                                  keys_decoded=sum(bool(m.get("keys_decoded")) for m in allm))
                 else:
                     st.update(fused_into=group[0].out, grid=info.get("grid"), cts_per_task=info.get("cts_per_task"))
                 self.stats[e.out] = st
@@ -511,7 +671,7 @@ class RayProgram(RayDriver):
         """Steps i, i + 1, .. up to the next sharded PCMM (or the output) as one wave of node-local tasks; returns
         the index of the step after them."""
         j = i
-        while (j < len(steps) and steps[j].op not in (StepOp.INPUT, StepOp.OUTPUT)
+        while (j < len(steps) and steps[j].op not in (StepOp.INPUT, StepOp.OUTPUT, *REFRESH)
                and steps[j].out not in self._on_grid
                and not (self.cts_per_task is not None and steps[j].op in ELEMENTWISE)):
             j += 1
@@ -540,8 +700,7 @@ class RayProgram(RayDriver):
         self._placed = [0, 0]   # tasks placed on a node, and those that ran there
         # the grids of this run: grid=, else on several nodes the plan's split over them (one task per node's share)
         self._grids, split = self.grid, None
-        # (no more nodes than the workers asked for: num_workers=1 is one task wherever it runs)
-        nodes = min(len(self._place.cpus), self.num_workers) if self._place.active else 1
+        nodes = split_nodes(self._place.cpus, self.num_workers)
         if self.grid is None and nodes > 1:
             split = split_of(steps, ctx.N, C.chunks, nodes)
             self._grids = split.grids
@@ -553,6 +712,7 @@ class RayProgram(RayDriver):
             self._rlk = (relin_key, digest, [ray.put(data)])
             self._rlk_bytes = len(data)
             self.stats["_keys"] = dict(op="keys", put_bytes=len(data), nodes=[], tasks=0)
+        self._put_boot_keys(ctx, steps, C.chunks)
         users: dict = {}
         for s in steps:
             for name in s.inputs:
@@ -575,22 +735,31 @@ class RayProgram(RayDriver):
                 out_name = s.out if s.op == "output" else out_name
                 i += 1
                 continue
-            if s.out not in self._on_grid and not (self.cts_per_task is not None and s.op in ELEMENTWISE):
+            if (s.out not in self._on_grid and s.op not in REFRESH
+                    and not (self.cts_per_task is not None and s.op in ELEMENTWISE)):
                 i = self._run_segment(ctx, steps, i, vals, users)
                 continue
             # the group: s plus the elementwise steps that only consume the previous one
             group = [s]
+            if s.op in REFRESH and _refresh_drop(steps, i + 1, users):   # its level drop, in its tasks
+                group.append(steps[i + 1])
             if self.cts_per_task is None or s.op not in ELEMENTWISE:
                 while (i + len(group) < len(steps) and steps[i + len(group)].op in ELEMENTWISE
                        and steps[i + len(group)].inputs[0] == group[-1].out and users.get(group[-1].out, 0) == 1
                        and (self.cts_per_task is None)):
                     group.append(steps[i + len(group)])
-            ops = [(e.out, ElementwiseOp.from_step(e)) for e in (group[1:] if s.op not in ELEMENTWISE else group)]
+            ops = [(e.out, ElementwiseOp.from_step(e)) for e in (group[1:] if s.op not in ELEMENTWISE else group)
+                   if e.op != StepOp.DROP]
             self._layer_start(s.out)
             t0 = time.perf_counter()
             x = vals[s.inputs[0]]
             if s.op == "pcmm":
-                wave = self._pcmm_group(ctx, s, x, ops, weight_bits, group[-1].level_out)
+                wave = self._pcmm_group(ctx, s, x, ops, weight_bits, group[-1].level_out,
+                                        self._cuts.get(group[-1].out))
+            elif s.op in REFRESH:
+                drop = next(((e.out, e.level_out) for e in group if e.op == StepOp.DROP), None)
+                wave = (self._boot_group(ctx, s, x, ops, group[-1].level_out, drop) if s.op == StepOp.BOOTSTRAP
+                        else self._mambo_group(ctx, s, x, ops, weight_bits, group[-1].level_out, drop))
             else:
                 wave = self._ew_group(ctx, s, x, ops, group[-1].level_out)
             labels = (x.meta if isinstance(x, Dist) else meta_of(x.cts[0].native))[2:]  # slots, encoding, .., key
@@ -634,8 +803,21 @@ def _release(vals: dict, users: dict, name: str) -> None:
         vals.pop(name, None)
 
 
-def supported(steps, C) -> bool:
-    """Whether RayProgram runs this program (RLWE input, every step in SUPPORTED)."""
+def _refresh_drop(steps, i: int, users: dict) -> bool:
+    """Whether step i is a level drop of the refresh before it, its only reader (fused into the refresh's tasks)."""
+    return (0 < i < len(steps) and steps[i].op == StepOp.DROP and steps[i - 1].op in REFRESH
+            and steps[i].inputs[0] == steps[i - 1].out and users.get(steps[i - 1].out, 0) == 1)
+
+
+def supported(steps, C, bootstraps: bool = False) -> bool:
+    """Whether RayProgram runs this program (RLWE input, every step in SUPPORTED; with bootstraps=True, in
+    BOOTSTRAPPED, or a level drop right after a refresh that only it reads)."""
+    ops = BOOTSTRAPPED if bootstraps else SUPPORTED
+    users: dict = {}
+    for s in steps:
+        for name in s.inputs:
+            users[name] = users.get(name, 0) + 1
     # an unrescaled PCMM (final_rescale=False) runs through RayExecutor's ray_pcmm(rescale=False)
-    return C.format == "rlwe" and all(s.op in SUPPORTED and not (s.op == StepOp.PCMM and s.info.rescale is False)
-                                      for s in steps)
+    return C.format == "rlwe" and all(
+        (s.op in ops or (bootstraps and _refresh_drop(steps, i, users)))
+        and not (s.op == StepOp.PCMM and s.info.rescale is False) for i, s in enumerate(steps))

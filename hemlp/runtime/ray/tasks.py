@@ -1,7 +1,8 @@
 """What runs in the Ray workers: the task bodies, their per-process caches and their remote-function registry.
 
 ``group_task`` is every task of RayProgram's waves (see hemlp.runtime.ray.program for the kinds: node-local
-"segment" tasks, sharded "pcmm" / "partial" / "reduce" tasks, "ew" row groups); ``elementwise_task`` and
+"segment" tasks, sharded "pcmm" / "partial" / "reduce" tasks, "ew" row groups, "refresh": whole bootstrap calls of a
+bootstrap step on the node holding their ciphertexts, "mambo": one unit of a MaMBo step); ``elementwise_task`` and
 ``bootstrap_task`` are the per-step executor's (RayExecutor): a group of ciphertexts through one elementwise step,
 one or two ciphertexts through a bootstrap (the Bootstrapper built once per process from the keys put once). Every
 worker process builds the ``fhe.Context`` once and caches it by the parameter hash, and decodes the
@@ -21,9 +22,11 @@ from hemlp import _core
 from hemlp.bootstrap import BatchBootstrapKeys, Bootstrapper, BootstrapKeys, MamboBootstrapper
 from hemlp import fhe
 from hemlp.fhe import Ciphertext
+from hemlp.errors import MissingKeyError
 from hemlp.pcmm import CtMatrix
 from hemlp.runtime.artifacts import EvalKeys
-from hemlp.runtime.local import ElementwiseOp, LocalExecutor, elementwise, mambo_unit, refresh_unit, run_step
+from hemlp.runtime.local import (ElementwiseOp, LocalExecutor, bootstrap_retag, elementwise, mambo_unit, refresh_unit,
+                                 run_step)
 from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, import_range, meta_of, pack_cts,
                                       row_pieces, unpack_cts)
 from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
@@ -34,7 +37,7 @@ from hemlp.step_ops import ELEMENTWISE_OPS, UNCHECKED_LEVEL_OPS, StepOp
 
 __all__ = ["ELEMENTWISE", "group_task", "group_remote", "elementwise_task", "elementwise_remote", "worker_context",
            "worker_relin_key", "worker_bootstrapper", "bootstrap_task", "bootstrap_remote", "mambo_task",
-           "mambo_remote", "clear_worker_cache", "resolve_metas"]
+           "mambo_remote", "clear_worker_cache", "resolve_metas", "BOOT_KINDS", "boot_kind"]
 
 #: the steps that act on each ciphertext alone (fused into the task that produced their input)
 ELEMENTWISE = ELEMENTWISE_OPS
@@ -90,22 +93,44 @@ def elementwise_task(phash: str, params: bytes, op: ElementwiseOp, rows, arr, me
     return a, m, node_id()
 
 
-#: the bootstrapping key kinds the driver ships (RayExecutor): single CtS-first keys, or the batched S2C-first ones
+#: the bootstrapping key kinds the driver ships (RayExecutor, RayProgram): single CtS-first keys, or the batched
+#: S2C-first ones
 BOOT_KINDS = ("single", "batch")
+
+
+def boot_kind(keys, step) -> str:
+    """The kind of bootstrapping keys (BOOT_KINDS) that bootstrap step `step` runs on, checked against `keys` (the
+    run's hemlp.bootstrap keys): a MissingKeyError naming the fix when they are absent or of the other pipeline."""
+    if keys is None:
+        raise MissingKeyError(f"step {step.out} bootstraps: run the plan with the eval keys' bootstrapping keys")
+    have = "batch" if isinstance(keys, BatchBootstrapKeys) else "single"
+    if have != ("batch" if step.info.order == "s2c_first" else "single"):
+        raise MissingKeyError(f"step {step.out} runs the {step.info.order or 'cts_first'} bootstrapping "
+                              f"pipeline; the eval keys hold {type(keys).__name__}: use the eval keys this plan's "
+                              "keygen() makes")
+    return have
+
+
+#: what a worker process did for a key set (the tasks report it): its digest when it decoded the shipped bytes (the
+#: one worker per machine that writes the shared file, or every worker without sharing)
+_DECODED: list = []
 
 
 def worker_bootstrapper(ray, ctx, digest: str, holder: KeyHolder, kind: str = "single"):
     """(the bootstrapper of the bootstrapping keys the driver put once (holder.ref: their ObjectRef; the keys
     mapped from the machine's shared copy per holder.shared: node_keys), built once per worker process by digest,
     whether this call built it). kind "single": BootstrapKeys -> Bootstrapper; "batch": BatchBootstrapKeys
-    (S2C-first) -> MamboBootstrapper, which runs batched bootstraps and MaMBo steps."""
+    (S2C-first) -> MamboBootstrapper, which runs batched bootstraps and MaMBo steps. Whether this call decoded the
+    shipped bytes (rather than mapping the machine's file): keys_decoded(digest) right after."""
     if kind not in BOOT_KINDS:
         raise ValueError(f"bootstrapping key kind must be one of {BOOT_KINDS}, got {kind!r}")
     key = ("boot", ctx.hash, digest, kind)
     miss = key not in _WORKER_CACHE
+    _DECODED.clear()
 
     def decode():
         keys_type = BatchBootstrapKeys if kind == "batch" else BootstrapKeys
+        _DECODED.append(digest)
         return EvalKeys(f"bootstrap-{digest}", bootstrap_keys=keys_type.from_bytes(ray.get(holder.ref), ctx))
 
     def make():
@@ -113,6 +138,11 @@ def worker_bootstrapper(ray, ctx, digest: str, holder: KeyHolder, kind: str = "s
         return MamboBootstrapper(ctx, keys) if kind == "batch" else Bootstrapper(ctx, keys)
 
     return _cache(key, make), miss
+
+
+def keys_decoded(digest: str) -> bool:
+    """Whether the last worker_bootstrapper call of this process decoded key set `digest` from the shipped bytes."""
+    return digest in _DECODED
 
 
 def _boot_task_setup(phash: str, params: bytes, digest, holder, kind: str, threads: int, tune: bool,
@@ -128,7 +158,8 @@ def _boot_task_setup(phash: str, params: bytes, digest, holder, kind: str, threa
 
 
 def _task_meta(t_start: float, cpu_start: float, miss: bool, t0: float, t1: float) -> dict:
-    return dict(node=node_id(), pid=os.getpid(), keys_loaded=miss, bootstrap_seconds=t1 - t0,
+    return dict(node=node_id(), pid=os.getpid(), keys_loaded=miss, keys_decoded=bool(_DECODED),
+                bootstrap_seconds=t1 - t0,
                 seconds=time.perf_counter() - t_start, cpu=time.process_time() - cpu_start,
                 span=(time.time() - (time.perf_counter() - t_start), time.time()))
 
@@ -227,6 +258,14 @@ def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     return out[0], out[1], [meta_of(o) for o in objs]
 
 
+def _row_cuts(outs: list, cuts) -> list:
+    """Both parts of an output block (L, rows, chunks, N) as row pieces (cuts: local (a, b) ranges; None: whole),
+    part after part per piece: the pieces a next wave's tasks read alone (a bootstrap call's rows)."""
+    if not cuts or len(cuts) == 1:
+        return list(outs)
+    return [np.ascontiguousarray(o[:, a:b]) for a, b in cuts for o in outs]
+
+
 def resolve_metas(m, meta_dicts) -> list:
     """A block's per-ciphertext metas: a list, or ("arg", k, a, b) = the metas a:b of the k-th meta dict argument
     (a block produced by an earlier wave, whose metas the driver has not fetched)."""
@@ -279,17 +318,24 @@ def group_task(spec: dict, *arrays):
                else [m for _, m in descs])
         spec = dict(spec, **pcmm_in_meta(spec, src))
 
-    def finish(outs, metas=None):
+    def finish(outs, metas=None, **extra):
         meta = dict(node=node_id(), read=sum(map(_nbytes, arrays)),
                     key_read=key_read, written=sum(o.nbytes for o in outs), secs=secs, levels=levels, metas=metas,
                     wave=spec["wave"], pid=os.getpid(), threads=spec["threads"], malloc_tuned=malloc_tuned(),
                     page_faults=_minor_faults() - faults_start, seconds=time.perf_counter() - t_start,
                     cpu=time.process_time() - cpu_start,
-                    span=(wall_start, time.time()))
+                    span=(wall_start, time.time()), **extra)
         return (*outs, meta)
 
     if kind == "segment":
         return finish(*segment_run(ctx, spec, arrays, descs, rlk, secs, levels))
+    if kind in ("refresh", "mambo"):
+        digest, holder, boot_kind_ = spec["boot"]
+        boot, loaded = worker_bootstrapper(ray, ctx, digest, holder, boot_kind_)
+        decoded = keys_decoded(digest)
+        body = refresh_run if kind == "refresh" else mambo_run
+        outs, metas = body(ctx, spec, boot, block_pairs(arrays, descs), rlk, secs, levels)
+        return finish(outs, metas, keys_loaded=loaded, keys_decoded=decoded)
     if kind in ("pcmm", "partial"):
         parts = spec["parts"]
         n = len(parts)
@@ -313,7 +359,7 @@ def group_task(spec: dict, *arrays):
                     for a, b in spec["pieces"]]
             return finish(outs, [meta] * ((spec["out_rows"][1] - g0) * nc))
         *outs, metas = _block_out(ctx, spec, Z, rlk, secs, levels)
-        return finish(outs, metas)
+        return finish(_row_cuts(outs, spec.get("cuts")), metas)
     if kind == "reduce":
         t0 = time.perf_counter()
         L = arrays[0].shape[0]
@@ -325,7 +371,7 @@ def group_task(spec: dict, *arrays):
         Z = epilogue(ctx, spec, Ys, secs, head)
         del Ys
         *outs, metas = _block_out(ctx, spec, Z, rlk, secs, levels)
-        return finish(outs, metas)
+        return finish(_row_cuts(outs, spec.get("cuts")), metas)
     if kind == "ew":
         t0 = time.perf_counter()
         cts = import_range(ctx, block_pairs(arrays, descs), spec["out_rows"], spec["J"])
@@ -340,6 +386,64 @@ def group_task(spec: dict, *arrays):
     last = spec["ops"][-1][0] if spec["ops"] else head
     secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
     return finish([out[0], out[1]], [meta_of(o) for o in objs])
+
+
+def _refreshed_block(ctx, spec, out: list, nc: int, rlk, secs: dict, levels: dict):
+    """A refresh task's outputs (row-major over nc chunks) through the level drop fused after the refresh
+    (spec["drop"]: (name, level), or None; as local.run's DROP) and the fused elementwise steps, exported as one
+    block: (both parts, its ciphertexts' metas)."""
+    head = spec["head"]
+    levels[head] = out[0].level
+    if spec.get("drop"):
+        name, level = spec["drop"]
+        t0 = time.perf_counter()
+        out = [ctx.drop_level(ct, level) for ct in out]
+        secs[name] = time.perf_counter() - t0
+        levels[name] = out[0].level
+    out = _apply_ops(ctx, spec, out, nc, rlk, secs, levels)
+    t0 = time.perf_counter()
+    objs = [ct.native for ct in out]
+    arr = export_block(objs, len(objs) // nc, nc, ctx.N)
+    last = spec["ops"][-1][0] if spec["ops"] else head
+    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
+    return [arr[0], arr[1]], [meta_of(o) for o in objs]
+
+
+def refresh_run(ctx, spec, boot, blocks: list, rlk, secs: dict, levels: dict):
+    """One tile of a bootstrap step in a RayProgram wave (spec["rect"]: whole bootstrap calls, spec["calls"]: each
+    call's ciphertexts as a range of the tile's, row-major; split.refresh_tiles): its ciphertexts imported from the
+    blocks, re-tagged, refreshed call by call and restored by the in-process code (local.bootstrap_retag,
+    local.refresh_unit: the same partners, so the same bits), then the fused elementwise steps and the export.
+    Returns (both parts of the tile's block, its ciphertexts' metas)."""
+    step, head = spec["step"], spec["head"]
+    r0, r1, c0, c1 = spec["rect"]
+    t0 = time.perf_counter()
+    cts = bootstrap_retag(ctx, import_range(ctx, blocks, (r0, r1), (c0, c1)), step)
+    secs["_import"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = [y for a, b in spec["calls"] for y in refresh_unit(ctx, boot, cts[a:b], step, spec["pair"])]
+    del cts
+    secs[head] = time.perf_counter() - t0
+    return _refreshed_block(ctx, spec, out, c1 - c0, rlk, secs, levels)
+
+
+def mambo_run(ctx, spec, boot, blocks: list, rlk, secs: dict, levels: dict):
+    """One unit of a MaMBo step in a RayProgram wave (spec["J"]: one chunk, or two sharing every refresh:
+    local.mambo_units): every input row of its chunks imported from the blocks, local.mambo_unit (the in-process
+    arithmetic, so the same bits), then the fused elementwise steps and the export of the d1 output rows of its
+    chunks. Returns (both parts of that block, its ciphertexts' metas)."""
+    step, head, R = spec["step"], spec["head"], spec["rows"]
+    J0, J1 = spec["J"]
+    nc = J1 - J0
+    t0 = time.perf_counter()
+    cts = import_range(ctx, blocks, (0, R), (J0, J1))
+    secs["_import"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    outs = mambo_unit(ctx, boot, step, [cts[k::nc] for k in range(nc)], spec["bits"], spec["real"])
+    del cts
+    out = [outs[k][r] for r in range(len(outs[0])) for k in range(nc)]     # row-major: d1 rows x its chunks
+    secs[head] = time.perf_counter() - t0
+    return _refreshed_block(ctx, spec, out, nc, rlk, secs, levels)
 
 
 def segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
@@ -378,7 +482,8 @@ def segment_run(ctx, spec, arrays, descs, rlk, secs: dict, levels: dict):
         C = vals[name]
         objs = [ct.native for ct in C.cts]
         nc = C.chunks
-        for a, b in row_pieces(len(objs) // nc, spec["n_pieces"]):
+        pieces = spec.get("pieces", {}).get(name) or row_pieces(len(objs) // nc, spec["n_pieces"])
+        for a, b in pieces:
             out = export_block(objs[a * nc: b * nc], b - a, nc, ctx.N)
             outs += [out[0], out[1]]
         metas += [meta_of(o) for o in objs]
