@@ -96,7 +96,11 @@ def main(argv=None) -> int:
     boot = info.get("bootstrap") or {}
     fit = info.get("activation_fit") or {}
     rep["plan"] = dict(layout=cm.layout, depth=info.get("depth"), degrees=[a["schedule"] or a["degree"] for a in fit.get("activations", [])],
-                       calibration_agreement=fit.get("agreement"), bootstrap_points=len(boot.get("placements", [])),
+                       calibration_agreement=fit.get("agreement"),
+                       # what the search certified: top-1 kept under `safety` times the plan's error, its 90 % bound
+                       calibration_agreement_safety=fit.get("agreement_safety"), safety=fit.get("safety"),
+                       calibration_agreement_bound=fit.get("agreement_bound"),
+                       bootstrap_points=len(boot.get("placements", [])),
                        bootstrap_calls=sum(p.get("bootstraps", 0) for p in boot.get("placements", [])),
                        estimated_seconds=boot.get("total_seconds"), resources=info.get("resources"),
                        search_seconds=fit.get("search_seconds"), text=str(cm.plan))
