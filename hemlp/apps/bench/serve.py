@@ -19,7 +19,7 @@ clients it includes the queueing behind the other clients' requests: one process
 
 Throughput against replicas (``--replay-clients``): a load generator replays requests encrypted once (two per client
 identity, built before any level), so that the clients, which share the machine's cores with the server, cost little
-CPU: each of n threads sends its bodies back to back, each on a new connection (``--replay-requests`` in all), and
+CPU: each of n threads sends its bodies back to back on one kept-alive connection (``--replay-requests`` in all) and
 compares every answer with the in-process run of the same ciphertext, byte for byte. Reported per level: requests
 per second, p50 / p99, and the CPU seconds per request of the server (this process and the processes it started:
 the threading server's threads, or Ray's processes, replicas and proxy included; the replay threads' own CPU
@@ -192,11 +192,9 @@ def _machine_busy() -> tuple[float, float]:
 
 
 def _replay_level(url: str, bodies: list, n: int, total: int) -> dict:
-    """n threads, each replaying a client identity's pre-encrypted (key id, body, expected result) (thread k: identity
-    k modulo their number), ``total`` requests in all; every answer compared with the in-process result. Each request
-    on a connection of its own, as from many independent clients: the replicas' direct port spreads connections,
-    not requests, over the replicas (a kept-alive connection stays on one), so n kept-alive connections would measure
-    the kernel's draw of them (2 on one replica half the time) more than the replicas."""
+    """n threads, each replaying a client identity's pre-encrypted (key id, body, expected result) on one kept-alive
+    connection (thread k: identity k modulo their number), ``total`` requests in all; every answer compared with the
+    in-process result."""
     parts = urlsplit(url)
     per = max(1, total // n)
     lat, client_cpu, bad = [], [0.0], []
@@ -204,22 +202,21 @@ def _replay_level(url: str, bodies: list, n: int, total: int) -> dict:
 
     def work(k):
         key_id, reqs = bodies[k % len(bodies)]          # more replaying threads than identities: shared
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
         c0 = time.thread_time()
         mine = []
         for j in range(per):
             body, expected = reqs[j % len(reqs)]
             t0 = time.perf_counter()
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=600)
             conn.request("POST", f"/v1/infer?key={key_id}", body=body,
-                         headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(body)),
-                                  "Connection": "close"})
+                         headers={"Content-Type": "application/octet-stream", "Content-Length": str(len(body))})
             r = conn.getresponse()
             data = r.read()
-            conn.close()
             mine.append(time.perf_counter() - t0)
             if r.status != 200 or data != expected:
                 with lock:
                     bad.append((r.status, data[:200]))
+        conn.close()
         with lock:
             lat.extend(mine)
             client_cpu[0] += time.thread_time() - c0
@@ -433,8 +430,8 @@ def main(args) -> int:
             "one client: each request is followed by the same sample's request in process "
             "(in_process_paired_s); overhead_paired_p50 is the median of the pairs' ratios (both under the same "
             "load), requests_per_second the served requests over their own seconds",
-            *(["api 'replay': requests encrypted once and replayed by the benchmark's threads, each request on a "
-               "connection of its own (the direct port spreads connections over the replicas), every answer equal to the in-process run of the same ciphertext byte for byte "
+            *(["api 'replay': requests encrypted once and replayed by the benchmark's threads on kept-alive "
+               "connections, every answer equal to the in-process run of the same ciphertext byte for byte "
                "('verified'); server_cpu_s_per_request: CPU of this process and the processes it started (Ray's "
                "included) minus the replaying threads' own, per request; machine_cpu_busy: the whole machine's CPU "
                "use over the level, every process counted (1.0 = all cores); in_process_run: run() alone on the "
