@@ -10,8 +10,9 @@
    ReLU then composite sign approximations (hemlp.compiler.composite_sign), which reach errors of 10^-4 x the
    range that a single polynomial reaches only beyond degree 1000;
 4. the smallest uniform degree whose plan (simulated in float64) agrees with the exact model's top-1 on the
-   calibration samples, with SAFETY (4) times the plan's error to spare (``disagreements``: the search's choice
-   among many plans on the same samples would otherwise overstate its agreement on new ones), with a one-sided 90 %
+   calibration samples, with ``agreement_safety`` times the plan's error to spare (``disagreements``; 1 by default:
+   plain agreement; the search's choice among many plans on the same samples overstates its agreement on new ones,
+   SAFETY = 4 holds the ReLU ResNet-20's target on its test images), with a one-sided 90 %
    Clopper-Pearson lower bound >= ``target_agreement`` (with 1 000 samples: at most 5 disagreements for 99 %, 1 for
    99.5 %; below MIN_CERTIFY samples, the point estimate), then a descent
    (``_descend``): each round ranks the one-notch lowerings by their harm on the samples nearest a decision
@@ -45,8 +46,8 @@ from hemlp.compiler.resume_cache import ResumeCache
 from hemlp.errors import CalibrationError, TargetUnreachableError, warn_always
 from hemlp.he.polynomial import depth as poly_depth
 
-__all__ = ["DEGREES", "MIN_CERTIFY", "SAFETY", "AgreementWarning", "CalibrationWarning", "as_calibration",
-           "as_rung", "choose_activations", "disagreements", "ReferenceSummary", "is_ranged", "ladder", "margins",
+__all__ = ["DEGREES", "MIN_CERTIFY", "SAFETY", "AgreementWarning", "CalibrationWarning", "agreement_safety",
+           "as_calibration", "as_rung", "choose_activations", "disagreements", "ReferenceSummary", "is_ranged", "ladder", "margins",
            "needs_ranges", "per_node_option", "step_depth", "top1", "RANGED_KINDS"]
 
 DEGREES = (3, 7, 15, 31, 63, 127)
@@ -83,12 +84,14 @@ MIN_CERTIFY = 1000
 MIN_SEARCH = 200
 #: one-sided confidence of the Clopper-Pearson bound the search requires to reach the target
 CONFIDENCE = 0.9
-#: a calibration sample counts as agreeing only if its top-1 survives SAFETY times the plan's error on its logits
-#: (``disagreements``): the search chooses among many plans on the same samples and keeps the cheapest that passes,
-#: so a plain count of flips on them underestimates the flips on new samples (docs/design/activations.md §3, step 6).
-#: Measured on the ReLU ResNet-20 (1 000 calibration training images, three plans the search chose): the calibration
-#: samples that 4x the plan's error flips were 37 / 14 / 10 where the 1 017 exact test images had 14 / 4 / 6 flips
-#: (2x: 15 / 5 / 1, too few for the third; 3x: 25 / 8 / 7, no margin)
+#: the agreement_safety that holds target_agreement on held-out images for the ReLU ResNet-20: a calibration sample
+#: counts as agreeing only if its top-1 survives this many times the plan's error on its logits (``disagreements``).
+#: The search chooses among many plans on the same samples and keeps the cheapest that passes, so a plain count of
+#: flips on them underestimates the flips on new samples (docs/design/activations.md §3, step 6). Measured on the
+#: ReLU ResNet-20 (1 000 calibration training images, three plans the search chose): the calibration samples that 4x
+#: the plan's error flips were 37 / 14 / 10 where the 1 017 exact test images had 14 / 4 / 6 flips (2x: 15 / 5 / 1,
+#: too few for the third; 3x: 25 / 8 / 7, no margin). Not the default (compile's agreement_safety is 1: plain
+#: agreement): it costs that model ~1.8x the run time and ~3x the compile time
 SAFETY = 4.0
 RANGED_KINDS = ("relu", "silu", "gelu", "sigmoid", "tanh")
 LINEAR_COST_OPS = ("linear", "conv2d", "avgpool2d", "affine", "mul", "matmul", "batchnorm")
@@ -195,6 +198,15 @@ def top1(logits: np.ndarray) -> np.ndarray:
     return (y[:, 0] > 0).astype(np.int64) if y.shape[1] == 1 else y.argmax(1)
 
 
+def agreement_safety(opts: dict) -> float:
+    """compile's agreement_safety (>= 1; 1: plain top-1 agreement)."""
+    v = opts.get("agreement_safety", 1.0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1:
+        raise CalibrationError(f"agreement_safety={v!r} must be a number >= 1 (1: plain top-1 agreement; "
+                               f"{SAFETY:g}: what holds the ReLU ResNet-20's target on held-out images)")
+    return float(v)
+
+
 def disagreements(out: np.ndarray, ref: np.ndarray, safety: float | None = None) -> np.ndarray:
     """Per sample, whether the plan's outputs `out` fail to agree with the model's `ref` with `safety` to spare: the
     top-1 of ref + safety * (out - ref) differs from ref's. safety=1 is plain top-1 disagreement; with safety s >= 1 a
@@ -268,16 +280,16 @@ def margins(logits: np.ndarray) -> np.ndarray:
 
 
 class _Search:
-    def __init__(self, g, X, ref_out, cores, guard, methods, target):
+    def __init__(self, g, X, ref_out, cores, guard, methods, target, safety: float = 1.0):
         # samples closest to a decision boundary first: a choice that fails the target fails there, in the first chunk
         m = margins(ref_out)
         order = np.argsort(m, kind="stable")
         self.g, self.ref_top = g, top1(ref_out)[order]
         self.ref_out = np.asarray(ref_out, dtype=np.float64).reshape(len(ref_out), -1)[order]
         self.margin = np.maximum(m[order], 1e-12)
-        self.cores, self.guard, self.methods = cores, guard, methods
+        self.cores, self.guard, self.methods, self.safety = cores, guard, methods, float(safety)
         self._polys: dict = {}
-        self._agree: dict = {}                     # choices evaluated on every sample: agreement with SAFETY
+        self._agree: dict = {}                     # choices evaluated on every sample: agreement with the safety factor
         self._plain: dict = {}                     # ... and their plain top-1 agreement
         self._ruled_out: dict = {}                 # choices stopped early: their agreement's upper bound
         self.trials = self.stopped_early = 0       # choices evaluated, and those ruled out before the last chunk
@@ -312,13 +324,13 @@ class _Search:
         return self._polys[key]
 
     def _disagreements(self, chunks, stop: int | None = None) -> tuple[int, int, int]:
-        """(disagreements with SAFETY, samples seen, plain top-1 disagreements) over `chunks`; with `stop`, ends after
-        the chunk whose disagreements with SAFETY exceed it."""
+        """(disagreements with the safety factor, samples seen, plain top-1 disagreements) over `chunks`; with `stop`, ends after
+        the chunk whose disagreements with the safety factor exceed it."""
         dis = seen = plain = 0
         for k in chunks:
             sl = self.cache.chunks[k]
             out = self.cache.chunk_output(k)
-            dis += int(np.count_nonzero(disagreements(out, self.ref_out[sl])))
+            dis += int(np.count_nonzero(disagreements(out, self.ref_out[sl], self.safety)))
             plain += int(np.count_nonzero(top1(out) != self.ref_top[sl]))
             seen += sl.stop - sl.start
             if stop is not None and dis > stop:
@@ -377,7 +389,7 @@ class _Search:
         return out.reshape(len(out), -1)
 
     def agreement(self, degrees: dict, early: bool = False) -> float:
-        """Top-1 agreement with SAFETY (``disagreements``) on the calibration set with these degrees: what the target
+        """Top-1 agreement with the safety factor (``disagreements``) on the calibration set with these degrees: what the target
         is held to. early=True: a choice that cannot meet the target stops at the chunk that rules it out, and the
         value returned is then an upper bound (below the target)."""
         key = tuple(sorted(degrees.items()))
@@ -447,7 +459,7 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
                          calibrate_range(*reference.ranges[n.inputs[0]], margin))
     method = opts["activation_method"]
     methods = ("minimax", "chebyshev") if method == "auto" else (method,)
-    s = _Search(g, X, reference.output, cores, guard, methods, target)
+    s = _Search(g, X, reference.output, cores, guard, methods, target, agreement_safety(opts))
     fixed = opts["activation_degree"]
     report = dict(target=target, samples=n_samples, searched=fixed is None, max_depth=max_depth)
     if fixed is not None:
@@ -458,7 +470,7 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
                      if n_samples >= MIN_CERTIFY else "")
             warn_always(f"with the given activation_degree the plan agrees with the model on "
                         f"{s.plain_agreement(degrees):.2%} of {n_samples} calibration samples ({agree:.2%} with "
-                        f"{SAFETY:g}x its error to spare{bound}), below the target {target:.2%}; drop "
+                        f"{s.safety:g}x its error to spare{bound}), below the target {target:.2%}; drop "
                         "activation_degree to let hemlp choose", AgreementWarning, stacklevel=4)
     else:
         degrees, agree = _search(s, ranged, target, max_depth, explicit_target, n_samples, max_step_depth)
@@ -469,7 +481,7 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
         n.attrs["approx"].agreement = s.alone(n, degrees[n.name], ranged)
     report.update(alone_samples=len(s.alone_top), trials=s.trials, trials_stopped_early=s.stopped_early,
                   search_seconds=time.perf_counter() - t_start,
-                  agreement=plain, safety=SAFETY, agreement_safety=agree,
+                  agreement=plain, safety=s.safety, agreement_safety=agree,
                   confidence=CONFIDENCE if n_samples >= MIN_CERTIFY else None,
                   agreement_bound=agreement_bound(int(round(agree * n_samples)), n_samples)
                   if n_samples >= MIN_CERTIFY else None,
@@ -526,7 +538,8 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
         k = max(best[0].values(), key=lambda v: v if isinstance(v, int) else int(np.prod(v)))
         msg = (f"no activation degree within {max_depth} levels reaches {target:.2%} agreement with the model on "
                f"{n_samples} calibration samples" + (" (90 % lower bound)" if n_samples >= MIN_CERTIFY else "")
-               + f" with {SAFETY:g}x the plan's error to spare: the best is {best[1]:.2%} (degree {k}, depth "
+               + ("" if s.safety == 1 else f" with {s.safety:g}x the plan's error to spare")
+               + f": the best is {best[1]:.2%} (degree {k}, depth "
                f"{depth(best[0])}; plain top-1 agreement {s.plain_agreement(best[0]):.2%}). "
                "Lower target_agreement, retrain with polynomial activations (x^2, hemlp.compiler.Polynomial) or "
                "BatchNorm before the activations (narrower ranges), or use a deeper preset" + boot_fix)

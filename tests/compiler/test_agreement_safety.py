@@ -41,18 +41,18 @@ def _near_threshold(t=5e-3):
     return m, x
 
 
-def _choose(model, x):
+def _choose(model, x, safety=SAFETY):
     from hemlp.compile_options import CompileOptions
     from hemlp.compiler.fold import fold
     from hemlp.compiler.torch_frontend import from_torch
 
     g = fold(from_torch(model, x[:1]))
-    opts = CompileOptions().merged(target_agreement=0.99).validate().as_dict()
+    opts = CompileOptions().merged(target_agreement=0.99, agreement_safety=safety).validate().as_dict()
     rep = calibration.choose_activations(g, x, opts, 18, True, True)
     return rep, g.reference(x, exact=False)[g.output.name], g.reference(x)[g.output.name]
 
 
-def test_search_keeps_the_safety_margin_a_plain_count_would_spend(monkeypatch):
+def test_search_keeps_the_safety_margin_a_plain_count_would_spend():
     model, x = _near_threshold()
     rep, out, ref = _choose(model, x)
     # 1 000 samples, 90 % Clopper-Pearson bound >= 99 %: at most 5 samples that SAFETY x the plan's error flips
@@ -60,7 +60,17 @@ def test_search_keeps_the_safety_margin_a_plain_count_would_spend(monkeypatch):
     assert rep["safety"] == SAFETY and rep["agreement_safety"] >= 0.995 and rep["agreement_bound"] >= 0.99
     assert rep["agreement"] >= rep["agreement_safety"]
     assert rep["agreement"] == np.mean(disagreements(out, ref, 1.0) == 0)
-    monkeypatch.setattr(calibration, "SAFETY", 1.0)          # the plain count: the cheapest plan that passes it
-    plain, out1, _ = _choose(model, x)
+    plain, out1, _ = _choose(model, x, 1.0)                   # the plain count: the cheapest plan that passes it
     assert plain["depth"] < rep["depth"]
     assert int(disagreements(out1, ref, 1.0).sum()) <= 5 < int(disagreements(out1, ref, SAFETY).sum())
+
+
+def test_the_default_is_plain_agreement_and_bad_values_are_refused():
+    from hemlp.compile_options import CompileOptions
+    from hemlp.errors import CalibrationError
+
+    assert CompileOptions().agreement_safety == 1.0
+    for bad in (0.5, True, "4"):
+        with pytest.raises(CalibrationError, match="agreement_safety"):
+            calibration.agreement_safety({"agreement_safety": bad})
+    assert calibration.agreement_safety({"agreement_safety": 4}) == 4.0
