@@ -376,7 +376,11 @@ def cmd_batch(args, ui: UI):
         executor = RayItems(args.address, args.workers, args.threads or 1)
         where = "on Ray" + (f" at {args.address}" if args.address else "") + \
             (f" ({executor.threads} threads per item)" if executor.threads > 1 else "")
-    kw = dict(restart=bool(args.force), progress=not ui.quiet, allow_insecure=bool(args.insecure), executor=executor)
+    if args.shared_keys is not None and runtime == "local":
+        raise CLIError("--shared-keys is an option of --runtime ray (the workers of a machine share one key file)")
+    shared = {None: None, "off": False, "tmp": True}.get(args.shared_keys, args.shared_keys)
+    kw = dict(restart=bool(args.force), progress=not ui.quiet, allow_insecure=bool(args.insecure), executor=executor,
+              shared_keys=shared)
     with ui.step(f"batch of {len(inputs)} ciphertext file(s) {where}" + (" (resuming)" if resumable and not args.force
                                                                         else "")):
         files = jobs.run_model_batch(str(args.compiled), str(args.eval_keys), inputs, out, **kw)
@@ -673,6 +677,10 @@ def parser() -> argparse.ArgumentParser:
                         "task holds that many CPUs: e.g. a node's cores when its memory holds one N16 item)")
     p.add_argument("--address", help="--runtime ray: the cluster to join (default: a local Ray for this command)")
     p.add_argument("--workers", type=int, help="--runtime ray: CPUs of the local Ray (default: every core)")
+    p.add_argument("--shared-keys", metavar="FOLDER|tmp|off",
+                   help="--runtime ray: how a machine's workers hold the evaluation keys: one key file they all map, "
+                        "in FOLDER (private, mode 0700) or 'tmp' (the temporary folder, the default), or 'off' (a "
+                        "decoded copy per worker)")
     common(p, out_help="output directory (an interrupted job resumes; --force starts it over)")
     p.set_defaults(fn=cmd_batch)
 

@@ -53,9 +53,12 @@ def test_batch_runs_a_compiled_model_on_ray(tmp_path, onnx_model):
         xs = {f"b{i}.ct": x * (1 - 0.3 * i) for i in range(3)}  # three different batches
         for name, xi in xs.items():
             cm.encrypt(xi, sk).save(tmp_path / "cts" / name)
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
     p = hemlp("batch", tmp_path / "model", "-e", tmp_path / "eval.keys", "-i", tmp_path / "cts",
-              "-o", tmp_path / "out", "--runtime", "ray", "--workers", 1, "--json")
+              "-o", tmp_path / "out", "--runtime", "ray", "--workers", 1, "--shared-keys", keys, "--json")
     info = json.loads(p.stdout)
+    assert len(list(keys.glob("*.keys"))) == 1       # the workers mapped one key file there
     assert info["command"] == "batch" and sorted(Path(f).name for f in info["outputs"]) == sorted(xs)
     manifest = json.loads((tmp_path / "out" / "batch_manifest.json").read_text())["items"]
     assert all(manifest[n]["status"] == "done" for n in xs)
@@ -221,3 +224,13 @@ def test_demo_export_writes_the_command_line_inputs(tmp_path):
     hemlp("encrypt", tmp_path / "m", "-k", tmp_path / "keys" / "secret.key", "-i", tmp_path / "ex" / "x.npy",
           "-o", tmp_path / "cts" / "x.ct")
     assert (tmp_path / "cts" / "x.ct").is_file()
+
+
+def test_batch_shared_keys_is_a_ray_option(tmp_path):
+    """`hemlp batch --runtime local --shared-keys ...`: a message naming --runtime ray, before any work."""
+    (tmp_path / "cts").mkdir()
+    (tmp_path / "cts" / "a.ct").write_bytes(b"x")
+    p = hemlp("batch", tmp_path / "model", "-e", tmp_path / "eval.keys", "-i", tmp_path / "cts", "-o",
+              tmp_path / "out", "--runtime", "local", "--shared-keys", "off", check=False)
+    assert p.returncode != 0 and "--shared-keys is an option of --runtime ray" in p.stderr + p.stdout
+    assert not (tmp_path / "out").exists()
