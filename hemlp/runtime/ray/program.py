@@ -354,6 +354,17 @@ class RayProgram(RayDriver):
                 b.metas, b.meta_src = (m if a is None else m[a:bb]), None
 
     # ---- groups
+    @staticmethod
+    def _cell_metas(X) -> list:
+        """The metas of a Dist's ciphertexts, row-major over (rows, chunks)."""
+        R, c = X.shape[0], X.chunks
+        metas = [None] * (R * c)
+        for b in X.blocks:
+            cells = [r * c + j for r in range(b.r0, b.r1) for j in range(b.c0, b.c1)]
+            for i, m in zip(cells, b.metas, strict=True):
+                metas[i] = m
+        return metas
+
     def _boot_group(self, ctx, s, X, ops, level_out: int, drop=None) -> _Wave:
         """Bootstrap step s (and the elementwise steps `ops` fused after it; drop: the (name, level) of the level
         drop right after it, or None) as refresh tasks, one per tile of whole bootstrap calls (split.refresh_tiles
@@ -363,11 +374,7 @@ class RayProgram(RayDriver):
         if not isinstance(X, Dist):    # the client's input: in blocks of the tiles' rows
             X = self._put_input(ctx, X, 1, 1, row_ranges=self._pieces(self._cuts.get(s.inputs[0], ()), (0, R)))
         self._known_metas(X)           # the calls pair ciphertexts by level and scale: the one wait
-        metas = [None] * (R * c)
-        for b in X.blocks:
-            cells = [r * c + j for r in range(b.r0, b.r1) for j in range(b.c0, b.c1)]
-            for i, m in zip(cells, b.metas, strict=True):
-                metas[i] = m
+        metas = self._cell_metas(X)
         f = int(s.info.scale_factor)    # local.bootstrap_retag's scale x c, before the calls pair
         units, pair = refresh_units([_CtMeta(m[0], m[1] * f if f != 1 else m[1], m[4]) for m in metas], s)
         tiles = refresh_tiles(units, R, c)
@@ -394,19 +401,15 @@ class RayProgram(RayDriver):
 
     def _mambo_group(self, ctx, s, X, ops, weight_bits: int, level_out: int, drop=None) -> _Wave:
         """MaMBo step s (U X refreshed by pcmm_bootstrap: its outputs read every input row of their chunks; and the
-        level drop and elementwise steps fused after it, as _boot_group's) as tasks, one per unit of local.mambo_units (two chunks sharing every
-        refresh, or one), each sent to the node holding most of its chunks' rows and returning the d1 output rows of
-        its chunks: the in-process units, so the same bits."""
+        level drop and elementwise steps fused after it, as _boot_group's) as tasks, one per unit of
+        local.mambo_units (two chunks sharing every refresh, or one), each sent to the node holding most of its
+        chunks' rows and returning the d1 output rows of its chunks: the in-process units, so the same bits."""
         R, c = X.shape[0], X.chunks
         d1 = np.shape(s.U)[0]
         if not isinstance(X, Dist):    # the client's input: a block per chunk
             X = self._put_input(ctx, X, 1, c)
         self._known_metas(X)           # whether the rows are real decides the units: the one wait
-        metas = [None] * (R * c)
-        for b in X.blocks:
-            cells = [r * c + j for r in range(b.r0, b.r1) for j in range(b.c0, b.c1)]
-            for i, m in zip(cells, b.metas, strict=True):
-                metas[i] = m
+        metas = self._cell_metas(X)
         units, real = mambo_units(_Cts([_CtMeta(m[0], m[1], m[4]) for m in metas], c))
         base = self._common(ctx, "mambo", s.out, any(op.needs_relin for _, op in ops))
         base.update(step=s, boot=self._boot, bits=int(weight_bits), real=real, rows=R, drop=drop,
