@@ -1,7 +1,7 @@
 """Scale on paper (issue #30 item 5): a batch job projected onto 1 to 64 nodes from its plan alone, and the model
 checked against real runs on local raylets.
 
-    python -m hemlp.bench cluster --project 64 [--json bench/cluster_projection.json] [--measure 1,2,3]
+    python -m hemlp.bench cluster --project 64 [--json bench/cluster_projection.json] [--measure 1,2,4]
 
 The jobs (compiled, never run at their own size): the EMNIST GELU MLP 784-1024-1024-1024-10 at batch 32 768 with
 bootstrap=True at N16-boot (issue #30's job; activation degree 15 as its plan: one refresh point of 1 024 ciphertexts
