@@ -38,7 +38,7 @@ def __getattr__(name):  # lazy subpackages: hemlp.fhe, hemlp.pcmm, ... (they loa
         return importlib.import_module(f"hemlp.{name}")
     if name == "CompileOptions":
         return importlib.import_module("hemlp.compile_options").CompileOptions
-    if name in ("RunOptions", "RayOptions"):     # CompiledModel.run's options
+    if name in ("RunOptions", "RayOptions", "StagedKeys"):     # CompiledModel.run's options
         return getattr(importlib.import_module("hemlp.run_options"), name)
     if name == "Client":                # the client of `hemlp serve`
         return importlib.import_module("hemlp.serving.client").Client

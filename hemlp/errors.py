@@ -35,6 +35,12 @@ class MissingKeyError(HemlpError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class MissingKeyFileError(MissingKeyError):
+    """A staged key file (RayOptions.shared_keys=StagedKeys(folder): the driver ships only the file's name) is not in
+    that folder on the machine that runs a task; the message names the file and the two fixes: copy it into the same
+    folder on every node, or run with the default shared_keys, which ships the key bytes."""
+
+
 class LevelError(HemlpError, ValueError):
     """Levels exhausted, or operands at different levels."""
 

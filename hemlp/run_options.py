@@ -20,7 +20,7 @@ from typing import Any
 from hemlp.errors import OptionError, ParameterError
 from hemlp.options import Options, option
 
-__all__ = ["RunOptions", "RayOptions", "RUNTIMES"]
+__all__ = ["RunOptions", "RayOptions", "StagedKeys", "RUNTIMES"]
 
 #: where run() evaluates: in this process, or as Ray tasks (bit-identical)
 RUNTIMES = ("local", "ray")
@@ -28,6 +28,23 @@ RUNTIMES = ("local", "ray")
 
 def _count_or_none(v) -> bool:
     return v is None or (isinstance(v, Integral) and not isinstance(v, bool) and v >= 1)
+
+
+@dataclass(frozen=True)
+class StagedKeys:
+    """RayOptions.shared_keys=StagedKeys(folder): the driver writes layout (A)'s bootstrapping keys as a shared key file
+    into `folder` itself (hemlp.runtime.shared_keys.stage_shared_keys, named by the file's own SHA-256) and ships only
+    that name: no key bytes go through Ray, and the driver holds no serialised copy (at N16-boot, 3.3-11.4 GiB less
+    at the put). Every worker maps the file from the same folder on its machine; a machine without it fails with
+    MissingKeyFileError (copy the file there, or use the default shared_keys). folder: None, the temporary folder's
+    hemlp-keys-<uid> (as shared_keys=True); else a private (0700) folder, the same path on every node."""
+
+    folder: Any = None
+
+    def __post_init__(self):
+        if not (self.folder is None or (isinstance(self.folder, (str, os.PathLike)) and str(self.folder))):
+            raise ParameterError(f"StagedKeys(folder={self.folder!r}): a private folder's path, or None (the "
+                                 "temporary folder's hemlp-keys-<uid>)")
 
 
 @dataclass(frozen=True)
@@ -52,7 +69,9 @@ class RayOptions(Options):
     shared_keys: Any = option(None, "how the workers of one machine hold the evaluation and bootstrapping keys: None / "
                                     "True, one memory-mapped copy per machine in the temporary folder's "
                                     "hemlp-keys-<uid>; a private folder's path, there; False, a copy per worker "
-                                    "(hemlp.runtime.ray.node_keys)")
+                                    "(hemlp.runtime.ray.node_keys); StagedKeys(folder), layout (A)'s bootstrapping "
+                                    "keys written by the driver into that folder and only the file's name shipped "
+                                    "(no key bytes through Ray; the file must be in that folder on every node)")
 
     def named(self) -> list:
         """The options set (not None), in field order."""
@@ -73,9 +92,10 @@ class RayOptions(Options):
             bad("grid", "(p_m, p_n, p_k[, p_s]), {step: grid}, or None")
         if self.stats is not None and not isinstance(self.stats, dict):
             bad("stats", "a dict to fill, or None")
-        if not (self.shared_keys is None or isinstance(self.shared_keys, bool)
+        if not (self.shared_keys is None or isinstance(self.shared_keys, (bool, StagedKeys))
                 or (isinstance(self.shared_keys, (str, os.PathLike)) and str(self.shared_keys))):
-            bad("shared_keys", "True / None (the temporary folder), a private folder's path, or False")
+            bad("shared_keys", "True / None (the temporary folder), a private folder's path, False, or "
+                               "StagedKeys(folder)")
         return self
 
 

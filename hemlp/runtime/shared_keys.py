@@ -10,6 +10,15 @@ one copy; each process's key objects borrow its pages read-only.
     keys = open_shared_keys(path, compiled)              # each process; compiled.run(ct, keys) as with any EvalKeys
     keys = open_or_write_shared_keys(path, compiled, lambda: EvalKeys.from_bytes(data, compiled))
                                                          # each process: the first one on the machine writes it
+    staged = stage_shared_keys(eval_keys, folder, compiled)  # the driver: staged-<digest>.keys, and its keys mapped
+    keys = open_staged_keys(folder, staged.digest, compiled) # each process, given only the digest
+
+Staged files: the driver writes the file itself from its in-memory keys (no serialised byte copy: write_shared_keys
+streams each key into the file) and names it after the file's own header SHA-256, which covers the header, the
+record table, the metadata and the SHA-256 of the key data, so it names the whole content; the worker-written files
+are named after the digest of the serialised bytes with other prefixes (boot-, job-, or a shipment's digest), so
+the two schemes never share a name. A staged file is never pruned by the workers (node_keys.prune): whoever staged
+it removes it.
 
 What is shared: every switching key (relinearisation, rotation, ModPack, the bootstrapping keys' rotation and
 relinearisation keys, batched bootstrapping's back-conversion keys) and every batched CoeffToSlot key, which are
@@ -39,18 +48,22 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
+import socket
 import stat
-from dataclasses import asdict
+import weakref
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hemlp import _core
 from hemlp.bootstrap import BatchBootstrapKeys, BootParams, BootstrapKeys, EncapsulationKeys
-from hemlp.errors import KeyMismatchError, SerializationError
+from hemlp.errors import KeyMismatchError, MissingKeyFileError, SerializationError
 from hemlp.fhe import Context, GaloisKeys, RelinKey
 from hemlp.pcmm import ModPackKeys
 from hemlp.runtime.artifacts import EvalKeys
 
-__all__ = ["write_shared_keys", "open_shared_keys", "open_or_write_shared_keys", "FORMAT"]
+__all__ = ["write_shared_keys", "open_shared_keys", "open_or_write_shared_keys", "FORMAT", "StagedKeyFile",
+           "stage_shared_keys", "open_staged_keys", "staged_file_of", "staged_path", "file_digest", "STAGED_PREFIX"]
 
 #: the meta section's format name (the file's own layout is versioned by the native core)
 FORMAT = "hemlp shared eval keys 1"
@@ -59,6 +72,13 @@ FORMAT = "hemlp shared eval keys 1"
 _RELIN, _GALOIS, _MODPACK = 1, 2, 3
 _BOOT_GALOIS, _BOOT_RELIN, _BOOT_ENCAPSULATION = 4, 5, 6
 _BATCH_GALOIS, _BATCH_RELIN, _BATCH_MS_GALOIS, _BATCH_BACK, _BATCH_SMALL_BETA, _BATCH_BIG_B = 7, 8, 9, 10, 11, 12
+
+
+#: the name prefix of staged files (stage_shared_keys): staged-<the file's header SHA-256>.keys
+STAGED_PREFIX = "staged-"
+
+# the native header (csrc/ckks/shared_key_file.cpp, FileHeader): its magic, and where its header_hash lies
+_MAGIC, _HEADER_BYTES, _HEADER_HASH_AT = b"HEMLPKEY", 256, 144
 
 
 def _context(context) -> tuple:
@@ -232,3 +252,92 @@ def _batch_keys(f, ctx: Context, b: dict) -> BatchBootstrapKeys:
                               ctx.wrap(RelinKey, f.switch_keys(_BATCH_RELIN)[0]),
                               {int(s): int(lv) for s, lv in b["cts_levels"].items()},
                               {int(s): int(lv) for s, lv in b["stc_levels"].items()}, int(b["conj_level"]), ctx.hash)
+
+
+@dataclass(frozen=True)
+class StagedKeyFile:
+    """A key set staged by stage_shared_keys: its file, the digest that names it, and the driver's keys mapped from
+    it (use these and drop the in-memory ones: the driver then holds no private copy)."""
+    path: Path
+    digest: str
+    keys: EvalKeys
+
+
+# key objects (EvalKeys and their bootstrapping keys) mapped from a staged file, by id -> (weak ref, path, digest):
+# weak, so an entry never keeps GiBs of keys alive, and dropped with its object
+_STAGED: dict = {}
+
+
+def _remember(staged: StagedKeyFile) -> None:
+    for obj in (staged.keys, staged.keys.bootstrap_keys):
+        if obj is not None:
+            _STAGED[id(obj)] = (weakref.ref(obj, lambda _, k=id(obj): _STAGED.pop(k, None)), staged.path,
+                                staged.digest)
+
+
+def staged_file_of(keys):
+    """(path, digest) of the staged file that `keys` (an EvalKeys or its bootstrapping keys, from stage_shared_keys
+    or open_staged_keys in this process) are mapped from, or None."""
+    got = _STAGED.get(id(keys))
+    return None if got is None or got[0]() is not keys else got[1:]
+
+
+def staged_path(folder, digest: str) -> Path:
+    """Where key set `digest` is staged in `folder`."""
+    if not (isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)):
+        raise ValueError(f"a staged key set's digest is 64 lower-case hex digits, got {digest!r}")
+    return Path(folder) / f"{STAGED_PREFIX}{digest}.keys"
+
+
+def file_digest(path) -> str:
+    """The digest of a shared key file: its header SHA-256 (hex), read from the header (256 bytes, not the GiBs of
+    key data: the header holds the data's own SHA-256). SerializationError when `path` is no shared key file."""
+    with open(path, "rb") as f:
+        head = f.read(_HEADER_BYTES)
+    if len(head) < _HEADER_BYTES or not head.startswith(_MAGIC):
+        raise SerializationError(f"{path} is not a hemlp shared key file; stage the keys again (stage_shared_keys)")
+    return head[_HEADER_HASH_AT:_HEADER_HASH_AT + 32].hex()
+
+
+def stage_shared_keys(eval_keys: EvalKeys, folder, context) -> StagedKeyFile:
+    """Write `eval_keys` into `folder` as the shared key file staged-<digest>.keys (write_shared_keys: straight from
+    the keys in memory, no serialised copy) and map it back: the StagedKeyFile's keys are the driver's copy from now
+    on (the caller may drop `eval_keys`). digest: the file's header SHA-256 (file_digest), computed as it is written;
+    the same keys give the same file and name. context: the compiled model or its Context. Keys already mapped from
+    a file staged in `folder` are not written again."""
+    folder = Path(folder)
+    known = staged_file_of(eval_keys)
+    if known is not None and known[0].parent == folder and known[0].is_file():
+        return StagedKeyFile(known[0], known[1], eval_keys)
+    # written under a name no worker globs or prunes, then renamed to its digest's name
+    tmp = folder / f"staging-{os.getpid()}-{secrets.token_hex(4)}.part"
+    write_shared_keys(eval_keys, tmp, context)
+    try:
+        digest = file_digest(tmp)
+        path = staged_path(folder, digest)
+        os.replace(tmp, path)       # the same content if one was there: a process mapping the old file keeps it
+    finally:
+        tmp.unlink(missing_ok=True)
+    staged = StagedKeyFile(path, digest, open_shared_keys(path, context))
+    _remember(staged)
+    return staged
+
+
+def open_staged_keys(folder, digest: str, context, key_id: int | None = None) -> EvalKeys:
+    """The keys of the file stage_shared_keys staged as `digest` in `folder`, mapped (open_shared_keys).
+    MissingKeyFileError naming the fix when this machine has no such file; KeyMismatchError when the file there
+    holds another key set (another header SHA-256)."""
+    path = staged_path(folder, digest)
+    try:
+        have = file_digest(path)
+    except FileNotFoundError:
+        raise MissingKeyFileError(
+            f"the staged key file {path} is not on this machine ({socket.gethostname()}): copy it from the driver's "
+            "machine into the same folder on every node (a private folder, mode 0700: e.g. rsync -a), or run with "
+            "the default RayOptions.shared_keys, which ships the key bytes through Ray") from None
+    if have != digest:
+        raise KeyMismatchError(f"{path} holds key set {have}, not {digest}: copy the driver's staged file there "
+                               "again (stage_shared_keys)")
+    keys = open_shared_keys(path, context, key_id)
+    _remember(StagedKeyFile(path, digest, keys))
+    return keys

@@ -17,7 +17,8 @@ from hemlp.bootstrap import BatchBootstrapKeys
 from hemlp.runtime.local import ElementwiseOp, bootstrap_retag, mambo_chunk, mambo_units, refresh_units
 from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
 from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
-from hemlp.runtime.ray.node_keys import KeyHolder
+from hemlp.run_options import StagedKeys
+from hemlp.runtime.ray.node_keys import KeyHolder, stage_bootstrap_keys
 from hemlp.runtime.ray.session import spread_options
 from hemlp.runtime.ray.pcmm import ray_pcmm, ray_pcmm_gather
 from hemlp.runtime.ray.tasks import boot_kind, bootstrap_remote, elementwise_remote, mambo_remote
@@ -114,9 +115,16 @@ class RayExecutor(RayDriver):
 
     def _boot_keys(self, ctx):
         if self._boot is None or self._boot[0] != ctx.hash:
-            data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
-            # in a holder: a task fetches the bytes only when its machine has no shared copy and it decodes them
-            self._boot = (ctx.hash, digest, KeyHolder(self.ray.put(data), self.shared_keys))
+            if isinstance(self.shared_keys, StagedKeys):
+                # only the staged file's name travels: every worker maps the file the driver wrote
+                staged = stage_bootstrap_keys(self.bootstrap_keys, ctx, self.shared_keys)
+                digest, holder, put = f"staged-{staged}", KeyHolder(None, self.shared_keys, staged), 0
+            else:
+                data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
+                # in a holder: a task fetches the bytes only when its machine has no shared copy and it decodes them
+                holder, put, staged = KeyHolder(self.ray.put(data), self.shared_keys), len(data), None
+            self._boot = (ctx.hash, digest, holder)
+            self.stats["_bootstrap_keys"] = dict(op="keys", put_bytes=put, staged=staged, nodes=[], tasks=0)
         return self._boot[1], self._boot[2]
 
     def _collect(self, ctx, pending: list, n: int) -> tuple[list, list]:

@@ -65,7 +65,8 @@ from hemlp.runtime.ray.blocks import (PARTS, Block, Dist, ct_bytes, export_block
 from hemlp.runtime.ray.cost import node_threads, sharded, store_grid
 from hemlp.runtime.ray.driver import RayDriver, bootstrap_key_bytes, relin_bytes
 from hemlp.runtime.ray.gemm import pcmm_in_meta
-from hemlp.runtime.ray.node_keys import KeyHolder
+from hemlp.run_options import StagedKeys
+from hemlp.runtime.ray.node_keys import KeyHolder, stage_bootstrap_keys
 from hemlp.runtime.ray.placement import Placement, live_cpus, split_nodes
 from hemlp.runtime.ray.session import driver_threads, usable_cores
 from hemlp.runtime.ray.split import refresh_tiles, row_cuts, split_of
@@ -335,10 +336,17 @@ class RayProgram(RayDriver):
         if not boots:
             return
         kind = {boot_kind(self.bootstrap_keys, s) for s in boots}.pop()   # MaMBo: the S2C-first (batch) keys
-        data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
-        # in a holder: a task fetches the bytes only when its machine has no shared copy and it decodes them
-        self._boot = (digest, KeyHolder(self.ray.put(data), self.shared_keys), kind)
-        self.stats["_bootstrap_keys"] = dict(op="keys", put_bytes=len(data), nodes=[], tasks=0, kind=kind)
+        if isinstance(self.shared_keys, StagedKeys):
+            # only the staged file's name travels: every worker maps the file the driver wrote
+            staged = stage_bootstrap_keys(self.bootstrap_keys, ctx, self.shared_keys)
+            self._boot = (f"staged-{staged}", KeyHolder(None, self.shared_keys, staged), kind)
+            put = 0
+        else:
+            data, digest = bootstrap_key_bytes(self.bootstrap_keys, ctx)
+            # in a holder: a task fetches the bytes only when its machine has no shared copy and it decodes them
+            self._boot = (digest, KeyHolder(self.ray.put(data), self.shared_keys), kind)
+            put, staged = len(data), None
+        self.stats["_bootstrap_keys"] = dict(op="keys", put_bytes=put, staged=staged, nodes=[], tasks=0, kind=kind)
         for s in (s for s in boots if s.op == StepOp.BOOTSTRAP):
             units, _ = refresh_units([_CtMeta(s.level_out, 1.0, False)] * (int(s.rows) * chunks), s)
             self._cuts[s.inputs[0]] = row_cuts(refresh_tiles(units, int(s.rows), chunks))

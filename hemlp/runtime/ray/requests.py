@@ -27,7 +27,7 @@ import numpy as np
 from hemlp import _core
 from hemlp.runtime.artifacts import EvalKeys
 from hemlp.runtime.ray.blocks import pack_cts, packed_nbytes, unpack_cts
-from hemlp.runtime.ray.node_keys import load_shared
+from hemlp.runtime.ray.node_keys import load_shared, shared_key_folder
 from hemlp.runtime.ray.session import (TASK_RETRIES, check_task_cpus, import_ray, node_id, ray_session, spread_options,
                                       task_threads)
 
@@ -162,6 +162,7 @@ def run_groups(compiled, load_model, eval_keys, weights, ctx, groups: list, timi
     each step's seconds summed over the groups (as the in-process run reports them). stats: the tasks (process, node,
     seconds, peak RSS, whether the process loaded the model) and the bytes put. shared_keys: RayOptions.shared_keys."""
     t0 = time.perf_counter()
+    shared_key_folder(shared_keys)     # the policy checked here, not in every worker (StagedKeys: OptionError)
     threads = task_threads(threads_per_task)
     ship = shipment_of(compiled, load_model, eval_keys, shared_keys)
     wbytes = None if weights is None else weights.to_bytes()

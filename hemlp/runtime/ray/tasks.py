@@ -31,7 +31,7 @@ from hemlp.runtime.ray.blocks import (add_mod_limbs, block_pairs, export_block, 
                                       row_pieces, unpack_cts)
 from hemlp.runtime.ray.gemm import block_product, epilogue, out_meta, pcmm_in_meta, pcmm_in_place
 from hemlp.runtime.ray.malloc import malloc_tuned, tune_malloc
-from hemlp.runtime.ray.node_keys import KeyHolder, load_shared
+from hemlp.runtime.ray.node_keys import KeyHolder, load_shared, load_staged
 from hemlp.runtime.ray.session import TASK_RETRIES, import_ray, node_id
 from hemlp.step_ops import ELEMENTWISE_OPS, UNCHECKED_LEVEL_OPS, StepOp
 
@@ -118,7 +118,8 @@ _DECODED: list = []
 
 def worker_bootstrapper(ray, ctx, digest: str, holder: KeyHolder, kind: str = "single"):
     """(the bootstrapper of the bootstrapping keys the driver put once (holder.ref: their ObjectRef; the keys
-    mapped from the machine's shared copy per holder.shared: node_keys), built once per worker process by digest,
+    mapped from the machine's shared copy per holder.shared: node_keys; or, staged, mapped from the file the driver
+    staged as holder.staged, with no bytes shipped), built once per worker process by digest,
     whether this call built it). kind "single": BootstrapKeys -> Bootstrapper; "batch": BatchBootstrapKeys
     (S2C-first) -> MamboBootstrapper, which runs batched bootstraps and MaMBo steps. Whether this call decoded the
     shipped bytes (rather than mapping the machine's file): keys_decoded(digest) right after."""
@@ -134,7 +135,10 @@ def worker_bootstrapper(ray, ctx, digest: str, holder: KeyHolder, kind: str = "s
         return EvalKeys(f"bootstrap-{digest}", bootstrap_keys=keys_type.from_bytes(ray.get(holder.ref), ctx))
 
     def make():
-        keys = load_shared(f"boot-{digest}", ctx, decode, holder.shared).bootstrap_keys
+        if holder.staged is not None:
+            keys = load_staged(holder.staged, ctx, holder.shared)
+        else:
+            keys = load_shared(f"boot-{digest}", ctx, decode, holder.shared).bootstrap_keys
         return MamboBootstrapper(ctx, keys) if kind == "batch" else Bootstrapper(ctx, keys)
 
     return _cache(key, make), miss
