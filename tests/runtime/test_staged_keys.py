@@ -17,6 +17,7 @@ from hemlp.errors import KeyMismatchError, MissingKeyFileError, OptionError, Par
 from hemlp.fhe import Context  # noqa: E402
 from hemlp.run_options import RayOptions, StagedKeys  # noqa: E402
 from hemlp.runtime.artifacts import EvalKeys  # noqa: E402
+from hemlp.runtime.jobs import ModelJob  # noqa: E402
 from hemlp.runtime.ray import executor as ray_executor  # noqa: E402
 from hemlp.runtime.ray import node_keys  # noqa: E402
 from hemlp.runtime.ray.program import RayProgram  # noqa: E402
@@ -156,3 +157,5 @@ def test_the_option():
     with pytest.raises(OptionError, match="layout \\(A\\)'s bootstrapping keys"):
         node_keys.shared_key_folder(StagedKeys())
     assert node_keys.staged_folder(StagedKeys()) == node_keys.shared_key_folder(True)
+    with pytest.raises(OptionError, match="shared_keys=True or a private folder"):    # keys that travel as bytes
+        ModelJob.from_paths("no-model", "no-keys", shared_keys=StagedKeys())

@@ -5,7 +5,8 @@ nodes RayProgram runs them on the plan's split): PCMMs through ``ray_pcmm`` / ``
 elementwise steps as tasks over groups of ciphertexts sent from and returned to the driver (``pack_cts``), and a
 bootstrap step as one task per bootstrap (one ciphertext or a pair: ``local.bootstrap_units``; an S2C-first batch
 of k pairs: ``local.batch_units``) and a MaMBo step as one task per chunk pair (``local.mambo_units``), spread over
-the workers, each of which builds its bootstrapper once from the bootstrapping keys put once per run.
+the workers, each of which builds its bootstrapper once from the bootstrapping keys put once per run (with
+shared_keys=StagedKeys(folder): from the key file the driver staged, no key bytes put).
 """
 from __future__ import annotations
 

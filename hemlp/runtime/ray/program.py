@@ -40,7 +40,8 @@ to the node holding its ciphertexts and holding threads_per_task CPUs; the eleme
 those tasks. The calls pair ciphertexts by level and scale, so the driver fetches the metas of the bootstrap's input
 before it submits the wave (the one wait between waves). The producer of that input returns its blocks in row pieces
 cut at the tiles' rows (split.row_cuts), so a tile's task takes only its rows. The bootstrapping keys are put once
-per run (a node_keys.KeyHolder: a worker fetches them only to decode them, once per machine with shared keys). A
+per run (a node_keys.KeyHolder: a worker fetches them only to decode them, once per machine with shared keys), or,
+with shared_keys=StagedKeys(folder), written by the driver as a key file whose name alone the holder carries. A
 MaMBo step is a wave of "mambo" tasks, one per unit of local.mambo_units (two chunks sharing every refresh, or one),
 each on the node holding most of its chunks' rows (it reads them all: every output row reads every input row).
 
