@@ -221,7 +221,9 @@ def test_a_bootstrapped_plan_takes_the_split(cluster, tmp_path):
     """compile(..., bootstrap=True) in layout (A), one chunk, batched bootstraps (k = 2: 4 ciphertexts a call) on
     the runtime's default over 3 nodes: the plan's split (every PCMM on its grid: two gathers and a reduce of one
     chunk's rows), every bootstrap call a task on the node holding its rows, the bootstrapping keys decoded once on
-    this machine (shared_keys: one key file that every worker maps); the output keeps every bit."""
+    this machine (shared_keys: one key file that every worker maps); the output keeps every bit. Staged
+    (shared_keys=StagedKeys: the driver writes the key file, every raylet's workers map it, no key bytes put): the
+    same bits, no worker decodes."""
     case = boot_plan(2048, batch_bootstrap=2)
     if not ray.is_initialized():
         ray.init(address=cluster["address"], log_to_driver=False)
@@ -240,6 +242,11 @@ def test_a_bootstrapped_plan_takes_the_split(cluster, tmp_path):
     check_bootstraps(st, lay, 4, decoded=1)
     assert len(nodes_used(st)) == NODES
     assert len(list(folder.glob("*.keys"))) == 1
+    st = {}
+    out = cm.run(case["ct"], case["ek"], runtime="ray", shared_keys=hemlp.StagedKeys(tmp_path / "staged"), stats=st)
+    assert same(out, case["ref"]) and st["_bootstrap_keys"]["put_bytes"] == 0
+    check_bootstraps(st, lay, 4, decoded=0)
+    assert len(nodes_used(st)) == NODES
 
 
 def test_bootstrap_calls_across_chunk_groups(cluster):

@@ -3,6 +3,7 @@ bootstrapping keys as a shared key file itself, named by the file's header SHA-2
 worker maps the file. Bit-identical to the default mode (key bytes through the object store), no key bytes put, a
 machine without the file is a MissingKeyFileError naming the fix, and different key sets get different names.
 test-N12-boot, one local Ray of 2 CPUs (RayExecutor, and RayProgram driven directly)."""
+import hashlib
 import os
 import warnings
 
@@ -133,6 +134,13 @@ def test_digests_name_key_sets_and_never_a_workers_file(small, tmp_path):
     ctx, (a, b) = small
     sa, sb = stage_shared_keys(a, tmp_path, ctx), stage_shared_keys(b, tmp_path, ctx)
     assert sa.digest != sb.digest and sa.path != sb.path and sa.path.is_file() and sb.path.is_file()
+    # the digest is the native header's SHA-256 of everything before the key data (its own field zeroed), which
+    # holds the key data's SHA-256: it names the whole file
+    raw = bytearray(sa.path.read_bytes())
+    data_offset = int.from_bytes(raw[96:104], "little")
+    raw[144:176] = bytes(32)
+    assert hashlib.sha256(raw[:data_offset]).hexdigest() == sa.digest == file_digest(sa.path)
+    assert hashlib.sha256(raw[data_offset:]).digest() == bytes(raw[112:144])
     again = stage_shared_keys(a, tmp_path / "other", ctx)        # the same keys: the same file, the same name
     assert again.digest == sa.digest and again.path.read_bytes() == sa.path.read_bytes()
     # a worker's file of the same folder is named <prefix>-<digest of the bytes>.keys: never staged-...
