@@ -7,8 +7,9 @@ The job: a GELU MLP 784-H-H-H-10 (H = --hidden, 1 024 by default) trained here o
 (the 17 368 in the data root, less the calibration images; cached in --work-dir), compiled with bootstraps in layout
 (A) for a batch of --batch images (32 768 at N16-boot: one chunk of 32 768 slots), calibrated on 1 000 training
 images. The input is the complete EMNIST-mnist test set (10 000 real images) repeated to fill the batch. The client
-(this process) makes the keys, writes them once to a shared key file (every raylet's workers map that one file, as
-the workers of one machine of a real cluster would: RayOptions.shared_keys) and encrypts; for each raylet count K a
+(this process) makes the keys, stages them once as a shared key file (every raylet's workers map that one file, as
+the workers of one machine of a real cluster would; no key bytes go through Ray: RayOptions.shared_keys=StagedKeys)
+and encrypts; for each raylet count K a
 fresh local cluster (scripts/local_cluster.py, 1 CPU per raylet: with K above the cores the raylets time-share them)
 runs the plan; the client decrypts.
 
@@ -31,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from hemlp.apps.bench import report
+from hemlp.run_options import StagedKeys
+from hemlp.runtime.shared_keys import stage_shared_keys
 from hemlp.apps.bench.local_raylets import connected_cluster, cpu_since, local_cluster_script, node_cpu, node_trees
 
 #: the job's hidden width (issue #30: 784-1024-1024-1024-10)
@@ -177,7 +180,7 @@ def run_on_cluster(lc, K: int, cm, ct, ek, key_folder: Path, node_memory: int, o
         st: dict = {}
         with MemorySampler(lc, desc) as mem:
             t0 = time.perf_counter()
-            out = cm.run(ct, ek, runtime="ray", num_workers=int(K), shared_keys=str(key_folder), stats=st)
+            out = cm.run(ct, ek, runtime="ray", num_workers=int(K), shared_keys=StagedKeys(str(key_folder)), stats=st)
             wall = time.perf_counter() - t0
         cpu = cpu_since(before, node_cpu(lc, desc))
     steps = {k: v for k, v in st.items() if isinstance(v, dict) and not k.startswith("_")}
@@ -235,6 +238,8 @@ def run_job(args) -> dict:
     t0 = time.perf_counter()
     sk, ek = cm.keygen()
     keygen_s = time.perf_counter() - t0
+    # staged: the driver writes the key file once and runs on it mapped; no key bytes go through Ray
+    ek = stage_shared_keys(ek, key_folder, cm).keys
     t0 = time.perf_counter()
     ct = cm.encrypt(x, sk)
     encrypt_s = time.perf_counter() - t0
