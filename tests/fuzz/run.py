@@ -28,8 +28,9 @@ def run_target(name: str, corpus: Path, runs: int, work: Path, timeout_s: int = 
     wall-clock seconds one input may take before libFuzzer calls it a hang (generous: on a machine shared with other
     jobs a process can stall for tens of seconds; every input here takes milliseconds)."""
     stats = work / f"{name}.stats.json"
+    # TMPDIR: the child's temporary folders go under `work` (libFuzzer ends the child without Python's clean-up)
     env = dict(os.environ, HEMLP_FUZZ_STATS=str(stats), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1", TMPDIR=str(work))
     cmd = [sys.executable, "-m", "tests.fuzz.atheris_main", name, str(corpus), f"-runs={runs}", "-len_control=0",
            # libFuzzer's RSS limit reads the peak RSS, which a child inherits from its parent (a multi-GiB test
            # process) across fork and exec: bound single allocations instead

@@ -16,8 +16,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import tempfile
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +171,7 @@ class Targets:
             packed = hemlp.load(self.root / "models" / "packed", allow_insecure=True)
             blocked = hemlp.load(self.root / "models" / "blocked", allow_insecure=True)
         self.tmp = Path(tempfile.mkdtemp(prefix="hemlp-fuzz-"))
+        weakref.finalize(self, shutil.rmtree, str(self.tmp), True)     # removed with the targets (or at exit)
         model_dir = self.root / "models" / "packed"
 
         def model_file(name):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import statistics
 import tempfile
 import threading
@@ -296,6 +297,14 @@ def _drain(sock, buf) -> None:
 
 
 def main(args) -> int:
+    d = Path(tempfile.mkdtemp(prefix="hemlp-serve-bench-"))      # the model's server and client folders
+    try:
+        return measure(args, d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def measure(args, d: Path) -> int:
     import hemlp
     from hemlp.serving import Client
 
@@ -303,7 +312,6 @@ def main(args) -> int:
     hemlp.set_num_threads(args.threads)
     cm, x = _model(args.preset)
     insecure = cm.plan.info["security"] == "INSECURE"
-    d = Path(tempfile.mkdtemp(prefix="hemlp-serve-bench-"))
     cm.save(d / "server")
     cm.save(d / "client", client=True)
     levels = _ints(args.clients)
