@@ -327,10 +327,13 @@ def plan_with_bootstraps(steps, calib, opts: dict, batch_size, budget,
                                    "or use layout='batch'")
         plan, check = BOOTSTRAPPED[name]
         check(opts)
-        pristine = [replace(s, info=s.info.copy()) for s in steps]      # the planners write levels into steps
+        # a copy to re-plan from (the planners write levels into steps), only where fit_batch_pipeline may re-plan
+        refit = name == "batch" and limit.budget is not None and opts.get("batch_bootstrap") == "auto"
+        pristine = [replace(s, info=s.info.copy()) for s in steps] if refit else None
         lay, estimates, why = choose([get(name)], plan(steps, calib, opts, batch_size, peaks))
-        lay, why = fit_batch_pipeline(lay, lambda o: choose([get(name)], plan(
-            [replace(s, info=s.info.copy()) for s in pristine], calib, o, batch_size, peaks))[0], opts, limit)
+        if refit:
+            lay, why = fit_batch_pipeline(lay, lambda o: choose([get(name)], plan(
+                [replace(s, info=s.info.copy()) for s in pristine], calib, o, batch_size, peaks))[0], opts, limit)
     if limit.nodes is None:     # split over nodes, compile checks each node's peak (hemlp.planner.resources)
         boot = boot_key_bytes(lay)
         check_memory(lay.name, limit.need(lay, boot), limit.budget, detail=limit.detail(lay, boot))
