@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.resources import NodeResources, Resources
 from hemlp.progress import StepTimings, progress
 from hemlp.run_options import RunOptions
-from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys
+from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys, write_batch_stream
 from hemlp.runtime.local import range_report
 from hemlp.runtime.noise_analysis import STD_FACTOR
 from hemlp.threads import set_num_threads
@@ -72,7 +73,8 @@ class Plan:
                         f"{fit['target']:.2%} top-1 agreement: simulated plan agrees with the model on "
                         f"{fit['agreement_simulate']:.2%} of {fit['samples']} calibration samples"
                         + (f" (90 % lower bound {fit['agreement_bound']:.2%})" if fit.get("agreement_bound") else "")
-                        + ("" if fit["samples"] >= 1000 else " (not certified: < 1000 samples)"))
+                        + ("" if fit["samples"] >= 1000 else " (not certified: < 1000 samples)")
+                        + held_out_text(fit.get("held_out")))
         if i.get("layout_estimates"):
             head.append("planner estimates (s per batch): " + ", ".join(
                 f"{k} {v:.3g}" if isinstance(v, (int, float)) else f"{k} {v}"
@@ -99,6 +101,17 @@ class Plan:
         return None if r is None else Resources.from_json(r)
 
     __repr__ = __str__
+
+
+def held_out_text(held: dict | None) -> str:
+    """The plan line's account of the held-out check (compile's agreement_holdout), or nothing."""
+    if not held:
+        return ""
+    tight = len(held["looks"]) - 1
+    return (f"; on the {held['samples']} calibration samples held out of the search it agrees on "
+            f"{held['samples'] - held['disagreements']} ({held['agreement']:.2%}: "
+            f"{'passed' if held['passed'] else 'FAILED'} the target"
+            + (f", after {tight} tightening(s) of the search" if tight else "") + ")")
 
 
 class CompiledModel:
@@ -369,21 +382,52 @@ class CompiledModel:
         warn_always(msg, RangeWarning, stacklevel=3)
         return {"input": {"seen": seen, "range": (lo, hi)}}
 
-    def encrypt(self, x, key, on_range: str = "error", verbose: bool | None = None):
+    def encrypt(self, x, key, on_range: str = "error", verbose: bool | None = None, path=None):
         """Encrypt a batch (batch, *input_shape) under the secret key (or a public key). The inputs are first
         run through the plan in plaintext: InputRangeError if they leave an activation's calibrated domain
         (on_range="warn": a RangeWarning instead; "ignore": no check). verbose: progress on stderr (None: only on
-        a terminal)."""
+        a terminal).
+
+        path: write the batch to this file instead of returning it (returns the Path): the file EncryptedBatch.save
+        writes, which EncryptedBatch.load reads (mapped=True: the Ray driver then streams it, never holding it
+        whole). Layout (A) encrypts it a feature row at a time and writes each row as it is encrypted, so the whole
+        batch is never in memory; the other layouts encrypt it whole, then save it."""
         x = self._check_x(x)
         self.check_ranges(x, on_range)
         if x.shape[0] > self.capacity:
             raise ShapeError(f"batch of {x.shape[0]} samples exceeds the planned capacity {self.capacity} "
                              f"(batch_size={self.batch_size}); recompile with a larger batch_size or split the batch")
         self._check_key(key)
+        if path is not None and self.layout_impl.name == "batch":
+            return self._encrypt_rows_to(path, x, key, verbose)
         with progress(f"encrypt {x.shape[0]} samples", verbose=verbose, unit="batch") as bar:
             ctm = self.layout_impl.encrypt(self.context, x, key, self.top_level)
             bar.update(1)
-        return EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
+        batch = EncryptedBatch(self.model_id, ctm, x.shape[0], self.input_shape, "input")
+        if path is None:
+            return batch
+        batch.save(path)
+        return Path(path)
+
+    def _encrypt_rows_to(self, path, x, key, verbose) -> Path:
+        """Layout (A): each ciphertext row is one feature of every sample, encrypted on its own, so the layout's
+        encrypt of one feature column at a time gives the rows of the whole batch's matrix in order."""
+        X = x.reshape(x.shape[0], -1)
+        rows, ctx = X.shape[1], self.context
+        chunks = -(-X.shape[0] // ctx.slots)
+
+        def blocks(bar):
+            for r in range(rows):
+                ctm = self.layout_impl.encrypt(ctx, X[:, r:r + 1], key, self.top_level)
+                if ctm.shape != (1, X.shape[0]) or ctm.chunks != chunks or ctm.format != "rlwe":
+                    raise ShapeError(f"layout (A) encrypted feature {r} as a {ctm.shape} {ctm.format} matrix of "
+                                     f"{ctm.chunks} chunks, not one RLWE row of {chunks}")
+                yield ctm.cts
+                bar.update(1)
+
+        with progress(f"encrypt {x.shape[0]} samples to {path}", total=rows, verbose=verbose, unit="row") as bar:
+            write_batch_stream(path, self, x.shape[0], self.input_shape, (rows, X.shape[0]), chunks, blocks(bar))
+        return Path(path)
 
     def encrypt_weights(self, key):
         """Layout (C), client side: the model's weights and biases encrypted under the client's key

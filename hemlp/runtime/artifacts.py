@@ -7,14 +7,28 @@ another compiled model are refused (KeyMismatchError), and the container the par
 container before (b"HEMLPC\\0\\1", format version 1) still load. The secret key is saved by the client with
 sk.save(path) and never enters these files. An encrypted batch file is memory-mapped when loaded: its checksum
 is computed on a second core while its ciphertexts are imported, each copied once from the mapping.
+
+Batches too large for the client's or the driver's memory (issue #30: 784 ciphertexts of ~10 MB at N16-boot) never
+need to be whole in memory: write_batch_stream writes the file from row blocks of ciphertexts as they are encrypted
+(CompiledModel.encrypt(x, key, path=...)), the same bytes EncryptedBatch.save writes, and EncryptedBatch.load(path,
+compiled, mapped=True) gives a batch whose matrix (MappedCtMatrix) stays in the file: the Ray driver imports it a
+block at a time (MappedCtMatrix.block) and drops each block once it is in the object store.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
+import hashlib
+import mmap
+import os
+import threading
+import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from hemlp.bootstrap import BatchBootstrapKeys, BootstrapKeys
-from hemlp.errors import KeyMismatchError, SerializationError
+from hemlp.errors import KeyMismatchError, SerializationError, ShapeError
 from hemlp.fhe import GaloisKeys, RelinKey, from_bytes
 from hemlp.fhe import serialize as ser
 from hemlp.fhe.files import map_file, write_atomic
@@ -192,8 +206,19 @@ class EncryptedBatch:
         self.layer_seconds: dict = {}  # filled by run(): seconds per plan step of the run that produced it
 
     level = property(lambda self: self.ctm.level)
-    num_ciphertexts = property(lambda self: len(self.ctm.cts))
-    key_id = property(lambda self: self.ctm.cts[0].native.key_id)
+
+    @property
+    def num_ciphertexts(self) -> int:
+        return self.ctm.count if isinstance(self.ctm, MappedCtMatrix) else len(self.ctm.cts)
+
+    @property
+    def key_id(self):
+        return self.ctm.key_id if isinstance(self.ctm, MappedCtMatrix) else self.ctm.cts[0].native.key_id
+
+    @property
+    def mapped(self) -> bool:
+        """Whether the ciphertexts stay in the file until used (load(..., mapped=True))."""
+        return isinstance(self.ctm, MappedCtMatrix)
 
     def __repr__(self):
         return (f"EncryptedBatch({self.stage}: {self.batch} x {list(self.shape)}, {self.num_ciphertexts} ciphertexts "
@@ -241,8 +266,16 @@ class EncryptedBatch:
             return cls(h["model_id"], ctm, batch, tuple(shape), stage)
 
     @classmethod
-    def load(cls, path, compiled) -> "EncryptedBatch":
-        """The batch file, memory-mapped: one SHA-256 pass (on a second core) while the ciphertexts are imported."""
+    def load(cls, path, compiled, mapped: bool = False, block_bytes: int | None = None) -> "EncryptedBatch":
+        """The batch file, memory-mapped: one SHA-256 pass (on a second core) while the ciphertexts are imported.
+
+        mapped=True: nothing is imported now; the batch's ctm is a MappedCtMatrix over the file (its checks of the
+        header made here, its SHA-256 started on a second core and checked before a result is returned: see
+        MappedCtMatrix). The Ray runtime's driver imports it a block of at most block_bytes at a time (default
+        MAPPED_BLOCK_BYTES) and holds one block at most; the in-process runtime imports all of it on first use."""
+        if mapped:
+            ctm = MappedCtMatrix(path, compiled, block_bytes)
+            return cls(compiled.model_id, ctm, ctm.batch_fields[0], ctm.batch_fields[1], ctm.batch_fields[2])
         with map_file(path, "encrypted_batch") as data:
             return cls.from_bytes(data, compiled)
 
@@ -331,3 +364,213 @@ class BatchReader:
             self._stop()
             return None
         return EncryptedBatch(model_id, ctm, batch, shape, stage)
+
+
+#: the most bytes of ciphertexts a driver imports from a mapped batch at once (MappedCtMatrix.block_bytes)
+MAPPED_BLOCK_BYTES = 256 << 20
+_CHECKSUM_MISMATCH = "checksum mismatch: the encrypted batch file {} is corrupted or truncated; re-transfer the file"
+
+
+def write_batch_stream(path, compiled, batch: int, shape: tuple, matrix_shape: tuple, chunks: int, blocks) -> None:
+    """An encrypted input batch file written from `blocks` (an iterable of lists of RLWE Ciphertexts, row-major over
+    matrix_shape[0] rows x chunks, in order) as they come: the bytes EncryptedBatch.save writes for the same
+    ciphertexts (the header lists every element's size, taken from the first ciphertext: a batch's ciphertexts
+    share level, scale and key, so their containers have one size). Only the block being written is held. Atomic: a
+    temporary file in the same folder, renamed when complete (nothing is left behind on an error)."""
+    ctx = compiled.context
+    count = int(matrix_shape[0]) * int(chunks)
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    digest, size, written = None, None, 0
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:
+            for cts in blocks:
+                for ct in cts:
+                    head, bufs = ct.unsealed_parts()   # left unhashed: the batch's SHA-256 covers it (as save)
+                    parts = [head, *bufs, ser.NO_SEAL]
+                    n = sum(memoryview(b).nbytes for b in parts)
+                    if digest is None:
+                        size = n
+                        matrix = dict(shape=list(matrix_shape), chunks=int(chunks), format="rlwe",
+                                      element_seals=False, sizes=[size] * count)
+                        header = dict(model_id=compiled.model_id, batch=int(batch), shape=list(shape), stage="input",
+                                      matrix=matrix)
+                        # the container's head needs only the payload's length: one element's bytes stand for all
+                        fhead, _ = ser.unsealed_parts("encrypted_batch", ctx.hash, header, [[bytes(size)] * count])
+                        digest = hashlib.sha256(fhead)
+                        f.write(fhead)
+                    elif n != size:
+                        raise SerializationError(f"ciphertext {written} serialises to {n} bytes, the first to {size}: "
+                                                 "a batch's ciphertexts must share level, scale and key")
+                    if written == count:
+                        raise ShapeError(f"more than the {count} ciphertexts of a {matrix_shape[0]} x {chunks} batch")
+                    for b in parts:
+                        digest.update(b)
+                        f.write(b)
+                    written += 1
+            if written != count:
+                raise ShapeError(f"{written} ciphertexts written, a {matrix_shape[0]} x {chunks} batch has {count}")
+            f.write(digest.digest())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class _FileChecksum:
+    """The SHA-256 seal check of a container file, in a thread reading the file (not the mapping: the pages it
+    reads stay in the page cache, none in this process), started at once; ok() waits for it."""
+
+    def __init__(self, path, size: int):
+        self._path, self._size, self._ok, self._error = path, size, None, None
+        self._thread = threading.Thread(target=self._run, name="hemlp-batch-checksum", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            h, buf, left = hashlib.sha256(), bytearray(8 << 20), self._size - 32
+            with open(self._path, "rb", buffering=0) as f:
+                while left > 0:
+                    view = memoryview(buf)[:min(len(buf), left)]
+                    n = f.readinto(view)
+                    if not n:
+                        break
+                    h.update(view[:n])
+                    left -= n
+                self._ok = left == 0 and h.digest() == f.read(32)
+        except OSError as exc:
+            self._error, self._ok = exc, False
+
+    def ok(self) -> bool:
+        self._thread.join()
+        return bool(self._ok)
+
+
+def _freed(track: dict) -> None:
+    with track["lock"]:
+        track["live"] -= 1
+
+
+class MappedCtMatrix(CtMatrix):
+    """The matrix of an encrypted batch file, left in the file (EncryptedBatch.load(..., mapped=True)): the file is
+    mapped without reading it ahead, its header checked as load checks it (model, parameters, batch fields, every
+    element's size against the payload) and its first ciphertext imported once for its level, scale and key.
+
+    block(rows, cols) imports only those ciphertexts, then drops their pages from this process's mapping (the page
+    cache keeps them, for the OS to drop): the Ray driver's _put_input puts a block and lets it go, so it holds one
+    block of at most block_bytes at a time. ``cts`` (the in-process runtime, anything else that reads the whole
+    matrix) imports every ciphertext once, keeps them and checks the SHA-256.
+
+    Integrity: the file's SHA-256 is computed on a second core from the moment it is mapped; verify() waits for it
+    and raises SerializationError when it does not match. The Ray runtime calls it before it fetches a run's
+    output, so a result computed from a corrupted file is never returned (the native import validates every residue
+    meanwhile, as load does: corrupted bytes cannot crash it). ``import_stats``: the ciphertexts imported, those
+    alive now and the most alive at once (each import's native objects watched until they are freed)."""
+
+    def __init__(self, path, compiled, block_bytes: int | None = None):
+        # no CtMatrix.__init__: the ciphertexts stay in the file until asked for
+        self.session = None
+        self.path = Path(path)
+        ctx = self.ctx = compiled.context
+        self.block_bytes = int(block_bytes or MAPPED_BLOCK_BYTES)
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                mm = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ) if size else None
+        except OSError as exc:
+            raise SerializationError(f"cannot read the encrypted batch file {path}: {exc.strerror}") from None
+        if mm is None:
+            raise SerializationError(f"the encrypted batch file {path} is empty; re-transfer the file")
+        view = memoryview(mm)
+        if bytes(view[:len(ser.LEGACY_ARTEFACT_MAGIC)]) == ser.LEGACY_ARTEFACT_MAGIC:
+            raise SerializationError(f"{path} is an encrypted batch file of format version 1, which loads whole only: "
+                                     "load it without mapped=True (or save it again with this hemlp)")
+        self._check = _FileChecksum(self.path, size)
+        try:
+            _, phash, h, arrays = ser.unpack(view, None, "encrypted_batch", copy=False, checksum=False)
+            payload = _checked_payload("encrypted_batch", phash, h, arrays, compiled, "")
+            self.batch_fields = _batch_fields(h)
+            shape, chunks, fmt, blobs = CtMatrix.split_elements(h.get("matrix"), payload, ctx)
+            first = CtMatrix.import_elements(fmt, blobs[:1], ctx)[0]
+        except (ValueError, TypeError, SerializationError):
+            self.verify()             # a damaged file: say so (as load does) rather than what broke first
+            raise
+        self.shape, self.chunks, self.format = tuple(shape), chunks, fmt
+        self._level, self._scale, self._encoding = first.level, first.scale, first.encoding
+        self.key_id = first.native.key_id
+        self.count = len(blobs)
+        self._mm, self._blobs, self._drop_to, self._all = mm, blobs, None, None
+        # where each element lies in the file (for dropping its pages once imported)
+        start = size - 32 - payload.nbytes
+        self._offsets = [start]
+        for b in blobs:
+            self._offsets.append(self._offsets[-1] + b.nbytes)
+        self._track = dict(lock=threading.Lock(), imported=0, live=0, peak_live=0)
+        del first, arrays, payload, view
+        self._release(0, self.count)
+
+    encoding = property(lambda self: self._encoding)
+    level = property(lambda self: self._level)
+    scale = property(lambda self: self._scale)
+
+    def __repr__(self):
+        return (f"MappedCtMatrix({self.shape[0]}x{self.shape[1]}, format={self.format}, chunks={self.chunks}, "
+                f"{self.count} ciphertexts in {self.path}, level={self.level})")
+
+    @property
+    def import_stats(self) -> dict:
+        t = self._track
+        return dict(imported=t["imported"], live=t["live"], peak_live=t["peak_live"])
+
+    def verify(self) -> None:
+        """SerializationError unless the file's SHA-256 matches its seal (waits for the check started at load)."""
+        if not self._check.ok():
+            raise SerializationError(_CHECKSUM_MISMATCH.format(self.path))
+
+    def dropped(self, level: int) -> "MappedCtMatrix":
+        """The same file read at a lower level: each ciphertext's primes above `level` dropped as it is imported."""
+        if level > self._level:
+            raise ValueError(f"cannot raise a matrix at level {self._level} to {level}")
+        out = copy.copy(self)       # the same mapping, checksum and import counts
+        vars(out).update(_drop_to=level, _level=level, _all=None)
+        return out
+
+    def _import(self, idx: list) -> list:
+        cts = CtMatrix.import_elements(self.format, [self._blobs[i] for i in idx], self.ctx)
+        if self._drop_to is not None:
+            cts = [self.ctx.drop_level(c, self._drop_to) for c in cts]
+        t = self._track
+        with t["lock"]:
+            t["imported"] += len(cts)
+            t["live"] += len(cts)
+            t["peak_live"] = max(t["peak_live"], t["live"])
+        for c in cts:
+            weakref.finalize(c.native, _freed, t)
+        self._release(idx[0], idx[-1] + 1)
+        return cts
+
+    def _release(self, i0: int, i1: int) -> None:
+        """Drop the mapping's pages of elements i0 .. i1 - 1 from this process (they were copied on import)."""
+        a = self._offsets[i0] - self._offsets[i0] % mmap.PAGESIZE
+        with contextlib.suppress(OSError, ValueError):
+            self._mm.madvise(mmap.MADV_DONTNEED, a, self._offsets[i1] - a)
+
+    def element(self, i: int):
+        """Ciphertext i (row-major over rows x chunks), imported alone."""
+        return self._import([i])[0]
+
+    def block(self, rows: slice, cols: slice) -> list:
+        """The ciphertexts of rows x cols (row-major), imported now and not kept."""
+        c = self.chunks
+        return self._import([r * c + j for r in range(rows.start, rows.stop) for j in range(cols.start, cols.stop)])
+
+    @property
+    def cts(self) -> list:
+        """Every ciphertext, imported on first use (then kept) and the file's SHA-256 checked."""
+        if self._all is None:
+            cts = self._import(list(range(self.count)))
+            self.verify()
+            self._all = cts
+        return self._all

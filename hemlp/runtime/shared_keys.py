@@ -12,13 +12,14 @@ one copy; each process's key objects borrow its pages read-only.
                                                          # each process: the first one on the machine writes it
     staged = stage_shared_keys(eval_keys, folder, compiled)  # the driver: staged-<digest>.keys, and its keys mapped
     keys = open_staged_keys(folder, staged.digest, compiled) # each process, given only the digest
+    prune_staged_keys(folder, keep=[staged])             # the driver, when no run needs the other staged files
 
 Staged files: the driver writes the file itself from its in-memory keys (no serialised byte copy: write_shared_keys
 streams each key into the file) and names it after the file's own header SHA-256, which covers the header, the
 record table, the metadata and the SHA-256 of the key data, so it names the whole content; the worker-written files
 are named after the digest of the serialised bytes with other prefixes (boot-, job-, or a shipment's digest), so
 the two schemes never share a name. A staged file is never pruned by the workers (node_keys.prune): whoever staged
-it removes it.
+it removes it, with prune_staged_keys (every staged file of a folder but those kept; nothing else in the folder).
 
 What is shared: every switching key (relinearisation, rotation, ModPack, the bootstrapping keys' rotation and
 relinearisation keys, batched bootstrapping's back-conversion keys) and every batched CoeffToSlot key, which are
@@ -63,7 +64,8 @@ from hemlp.pcmm import ModPackKeys
 from hemlp.runtime.artifacts import EvalKeys
 
 __all__ = ["write_shared_keys", "open_shared_keys", "open_or_write_shared_keys", "FORMAT", "StagedKeyFile",
-           "stage_shared_keys", "open_staged_keys", "staged_file_of", "staged_path", "file_digest", "STAGED_PREFIX"]
+           "stage_shared_keys", "open_staged_keys", "staged_file_of", "staged_path", "file_digest", "STAGED_PREFIX",
+           "prune_staged_keys"]
 
 #: the meta section's format name (the file's own layout is versioned by the native core)
 FORMAT = "hemlp shared eval keys 1"
@@ -341,3 +343,50 @@ def open_staged_keys(folder, digest: str, context, key_id: int | None = None) ->
     keys = open_shared_keys(path, context, key_id)
     _remember(StagedKeyFile(path, digest, keys))
     return keys
+
+
+def _staged_digest(keep) -> str:
+    """The digest of what prune_staged_keys' keep names: a StagedKeyFile, keys mapped from a staged file, a digest."""
+    if isinstance(keep, StagedKeyFile):
+        return keep.digest
+    if isinstance(keep, str):
+        staged_path(".", keep)          # ValueError unless 64 lower-case hex digits
+        return keep
+    known = staged_file_of(keep)
+    if known is None:
+        raise TypeError(f"prune_staged_keys(keep=...) takes StagedKeyFiles, their digests or keys mapped from a "
+                        f"staged file; got {type(keep).__name__}")
+    return known[1]
+
+
+def prune_staged_keys(folder, keep=()) -> list:
+    """Remove the key files stage_shared_keys wrote into `folder`, but those of `keep` (StagedKeyFiles, their
+    digests, or EvalKeys / bootstrapping keys mapped from a staged file); returns the paths removed.
+
+    Only a file that is staged-<64 hex digits>.keys, a regular file of this user whose native header names that
+    same digest (file_digest: the file hemlp wrote under that name) is removed; anything else in the folder (the
+    workers' files, a half-written staging-*.part, files of other programs, a file whose content does not match its
+    name) is left alone. A process that mapped a removed file keeps its keys (the mapping outlives the name); a
+    worker that opens it afterwards fails with MissingKeyFileError, so prune when no run on those keys is going
+    on (or keep them)."""
+    kept = {_staged_digest(k) for k in keep}
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for p in sorted(folder.iterdir()):
+        name = p.name
+        if not (name.startswith(STAGED_PREFIX) and name.endswith(".keys")):
+            continue
+        digest = name[len(STAGED_PREFIX):-len(".keys")]
+        if digest in kept or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            continue
+        try:
+            st = p.lstat()
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or file_digest(p) != digest:
+                continue
+            p.unlink()
+        except (OSError, SerializationError):   # gone meanwhile, unreadable, or not a shared key file: not ours
+            continue
+        removed.append(p)
+    return removed

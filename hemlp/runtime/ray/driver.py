@@ -10,7 +10,6 @@ from hemlp.runtime.ray.session import import_ray
 __all__ = ["RayDriver", "relin_bytes", "bootstrap_key_bytes"]
 
 _LAST_RLK: list = []  # [(relin key, its bytes, their SHA-256)]: the driver's last key sent
-_LAST_BOOT: list = []  # [(bootstrapping keys, context hash, their bytes, SHA-256)]: the last bootstrapping keys sent
 
 
 def relin_bytes(relin_key) -> tuple:
@@ -23,12 +22,12 @@ def relin_bytes(relin_key) -> tuple:
 
 
 def bootstrap_key_bytes(keys, ctx) -> tuple:
-    """The bootstrapping keys' bytes and digest (the workers build their Bootstrapper once per digest), kept for the
-    last keys: serialising them costs far more than a relinearisation key (every rotation key of CtS and StC)."""
-    if not _LAST_BOOT or _LAST_BOOT[0][0] is not keys or _LAST_BOOT[0][1] != ctx.hash:
-        data = keys.to_bytes(ctx)
-        _LAST_BOOT[:] = [(keys, ctx.hash, data, hashlib.sha256(data).hexdigest())]
-    return _LAST_BOOT[0][2:]
+    """The bootstrapping keys' bytes and digest (the workers build their Bootstrapper once per digest), serialised
+    anew for each run and kept by nobody here: the caller puts them and drops them. At N16 they are 3.3-11.4 GiB,
+    which a cache would hold in the driver for as long as the process lives (a run serialises them once, in seconds,
+    next to minutes of work; StagedKeys avoids the bytes altogether)."""
+    data = keys.to_bytes(ctx)
+    return data, hashlib.sha256(data).hexdigest()
 
 
 class RayDriver:

@@ -59,6 +59,7 @@ import numpy as np
 from hemlp import pcmm
 from hemlp.errors import LevelError, ShapeError
 from hemlp.pcmm import CtMatrix
+from hemlp.runtime.artifacts import MappedCtMatrix
 from hemlp.planner.grid import grid_store, pcmm_store_bytes
 from hemlp.runtime.local import ElementwiseOp, mambo_units, refresh_units
 from hemlp.runtime.ray.blocks import (PARTS, Block, Dist, ct_bytes, export_block, import_block, meta_of, row_pieces,
@@ -156,29 +157,38 @@ class RayProgram(RayDriver):
         t0 = time.perf_counter()
         ray, d, c = self.ray, C.shape[0], C.chunks
         blocks, put = [], 0
+        mapped = isinstance(C, MappedCtMatrix)
         with driver_threads(usable_cores()):
             rows = (splits(d, min(row_parts, d)) if row_ranges is None else [slice(a, b) for a, b in row_ranges])
-            for rs in rows:
+            for rs0 in rows:
                 for cs in splits(c, min(col_parts, c)):
-                    objs = [C.cts[r * c + j].native for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
-                    L = objs[0].level + 1
-                    if any(o.level + 1 != L or o.size != 2 for o in objs):
-                        raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
-                    nbytes = 2 * L * len(objs) * ctx.N * 8
-                    if ctmajor:
-                        refs = tuple(ray.put([o.poly_view(p) for o in objs]) for p in PARTS)
-                    else:
-                        shape = (2, L, rs.stop - rs.start, cs.stop - cs.start, ctx.N)
-                        arr = export_block(objs, shape[2], shape[3], ctx.N, staging_buffer(shape))
-                        refs = (ray.put(arr[0]), ray.put(arr[1]))
-                        del arr
-                    for r in refs:
-                        self._place.put(r)
-                    blocks.append(Block(refs, rs.start, rs.stop, cs.start, cs.stop, [meta_of(o) for o in objs],
-                                         nbytes))
-                    put += nbytes
+                    # a mapped batch: in row pieces of at most C.block_bytes, each imported, put and dropped before
+                    # the next (the tasks read a value's row pieces as they read a previous wave's)
+                    for rs in (_pieces_of(rs0, cs, C, ctx) if mapped else [rs0]):
+                        cells = [(r, j) for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
+                        objs = ([ct.native for ct in C.block(rs, cs)] if mapped
+                                else [C.cts[r * c + j].native for r, j in cells])
+                        L = objs[0].level + 1
+                        if any(o.level + 1 != L or o.size != 2 for o in objs):
+                            raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
+                        nbytes = 2 * L * len(objs) * ctx.N * 8
+                        if ctmajor:
+                            refs = tuple(ray.put([o.poly_view(p) for o in objs]) for p in PARTS)
+                        else:
+                            shape = (2, L, rs.stop - rs.start, cs.stop - cs.start, ctx.N)
+                            arr = export_block(objs, shape[2], shape[3], ctx.N, staging_buffer(shape))
+                            refs = (ray.put(arr[0]), ray.put(arr[1]))
+                            del arr
+                        for r in refs:
+                            self._place.put(r)
+                        blocks.append(Block(refs, rs.start, rs.stop, cs.start, cs.stop, [meta_of(o) for o in objs],
+                                             nbytes))
+                        put += nbytes
+                        del objs      # the block is in the store: the driver lets it go before the next
         self._input_stats = dict(op="input", put_bytes=put, blocks=len(blocks), nodes=[], tasks=0,
                                  seconds=time.perf_counter() - t0)
+        if mapped:   # the ciphertexts the driver imported from the file, and the most it held at once
+            self._input_stats["mapped"] = C.import_stats
         self._t_ready = time.time()  # the first wave's time starts after the put
         return Dist((d, C.shape[1]), c, blocks)
 
@@ -453,7 +463,7 @@ class RayProgram(RayDriver):
         if index is None and d2 != d_in:
             raise ShapeError(f"step {s.out}: U is {d1}x{d2} but its input has {d_in} rows")
         level_in = X.level
-        meta = X.meta if isinstance(X, Dist) else meta_of(X.cts[0].native)  # planned (scale None) while pending
+        meta = X.meta if isinstance(X, Dist) else _first_meta(X)  # planned (scale None) while pending
         N = ctx.N
         H_in, H_out = 2 * (level_in + 1) * N * 8, 2 * (level_out + 1) * N * 8
         # Splitting the parts defers the fused steps to their own wave (they need both parts): the PCMM's output
@@ -737,7 +747,8 @@ class RayProgram(RayDriver):
                 if C.level != s.level_out:
                     if C.level < s.level_out:
                         raise LevelError(f"the input is at level {C.level} but the plan starts at level {s.level_out}")
-                    C = CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in C.cts], C.shape, C.chunks, C.format)
+                    C = (C.dropped(s.level_out) if isinstance(C, MappedCtMatrix) else
+                         CtMatrix(ctx, [ctx.drop_level(ct, s.level_out) for ct in C.cts], C.shape, C.chunks, C.format))
                 vals[s.out] = C
                 i += 1
                 continue
@@ -774,7 +785,7 @@ class RayProgram(RayDriver):
                         else self._mambo_group(ctx, s, x, ops, weight_bits, group[-1].level_out, drop))
             else:
                 wave = self._ew_group(ctx, s, x, ops, group[-1].level_out)
-            labels = (x.meta if isinstance(x, Dist) else meta_of(x.cts[0].native))[2:]  # slots, encoding, .., key
+            labels = (x.meta if isinstance(x, Dist) else _first_meta(x))[2:]  # slots, encoding, .., key
             if wave.info.get("deferred"):  # part-split PCMM: its steps need both parts, so they start the next wave
                 for e in group[1:]:
                     self._after[e.out] = s.out
@@ -794,6 +805,8 @@ class RayProgram(RayDriver):
             i += len(group)
         out = vals[out_name]
         self._collect(timings)
+        if isinstance(C, MappedCtMatrix):
+            C.verify()   # the file's SHA-256 (hashed meanwhile on a second core): no output of a corrupted file
         # the run's totals (nodes: none of its own, as the other entries that are not steps)
         self.stats["_placement"] = dict(op="placement", nodes=[], tasks=self._placed[0], on_node=self._placed[1],
                                         cluster_nodes=len(self._place.cpus))
@@ -805,6 +818,18 @@ class RayProgram(RayDriver):
         self.stats["_output"] = dict(op="output", seconds=time.perf_counter() - t0, nodes=[], tasks=0,
                                      get_bytes=sum(b.nbytes for b in out.blocks) if isinstance(out, Dist) else 0)
         return res
+
+
+def _first_meta(C) -> tuple:
+    """meta_of the matrix's first ciphertext (of a mapped batch: that one imported alone)."""
+    return meta_of((C.element(0) if isinstance(C, MappedCtMatrix) else C.cts[0]).native)
+
+
+def _pieces_of(rows: slice, cols: slice, C, ctx) -> list:
+    """rows cut into pieces whose ciphertexts (x cols) hold at most C.block_bytes (one row at least)."""
+    per_row = (cols.stop - cols.start) * ct_bytes(ctx, C.level)
+    n = max(1, C.block_bytes // per_row)
+    return [slice(a, min(a + n, rows.stop)) for a in range(rows.start, rows.stop, n)]
 
 
 def _release(vals: dict, users: dict, name: str) -> None:
