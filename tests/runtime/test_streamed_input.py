@@ -125,6 +125,31 @@ def test_ray_program_streams_a_mapped_batch_with_the_same_bits(local_ray, case, 
     assert ctm.import_stats["peak_live"] == 2
 
 
+@pytest.mark.parametrize("grid", [(1, 1, 2), (1, 1, 1, 2), None])
+def test_mapped_blocks_feed_every_kind_of_first_wave(local_ray, tmp_path, grid):
+    """A plain MLP (64-32-16-10) and a CNN (gathered first PCMM) from mapped files in blocks of one ciphertext, on
+    PCMM grids (a reduction split, a part split) and node-local (the first PCMM reading the pieces in place): the
+    in-process bits, one imported row at most in the driver."""
+    from tests.compiler.conftest import SmallCNN
+
+    rng = np.random.default_rng(7)
+    for model, x in ((mlp(dims=(64, 32, 16, 10)), rng.uniform(0, 1, (16, 64))),
+                     (SmallCNN(), rng.normal(size=(8, 1, 8, 8)))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cm = hemlp.compile(model, x, batch_size=x.shape[0], allow_insecure=True, layout="batch")
+            sk, ek = cm.keygen()
+            path = cm.encrypt(x, sk, path=tmp_path / "in.hct")
+            ref = cm.run(EncryptedBatch.load(path, cm), ek)
+        ctx = cm.context
+        ctm = EncryptedBatch.load(path, cm, mapped=True, block_bytes=1).ctm       # one row a block
+        prog = RayProgram(num_workers=2, grid=grid)
+        out = prog.run(ctx, cm.steps, ctm, ek.relin_key, cm.weight_bits)
+        assert bits(out) == bits(ref.ctm)
+        st = next(v for v in prog.stats.values() if isinstance(v, dict) and v.get("op") == "input")
+        assert st["blocks"] == ctm.shape[0] * ctm.chunks and st["mapped"]["peak_live"] == ctm.chunks
+
+
 def test_a_corrupted_mapped_batch_fails_the_ray_run(local_ray, case, tmp_path):
     cm, lay = case["cm"], case["cm"].layout_impl
     raw = bytearray(case["path"].read_bytes())
