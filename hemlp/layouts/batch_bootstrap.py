@@ -51,7 +51,7 @@ __all__ = ["BOOT_PRESETS", "boot_preset", "level_dag", "plan_bootstrapped", "app
            "summary", "summary_text", "simulate_padded", "mambo_candidates", "lower_mambo", "S2C_LOG_MESSAGE_RATIO",
            "boot_order", "boot_batch_size", "scale_factor", "scale_down_limit", "CTS_LOG_MESSAGE_RATIO",
            "DEFAULT_NOISE_BITS", "value_peaks", "calibration_peaks", "peak_of", "BootPlanning",
-           "check_single_boot_keys", "sparse_summary_text", "single_key_bytes",
+           "check_single_boot_keys", "sparse_summary_text", "single_key_bytes", "family_key_bytes",
            "sparse_summary"]
 
 #: the preset compile(bootstrap=True) takes without a preset option: 128-bit, or the insecure test chain
@@ -306,6 +306,16 @@ def single_key_bytes(params, slots: int) -> int:
     return rot + swk(em) + 2 * swk(em) + encapsulation
 
 
+def family_key_bytes(params, order: str, k: int = 1, slots: int | None = None) -> int:
+    """The bootstrapping keys keygen() makes for a pipeline family, in memory, from the parameters alone: the
+    S2C-first keys of batch size k (seeded), or single CtS-first keys for `slots` slots (default: all N/2)."""
+    if order == "s2c_first":
+        cts_d, stc_d = PRESET_DEPTHS[params.name]
+        s2c = BootParams(order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO, cts_depth=cts_d, stc_depth=stc_d)
+        return int(estimate_bytes(params, int(k), s2c))
+    return single_key_bytes(params, slots or params.N // 2)
+
+
 def check_single_boot_keys(eval_keys, slots: int, what: str) -> None:
     """The eval keys of a plan with single CtS-first bootstraps of `slots` slots hold such keys (MissingKeyError)."""
     bk = getattr(eval_keys, "bootstrap_keys", None)
@@ -319,7 +329,9 @@ def check_single_boot_keys(eval_keys, slots: int, what: str) -> None:
 
 def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict | None = None) -> Planned:
     """The layout (A) program with bootstraps for a lowered model (compile(..., bootstrap=True)). peaks: the values'
-    per-row peaks on x from compile's pass (None: measured here)."""
+    per-row peaks on x from compile's pass (None: measured here). opts["key_budget"] (bytes; absent: none): the
+    bootstrapping keys the pipeline the planner chooses may hold (hemlp.planner.bootstrap_lowering.choose_pipelines;
+    hemlp.layouts.boot_choice.fit_batch_pipeline sets it from a memory budget)."""
     bp = BootPlanning.of(steps, x, opts, peaks)
     info, params, boot, X, max_out, reserve = bp.info, bp.params, bp.boot, bp.X, bp.max_out, bp.reserve
     wb = int(opts["weight_bits"])
@@ -328,13 +340,13 @@ def plan_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks: dict 
     costs = PipelineCosts.for_preset(params, boot, PRESET_DEPTHS[info["name"]][1])
     # the S2C-first family's keys in memory, as keygen will make them (seeded, at the order's levels): computed
     # for every batch size measured, instead of a benchmark's keys made another way
-    cts_d, stc_d = PRESET_DEPTHS[info["name"]]
-    s2c = BootParams(order="s2c_first", log_message_ratio=S2C_LOG_MESSAGE_RATIO, cts_depth=cts_d, stc_depth=stc_d)
-    costs.key_bytes = {k: estimate_bytes(params, k, s2c) for k in costs.rho}
+    # (k = 1 and the CtS-first keys too: a key budget holds every family to them)
+    costs.key_bytes = {k: family_key_bytes(params, "s2c_first", k) for k in (1, *costs.rho)}
+    costs.cts_key_bytes = family_key_bytes(params, "cts_first")
     costs.key_source = "estimated for seeded keys"
     low = choose_pipelines(level_dag(steps, params, bs), costs, min_output_level=reserve,
                            pcmm_inputs=mambo_candidates(steps, chunks), mambo=opts.get("mambo", "auto"),
-                           batch_bootstrap=opts.get("batch_bootstrap", "auto"))
+                           batch_bootstrap=opts.get("batch_bootstrap", "auto"), key_budget=opts.get("key_budget"))
     placement = low.placement
     margin = 1.0 + float(opts["activation_margin"])
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO if low.order == "cts_first" else S2C_LOG_MESSAGE_RATIO)

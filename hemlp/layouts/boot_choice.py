@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hemlp.bootstrap.batch_keys import estimate_bytes
-from hemlp.bootstrap.params import PRESET_DEPTHS, BootParams
 from hemlp.compiler.params import step_cost
 from hemlp.fhe import Params
 from hemlp.errors import EncodingError, LevelError, ResourceError, ShapeError, UnsupportedError
@@ -46,7 +44,7 @@ from hemlp.runtime import shards, streamed
 
 __all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eval_key_bytes", "memory_bytes",
            "server_bytes", "batch_memory_floor", "fit_batch_pipeline", "choose_bootstrapped", "pipeline_why",
-           "BOOTSTRAPPED", "plan_with_bootstraps"]
+           "BOOTSTRAPPED", "plan_with_bootstraps", "pipeline_label"]
 
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
@@ -59,14 +57,9 @@ def boot_key_bytes(lay: Layout) -> int:
     steps = batch_bootstrap.bootstrap_steps(lay.steps)
     if not steps:
         return 0
-    params = lay.params
     if batch_bootstrap.boot_order(lay.steps) == "s2c_first":
-        cts_d, stc_d = PRESET_DEPTHS[params.name]
-        s2c = BootParams(order="s2c_first", log_message_ratio=batch_bootstrap.S2C_LOG_MESSAGE_RATIO,
-                         cts_depth=cts_d, stc_depth=stc_d)
-        return int(estimate_bytes(params, batch_bootstrap.boot_batch_size(lay.steps), s2c))
-    slots = getattr(lay.program, "boot_slots", None) or params.N // 2
-    return single_key_bytes(params, slots)
+        return batch_bootstrap.family_key_bytes(lay.params, "s2c_first", batch_bootstrap.boot_batch_size(lay.steps))
+    return batch_bootstrap.family_key_bytes(lay.params, "cts_first", slots=getattr(lay.program, "boot_slots", None))
 
 
 def memory_bytes(lay: Layout) -> tuple[int, int]:
@@ -146,35 +139,45 @@ def pipeline_why(lay: Layout) -> str:
 def fit_batch_pipeline(lay: Layout, replan, opts: dict, limit: MemoryLimit) -> tuple[Layout, str]:
     """Layout (A) with batch_bootstrap='auto' held to a memory budget: the planner picks the batched-bootstrapping
     k by time, and k's keys grow with it (at N16-boot k = 4 holds ~11.4 GiB, imported at about twice that). When the
-    plan's need (each node's peak split over nodes, else the server's) exceeds the budget, the plans with smaller
-    keys are tried in turn -- k halved down to 2, then single CtS-first keys -- and the first that fits is taken.
-    replan(opts): the layout planned afresh with those options. Returns (layout, why: '' when `lay` is kept)."""
+    plan's need (each node's peak split over nodes, else the server's) exceeds the budget, it is planned again in
+    'auto' with a key budget (opts["key_budget"]), so that the planner takes the cheapest pipeline whose keys fit
+    it and its pipeline line says why. The key budget: the keys' share of the memory budget at the plan's rate
+    (its need without and with its bootstrapping keys: importing them holds about twice their bytes at the peak),
+    below the plan's keys since the plan is over; a plan still over the memory budget tightens it from its own
+    numbers, until one fits or no pipeline has smaller keys. replan(opts): the layout planned afresh with those
+    options. Returns (layout, why: '' when `lay` is kept; a k the user forces is kept, for the memory check to
+    refuse)."""
     if limit.budget is None or opts.get("batch_bootstrap") != "auto" or lay.name != "batch":
         return lay, ""
-    need = limit.need(lay, boot_key_bytes(lay))
-    if not limit.over(need):
-        return lay, ""
-    k = batch_bootstrap.boot_batch_size(lay.steps)
-    if k < 2:
+    keys = boot_key_bytes(lay)
+    need = limit.need(lay, keys)
+    if not limit.over(need) or batch_bootstrap.boot_batch_size(lay.steps) < 2:
         return lay, ""
     where = f"each of {limit.nodes} node(s)" if limit.nodes is not None else "the server"
-    tried = [f"batched k={k} ~{need / GIB:.3g} GiB"]
-    smaller = []
-    while k // 2 >= 2:
-        k //= 2
-        smaller.append(k)
-    for bb in (*smaller, False):
-        alt = replan({**opts, "batch_bootstrap": bb})
-        alt_need = limit.need(alt, boot_key_bytes(alt))
-        label = f"batched k={bb}" if bb else "single CtS-first"
-        if not limit.over(alt_need):
-            why = (f"bootstrapping keys held to the memory budget ({limit.budget / GIB:.3g} GiB on {where}): "
-                   f"{'; '.join(tried)} over it, {label} ~{alt_need / GIB:.3g} GiB fits")
-            for b in batch_bootstrap.bootstrap_steps(alt.steps):     # the pipeline line says why, not "forced"
-                b.info.lowering = b.info.lowering.replace(f"(forced: batch_bootstrap={bb!r})", f"({why})")
-            return alt, why
-        tried.append(f"{label} ~{alt_need / GIB:.3g} GiB")
-    return lay, ""
+    cur, tried = lay, []
+    while True:
+        tried.append(f"{pipeline_label(cur)} ~{need / GIB:.3g} GiB")
+        rest = limit.need(cur, 0)
+        limit.need(cur, keys)           # need() sizes the layout to the keys it was given last: its own again
+        if need <= rest:                # its keys are not what is over
+            return lay, ""
+        alt = replan({**opts, "key_budget": int(keys * (limit.budget - rest) / (need - rest))})
+        alt_keys = boot_key_bytes(alt)
+        if alt_keys >= keys:            # no pipeline with smaller keys
+            return lay, ""
+        cur, keys = alt, alt_keys
+        need = limit.need(cur, keys)
+        if not limit.over(need):
+            return cur, (f"bootstrapping keys held to the memory budget ({limit.budget / GIB:.3g} GiB on {where}): "
+                         f"{'; '.join(tried)} over it, {pipeline_label(cur)} ~{need / GIB:.3g} GiB fits")
+
+
+def pipeline_label(lay: Layout) -> str:
+    """A bootstrapped layout (A) plan's pipeline in a few words: "batched k=4", "single CtS-first", ..."""
+    k = batch_bootstrap.boot_batch_size(lay.steps)
+    if k > 1:
+        return f"batched k={k}"
+    return "single CtS-first" if batch_bootstrap.boot_order(lay.steps) != "s2c_first" else "single S2C-first"
 
 
 def choose_bootstrapped(steps, calib, opts: dict, batch_size: int, max_key_bytes: float | None = None,

@@ -91,6 +91,13 @@ class PipelineCosts:
     single_key_bytes: Optional[int] = None          # the single bootstrap's keys, measured in the same run
     key_source: str = "measured"                    # where key_bytes come from ("measured" in self.source, or an
                                                     # estimate the caller states)
+    cts_key_bytes: Optional[int] = None             # the CtS-first keys as keygen makes them (None: single_key_bytes)
+
+    def family_key_bytes(self, order: str, k: int) -> Optional[int]:
+        """The bootstrapping keys of a family in memory (None: not known here)."""
+        if order == "cts_first":
+            return self.single_key_bytes if self.cts_key_bytes is None else self.cts_key_bytes
+        return self.key_bytes.get(k)
 
     def key_note(self, order: str, k: int) -> str:
         """The key bytes of the chosen family beside the single one's ('' when not known here)."""
@@ -98,7 +105,7 @@ class PipelineCosts:
         single = "" if self.single_key_bytes is None else f"single {self.single_key_bytes * gib:.2f} GiB"
         if order == "cts_first":
             return f"bootstrapping keys {single} (measured, {self.source})" if single else ""
-        if k not in self.key_bytes:
+        if k < 2 or k not in self.key_bytes:       # S2C-first single: its keys are only held to a key budget
             return ""
         if self.key_source == "measured":
             return (f"bootstrapping keys k={k} {self.key_bytes[k] * gib:.2f} GiB" + (f" vs {single}" if single else "")
@@ -253,10 +260,16 @@ def check_modes(mambo, batch_bootstrap) -> None:
 
 
 def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm_inputs: dict,
-                     mambo="auto", batch_bootstrap="auto", max_key_bytes: int = MAX_BATCH_KEY_BYTES) -> Lowering:
+                     mambo="auto", batch_bootstrap="auto", max_key_bytes: int = MAX_BATCH_KEY_BYTES,
+                     key_budget: Optional[int] = None) -> Lowering:
     """nodes: the level DAG (hemlp.planner.bootstrap_placement.LevelNode, CtS-first frame); pcmm_inputs: {value:
     SlotToCoeffs of its input rows} of the values MaMBo may produce (a dense PCMM's output read by one node only).
-    mambo / batch_bootstrap: 'auto' (by the estimates), True / False (forced), batch_bootstrap an int k (forced)."""
+    mambo / batch_bootstrap: 'auto' (by the estimates), True / False (forced), batch_bootstrap an int k (forced).
+    max_key_bytes: batch sizes with larger keys are never planned (this machine's limit). key_budget: the
+    bootstrapping keys the plan may hold (a memory budget's room for them); the families the planner chooses among
+    (batch_bootstrap 'auto' / True) whose keys (PipelineCosts.family_key_bytes; unknown: assumed to fit) exceed it
+    are not planned, and the reason names them; when none fits, the one with the smallest keys. A forced k or
+    single family is kept whatever its keys (the memory check refuses it)."""
     check_modes(mambo, batch_bootstrap)
     single = costs.single
     stc = costs.stc_depth
@@ -264,10 +277,17 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
     by_name = {n.name: n for n in nodes}
     totals: dict = {}
     plans = []          # (total, order, k, placement, boot_fn-chooser)
-    if mambo is not True and batch_bootstrap in ("auto", False):
+
+    def plan_single():
         p = place_bootstraps(nodes, single, min_output_level=min_output_level)
         totals[family_label("cts_first", 1)] = p.total
         plans.append((p.total, "cts_first", 1, p))
+
+    cts = mambo is not True and batch_bootstrap in ("auto", False)
+    if cts and key_budget is not None and batch_bootstrap == "auto":
+        cts = not _over_budget(costs, key_budget, "cts_first", 1)
+    if cts:
+        plan_single()
     if batch_bootstrap is True:
         ks = costs.batch_sizes(max_key_bytes)
         if not ks:
@@ -285,6 +305,18 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
         ks = [1] if mambo is not False else []
     else:
         ks = ([1] if mambo is not False else []) + costs.batch_sizes(max_key_bytes)
+    # the families (order, k) whose keys exceed the key budget; the smallest keys planned when none fits
+    over_budget = []
+    if key_budget is not None and batch_bootstrap in ("auto", True):
+        if batch_bootstrap == "auto" and mambo is not True and not cts:
+            over_budget.append(("cts_first", 1))
+        over_budget += [("s2c_first", k) for k in ks if _over_budget(costs, key_budget, "s2c_first", k)]
+        ks = [k for k in ks if ("s2c_first", k) not in over_budget]
+        if not cts and not ks and over_budget:
+            order, k = min(over_budget, key=lambda f: costs.family_key_bytes(*f))
+            ks = [k] if order == "s2c_first" else []
+            if order == "cts_first":
+                plan_single()
     shifted = [replace(n, limb_offset=stc) for n in nodes]
     shifted_by = {n.name: n for n in shifted}
     min_out = max(0, min_output_level - stc)
@@ -362,7 +394,8 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
             choices[(b.before, b.value)] = BootChoice(b.value, b.before, kind, k, batched, s1, sep, mam, why)
     label = family_label(order, k)
     forced = [f"{o}={v!r}" for o, v in (("mambo", mambo), ("batch_bootstrap", batch_bootstrap)) if v != "auto"]
-    reason = (f"{label}: the cheapest estimate of " + ", ".join(
+    reason = (f"{label}: " + _budget_note(costs, key_budget, over_budget, (order, k)) + "the cheapest estimate of "
+              + ", ".join(
         f"{f} {t:.3g} s" if isinstance(t, float) else f"{f} ({t})" for f, t in totals.items())
         + (f" (forced: {', '.join(forced)})" if forced else ""))
     note = costs.key_note(order, k)
@@ -374,3 +407,22 @@ def choose_pipelines(nodes, costs: PipelineCosts, *, min_output_level: int, pcmm
                                "layer read only by it (MaMBo fuses exactly that pair; the bootstraps here sit after "
                                + ", ".join(sorted({b.value for b in placement.bootstraps})) + "). Use mambo='auto'")
     return low
+
+
+def _over_budget(costs: PipelineCosts, key_budget: int, order: str, k: int) -> bool:
+    kb = costs.family_key_bytes(order, k)
+    return kb is not None and kb > key_budget
+
+
+def _budget_note(costs: PipelineCosts, key_budget, over_budget: list, chosen: tuple) -> str:
+    """Why the plan's family is not the cheapest one: the families whose keys exceed the key budget ('' if none)."""
+    if not over_budget:
+        return ""
+    gib = 2.0 ** -30
+    keys = " and ".join(f"{family_label(*f)}'s keys ({costs.family_key_bytes(*f) * gib:.3g} GiB)"
+                        for f in over_budget if f != chosen)
+    budget = f"the key budget ({key_budget * gib:.3g} GiB: the memory budget's room for bootstrapping keys)"
+    if chosen in over_budget:
+        return (f"no family's keys fit {budget}: the smallest keys ({costs.family_key_bytes(*chosen) * gib:.3g} GiB"
+                + (f"; {keys} exceed it too" if keys else "") + "); ")
+    return f"{keys} exceed {budget}; "

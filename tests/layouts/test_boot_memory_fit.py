@@ -1,6 +1,7 @@
 """Layout (A) with batch_bootstrap='auto' under a memory budget: the batched-bootstrapping k the planner picks by time
-gives way to smaller keys (k halved, then single CtS-first) when its plan would not fit (boot_choice.fit_batch_pipeline);
-a k the user forces is kept and refused instead. Compile only, at the insecure test preset test-N12-boot."""
+gives way to smaller keys (a smaller k, then single bootstraps) when its plan would not fit: the planner chooses again
+under a key budget, the memory budget's room for the keys (boot_choice.fit_batch_pipeline); a k the user forces is
+kept and refused instead. Compile only, at the insecure test preset test-N12-boot."""
 import warnings
 
 import numpy as np
@@ -61,8 +62,13 @@ def test_node_budget_takes_smaller_keys(case, unlimited, layout):
     assert cm.layout == "batch"
     assert 2 <= k_of(cm) < k_of(unlimited["auto"])
     assert node_peak(cm, 2) <= budget
-    assert "held to the memory budget" in str(cm.plan)
-    assert "forced" not in next(line for line in str(cm.plan).splitlines() if "pipeline:" in line)
+    assert "held to the memory budget" in cm.plan.info["layout_reason"]
+    # the pipeline line names why the planner's choice is not the cheapest k: that k's keys over the key budget the
+    # memory budget leaves (planned in 'auto' with that budget, not a forced k)
+    line = next(line for line in str(cm.plan).splitlines() if "pipeline:" in line)
+    assert f"batched k={k_of(unlimited['auto'])} (S2C-first)'s keys" in line
+    assert "exceed the key budget" in line and "memory budget" in line
+    assert "forced" not in line
 
 
 def test_tighter_budget_falls_back_to_single_bootstraps(case, unlimited):
@@ -70,7 +76,10 @@ def test_tighter_budget_falls_back_to_single_bootstraps(case, unlimited):
     cm = compile_(case, nodes=2, node_memory=budget)
     assert k_of(cm) == 1
     assert node_peak(cm, 2) <= budget
-    assert "single CtS-first" in str(cm.plan)
+    # single bootstraps of the order whose keys fit the key budget (at test-N12-boot the S2C-first single keys are
+    # the smaller ones)
+    assert "fits" in cm.plan.info["layout_reason"] and "single" in cm.plan.info["layout_reason"]
+    assert "exceed the key budget" in next(line for line in str(cm.plan).splitlines() if "pipeline:" in line)
 
 
 def test_server_budget_takes_smaller_keys(case, unlimited):

@@ -90,6 +90,26 @@ def test_batching_pays_or_not_by_the_measured_ratio():
     assert low.k == 2 and next(iter(low.choices.values())).kind == "batched"
 
 
+def test_a_key_budget_holds_auto_to_the_families_whose_keys_fit():
+    gib = 2 ** 30
+    c = replace(costs(key_bytes={2: 2 * gib, 4: 4 * gib}), single_key_bytes=gib)
+    # k = 4 is the cheapest (test above) but its keys exceed the budget: k = 2, and the reason says why
+    low = choose_pipelines(chain(16), c, min_output_level=0, pcmm_inputs={}, mambo=False, key_budget=3 * gib)
+    assert (low.order, low.k) == ("s2c_first", 2)
+    assert "batched k=4 (S2C-first)'s keys (4 GiB) exceed the key budget (3 GiB" in low.reason
+    assert "batch_bootstrap" not in low.reason and "batched k=4 (S2C-first)" not in low.totals
+    # no family fits: the smallest keys (the single family's 1 GiB), named as such
+    low = choose_pipelines(chain(16), c, min_output_level=0, pcmm_inputs={}, mambo=False, key_budget=gib // 2)
+    assert low.order == "cts_first" and "no family's keys fit the key budget (0.5 GiB" in low.reason
+    # a budget every family fits changes nothing; a forced k is kept whatever its keys (the memory check refuses it)
+    free = choose_pipelines(chain(16), c, min_output_level=0, pcmm_inputs={}, mambo=False)
+    low = choose_pipelines(chain(16), c, min_output_level=0, pcmm_inputs={}, mambo=False, key_budget=8 * gib)
+    assert (low.order, low.k, low.reason) == (free.order, free.k, free.reason)
+    low = choose_pipelines(chain(16), c, min_output_level=0, pcmm_inputs={}, batch_bootstrap=4, mambo=False,
+                           key_budget=gib)
+    assert low.k == 4 and "key budget" not in low.reason
+
+
 def test_the_s2c_frame_is_shifted_by_the_stc_depth():
     low = choose_pipelines(chain(16), costs(), min_output_level=0, pcmm_inputs={}, mambo=False)
     assert low.level_offset == 2
