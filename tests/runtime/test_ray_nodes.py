@@ -29,6 +29,7 @@ torch = pytest.importorskip("torch")
 import hemlp  # noqa: E402
 from hemlp import pcmm  # noqa: E402
 from hemlp.apps.bench import cluster as bench_cluster  # noqa: E402
+from hemlp.apps.bench.local_raylets import connected_cluster  # noqa: E402
 from hemlp.runtime import jobs  # noqa: E402
 from hemlp.runtime.ray import batch as ray_batch  # noqa: E402
 from hemlp.runtime.ray import session  # noqa: E402
@@ -46,27 +47,20 @@ LC = bench_cluster.local_cluster_script()
 def cluster(tmp_path_factory):
     """NODES raylets of 1 CPU and MEMORY bytes each; the GCS checks them every second, so a killed node is declared
     dead within a few seconds, and each raylet updates its metrics (the bytes it received from the other nodes) as
-    often as the bench's measured check reads them. Every process of the cluster is ended afterwards, and the test
-    fails if one survives."""
+    often as the bench's measured check reads them. The test process's Ray is connected to it. Every process of the
+    cluster is ended afterwards, and the module fails if one survives."""
     lc = LC
     if not lc.RAY.exists():
         pytest.skip("the `ray` command is not installed next to this Python")
     session.shutdown_local()          # a local Ray an earlier test had hemlp start
-    if ray.is_initialized():
-        ray.shutdown()
     saved = {k: os.environ.get(k) for k in lc.auth_env()}
     lc.driver_auth(lc.auth_env())     # the driver authenticates as the raylets do (Ray >= 2.52 with a token)
-    desc = lc.start(NODES, MEMORY, cpus=1, object_store=128 * 2 ** 20, state=None, health_check_ms=1000,
-                    metrics_interval_ms=bench_cluster.METRICS_INTERVAL_MS)
     try:
-        yield desc
+        with connected_cluster(lc, NODES, MEMORY, 128 * 2 ** 20, health_check_ms=1000,
+                               metrics_interval_ms=bench_cluster.METRICS_INTERVAL_MS) as desc:
+            yield desc
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        lc.stop_dir(desc["temp_dir"])
-        left = lc.cluster_pids(desc["temp_dir"])
         lc.driver_auth(saved)
-    assert not left, f"processes of the test's Ray cluster survived: {sorted(left)}"
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +93,8 @@ def node_ids(desc) -> dict:
 
 
 def test_the_script_started_every_node_and_auto_reads_the_cluster(cluster, case):
-    ray.init(address=cluster["address"], log_to_driver=False)
+    if not ray.is_initialized():
+        ray.init(address=cluster["address"], log_to_driver=False)
     assert len(cluster["nodes"]) == NODES and all(n["pid"] for n in cluster["nodes"])
     assert sorted(node_ids(cluster)) == sorted(n["port"] for n in cluster["nodes"])
     with warnings.catch_warnings():

@@ -65,14 +65,17 @@ def cpu_since(before: dict, after: dict) -> dict:
 
 
 @contextlib.contextmanager
-def connected_cluster(lc, nodes: int, memory: int, object_store: int):
+def connected_cluster(lc, nodes: int, memory: int, object_store: int, *, health_check_ms: int | None = None,
+                      metrics_interval_ms: int | None = None):
     """A fresh local cluster of `nodes` raylets (1 CPU each) that this process's Ray is connected to; yields its
-    description; disconnects, stops it and checks that none of its processes survived."""
+    description; disconnects, stops it and checks that none of its processes survived. health_check_ms /
+    metrics_interval_ms: as scripts/local_cluster.py's start (None: Ray's defaults)."""
     import ray
 
     if ray.is_initialized():        # a Ray of this process's own (a local one) is not the cluster to measure
         ray.shutdown()
-    desc = lc.start(int(nodes), memory, cpus=1, object_store=object_store, state=None)
+    desc = lc.start(int(nodes), memory, cpus=1, object_store=object_store, state=None,
+                    health_check_ms=health_check_ms, metrics_interval_ms=metrics_interval_ms)
     try:
         ray.init(address=desc["address"], log_to_driver=False)
         yield desc
@@ -82,4 +85,4 @@ def connected_cluster(lc, nodes: int, memory: int, object_store: int):
         lc.stop_dir(desc["temp_dir"])
     left = lc.cluster_pids(desc["temp_dir"])
     if left:
-        raise RuntimeError(f"processes of the measured cluster survived: {sorted(left)}")
+        raise RuntimeError(f"processes of the local cluster survived: {sorted(left)}")
