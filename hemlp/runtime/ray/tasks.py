@@ -236,6 +236,19 @@ def _apply_ops(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> 
     return cts
 
 
+def _ops_export(ctx, spec, cts: list, nc: int, rlk, secs: dict, levels: dict) -> tuple[list, list]:
+    """A task's output block: the fused elementwise steps on its ciphertexts (row-major over nc chunks), then their
+    export as one block: ([part 0, part 1], their metas). The export's time counts to the last fused step (none:
+    the task's head)."""
+    cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
+    t0 = time.perf_counter()
+    objs = [ct.native for ct in cts]
+    out = export_block(objs, len(objs) // nc, nc, ctx.N)
+    last = spec["ops"][-1][0] if spec["ops"] else spec["head"]
+    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
+    return [out[0], out[1]], [meta_of(o) for o in objs]
+
+
 def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     """Both parts of a PCMM's output block (after the epilogue), through the coefficient-encoding bias and the
     fused steps when there are any: (part 0, part 1, block metas)."""
@@ -253,13 +266,8 @@ def _block_out(ctx, spec, Z: dict, rlk, secs: dict, levels: dict):
     if coeff_bias:  # an encoded constant, as pcmm.pcmm_gather does in coefficient encoding
         cts = [ctx.add(ct, float(spec["bias"][(r0 + i // nc) // spec["P"]])) for i, ct in enumerate(cts)]
     secs[head] = secs.get(head, 0.0) + time.perf_counter() - t0
-    cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
-    t0 = time.perf_counter()
-    objs = [ct.native for ct in cts]
-    out = export_block(objs, nr, nc, ctx.N)
-    last = spec["ops"][-1][0] if spec["ops"] else head
-    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
-    return out[0], out[1], [meta_of(o) for o in objs]
+    (part0, part1), metas = _ops_export(ctx, spec, cts, nc, rlk, secs, levels)
+    return part0, part1, metas
 
 
 def _row_cuts(outs: list, cuts) -> list:
@@ -382,14 +390,7 @@ def group_task(spec: dict, *arrays):
         secs["_import"] = time.perf_counter() - t0
     else:
         raise AssertionError(kind)
-    nc = spec["J"][1] - spec["J"][0]
-    cts = _apply_ops(ctx, spec, cts, nc, rlk, secs, levels)
-    t0 = time.perf_counter()
-    objs = [ct.native for ct in cts]
-    out = export_block(objs, len(objs) // nc, nc, ctx.N)
-    last = spec["ops"][-1][0] if spec["ops"] else head
-    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
-    return finish([out[0], out[1]], [meta_of(o) for o in objs])
+    return finish(*_ops_export(ctx, spec, cts, spec["J"][1] - spec["J"][0], rlk, secs, levels))
 
 
 def _refreshed_block(ctx, spec, out: list, nc: int, rlk, secs: dict, levels: dict):
@@ -404,13 +405,7 @@ def _refreshed_block(ctx, spec, out: list, nc: int, rlk, secs: dict, levels: dic
         out = [ctx.drop_level(ct, level) for ct in out]
         secs[name] = time.perf_counter() - t0
         levels[name] = out[0].level
-    out = _apply_ops(ctx, spec, out, nc, rlk, secs, levels)
-    t0 = time.perf_counter()
-    objs = [ct.native for ct in out]
-    arr = export_block(objs, len(objs) // nc, nc, ctx.N)
-    last = spec["ops"][-1][0] if spec["ops"] else head
-    secs[last] = secs.get(last, 0.0) + time.perf_counter() - t0
-    return [arr[0], arr[1]], [meta_of(o) for o in objs]
+    return _ops_export(ctx, spec, out, nc, rlk, secs, levels)
 
 
 def refresh_run(ctx, spec, boot, blocks: list, rlk, secs: dict, levels: dict):
