@@ -9,13 +9,17 @@ The job: a GELU MLP 784-H-H-H-10 (H = --hidden, 1 024 by default) trained here o
 images. The input is the complete EMNIST-mnist test set (10 000 real images) repeated to fill the batch. The client
 (this process) makes the keys, stages them once as a shared key file (every raylet's workers map that one file, as
 the workers of one machine of a real cluster would; no key bytes go through Ray: RayOptions.shared_keys=StagedKeys)
-and encrypts; for each raylet count K a
+and encrypts the batch straight to a file in --work-dir (CompiledModel.encrypt(..., path=): a row at a time, never the
+whole batch in memory), which each run reads mapped (EncryptedBatch.load(..., mapped=True): the driver imports, puts
+and drops one block at a time); the file is deleted at the end unless --keep-input, and the staged key file is pruned
+(prune_staged_keys); for each raylet count K a
 fresh local cluster (scripts/local_cluster.py, 1 CPU per raylet: with K above the cores the raylets time-share them)
 runs the plan; the client decrypts.
 
 Per K it records: wall seconds, the CPU seconds of each raylet's worker processes (/proc), images per second and
 amortised milliseconds per image, CPU-normalised throughput (images per CPU second) and its scaling from the smallest
-K; memory sampled every second over the run: per raylet its processes' private memory (RssAnon) and proportional set
+K; memory sampled every second over the run: the driver's private memory (RssAnon), per raylet its processes'
+private memory (RssAnon) and proportional set
 (Pss: pages shared between processes, the key file's included, divided among them), the machine's used memory, and
 the key file's size (one copy per machine); encrypted = simulated top-1 on every image, the largest logit error,
 accuracy on the real labels, and whether the output ciphertexts are bit-identical across K. Measured: the JSON says
@@ -33,7 +37,8 @@ import numpy as np
 
 from hemlp.apps.bench import report
 from hemlp.run_options import StagedKeys
-from hemlp.runtime.shared_keys import stage_shared_keys
+from hemlp.runtime.artifacts import EncryptedBatch
+from hemlp.runtime.shared_keys import prune_staged_keys, stage_shared_keys
 from hemlp.apps.bench.local_raylets import connected_cluster, cpu_since, local_cluster_script, node_cpu, node_trees
 
 #: the job's hidden width (issue #30: 784-1024-1024-1024-10)
@@ -127,11 +132,12 @@ def machine_used() -> int:
 
 
 class MemorySampler:
-    """Samples, every SAMPLE_SECONDS until stopped, each raylet's processes (RssAnon and Pss summed over its tree)
-    and the machine's used memory; keeps the peaks."""
+    """Samples, every SAMPLE_SECONDS until stopped, each raylet's processes (RssAnon and Pss summed over its tree),
+    this process's (the driver's) RssAnon and the machine's used memory; keeps the peaks."""
 
     def __init__(self, lc, desc):
         self.lc, self.desc = lc, desc
+        self.peak_driver_anon = 0
         self.peak_anon: dict = {}
         self.peak_pss: dict = {}
         self.peak_machine = 0
@@ -151,6 +157,7 @@ class MemorySampler:
             key = str(port)
             self.peak_anon[key] = max(self.peak_anon.get(key, 0), anon)
             self.peak_pss[key] = max(self.peak_pss.get(key, 0), pss)
+        self.peak_driver_anon = max(self.peak_driver_anon, _status(os.getpid()).get("RssAnon", 0))
         self.peak_machine = max(self.peak_machine, machine_used())
         self.samples += 1
 
@@ -173,8 +180,12 @@ class MemorySampler:
 
 
 # ---------------------------------------------------------------------------------------------- the runs
-def run_on_cluster(lc, K: int, cm, ct, ek, key_folder: Path, node_memory: int, object_store: int) -> tuple:
-    """(measured row, output EncryptedBatch) of the plan on a fresh local cluster of K raylets, stopped after."""
+def run_on_cluster(lc, K: int, cm, input_path: Path, ek, key_folder: Path, node_memory: int,
+                   object_store: int) -> tuple:
+    """(measured row, output EncryptedBatch) of the plan on a fresh local cluster of K raylets, stopped after. The
+    input is read mapped, afresh for each run: a run that imports all of it (one raylet: bootstraps step by step)
+    leaves nothing behind for the next."""
+    ct = EncryptedBatch.load(input_path, cm, mapped=True)
     with connected_cluster(lc, K, node_memory, object_store) as desc:
         before = node_cpu(lc, desc)
         st: dict = {}
@@ -185,6 +196,7 @@ def run_on_cluster(lc, K: int, cm, ct, ek, key_folder: Path, node_memory: int, o
         cpu = cpu_since(before, node_cpu(lc, desc))
     steps = {k: v for k, v in st.items() if isinstance(v, dict) and not k.startswith("_")}
     row = dict(raylets=int(K), wall_seconds=wall, cpu_seconds_by_node=cpu, cpu_seconds=sum(cpu.values()),
+               peak_driver_private_bytes=mem.peak_driver_anon, input_import=ct.ctm.import_stats,
                peak_private_bytes_by_node=mem.peak_anon, peak_pss_bytes_by_node=mem.peak_pss,
                peak_machine_used_bytes=mem.peak_machine, memory_samples=mem.samples,
                nodes_by_step={k: len(v.get("nodes", [])) for k, v in steps.items()})
@@ -240,17 +252,19 @@ def run_job(args) -> dict:
     keygen_s = time.perf_counter() - t0
     # staged: the driver writes the key file once and runs on it mapped; no key bytes go through Ray
     ek = stage_shared_keys(ek, key_folder, cm).keys
+    input_path = work / "input.hct"
     t0 = time.perf_counter()
-    ct = cm.encrypt(x, sk)
+    cm.encrypt(x, sk, path=input_path)      # a row at a time into the file: the batch is never whole in memory
     encrypt_s = time.perf_counter() - t0
+    input_bytes = input_path.stat().st_size
 
     rows, first = [], None
-    if args.check_in_process:        # the reference bits: the same plan in this process (small jobs only)
-        first = [c.to_bytes() for c in cm.run(ct, ek).ctm.cts]
     lc.driver_auth(lc.auth_env())         # the driver of a token-authenticated cluster
     try:
+        if args.check_in_process:        # the reference bits: the same plan in this process (small jobs only)
+            first = [c.to_bytes() for c in cm.run(EncryptedBatch.load(input_path, cm), ek).ctm.cts]
         for K in counts:
-            row, out = run_on_cluster(lc, K, cm, ct, ek, key_folder, args.node_memory, args.object_store)
+            row, out = run_on_cluster(lc, K, cm, input_path, ek, key_folder, args.node_memory, args.object_store)
             t0 = time.perf_counter()
             got = cm.decrypt(out, sk).reshape(len(x), -1)
             row["decrypt_seconds"] = time.perf_counter() - t0
@@ -271,6 +285,9 @@ def run_job(args) -> dict:
             del out
     finally:
         lc.driver_auth(saved)
+        if not args.keep_input:
+            input_path.unlink(missing_ok=True)
+        prune_staged_keys(key_folder)       # this job's keys: made for it, of no use after it
     base = rows[0]
     for r in rows:
         if base.get("images_per_cpu_second") and r.get("images_per_cpu_second"):
@@ -284,12 +301,16 @@ def run_job(args) -> dict:
         data=f"EMNIST-mnist test (10 000, complete), repeated to {args.batch}", batch=args.batch,
         layout=lay.name, depth=info.get("depth"), bootstrap_points=len(boot.get("placements", [])),
         estimate_seconds_one_thread=float(lay.estimate()), train_seconds=train_s, compile_seconds=compile_s,
-        keygen_seconds=keygen_s, encrypt_seconds=encrypt_s, node_memory=args.node_memory,
+        keygen_seconds=keygen_s, encrypt_seconds=encrypt_s, input_file_bytes=input_bytes,
+        input_file=str(input_path) if args.keep_input else None, node_memory=args.node_memory,
         object_store_bytes=args.object_store, torch_accuracy=float((ref_torch.argmax(1) == labels).mean()),
         simulated_accuracy=float((sim.argmax(1) == labels).mean()),
         simulated_equals_torch=int((sim.argmax(1) == ref_torch.argmax(1)).sum()), runs=rows,
         bits_compared_to="the in-process run" if args.check_in_process else f"the {rows[0]['raylets']}-raylet run",
-        notes=["per raylet: private = the RssAnon of its processes summed, Pss = their proportional set (shared "
+        notes=["driver: peak_driver_private_bytes is the RssAnon of this process during the run (the input read "
+               "mapped from input_file_bytes of file, a block at a time: input_import counts the ciphertexts imported "
+               "and the most alive at once)",
+               "per raylet: private = the RssAnon of its processes summed, Pss = their proportional set (shared "
                "pages, the key file's among them, divided among the processes mapping them); a node of a real "
                "cluster holds its private memory, one copy of the keys (key_file_bytes) and its object store",
                "raylets have 1 CPU each and share this machine's cores: CPU seconds are per raylet"])
@@ -321,7 +342,10 @@ def add_arguments(p) -> None:
     p.add_argument("--check-in-process", action="store_true",
                    help="--run: also run the plan in this process and compare every output bit (small jobs only)")
     p.add_argument("--data-root", default=str(report.REPO_ROOT.parent / "shared" / "data"))
-    p.add_argument("--work-dir", default="runs/cluster_emnist", help="--run: the trained MLP, the key file")
+    p.add_argument("--work-dir", default="runs/cluster_emnist",
+                   help="--run: the trained MLP, the key file, the encrypted input file")
+    p.add_argument("--keep-input", action="store_true",
+                   help="--run: keep the encrypted input file (<work-dir>/input.hct; deleted after the job otherwise)")
     p.add_argument("--node-memory", type=lambda s: int(float(s)), default=20 * GIB,
                    help="--run: Ray's memory resource per raylet (bytes)")
     p.add_argument("--object-store", type=lambda s: int(float(s)), default=2 * GIB,
@@ -331,13 +355,13 @@ def add_arguments(p) -> None:
 def print_run(run: dict) -> None:
     rows = [[r["raylets"], report.fmt_seconds(r["wall_seconds"]), f"{r['cpu_seconds']:.0f}",
              f"{r['images_per_second']:.1f}", f"{r['amortised_ms_per_image']:.2f}",
-             f"{r.get('cpu_normalised_scaling', 1.0):.2f}",
+             f"{r.get('cpu_normalised_scaling', 1.0):.2f}", f"{r.get('peak_driver_private_bytes', 0) / GIB:.2f}",
              f"{max(r['peak_private_bytes_by_node'].values(), default=0) / GIB:.2f}",
              f"{max(r['peak_pss_bytes_by_node'].values(), default=0) / GIB:.2f}",
              f"{r['peak_machine_used_bytes'] / GIB:.2f}", f"{r['key_file_bytes'] / GIB:.2f}",
              f"{r['encrypted_equals_simulated']}/{r['images']}", f"{100 * r['accuracy']:.2f} %",
              "yes" if r["bit_identical_to_first"] else "NO"] for r in run["runs"]]
-    report.table(["raylets", "wall", "CPU s", "img/s", "ms/img", "scaling", "private GiB/node", "Pss GiB/node",
+    report.table(["raylets", "wall", "CPU s", "img/s", "ms/img", "scaling", "driver GiB", "private GiB/node", "Pss GiB/node",
                   "machine GiB", "keys GiB", "enc = sim", "accuracy", "same bits"], rows,
                  title=f"{run['job']} encrypted ({run['preset']}, {run['security']}, batch {run['batch']}, "
                        f"layout {run['layout']}; measured)")

@@ -1,6 +1,7 @@
 """`python -m hemlp.bench cluster --run`: issue #30's job run encrypted on a local raylet, at the insecure test preset
 and a small width, on synthetic EMNIST files (the real run uses ../shared/data): encrypted = simulated on every
-image, the memory sampled, the key file written once, the output's bits the same as in process."""
+image, the memory sampled, the key file written once (and pruned after the job), the input encrypted to a file read
+mapped (deleted after the job), the output's bits the same as in process."""
 import argparse
 import os
 
@@ -38,10 +39,13 @@ def test_the_job_on_one_raylet(tmp_path, monkeypatch):
     assert r["memory_samples"] >= 2 and r["peak_machine_used_bytes"] > 0
     assert len(r["peak_private_bytes_by_node"]) == 1 and min(r["peak_pss_bytes_by_node"].values()) > 0
     assert r["cpu_seconds"] > 0 and r["wall_seconds"] > 0
-    # the key file: written once into the private folder, as large as the key set
+    # the key file: written once into the private folder, as large as the key set, pruned after the job
     keys = tmp_path / "work" / "keys"
     assert oct(os.stat(keys).st_mode & 0o777) == "0o700"
-    assert r["key_file_bytes"] > 0 and len(list(keys.glob("*.keys"))) == 1
+    assert r["key_file_bytes"] > 0 and not list(keys.glob("*.keys"))
+    # the input: encrypted to a file, read mapped (one raylet: bootstraps step by step import all of it), deleted
+    assert run["input_file_bytes"] > 0 and run["input_file"] is None and not (tmp_path / "work" / "input.hct").exists()
+    assert r["input_import"]["imported"] >= 784 and r["peak_driver_private_bytes"] > 0
     assert 0 <= r["accuracy"] <= 1 and np.isfinite(run["torch_accuracy"])
     # the trained MLP is cached: a second job does not train again
     assert (tmp_path / "work" / "mlp_h8_e1_s0.pt").is_file()
