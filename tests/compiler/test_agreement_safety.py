@@ -7,8 +7,9 @@ import pytest
 
 from hemlp.compiler import calibration
 from hemlp.compiler.calibration import SAFETY, disagreements
+from tests.compiler.threshold_model import relu_threshold_model
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
 
 def test_disagreements_count_what_the_error_would_flip_with_safety_to_spare():
@@ -30,12 +31,7 @@ def test_disagreements_count_what_the_error_would_flip_with_safety_to_spare():
 
 def _near_threshold(t=5e-3):
     """Top-1 of [relu(x), t]; 40 of 1 000 calibration samples sit 1e-5 .. 3e-2 from the threshold t, log-spaced."""
-    m = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.ReLU(), torch.nn.Linear(1, 2)).eval()
-    with torch.no_grad():
-        m[0].weight.fill_(1.0)
-        m[0].bias.zero_()
-        m[2].weight.copy_(torch.tensor([[1.0], [0.0]]))
-        m[2].bias.copy_(torch.tensor([0.0, t]))
+    m = relu_threshold_model(t)
     d = np.geomspace(1e-5, 3e-2, 20)
     x = np.concatenate([np.random.default_rng(0).uniform(-1, 1, 960), t + d, t - d])[:, None]
     return m, x

@@ -10,6 +10,7 @@ from hemlp.compiler.activations import ActPoly, approximate, approximate_composi
 from hemlp.compiler.calibration import ladder, step_depth
 from hemlp.compiler.composite_sign import SCHEDULES, composite_sign, fit_composite, relu_error
 from hemlp.errors import ParameterError
+from tests.compiler.threshold_model import relu_threshold_model
 
 #: ReLU error on [-1, 1] in units of B, per schedule: the shipped fits measure 5.07e-4, 1.94e-4, 9.52e-5, 4.83e-5,
 #: 2.45e-5 (python -m hemlp.compiler.composite_sign); the bounds leave 5 % for the grid
@@ -89,25 +90,15 @@ def test_ladder_offers_composites_for_relu_only_and_within_a_bootstrap():
     assert rungs == (3, 7, 15, (15, 15, 15)) and all(step_depth(r) <= 4 for r in rungs)
 
 
-def _mlp(torch, t):
-    m = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.ReLU(), torch.nn.Linear(1, 2)).eval()
-    with torch.no_grad():
-        m[0].weight.fill_(1.0)
-        m[0].bias.zero_()
-        m[2].weight.copy_(torch.tensor([[1.0], [0.0]]))
-        m[2].bias.copy_(torch.tensor([0.0, t]))
-    return m
-
-
 def test_search_reaches_for_a_composite_and_encrypted_equals_simulated():
     """Top-1 of [relu(x), t] flips where the approximation errs by more than |relu(x) - t|: 30 of 1 000 calibration
     samples sit 1.5e-4 .. 4e-4 from the threshold t = 5e-4, closer than degree 127's error near the kink (~1e-3 x
     the range), so only a composite certifies 99 %."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import hemlp
 
     t = 5e-4
-    m = _mlp(torch, t)
+    m = relu_threshold_model(t)
     rng = np.random.default_rng(0)
     near = t + np.concatenate([np.linspace(1.5e-4, 4e-4, 15), -np.linspace(1.5e-4, 4e-4, 15)])
     x = np.concatenate([rng.uniform(-1, 1, 970), near])[:, None]
