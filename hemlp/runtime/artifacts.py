@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hemlp.bootstrap import BatchBootstrapKeys, BootstrapKeys
-from hemlp.errors import KeyMismatchError, SerializationError, ShapeError
+from hemlp.errors import HemlpError, KeyMismatchError, SerializationError, ShapeError
 from hemlp.fhe import GaloisKeys, RelinKey, from_bytes
 from hemlp.fhe import serialize as ser
 from hemlp.fhe.files import map_file, write_atomic
@@ -494,7 +494,7 @@ class MappedCtMatrix(CtMatrix):
             self.batch_fields = _batch_fields(h)
             shape, chunks, fmt, blobs = CtMatrix.split_elements(h.get("matrix"), payload, ctx)
             first = CtMatrix.import_elements(fmt, blobs[:1], ctx)[0]
-        except (ValueError, TypeError, SerializationError):
+        except (HemlpError, ValueError, TypeError):
             self.verify()             # a damaged file: say so (as load does) rather than what broke first
             raise
         self.shape, self.chunks, self.format = tuple(shape), chunks, fmt

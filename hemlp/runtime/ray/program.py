@@ -153,7 +153,9 @@ class RayProgram(RayDriver):
         export into a staging array and then the put's copy; the GEMM reads the rows from that list in place.
         Otherwise (elementwise steps and additions import whole ciphertexts) one limb-major array per part,
         exported on every core: no task runs yet. row_ranges: the blocks' (a, b) row ranges instead of row_parts
-        even ones (a bootstrap's tiles)."""
+        even ones (a bootstrap's tiles). A mapped batch (hemlp.runtime.artifacts.MappedCtMatrix) goes in row pieces
+        of at most its block_bytes, each imported from the file, put and let go before the next: the driver holds one
+        piece at a time (stats: "mapped"); run() checks the file's SHA-256 before it fetches the output."""
         t0 = time.perf_counter()
         ray, d, c = self.ray, C.shape[0], C.chunks
         blocks, put = [], 0
@@ -165,9 +167,9 @@ class RayProgram(RayDriver):
                     # a mapped batch: in row pieces of at most C.block_bytes, each imported, put and dropped before
                     # the next (the tasks read a value's row pieces as they read a previous wave's)
                     for rs in (_pieces_of(rs0, cs, C, ctx) if mapped else [rs0]):
-                        cells = [(r, j) for r in range(rs.start, rs.stop) for j in range(cs.start, cs.stop)]
-                        objs = ([ct.native for ct in C.block(rs, cs)] if mapped
-                                else [C.cts[r * c + j].native for r, j in cells])
+                        objs = ([ct.native for ct in C.block(rs, cs)] if mapped else
+                                [C.cts[r * c + j].native for r in range(rs.start, rs.stop)
+                                 for j in range(cs.start, cs.stop)])
                         L = objs[0].level + 1
                         if any(o.level + 1 != L or o.size != 2 for o in objs):
                             raise LevelError("a block of ciphertexts must share one level and be relinearised (size 2)")
