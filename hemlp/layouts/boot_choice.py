@@ -49,6 +49,8 @@ __all__ = ["MAX_BOOT_EVAL_KEY_BYTES", "single_key_bytes", "boot_key_bytes", "eva
 #: the evaluation keys (bootstrapping keys included) a bootstrapped plan may hold for "auto" to choose it
 MAX_BOOT_EVAL_KEY_BYTES = MAX_BATCH_KEY_BYTES
 GIB = 2.0 ** 30
+#: the S2C-first batch sizes whose key sizes fit_batch_pipeline tries as key budgets (the planner prices these)
+FAMILY_BATCH_SIZES = (1, 2, 4, 8, 16)
 
 
 def boot_key_bytes(lay: Layout) -> int:
@@ -140,36 +142,53 @@ def fit_batch_pipeline(lay: Layout, replan, opts: dict, limit: MemoryLimit) -> t
     """Layout (A) with batch_bootstrap='auto' held to a memory budget: the planner picks the batched-bootstrapping
     k by time, and k's keys grow with it (at N16-boot k = 4 holds ~11.4 GiB, imported at about twice that). When the
     plan's need (each node's peak split over nodes, else the server's) exceeds the budget, it is planned again in
-    'auto' with a key budget (opts["key_budget"]), so that the planner takes the cheapest pipeline whose keys fit
-    it and its pipeline line says why. The key budget: the keys' share of the memory budget at the plan's rate
-    (its need without and with its bootstrapping keys: importing them holds about twice their bytes at the peak),
-    below the plan's keys since the plan is over; a plan still over the memory budget tightens it from its own
-    numbers, until one fits or no pipeline has smaller keys. replan(opts): the layout planned afresh with those
-    options. Returns (layout, why: '' when `lay` is kept; a k the user forces is kept, for the memory check to
-    refuse)."""
+    'auto' with a key budget (opts["key_budget"]) at each pipeline family's key size below the plan's, largest
+    first, so that the planner takes the cheapest pipeline whose keys fit that size and its pipeline line says why;
+    the first plan within the memory budget is taken. Each family's own key size as the budget, rather than one
+    scaled from the plan's numbers, keeps a family that fits from being passed over for a slower one with smaller
+    keys. replan(opts): the layout planned afresh with those options. Returns (layout, why: '' when `lay` is kept;
+    a k the user forces is kept, for the memory check to refuse)."""
     if limit.budget is None or opts.get("batch_bootstrap") != "auto" or lay.name != "batch":
         return lay, ""
     keys = boot_key_bytes(lay)
     need = limit.need(lay, keys)
     if not limit.over(need) or batch_bootstrap.boot_batch_size(lay.steps) < 2:
         return lay, ""
+    rest = limit.need(lay, 0)
+    limit.need(lay, keys)               # need() sizes the layout to the keys it was given last: its own again
+    sizes = family_key_sizes(lay.params)
+    if limit.over(rest):                # over without any key: no keys fit; the smallest, for the fixes' sake
+        sizes = sizes[-1:]
     where = f"each of {limit.nodes} node(s)" if limit.nodes is not None else "the server"
-    cur, tried = lay, []
-    while True:
-        tried.append(f"{pipeline_label(cur)} ~{need / GIB:.3g} GiB")
-        rest = limit.need(cur, 0)
-        limit.need(cur, keys)           # need() sizes the layout to the keys it was given last: its own again
-        if need <= rest:                # its keys are not what is over
-            return lay, ""
-        alt = replan({**opts, "key_budget": int(keys * (limit.budget - rest) / (need - rest))})
+    tried, last, smallest = [f"{pipeline_label(lay)} ~{need / GIB:.3g} GiB"], keys, lay
+    for budget in sizes:
+        if budget >= last:
+            continue
+        alt = replan({**opts, "key_budget": budget})
         alt_keys = boot_key_bytes(alt)
-        if alt_keys >= keys:            # no pipeline with smaller keys
-            return lay, ""
-        cur, keys = alt, alt_keys
-        need = limit.need(cur, keys)
-        if not limit.over(need):
-            return cur, (f"bootstrapping keys held to the memory budget ({limit.budget / GIB:.3g} GiB on {where}): "
-                         f"{'; '.join(tried)} over it, {pipeline_label(cur)} ~{need / GIB:.3g} GiB fits")
+        if alt_keys >= last:            # the same pipeline as the last one tried
+            continue
+        last = alt_keys
+        alt_need = limit.need(alt, alt_keys)
+        if not limit.over(alt_need):
+            return alt, (f"bootstrapping keys held to the memory budget ({limit.budget / GIB:.3g} GiB on {where}): "
+                         f"{'; '.join(tried)} over it, {pipeline_label(alt)} ~{alt_need / GIB:.3g} GiB fits")
+        tried.append(f"{pipeline_label(alt)} ~{alt_need / GIB:.3g} GiB")
+        smallest = alt
+    if smallest is lay:
+        return lay, ""
+    # none fits: the smallest keys, so that the memory check's fixes (more nodes, ...) are those of the plan that
+    # needs the least
+    return smallest, (f"bootstrapping keys held to the memory budget ({limit.budget / GIB:.3g} GiB on {where}): "
+                      f"{'; '.join(tried)}: none fits")
+
+
+def family_key_sizes(params) -> list:
+    """The key bytes of each bootstrapping pipeline family the planner prices (single CtS-first, S2C-first of batch
+    size k), largest first: the key budgets fit_batch_pipeline tries."""
+    sizes = {batch_bootstrap.family_key_bytes(params, "cts_first")}
+    sizes |= {batch_bootstrap.family_key_bytes(params, "s2c_first", k) for k in FAMILY_BATCH_SIZES}
+    return sorted(sizes, reverse=True)
 
 
 def pipeline_label(lay: Layout) -> str:

@@ -1,7 +1,8 @@
 """Layout (A) with batch_bootstrap='auto' under a memory budget: the batched-bootstrapping k the planner picks by time
 gives way to smaller keys (a smaller k, then single bootstraps) when its plan would not fit: the planner chooses again
-under a key budget, the memory budget's room for the keys (boot_choice.fit_batch_pipeline); a k the user forces is
+under a key budget, each pipeline family's key size in turn, largest first (boot_choice.fit_batch_pipeline); a k the user forces is
 kept and refused instead. Compile only, at the insecure test preset test-N12-boot."""
+import re
 import warnings
 
 import numpy as np
@@ -102,3 +103,22 @@ def test_a_forced_k_is_refused_not_changed(case, unlimited):
 def test_no_pipeline_fits_is_refused(case, unlimited):
     with pytest.raises(ResourceError):
         compile_(case, nodes=2, node_memory=node_peak(unlimited[False], 2) // 2)
+
+
+def test_the_cheapest_pipeline_that_fits_is_taken(case, unlimited):
+    # a budget with room for the single CtS-first plan: no fitting pipeline with a lower estimate is passed over
+    # for one with smaller keys (each family's key size is tried as the key budget, largest first)
+    budget = (node_peak(unlimited[False], 2) + node_peak(unlimited[2], 2)) // 2
+    cm = compile_(case, nodes=2, node_memory=budget)
+    fits = [unlimited[bb] for bb in (2, False) if node_peak(unlimited[bb], 2) <= budget]
+    assert fits and cm.layout_impl.estimate() <= min(c.layout_impl.estimate() for c in fits) * (1 + 1e-9)
+
+
+def test_a_refusal_is_that_of_the_smallest_keys(case, unlimited):
+    # over whatever the keys: the plan refused, and so its fixes (more nodes, ...), is the one with the smallest
+    # keys, not the time-optimal k's
+    budget = min(node_peak(unlimited[bb], 2) for bb in (2, False)) // 2
+    with pytest.raises(ResourceError, match="node") as e:
+        compile_(case, nodes=2, node_memory=budget)
+    held = float(re.search(r"keys ~([0-9.e+-]+) GiB held", str(e.value)).group(1)) * 2 ** 30
+    assert held <= 1.01 * boot_key_bytes(unlimited[False].layout_impl)
