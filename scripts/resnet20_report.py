@@ -39,7 +39,12 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=0.99, help="target_agreement")
     ap.add_argument("--agreement-safety", type=float, default=1.0,
                     help="compile's agreement_safety (4: the target holds on held-out images, at ~1.8x the run time)")
+    ap.add_argument("--agreement-holdout", type=float, default=0.0,
+                    help="compile's agreement_holdout (0.2: 200 of 1 000 calibration images check the search's choice)")
     ap.add_argument("--test", type=int, default=None, help="exact test images to simulate (default all)")
+    ap.add_argument("--unseen", type=int, default=0,
+                    help="also simulate this many training images outside the calibration rows (agreement only: "
+                         "more samples the search never saw than the 1 017 exact test images)")
     ap.add_argument("--encrypted", type=int, default=0, help="exact test images to run encrypted, one at a time")
     ap.add_argument("--threads", type=int, default=1, help="threads of torch, the native core and numpy's BLAS")
     ap.add_argument("--cache-dir", default=None)
@@ -77,21 +82,27 @@ def main(argv=None) -> int:
     x = np.ascontiguousarray((d.x[:n] - mean) / std, dtype=np.float32)
     rows = calibration_rows(len(tr.y), args.calibration)
     x_cal = np.ascontiguousarray((tr.x[rows] - mean) / std, dtype=np.float32)
+    # the rows after the calibration rows in the same seeded permutation: disjoint from them
+    unseen = np.sort(np.random.default_rng(1).permutation(len(tr.y))[len(rows):len(rows) + args.unseen])
+    x_unseen = np.ascontiguousarray((tr.x[unseen] - mean) / std, dtype=np.float32)
     del tr, tests                  # the 50 000 training images: not needed past the calibration rows (memory for keys)
     logits = predict(model, x)
     rep = dict(model="resnet20 (akamaster option A, ReLU)", weights=args.weights, test_set=CIFAR_EXACT, n=n,
                calibration_images=len(rows), preset=args.preset, target_agreement=args.target, threads=args.threads,
+               agreement_safety=args.agreement_safety, agreement_holdout=args.agreement_holdout,
                plaintext_accuracy=float(np.mean(logits.argmax(1) == d.y[:n])))
     print(f"plaintext accuracy on {n} exact images: {rep['plaintext_accuracy']:.2%}", flush=True)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     rss_before = peak_rss_gib()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # the keys are made in this process (encrypt_images): nothing imported, the run's peak is what counts
         cm = hemlp.compile(model, x[:1], calibration=x_cal, batch_size=1, bootstrap=True, preset=args.preset,
                            target_agreement=args.target, allow_insecure=args.preset.startswith("test-"),
-                           import_keys=False, agreement_safety=args.agreement_safety)
+                           import_keys=False, agreement_safety=args.agreement_safety,
+                           agreement_holdout=args.agreement_holdout)
     rep["compile_seconds"] = time.perf_counter() - t0
+    rep["compile_cpu_seconds"] = time.process_time() - c0      # what a loaded machine's wall time hides
     rep["compile_peak_rss_gib"] = peak_rss_gib()
     rep["peak_rss_before_compile_gib"] = rss_before     # the data sets and torch, loaded before compile
     info = cm.plan.info
@@ -102,6 +113,8 @@ def main(argv=None) -> int:
                        # what the search certified: top-1 kept under `safety` times the plan's error, its 90 % bound
                        calibration_agreement_safety=fit.get("agreement_safety"), safety=fit.get("safety"),
                        calibration_agreement_bound=fit.get("agreement_bound"),
+                       # agreement_holdout: the calibration images the search did not select on, and their check
+                       search_samples=fit.get("search_samples"), held_out=fit.get("held_out"),
                        bootstrap_points=len(boot.get("placements", [])),
                        bootstrap_calls=sum(p.get("bootstraps", 0) for p in boot.get("placements", [])),
                        estimated_seconds=boot.get("total_seconds"), resources=info.get("resources"),
@@ -138,6 +151,13 @@ def main(argv=None) -> int:
     print(f"simulated: accuracy {rep['simulated_accuracy']:.2%}, agreement with torch {rep['top1_agreement']:.2%}",
           flush=True)
     save(False)
+    if len(x_unseen):
+        y_un = simulate_steps_rows(cm, x_unseen)
+        flips = int(np.sum(y_un.argmax(1) != predict(model, x_unseen).argmax(1)))
+        rep["unseen_training_images"] = dict(n=len(x_unseen), flips=flips, top1_agreement=1.0 - flips / len(x_unseen),
+                                             rows="calibration_rows' seeded permutation after the calibration rows")
+        print(f"unseen training images: {flips} flips of {len(x_unseen)}", flush=True)
+        save(False)
     return encrypt_images(args, cm, x, d, logits, rep, save, set())
 
 

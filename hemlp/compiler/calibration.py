@@ -20,7 +20,14 @@
    ordered by their margin and run in chunks (SEARCH_CHUNK), each resumed at the first activation the trial
    changes (hemlp.compiler.resume_cache); a trial, uniform rungs included, stops at the chunk that rules it out
    (and is not run again); polynomials are evaluated through PolyTable lookups (error <= 10^-3 x the fit's);
-5. nothing fits the available depth: TargetUnreachableError when the target was asked for, else the best
+5. with ``agreement_holdout`` = h > 0 (and >= MIN_CERTIFY samples), the search selects on a (1 - h) part of the
+   calibration set and the chosen plan is checked on the other part, which no selection saw (``holdout_split``:
+   seeded, stratified by margin). The held-out part is held to the same rule for its size (the Clopper-Pearson
+   bound from MIN_CERTIFY samples, else the point estimate). A plan that fails it tightens the search split's rule
+   (one disagreement fewer allowed than the failed plan had; at none, the next factor of HOLDOUT_SAFETIES) and the
+   descent starts again from the last of its accepted states that meets the stricter rule, until the held-out part
+   passes or the factors run out (then an AgreementWarning and the report's ``held_out.passed`` False);
+6. nothing fits the available depth: TargetUnreachableError when the target was asked for, else the best
    reachable choice with an AgreementWarning.
 
 At equal depth a single minimax polynomial is more accurate than a composite (docs/design/activations.md §1.4), so
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 
 import numpy as np
 
@@ -46,8 +54,9 @@ from hemlp.compiler.resume_cache import ResumeCache
 from hemlp.errors import CalibrationError, TargetUnreachableError, warn_always
 from hemlp.he.polynomial import depth as poly_depth
 
-__all__ = ["DEGREES", "MIN_CERTIFY", "SAFETY", "AgreementWarning", "CalibrationWarning", "agreement_safety",
-           "as_calibration", "as_rung", "choose_activations", "disagreements", "ReferenceSummary", "is_ranged", "ladder", "margins",
+__all__ = ["DEGREES", "HOLDOUT", "HOLDOUT_SAFETIES", "MIN_CERTIFY", "SAFETY", "AgreementWarning", "CalibrationWarning",
+           "agreement_holdout", "agreement_safety", "allowed_disagreements", "holdout_split", "as_calibration",
+           "as_rung", "choose_activations", "disagreements", "ReferenceSummary", "is_ranged", "ladder", "margins",
            "needs_ranges", "per_node_option", "step_depth", "top1", "RANGED_KINDS"]
 
 DEGREES = (3, 7, 15, 31, 63, 127)
@@ -93,6 +102,13 @@ CONFIDENCE = 0.9
 #: too few for the third; 3x: 25 / 8 / 7, no margin). Not the default (compile's agreement_safety is 1: plain
 #: agreement): it costs that model ~1.8x the run time and ~3x the compile time
 SAFETY = 4.0
+#: the agreement_holdout fraction suggested for calibration sets of ~1 000 samples: 200 held out leave 800 to select
+#: on, which keep the 1 000-sample rule's allowance at 99.5 % (one disagreement)
+HOLDOUT = 0.2
+#: the seed of holdout_split's start offset (the split is a function of the margins and this seed only)
+HOLDOUT_SEED = 0
+#: the safety factors a failed held-out check steps through, once no disagreement is left to take off the count
+HOLDOUT_SAFETIES = (1.0, 2.0, SAFETY)
 RANGED_KINDS = ("relu", "silu", "gelu", "sigmoid", "tanh")
 LINEAR_COST_OPS = ("linear", "conv2d", "avgpool2d", "affine", "mul", "matmul", "batchnorm")
 
@@ -207,6 +223,43 @@ def agreement_safety(opts: dict) -> float:
     return float(v)
 
 
+def agreement_holdout(opts: dict) -> float:
+    """compile's agreement_holdout: the fraction of the calibration set held out of the search (0: none)."""
+    v = opts.get("agreement_holdout", 0.0)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 0.5:
+        raise CalibrationError(f"agreement_holdout={v!r} must be a number in [0, 0.5] (0: the search selects on every "
+                               f"calibration sample; {HOLDOUT:g}: {HOLDOUT:.0%} of them check the chosen plan)")
+    return float(v)
+
+
+def allowed_disagreements(n: int, target: float, certify: bool) -> int:
+    """The most disagreements in n samples that still meet `target`: with `certify`, the 90 % Clopper-Pearson lower
+    bound must reach it, else the point estimate; -1 when none does."""
+    def meets(k):
+        return agreement_bound(n - k, n) >= target if certify else (n - k) / n >= target
+
+    k = -1
+    while k < n and meets(k + 1):                  # meets is monotone in k
+        k += 1
+    return k
+
+
+def holdout_split(margin: np.ndarray, fraction: float, seed: int = HOLDOUT_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """(search indices, held-out indices), sorted and disjoint, of samples with these margins: every 1/fraction-th
+    sample in margin order from a seeded offset, so both parts have as many samples near a decision boundary (where
+    the flips are) as chance allows a systematic sample."""
+    n = len(margin)
+    k = int(round(fraction * n))
+    if k <= 0:
+        return np.arange(n), np.zeros(0, dtype=np.intp)
+    order = np.argsort(np.asarray(margin), kind="stable")
+    u = np.random.default_rng(seed).random()
+    held = np.sort(order[np.floor((np.arange(k) + u) * (n / k)).astype(np.intp)])
+    mask = np.ones(n, dtype=bool)
+    mask[held] = False
+    return np.nonzero(mask)[0], held
+
+
 def disagreements(out: np.ndarray, ref: np.ndarray, safety: float | None = None) -> np.ndarray:
     """Per sample, whether the plan's outputs `out` fail to agree with the model's `ref` with `safety` to spare: the
     top-1 of ref + safety * (out - ref) differs from ref's. safety=1 is plain top-1 disagreement; with safety s >= 1 a
@@ -282,7 +335,8 @@ def margins(logits: np.ndarray) -> np.ndarray:
 
 
 class _Search:
-    def __init__(self, g, X, ref_out, cores, guard, methods, target, safety: float = 1.0):
+    def __init__(self, g, X, ref_out, cores, guard, methods, target, safety: float = 1.0,
+                 certify: bool | None = None):
         # samples closest to a decision boundary first: a choice that fails the target fails there, in the first chunk
         m = margins(ref_out)
         order = np.argsort(m, kind="stable")
@@ -296,9 +350,12 @@ class _Search:
         self._ruled_out: dict = {}                 # choices stopped early: their agreement's upper bound
         self.trials = self.stopped_early = 0       # choices evaluated, and those ruled out before the last chunk
         self.target, self.n = target, len(X)
-        self.allowed = -1                          # the most disagreements the target tolerates (meets is monotone)
-        while self.allowed < self.n and self.meets((self.n - self.allowed - 1) / self.n):
-            self.allowed += 1
+        # certify: the Clopper-Pearson bound (None: from MIN_CERTIFY samples; a search split of a certified set too)
+        self.certify = self.n >= MIN_CERTIFY if certify is None else bool(certify)
+        # the most disagreements the target tolerates; a failed held-out check lowers it (``tighten``)
+        self.allowed = allowed_disagreements(self.n, target, self.certify)
+        self.history: list = []                    # the descent's accepted states, most lowered last
+        self.ladders: dict = {}
 
         self.act_eval = TableActivations(SEARCH_DTYPE)    # no reference back to the search: freed with it
         self.cache = ResumeCache(g, X[order], chunk=SEARCH_CHUNK, act_eval=self.act_eval, dtype=SEARCH_DTYPE)
@@ -308,10 +365,29 @@ class _Search:
         self.alone_cache = None                    # made when the search is done (its memory then the search's)
 
     def meets(self, agreement: float) -> bool:
-        """The target holds: the point estimate below MIN_CERTIFY samples, else the Clopper-Pearson bound."""
-        if self.n < MIN_CERTIFY:
-            return agreement >= self.target
-        return agreement_bound(int(round(agreement * self.n)), self.n) >= self.target
+        """The target holds: at most ``allowed`` disagreements (the Clopper-Pearson bound when certifying, else the
+        point estimate, until a held-out check tightens it)."""
+        return self.n - int(round(agreement * self.n)) <= self.allowed
+
+    def tighten(self, failed: int) -> bool:
+        """A stricter rule after a plan with `failed` disagreements (with the current safety factor) on the search
+        samples failed the held-out check: one fewer allowed than it had, or, at none, the next factor of
+        HOLDOUT_SAFETIES with the target's allowance. False when there is none left."""
+        if min(self.allowed, failed) > 0:
+            self.allowed = min(self.allowed, failed) - 1
+            return True
+        higher = [f for f in HOLDOUT_SAFETIES if f > self.safety]
+        if not higher:
+            return False
+        self.safety = higher[0]
+        self.allowed = allowed_disagreements(self.n, self.target, self.certify)
+        # the counts measured with the old factor say nothing of the new one
+        self._agree.clear(), self._plain.clear(), self._ruled_out.clear()
+        return True
+
+    def disagreements_of(self, degrees: dict) -> int:
+        """Disagreements with the current safety factor of a choice evaluated on every sample."""
+        return self.n - int(round(self.agreement(degrees) * self.n))
 
     def poly(self, n, degree) -> ActPoly:
         """The approximation of activation n at a rung of its ladder: a degree, or a composite's stage degrees."""
@@ -419,6 +495,31 @@ class _Search:
         return self._plain[key]
 
 
+class _HeldOut:
+    """The held-out part of the calibration set: the plain top-1 disagreements of a chosen plan on samples no
+    selection saw, held to the target's rule for their number."""
+
+    def __init__(self, g, X, ref_out, act_eval, target: float, fraction: float):
+        # evaluated once per plan the search settles on: nothing kept to resume from (max_bytes 0)
+        self.cache = ResumeCache(g, X, max_bytes=0, chunk=SEARCH_CHUNK, act_eval=act_eval, dtype=SEARCH_DTYPE)
+        self.ref_top, self.n, self.fraction = top1(ref_out), len(X), fraction
+        self.allowed = allowed_disagreements(self.n, target, self.n >= MIN_CERTIFY)
+        self.looks: list = []                      # per plan checked: its disagreements here
+
+    def check(self, s: _Search, degrees: dict) -> bool:
+        s.attach(degrees)
+        dis = int(np.count_nonzero(top1(self.cache.output()) != self.ref_top))
+        depth = _critical_depth(s.g, {n.name: n.attrs["approx"] for n in s.g.nodes if n.op == "act"})
+        self.looks.append(dict(disagreements=dis, search_disagreements=s.disagreements_of(degrees),
+                               search_allowed=s.allowed, safety=s.safety, depth=depth))
+        return dis <= self.allowed
+
+    def report(self, passed: bool) -> dict:
+        dis = self.looks[-1]["disagreements"]
+        return dict(fraction=self.fraction, samples=self.n, seed=HOLDOUT_SEED, disagreements=dis,
+                    agreement=1.0 - dis / self.n, allowed=self.allowed, passed=passed, looks=self.looks)
+
+
 #: the depth cap compile passes when bootstraps are placed (no preset bounds the chain's depth then)
 UNCAPPED_DEPTH = 10 ** 6
 
@@ -461,9 +562,18 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
                          calibrate_range(*reference.ranges[n.inputs[0]], margin))
     method = opts["activation_method"]
     methods = ("minimax", "chebyshev") if method == "auto" else (method,)
-    s = _Search(g, X, reference.output, cores, guard, methods, target, agreement_safety(opts))
     fixed = opts["activation_degree"]
-    report = dict(target=target, samples=n_samples, searched=fixed is None, max_depth=max_depth)
+    holdout = agreement_holdout(opts)
+    # a fixed choice is not selected on the samples: nothing to hold out; below MIN_CERTIFY too few to spare
+    held = None
+    if holdout > 0 and fixed is None and n_samples >= MIN_CERTIFY:
+        search_rows, held_rows = holdout_split(margins(reference.output), holdout)
+        s = _Search(g, X[search_rows], reference.output[search_rows], cores, guard, methods, target,
+                    agreement_safety(opts), certify=True)
+        held = _HeldOut(g, X[held_rows], reference.output[held_rows], s.act_eval, target, holdout)
+    else:
+        s = _Search(g, X, reference.output, cores, guard, methods, target, agreement_safety(opts))
+    report = dict(target=target, samples=n_samples, search_samples=s.n, searched=fixed is None, max_depth=max_depth)
     if fixed is not None:
         degrees = {n.name: as_rung(per_node_option(fixed, n, 7)) for n in ranged}
         agree = s.agreement(degrees)
@@ -476,6 +586,9 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
                         "activation_degree to let hemlp choose", AgreementWarning, stacklevel=4)
     else:
         degrees, agree = _search(s, ranged, target, max_depth, explicit_target, n_samples, max_step_depth)
+        if held is not None:
+            degrees, agree, report["held_out"] = _check_held_out(s, held, ranged, degrees, agree, target, max_depth,
+                                                                 explicit_target, n_samples, max_step_depth)
     plain = s.plain_agreement(degrees)
     for n in ranged:
         n.attrs["approx"] = s.poly(n, degrees[n.name])
@@ -484,9 +597,8 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
     report.update(alone_samples=len(s.alone_top), trials=s.trials, trials_stopped_early=s.stopped_early,
                   search_seconds=time.perf_counter() - t_start,
                   agreement=plain, safety=s.safety, agreement_safety=agree,
-                  confidence=CONFIDENCE if n_samples >= MIN_CERTIFY else None,
-                  agreement_bound=agreement_bound(int(round(agree * n_samples)), n_samples)
-                  if n_samples >= MIN_CERTIFY else None,
+                  confidence=CONFIDENCE if s.certify else None,
+                  agreement_bound=agreement_bound(int(round(agree * s.n)), s.n) if s.certify else None,
                   depth=_critical_depth(g, {n.name: n.attrs["approx"] for n in g.nodes if n.op == "act"}),
                   activations=[dict(node=n.name, kind=n.attrs["kind"], method=n.attrs["approx"].method,
                                     degree=n.attrs["approx"].degree, schedule=n.attrs["approx"].schedule,
@@ -495,6 +607,43 @@ def choose_activations(g, X, opts: dict, max_depth: int, explicit_target: bool, 
                                     max_err=n.attrs["approx"].max_err, agreement_alone=n.attrs["approx"].agreement)
                                for n in ranged])
     return report
+
+
+def _check_held_out(s: _Search, held: _HeldOut, ranged, degrees: dict, agree: float, target: float, max_depth: int,
+                    explicit_target: bool, n_samples: int, max_step_depth: int | None):
+    """Check the search's choice on the held-out samples; while it fails, tighten the search's rule and descend
+    again from the last accepted state that meets it (none: the whole search again). Returns (degrees, agreement
+    with the safety factor on the search samples, the report's held_out)."""
+    passed = held.check(s, degrees)
+    while not passed and s.meets(agree):           # a choice that missed the target on the search samples has warned
+        if not s.tighten(s.disagreements_of(degrees)):
+            break
+        start = None
+        for i in reversed(range(len(s.history))):  # most lowered first: the cheapest restart that holds
+            a = s.agreement(s.history[i], early=True)
+            if s.meets(a):
+                start = (s.history[i], a)
+                del s.history[i:]                  # _descend records it again, then what it lowers
+                break
+        if start is None:                          # not even the uniform rung the descent started from: all again
+            with warnings.catch_warnings():        # a stricter rule nothing meets keeps the last choice (below)
+                warnings.simplefilter("ignore", AgreementWarning)
+                found = _search(s, ranged, target, max_depth, False, n_samples, max_step_depth)
+            if not s.meets(found[1]):
+                break
+            degrees, agree = found
+        else:
+            degrees, agree = _descend(s, ranged, s.ladders, *start)
+        passed = held.check(s, degrees)
+    if not passed:
+        look = held.looks[-1]
+        warn_always(f"the chosen activations disagree with the model on {look['disagreements']} of the {held.n} "
+                    f"held-out calibration samples (at most {held.allowed} meet {target:.2%}), after "
+                    f"{len(held.looks) - 1} tightening(s) of the search: its agreement on new inputs is likely below "
+                    "the target; raise target_agreement or agreement_safety, or calibrate on more samples",
+                    AgreementWarning, stacklevel=5)
+    # with the factor the last tightening left (a choice kept from before it was measured with a smaller one)
+    return degrees, s.agreement(degrees), held.report(passed)
 
 
 def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: bool, n_samples: int,
@@ -507,7 +656,8 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
 
     first = 0 if n_samples >= MIN_SEARCH else 1
     start = DEGREES[first:]
-    ladders = {n.name: ladder(n, max_step_depth) for n in ranged}
+    ladders = s.ladders = {n.name: ladder(n, max_step_depth) for n in ranged}
+    s.history = []
     tried = []
     found = None
     for r in range(first, max(map(len, ladders.values()))):      # uniform rungs (each ladder capped at its top)
@@ -567,6 +717,7 @@ def _descend(s: _Search, ranged, ladders: dict, degrees: dict, agree: float):
             out[name] = lad[lad.index(base[name]) - 1]
         return out
 
+    s.history.append(dict(degrees))
     while True:
         cand = [n.name for n in ranged if ladders[n.name].index(degrees[n.name]) > 0]
         if not cand:
@@ -600,12 +751,14 @@ def _descend(s: _Search, ranged, ladders: dict, degrees: dict, agree: float):
             best_k = lo
         if best_k > 0:
             degrees, agree = lowered(degrees, order[:best_k]), best_a
+            s.history.append(dict(degrees))
             continue
         for name in order[1:]:                     # the least harmful one failed: any other alone
             trial = lowered(degrees, [name])
             a = s.agreement(trial, early=True)
             if s.meets(a):
                 degrees, agree = trial, a
+                s.history.append(dict(degrees))
                 break
         else:
             return degrees, agree
