@@ -15,9 +15,7 @@ torch = pytest.importorskip("torch")
 
 import hemlp  # noqa: E402
 from hemlp.errors import KeyMismatchError, MissingKeyFileError, OptionError, ParameterError  # noqa: E402
-from hemlp.fhe import Context  # noqa: E402
 from hemlp.run_options import RayOptions, StagedKeys  # noqa: E402
-from hemlp.runtime.artifacts import EvalKeys  # noqa: E402
 from hemlp.runtime.jobs import ModelJob  # noqa: E402
 from hemlp.runtime.ray import executor as ray_executor  # noqa: E402
 from hemlp.runtime.ray import node_keys  # noqa: E402
@@ -25,6 +23,7 @@ from hemlp.runtime.ray.program import RayProgram  # noqa: E402
 from hemlp.runtime.shared_keys import (STAGED_PREFIX, file_digest, open_staged_keys, stage_shared_keys,  # noqa: E402
                                        staged_file_of, staged_path)
 from tests.compiler.conftest import mlp  # noqa: E402
+from tests.runtime.key_sets import eval_key_sets  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -120,14 +119,7 @@ def test_a_machine_without_the_file_is_a_typed_error(local_ray, case, tmp_path, 
 
 @pytest.fixture(scope="module")
 def small():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")             # insecure test preset
-        ctx = Context("test-N10", allow_insecure=True)
-    sets = []
-    for _ in range(2):
-        sk, _ = ctx.keygen()
-        sets.append(EvalKeys("m-staged", ctx.relin_key(sk), ctx.rotation_keys(sk, [1, 3])))
-    return ctx, sets
+    return eval_key_sets("m-staged", 2, [1, 3])
 
 
 def test_digests_name_key_sets_and_never_a_workers_file(small, tmp_path):

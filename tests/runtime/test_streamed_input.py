@@ -16,13 +16,13 @@ torch = pytest.importorskip("torch")
 import hemlp  # noqa: E402
 from hemlp import pcmm  # noqa: E402
 from hemlp.errors import SerializationError  # noqa: E402
-from hemlp.fhe import Context  # noqa: E402
 from hemlp.run_options import StagedKeys  # noqa: E402
-from hemlp.runtime.artifacts import EncryptedBatch, EvalKeys, MappedCtMatrix  # noqa: E402
+from hemlp.runtime.artifacts import EncryptedBatch, MappedCtMatrix  # noqa: E402
 from hemlp.runtime.ray import node_keys  # noqa: E402
 from hemlp.runtime.ray.program import RayProgram  # noqa: E402
 from hemlp.runtime.shared_keys import prune_staged_keys, stage_shared_keys, staged_path  # noqa: E402
 from tests.compiler.conftest import mlp  # noqa: E402
+from tests.runtime.key_sets import eval_key_sets  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +188,7 @@ def test_the_bootstrapping_key_bytes_do_not_outlive_the_run(local_ray, case):
 # ---------------------------------------------------------------------------------------------- pruning
 @pytest.fixture(scope="module")
 def small():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")             # insecure test preset
-        ctx = Context("test-N10", allow_insecure=True)
-    sets = []
-    for _ in range(3):
-        sk, _ = ctx.keygen()
-        sets.append(EvalKeys("m-prune", ctx.relin_key(sk), ctx.rotation_keys(sk, [1])))
-    return ctx, sets
+    return eval_key_sets("m-prune", 3, [1])
 
 
 def test_prune_removes_only_staged_files_hemlp_wrote(small, tmp_path):
