@@ -13,7 +13,6 @@ import pytest
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
-import hemlp  # noqa: E402
 from hemlp.errors import KeyMismatchError, MissingKeyFileError, OptionError, ParameterError  # noqa: E402
 from hemlp.run_options import RayOptions, StagedKeys  # noqa: E402
 from hemlp.runtime.jobs import ModelJob  # noqa: E402
@@ -22,7 +21,7 @@ from hemlp.runtime.ray import node_keys  # noqa: E402
 from hemlp.runtime.ray.program import RayProgram  # noqa: E402
 from hemlp.runtime.shared_keys import (STAGED_PREFIX, file_digest, open_staged_keys, stage_shared_keys,  # noqa: E402
                                        staged_file_of, staged_path)
-from tests.compiler.conftest import mlp  # noqa: E402
+from tests.runtime.boot_case import boot_mlp  # noqa: E402
 from tests.runtime.key_sets import eval_key_sets  # noqa: E402
 
 
@@ -30,12 +29,9 @@ from tests.runtime.key_sets import eval_key_sets  # noqa: E402
 def case():
     """A bootstrapped layout (A) MLP 6-8-8-3 at test-N12-boot (one refresh point, S2C-first batched k = 2: the N16
     job's pipeline), its keys, input and in-process output (one thread)."""
-    rng = np.random.default_rng(17)
-    cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.9, 0.9, (2048, 6))
+    cm, x = boot_mlp(0.9)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cm = hemlp.compile(mlp(dims=(6, 8, 8, 3), seed=5), cal, batch_size=2048, bootstrap=True, layout="batch",
-                           allow_insecure=True, mambo=False, preset="test-N12-boot", batch_bootstrap=2)
         sk, ek = cm.keygen()
         ct = cm.encrypt(x, sk)
         ref = cm.run(ct, ek, threads=1)

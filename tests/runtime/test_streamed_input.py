@@ -22,6 +22,7 @@ from hemlp.runtime.ray import node_keys  # noqa: E402
 from hemlp.runtime.ray.program import RayProgram  # noqa: E402
 from hemlp.runtime.shared_keys import prune_staged_keys, stage_shared_keys, staged_path  # noqa: E402
 from tests.compiler.conftest import mlp  # noqa: E402
+from tests.runtime.boot_case import boot_mlp  # noqa: E402
 from tests.runtime.key_sets import eval_key_sets  # noqa: E402
 
 
@@ -29,12 +30,9 @@ from tests.runtime.key_sets import eval_key_sets  # noqa: E402
 def case(tmp_path_factory):
     """A bootstrapped layout (A) MLP 6-8-8-3 at test-N12-boot (batched k = 2, the N16 job's pipeline), its keys, an
     input encrypted to a file and the in-process output of that file's batch."""
-    rng = np.random.default_rng(17)
-    cal, x = rng.uniform(-1, 1, (48, 6)), rng.uniform(-0.8, 0.8, (2048, 6))
+    cm, x = boot_mlp(0.8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cm = hemlp.compile(mlp(dims=(6, 8, 8, 3), seed=5), cal, batch_size=2048, bootstrap=True, layout="batch",
-                           allow_insecure=True, mambo=False, preset="test-N12-boot", batch_bootstrap=2)
         sk, ek = cm.keygen()
         path = cm.encrypt(x, sk, path=tmp_path_factory.mktemp("batch") / "input.hct")
         whole = EncryptedBatch.load(path, cm)
