@@ -13,6 +13,7 @@ import pytest
 ray = pytest.importorskip("ray")
 torch = pytest.importorskip("torch")
 
+import hemlp  # noqa: E402
 from hemlp.errors import KeyMismatchError, MissingKeyFileError, OptionError, ParameterError  # noqa: E402
 from hemlp.run_options import RayOptions, StagedKeys  # noqa: E402
 from hemlp.runtime.jobs import ModelJob  # noqa: E402
