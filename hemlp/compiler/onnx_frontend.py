@@ -193,6 +193,17 @@ def from_onnx(model, example_input) -> Graph:
                 consts[o_] = raw[o_].astype(np.float64)
         return True
 
+    # torch.onnx exports x[:, :, ::2, ::2] as one Slice per axis: lowered one by one they are two subsampling 1x1
+    # convolutions of strides (2, 1) and (1, 2), which layout (P) cannot place where torch's frontend gives one of
+    # stride (2, 2). A Slice whose only consumer is a Slice waits (``pending``) and is applied with it, as one index.
+    readers: dict = {}
+    for n_ in G.node:
+        for i_ in n_.input:
+            if i_:
+                readers.setdefault(i_, []).append(n_)
+    graph_outputs = {v.name for v in G.output}
+    pending: dict = {}
+
     for node in G.node:
         op, ins, outs = node.op_type, list(node.input), list(node.output)
         at = _attrs(node)
@@ -208,18 +219,29 @@ def from_onnx(model, example_input) -> Graph:
                 and fold_constant(node):
             continue
         if op == "Slice":
-            src = materialise(val(ins[0]), node)
-            S = g.node(src).shape
             starts = ints(ins[1]) if len(ins) > 1 else at.get("starts")
             ends = ints(ins[2]) if len(ins) > 2 else at.get("ends")
             axes = (ints(ins[3]) if len(ins) > 3 and ins[3] else at.get("axes")) or list(range(len(starts or [])))
             steps = (ints(ins[4]) if len(ins) > 4 and ins[4] else None) or [1] * len(axes)
             if starts is None or ends is None:
                 unsupported(node, "Slice with computed bounds", "slice with constant bounds")
-            index = [slice(None)] * (len(S) + 1)
+            inner = pending.pop(ins[0], None)
+            if inner is not None:
+                src, index = inner[0], list(inner[1])
+                nd_ = len(index)
+                if any(index[a_ % nd_] != slice(None) for a_ in axes):    # the same axis twice: one after the other
+                    src = checked(inner[2], moves(inner[2]).getitem(src, tuple(index)))
+                    index = [slice(None)] * nd_
+            else:
+                src = materialise(val(ins[0]), node)
+                index = [slice(None)] * (len(g.node(src).shape) + 1)
             big = 1 << 62                          # ONNX's INT_MAX end: to the end of the axis
             for a_, st, en, sp in zip(axes, starts, ends, steps):
-                index[a_ % (len(S) + 1)] = slice(st, None if en >= big else en, sp)
+                index[a_ % len(index)] = slice(st, None if en >= big else en, sp)
+            nxt = readers.get(o, [])
+            if o not in graph_outputs and len(nxt) == 1 and nxt[0].op_type == "Slice" and nxt[0].input[0] == o:
+                pending[o] = (src, tuple(index), node)
+                continue
             env[o] = checked(node, moves(node).getitem(src, tuple(index)))
             continue
         if op == "Pad":

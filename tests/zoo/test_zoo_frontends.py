@@ -62,9 +62,12 @@ def test_zoo_model_with_a_non_polynomial_layer_is_refused_with_the_fix(name, fro
         from_torch(model, x) if frontend == "torch" else from_onnx(_onnx(model, x), x)
 
 
-def test_option_a_shortcuts_become_one_strided_channel_embedding_each():
+@pytest.mark.parametrize("frontend", ["torch", "onnx"])
+def test_option_a_shortcuts_become_one_strided_channel_embedding_each(frontend):
+    """From ONNX too: torch.onnx exports x[:, :, ::2, ::2] as one Slice per axis, fused into one stride-(2, 2)
+    subsampling (two of strides (2, 1) and (1, 2) left layout (P) unable to place the residual add)."""
     model, x = _model_and_input("resnet20")
-    g = fold(from_torch(model, x))
+    g = fold(from_torch(model, x) if frontend == "torch" else from_onnx(_onnx(model, x), x))
     shortcuts = [n for n in g.nodes if n.op == "conv2d" and "channel map" in " ".join(n.notes)]
     assert len(shortcuts) == 2                    # 16 -> 32 and 32 -> 64 channels
     for n in shortcuts:
