@@ -10,6 +10,11 @@ process's peak resident memory; the plan's layout, depth, activation choice, boo
 per image (one thread); simulate-vs-torch top-1 agreement and accuracy on ``--test`` real test images (CIFAR-10 test,
 the exact first 1 017; EMNIST-mnist test, complete). Random-weight models have small logit margins, so their
 agreement is a harder test than a trained model's, and their accuracy is chance.
+
+``--json`` is written after every row; ``--append`` keeps the rows already there (one table from several
+invocations, e.g. one model at a time). A child that runs out of ``--timeout`` or dies (the OOM killer) still leaves
+its row, saying so and in which stage (loading, torch or export, compile, simulate). ``--layout`` and ``--simulate``
+choose the layout and how the test images are simulated (the layout's own program, or the plan's lowered steps).
 """
 from __future__ import annotations
 
@@ -44,16 +49,30 @@ def add_arguments(p) -> None:
                    help="train models without shipped weights this many epochs on training images disjoint from the "
                         "calibration and test images (0: seeded random initialisation)")
     p.add_argument("--frontends", default="torch,onnx")
+    p.add_argument("--layout", default="auto",
+                   help="compile's layout: 'auto', 'packed' (P: one image per ciphertext, seconds per image) or "
+                        "'batch' (A: its estimate is per batch of up to N/2 images; its own simulate pads every batch "
+                        "to N/2 slots, tens of GB for a CIFAR convnet at N16: use --simulate steps)")
+    p.add_argument("--simulate", choices=("layout", "steps"), default="layout",
+                   help="layout: the compiled layout's own plaintext program (bootstrap errors included; layout (P) "
+                        "runs it image group by group, minutes for a CIFAR ResNet on 1 017 images); steps: the plan's "
+                        "lowered steps on every image, bootstraps exact (hemlp.runtime.local.simulate, as "
+                        "scripts/resnet20_report.py; the same values up to the slot program's separately rounded "
+                        "diagonals and the bootstraps' ~2^-22 error)")
     p.add_argument("--timeout", type=int, default=3600, help="seconds per model and frontend")
     p.add_argument("--server-memory", default="auto",
                    help="compile's server_memory: 'auto' (this machine's), bytes, or 'none' (no limit: plans a "
                         "larger server would run are compiled and simulated here, their estimate recorded)")
-    p.add_argument("--json", default=None)
+    p.add_argument("--json", default=None, help="write the rows here (after every row, so a stopped run keeps them)")
+    p.add_argument("--append", action="store_true",
+                   help="keep the rows already in --json, replacing those of the same model and frontend: one table "
+                        "from several invocations")
 
 
-def _data(name: str, root: str, n_cal: int, n_test: int, state=None):
+def _data(name: str, root: str, n_cal: int, n_test: int, state=None, train: bool = True):
     """(calibration inputs, test inputs, test labels, test set name, training inputs and labels disjoint from both),
-    preprocessed as the model expects (``state``: shipped weights with their standardisation, or None)."""
+    preprocessed as the model expects (``state``: shipped weights with their standardisation, or None). ``train``
+    False: the training arrays are empty (not built: 50 000 CIFAR-10 images are 0.6 GB a copy)."""
     from hemlp.models.zoo import ZOO
 
     e = ZOO[name]
@@ -97,7 +116,8 @@ def _data(name: str, root: str, n_cal: int, n_test: int, state=None):
             std = tr.x.std(axis=(0, 2, 3), keepdims=True)
         x_te, y_te = te.x[:n_test], te.y[:n_test]
         test_name = CIFAR_EXACT
-        cal, x_te, x_tr, y_tr = (cal - mean) / std, (x_te - mean) / std, (tr.x[rest] - mean) / std, tr.y[rest]
+        cal, x_te = (cal - mean) / std, (x_te - mean) / std
+        x_tr, y_tr = ((tr.x[rest] - mean) / std, tr.y[rest]) if train else (tr.x[:0], tr.y[:0])
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
     return f32(cal), f32(x_te), np.asarray(y_te), test_name, f32(x_tr), np.asarray(y_tr)
 
@@ -143,7 +163,8 @@ def one(name: str, frontend: str, args) -> dict:
     hemlp.set_num_threads(1)
     state = _trained_state(name)
     model, trained = _model(name, state)
-    x_cal, x_te, y_te, test_name, x_tr, y_tr = _data(name, args.data_root, args.calibration, args.test, state)
+    x_cal, x_te, y_te, test_name, x_tr, y_tr = _data(name, args.data_root, args.calibration, args.test, state,
+                                                     train=not trained and args.train_epochs > 0)
     train_s = None
     if not trained and args.train_epochs > 0:
         from hemlp.models.train import train
@@ -152,6 +173,7 @@ def one(name: str, frontend: str, args) -> dict:
         train(model.train(), x_tr, y_tr, epochs=args.train_epochs, threads=1, progress=False)
         model.eval()
         train_s, trained = time.perf_counter() - t0, f"{args.train_epochs} epoch(s) on {len(y_tr)} images here"
+    _stage("export" if frontend == "onnx" else "torch")
     src = model
     if frontend == "onnx":
         import onnx
@@ -159,6 +181,7 @@ def one(name: str, frontend: str, args) -> dict:
         src = onnx.load_from_string(_onnx_bytes(model, x_cal))
     logits = predict(model, x_te)
     rss0 = report_rss()
+    _stage("compile")
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -166,27 +189,48 @@ def one(name: str, frontend: str, args) -> dict:
         budget = None if str(budget).lower() == "none" else budget if budget == "auto" else int(budget)
         cm = hemlp.compile(src, x_cal[:1], calibration=x_cal, batch_size=1, bootstrap=True, preset=args.preset,
                            target_agreement=args.target, allow_insecure=args.preset.startswith("test-"),
-                           server_memory=budget)
+                           server_memory=budget, layout=getattr(args, "layout", "auto"))
     compile_s = time.perf_counter() - t0
     peak = report_rss()
     info = cm.plan.info
     fit = info.get("activation_fit") or {}
     boot = info.get("bootstrap") or {}
+    _stage(f"simulate (compiled in {compile_s:.0f} s, depth {info.get('depth')}, "
+           f"{len(boot.get('placements', []))} bootstrap(s))")
+    how = getattr(args, "simulate", "layout")
+    t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        y = np.asarray(cm.simulate(x_te), dtype=np.float64).reshape(len(x_te), -1)
+        if how == "steps":
+            from hemlp.runtime.local import simulate as simulate_steps
+
+            y = np.asarray(simulate_steps(cm.steps, x_te.reshape(len(x_te), -1).T, cm.weight_bits, bootstraps=False),
+                           dtype=np.float64).T
+        else:
+            y = np.asarray(cm.simulate(x_te), dtype=np.float64).reshape(len(x_te), -1)
+    simulate_s = time.perf_counter() - t0
+    simulate_peak = report_rss()
     return dict(model=name, frontend=frontend, trained=trained, train_seconds=train_s, test_set=test_name,
                 test_images=len(x_te),
                 calibration_images=len(x_cal), compile_seconds=compile_s, peak_rss_gib=peak,
-                rss_before_compile_gib=rss0, layout=cm.layout, preset=info["preset"], depth=info.get("depth"),
+                rss_before_compile_gib=rss0, peak_rss_with_simulate_gib=simulate_peak, layout=cm.layout,
+                preset=info["preset"], depth=info.get("depth"),
                 activations=[a["schedule"] or a["degree"] for a in fit.get("activations", [])],
                 calibration_agreement=fit.get("agreement"), search_seconds=fit.get("search_seconds"),
                 bootstrap_points=len(boot.get("placements", [])), estimated_seconds=boot.get("total_seconds"),
-                server_memory_budget=budget,
+                server_memory_budget=budget, simulate_seconds=simulate_s,
+                simulated_with=("the plan's lowered steps (hemlp.runtime.local.simulate), bootstraps exact"
+                                if how == "steps" else
+                                f"layout {cm.layout}'s own plaintext program (CompiledModel.simulate)"),
                 estimated_server_gib=(info.get("resources") or {}).get("server_memory_bytes", 0) / 2 ** 30,
                 agreement=float(np.mean(y.argmax(1) == logits.argmax(1))),
                 simulated_accuracy=float(np.mean(y.argmax(1) == y_te)),
                 plaintext_accuracy=float(np.mean(logits.argmax(1) == y_te)))
+
+
+def _stage(what: str) -> None:
+    """Tell the parent what the child is doing now: a timed-out row says which stage ran out of time."""
+    print(f"ZOO-STAGE {what}", flush=True)
 
 
 def report_rss() -> float:
@@ -215,8 +259,9 @@ def main(args) -> int:
     if unknown:
         print(f"unknown zoo model(s) {unknown}; the zoo has {sorted(ZOO)}", file=sys.stderr)
         return 2
+    kept = _kept_rows(args) if getattr(args, "append", False) else []
     rows = []
-    child_args = {k: v for k, v in vars(args).items() if k != "json"}
+    child_args = {k: v for k, v in vars(args).items() if k not in ("json", "append")}
     for name in names:
         for frontend in args.frontends.split(","):
             try:
@@ -224,20 +269,80 @@ def main(args) -> int:
                                      capture_output=True, text=True, timeout=args.timeout,
                                      env=report.benchmark_env(dict(os.environ)))
                 line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ZOO-ROW ")), None)
-                row = json.loads(line[8:]) if line else dict(model=name, frontend=frontend,
-                                                              error=(out.stderr or out.stdout)[-500:])
-            except subprocess.TimeoutExpired:
-                row = dict(model=name, frontend=frontend, error=f"timed out after {args.timeout} s")
+                row = json.loads(line[8:]) if line else _died(name, frontend, out)
+            except subprocess.TimeoutExpired as e:
+                row = _timed_out(name, frontend, args.timeout, e.stdout)
+            row.update(settings=_settings(args))
             rows.append(row)
             print(json.dumps(row, default=float), flush=True)
+            if args.json and args.json != "-":
+                _save(args, _merge(kept, rows), quiet=True)
     _print(rows, args.preset)
+    if args.json:
+        _save(args, _merge(kept, rows))
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+def _settings(args) -> dict:
+    """What a row was measured with (rows from several invocations share one file)."""
+    return dict(test=args.test, calibration=args.calibration, train_epochs=args.train_epochs, target=args.target,
+                timeout_s=args.timeout, server_memory=args.server_memory, layout=getattr(args, "layout", "auto"),
+                simulate=getattr(args, "simulate", "layout"))
+
+
+def _died(name: str, frontend: str, out) -> dict:
+    """A row for a child that ended without its row: its exit (a signal: SIGKILL is the kernel's OOM killer when
+    nothing else killed it), the stage it was in and its stderr's tail."""
+    stage = _stage_of(out.stdout)
+    how = f"killed by signal {-out.returncode}" if out.returncode < 0 else f"exit status {out.returncode}"
+    if out.returncode == -9:
+        how += " (SIGKILL: out of memory, if nothing else killed it)"
+    return dict(model=name, frontend=frontend, stage=stage,
+                error=f"{how}, in stage: {stage}; stderr: {(out.stderr or '')[-300:]}")
+
+
+def _stage_of(stdout) -> str:
+    """The child's last ZOO-STAGE line ('loading' before the first)."""
+    if isinstance(stdout, bytes):
+        stdout = stdout.decode(errors="replace")
+    stages = [ln[10:] for ln in (stdout or "").splitlines() if ln.startswith("ZOO-STAGE ")]
+    return stages[-1] if stages else "loading"
+
+
+def _timed_out(name: str, frontend: str, timeout: int, stdout) -> dict:
+    """A row for a child stopped at ``timeout`` seconds: the stage it was in (its last ZOO-STAGE line)."""
+    stage = _stage_of(stdout)
+    return dict(model=name, frontend=frontend, timed_out=True, timeout_s=timeout, stage=stage,
+                error=f"timed out after {timeout} s, in stage: {stage}")
+
+
+def _kept_rows(args) -> list:
+    """The rows already in --json (none if the file is absent); a file of another preset is refused."""
+    if not args.json or args.json == "-" or not Path(args.json).is_file():
+        return []
+    doc = json.loads(Path(args.json).read_text())
+    if doc.get("subcommand") != "zoo" or doc.get("preset") != args.preset:
+        raise SystemExit(f"--append: {args.json} is not a zoo table at preset {args.preset}")
+    return list(doc.get("rows", []))
+
+
+def _merge(kept: list, rows: list) -> list:
+    """``kept`` with the rows of the same (model, frontend) replaced by ``rows``' (in place), the new ones after."""
+    new = {(r["model"], r["frontend"]): r for r in rows}
+    out = [new.pop((r["model"], r["frontend"]), r) for r in kept]
+    return out + [r for r in rows if (r["model"], r["frontend"]) in new]
+
+
+def _save(args, rows: list, quiet: bool = False) -> None:
     payload = dict(measured=True, preset=args.preset, threads=1, calibration_images=args.calibration,
                    target_agreement=args.target, rows=rows,
                    note="compile wall seconds and peak RSS (VmHWM, the child process: data and torch included) on "
-                        "one thread; estimated seconds are the planner's one-thread estimates per image")
-    if args.json:
+                        "one thread; estimated seconds are the planner's one-thread estimates per image (layout "
+                        "packed) or per batch (layout batch); each row's settings say what it was measured with")
+    if quiet:
+        report.write_json(args.json, "zoo", payload, machine=report.machine_info())
+    else:
         report.save_json(args.json, "zoo", payload, machine=report.machine_info())
-    return 0 if all("error" not in r for r in rows) else 1
 
 
 def _print(rows, preset: str) -> None:
