@@ -60,6 +60,19 @@ def to_onnx(model, x, path):
     return str(path)
 
 
+def onnx_model(model, x):
+    """The model exported to ONNX in memory (torch's legacy exporter, one sample), loaded: an onnx.ModelProto."""
+    import io
+
+    import onnx
+
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, torch.tensor(x[:1], dtype=torch.float32), f, dynamo=False)
+    return onnx.load_from_string(f.getvalue())
+
+
 def torch_out(model, x):
     with torch.no_grad():
         return model(torch.as_tensor(x, dtype=torch.float32)).double().numpy()

@@ -1,13 +1,12 @@
 """The ONNX frontend applies a chain of Slice nodes (torch.onnx writes one per axis) as one index where the axes
 differ, and one after the other where a Slice re-slices an axis: the same values as torch either way."""
-import io
-import warnings
 
 import numpy as np
 import pytest
 import torch
 
 from hemlp.compiler.onnx_frontend import from_onnx
+from tests.compiler.conftest import onnx_model
 
 
 class Sliced(torch.nn.Module):
@@ -25,13 +24,7 @@ class Sliced(torch.nn.Module):
 
 
 def _export(model, x):
-    import onnx
-
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, torch.tensor(x[:1], dtype=torch.float32), f, dynamo=False)
-    return onnx.load_from_string(f.getvalue())
+    return onnx_model(model, x)
 
 
 @pytest.mark.parametrize("how", ["strided", "same_axis", "mixed"])

@@ -1,7 +1,5 @@
 """The zoo as the frontends' regression suite: every standard architecture compiles unmodified from its nn.Module and
 from its ONNX export, the IR passes lint before and after folding, and its float64 evaluation equals torch's."""
-import io
-import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from hemlp.compiler.onnx_frontend import from_onnx
 from hemlp.compiler.torch_frontend import from_torch
 from hemlp.errors import UnsupportedError
 from hemlp.models.zoo import ZOO, build
+from tests.compiler.conftest import onnx_model
 
 #: architectures with a layer that is not a polynomial, and the layer the error must name
 REFUSED = {"mixer": "LayerNorm"}
@@ -26,13 +25,7 @@ def _model_and_input(name, batch=2):
 
 
 def _onnx(model, x):
-    import onnx
-
-    f = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, torch.tensor(x[:1], dtype=torch.float32), f, dynamo=False)
-    return onnx.load_from_string(f.getvalue())
+    return onnx_model(model, x)
 
 
 def _torch(model, x):

@@ -9,7 +9,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_zoo_bench_rows(tmp_path):
+def run_zoo(tmp_path, *options):
+    """(completed process, JSON path) of the bench on lenet5 over small synthetic EMNIST files at test-N12-boot."""
     from hemlp.datasets.synthetic import write_emnist
 
     write_emnist(tmp_path / "data", "mnist", 300, 60)
@@ -17,8 +18,13 @@ def test_zoo_bench_rows(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-m", "hemlp.bench", "zoo", "--data-root", str(tmp_path / "data"),
                         "--models", "lenet5", "--calibration", "100", "--test", "30", "--preset", "test-N12-boot",
-                        "--target", "0.5", "--server-memory", "none", "--json", str(out)], cwd=REPO, env=env, capture_output=True, text=True,
-                       timeout=900)
+                        "--target", "0.5", "--server-memory", "none", *options, "--json", str(out)], cwd=REPO,
+                       env=env, capture_output=True, text=True, timeout=900)
+    return r, out
+
+
+def test_zoo_bench_rows(tmp_path):
+    r, out = run_zoo(tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stdout.count("hemlp zoo (test-N12-boot, one thread)") == 1
     rows = json.loads(out.read_text())["rows"]
@@ -36,3 +42,14 @@ def test_zoo_bench_refuses_an_unknown_model(tmp_path):
     r = subprocess.run([sys.executable, "-m", "hemlp.bench", "zoo", "--models", "resnet21"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "unknown zoo model" in r.stderr and "resnet20" in r.stderr
+
+
+def test_a_layout_simulated_by_its_lowered_steps(tmp_path):
+    """--layout batch --simulate steps (as the CIFAR rows of layout (A)): the row says how it was simulated."""
+    r, out = run_zoo(tmp_path, "--frontends", "torch", "--layout", "batch", "--simulate", "steps")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    [x] = json.loads(out.read_text())["rows"]
+    assert x["layout"] == "batch" and x["settings"]["layout"] == "batch" and x["settings"]["simulate"] == "steps"
+    assert x["simulated_with"].startswith("the plan's lowered steps") and x["simulate_seconds"] > 0
+    assert x["test_images"] == 30 and x["agreement"] >= 0.5
+    assert x["peak_rss_with_simulate_gib"] >= x["peak_rss_gib"]

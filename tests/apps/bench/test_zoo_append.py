@@ -78,22 +78,3 @@ def test_timeouts_are_rows_and_append_merges_invocations(tmp_path):
     assert [(x["model"], x["frontend"]) for x in json.loads(out.read_text())["rows"]] == \
         [("lenet5", "torch"), ("lenet5", "onnx")]
 
-
-def test_a_layout_simulated_by_its_lowered_steps(tmp_path):
-    """--layout batch --simulate steps (as the CIFAR rows of layout (A)): the row says how it was simulated."""
-    from hemlp.datasets.synthetic import write_emnist
-
-    write_emnist(tmp_path / "data", "mnist", 300, 60)
-    out = tmp_path / "zoo.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-m", "hemlp.bench", "zoo", "--data-root", str(tmp_path / "data"),
-                        "--models", "lenet5", "--frontends", "torch", "--calibration", "100", "--test", "30",
-                        "--preset", "test-N12-boot", "--target", "0.5", "--server-memory", "none", "--layout",
-                        "batch", "--simulate", "steps", "--json", str(out)], cwd=REPO, env=env, capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    [x] = json.loads(out.read_text())["rows"]
-    assert x["layout"] == "batch" and x["settings"]["layout"] == "batch" and x["settings"]["simulate"] == "steps"
-    assert x["simulated_with"].startswith("the plan's lowered steps") and x["simulate_seconds"] > 0
-    assert x["test_images"] == 30 and x["agreement"] >= 0.5
-    assert x["peak_rss_with_simulate_gib"] >= x["peak_rss_gib"]
