@@ -379,14 +379,15 @@ def prune_staged_keys(folder, keep=()) -> list:
         if not (name.startswith(STAGED_PREFIX) and name.endswith(".keys")):
             continue
         digest = name[len(STAGED_PREFIX):-len(".keys")]
-        if digest in kept or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        if digest in kept:
             continue
         try:
+            staged_path(folder, digest)     # ValueError unless the name's digest is one stage_shared_keys writes
             st = p.lstat()
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or file_digest(p) != digest:
                 continue
             p.unlink()
-        except (OSError, SerializationError):   # gone meanwhile, unreadable, or not a shared key file: not ours
-            continue
+        except (ValueError, OSError, SerializationError):
+            continue                    # not a digest, gone meanwhile, unreadable, or no shared key file: not ours
         removed.append(p)
     return removed
