@@ -25,7 +25,9 @@ def set_determinism(seed: int, threads: int = 2) -> None:
 def predict(model: nn.Module, x: np.ndarray, batch_size: int = 512) -> np.ndarray:
     """Logits as a float64 numpy array."""
     model.eval()
-    out = [model(torch.as_tensor(x[i : i + batch_size])).double().numpy() for i in range(0, len(x), batch_size)]
+    dev = next(model.parameters()).device
+    out = [model(torch.as_tensor(x[i : i + batch_size]).to(dev)).double().cpu().numpy()
+           for i in range(0, len(x), batch_size)]
     return np.concatenate(out) if out else np.zeros((0, 0))
 
 
@@ -86,16 +88,17 @@ class RandomCropFlip:
         self.pad = pad
 
     def __call__(self, xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        # the draws come from `gen` on the CPU whatever device xb is on, so a GPU run sees the CPU run's batches
         n, _, h, w = xb.shape
         p = self.pad
         padded = torch.nn.functional.pad(xb, (p, p, p, p))
-        dy = torch.randint(0, 2 * p + 1, (n,), generator=gen)
-        dx = torch.randint(0, 2 * p + 1, (n,), generator=gen)
-        rows = (dy[:, None] + torch.arange(h)[None, :])[:, None, :, None].expand(n, xb.shape[1], h, w + 2 * p)
-        out = padded.gather(2, rows)
-        cols = (dx[:, None] + torch.arange(w)[None, :])[:, None, None, :].expand(n, xb.shape[1], h, w)
-        out = out.gather(3, cols)
-        flip = torch.rand(n, generator=gen) < 0.5
+        dy = torch.randint(0, 2 * p + 1, (n,), generator=gen).to(xb.device)
+        dx = torch.randint(0, 2 * p + 1, (n,), generator=gen).to(xb.device)
+        rows = (dy[:, None] + torch.arange(h, device=xb.device)[None, :])[:, None, :, None]
+        out = padded.gather(2, rows.expand(n, xb.shape[1], h, w + 2 * p))
+        cols = (dx[:, None] + torch.arange(w, device=xb.device)[None, :])[:, None, None, :]
+        out = out.gather(3, cols.expand(n, xb.shape[1], h, w))
+        flip = (torch.rand(n, generator=gen) < 0.5).to(xb.device)
         return torch.where(flip[:, None, None, None], out.flip(3), out)
 
     def describe(self) -> str:

@@ -37,6 +37,10 @@ if [ "${HEMLP_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null
     | tail -15 | tee "$DEST/sanitizer.log"
   echo "gpu_check: memcheck rc=${PIPESTATUS[0]}"
 fi
+# HEMLP_GPU_SKIP_BENCH=1: build and test only (the caller runs the benchmark later, on a quiet GPU)
+if [ "${HEMLP_GPU_SKIP_BENCH:-0}" = 1 ]; then
+  echo "gpu_check: benchmark skipped (HEMLP_GPU_SKIP_BENCH=1)"; [ "$tests_rc" = 0 ]; exit
+fi
 python3 -m hemlp.bench gpu --json "$DEST/gpu_bench.json" ${HEMLP_GPU_BENCH_ARGS:-} 2>&1 | tee "$DEST/gpu_bench.log"
 bench_rc=${PIPESTATUS[0]}
 echo "gpu_check: bench rc=$bench_rc; total $(( $(date +%s) - t0 )) s"

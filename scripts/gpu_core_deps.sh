@@ -7,7 +7,8 @@
 #   scripts/gpu_core_deps.sh build   there: unpack them into $HEMLP_DEPS_PREFIX (default /tmp/hemlp-deps) and build
 #                                    the extension in place against that prefix; prints the environment to export
 #                                    (LD_LIBRARY_PATH) before importing hemlp._core
-# Needs, there: python3 with its headers (Python.h), numpy and pybind11; g++ (or $CXX); dpkg-deb.
+# Needs, there: python3 with its headers (Python.h, or the same minor version's in .pyinc/pythonX.Y), numpy and
+# pybind11; g++ (or $CXX); dpkg-deb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS="libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0 libssl-dev libssl3 pkgconf pkgconf-bin libpkgconf3"
@@ -23,7 +24,14 @@ case "${1:-}" in
   build)
     ls .debs/*.deb >/dev/null 2>&1 || { echo "gpu_core_deps: no .debs/ here (run 'fetch' where apt works, carry .debs)"; exit 2; }
     PYINC="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
-    [ -f "$PYINC/Python.h" ] || { echo "gpu_core_deps: no Python.h in $PYINC: this python3 has no headers"; exit 3; }
+    if [ ! -f "$PYINC/Python.h" ]; then
+      # headers of the same minor version carried in .pyinc/pythonX.Y (the ABI is the minor version's)
+      carried="$PWD/.pyinc/$(basename "$PYINC")"
+      [ -f "$carried/Python.h" ] || { echo "gpu_core_deps: no Python.h in $PYINC nor in $carried: carry this" \
+        "python's headers there (e.g. a pyenv or python-build-standalone include/pythonX.Y folder)"; exit 3; }
+      export CFLAGS="-I$carried${CFLAGS:+ $CFLAGS}"
+      echo "gpu_core_deps: using the carried headers in $carried"
+    fi
     mkdir -p "$PREFIX"
     for d in .debs/*.deb; do dpkg-deb -x "$d" "$PREFIX"; done
     # the unpacked .pc files say prefix=/usr: the sysroot makes every -I/-L point into the prefix
