@@ -43,8 +43,18 @@ case "${1:-}" in
       export PATH="$PREFIX/usr/bin:$PATH"
     fi
     pkg-config --cflags --libs openblas libcrypto
-    HEMLP_BUILD_JOBS="${HEMLP_BUILD_JOBS:-$(nproc)}" python3 setup.py -q build_ext --inplace 2>&1 \
+    # The system compilers of PATH, not $CC / $CXX: the lent image points CXX at a GCC of its own (/opt/gcc) whose
+    # links leave libstdc++ out of the extension's dependencies, and that extension crashed at its first ostream
+    # use (Params::describe) beside numpy's libstdc++. --force: build/lib may hold an extension linked otherwise.
+    CC="${HEMLP_CORE_CC:-$(command -v gcc)}" CXX="${HEMLP_CORE_CXX:-$(command -v g++)}" \
+      HEMLP_BUILD_JOBS="${HEMLP_BUILD_JOBS:-$(nproc)}" python3 setup.py -q build_ext --inplace --force 2>&1 \
       | grep -v -E '^(running|copying)' || true
+    so="$(ls hemlp/_core*.so 2>/dev/null | head -1)"
+    [ -n "$so" ] || { echo "gpu_core_deps: the build wrote no hemlp/_core*.so"; exit 4; }
+    if ! ldd "$so" | grep -q 'libstdc++\.so'; then
+      echo "gpu_core_deps: $so does not link libstdc++ dynamically (a static copy beside numpy's crashes); build with" \
+        "a system g++: HEMLP_CORE_CXX=/usr/bin/g++ HEMLP_CORE_CC=/usr/bin/gcc"; exit 5
+    fi
     python3 -c "import hemlp._core" && echo "gpu_core_deps: hemlp._core built; before using it: export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     ;;
   *)

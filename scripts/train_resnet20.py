@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         sched.load_state_dict(state["sched"])
-        gen.set_state(state["gen"])
+        gen.set_state(state["gen"].cpu())           # saved from a CUDA run, loaded onto its device
         history, start = state["history"], state["epoch"]
         print(f"resumed after epoch {start}", flush=True)
     augment, loss_fn = RandomCropFlip(RECIPE["pad"]), nn.CrossEntropyLoss(label_smoothing=RECIPE["label_smoothing"])
