@@ -12,14 +12,16 @@ import numpy as np
 from hemlp import pcmm
 from hemlp.bootstrap import BatchBootstrapKeys, BootParams, BootstrapKeys
 from hemlp.bootstrap.mambo import S2C_LOG_MESSAGE_RATIO
-from hemlp.errors import MissingKeyError
+from hemlp.errors import MissingKeyError, ResourceError
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.planner.layouts import estimate_batch
+from hemlp.planner.resources import available_memory_bytes, human_bytes
 from hemlp.runtime import shards, streamed
 from hemlp.runtime.local import RUN, SIMULATE
 from hemlp.runtime.local import run as run_local
 from hemlp.runtime.local import simulate as simulate_rows
+from hemlp.runtime.local import simulate_peak_bytes
 
 __all__ = ["Batch"]
 
@@ -126,9 +128,22 @@ class Batch(Layout):
             # the zero-padded slots are a sample too (the network on a zero input) and their values enter every
             # bootstrap's coefficients: simulate whole encrypted batches, padding included
             cap = self.capacity
+            self.check_simulate_memory(cap)
             return self.in_groups(lambda G: batch_bootstrap.simulate_padded(self.steps, G, cap, self.weight_bits),
                                   X, cap)
         return simulate_rows(self.steps, X.T, self.weight_bits).T
+
+    def check_simulate_memory(self, columns: int) -> None:
+        """ResourceError before any work when simulating `columns` samples at once would not fit in the memory this
+        machine has available (a bootstrapped plan simulates whole encrypted batches of N/2 samples, padding too)."""
+        need, have = simulate_peak_bytes(self.steps, columns), available_memory_bytes()
+        if have is not None and need > have:
+            raise ResourceError(
+                f"simulating this plan needs about {human_bytes(need)} (every value of the program on {columns} "
+                f"samples at once: a bootstrapped layout (A) plan simulates whole encrypted batches of N/2 = "
+                f"{self.capacity} slots, the zero padding included, since it enters every bootstrap), and this "
+                f"machine has {human_bytes(have)} available: simulate on a machine with more memory, or compile for "
+                f"layout='packed' (one sample's features per ciphertext) or a smaller ring")
 
     # ---- resources
     @property

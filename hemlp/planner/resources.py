@@ -44,7 +44,7 @@ from hemlp.planner.cost_model import active_profile
 from hemlp.planner.layouts import unit_costs
 from hemlp.step_ops import REFRESH_OPS
 
-__all__ = ["Resources", "ServerMemory", "estimate_resources", "server_memory", "human_bytes", "KEYGEN_S_PER_BYTE",
+__all__ = ["Resources", "ServerMemory", "estimate_resources", "server_memory", "available_memory_bytes", "human_bytes", "KEYGEN_S_PER_BYTE",
            "SERVER_BASE_BYTES", "NodeResources", "estimate_nodes", "check_nodes", "fewest_nodes"]
 
 GIB = 2.0 ** 30
@@ -130,6 +130,19 @@ class Resources:
         if not self.run_memory_bytes or self.import_memory_bytes <= self.run_memory_bytes:
             return ""
         return f" while importing the keys, ~{human_bytes(self.run_memory_bytes)} running"
+
+
+def available_memory_bytes() -> int | None:
+    """What this machine can give a new allocation now (MemAvailable: free memory and the page cache it can drop),
+    or None where /proc/meminfo cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def human_bytes(n: float) -> str:

@@ -24,7 +24,7 @@ from hemlp.runtime import streamed
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap, simulate_mambo
 from hemlp.step_ops import ACT_OPS, UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, handler
 
-__all__ = ["simulate", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
+__all__ = ["simulate", "simulate_peak_bytes", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise", "cached_elementwise",
            "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows", "bootstrap_units",
            "bootstrap_unit", "bootstrap_retag", "batch_units", "refresh_units", "refresh_unit", "mambo_rows",
            "mambo_units", "mambo_unit", "mambo_chunk"]
@@ -79,6 +79,25 @@ def simulate(steps, X: np.ndarray, weight_bits: int, range_counts: dict | None =
             if last.get(name) == i and name != out_name:
                 vals.pop(name, None)
     return vals[out_name]
+
+
+#: temporaries of a step's output size while it runs (an activation's polynomial basis, a gather's partial sums)
+SIMULATE_TEMPORARIES = 3
+
+
+def simulate_peak_bytes(steps, columns: int) -> int:
+    """An estimate of simulate()'s peak memory on `columns` samples: the values alive at each step (freed after their
+    last use, as simulate frees them) plus SIMULATE_TEMPORARIES of the step's output, float64."""
+    last = last_uses(steps)
+    live: dict = {}
+    peak = 0
+    for i, s in enumerate(steps):
+        live[s.out] = s.rows
+        peak = max(peak, sum(live.values()) + SIMULATE_TEMPORARIES * s.rows)
+        for name in s.inputs:
+            if last.get(name) == i:
+                live.pop(name, None)
+    return peak * int(columns) * 8
 
 
 def _sim_pcmm(s, x, vals, weight_bits, range_counts, bootstraps):
