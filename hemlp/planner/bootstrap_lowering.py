@@ -421,7 +421,8 @@ def _budget_note(costs: PipelineCosts, key_budget, over_budget: list, chosen: tu
     gib = 2.0 ** -30
     keys = " and ".join(f"{family_label(*f)}'s keys ({costs.family_key_bytes(*f) * gib:.3g} GiB)"
                         for f in over_budget if f != chosen)
-    budget = f"the key budget ({key_budget * gib:.3g} GiB: the memory budget's room for bootstrapping keys)"
+    budget = (f"the key budget ({key_budget * gib:.3g} GiB: the largest family's keys with which the plan fits the "
+              "memory budget)")
     if chosen in over_budget:
         return (f"no family's keys fit {budget}: the smallest keys ({costs.family_key_bytes(*chosen) * gib:.3g} GiB"
                 + (f"; {keys} exceed it too" if keys else "") + "); ")
