@@ -7,7 +7,8 @@
 The recipe is the paper's (SGD with momentum 0.9, weight decay 1e-4 on a 4-pixel random crop and horizontal flip,
 batch 128) with a one-cycle schedule instead of 182 epochs of step decay, so it fits a few hours on 2 CPU cores.
 A checkpoint is written after every epoch (``--out`` + ``.ckpt``) and ``--resume`` continues from it, so a run can be
-spread over several sessions; the weights file holds the model and the client's input standardisation (mean, std).
+spread over several sessions and machines (``--device cuda`` on a GPU, then the CPU, or back: each epoch's record
+names its device); the weights file holds the model and the client's input standardisation (mean, std).
 Everything is seeded; the JSON records the machine, threads, epochs, seconds and both accuracies with their sets named.
 """
 from __future__ import annotations
@@ -108,7 +109,8 @@ def main(argv=None) -> int:
             correct += (out.argmax(1) == y[idx]).sum()
         rec = dict(epoch=ep + 1, loss=float(total) / len(y), train_acc=int(correct) / len(y),
                    seconds=time.perf_counter() - t0,
-                   cpu_seconds=time.process_time() - c0, lr=sched.get_last_lr()[0])
+                   cpu_seconds=time.process_time() - c0, lr=sched.get_last_lr()[0],
+                   device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
         if (ep + 1) % 5 == 0 or ep + 1 == args.epochs:
             name = CIFAR_EXACT if CIFAR_EXACT in tests else CIFAR_JPEG
             d = tests[name]
