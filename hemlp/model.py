@@ -90,6 +90,7 @@ from hemlp.fhe import Params
 from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset
 from hemlp.layouts.boot_choice import boot_key_bytes, plan_with_bootstraps
+from hemlp.layouts.packed import check_widest as check_packed_widest
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import check_nodes, estimate_nodes, estimate_resources
@@ -202,6 +203,12 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     # activations: ranges from the calibration set (default: the example), degrees for the agreement target
     calib = x if opts["calibration"] is None else as_calibration(opts["calibration"], g.input.shape)
     allow = bool(opts["allow_insecure"])
+    if [c.name for c in cands] == ["packed"]:
+        # before the activation search (minutes for a deep net): a tensor wider than the slots of the named preset,
+        # or of the largest ring when none is named
+        named = [p["slots"] for p in Params.presets() if p["name"] == opts["preset"]]
+        slots = named[0] if named else max(p["slots"] for p in Params.presets())
+        check_packed_widest(max(n.features for n in g), slots)
     check_modes(opts["mambo"], opts["batch_bootstrap"])
     forced = opts["mambo"] not in ("auto", False) or opts["batch_bootstrap"] not in ("auto", False)
     if not opts["bootstrap"] and forced:

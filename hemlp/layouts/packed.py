@@ -173,6 +173,15 @@ def _rot(v: np.ndarray, r: int) -> np.ndarray:
     return np.roll(v, -int(r), axis=-1)
 
 
+def check_widest(widest: int, slots: int) -> None:
+    """Layout (P) holds each of a sample's tensors in one ciphertext: UnsupportedError when the widest (padded to a
+    power of two) exceeds the slots."""
+    if pow2(widest) > slots:
+        raise UnsupportedError(
+            f"layout (P) keeps a sample's tensor in one ciphertext: a tensor of the model has up to {pow2(widest)} "
+            f"(padded) features but a ciphertext holds {slots} slots; use layout='batch' (layout A)")
+
+
 #: groups of b samples the plaintext oracle evaluates at once (numpy arrays of groups x slots values per value)
 SIMULATE_GROUPS = 32
 
@@ -188,10 +197,7 @@ class PackedProgram:
         self.slots = int(slots)
         batch = max(1, int(batch))
         widest = max([pow2(s.rows) for s in steps if s.op in (StepOp.INPUT, StepOp.PCMM)] + [1])
-        if widest > self.slots:
-            raise UnsupportedError(
-                f"layout (P) keeps a sample's tensor in one ciphertext: a tensor of the model has up to {widest} "
-                f"(padded) features but a ciphertext holds {self.slots} slots; use layout='batch' (layout A)")
+        check_widest(widest, self.slots)
         # b samples share one group of ciphertexts; larger batches run as `groups` such groups
         self.b = min(pow2(batch), self.slots // widest)
         self.groups = -(-batch // self.b)

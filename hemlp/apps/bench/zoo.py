@@ -12,7 +12,7 @@ the exact first 1 017; EMNIST-mnist test, complete). Random-weight models have s
 agreement is a harder test than a trained model's, and their accuracy is chance.
 
 ``--json`` is written after every row; ``--append`` keeps the rows already there (one table from several
-invocations, e.g. one model at a time). A child that runs out of ``--timeout`` or dies (the OOM killer) still leaves
+invocations, e.g. one model at a time); each row names the machine it was measured on. A child that runs out of ``--timeout`` or dies (the OOM killer) still leaves
 its row, saying so and in which stage (loading, torch or export, compile, simulate). ``--layout`` and ``--simulate``
 choose the layout and how the test images are simulated (the layout's own program, or the plan's lowered steps).
 """
@@ -260,6 +260,7 @@ def main(args) -> int:
         print(f"unknown zoo model(s) {unknown}; the zoo has {sorted(ZOO)}", file=sys.stderr)
         return 2
     kept = _kept_rows(args) if getattr(args, "append", False) else []
+    here = row_machine(report.machine_info())
     rows = []
     child_args = {k: v for k, v in vars(args).items() if k not in ("json", "append")}
     for name in names:
@@ -272,7 +273,7 @@ def main(args) -> int:
                 row = json.loads(line[8:]) if line else _died(name, frontend, out)
             except subprocess.TimeoutExpired as e:
                 row = _timed_out(name, frontend, args.timeout, e.stdout)
-            row.update(settings=_settings(args))
+            row.update(settings=_settings(args), machine=here)
             rows.append(row)
             print(json.dumps(row, default=float), flush=True)
             if args.json and args.json != "-":
@@ -323,7 +324,18 @@ def _kept_rows(args) -> list:
     doc = json.loads(Path(args.json).read_text())
     if doc.get("subcommand") != "zoo" or doc.get("preset") != args.preset:
         raise SystemExit(f"--append: {args.json} is not a zoo table at preset {args.preset}")
-    return list(doc.get("rows", []))
+    rows = list(doc.get("rows", []))
+    for r in rows:      # rows from before rows carried their machine: the file's, of the run that wrote them
+        r.setdefault("machine", row_machine(doc.get("machine", {})))
+    return rows
+
+
+def row_machine(machine: dict) -> dict:
+    """The machine a row was measured on (the file's own ``machine`` is the last invocation's; --append may join
+    rows from several machines): CPU model, SIMD path, cores, date."""
+    cpu, simd = machine.get("cpu", {}), machine.get("simd") or {}
+    return dict(cpu=cpu.get("model"), simd_path=simd.get("path"), logical_cores=cpu.get("logical_cores"),
+                date=machine.get("date"))
 
 
 def _merge(kept: list, rows: list) -> list:

@@ -44,8 +44,15 @@ def test_merge_replaces_same_model_and_frontend_in_place():
 
 def test_append_refuses_a_file_of_another_preset(tmp_path):
     f = tmp_path / "z.json"
-    f.write_text(json.dumps(dict(subcommand="zoo", preset="N16-boot", rows=[dict(model="a", frontend="torch")])))
-    assert zoo._kept_rows(Namespace(json=str(f), preset="N16-boot")) == [dict(model="a", frontend="torch")]
+    machine = dict(cpu=dict(model="AMD EPYC", logical_cores=2), simd=dict(path="avx2"), date="2026-11-28")
+    f.write_text(json.dumps(dict(subcommand="zoo", preset="N16-boot", machine=machine,
+                                 rows=[dict(model="a", frontend="torch"),
+                                       dict(model="b", frontend="torch", machine=dict(cpu="Xeon"))])))
+    # a row keeps the machine it names; one from before rows named theirs gets the file's (the run that wrote it)
+    assert zoo._kept_rows(Namespace(json=str(f), preset="N16-boot")) == [
+        dict(model="a", frontend="torch", machine=dict(cpu="AMD EPYC", simd_path="avx2", logical_cores=2,
+                                                       date="2026-11-28")),
+        dict(model="b", frontend="torch", machine=dict(cpu="Xeon"))]
     assert zoo._kept_rows(Namespace(json=str(tmp_path / "absent.json"), preset="N16-boot")) == []
     with pytest.raises(SystemExit, match="not a zoo table at preset test-N12-boot"):
         zoo._kept_rows(Namespace(json=str(f), preset="test-N12-boot"))
