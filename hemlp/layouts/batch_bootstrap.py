@@ -256,8 +256,8 @@ def scale_factor(peak: float, margin: float, limit: float, what: str, params) ->
     f = 1 if peak * margin <= 1.0 else 2 ** math.ceil(math.log2(peak * margin))
     if f > limit:
         # the limit is q0 / 2^(R + log Δ), rarely a whole number: print it exactly enough that f > limit shows
-        raise EncodingError(f"{what} reaches {peak:.4g} on the example input: a bootstrap would divide it by {f:g} (the "
-                            f"power of two at or above {peak:.4g} x the range margin {margin:g}), more than the "
+        raise EncodingError(f"{what} reaches {peak:.4g} on the example input: a bootstrap would divide it by {f:g} "
+                            f"(the power of two at or above {peak:.4g} x the range margin {margin:g}), more than the "
                             f"{limit:.6g} a bootstrap at scale 2^{params.log_scale:g} can divide by (ScaleDown needs "
                             f"c·Δ·2^R <= q0); normalise the layer's weights or inputs")
     return f

@@ -87,3 +87,20 @@ def test_constant_residues_match_the_core():
     for c, scale in values:
         want = [int(v) for v in _core.const_residues(ctx.native, c, scale, ctx.max_level)]
         assert const_residues(c, scale, qs) == want, (c, scale)
+
+
+def test_bench_gpu_bootstrap_row_survives_a_crashing_child(tmp_path):
+    """The GPU bootstrap row runs in a subprocess: a CPU core that segfaults on the GPU machine (as one built with the
+    lent image's own compiler did) costs that row, named, and not the benchmark run."""
+    import sys
+
+    from hemlp.apps.bench.gpu import bootstrap
+
+    crash = [sys.executable, "-c", "import ctypes; ctypes.string_at(0)"]
+    rec = bootstrap(3, str(tmp_path), cmd=crash)
+    assert rec["error"].startswith("killed by signal 11")
+    fails = [sys.executable, "-c", "import sys; sys.exit('no device')"]
+    assert bootstrap(3, str(tmp_path), cmd=fails)["error"].startswith("exit status 1: no device")
+    out = str(tmp_path / "gpu_bootstrap.json")
+    ok = [sys.executable, "-c", f"import json; json.dump({{'median_s': 0.3}}, open({out!r}, 'w'))"]
+    assert bootstrap(3, str(tmp_path), cmd=ok) == {"median_s": 0.3}
