@@ -11,6 +11,7 @@ exact test image, and for the encrypted images: seconds each, and whether encryp
 from __future__ import annotations
 
 import argparse
+import hashlib
 import resource
 import sys
 import time
@@ -87,7 +88,10 @@ def main(argv=None) -> int:
     x_unseen = np.ascontiguousarray((tr.x[unseen] - mean) / std, dtype=np.float32)
     del tr, tests                  # the 50 000 training images: not needed past the calibration rows (memory for keys)
     logits = predict(model, x)
-    rep = dict(model="resnet20 (akamaster option A, ReLU)", weights=args.weights, test_set=CIFAR_EXACT, n=n,
+    # the file's digest: the same path may hold other weights later
+    weights_sha256 = hashlib.sha256(Path(args.weights).read_bytes()).hexdigest()
+    rep = dict(model="resnet20 (akamaster option A, ReLU)", weights=args.weights, weights_sha256=weights_sha256,
+               test_set=CIFAR_EXACT, n=n,
                calibration_images=len(rows), preset=args.preset, target_agreement=args.target, threads=args.threads,
                agreement_safety=args.agreement_safety, agreement_holdout=args.agreement_holdout,
                plaintext_accuracy=float(np.mean(logits.argmax(1) == d.y[:n])))
