@@ -133,7 +133,8 @@ def main(argv=None) -> int:
     rep = dict(model="resnet20 (akamaster option A, ReLU)", recipe=recipe, device=str(device),
                device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                train_set=tr.name, train_images=int(len(y)), threads=args.threads, history=history, accuracy=acc,
-               weights=args.out, weights_sha256=hashlib.sha256(Path(args.out).read_bytes()).hexdigest(), train_seconds=sum(h["seconds"] for h in history),
+               weights=args.out, weights_sha256=hashlib.sha256(Path(args.out).read_bytes()).hexdigest(),
+               train_seconds=sum(h["seconds"] for h in history),
                load_average=dict(before=load_before, after=load_average()), measured=True)
     print({k: v["accuracy"] for k, v in acc.items()}, flush=True)
     if args.json:

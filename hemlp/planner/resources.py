@@ -44,8 +44,8 @@ from hemlp.planner.cost_model import active_profile
 from hemlp.planner.layouts import unit_costs
 from hemlp.step_ops import REFRESH_OPS
 
-__all__ = ["Resources", "ServerMemory", "estimate_resources", "server_memory", "available_memory_bytes", "human_bytes", "KEYGEN_S_PER_BYTE",
-           "SERVER_BASE_BYTES", "NodeResources", "estimate_nodes", "check_nodes", "fewest_nodes"]
+__all__ = ["Resources", "ServerMemory", "estimate_resources", "server_memory", "available_memory_bytes", "human_bytes",
+           "KEYGEN_S_PER_BYTE", "SERVER_BASE_BYTES", "NodeResources", "estimate_nodes", "check_nodes", "fewest_nodes"]
 
 GIB = 2.0 ** 30
 #: seconds of key generation per serialised key byte (PRNG, Gaussian error, NTTs and the P·s products of each
