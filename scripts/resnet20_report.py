@@ -30,6 +30,29 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 
 
+def status_gib(field: str) -> float | None:
+    """VmRSS / VmHWM of this process from /proc/self/status (None where it cannot be read)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 2 ** 20
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux: 5 > /proc/self/clear_refs), so that the next peak is the compile's alone,
+    not the data loading's before it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-root", required=True)
@@ -98,6 +121,9 @@ def main(argv=None) -> int:
     print(f"plaintext accuracy on {n} exact images: {rep['plaintext_accuracy']:.2%}", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
     rss_before = peak_rss_gib()
+    # the compile's own peak: the process's high-water mark from here (what it holds at the start counted)
+    hwm_reset = reset_peak_rss()
+    rss_at_start = status_gib("VmRSS")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # the keys are made in this process (encrypt_images): nothing imported, the run's peak is what counts
@@ -109,6 +135,9 @@ def main(argv=None) -> int:
     rep["compile_cpu_seconds"] = time.process_time() - c0      # what a loaded machine's wall time hides
     rep["compile_peak_rss_gib"] = peak_rss_gib()
     rep["peak_rss_before_compile_gib"] = rss_before     # the data sets and torch, loaded before compile
+    if hwm_reset:
+        rep["compile_process_peak_gib"] = status_gib("VmHWM")    # from the compile's start: what compiling needs
+        rep["rss_at_compile_start_gib"] = rss_at_start            # torch, the model, the calibration rows
     info = cm.plan.info
     boot = info.get("bootstrap") or {}
     fit = info.get("activation_fit") or {}
@@ -136,7 +165,8 @@ def main(argv=None) -> int:
         if old.get("model_id") != cm.model_id or old.get("n") != n:
             raise SystemExit(f"--resume: {args.json} is a run of compiled model {old.get('model_id')} on "
                              f"{old.get('n')} images, this is {cm.model_id} on {n}: rerun without --resume")
-        keep = ("compile_seconds", "compile_peak_rss_gib", "peak_rss_before_compile_gib", "plan", "simulate_seconds",
+        keep = ("compile_seconds", "compile_peak_rss_gib", "peak_rss_before_compile_gib", "compile_process_peak_gib",
+                "rss_at_compile_start_gib", "compile_cpu_seconds", "plan", "simulate_seconds",
                 "simulated_with", "simulated_accuracy", "top1_agreement", "encrypted")
         rep.update({k: old[k] for k in keep if k in old})
         rep["resumed"] = old.get("resumed", 0) + 1
