@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     set_determinism(args.seed, args.threads)
     torch.use_deterministic_algorithms(False)      # channels_last convolution backward has no deterministic kernel
     device = torch.device(args.device)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     tr, tests = load(args.data_root, args.cache_dir, args.train_limit, args.seed,
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
         rec = dict(epoch=ep + 1, loss=float(total) / len(y), train_acc=int(correct) / len(y),
                    seconds=time.perf_counter() - t0,
                    cpu_seconds=time.process_time() - c0, lr=sched.get_last_lr()[0],
-                   device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+                   device=device_name)
         if (ep + 1) % 5 == 0 or ep + 1 == args.epochs:
             name = CIFAR_EXACT if CIFAR_EXACT in tests else CIFAR_JPEG
             d = tests[name]
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
                 "model": "resnet20", "mean": mean, "std": std, "dtype": "float16"}, args.out)
     recipe = dict(RECIPE, lr=args.lr, epochs=args.epochs, seed=args.seed, init=args.init)
     rep = dict(model="resnet20 (akamaster option A, ReLU)", recipe=recipe, device=str(device),
-               device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+               device_name=device_name if device.type == "cuda" else None,
                train_set=tr.name, train_images=int(len(y)), threads=args.threads, history=history, accuracy=acc,
                weights=args.out, weights_sha256=hashlib.sha256(Path(args.out).read_bytes()).hexdigest(),
                train_seconds=sum(h["seconds"] for h in history),

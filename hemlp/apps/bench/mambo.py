@@ -39,6 +39,7 @@ import time
 
 from hemlp.apps.bench import int_list, report
 from hemlp.errors import HemlpError
+from hemlp.planner.resources import available_memory_bytes
 
 HELP = "batched bootstrapping and MaMBo: k singles vs bootstrap_batch, PCMM + bootstraps vs MaMBo, keys, RSS"
 
@@ -55,11 +56,8 @@ def _rss_gib() -> tuple:
 
 
 def _mem_available_gib() -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2.0 ** 20
-    return float("inf")
+    avail = available_memory_bytes()
+    return float("inf") if avail is None else avail / 2.0 ** 30
 
 
 def _wait_for_memory(need_gib: float, log, timeout_s: float = 900.0) -> float:

@@ -14,8 +14,8 @@ agreement is a harder test than a trained model's, and their accuracy is chance.
 ``--json`` is written after every row; ``--append`` keeps the rows already there (one table from several
 invocations, e.g. one model at a time); each row names the machine it was measured on. A child that runs out of
 ``--timeout`` or dies (the OOM killer) still leaves its row, saying so and in which stage (loading, torch or export,
-compile, simulate). ``--layout`` and ``--simulate``
-choose the layout and how the test images are simulated (the layout's own program, or the plan's lowered steps).
+compile, simulate). ``--layout`` and ``--simulate`` choose the layout and how the test images are simulated (the
+layout's own program, or the plan's lowered steps).
 """
 from __future__ import annotations
 
