@@ -43,19 +43,47 @@ case "${1:-}" in
       export PATH="$PREFIX/usr/bin:$PATH"
     fi
     pkg-config --cflags --libs openblas libcrypto
-    # The system compilers of PATH, not $CC / $CXX: the lent image points CXX at a GCC of its own (/opt/gcc) whose
-    # links leave libstdc++ out of the extension's dependencies, and that extension crashed at its first ostream
-    # use (Params::describe) beside numpy's libstdc++. --force: build/lib may hold an extension linked otherwise.
-    CC="${HEMLP_CORE_CC:-$(command -v gcc)}" CXX="${HEMLP_CORE_CXX:-$(command -v g++)}" \
-      HEMLP_BUILD_JOBS="${HEMLP_BUILD_JOBS:-$(nproc)}" python3 setup.py -q build_ext --inplace --force 2>&1 \
-      | grep -v -E '^(running|copying)' || true
-    so="$(ls hemlp/_core*.so 2>/dev/null | head -1)"
-    [ -n "$so" ] || { echo "gpu_core_deps: the build wrote no hemlp/_core*.so"; exit 4; }
-    if ! ldd "$so" | grep -q 'libstdc++\.so'; then
-      echo "gpu_core_deps: $so does not link libstdc++ dynamically (a static copy beside numpy's crashes); build with" \
-        "a system g++: HEMLP_CORE_CXX=/usr/bin/g++ HEMLP_CORE_CC=/usr/bin/gcc"; exit 5
+    # Compilers to try, in order: $HEMLP_CORE_CXX, the distribution's /usr/bin/g++, PATH's g++, then $CXX linking its
+    # C++ library statically with that copy's symbols hidden. The lent image points CXX at a GCC of its own (/opt/gcc)
+    # whose link left libstdc++ out of the extension's dependencies; that extension crashed at its first ostream use
+    # (Params::describe) beside the process's other libstdc++. Each build is --force (build/lib may hold an extension
+    # linked otherwise) and kept only if it links libstdc++ dynamically (or hides its static copy) and survives a probe.
+    try_build() {  # try_build CXX CC LDFLAGS_EXTRA NEEDS_DYNAMIC_LIBSTDCXX
+      local cxx="$1" cc="$2" ld="$3" dyn="$4"
+      [ -x "$cxx" ] || { echo "gpu_core_deps: no compiler at '$cxx'"; return 1; }
+      echo "gpu_core_deps: building with $cxx ($("$cxx" --version | head -1))${ld:+ LDFLAGS+=$ld}"
+      rm -f hemlp/_core*.so
+      CC="$cc" CXX="$cxx" LDFLAGS="${LDFLAGS:-}${ld:+ $ld}" HEMLP_BUILD_JOBS="${HEMLP_BUILD_JOBS:-$(nproc)}" \
+        python3 setup.py -q build_ext --inplace --force 2>&1 | grep -v -E '^(running|copying)' | tail -20 || true
+      local so; so="$(ls hemlp/_core*.so 2>/dev/null | head -1 || true)"
+      [ -n "$so" ] || { echo "gpu_core_deps: the build wrote no hemlp/_core*.so"; return 1; }
+      ldd "$so" | grep -E 'libstdc|libgomp|libgcc|not found' || true
+      if [ "$dyn" = 1 ] && ! ldd "$so" | grep -q 'libstdc++\.so'; then
+        echo "gpu_core_deps: $so does not link libstdc++ dynamically (a static copy beside another crashes)"; return 1
+      fi
+      # the first calls that crashed before: the parameter description (ostream) and an encryption round trip
+      if ! python3 -c "
+from hemlp import fhe; import numpy as np
+ctx = fhe.Context('test-N12', allow_insecure=True); sk, pk = ctx.keygen(); z = np.linspace(-1, 1, ctx.slots)
+assert np.max(np.abs(ctx.decrypt(ctx.encrypt(z, pk), sk).real - z)) < 1e-3; print(ctx.params)" >/dev/null; then
+        echo "gpu_core_deps: the core built with $cxx fails its probe"; return 1
+      fi
+      echo "gpu_core_deps: hemlp._core built with $cxx and passed its probe"
+    }
+    built=0
+    for cand in "${HEMLP_CORE_CXX:-}" /usr/bin/g++ "$(command -v g++ || true)"; do
+      [ -n "$cand" ] || continue
+      case " ${tried:-} " in *" $cand "*) continue ;; esac
+      tried="${tried:-} $cand"
+      cc="${HEMLP_CORE_CC:-$(dirname "$cand")/gcc}"
+      if try_build "$cand" "$cc" "" 1; then built=1; break; fi
+    done
+    if [ "$built" = 0 ] && [ -n "${CXX:-}" ]; then
+      try_build "$(command -v "${CXX%% *}" || echo "$CXX")" "$(command -v "${CC:-gcc}" || echo gcc)" \
+        "-static-libstdc++ -static-libgcc -Wl,--exclude-libs,ALL" 0 && built=1
     fi
-    python3 -c "import hemlp._core" && echo "gpu_core_deps: hemlp._core built; before using it: export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    [ "$built" = 1 ] || { rm -f hemlp/_core*.so; echo "gpu_core_deps: no compiler here gave a working core"; exit 5; }
+    echo "gpu_core_deps: before using it: export LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     ;;
   *)
     echo "usage: scripts/gpu_core_deps.sh fetch|build"; exit 2 ;;

@@ -14,6 +14,8 @@ from it); hemlp.gpu itself does not.
 """
 from __future__ import annotations
 
+import time
+
 from hemlp.bootstrap.bootstrapper import Bootstrapper
 from hemlp.bootstrap.evalmod import scale_chain
 from hemlp.bootstrap.modraise import checked_scale_down_factor
@@ -90,13 +92,15 @@ class DeviceBootstrapper:
             y = dev.add_const_exact(dev.with_scale(sq, target), -params.double_angle_constant(i))
         return y
 
-    def _refresh(self, ct: DeviceCiphertext, out_scale: float, is_complex: bool) -> DeviceCiphertext:
+    def _refresh(self, ct: DeviceCiphertext, out_scale: float, is_complex: bool, mark) -> DeviceCiphertext:
         boot, dev, N = self.boot, self.dev, self.ctx.N
         low = self._scale_down(ct)
         delta0 = low.scale
         up = mod_raise(dev, dense_to_sparse(dev, low, self.encapsulation), self.encapsulation)
         up = self._retag(up, scale=float(boot.params.K) * float(boot.q0))
+        mark("scale_down_mod_raise")
         z = self._plan(self._retag(up, slots=boot.n, encoding=SLOT, is_complex=True), boot.cts_plan)
+        mark("coeff_to_slot")
         z = self._retag(z, scale=z.scale * boot.cts_factor)
         c = dev.apply_galois(z, self.conjugation, self.galois)
         scale = 2.0 * z.scale
@@ -104,18 +108,23 @@ class DeviceBootstrapper:
         im = dev.mul_monomial(dev.sub(z, c), 3 * N // 2, scale=scale, is_complex=False)  # · (−i)
         s_out = out_scale * float(boot.q0) / (delta0 * boot.stc_factor)
         re, im = self._eval_mod(re, s_out), self._eval_mod(im, s_out)
+        mark("eval_mod")
         if re.level != im.level:
             raise LevelError(f"join: the parts are at levels {re.level} and {im.level}")
         y = dev.add(re, dev.mul_monomial(im, N // 2, is_complex=True))
         y = self._retag(y, scale=out_scale / boot.stc_factor)
         out = self._retag(self._plan(y, boot.stc_plan), encoding=COEFF, is_complex=False)
         out = self._retag(out, encoding=SLOT, slots=boot.n, is_complex=is_complex, scale=out_scale)
+        mark("slot_to_coeff")
         if out.level != boot.output_level:
             raise AssertionError(f"bootstrap ended at level {out.level}, planned {boot.output_level}")
         return out
 
-    def bootstrap(self, ct: DeviceCiphertext) -> DeviceCiphertext:
-        """A fresh encryption of ct's slots at the bootstrapper's output level and the context's default scale."""
+    def bootstrap(self, ct: DeviceCiphertext, stages: dict | None = None) -> DeviceCiphertext:
+        """A fresh encryption of ct's slots at the bootstrapper's output level and the context's default scale.
+
+        stages: a dict that receives each stage's seconds (scale_down_mod_raise, coeff_to_slot, eval_mod — the
+        conjugate split and join included — and slot_to_coeff), the device synchronised at every stage boundary."""
         boot = self.boot
         if ct.param_hash != self.dev.spec.param_hash:
             raise ShapeError("the ciphertext belongs to another parameter set")
@@ -126,4 +135,14 @@ class DeviceBootstrapper:
         if ct.level == 0 and ct.scale * 2.0 ** boot.params.log_message_ratio > boot.q0:
             raise ScaleMismatchError("the ciphertext is at level 0 with a scale above q0 / 2^R: bootstrap it from "
                                      "level >= 1")
-        return self._refresh(ct, self.ctx.default_scale, ct.is_complex)
+        if stages is None:
+            return self._refresh(ct, self.ctx.default_scale, ct.is_complex, lambda name: None)
+        self.dev.synchronize()
+        last = [time.perf_counter()]
+
+        def mark(name: str) -> None:
+            self.dev.synchronize()
+            now = time.perf_counter()
+            stages[name] = now - last[0]
+            last[0] = now
+        return self._refresh(ct, self.ctx.default_scale, ct.is_complex, mark)

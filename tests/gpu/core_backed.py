@@ -22,6 +22,9 @@ class CoreBackedEvaluator:
     def __init__(self, ctx, spec):
         self.ctx, self.e, self.spec = ctx, ctx.native, spec
 
+    def synchronize(self) -> None:  # the CPU core's operations have returned: nothing is in flight
+        pass
+
     def native(self, d):
         return self.e.import_ciphertext([p.arr[:d.level + 1] for p in d.polys], d.level, d.scale, d.slots,
                                         d.encoding, d.is_complex, d.key_id, None)

@@ -68,6 +68,12 @@ def test_the_device_pipeline_is_the_cpu_bootstrap(env, core_backed, level):
     assert (got.level, got.scale, got.slots, got.encoding, got.is_complex) == \
         (want.level, want.scale, want.slots, want.encoding, want.is_complex)
     assert all(np.array_equal(got.polys[j].arr, want.poly(j)) for j in range(2))
+    # timed by stage: the same words, and every stage's seconds
+    stages = {}
+    timed = gboot.DeviceBootstrapper(dev, boot).bootstrap(d, stages=stages)
+    assert all(np.array_equal(timed.polys[j].arr, want.poly(j)) for j in range(2))
+    assert list(stages) == ["scale_down_mod_raise", "coeff_to_slot", "eval_mod", "slot_to_coeff"]
+    assert all(s > 0 for s in stages.values())
 
 
 @pytest.mark.slow

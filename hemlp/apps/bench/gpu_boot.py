@@ -37,6 +37,9 @@ def measure_bootstrap(repeats: int) -> dict:
     dev.synchronize()
     first_s = time.perf_counter() - t0
     rec = timed(lambda: dboot.bootstrap(d), dev.synchronize, repeats, warmup=1)
+    stages: dict = {}
+    dboot.bootstrap(d, stages=stages)  # one more call, synchronised at each stage boundary
+    rec["stages_s"] = stages
     out = dev.to_host(first)
     t0 = time.perf_counter()
     want = boot.bootstrap(ct)
