@@ -525,8 +525,11 @@ def gpu(name: str, command: str) -> str:
             continue
         p = peer.get(k) or {}
         pm = p.get("median_s")
-        rows.append([labels.get(k, k), ms(rec["median_s"]), ms(pm) if pm else "–",
-                     f"{rec['median_s'] / pm:.2f}×" if pm else "–"])
+        mine, theirs = ms(rec["median_s"]), ms(pm) if pm else "–"
+        if k == "bootstrap":    # what each refresh leaves: levels and precision differ between the two
+            mine += f" ({rec['levels_left']} levels left, {rec['precision_bits']:.1f} bits)"
+            theirs += f" ({p['levels_left']} levels left, {p['precision_bits']:.1f} bits)" if pm else ""
+        rows.append([labels.get(k, k), mine, theirs, f"{rec['median_s'] / pm:.2f}×" if pm else "–"])
     for k, what in (("mul_relin_rescale_top_minus1", "ct × ct + relinearise + rescale, top − 1"),
                     ("rotate_top_minus1", "rotate by 1, top − 1"), ("matvec_256", "256×256 matrix × 1 encrypted vector"),
                     ("bootstrap", "bootstrap (full slots)")):
@@ -545,6 +548,15 @@ def gpu(name: str, command: str) -> str:
         body += "\n\nExact modular GEMM " + "×".join(str(v) for v in g["shape"]) + " (d1 × d2 × columns, |U| ≤ 2^8) " \
             f"against the card's own fp64 GEMM of the same shape through PyTorch ({base.get('tflops', 0):.1f} TFLOP/s):\n\n" + \
             table(["prime", "modgemm (ms)", "fp64 GEMM (ms)", "ratio", "64 entries exact"], grows)
+    boot = ops.get("bootstrap", {})
+    if "median_s" in boot:
+        st = boot.get("stages_s", {})
+        body += ("\n\nhemlp's bootstrap (median of " f"{boot['repeats']}) by stage, synchronised at each boundary: "
+                 + ", ".join(f"{k.replace('_', ' ')} {ms(v)} ms" for k, v in st.items())
+                 + f". Its output is {'bit-identical' if boot.get('bit_identical_to_cpu') else 'NOT bit-identical'} to "
+                 f"the CPU Bootstrapper's on the same ciphertext and keys (the CPU took {boot['cpu_bootstrap_s']:.2f} s "
+                 f"on the GPU machine's host); setting up keys, plans and the device (CPU) {boot['setup_s']:.1f} s, the "
+                 f"first call (encoding and uploading the transforms' diagonals) {boot['first_call_s']:.2f} s.")
     git = m.get("git", {})
     dl = d.get("desilo") or {}
     body += (f"\n\nMeasured on one {dev.get('name')} ({dev.get('memory_bytes', 0) / 2**30:.0f} GiB; driver "

@@ -20,7 +20,7 @@ scripts/build_cuda.sh || { echo "gpu_check: the CUDA build failed"; exit 1; }
 # the CPU core too, when its build dependencies were carried as .deb files (scripts/gpu_core_deps.sh fetch): the live
 # tests against it and the GPU bootstrap (its plans and keys come from the core) run only where it imports
 if ! python3 -c "import hemlp._core" 2>/dev/null && ls .debs/*.deb >/dev/null 2>&1; then
-  scripts/gpu_core_deps.sh build 2>&1 | tail -5 | tee "$DEST/core_build.log"
+  scripts/gpu_core_deps.sh build > "$DEST/core_build.log" 2>&1; tail -5 "$DEST/core_build.log"
   prefix="${HEMLP_DEPS_PREFIX:-/tmp/hemlp-deps}/usr/lib/x86_64-linux-gnu"
   export LD_LIBRARY_PATH="$prefix:$prefix/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
