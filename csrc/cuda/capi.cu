@@ -12,6 +12,7 @@
 #include "cuda/boot_steps.cuh"
 #include "cuda/kernels.cuh"
 #include "cuda/lintrans.cuh"
+#include "cuda/mlwe.cuh"
 #include "cuda/modgemm.cuh"
 
 using namespace hemlp::cuda;
@@ -508,6 +509,27 @@ int hg_gemm_apply(void* ctx, const void* plan, const void* X, size_t x_off, size
     const u64* x = P(X, x_off + p.cols() * ncols, "modgemm") + x_off;
     u64* out = P(Cbuf, c_off + p.rows() * ncols, "modgemm") + c_off;
     p.apply(*c->gc, c->blas, x, ncols, q, mult, out);
+  });
+}
+
+int hg_pcmm_mlwe(void* ctx, const void* plan, int count, const void* const* c0s, const void* const* c1s, int level,
+                 int k, int64_t mult, const void* const* keys, int groups, void* const* out0s, void* const* out1s) {
+  return guarded([&] {
+    const char* what = "MLWE pcmm";
+    if (!plan) throw std::invalid_argument("null plan");
+    if (count < 1 || groups < 1 || k < 2) throw std::invalid_argument("MLWE pcmm: no inputs, outputs or k < 2");
+    Ctx* c = C(ctx);
+    const GpuContext& g = *c->gc;
+    check_level(g, level, 0, what);
+    const size_t w = poly_words(g, level);
+    std::vector<const u64*> in0, in1;
+    for (int i = 0; i < count; ++i) in0.push_back(P(c0s[i], w, what)), in1.push_back(P(c1s[i], w, what));
+    std::vector<const DeviceSwitchKey*> ks;
+    for (int v = 0; v < k; ++v) ks.push_back(&K(keys[v], level, what));
+    std::vector<u64*> o0, o1;
+    for (int j = 0; j < groups; ++j) o0.push_back(P(out0s[j], w, what)), o1.push_back(P(out1s[j], w, what));
+    if (!c->blas && cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
+    pcmm_mlwe(g, c->blas, *static_cast<const GemmPlan*>(plan), in0, in1, level, k, mult, ks, o0, o1);
   });
 }
 

@@ -89,6 +89,11 @@ void hg_gemm_plan_free(void* plan);
 int hg_gemm_apply(void* ctx, const void* plan, const void* X, size_t x_offset_words, size_t ncols, uint64_t q,
                   uint64_t mult, void* C, size_t c_offset_words);
 
+/* PCMM in the MLWE format (pcmm/mlwe.h): count inputs (c0s[i], c1s[i], NTT form at level), U = the plan's d1 x d2
+ * (d2 = k count, k | d1), the k ModPack keys; out0s, out1s: d1 / k polynomials at level (coefficient encoding). */
+int hg_pcmm_mlwe(void* ctx, const void* plan, int count, const void* const* c0s, const void* const* c1s, int level,
+                 int k, int64_t mult, const void* const* keys, int groups, void* const* out0s, void* const* out1s);
+
 #ifdef __cplusplus
 }
 #endif

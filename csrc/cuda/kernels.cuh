@@ -24,6 +24,8 @@ void add_q(const GpuContext& c, const u64* a, const u64* b, u64* out, int level)
 void sub_q(const GpuContext& c, const u64* a, const u64* b, u64* out, int level);
 void negate_q(const GpuContext& c, const u64* a, u64* out, int level);
 void mul_q(const GpuContext& c, const u64* a, const u64* b, u64* out, int level);
+// a += b over the level + 1 + K limbs of Q_level ∪ P (extended polynomials)
+void add_qp(const GpuContext& c, u64* a, const u64* b, int level);
 // out[k] = in[k] * w_k (w pairs (w_k, w'_k) on the device, Shoup form) / in[k] + w_k (w_k at w[2 k])
 void mul_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level);
 void add_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level);

@@ -75,13 +75,6 @@ __global__ void giant_kernel(u64* r0, u64* r1, const u64* acc0, const u64* s0, c
   }
 }
 
-__global__ void add_ext_kernel(u64* a, const u64* b, size_t n, const int* midx, const DevModulus* mods) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const size_t o = (size_t)blockIdx.y * n + i;
-  a[o] = add_mod(a[o], b[o], mods[midx[blockIdx.y]].q);
-}
-
 }  // namespace
 
 DeviceLinearTransform::DeviceLinearTransform(const GpuContext& c, int level, const u64* diags, int count,
@@ -168,10 +161,8 @@ void DeviceLinearTransform::apply(const GpuContext& c, const u64* c0, const u64*
       continue;
     }
     if (g.giant == 0) {
-      add_ext_kernel<<<grid_for(c, E), kThreads, 0, c.stream()>>>(out.data(), acc.data(), n, ext, c.dev_moduli());
-      add_ext_kernel<<<grid_for(c, E), kThreads, 0, c.stream()>>>(out.data() + we, acc.data() + we, n, ext,
-                                                                  c.dev_moduli());
-      HG_LAUNCHED("linear transform (sum)");
+      add_qp(c, out.data(), acc.data(), l);
+      add_qp(c, out.data() + we, acc.data() + we, l);
       continue;
     }
     // giant step on (A0, A1) ≈ P·m_g: c1 down to Q_l, ModUp again, lazy key switch under ψ; c0 permuted in Q_l ∪ P

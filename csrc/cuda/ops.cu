@@ -122,7 +122,20 @@ __global__ void scalar_kernel(const u64* in, const u64* w, u64* out, size_t n, c
   out[o] = mul ? mul_shoup(in[o], w[2 * k], w[2 * k + 1], q) : add_mod(in[o], w[2 * k], q);
 }
 
+__global__ void add_qp_kernel(u64* a, const u64* b, size_t n, const int* midx, const DevModulus* mods) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const size_t o = (size_t)blockIdx.y * n + i;
+  a[o] = add_mod(a[o], b[o], mods[midx[blockIdx.y]].q);
+}
+
 }  // namespace
+
+void add_qp(const GpuContext& c, u64* a, const u64* b, int level) {
+  add_qp_kernel<<<grid_for(c, level + 1 + c.num_p()), kThreads, 0, c.stream()>>>(a, b, c.n(), c.limb_map(level, true),
+                                                                                 c.dev_moduli());
+  HG_LAUNCHED("add over Q and P");
+}
 
 void mul_scalar_q(const GpuContext& c, const u64* in, const u64* w, u64* out, int level) {
   scalar_kernel<<<grid_for(c, level + 1), kThreads, 0, c.stream()>>>(in, w, out, c.n(), c.dev_moduli(), 1);

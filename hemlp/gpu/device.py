@@ -550,6 +550,41 @@ class CudaEvaluator:
                           is_complex=any(x.is_complex for x in inputs)) for polys in outs]
         return [self.rescale(r) for r in res] if rescale else res
 
+    def pcmm_mlwe(self, plan: "GemmPlan", inputs: list, k: int, K: int, out_scale_factor: float, keys: list,
+                  rescale: bool = False) -> list:
+        """The CPU core's pcmm_mlwe on the device: inputs are coefficient-encoded DeviceCiphertexts holding k rows
+        each (row k i + u, column t at coefficient t k + u), U = plan's d1 x (k len(inputs)) matrix, keys the k
+        uploaded ModPack keys (CudaEvaluator.upload_switch_key of each of ModPackKeys.native). Returns d1 / k
+        ciphertexts of K U X at scale in.scale * out_scale_factor (rescaled when asked); the same words as the CPU
+        core."""
+        k = int(k)
+        if k < 2 or self.n % k:
+            raise ParameterError(f"MLWE pcmm: k = {k} must divide N = {self.n} and be >= 2")
+        if not inputs or plan.cols != k * len(inputs) or plan.rows % k:
+            raise ShapeError(f"MLWE pcmm: U is {plan.rows}x{plan.cols}; it must be (multiple of k) x (k * number of "
+                             f"ciphertexts) = (multiple of {k}) x {k * len(inputs)}")
+        if len(keys) != k:
+            raise MissingKeyError(f"MLWE pcmm needs k = {k} ModPack keys on the device, got {len(keys)}")
+        first = inputs[0]
+        for x in inputs:
+            self._same(first, x, "MLWE pcmm")
+            if x.size != 2 or not scales_match(x.scale, first.scale):
+                raise ParameterError("MLWE pcmm: every input must be a relinearised ciphertext at one scale")
+        if first.encoding != 1:
+            raise EncodingError("MLWE (k > 1) needs coefficient-encoded rows: slot encoding does not commute with the "
+                                "decimation; encrypt with encoding='coeff'")
+        for key in keys:
+            self.check_key(key, first, 0, "MLWE pcmm")
+        lv, groups = first.level, plan.rows // k
+        outs = [[self.empty(lv + 1) for _ in range(2)] for _ in range(groups)]
+        arr = lambda xs: (vp * len(xs))(*xs)  # noqa: E731
+        check(self.lib.hg_pcmm_mlwe(self.handle, plan.handle, len(inputs), arr([x.polys[0].handle for x in inputs]),
+                                    arr([x.polys[1].handle for x in inputs]), lv, k, int(K),
+                                    arr([key.handle for key in keys]), groups, arr([o[0].handle for o in outs]),
+                                    arr([o[1].handle for o in outs])), "MLWE pcmm")
+        res = [self._like(first, polys, scale=first.scale * out_scale_factor, encoding=1) for polys in outs]
+        return [self.rescale(r) for r in res] if rescale else res
+
     # ---- exact modular GEMM (the PCMM core)
     def modgemm(self, U, X, q: int, bU: int | None = None, mult: int = 1) -> np.ndarray:
         """C = mult * U @ X mod q exactly on the device (host arrays in and out; see GemmPlan for a reused U)."""

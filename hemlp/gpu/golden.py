@@ -60,6 +60,9 @@ def _cases(preset: str, levels: tuple) -> list:
             out += [Case(preset, "rescale", lv, s + 8), Case(preset, "mul_relin_rescale", lv, s + 10)]
     out.append(Case(preset, "modgemm", 0, 99))
     out += [Case(preset, "pcmm_rlwe", lv, 7000 + i) for i, lv in enumerate(levels) if lv != 0]
+    # MLWE: every test-N12 level (k = 4), the lower N16-boot level only (k = 2; its top-level keys alone are 356 MB)
+    out += [Case(preset, "pcmm_mlwe", lv, 7500 + i) for i, lv in enumerate(levels)
+            if preset == "test-N12" or lv >= 0]
     out += [Case(preset, "lintrans", lv, 8000 + 10 * i + v, (v,)) for i, lv in enumerate(levels) if lv != 0
             for v in (0, 1)]
     out += [Case(preset, "polyeval", -1, 9000, (0,)), Case(preset, "polyeval", -1, 9001, (1,))]
@@ -115,6 +118,14 @@ def pcmm_inputs(spec: DeviceSpec, seed: int) -> tuple:
     """(U, K, chunks): a 12 x 20 signed 6-bit matrix, K = 3, 2 chunks (40 input ciphertexts)."""
     rng = np.random.Generator(np.random.Philox(key=seed))
     return rng.integers(-(1 << 6), (1 << 6) + 1, size=(12, 20), dtype=np.int64), 3, 2
+
+
+def mlwe_inputs(spec: DeviceSpec, seed: int) -> tuple:
+    """(U, K, k): k = 4 rows per ciphertext at N = 2^12 (2 at larger N), 3 input ciphertexts, 2 output groups; U
+    signed 6-bit, K = -3 (a negative multiplier: its residue path too)."""
+    k = 4 if spec.n <= 4096 else 2
+    rng = np.random.Generator(np.random.Philox(key=seed))
+    return rng.integers(-(1 << 6), (1 << 6) + 1, size=(2 * k, 3 * k), dtype=np.int64), -3, k
 
 
 #: BSGS structures of the lintrans cases: (giant steps, baby steps per group, rescale). The second one starts with a
@@ -223,6 +234,13 @@ def compute_cpu(case: Case, ctx, spec: DeviceSpec) -> str:
         cts = [imp([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)]) for i in range(U.shape[1] * c)]
         res = _core.pcmm_rlwe(e, _core.ModGemmPlan(U, 6), cts, c, K, 0.5, True, [])
         return digest([p for ct in res for p in outs(ct)])
+    if op == "pcmm_mlwe":
+        U, K, k = mlwe_inputs(spec, s)
+        cts = [e.import_ciphertext([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)], lv, SCALE,
+                                   spec.n, 1, False, KEY_ID, None) for i in range(U.shape[1] // k)]
+        keys = [e.switch_key_from_arrays(*key_digits(spec, s * 10 + v, lv), 0, lv, KEY_ID) for v in range(k)]
+        res = _core.pcmm_mlwe(e, _core.ModGemmPlan(U, 6), cts, k, K, 0.5, keys)
+        return digest([p for ct in res for p in outs(ct)])
     a = imp([poly(spec, s, lv), poly(spec, s + 1, lv)])
     if op in ("add", "sub"):
         b = imp([poly(spec, s + 2, lv), poly(spec, s + 3, lv)])
@@ -318,6 +336,13 @@ def compute_gpu(case: Case, dev: CudaEvaluator) -> str:
         U, K, c = pcmm_inputs(spec, s)
         cts = [ct([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)]) for i in range(U.shape[1] * c)]
         res = dev.pcmm_rlwe(GemmPlan(dev, U, 6), cts, c, K, 0.5, rescale=True)
+        return digest([p for d in res for p in outs(d)])
+    if op == "pcmm_mlwe":
+        U, K, k = mlwe_inputs(spec, s)
+        cts = [DeviceCiphertext([dev.upload_poly(poly(spec, s + 10 + 2 * i + j, lv)) for j in range(2)], lv, SCALE,
+                                spec.n, 1, False, KEY_ID, spec.param_hash) for i in range(U.shape[1] // k)]
+        keys = [dev.upload_key_arrays(*key_digits(spec, s * 10 + v, lv), lv, 0, KEY_ID) for v in range(k)]
+        res = dev.pcmm_mlwe(GemmPlan(dev, U, 6), cts, k, K, 0.5, keys)
         return digest([p for d in res for p in outs(d)])
     a = ct([poly(spec, s, lv), poly(spec, s + 1, lv)])
     if op in ("add", "sub"):

@@ -74,6 +74,9 @@ SIGNATURES = {
     "hg_gemm_plan_create": (ctypes.c_int, [vp, c_i64p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
                                            ctypes.POINTER(vp)]),
     "hg_gemm_plan_free": (None, [vp]),
+    "hg_pcmm_mlwe": (ctypes.c_int, [vp, vp, ctypes.c_int, ctypes.POINTER(vp), ctypes.POINTER(vp), ctypes.c_int,
+                                    ctypes.c_int, ctypes.c_int64, ctypes.POINTER(vp), ctypes.c_int, ctypes.POINTER(vp),
+                                    ctypes.POINTER(vp)]),
     "hg_gemm_apply": (ctypes.c_int, [vp, vp, vp, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_uint64,
                                      vp, ctypes.c_size_t]),
 }

@@ -84,6 +84,30 @@ class TestAgainstTheLiveCore:
         with pytest.raises(KeyMismatchError):
             dev.relinearize(dev.mul(a, a), dgk[dev.galois_element(1)])
 
+    def test_mlwe_pcmm_bit_identical_and_correct(self, setup):
+        """An MLWE(k = 4) product of real encryptions: the CPU product's words (hemlp.pcmm, the same quantised U,
+        K = 1, no rescale), and the quantised U times M after decryption."""
+        from hemlp import pcmm
+        from hemlp.gpu.device import GemmPlan
+
+        ctx, sk, pk, rlk, gk, dev, drlk, dgk = setup
+        rng = np.random.default_rng(9)
+        k, d3 = 4, ctx.N // 4
+        M = rng.uniform(-1, 1, (3 * k, d3))
+        U = rng.uniform(-0.5, 0.5, (2 * k, 3 * k))
+        C = pcmm.encrypt_matrix(ctx, M, pk, format="mlwe", encoding="coeff", level=1)
+        keys = pcmm.modpack_keys(ctx, sk, k)
+        want = pcmm.pcmm(U, C, keys=keys, weight_bits=8, rescale=False)
+        Uq, delta = pcmm.quantize(U, 8)
+        got = dev.pcmm_mlwe(GemmPlan(dev, Uq, 8), [dev.to_device(c) for c in C.cts], k, 1, delta,
+                            [dev.upload_switch_key(key) for key in keys.native])
+        assert len(got) == len(want.cts) == 2
+        for g, w in zip(got, want.cts):
+            h = dev.to_host(g)
+            assert (h.level, h.scale) == (w.level, w.scale)
+            assert all(np.array_equal(h.native.poly(j), w.native.poly(j)) for j in range(2))
+        Y = pcmm.decrypt_matrix(ctx, pcmm.CtMatrix(ctx, [dev.to_host(g) for g in got], want.shape, 1, "mlwe"), sk)
+        assert np.max(np.abs(Y - (Uq / delta) @ M)) < 2.0 ** -20   # the quantised U's product, to CKKS precision
 
 @pytest.mark.skipif(not HAVE_CORE, reason="the CPU core (hemlp._core) is not built on this machine")
 def test_device_bootstrap_is_the_cpu_bootstrap():

@@ -79,6 +79,16 @@ def hemlp_ops(preset: str, repeats: int) -> dict:
     ops["pcmm_rlwe_256x256_L1"] = timed(lambda: dev.pcmm_rlwe(plan, rows, 1, 1, 1.0, rescale=True), sync,
                                         max(3, repeats // 4))
     ops["pcmm_rlwe_256x256_L1"]["per_encrypted_vector_s"] = ops["pcmm_rlwe_256x256_L1"]["median_s"] / (spec.n // 2)
+    # the same 256 x 256 matrix in the MLWE format (k = 16 rows per coefficient-encoded ciphertext, 4096 columns):
+    # 16 ciphertexts in and out, 16 ModPack key switches per output
+    k = 16
+    mrows = [DeviceCiphertext([dev.upload_poly(golden.poly(spec, 3000 + 2 * i + j, 1)) for j in range(2)], 1,
+                              golden.SCALE, spec.n, 1, False, golden.KEY_ID, spec.param_hash) for i in range(256 // k)]
+    mkeys = [dev.upload_key_arrays(*golden.key_digits(spec, 400 + v, 1), 1, 0, golden.KEY_ID) for v in range(k)]
+    ops["pcmm_mlwe_256x256_k16_L1"] = timed(lambda: dev.pcmm_mlwe(plan, mrows, k, 1, 1.0, mkeys, rescale=True), sync,
+                                            max(3, repeats // 4))
+    ops["pcmm_mlwe_256x256_k16_L1"]["per_encrypted_vector_s"] = \
+        ops["pcmm_mlwe_256x256_k16_L1"]["median_s"] / (spec.n // k)
     # a CoeffToSlot-sized BSGS level at the top: 32 diagonals (baby steps 0..7, giant steps 0, 8, 16, 24), double
     # hoisting, rescaled
     from hemlp.gpu.lintrans import DeviceLinearTransform
