@@ -37,10 +37,10 @@ final_rescale (True; False: layout (A) runs a final linear layer at level 0 with
 sits one level lower, the client encrypts one prime less and every PCMM runs one GEMM per part and digit less; that
 layer's weights are quantised to the bits that keep the output under q_0, at most weight_bits:
 hemlp.compiler.params.unrescaled_weight_bits).
-server_memory ("auto": this machine's physical memory; a number of bytes; None: no limit): every plan's estimated
-server memory (hemlp.planner.resources, bootstrapping keys included) must fit it; layout="auto" skips the layouts that
-do not, and a plan that cannot fit raises ResourceError naming the fixes, before any key or ciphertext exists; layout
-(P) sizes its diagonal cache to what the run leaves of it. import_keys (True; False: the server process makes its own
+server_memory ("auto": this machine's physical memory less a tenth, at least 1 GiB; a number of bytes; None: no
+limit): every plan's estimated server memory (hemlp.planner.resources, bootstrapping keys included) must fit it;
+layout="auto" skips the layouts that do not, and a plan that cannot fit raises ResourceError naming the fixes, before
+any key or ciphertext exists; layout (P) sizes its diagonal cache to what the run leaves of it. import_keys (True; False: the server process makes its own
 keys, so the keys' import, often the larger peak, is not counted).
 nodes (1; an int, or "auto": the connected Ray cluster's live nodes) and node_memory (None: server_memory's budget;
 bytes; "auto": the smallest node of the connected Ray cluster, else this machine): a batch split over several nodes
@@ -140,7 +140,7 @@ def _frontend(model, x):
 def node_options(nodes, node_memory, server_budget: int | None) -> tuple[int, int | None]:
     """(node count, each node's memory budget) of compile's nodes= / node_memory= options: 'auto' reads the Ray
     cluster this process is connected to (its live nodes; their smallest 'memory' resource), else 1 node / this
-    machine's memory; node_memory=None is server_memory's budget."""
+    machine's usable memory (layouts.usable_memory_bytes); node_memory=None is server_memory's budget."""
     cluster = None
     if nodes == "auto" or node_memory == "auto":
         from hemlp.runtime.ray.cluster import connected_nodes   # reads Ray only when the process already uses it
@@ -152,7 +152,7 @@ def node_options(nodes, node_memory, server_budget: int | None) -> tuple[int, in
         return int(nodes), server_budget
     if node_memory == "auto":
         mems = [n["memory"] for n in cluster or [] if n["memory"] > 0]
-        return int(nodes), min(mems) if mems else layouts.machine_memory_bytes()
+        return int(nodes), min(mems) if mems else layouts.usable_memory_bytes()
     return int(nodes), int(node_memory)
 
 

@@ -50,8 +50,7 @@ from pathlib import Path
 warnings.simplefilter("ignore")
 from hemlp.fhe import Context
 from hemlp.runtime.artifacts import EvalKeys
-def status(k):
-    return next(int(ln.split()[1]) * 1024 for ln in open("/proc/self/status") if ln.startswith(k + ":"))
+from hemlp.apps.bench.report import process_status_bytes as status
 preset, path, how = sys.argv[1:4]
 ctx = Context(preset, allow_insecure=True)
 ctx.native

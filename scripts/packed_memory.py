@@ -106,8 +106,7 @@ import ctypes, json, os, sys, time, warnings
 warnings.simplefilter("ignore")
 TRIM = os.environ.get("PMEM_TRIM") == "1"
 libc = ctypes.CDLL("libc.so.6")
-def status(k):
-    return next(int(ln.split()[1]) * 1024 for ln in open("/proc/self/status") if ln.startswith(k + ":"))
+from hemlp.apps.bench.report import process_status_bytes as status
 def reset():
     if TRIM:
         libc.malloc_trim(0)

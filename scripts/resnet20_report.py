@@ -32,14 +32,10 @@ def peak_rss_gib() -> float:
 
 def status_gib(field: str) -> float | None:
     """VmRSS / VmHWM of this process from /proc/self/status (None where it cannot be read)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 2 ** 20
-    except OSError:
-        pass
-    return None
+    from hemlp.apps.bench.report import process_status_bytes
+
+    b = process_status_bytes(field)
+    return None if b is None else b / 2 ** 30
 
 
 def reset_peak_rss() -> bool:
@@ -72,6 +68,9 @@ def main(argv=None) -> int:
     ap.add_argument("--encrypted", type=int, default=0, help="exact test images to run encrypted, one at a time")
     ap.add_argument("--threads", type=int, default=1, help="threads of torch, the native core and numpy's BLAS")
     ap.add_argument("--cache-dir", default=None)
+    ap.add_argument("--server-memory", type=float, default=None,
+                    help="compile's server_memory in GiB (default: compile's 'auto'); the plan sizes its diagonal cache "
+                         "to it")
     ap.add_argument("--resume", action="store_true", help="continue the --json file's run (same compiled model)")
     args = ap.parse_args(argv)
     import json
@@ -117,6 +116,7 @@ def main(argv=None) -> int:
                test_set=CIFAR_EXACT, n=n,
                calibration_images=len(rows), preset=args.preset, target_agreement=args.target, threads=args.threads,
                agreement_safety=args.agreement_safety, agreement_holdout=args.agreement_holdout,
+               server_memory_gib=args.server_memory,
                plaintext_accuracy=float(np.mean(logits.argmax(1) == d.y[:n])))
     print(f"plaintext accuracy on {n} exact images: {rep['plaintext_accuracy']:.2%}", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -130,7 +130,8 @@ def main(argv=None) -> int:
         cm = hemlp.compile(model, x[:1], calibration=x_cal, batch_size=1, bootstrap=True, preset=args.preset,
                            target_agreement=args.target, allow_insecure=args.preset.startswith("test-"),
                            import_keys=False, agreement_safety=args.agreement_safety,
-                           agreement_holdout=args.agreement_holdout)
+                           agreement_holdout=args.agreement_holdout,
+                           server_memory="auto" if args.server_memory is None else int(args.server_memory * 2 ** 30))
     rep["compile_seconds"] = time.perf_counter() - t0
     rep["compile_cpu_seconds"] = time.process_time() - c0      # what a loaded machine's wall time hides
     rep["compile_peak_rss_gib"] = peak_rss_gib()

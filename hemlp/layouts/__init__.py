@@ -24,7 +24,7 @@ from hemlp.layouts.packed import Packed
 from hemlp.planner.resources import estimate_nodes, estimate_resources, fewest_nodes, server_memory
 
 __all__ = ["Layout", "Planned", "LAYOUTS", "get", "candidates", "unrescaled_candidates", "choose", "check_memory",
-           "memory_budget", "machine_memory_bytes", "MemoryLimit", "as_limit"]
+           "memory_budget", "machine_memory_bytes", "usable_memory_bytes", "MemoryLimit", "as_limit"]
 
 #: every layout by name; the order is the order of the planner's estimates in the plan ("auto" compares all
 #: those of the same encrypted_weights kind; the first one is the default when no batch size is given)
@@ -74,12 +74,27 @@ def machine_memory_bytes() -> int | None:
         return None
 
 
+#: what the "auto" budget leaves the operating system and the processes beside the server: a tenth of the
+#: machine's memory, at least MIN_MEMORY_RESERVE (a plan sized to all of it is one the OOM killer ends)
+MEMORY_RESERVE_FRACTION = 0.1
+MIN_MEMORY_RESERVE = 2 ** 30
+
+
+def usable_memory_bytes() -> int | None:
+    """The "auto" server memory budget: this machine's physical memory less the reserve, or None when unreadable."""
+    total = machine_memory_bytes()
+    if total is None:
+        return None
+    return total - max(MIN_MEMORY_RESERVE, int(total * MEMORY_RESERVE_FRACTION))
+
+
 def memory_budget(option) -> int | None:
-    """server_memory: "auto" (this machine's memory), a number of bytes, or None (no limit)."""
+    """server_memory: "auto" (this machine's memory less a reserve: usable_memory_bytes), a number of bytes, or None
+    (no limit)."""
     if option is None:
         return None
     if option == "auto":
-        return machine_memory_bytes()
+        return usable_memory_bytes()
     if isinstance(option, bool) or not isinstance(option, (int, float)) or not option > 0:
         raise ParameterError(f"server_memory must be 'auto', a positive number of bytes or None, got {option!r}")
     return int(option)

@@ -5,7 +5,7 @@ import pytest
 
 import hemlp
 from hemlp.errors import ParameterError, ResourceError
-from hemlp.layouts import machine_memory_bytes, memory_budget
+from hemlp.layouts import machine_memory_bytes, memory_budget, usable_memory_bytes
 
 from .conftest import SmallCNN
 
@@ -16,8 +16,9 @@ def _memory(cm):
     return cm.plan.info["resources"]["server_memory_bytes"]
 
 
-def test_default_budget_is_this_machines_memory_and_options_are_checked():
-    assert memory_budget("auto") == machine_memory_bytes() > 2 ** 30
+def test_default_budget_is_this_machines_memory_less_a_reserve_and_options_are_checked():
+    total = machine_memory_bytes()
+    assert memory_budget("auto") == usable_memory_bytes() == total - max(2 ** 30, int(total * 0.1)) > 2 ** 30
     assert memory_budget(None) is None and memory_budget(5e9) == 5_000_000_000
     for bad in ("64GB", -1, 0, True):
         with pytest.raises(ParameterError, match="server_memory"):

@@ -43,7 +43,7 @@ def test_options_are_checked_and_auto_reads_this_machine_without_ray():
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         pytest.skip("a Ray is connected in this process: 'auto' reads it")
-    assert node_options("auto", "auto", 123) == (1, hemlp.layouts.machine_memory_bytes())
+    assert node_options("auto", "auto", 123) == (1, hemlp.layouts.usable_memory_bytes())
     assert node_options(3, None, 123) == (3, 123) and node_options(2, 5e9, None) == (2, 5_000_000_000)
 
 

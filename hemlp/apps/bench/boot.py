@@ -33,14 +33,8 @@ def peak_rss_gib() -> float:
 
 def rss_gib() -> float:
     """Current resident set size (GiB; Linux /proc, else the peak)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 2.0 ** 20
-    except OSError:
-        pass
-    return peak_rss_gib()
+    rss = report.process_status_bytes("VmRSS")
+    return peak_rss_gib() if rss is None else rss / 2.0 ** 30
 
 
 def measure_cpu(fn, repeats: int) -> dict:

@@ -57,7 +57,8 @@ weights = EncryptedWeights.load(d + "/weights.enc", cm) if len(sys.argv) > 2 els
 t0 = time.process_time(); cm.prepare(); prep = time.process_time() - t0
 t0 = time.process_time(); y = cm.run(ct, ek, weights=weights); run = time.process_time() - t0
 # VmHWM: this process's peak (ru_maxrss would include the parent's memory at fork time)
-hwm = next(int(ln.split()[1]) * 1024 for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))
+from hemlp.apps.bench.report import process_status_bytes
+hwm = process_status_bytes("VmHWM")
 print(json.dumps(dict(prepare_s=prep, run_s=run, peak_rss=hwm)))
 """
 

@@ -45,14 +45,8 @@ HELP = "batched bootstrapping and MaMBo: k singles vs bootstrap_batch, PCMM + bo
 
 
 def _rss_gib() -> tuple:
-    cur = peak = 0.0
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                cur = int(line.split()[1]) / 2.0 ** 20
-            elif line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) / 2.0 ** 20
-    return cur, peak
+    """(resident, peak) GiB of this process (0 where /proc cannot be read)."""
+    return tuple((report.process_status_bytes(k) or 0) / 2.0 ** 30 for k in ("VmRSS", "VmHWM"))
 
 
 def _mem_available_gib() -> float:

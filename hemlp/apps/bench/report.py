@@ -104,6 +104,19 @@ def _blas() -> dict:
     return out
 
 
+def process_status_bytes(field: str, pid: int | str = "self") -> int | None:
+    """One memory field of a process's /proc status (VmRSS, VmHWM, RssAnon, ...) in bytes; None where it cannot be
+    read (not Linux, no such field)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def load_average() -> list[float] | None:
     """1/5/15-minute load average: a benchmark on a busy machine is not comparable."""
     try:

@@ -235,9 +235,8 @@ def _stage(what: str) -> None:
 
 
 def report_rss() -> float:
-    """This process's peak resident memory so far, GiB (VmHWM)."""
-    with open("/proc/self/status") as f:
-        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:")) / 2 ** 20
+    """This process's peak resident memory so far, GiB (VmHWM; 0 where /proc cannot be read)."""
+    return (report.process_status_bytes("VmHWM") or 0) / 2 ** 30
 
 
 CHILD = r"""

@@ -235,3 +235,22 @@ def test_files_smoke(tmp_path):
     assert doc["round_trip_equal"] and doc["ciphertexts"] == 16 and doc["bytes"] > 16 * 2 ** 12
     assert set(doc["ops"]) == {"to_bytes", "save", "from_bytes", "load"}
     assert all(v["median_s"] > 0 for v in doc["ops"].values())
+
+
+def test_process_status_bytes_reads_this_process_memory():
+    """The one reader of /proc/<pid>/status the benchmarks share: a 64 MiB allocation shows in VmRSS and VmHWM;
+    an unknown field or process is None, not an exception."""
+    import sys
+
+    import numpy as np
+
+    from hemlp.apps.bench.report import process_status_bytes
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads Linux /proc")
+    before = process_status_bytes("VmRSS")
+    block = np.ones(64 * 2 ** 20 // 8)
+    after = process_status_bytes("VmRSS")
+    assert after - before > 48 * 2 ** 20 and process_status_bytes("VmHWM") >= after
+    del block
+    assert process_status_bytes("NoSuchField") is None and process_status_bytes("VmRSS", pid=2 ** 22 + 1) is None
