@@ -518,6 +518,7 @@ def gpu(name: str, command: str) -> str:
               "rotate_hoisted8_top": "8 hoisted rotations", "lintrans_bsgs32_top": "BSGS level, 32 diagonals",
               "pcmm_rlwe_256x256_L1": "PCMM 256×256 × 256 ciphertexts (level 1)",
               "pcmm_mlwe_256x256_k16_L1": "PCMM 256×256, MLWE k = 16: 16 ciphertexts of 4096 columns (level 1)",
+              "pcmm_msrlwe_256x256_k8_L1": "PCMM 256×256, MSRLWE: 256 rows of 8 chunks sharing a (level 1)",
               "polyeval_cheb31_top": "Chebyshev polynomial, degree 31", "mod_raise_to_top": "ModRaise to the top",
               "bootstrap": "bootstrap (full slots)"}
     rows = []

@@ -530,25 +530,34 @@ class CudaEvaluator:
             self._same(first, x, "pcmm")
             if x.size != 2 or not scales_match(x.scale, first.scale):
                 raise ParameterError("pcmm: every input must be a relinearised ciphertext at one scale")
-        lv, n, d1 = first.level, self.n, plan.rows
-        limbs = lv + 1
-        outs = [[self.empty(limbs) for _ in range(2)] for _ in range(d1 * c)]
-        for part in range(2):
-            X = DeviceBuffer(self, limbs * d2 * c * n)
-            for idx, x in enumerate(inputs):  # row i, chunk j -> words ((k d2 + i) c + j) n of limb k
-                check(self.lib.hg_copy_strided(self.handle, x.polys[part].handle, 0, n, X.handle, idx * n,
-                                               d2 * c * n, n, limbs), "pcmm gather")
-            C = DeviceBuffer(self, limbs * d1 * c * n)
-            for k in range(limbs):
-                q = self.spec.q[k]
-                plan.apply(X, c * n, q, C, int(K) % q, x_offset=k * d2 * c * n, c_offset=k * d1 * c * n)
-            for idx in range(d1 * c):
-                check(self.lib.hg_copy_strided(self.handle, C.handle, idx * n, d1 * c * n, outs[idx][part].handle, 0,
-                                               n, n, limbs), "pcmm scatter")
+        parts = [self.gemm_polys(plan, [x.polys[part] for x in inputs], c, first.level, K) for part in range(2)]
+        outs = [list(p) for p in zip(*parts)]
         res = [self._like(first, polys, scale=first.scale * out_scale_factor,
                           key_id=next((x.key_id for x in inputs if x.key_id), 0),
                           is_complex=any(x.is_complex for x in inputs)) for polys in outs]
         return [self.rescale(r) for r in res] if rescale else res
+
+    def gemm_polys(self, plan: "GemmPlan", polys: list, chunks: int, level: int, K: int) -> list:
+        """out[r][j] = K sum_i U[r][i] polys[i][j] on every limb 0..level: polys are d2 x chunks DeviceBuffers
+        (row-major; None: a zero row), the result d1 x chunks new ones. One exact modular GEMM per limb over the
+        rows gathered limb-major (K folded into its multiplier); the CPU core's words."""
+        d1, d2, c, n, limbs = plan.rows, plan.cols, int(chunks), self.n, int(level) + 1
+        if len(polys) != d2 * c:
+            raise ShapeError(f"gemm_polys: {len(polys)} polynomials for {d2} rows of {c} chunks")
+        zero = self.upload_poly(np.zeros((limbs, n), dtype=np.uint64)) if any(p is None for p in polys) else None
+        X = DeviceBuffer(self, limbs * d2 * c * n)
+        for idx, p in enumerate(polys):  # row i, chunk j -> words ((k d2 + i) c + j) n of limb k
+            check(self.lib.hg_copy_strided(self.handle, (zero if p is None else p).handle, 0, n, X.handle, idx * n,
+                                           d2 * c * n, n, limbs), "pcmm gather")
+        C = DeviceBuffer(self, limbs * d1 * c * n)
+        for k in range(limbs):
+            q = self.spec.q[k]
+            plan.apply(X, c * n, q, C, int(K) % q, x_offset=k * d2 * c * n, c_offset=k * d1 * c * n)
+        outs = [self.empty(limbs) for _ in range(d1 * c)]
+        for idx, o in enumerate(outs):
+            check(self.lib.hg_copy_strided(self.handle, C.handle, idx * n, d1 * c * n, o.handle, 0, n, n, limbs),
+                  "pcmm scatter")
+        return outs
 
     def pcmm_mlwe(self, plan: "GemmPlan", inputs: list, k: int, K: int, out_scale_factor: float, keys: list,
                   rescale: bool = False) -> list:

@@ -63,6 +63,8 @@ def _cases(preset: str, levels: tuple) -> list:
     # MLWE: every test-N12 level (k = 4), the lower N16-boot level only (k = 2; its top-level keys alone are 356 MB)
     out += [Case(preset, "pcmm_mlwe", lv, 7500 + i) for i, lv in enumerate(levels)
             if preset == "test-N12" or lv >= 0]
+    out += [Case(preset, "pcmm_msrlwe", lv, 7700 + i) for i, lv in enumerate(levels)
+            if preset == "test-N12" or lv >= 0]
     out += [Case(preset, "lintrans", lv, 8000 + 10 * i + v, (v,)) for i, lv in enumerate(levels) if lv != 0
             for v in (0, 1)]
     out += [Case(preset, "polyeval", -1, 9000, (0,)), Case(preset, "polyeval", -1, 9001, (1,))]
@@ -126,6 +128,12 @@ def mlwe_inputs(spec: DeviceSpec, seed: int) -> tuple:
     k = 4 if spec.n <= 4096 else 2
     rng = np.random.Generator(np.random.Philox(key=seed))
     return rng.integers(-(1 << 6), (1 << 6) + 1, size=(2 * k, 3 * k), dtype=np.int64), -3, k
+
+
+def msrlwe_inputs(spec: DeviceSpec, seed: int) -> tuple:
+    """(U, K, k, rows): 6 rows of k = 3 chunks, row 2 absent (a zero row), an 8 x 6 signed 6-bit U, K = 5."""
+    rng = np.random.Generator(np.random.Philox(key=seed))
+    return rng.integers(-(1 << 6), (1 << 6) + 1, size=(8, 6), dtype=np.int64), 5, 3, [0, 1, 3, 4, 5]
 
 
 #: BSGS structures of the lintrans cases: (giant steps, baby steps per group, rescale). The second one starts with a
@@ -234,6 +242,13 @@ def compute_cpu(case: Case, ctx, spec: DeviceSpec) -> str:
         cts = [imp([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)]) for i in range(U.shape[1] * c)]
         res = _core.pcmm_rlwe(e, _core.ModGemmPlan(U, 6), cts, c, K, 0.5, True, [])
         return digest([p for ct in res for p in outs(ct)])
+    if op == "pcmm_msrlwe":
+        U, K, k, present = msrlwe_inputs(spec, s)
+        rows = [_core.ms_import(e, poly(spec, s + 100 * i, lv), [poly(spec, s + 100 * i + 1 + j, lv) for j in range(k)],
+                                lv, SCALE, spec.n // 2, 0, KEY_ID, None) if i in present else None
+                for i in range(U.shape[1])]
+        res = _core.pcmm_msrlwe(e, _core.ModGemmPlan(U, 6), rows, K, 0.5, None)
+        return digest([p for r in res for p in [r.poly_a()] + [r.poly_b(j) for j in range(k)]])
     if op == "pcmm_mlwe":
         U, K, k = mlwe_inputs(spec, s)
         cts = [e.import_ciphertext([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)], lv, SCALE,
@@ -337,6 +352,16 @@ def compute_gpu(case: Case, dev: CudaEvaluator) -> str:
         cts = [ct([poly(spec, s + 10 + 2 * i, lv), poly(spec, s + 11 + 2 * i, lv)]) for i in range(U.shape[1] * c)]
         res = dev.pcmm_rlwe(GemmPlan(dev, U, 6), cts, c, K, 0.5, rescale=True)
         return digest([p for d in res for p in outs(d)])
+    if op == "pcmm_msrlwe":
+        from hemlp.gpu.msrlwe import DeviceMsCiphertext, pcmm_msrlwe
+
+        U, K, k, present = msrlwe_inputs(spec, s)
+        rows = [DeviceMsCiphertext(dev.upload_poly(poly(spec, s + 100 * i, lv)),
+                                   [dev.upload_poly(poly(spec, s + 100 * i + 1 + j, lv)) for j in range(k)], lv, SCALE,
+                                   spec.n // 2, 0, KEY_ID, spec.param_hash) if i in present else None
+                for i in range(U.shape[1])]
+        res = pcmm_msrlwe(dev, GemmPlan(dev, U, 6), rows, K, 0.5)
+        return digest([dev.download_poly(p, lv + 1) for r in res for p in [r.a] + r.b])
     if op == "pcmm_mlwe":
         U, K, k = mlwe_inputs(spec, s)
         cts = [DeviceCiphertext([dev.upload_poly(poly(spec, s + 10 + 2 * i + j, lv)) for j in range(2)], lv, SCALE,

@@ -108,6 +108,32 @@ class TestAgainstTheLiveCore:
             assert all(np.array_equal(h.native.poly(j), w.native.poly(j)) for j in range(2))
         Y = pcmm.decrypt_matrix(ctx, pcmm.CtMatrix(ctx, [dev.to_host(g) for g in got], want.shape, 1, "mlwe"), sk)
         assert np.max(np.abs(Y - (Uq / delta) @ M)) < 2.0 ** -20   # the quantised U's product, to CKKS precision
+    def test_msrlwe_pcmm_bit_identical_and_correct(self, setup):
+        """An MSRLWE product (2 chunks sharing each row's a-part) of real encryptions: the CPU product's words
+        (hemlp.pcmm, the same quantised U, K = 1, no rescale) through to_device / to_host, and the quantised U times M
+        after decryption with the multi-secret key."""
+        from hemlp import pcmm
+        from hemlp.gpu import msrlwe
+        from hemlp.gpu.device import GemmPlan
+
+        ctx, sk, pk, rlk, gk, dev, drlk, dgk = setup
+        rng = np.random.default_rng(11)
+        msk = pcmm.multi_secret_key(ctx, 2)
+        M = rng.uniform(-1, 1, (6, 2 * ctx.slots))
+        U = rng.uniform(-0.5, 0.5, (4, 6))
+        C = pcmm.encrypt_matrix(ctx, M, msk, level=1)
+        want = pcmm.pcmm(U, C, weight_bits=8, rescale=False)
+        Uq, delta = pcmm.quantize(U, 8)
+        got = [msrlwe.to_host(dev, r) for r in msrlwe.pcmm_msrlwe(dev, GemmPlan(dev, Uq, 8),
+                                                                  [msrlwe.to_device(dev, r) for r in C.cts], 1, delta)]
+        assert len(got) == len(want.cts) == 4
+        for h, w in zip(got, want.cts):
+            h, w = h.native, w.native
+            assert (h.level, h.scale, h.k) == (w.level, w.scale, w.k)
+            assert np.array_equal(h.poly_a(), w.poly_a())
+            assert all(np.array_equal(h.poly_b(j), w.poly_b(j)) for j in range(w.k))
+        Y = pcmm.decrypt_matrix(ctx, pcmm.CtMatrix(ctx, got, want.shape, want.chunks, "msrlwe"), msk)
+        assert np.max(np.abs(Y - (Uq / delta) @ M)) < 2.0 ** -20   # the quantised U's product, to CKKS precision
 
 @pytest.mark.skipif(not HAVE_CORE, reason="the CPU core (hemlp._core) is not built on this machine")
 def test_device_bootstrap_is_the_cpu_bootstrap():

@@ -89,6 +89,18 @@ def hemlp_ops(preset: str, repeats: int) -> dict:
                                             max(3, repeats // 4))
     ops["pcmm_mlwe_256x256_k16_L1"]["per_encrypted_vector_s"] = \
         ops["pcmm_mlwe_256x256_k16_L1"]["median_s"] / (spec.n // k)
+    # and in the MSRLWE format: 256 rows of k = 8 chunks sharing each row's a-part, one GEMM over the a-parts and one
+    # per chunk over the b-parts
+    from hemlp.gpu.msrlwe import DeviceMsCiphertext, pcmm_msrlwe
+
+    kc = 8
+    msrows = [DeviceMsCiphertext(dev.upload_poly(golden.poly(spec, 6000 + 16 * i, 1)),
+                                 [dev.upload_poly(golden.poly(spec, 6001 + 16 * i + j, 1)) for j in range(kc)], 1,
+                                 golden.SCALE, spec.n // 2, 0, golden.KEY_ID, spec.param_hash) for i in range(256)]
+    ops["pcmm_msrlwe_256x256_k8_L1"] = timed(lambda: pcmm_msrlwe(dev, plan, msrows, 1, 1.0), sync,
+                                             max(3, repeats // 4))
+    ops["pcmm_msrlwe_256x256_k8_L1"]["per_encrypted_vector_s"] = \
+        ops["pcmm_msrlwe_256x256_k8_L1"]["median_s"] / (kc * spec.n // 2)
     # a CoeffToSlot-sized BSGS level at the top: 32 diagonals (baby steps 0..7, giant steps 0, 8, 16, 24), double
     # hoisting, rescaled
     from hemlp.gpu.lintrans import DeviceLinearTransform
