@@ -1,5 +1,6 @@
-"""Bootstrapping on the GPU: the CPU Bootstrapper's pipeline (hemlp/bootstrap/bootstrapper.py, CtS-first, full
-slots) with every step on the device, so the refreshed ciphertext holds the same words the CPU computes.
+"""Bootstrapping on the GPU: the CPU Bootstrapper's pipeline (hemlp/bootstrap/bootstrapper.py, CtS-first, full or
+sparse slots, one ciphertext or a pair of real ones) with every step on the device, so the refreshed ciphertext holds
+the same words the CPU computes.
 
     from hemlp.bootstrap import Bootstrapper, BootstrapKeys
     from hemlp.gpu.bootstrap import DeviceBootstrapper
@@ -7,7 +8,7 @@ slots) with every step on the device, so the refreshed ciphertext holds the same
     dboot = DeviceBootstrapper(gpu.CudaEvaluator(ctx), boot)          # keys and diagonals uploaded once
     fresh = dboot.bootstrap(dct)                                      # a DeviceCiphertext in, one out
 
-ScaleDown, the encapsulation switch and ModRaise, CoeffToSlot (one double-hoisted BSGS transform per plan level),
+ScaleDown, the encapsulation switch and ModRaise, the subring trace (n < N/2 slots), CoeffToSlot (one double-hoisted BSGS transform per plan level),
 the real / imaginary split, EvalMod (the polynomial, then the double-angle squarings), the join and SlotToCoeff, in
 the CPU pipeline's order and with its scales. Importing this module loads the CPU core (the plans and keys come
 from it); hemlp.gpu itself does not.
@@ -19,11 +20,12 @@ import time
 from hemlp.bootstrap.bootstrapper import Bootstrapper
 from hemlp.bootstrap.evalmod import scale_chain
 from hemlp.bootstrap.modraise import checked_scale_down_factor
-from hemlp.errors import EncodingError, LevelError, ScaleMismatchError, ShapeError, UnsupportedError
+from hemlp.errors import EncodingError, LevelError, ScaleMismatchError, ShapeError
 from hemlp.gpu.boot_steps import DeviceEncapsulationKeys, dense_to_sparse, mod_raise
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext
 from hemlp.gpu.lintrans import DeviceLinearTransform
 from hemlp.gpu.polyeval import evaluate_polynomial
+from hemlp.he.subring import subring_trace_steps
 
 SLOT, COEFF = 0, 1  # the core's encodings
 
@@ -37,9 +39,6 @@ class DeviceBootstrapper:
         ctx = boot.ctx
         if dev.spec.param_hash != ctx.hash:
             raise ShapeError("the device context and the bootstrapper belong to different parameter sets")
-        if boot.n < ctx.slots:
-            raise UnsupportedError(f"the GPU bootstrapper runs full-slot bootstrapping (n = N/2 = {ctx.slots}); this "
-                                   f"one refreshes {boot.n} slots (subring trace): use the CPU Bootstrapper")
         self.dev, self.boot, self.ctx = dev, boot, ctx
         keys = boot.keys
         self.galois = dev.upload_galois_keys(keys.galois)
@@ -92,26 +91,48 @@ class DeviceBootstrapper:
             y = dev.add_const_exact(dev.with_scale(sq, target), -params.double_angle_constant(i))
         return y
 
+    def _subring_trace(self, ct: DeviceCiphertext) -> DeviceCiphertext:
+        """hemlp.he.subring.subring_trace: the coefficients off the multiples of gap = N / (2n) cleared by log2(gap)
+        rotations and adds in the full-slot view; the scale multiplied by gap."""
+        acc = self._retag(ct, slots=self.ctx.slots, encoding=SLOT)
+        for s in subring_trace_steps(self.ctx.N, self.boot.n):
+            acc = self.dev.add(acc, self.dev.rotate(acc, s, self.galois))
+        gap = self.ctx.N // (2 * self.boot.n)
+        return self._retag(acc, slots=ct.slots, encoding=ct.encoding, scale=ct.scale * gap,
+                           is_complex=ct.is_complex)
+
+    def _split(self, z: DeviceCiphertext) -> tuple:
+        """hemlp.he.dft.split_real_imag: (Re z, Im z) as real slot ciphertexts at twice z's scale."""
+        dev = self.dev
+        c = dev.apply_galois(z, self.conjugation, self.galois)
+        scale = 2.0 * z.scale
+        re = self._retag(dev.add(z, c), scale=scale, is_complex=False)
+        im = dev.mul_monomial(dev.sub(z, c), 3 * self.ctx.N // 2, scale=scale, is_complex=False)  # · (−i)
+        return re, im
+
+    def _join(self, re: DeviceCiphertext, im: DeviceCiphertext) -> DeviceCiphertext:
+        """hemlp.he.dft.join_real_imag: re + i·im (i = X^(N/2), exact)."""
+        if re.level != im.level:
+            raise LevelError(f"join: the parts are at levels {re.level} and {im.level}")
+        return self.dev.add(re, self.dev.mul_monomial(im, self.ctx.N // 2, is_complex=True))
+
     def _refresh(self, ct: DeviceCiphertext, out_scale: float, is_complex: bool, mark) -> DeviceCiphertext:
-        boot, dev, N = self.boot, self.dev, self.ctx.N
+        boot, dev = self.boot, self.dev
         low = self._scale_down(ct)
         delta0 = low.scale
         up = mod_raise(dev, dense_to_sparse(dev, low, self.encapsulation), self.encapsulation)
         up = self._retag(up, scale=float(boot.params.K) * float(boot.q0))
+        if boot.n < self.ctx.slots:
+            up = self._subring_trace(up)
         mark("scale_down_mod_raise")
         z = self._plan(self._retag(up, slots=boot.n, encoding=SLOT, is_complex=True), boot.cts_plan)
         mark("coeff_to_slot")
         z = self._retag(z, scale=z.scale * boot.cts_factor)
-        c = dev.apply_galois(z, self.conjugation, self.galois)
-        scale = 2.0 * z.scale
-        re = self._retag(dev.add(z, c), scale=scale, is_complex=False)
-        im = dev.mul_monomial(dev.sub(z, c), 3 * N // 2, scale=scale, is_complex=False)  # · (−i)
+        re, im = self._split(z)
         s_out = out_scale * float(boot.q0) / (delta0 * boot.stc_factor)
         re, im = self._eval_mod(re, s_out), self._eval_mod(im, s_out)
         mark("eval_mod")
-        if re.level != im.level:
-            raise LevelError(f"join: the parts are at levels {re.level} and {im.level}")
-        y = dev.add(re, dev.mul_monomial(im, N // 2, is_complex=True))
+        y = self._join(re, im)
         y = self._retag(y, scale=out_scale / boot.stc_factor)
         out = self._retag(self._plan(y, boot.stc_plan), encoding=COEFF, is_complex=False)
         out = self._retag(out, encoding=SLOT, slots=boot.n, is_complex=is_complex, scale=out_scale)
@@ -120,11 +141,7 @@ class DeviceBootstrapper:
             raise AssertionError(f"bootstrap ended at level {out.level}, planned {boot.output_level}")
         return out
 
-    def bootstrap(self, ct: DeviceCiphertext, stages: dict | None = None) -> DeviceCiphertext:
-        """A fresh encryption of ct's slots at the bootstrapper's output level and the context's default scale.
-
-        stages: a dict that receives each stage's seconds (scale_down_mod_raise, coeff_to_slot, eval_mod — the
-        conjugate split and join included — and slot_to_coeff), the device synchronised at every stage boundary."""
+    def _check(self, ct: DeviceCiphertext) -> None:
         boot = self.boot
         if ct.param_hash != self.dev.spec.param_hash:
             raise ShapeError("the ciphertext belongs to another parameter set")
@@ -135,6 +152,26 @@ class DeviceBootstrapper:
         if ct.level == 0 and ct.scale * 2.0 ** boot.params.log_message_ratio > boot.q0:
             raise ScaleMismatchError("the ciphertext is at level 0 with a scale above q0 / 2^R: bootstrap it from "
                                      "level >= 1")
+
+    def bootstrap_pair(self, a: DeviceCiphertext, b: DeviceCiphertext) -> tuple:
+        """Bootstrapper.bootstrap_pair on the device: two real ciphertexts refreshed in one bootstrap (a + i·b at
+        half the default scale, split with one conjugation into (a, b) at the default scale)."""
+        self._check(a)
+        self._check(b)
+        if a.is_complex or b.is_complex:
+            raise EncodingError("bootstrap_pair packs two real ciphertexts; bootstrap complex ones one by one")
+        if a.level != b.level or a.scale != b.scale:
+            raise LevelError(f"bootstrap_pair needs both ciphertexts at one level and scale; got levels {a.level} / "
+                             f"{b.level}")
+        out = self._refresh(self._join(a, b), self.ctx.default_scale / 2, True, lambda name: None)
+        return self._split(out)
+
+    def bootstrap(self, ct: DeviceCiphertext, stages: dict | None = None) -> DeviceCiphertext:
+        """A fresh encryption of ct's slots at the bootstrapper's output level and the context's default scale.
+
+        stages: a dict that receives each stage's seconds (scale_down_mod_raise — the subring trace included —, coeff_to_slot, eval_mod — the
+        conjugate split and join included — and slot_to_coeff), the device synchronised at every stage boundary."""
+        self._check(ct)
         if stages is None:
             return self._refresh(ct, self.ctx.default_scale, ct.is_complex, lambda name: None)
         self.dev.synchronize()

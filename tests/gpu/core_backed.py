@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hemlp import _core
-from hemlp.gpu.device import DeviceCiphertext
+from hemlp.gpu.device import DeviceCiphertext, rotation_galois_element
 
 
 @dataclass
@@ -91,6 +91,12 @@ class CoreBackedEvaluator:
 
     def apply_galois(self, a, g, keys):
         return self.wrap(self.e.apply_galois(self.native(a), int(g), keys), a)
+
+    def galois_element(self, step):
+        return rotation_galois_element(self.spec.n, step)
+
+    def rotate(self, a, step, keys):
+        return self.apply_galois(a, self.galois_element(step), keys)
 
     def mul_monomial(self, a, k, **changes):
         from hemlp.fhe import Ciphertext

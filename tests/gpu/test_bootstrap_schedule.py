@@ -13,7 +13,7 @@ import pytest
 
 from hemlp import _core, fhe
 from hemlp.bootstrap import Bootstrapper, BootstrapKeys
-from hemlp.errors import UnsupportedError
+from hemlp.errors import EncodingError
 from hemlp.gpu import bootstrap as gboot
 from hemlp.gpu.device import DeviceCiphertext, DeviceSpec
 from tests.gpu.core_backed import Buf, CoreBackedEvaluator
@@ -93,10 +93,40 @@ def test_the_device_pipeline_is_the_cpu_bootstrap_at_128_bits(core_backed):
     assert all(np.array_equal(got.polys[j].arr, want.poly(j)) for j in range(2))
 
 
-def test_sparse_slots_are_refused_with_the_alternative(env, core_backed):
+def device_ct(ctx, ct):
+    o = ct.native
+    return DeviceCiphertext([Buf(o.poly(j)) for j in range(2)], o.level, o.scale, o.slots, o.encoding, o.is_complex,
+                            o.key_id, ctx.hash)
+
+
+def same_words(got, want) -> bool:
+    return (got.level, got.scale, got.slots, got.encoding, got.is_complex) == \
+        (want.level, want.scale, want.slots, want.encoding, want.is_complex) and \
+        all(np.array_equal(got.polys[j].arr, want.poly(j)) for j in range(2))
+
+
+@pytest.mark.parametrize("divisor", [4, 2])
+def test_sparse_slots_are_the_cpu_bootstrap(env, core_backed, divisor):
+    """n = N/8 and N/4 slots (the subring trace's log2(gap) rotations first): the CPU Bootstrapper's words."""
     ctx, sk, pk, _ = env
     from hemlp.bootstrap import BootParams
 
-    sparse = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx, slots=ctx.slots // 4)))
-    with pytest.raises(UnsupportedError, match="CPU Bootstrapper"):
-        gboot.DeviceBootstrapper(CoreBackedEvaluator(ctx, DeviceSpec.from_context(ctx)), sparse)
+    n = ctx.slots // divisor
+    boot = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx, slots=n)))
+    z = np.random.default_rng(30 + divisor).uniform(-1, 1, n)
+    ct = ctx.encrypt(z, pk, level=1, slots=n)
+    got = gboot.DeviceBootstrapper(CoreBackedEvaluator(ctx, DeviceSpec.from_context(ctx)), boot).bootstrap(
+        device_ct(ctx, ct))
+    assert same_words(got, boot.bootstrap(ct).native)
+
+
+def test_a_pair_of_real_ciphertexts_is_the_cpu_bootstrap_pair(env, core_backed):
+    ctx, sk, pk, boot = env
+    rng = np.random.default_rng(40)
+    a, b = (ctx.encrypt(rng.uniform(-1, 1, ctx.slots), pk, level=2) for _ in range(2))
+    dboot = gboot.DeviceBootstrapper(CoreBackedEvaluator(ctx, DeviceSpec.from_context(ctx)), boot)
+    got = dboot.bootstrap_pair(device_ct(ctx, a), device_ct(ctx, b))
+    want = boot.bootstrap_pair(a, b)
+    assert all(same_words(g, w.native) for g, w in zip(got, want))
+    with pytest.raises(EncodingError, match="two real"):
+        dboot.bootstrap_pair(device_ct(ctx, ctx.encrypt(np.ones(ctx.slots) * 1j, pk, level=2)), device_ct(ctx, b))

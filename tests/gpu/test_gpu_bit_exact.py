@@ -157,3 +157,31 @@ def test_device_bootstrap_is_the_cpu_bootstrap():
     assert got.level == want.level and got.scale == want.scale
     assert all(np.array_equal(got.native.poly(j), want.native.poly(j)) for j in range(2))
     assert np.max(np.abs(ctx.decrypt(got, sk).real - z)) < 2.0 ** -10
+
+
+@pytest.mark.skipif(not HAVE_CORE, reason="the CPU core (hemlp._core) is not built on this machine")
+def test_device_sparse_and_pair_bootstraps_are_the_cpu_s():
+    """Sparse slots (n = N/8: the subring trace on the device) and a pair of real ciphertexts in one bootstrap, at
+    test-N12-boot: the CPU Bootstrapper's words."""
+    from hemlp import fhe, gpu
+    from hemlp.bootstrap import BootParams, Bootstrapper, BootstrapKeys
+    from hemlp.gpu.bootstrap import DeviceBootstrapper
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ctx = fhe.Context("test-N12-boot", allow_insecure=True, decrypt_noise="none")
+    sk, pk = ctx.keygen()
+    dev = gpu.CudaEvaluator(ctx)
+    rng = np.random.default_rng(5)
+    n = ctx.slots // 4
+    sparse = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk, BootParams.for_context(ctx, slots=n)))
+    ct = ctx.encrypt(rng.uniform(-1, 1, n), pk, level=1, slots=n)
+    got, want = dev.to_host(DeviceBootstrapper(dev, sparse).bootstrap(dev.to_device(ct))), sparse.bootstrap(ct)
+    assert (got.level, got.scale, got.slots) == (want.level, want.scale, want.slots)
+    assert all(np.array_equal(got.native.poly(j), want.native.poly(j)) for j in range(2))
+    full = Bootstrapper(ctx, BootstrapKeys.generate(ctx, sk))
+    a, b = (ctx.encrypt(rng.uniform(-1, 1, ctx.slots), pk, level=1) for _ in range(2))
+    got = DeviceBootstrapper(dev, full).bootstrap_pair(dev.to_device(a), dev.to_device(b))
+    for g, w in zip(got, full.bootstrap_pair(a, b)):
+        h = dev.to_host(g)
+        assert all(np.array_equal(h.native.poly(j), w.native.poly(j)) for j in range(2))
