@@ -128,6 +128,7 @@ class CompiledModel:
         #: the Layout this model delegates to (hemlp.layouts); its program is rebuilt from the steps when loaded
         self.layout_impl = planned_layout or cls(self.steps, params, self.batch_size, self.top_level, self.options)
         self._ctx = None
+        self._cuda = None   # (eval_keys, hemlp.gpu.runner.DeviceModelRunner) of the last runtime="cuda" run
         self.model_id = self._digest()
         #: True for a client artefact (loaded from save(dir, client=True)): no weights, so no run / simulate
         self.client_only = False
@@ -489,7 +490,8 @@ class CompiledModel:
         options: a hemlp.RunOptions (``RunOptions.help()`` lists every field with its default), keyword overrides
         on top of it (or alone, as before): runtime, threads, verbose and the Ray options (hemlp.RayOptions: address,
         num_workers, grid, cts_per_task, threads_per_task, stats). runtime="local": in this process (threads: native
-        threads). runtime="ray": bit-identical to "local"; layout (A): every PCMM, elementwise step and bootstrap as
+        threads). runtime="cuda": in this process on its GPU (layout (P) models; hemlp.gpu.runner), bit-identical to
+        "local". runtime="ray": bit-identical to "local"; layout (A): every PCMM, elementwise step and bootstrap as
         Ray tasks (hemlp.runtime.ray); layouts (P), (A′), (C): the request's independent groups (sample groups,
         column blocks) one task each, the workers loading this model (docs/ray.md). weights: layout (C)'s
         EncryptedWeights (compiled.encrypt_weights on the client). The result's layer_seconds holds every step's
@@ -500,6 +502,12 @@ class CompiledModel:
         if opts.threads is not None:
             set_num_threads(opts.threads)
         ray = opts.ray if opts.runtime == "ray" else None
+        if opts.runtime == "cuda":
+            with progress("run", total=self.layout_impl.progress_total(), verbose=opts.verbose, unit="layer") as bar:
+                timings = StepTimings(bar)
+                result = self._cuda_runner(eval_keys).run(ct, timings)
+            result.layer_seconds = dict(timings)
+            return result
         with progress("run", total=self.layout_impl.progress_total(), verbose=opts.verbose, unit="layer") as bar:
             timings = StepTimings(bar)     # each step's seconds, advancing the bar as the layout records them
             # model=self: layouts (P), (A'), (C) ship this model to the Ray workers, which reload it with
@@ -508,6 +516,15 @@ class CompiledModel:
         result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
         result.layer_seconds = dict(timings)
         return result
+
+    def _cuda_runner(self, eval_keys):
+        """The GPU runner of these keys (keys uploaded and the bootstrapper's plans encoded once per key set)."""
+        from hemlp.gpu.runner import DeviceModelRunner
+
+        if self._cuda is None or self._cuda[0] is not eval_keys:
+            self._cuda = None            # the old runner's device memory goes first
+            self._cuda = (eval_keys, DeviceModelRunner(self, eval_keys))
+        return self._cuda[1]
 
     @staticmethod
     def load(path, allow_insecure: bool = False) -> "CompiledModel":

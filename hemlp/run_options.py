@@ -23,7 +23,7 @@ from hemlp.options import Options, option
 __all__ = ["RunOptions", "RayOptions", "StagedKeys", "RUNTIMES"]
 
 #: where run() evaluates: in this process, or as Ray tasks (bit-identical)
-RUNTIMES = ("local", "ray")
+RUNTIMES = ("local", "ray", "cuda")
 
 
 def _count_or_none(v) -> bool:
@@ -105,7 +105,8 @@ class RunOptions(Options):
 
     runtime: str = option("local", "'local': in this process; 'ray': as Ray tasks, bit-identical (layout (A): every "
                                    "PCMM, elementwise step and bootstrap; (P), (A'), (C): the request's independent "
-                                   "groups, one task each)")
+                                   "groups, one task each); 'cuda': in this process on its GPU, bit-identical "
+                                   "(layout (P) models; hemlp.gpu.runner)")
     threads: Any = option(None, "native threads of this process (hemlp.set_num_threads); None: as they are")
     verbose: Any = option(None, "a per-layer progress bar on stderr: True / False; None: only when stderr is a "
                                 "terminal (hemlp.progress)")
@@ -142,7 +143,8 @@ class RunOptions(Options):
         """ParameterError naming the option and its valid values; OptionError (also a TypeError) for Ray options
         with runtime='local'."""
         if self.runtime not in RUNTIMES:
-            raise ParameterError(f"runtime={self.runtime!r}: 'local' (in this process) or 'ray'")
+            raise ParameterError(f"runtime={self.runtime!r}: 'local' (in this process), 'ray' or 'cuda' (this "
+                                 "process on its GPU: layout (P) models)")
         if not _count_or_none(self.threads):
             raise ParameterError(f"threads={self.threads!r}: an int >= 1, or None (the threads as they are)")
         if self.verbose is not None and not isinstance(self.verbose, bool):

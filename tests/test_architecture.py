@@ -35,6 +35,9 @@ LAYERS = {
     "hemlp.baselines": ("hemlp.fhe", "hemlp.he", "hemlp.baselines"),           # comparison code only
     "hemlp.planner": ("hemlp.planner",),                                       # pure Python: no scheme, no Ray
     "hemlp.gpu": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap", "hemlp.gpu"),  # the CUDA backend
+    # a compiled model's run on the GPU: layout (P)'s own runner on the device context, above the layouts
+    "hemlp.gpu.runner": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap", "hemlp.gpu", "hemlp.layouts",
+                         "hemlp.runtime"),
     "hemlp.compiler": ("hemlp.fhe", "hemlp.he", "hemlp.planner", "hemlp.compiler"),
     # executes plans (their bootstrap steps included: hemlp.bootstrap is a building block below it); no layout logic
     "hemlp.runtime": ("hemlp.fhe", "hemlp.he", "hemlp.pcmm", "hemlp.bootstrap", "hemlp.planner", "hemlp.compiler",

@@ -370,6 +370,11 @@ class Context:
         """Discard primes down to `level` (no scale change)."""
         return self._w(Ciphertext, self._e.drop_to_level(self._ct(a), int(level)))
 
+    def with_scale(self, a: Ciphertext, scale: float) -> Ciphertext:
+        """a's polynomials tagged with another scale (no arithmetic: for a scale equal up to floating-point rounding,
+        e.g. after a rescale by an exact prime)."""
+        return self._w(Ciphertext, self._e.with_scale(self._ct(a), float(scale)))
+
     def set_scale(self, a: Ciphertext, scale: float) -> Ciphertext:
         """Bring a to the given scale by multiplying with round(scale*q/a.scale) and rescaling (one level)."""
         q = self.modulus(a.level)

@@ -112,6 +112,20 @@ class DeviceCiphertext:
 
 
 @dataclass
+class DevicePlaintext:
+    """A plaintext resident on the GPU (level + 1 limbs, NTT form) and the CPU plaintext's metadata: what a repeated
+    plaintext product (a layer's diagonals) uploads once."""
+
+    buf: DeviceBuffer
+    level: int
+    scale: float
+    slots: int
+    encoding: int  # 0 slot, 1 coefficient (as the core)
+    is_complex: bool
+    param_hash: str
+
+
+@dataclass
 class DeviceKey:
     """A switching key on the GPU (b and the expanded a digits)."""
 
@@ -348,21 +362,51 @@ class CudaEvaluator:
         return self._like(a, self._each(a.polys, a.level + 1, lambda p, r: self.lib.hg_negate(
             self.handle, p.handle, r.handle, a.level), "negate"))
 
-    def mul_plain(self, a: DeviceCiphertext, pt) -> DeviceCiphertext:
-        """a times a hemlp.fhe.Plaintext (uploaded for this call)."""
+    def upload_plaintext(self, pt) -> DevicePlaintext:
+        """A hemlp.fhe.Plaintext to the device (once, for repeated products)."""
         if not hasattr(pt, "native"):
-            raise TypeError("mul_plain takes a hemlp.fhe.Plaintext")
-        o = pt.native
+            raise TypeError("upload_plaintext takes a hemlp.fhe.Plaintext")
         if pt.param_hash != self.spec.param_hash:
-            raise ContextMismatchError("mul_plain: the plaintext belongs to another parameter set")
-        if o.level != a.level:
-            raise LevelError(f"mul_plain: ciphertext at level {a.level} but plaintext encoded at level {o.level}")
-        if o.slots != a.slots or o.encoding != a.encoding:
-            raise EncodingError("mul_plain: ciphertext and plaintext have different slot counts or encodings")
-        buf = self.upload_poly(o.poly())
+            raise ContextMismatchError("the plaintext belongs to another parameter set")
+        o = pt.native
+        return DevicePlaintext(self.upload_poly(o.poly()), o.level, o.scale, o.slots, o.encoding, o.is_complex,
+                               pt.param_hash)
+
+    def _plain(self, a: DeviceCiphertext, pt, op: str, scale_must_match: bool) -> DevicePlaintext:
+        """pt (a hemlp.fhe.Plaintext, uploaded for this call, or a DevicePlaintext) after the CPU core's checks."""
+        d = pt if isinstance(pt, DevicePlaintext) else self.upload_plaintext(pt)
+        if d.param_hash != self.spec.param_hash or a.param_hash != self.spec.param_hash:
+            raise ContextMismatchError(f"{op}: operand from another parameter set")
+        if d.level != a.level:
+            raise LevelError(f"{op}: ciphertext at level {a.level} but plaintext encoded at level {d.level}; encode the "
+                             "plaintext at the ciphertext's level")
+        if d.slots != a.slots or d.encoding != a.encoding:
+            raise EncodingError(f"{op}: ciphertext and plaintext have different slot counts or encodings")
+        if scale_must_match and not scales_match(a.scale, d.scale):
+            raise ScaleMismatchError(f"{op}: ciphertext scale {a.scale:g} != plaintext scale {d.scale:g}; encode the "
+                                     "plaintext at the ciphertext's scale")
+        return d
+
+    def mul_plain(self, a: DeviceCiphertext, pt) -> DeviceCiphertext:
+        """a times a plaintext: a hemlp.fhe.Plaintext (uploaded for this call) or a DevicePlaintext."""
+        d = self._plain(a, pt, "mul_plain", False)
         out = self._each(a.polys, a.level + 1, lambda p, r: self.lib.hg_mul(
-            self.handle, p.handle, buf.handle, r.handle, a.level), "mul_plain")
-        return self._like(a, out, scale=a.scale * o.scale, is_complex=a.is_complex or o.is_complex)
+            self.handle, p.handle, d.buf.handle, r.handle, a.level), "mul_plain")
+        return self._like(a, out, scale=a.scale * d.scale, is_complex=a.is_complex or d.is_complex)
+
+    def add_plain(self, a: DeviceCiphertext, pt) -> DeviceCiphertext:
+        """a + pt (the plaintext at a's level and scale) on c0, as the CPU core's add_plain."""
+        return self._plain_sum(a, pt, "hg_add", "add_plain")
+
+    def sub_plain(self, a: DeviceCiphertext, pt) -> DeviceCiphertext:
+        return self._plain_sum(a, pt, "hg_sub", "sub_plain")
+
+    def _plain_sum(self, a: DeviceCiphertext, pt, fn: str, op: str) -> DeviceCiphertext:
+        d = self._plain(a, pt, op, True)
+        c0 = self.empty(a.level + 1)
+        check(getattr(self.lib, fn)(self.handle, a.polys[0].handle, d.buf.handle, c0.handle, a.level), op)
+        return self._like(a, [c0] + [self._copy(p, a.level) for p in a.polys[1:]],
+                          is_complex=a.is_complex or d.is_complex)
 
     def _scalar(self, a: DeviceCiphertext, residues, mul: bool, parts) -> list:
         """Each polynomial j in `parts` times (mul) or plus the per-limb constants; the others copied."""

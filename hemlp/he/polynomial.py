@@ -189,7 +189,7 @@ class PolyEvaluator:
             rel = abs(ct.scale / scale - 1.0)
             if rel > 1e-12:
                 raise AssertionError(f"polyeval: scale drift {rel:g}")
-            ct = self.ctx.wrap(Ciphertext, self.ctx.native.with_scale(ct.native, float(scale)))
+            ct = self.ctx.with_scale(ct, float(scale))
         return ct
 
     def evaluate(self, ct, coeffs, basis: str = "chebyshev", scale: float | None = None, level: int | None = None):

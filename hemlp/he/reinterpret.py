@@ -24,7 +24,10 @@ _ENC = {"slot": _core.Encoding.slot, "coeff": _core.Encoding.coeff}
 
 def retag(ctx: Context, ct: Ciphertext, *, slots: int | None = None, encoding: str | None = None,
           scale: float | None = None, is_complex: bool | None = None, polys=None) -> Ciphertext:
-    """ct's polynomials (or `polys`, arrays (level+1, N) in the NTT domain) with new metadata."""
+    """ct's polynomials (or `polys`, arrays (level+1, N) in the NTT domain) with new metadata. A context of
+    another kind (hemlp.gpu.context.DeviceContext) re-tags its own ciphertexts (its retag; no `polys`)."""
+    if not isinstance(ctx, Context) and hasattr(ctx, "retag") and polys is None:
+        return ctx.retag(ct, slots=slots, encoding=encoding, scale=scale, is_complex=is_complex)
     o = ctx.unwrap(ct, Ciphertext, "ciphertext")
     encoding = ct.encoding if encoding is None else encoding
     if slots is None:

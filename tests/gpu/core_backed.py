@@ -8,12 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from hemlp import _core
-from hemlp.gpu.device import DeviceCiphertext, rotation_galois_element
+from hemlp.gpu.device import DeviceCiphertext, DevicePlaintext, rotation_galois_element
 
 
 @dataclass
 class Buf:
     arr: np.ndarray
+    plaintext: object = None  # a plaintext's buffer: the native Plaintext it holds
 
 
 class CoreBackedEvaluator:
@@ -32,6 +33,38 @@ class CoreBackedEvaluator:
     def wrap(self, o, like):
         return DeviceCiphertext([Buf(o.poly(j)) for j in range(o.size)], o.level, o.scale, o.slots, o.encoding,
                                 o.is_complex, o.key_id, like.param_hash)
+
+    # ---- what hemlp.gpu.context.DeviceContext adds (a compiled model's program)
+    def to_device(self, ct):
+        return self.wrap(ct.native, DeviceCiphertext([], 0, 0.0, 0, 0, False, 0, ct.param_hash))
+
+    def to_host(self, d):
+        from hemlp.fhe import Ciphertext
+
+        return self.ctx.wrap(Ciphertext, self.native(d))
+
+    def upload_plaintext(self, pt):
+        o = pt.native
+        return DevicePlaintext(Buf(o.poly(), o), o.level, o.scale, o.slots, o.encoding, o.is_complex, pt.param_hash)
+
+    def mul_plain(self, a, pt):
+        return self.wrap(self.e.mul_plain(self.native(a), pt.buf.plaintext), a)
+
+    def add_plain(self, a, pt):
+        return self.wrap(self.e.add_plain(self.native(a), pt.buf.plaintext), a)
+
+    def sub_plain(self, a, pt):
+        return self.wrap(self.e.sub_plain(self.native(a), pt.buf.plaintext), a)
+
+    def negate(self, a):
+        return self.wrap(self.e.negate(self.native(a)), a)
+
+    def relinearize(self, a, rlk):
+        return self.wrap(self.e.relinearize(self.native(a), rlk), a)
+
+    def rotate_hoisted(self, a, steps, keys):
+        gs = [self.galois_element(s) for s in steps]
+        return [self.wrap(o, a) for o in self.e.apply_galois_hoisted(self.native(a), gs, keys)]
 
     def mul(self, a, b, rlk=None, rescale=False):
         if rlk is not None and rescale:
@@ -110,3 +143,31 @@ class CoreBackedEvaluator:
         return DeviceCiphertext(out.polys, **fields)
 
 
+
+
+def patch_bootstrap(monkeypatch) -> None:
+    """hemlp.gpu.bootstrap's device-only pieces (the BSGS transforms, the encapsulation keys, the switch and
+    ModRaise) replaced by the core's own calls: with a CoreBackedEvaluator the device pipeline then runs on the CPU."""
+    from hemlp.gpu import bootstrap as gboot
+
+    monkeypatch.setattr(gboot, "DeviceLinearTransform", CoreTransform)
+    monkeypatch.setattr(gboot.DeviceEncapsulationKeys, "from_keys", staticmethod(lambda dev, keys: keys.native))
+    monkeypatch.setattr(gboot, "dense_to_sparse",
+                        lambda dev, ct, keys: dev.wrap(_core.dense_to_sparse(dev.e, dev.native(ct), keys), ct))
+    monkeypatch.setattr(gboot, "mod_raise",
+                        lambda dev, ct, keys: dev.wrap(_core.mod_raise(dev.e, dev.native(ct), keys, keys.level), ct))
+
+
+class CoreTransform:
+    """DeviceLinearTransform's interface over the core's transform (double hoisting, as the device runs it)."""
+
+    def __init__(self, dev, native):
+        self.dev, self.native = dev, native
+
+    @classmethod
+    def from_native(cls, dev, native):
+        return cls(dev, native)
+
+    def apply(self, ct, keys, rescale=True):
+        out, _ = self.native.apply(self.dev.e, self.dev.native(ct), keys, 2, rescale)
+        return self.dev.wrap(out, ct)

@@ -11,27 +11,12 @@ import warnings
 import numpy as np
 import pytest
 
-from hemlp import _core, fhe
+from hemlp import fhe
 from hemlp.bootstrap import Bootstrapper, BootstrapKeys
 from hemlp.errors import EncodingError
 from hemlp.gpu import bootstrap as gboot
 from hemlp.gpu.device import DeviceCiphertext, DeviceSpec
-from tests.gpu.core_backed import Buf, CoreBackedEvaluator
-
-
-class CoreTransform:
-    """DeviceLinearTransform's interface over the core's transform (double hoisting, as the device runs it)."""
-
-    def __init__(self, dev, native):
-        self.dev, self.native = dev, native
-
-    @classmethod
-    def from_native(cls, dev, native):
-        return cls(dev, native)
-
-    def apply(self, ct, keys, rescale=True):
-        out, _ = self.native.apply(self.dev.e, self.dev.native(ct), keys, 2, rescale)
-        return self.dev.wrap(out, ct)
+from tests.gpu.core_backed import Buf, CoreBackedEvaluator, patch_bootstrap
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +30,7 @@ def env():
 
 @pytest.fixture
 def core_backed(monkeypatch):
-    monkeypatch.setattr(gboot, "DeviceLinearTransform", CoreTransform)
-    monkeypatch.setattr(gboot.DeviceEncapsulationKeys, "from_keys", staticmethod(lambda dev, keys: keys.native))
-    monkeypatch.setattr(gboot, "dense_to_sparse",
-                        lambda dev, ct, keys: dev.wrap(_core.dense_to_sparse(dev.e, dev.native(ct), keys), ct))
-    monkeypatch.setattr(gboot, "mod_raise",
-                        lambda dev, ct, keys: dev.wrap(_core.mod_raise(dev.e, dev.native(ct), keys, keys.level), ct))
+    patch_bootstrap(monkeypatch)
 
 
 @pytest.mark.parametrize("level", [1, 4, 0])
