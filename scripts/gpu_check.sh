@@ -44,6 +44,13 @@ if [ "${HEMLP_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null
     | tail -15 | tee "$DEST/sanitizer.log"
   echo "gpu_check: memcheck rc=${PIPESTATUS[0]}"
 fi
+# the CIFAR-10 ResNet-20 encrypted on the GPU (compiled.run(..., runtime="cuda")), when its prepared folder was carried
+# (scripts/gpu_resnet20.py prepare) and HEMLP_GPU_RESNET_IMAGES names how many images to run
+if [ -d .gpu_resnet ] && [ "${HEMLP_GPU_RESNET_IMAGES:-0}" != 0 ]; then
+  timeout "${HEMLP_GPU_RESNET_TIMEOUT:-300}" python3 scripts/gpu_resnet20.py run --dir .gpu_resnet \
+    --images "$HEMLP_GPU_RESNET_IMAGES" --json "$DEST/resnet20_gpu.json" 2>&1 | tail -25 | tee "$DEST/resnet20_gpu.log"
+  echo "gpu_check: resnet20 rc=${PIPESTATUS[0]} after $(( $(date +%s) - t0 )) s"
+fi
 # HEMLP_GPU_SKIP_BENCH=1: build and test only (the caller runs the benchmark later, on a quiet GPU)
 if [ "${HEMLP_GPU_SKIP_BENCH:-0}" = 1 ]; then
   echo "gpu_check: benchmark skipped (HEMLP_GPU_SKIP_BENCH=1)"; [ "$tests_rc" = 0 ]; exit
