@@ -18,34 +18,26 @@ from hemlp.gpu.runner import DeviceModelRunner
 from tests.gpu.core_backed import CoreBackedEvaluator, patch_bootstrap
 
 torch = pytest.importorskip("torch")
+from tests.layouts.test_packed_bootstrap import ResCNN  # noqa: E402
 
 
-class ResCNN(torch.nn.Module):
-    """conv -> tanh -> [conv -> tanh] + skip -> stride-2 conv -> tanh -> linear: BSGS products with biases, a
-    residual add across levels, polynomials, and sparse-slot bootstraps in pairs at test-N10-boot."""
-
-    def __init__(self):
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(1, 2, 3, padding=1)
-        self.c2 = torch.nn.Conv2d(2, 2, 3, padding=1)
-        self.c3 = torch.nn.Conv2d(2, 2, 3, stride=2, padding=1)
-        self.fc = torch.nn.Linear(2 * 3 * 3, 3)
-
-    def forward(self, x):
-        h = torch.tanh(self.c1(x))
-        h = h + torch.tanh(self.c2(h))
-        h = torch.tanh(self.c3(h))
-        return self.fc(h.flatten(1))
-
-
-@pytest.fixture(scope="module")
-def model():
+def compile_rescnn():
+    """tests/layouts/test_packed_bootstrap.py's residual CNN (conv, tanh, a residual add, a strided conv, linear) at
+    test-N10-boot: BSGS products with biases, a residual add across levels, polynomials, and sparse-slot bootstraps in
+    pairs; and its 64 calibration inputs."""
     torch.manual_seed(0)
     xc = np.random.default_rng(5).uniform(-1, 1, (64, 1, 6, 6))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cm = hemlp.compile(ResCNN(), xc, bootstrap=True, allow_insecure=True, activation_degree=3, layout="packed",
-                           preset="test-N10-boot")
+        return hemlp.compile(ResCNN(), xc, bootstrap=True, allow_insecure=True, activation_degree=3, layout="packed",
+                             preset="test-N10-boot"), xc
+
+
+@pytest.fixture(scope="module")
+def model():
+    cm, xc = compile_rescnn()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         sk, ek = cm.keygen()
     return cm, sk, ek, xc[:2]
 

@@ -4,15 +4,13 @@ the prepared simulate logits; with runtime cuda and no device it stops with Devi
 import importlib.util
 import json
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import hemlp
 from hemlp.errors import DeviceError
-from tests.gpu.test_device_runner import ResCNN
+from tests.gpu.test_device_runner import compile_rescnn
 
 torch = pytest.importorskip("torch")
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_resnet20.py"
@@ -29,12 +27,7 @@ def script():
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    torch.manual_seed(0)
-    xc = np.random.default_rng(5).uniform(-1, 1, (64, 1, 6, 6))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cm = hemlp.compile(ResCNN(), xc, bootstrap=True, allow_insecure=True, activation_degree=3, layout="packed",
-                           preset="test-N10-boot")
+    cm, xc = compile_rescnn()
     out = tmp_path_factory.mktemp("gpu_resnet")
     cm.save(out / "model")
     x = xc[:2].astype(np.float32)
