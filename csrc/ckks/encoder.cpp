@@ -41,7 +41,7 @@ void Encoder::special_fft(std::vector<cplx>& v) const {
     const size_t lenh = len >> 1, lenq = len << 2, stride = m / lenq;
     for (size_t i = 0; i < n; i += len)
       for (size_t j = 0; j < lenh; ++j) {
-        const size_t idx = (rot_group_[j] % lenq) * stride;
+        const size_t idx = (rot_group_[j] & (lenq - 1)) * stride;  // lenq: a power of two
         cplx u = v[i + j], w = v[i + j + lenh] * roots_[idx];
         v[i + j] = u + w;
         v[i + j + lenh] = u - w;
@@ -55,7 +55,7 @@ void Encoder::special_ifft(std::vector<cplx>& v) const {
     const size_t lenh = len >> 1, lenq = len << 2, stride = m / lenq;
     for (size_t i = 0; i < n; i += len)
       for (size_t j = 0; j < lenh; ++j) {
-        const size_t idx = (lenq - (rot_group_[j] % lenq)) * stride;
+        const size_t idx = (lenq - (rot_group_[j] & (lenq - 1))) * stride;  // lenq: a power of two
         cplx u = v[i + j] + v[i + j + lenh];
         cplx w = (v[i + j] - v[i + j + lenh]) * roots_[idx];
         v[i + j] = u;
@@ -84,15 +84,25 @@ void Encoder::from_integers(const std::vector<long double>& m, Plaintext& pt) co
              " is 2^" + std::to_string(log_q) + "; lower the scale or normalise the inputs");
   pt.data.assign((size_t)limbs * n, 0);
   const bool small = mx < 9.0e18L;  // fits in int64
+  // small: each coefficient's magnitude and sign once (the long double conversion is slow), then per limb a division
+  // only for magnitudes >= q (rare at the usual scales) and a branch-free negation
+  std::vector<uint64_t> mag(small ? n : 0);
+  std::vector<uint8_t> negative(small ? n : 0);
+  if (small)
+    for (size_t c = 0; c < n; ++c) {
+      const int64_t v = (int64_t)m[c];
+      negative[c] = v < 0;
+      mag[c] = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    }
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < limbs; ++i) {
     const uint64_t q = ctx_.modulus(i).q;
     uint64_t* dst = pt.data.data() + (size_t)i * n;
     for (size_t c = 0; c < n; ++c) {
       if (small) {
-        int64_t v = (int64_t)m[c];
-        int64_t r = v % (int64_t)q;
-        dst[c] = r < 0 ? (uint64_t)(r + (int64_t)q) : (uint64_t)r;
+        const uint64_t r = mag[c] < q ? mag[c] : mag[c] % q;
+        const uint64_t neg = (uint64_t)0 - (uint64_t)(negative[c] & (r != 0));
+        dst[c] = r ^ ((r ^ (q - r)) & neg);  // -r mod q for a negative coefficient
       } else {
         long double r = fmodl(m[c], (long double)q);  // exact
         if (r < 0) r += (long double)q;
