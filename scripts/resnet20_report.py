@@ -156,9 +156,11 @@ def main(argv=None) -> int:
     print(cm.plan, flush=True)
     print(f"compile: {rep['compile_seconds']:.1f} s, peak RSS {rep['compile_peak_rss_gib']:.2f} GiB", flush=True)
 
+    machine = machine_info()              # at the start: the code that runs (later commits must not relabel it)
+
     def save(complete: bool) -> None:     # after every stage: a long run interrupted keeps what it measured
         if args.json:
-            save_json(args.json, "resnet20-report", dict(rep, complete=complete), machine=machine_info())
+            save_json(args.json, "resnet20-report", dict(rep, complete=complete), machine=machine)
 
     rep["measured"] = True
     rep["model_id"] = cm.model_id
@@ -206,6 +208,17 @@ def simulate_steps_rows(cm, x):
                           dtype=np.float64).T
 
 
+def step_summary(layer_seconds: dict) -> dict:
+    """An encrypted run's step seconds by kind: bootstraps (#boot), the convolutions' diagonal products (matvec:
+    plaintext products, rotations and the encoding of the diagonals the cache does not keep), the rest
+    (activations' polynomials, adds)."""
+    out = {"bootstrap": 0.0, "matvec": 0.0, "other": 0.0}
+    for k, v in layer_seconds.items():
+        kind = "bootstrap" if "#boot" in k else "matvec" if ("conv" in k or "linear" in k or "slice" in k) else "other"
+        out[kind] += float(v)
+    return out
+
+
 def encrypt_images(args, cm, x, d, logits, rep, save, done: set) -> int:
     """Run the first --encrypted exact images encrypted, one request each (those in `done` are skipped), saving the
     JSON after each."""
@@ -215,7 +228,8 @@ def encrypt_images(args, cm, x, d, logits, rep, save, done: set) -> int:
         runs = list(rep.get("encrypted", []))
         for i in todo:
             t0, c0 = time.perf_counter(), time.process_time()
-            y = cm.decrypt(cm.run(cm.encrypt(x[i:i + 1], sk), keys), sk).reshape(-1)
+            out = cm.run(cm.encrypt(x[i:i + 1], sk), keys)
+            y = cm.decrypt(out, sk).reshape(-1)
             seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
             y_lay = np.asarray(cm.simulate(x[i:i + 1]), dtype=np.float64).reshape(-1)
             y_sim = simulate_steps_rows(cm, x[i:i + 1]).reshape(-1)
@@ -223,7 +237,8 @@ def encrypt_images(args, cm, x, d, logits, rep, save, done: set) -> int:
                              encrypted_top1=int(y.argmax()), simulated_top1=int(y_sim.argmax()),
                              layout_simulated_top1=int(y_lay.argmax()),
                              max_abs_error_vs_layout_simulate=float(np.max(np.abs(y - y_lay))),
-                             plaintext_top1=int(logits[i].argmax()), label=int(d.y[i])))
+                             plaintext_top1=int(logits[i].argmax()), label=int(d.y[i]),
+                             step_seconds=step_summary(out.layer_seconds)))
             print(runs[-1], flush=True)
             rep["encrypted"] = sorted(runs, key=lambda r: r["index"])
             save(False)
