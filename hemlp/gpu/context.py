@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hemlp.errors import EncodingError, MissingKeyError, ShapeError
+from hemlp.errors import EncodingError, MissingKeyError, ParameterError
 from hemlp.gpu.device import CudaEvaluator, DeviceCiphertext, DevicePlaintext
 
 __all__ = ["DeviceContext", "GpuCiphertext", "GpuPlaintext"]
@@ -72,7 +72,7 @@ class DeviceContext:
 
     def __init__(self, dev: CudaEvaluator):
         if dev.ctx is None:
-            raise ShapeError("DeviceContext needs a CudaEvaluator made from a hemlp.fhe.Context")
+            raise ParameterError("DeviceContext needs a CudaEvaluator made from a hemlp.fhe.Context")
         self.dev, self.cpu = dev, dev.ctx
         self.N, self.slots, self.default_scale = self.cpu.N, self.cpu.slots, self.cpu.default_scale
         self.hash, self.params = self.cpu.hash, self.cpu.params
