@@ -238,19 +238,16 @@ def test_files_smoke(tmp_path):
 
 
 def test_process_status_bytes_reads_this_process_memory():
-    """The one reader of /proc/<pid>/status the benchmarks share: a 64 MiB allocation shows in VmRSS and VmHWM;
-    an unknown field or process is None, not an exception."""
-    import sys
-
-    import numpy as np
-
-    from hemlp.apps.bench.report import process_status_bytes
-
+    """The one reader of /proc/<pid>/status the benchmarks share: in a fresh process (a long-running one may reuse
+    resident memory), a 64 MiB allocation shows in VmRSS and VmHWM; an unknown field or process is None, not an
+    exception."""
     if not sys.platform.startswith("linux"):
         pytest.skip("reads Linux /proc")
-    before = process_status_bytes("VmRSS")
-    block = np.ones(64 * 2 ** 20 // 8)
-    after = process_status_bytes("VmRSS")
-    assert after - before > 48 * 2 ** 20 and process_status_bytes("VmHWM") >= after
-    del block
-    assert process_status_bytes("NoSuchField") is None and process_status_bytes("VmRSS", pid=2 ** 22 + 1) is None
+    code = ("import json, numpy as np\n"
+            "from hemlp.apps.bench.report import process_status_bytes as s\n"
+            "before = s('VmRSS'); block = np.ones(64 * 2 ** 20 // 8); after = s('VmRSS')\n"
+            "print(json.dumps([before, after, s('VmHWM'), s('NoSuchField'), s('VmRSS', pid=2 ** 22 + 1)]))\n")
+    before, after, hwm, missing, other = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert after - before > 48 * 2 ** 20 and hwm >= after
+    assert missing is None and other is None
