@@ -53,7 +53,8 @@ class CompileOptions(Options):
     mambo: Any = _opt("auto", "with bootstrap=True: 'auto', True (every refreshed dense layer as MaMBo) or False")
     batch_bootstrap: Any = _opt("auto", "with bootstrap=True: 'auto', True, False or an int k >= 2 (batch size)")
     final_rescale: bool = _opt(True, "False: layout (A) runs its last linear layer at level 0 without the rescale")
-    server_memory: Any = _opt("auto", "the server memory budget in bytes; 'auto': this machine's less a reserve (a tenth, >= 1 GiB); None: no limit")
+    server_memory: Any = _opt("auto", "the server memory budget in bytes; 'auto': this machine's less a reserve (a "
+                                      "tenth, >= 1 GiB); None: no limit")
     import_keys: bool = _opt(True, "True: the server imports the client's evaluation keys (a file or an upload) and "
                                    "the import's peak counts against server_memory; False: the server process makes "
                                    "them itself (keygen() in process), only the run's peak counts")

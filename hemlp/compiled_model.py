@@ -502,18 +502,16 @@ class CompiledModel:
         if opts.threads is not None:
             set_num_threads(opts.threads)
         ray = opts.ray if opts.runtime == "ray" else None
-        if opts.runtime == "cuda":
-            with progress("run", total=self.layout_impl.progress_total(), verbose=opts.verbose, unit="layer") as bar:
-                timings = StepTimings(bar)
-                result = self._cuda_runner(eval_keys).run(ct, timings)
-            result.layer_seconds = dict(timings)
-            return result
         with progress("run", total=self.layout_impl.progress_total(), verbose=opts.verbose, unit="layer") as bar:
             timings = StepTimings(bar)     # each step's seconds, advancing the bar as the layout records them
-            # model=self: layouts (P), (A'), (C) ship this model to the Ray workers, which reload it with
-            # CompiledModel.load (the runtime sits below the model and does not import it)
-            out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, opts.runtime, ray, model=self)
-        result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
+            if opts.runtime == "cuda":
+                result = self._cuda_runner(eval_keys).run(ct, timings)
+            else:
+                # model=self: layouts (P), (A'), (C) ship this model to the Ray workers, which reload it with
+                # CompiledModel.load (the runtime sits below the model and does not import it)
+                out = self.layout_impl.run(self.context, ct, eval_keys, weights, timings, opts.runtime, ray,
+                                           model=self)
+                result = EncryptedBatch(self.model_id, out, ct.batch, self.output_shape, "output")
         result.layer_seconds = dict(timings)
         return result
 

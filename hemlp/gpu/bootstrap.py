@@ -8,10 +8,10 @@ the same words the CPU computes.
     dboot = DeviceBootstrapper(gpu.CudaEvaluator(ctx), boot)          # keys and diagonals uploaded once
     fresh = dboot.bootstrap(dct)                                      # a DeviceCiphertext in, one out
 
-ScaleDown, the encapsulation switch and ModRaise, the subring trace (n < N/2 slots), CoeffToSlot (one double-hoisted BSGS transform per plan level),
-the real / imaginary split, EvalMod (the polynomial, then the double-angle squarings), the join and SlotToCoeff, in
-the CPU pipeline's order and with its scales. Importing this module loads the CPU core (the plans and keys come
-from it); hemlp.gpu itself does not.
+ScaleDown, the encapsulation switch and ModRaise, the subring trace (n < N/2 slots), CoeffToSlot (one double-hoisted
+BSGS transform per plan level), the real / imaginary split, EvalMod (the polynomial, then the double-angle
+squarings), the join and SlotToCoeff, in the CPU pipeline's order and with its scales. Importing this module loads
+the CPU core (the plans and keys come from it); hemlp.gpu itself does not.
 """
 from __future__ import annotations
 
@@ -169,8 +169,9 @@ class DeviceBootstrapper:
     def bootstrap(self, ct: DeviceCiphertext, stages: dict | None = None) -> DeviceCiphertext:
         """A fresh encryption of ct's slots at the bootstrapper's output level and the context's default scale.
 
-        stages: a dict that receives each stage's seconds (scale_down_mod_raise — the subring trace included —, coeff_to_slot, eval_mod — the
-        conjugate split and join included — and slot_to_coeff), the device synchronised at every stage boundary."""
+        stages: a dict that receives each stage's seconds (scale_down_mod_raise — the subring trace included —,
+        coeff_to_slot, eval_mod — the conjugate split and join included — and slot_to_coeff), the device
+        synchronised at every stage boundary."""
         self._check(ct)
         if stages is None:
             return self._refresh(ct, self.ctx.default_scale, ct.is_complex, lambda name: None)

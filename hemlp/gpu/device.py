@@ -378,8 +378,8 @@ class CudaEvaluator:
         if d.param_hash != self.spec.param_hash or a.param_hash != self.spec.param_hash:
             raise ContextMismatchError(f"{op}: operand from another parameter set")
         if d.level != a.level:
-            raise LevelError(f"{op}: ciphertext at level {a.level} but plaintext encoded at level {d.level}; encode the "
-                             "plaintext at the ciphertext's level")
+            raise LevelError(f"{op}: ciphertext at level {a.level} but plaintext encoded at level {d.level}; encode "
+                             "the plaintext at the ciphertext's level")
         if d.slots != a.slots or d.encoding != a.encoding:
             raise EncodingError(f"{op}: ciphertext and plaintext have different slot counts or encodings")
         if scale_must_match and not scales_match(a.scale, d.scale):
@@ -405,8 +405,8 @@ class CudaEvaluator:
         d = self._plain(a, pt, op, True)
         c0 = self.empty(a.level + 1)
         check(getattr(self.lib, fn)(self.handle, a.polys[0].handle, d.buf.handle, c0.handle, a.level), op)
-        return self._like(a, [c0] + [self._copy(p, a.level) for p in a.polys[1:]],
-                          is_complex=a.is_complex or d.is_complex)
+        # c1 shared, not copied: no operation writes a ciphertext's buffers in place
+        return self._like(a, [c0] + list(a.polys[1:]), is_complex=a.is_complex or d.is_complex)
 
     def _scalar(self, a: DeviceCiphertext, residues, mul: bool, parts) -> list:
         """Each polynomial j in `parts` times (mul) or plus the per-limb constants; the others copied."""
@@ -569,17 +569,23 @@ class CudaEvaluator:
         if c < 1 or len(inputs) != d2 * c:
             raise ShapeError(f"pcmm: {len(inputs)} input ciphertexts for a {plan.rows}x{d2} matrix and {c} chunks "
                              f"(need {d2 * c})")
-        first = inputs[0]
-        for x in inputs:
-            self._same(first, x, "pcmm")
-            if x.size != 2 or not scales_match(x.scale, first.scale):
-                raise ParameterError("pcmm: every input must be a relinearised ciphertext at one scale")
+        first = self._pcmm_inputs(inputs, "pcmm")
         parts = [self.gemm_polys(plan, [x.polys[part] for x in inputs], c, first.level, K) for part in range(2)]
         outs = [list(p) for p in zip(*parts)]
         res = [self._like(first, polys, scale=first.scale * out_scale_factor,
                           key_id=next((x.key_id for x in inputs if x.key_id), 0),
                           is_complex=any(x.is_complex for x in inputs)) for polys in outs]
         return [self.rescale(r) for r in res] if rescale else res
+
+    def _pcmm_inputs(self, inputs: list, op: str) -> DeviceCiphertext:
+        """The first input, after checking that all are relinearised ciphertexts of one level, scale, key and
+        encoding."""
+        first = inputs[0]
+        for x in inputs:
+            self._same(first, x, op)
+            if x.size != 2 or not scales_match(x.scale, first.scale):
+                raise ParameterError(f"{op}: every input must be a relinearised ciphertext at one scale")
+        return first
 
     def gemm_polys(self, plan: "GemmPlan", polys: list, chunks: int, level: int, K: int) -> list:
         """out[r][j] = K sum_i U[r][i] polys[i][j] on every limb 0..level: polys are d2 x chunks DeviceBuffers
@@ -618,11 +624,7 @@ class CudaEvaluator:
                              f"ciphertexts) = (multiple of {k}) x {k * len(inputs)}")
         if len(keys) != k:
             raise MissingKeyError(f"MLWE pcmm needs k = {k} ModPack keys on the device, got {len(keys)}")
-        first = inputs[0]
-        for x in inputs:
-            self._same(first, x, "MLWE pcmm")
-            if x.size != 2 or not scales_match(x.scale, first.scale):
-                raise ParameterError("MLWE pcmm: every input must be a relinearised ciphertext at one scale")
+        first = self._pcmm_inputs(inputs, "MLWE pcmm")
         if first.encoding != 1:
             raise EncodingError("MLWE (k > 1) needs coefficient-encoded rows: slot encoding does not commute with the "
                                 "decimation; encrypt with encoding='coeff'")

@@ -135,6 +135,13 @@ def device_info() -> dict:
             "memory_bytes": total.value, "library": _state["where"]}
 
 
+def free_memory_bytes() -> int:
+    """The device's free memory now (bytes); DeviceError naming the fix without a device or library."""
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    check(library().hg_mem_info(ctypes.byref(free), ctypes.byref(total)), "memory info")
+    return int(free.value)
+
+
 def release(obj, free: str) -> None:
     """Free obj.handle with the library's function `free`, once. Nothing is freed at interpreter exit: the device
     context may be gone by then, and the driver reclaims everything with the process."""

@@ -12,13 +12,11 @@ is made); the others are encoded by the CPU and uploaded at each use. Layouts ot
 """
 from __future__ import annotations
 
-import ctypes
-
 from hemlp.errors import UnsupportedError
 from hemlp.gpu.bootstrap import DeviceBootstrapper
 from hemlp.gpu.context import DeviceContext, GpuCiphertext
 from hemlp.gpu.device import CudaEvaluator
-from hemlp.gpu.library import check
+from hemlp.gpu.library import free_memory_bytes
 
 __all__ = ["DeviceModelRunner", "GpuBootstrapper"]
 
@@ -36,12 +34,6 @@ class GpuBootstrapper:
         return tuple(GpuCiphertext(d) for d in self.dboot.bootstrap_pair(a.d, b.d))
 
 
-def free_device_bytes(dev: CudaEvaluator) -> int:
-    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-    check(dev.lib.hg_mem_info(ctypes.byref(free), ctypes.byref(total)), "memory info")
-    return int(free.value)
-
-
 class DeviceModelRunner:
     """compiled.run(ct, eval_keys) on one GPU for a model compiled to layout (P)."""
 
@@ -50,8 +42,8 @@ class DeviceModelRunner:
 
         lay = compiled.layout_impl
         if lay.name != "packed":
-            raise UnsupportedError(f"the GPU runs layout (P) models; this one is compiled to layout {lay.label}: run it "
-                                   "on the CPU (compiled.run) or compile with layout='packed'")
+            raise UnsupportedError(f"the GPU runs layout (P) models; this one is compiled to layout {lay.label}: run "
+                                   "it on the CPU (compiled.run) or compile with layout='packed'")
         ctx = compiled.context
         self.compiled, self.eval_keys = compiled, eval_keys
         self.dev = dev if dev is not None else CudaEvaluator(ctx)
@@ -62,7 +54,7 @@ class DeviceModelRunner:
         if lay.bootstrapped:
             self.boot = GpuBootstrapper(DeviceBootstrapper(self.dev, lay.bootstrapper(ctx, eval_keys.bootstrap_keys)))
         if cache_bytes is None:
-            cache_bytes = free_device_bytes(self.dev) // 2
+            cache_bytes = free_memory_bytes() // 2
         self.runner = PackedRunner(self.dctx, lay.program, cache_bytes)
 
     def prepare(self) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from hemlp import _core
+from hemlp.errors import UnsupportedError
 from hemlp.fhe import Ciphertext, Context
 
 __all__ = ["retag", "mul_monomial"]
@@ -26,7 +27,10 @@ def retag(ctx: Context, ct: Ciphertext, *, slots: int | None = None, encoding: s
           scale: float | None = None, is_complex: bool | None = None, polys=None) -> Ciphertext:
     """ct's polynomials (or `polys`, arrays (level+1, N) in the NTT domain) with new metadata. A context of
     another kind (hemlp.gpu.context.DeviceContext) re-tags its own ciphertexts (its retag; no `polys`)."""
-    if not isinstance(ctx, Context) and hasattr(ctx, "retag") and polys is None:
+    if not isinstance(ctx, Context) and hasattr(ctx, "retag"):
+        if polys is not None:
+            raise UnsupportedError("retag(polys=...) replaces the polynomials of a hemlp.fhe.Context's ciphertext; "
+                                   f"a {type(ctx).__name__} re-tags its own ciphertexts' metadata only")
         return ctx.retag(ct, slots=slots, encoding=encoding, scale=scale, is_complex=is_complex)
     o = ctx.unwrap(ct, Ciphertext, "ciphertext")
     encoding = ct.encoding if encoding is None else encoding

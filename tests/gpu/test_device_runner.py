@@ -80,7 +80,7 @@ def test_run_with_runtime_cuda_is_the_device_runner(model, monkeypatch):
     want = cm.run(ct, ek, threads=1)
     patch_bootstrap(monkeypatch)
     monkeypatch.setattr(gpu_runner, "CudaEvaluator", lambda ctx: CoreBackedEvaluator(ctx, DeviceSpec.from_context(ctx)))
-    monkeypatch.setattr(gpu_runner, "free_device_bytes", lambda dev: 2 ** 20)
+    monkeypatch.setattr(gpu_runner, "free_memory_bytes", lambda: 2 ** 20)
     got = cm.run(ct, ek, runtime="cuda")
     again = cm.run(ct, ek, runtime="cuda")
     assert cm._cuda is not None and cm._cuda[0] is ek
@@ -99,3 +99,18 @@ def test_runtime_cuda_without_a_device_says_so(model):
     sk, ek = cm.keygen()    # keys of their own: no runner of earlier keys is reused
     with pytest.raises(hemlp.errors.DeviceError):
         cm.run(cm.encrypt(model[3][:1], sk), ek, runtime="cuda")
+
+
+def test_retag_with_new_polynomials_is_refused_on_a_device_context(model):
+    """hemlp.he.reinterpret.retag replaces polynomials only on a Context's ciphertexts: a typed error names that, not
+    an AttributeError from the device context."""
+    from hemlp.errors import UnsupportedError
+    from hemlp.gpu.context import DeviceContext
+    from hemlp.he.reinterpret import retag
+
+    cm, sk, ek, x = model
+    dctx = DeviceContext(CoreBackedEvaluator(cm.context, DeviceSpec.from_context(cm.context)))
+    ct = dctx.to_device(cm.encrypt(x[:1], sk).ctm.cts[0])
+    assert retag(dctx, ct, scale=2.0 * ct.scale).scale == 2.0 * ct.scale
+    with pytest.raises(UnsupportedError, match="polys"):
+        retag(dctx, ct, polys=[np.zeros(4)])
