@@ -18,10 +18,12 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 SCHEMA = "hemlp-bench/1"
 REPO_ROOT = Path(__file__).resolve().parents[3]
+TMP_ROOT = Path(tempfile.gettempdir()).resolve()
 _ENV_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "GOTO", "HEMLP_", "KMP_")
 
 
@@ -165,10 +167,11 @@ def machine_info() -> dict:
 # ----------------------------------------------------------------------------- JSON
 def _clean(obj):
     """JSON has no inf/nan: write them as strings so every reader can load the file. Paths inside the checkout
-    (threadpoolctl's library files under .venv, a built CUDA library) are written relative to it: the JSON names no
-    machine's work folder."""
+    (threadpoolctl's library files under .venv, a built CUDA library) are written relative to it, and those in the
+    temporary folder (libraries unpacked there on a lent machine) as $TMPDIR/...: the JSON names no machine's work or
+    temporary folder."""
     if isinstance(obj, str):
-        return obj.replace(f"{REPO_ROOT}/", "")
+        return obj.replace(f"{REPO_ROOT}/", "").replace(f"{TMP_ROOT}/", "$TMPDIR/")
     if isinstance(obj, float):
         if math.isnan(obj):
             return "nan"

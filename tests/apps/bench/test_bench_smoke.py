@@ -74,6 +74,9 @@ def test_report_json_envelope(tmp_path):
     assert doc["library"] == ".venv/lib/libx.so" and doc["note"] == "looked for .venv/lib/libx.so"
     assert doc["system"] == "/usr/lib/libopenblas.so"
     assert str(report.REPO_ROOT) not in path.read_text()
+    # and those in the temporary folder (libraries unpacked there on a lent machine) as $TMPDIR/...
+    report.write_json(path, "unit", {"library": str(report.TMP_ROOT / "deps" / "libopenblas.so")})
+    assert json.loads(path.read_text())["library"] == "$TMPDIR/deps/libopenblas.so"
 
 
 @needs_ckks
