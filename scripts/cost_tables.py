@@ -3,9 +3,10 @@
     .venv/bin/python scripts/cost_tables.py [--bench bench] [--out hemlp/planner/cost_tables] [--check]
 
 avx512.json: the measurements of bench/*.json, all one AMD EPYC on hemlp's AVX-512 path: the unit costs from
-bench/core_N14.json and bench/pcmm_N14.json, the single bootstraps of every bench/boot_*.json (secret-key input),
-the batched-bootstrapping ratios of every bench/mambo_*.json (parsed by hemlp.apps.calibrate, which `hemlp
-calibrate` uses on its own runs). It reproduces exactly what the planner read from bench/ before the tables existed.
+bench/core_N14.json (its encode split into the level-0 part and the part per limb by the ratio of another core run,
+ENCODE_SPLIT_RUN, while core_N14.json has no level-0 encode) and bench/pcmm_N14.json, the single bootstraps of
+every bench/boot_*.json (secret-key input), the batched-bootstrapping ratios of every bench/mambo_*.json (parsed by
+hemlp.apps.calibrate, which `hemlp calibrate` uses on its own runs).
 
 avx2.json: no AVX2-only machine has run the benchmarks, so it is derived from avx512.json by measured ratios, and
 every figure says so:
@@ -36,7 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 EXCLUDE = {"boot_N16_pk_input.json": "public-key input (its encryption noise, not bootstrapping's)"}
 #: the core benchmark's op behind each unit cost (mlwe_mac, pcmm_mac: the PCMM, not in the core benchmark)
 CORE_OP = {"rotate": "rotate", "rotate_hoisted": "rotate_hoisted8", "ct_mul": "mul", "encrypt": "encrypt",
-           "encode": "encode", "pt_mul": "mul_plain_add", "rescale": "rescale", "touch": "touch_256mib"}
+           "encode": "encode", "encode_limb": "encode", "pt_mul": "mul_plain_add", "rescale": "rescale",
+           "touch": "touch_256mib"}
+#: a core run with the level-0 encode, for splitting the encode of a run made before it was measured (its share of
+#: the fresh encode: how the code divides an encoding between the slot FFT and the residues, not a machine's speed)
+ENCODE_SPLIT_RUN = "core_N14_xeon.json"
 
 
 def load(bench: Path, name: str) -> dict:
@@ -55,7 +60,8 @@ def machine_of(doc: dict, name: str, want: str) -> str:
 def avx512_table(bench: Path) -> CostProfile:
     core, pcmm = load(bench, "core_N14.json"), load(bench, "pcmm_N14.json")
     cpus = {machine_of(core, "core_N14.json", "avx512"), machine_of(pcmm, "pcmm_N14.json", "avx512")}
-    costs, how = unit_costs_from_runs(core, pcmm, "bench/core_N14.json", "bench/pcmm_N14.json")
+    costs, how = unit_costs_from_runs(core, pcmm, "bench/core_N14.json", "bench/pcmm_N14.json",
+                                      encode_split(bench, core))
     boots, runs, names, dates = [], [], [], [core["machine"]["date"], pcmm["machine"]["date"]]
     for path in sorted(bench.glob("boot_*.json")):
         if path.name in EXCLUDE:
@@ -83,6 +89,21 @@ def avx512_table(bench: Path) -> CostProfile:
                      f"{', '.join(names)}, "
                      f"{', '.join(r.name for r in runs)} (scripts/cost_tables.py)"),
         created=max(dates))
+
+
+def encode_split(bench: Path, core: dict):
+    """None when `core` measured the level-0 encode itself; else (level-0 / fresh encode, how) from
+    ENCODE_SPLIT_RUN (one thread, CPU-time medians), whose preset must be `core`'s."""
+    one = lambda doc: next(r for r in doc["results"] if r["threads"] == 1)["ops"]     # noqa: E731
+    if "encode_level0" in one(core):
+        return None
+    doc = load(bench, ENCODE_SPLIT_RUN)
+    if doc["preset"]["name"] != core["preset"]["name"]:
+        raise SystemExit(f"bench/{ENCODE_SPLIT_RUN} ran {doc['preset']['name']}, not {core['preset']['name']}")
+    ops = {k: v.get("cpu_median_s", v["median_s"]) for k, v in one(doc).items()}
+    return (ops["encode_level0"] / ops["encode"],
+            f"the level-0 / fresh encode ratio of bench/{ENCODE_SPLIT_RUN}, {doc['machine']['cpu']['model']}, "
+            f"commit {doc['machine']['git']['commit'][:7]}")
 
 
 def op_ratios(bench: Path) -> dict:

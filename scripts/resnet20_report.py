@@ -7,6 +7,10 @@ calibration training images, simulate on the exact CIFAR-10 test images, and (--
 The JSON records compile seconds and peak RSS, the plan (layout, depth, activation degrees, bootstrap points and
 calls, estimated seconds per image), plaintext accuracy, simulated accuracy and top-1 agreement with PyTorch on every
 exact test image, and for the encrypted images: seconds each, and whether encrypted = simulated = plaintext top-1.
+
+``--estimate`` compiles the same model again (under the active cost profile: ``HEMLP_COST_PROFILE`` or this
+machine's ``hemlp calibrate``) and puts the plan's estimate by kind (bootstraps, the convolutions' diagonal products,
+the rest) beside the encrypted images' measured seconds by kind, in the --json file's ``estimates``.
 """
 from __future__ import annotations
 
@@ -72,13 +76,17 @@ def main(argv=None) -> int:
                     help="compile's server_memory in GiB (default: compile's 'auto'); the plan sizes its diagonal cache "
                          "to it")
     ap.add_argument("--resume", action="store_true", help="continue the --json file's run (same compiled model)")
+    ap.add_argument("--estimate", action="store_true",
+                    help="compile only: record the plan's estimate by kind beside the --json run's measurement")
     args = ap.parse_args(argv)
+    if args.estimate and args.resume:
+        raise SystemExit("--estimate and --resume: one at a time")
     import json
 
     old = None
-    if args.resume:
+    if args.resume or args.estimate:
         if not args.json or not Path(args.json).exists():
-            raise SystemExit("--resume needs an existing --json file to continue")
+            raise SystemExit("--resume and --estimate need an existing --json file (a run's report)")
         old = json.loads(Path(args.json).read_text())
 
     import torch
@@ -152,11 +160,16 @@ def main(argv=None) -> int:
                        bootstrap_points=len(boot.get("placements", [])),
                        bootstrap_calls=sum(p.get("bootstraps", 0) for p in boot.get("placements", [])),
                        estimated_seconds=boot.get("total_seconds"), resources=info.get("resources"),
+                       # by the kinds encrypt_images measures: the layout's per-step estimate (layout (P)'s)
+                       estimated_step_seconds=step_summary(cm.layout_impl.step_estimates())
+                       if hasattr(cm.layout_impl, "step_estimates") else None,
                        search_seconds=fit.get("search_seconds"), text=str(cm.plan))
     print(cm.plan, flush=True)
     print(f"compile: {rep['compile_seconds']:.1f} s, peak RSS {rep['compile_peak_rss_gib']:.2f} GiB", flush=True)
 
     machine = machine_info()              # at the start: the code that runs (later commits must not relabel it)
+    if args.estimate:
+        return record_estimate(args.json, old, cm, machine)
 
     def save(complete: bool) -> None:     # after every stage: a long run interrupted keeps what it measured
         if args.json:
@@ -217,6 +230,38 @@ def step_summary(layer_seconds: dict) -> dict:
         kind = "bootstrap" if "#boot" in k else "matvec" if ("conv" in k or "linear" in k or "slice" in k) else "other"
         out[kind] += float(v)
     return out
+
+
+def record_estimate(path, doc: dict, cm, machine: dict) -> int:
+    """The plan's estimate by kind (the layout's per-step estimate, the names the run times) beside the median
+    measured seconds by kind of the report's encrypted images, appended to its ``estimates`` (one entry per cost
+    profile: a later one replaces it). The plan must be the measured run's (its model id)."""
+    import json
+
+    from hemlp.planner.cost_model import active_profile
+
+    if cm.model_id != doc.get("model_id"):
+        raise SystemExit(f"--estimate: {path} measured compiled model {doc.get('model_id')}, this compile made "
+                         f"{cm.model_id} (another plan: the cost profile moved a bootstrap or changed the layout)")
+    runs = [r for r in doc.get("encrypted", []) if r.get("step_seconds")]
+    if not runs:
+        raise SystemExit(f"--estimate: {path} has no encrypted image with its step seconds")
+    est = step_summary(cm.layout_impl.step_estimates())
+    measured = {k: float(np.median([r["step_seconds"][k] for r in runs])) for k in est}
+    entry = dict(cost_profile=active_profile().source, commit=machine["git"]["commit"][:7],
+                 cpu=machine["cpu"]["model"], estimated=est, estimated_total=sum(est.values()),
+                 measured_median=measured, measured_median_total=float(np.median([sum(r["step_seconds"].values())
+                                                                                  for r in runs])),
+                 measured_images=[r["index"] for r in runs],
+                 measured_over_estimated={k: measured[k] / est[k] for k in est if est[k] > 0})
+    doc["estimates"] = [e for e in doc.get("estimates", []) if e.get("cost_profile") != entry["cost_profile"]]
+    doc["estimates"].append(entry)
+    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    for k in est:
+        print(f"{k:>9}: estimated {est[k]:7.1f} s, measured {measured[k]:7.1f} s (median of {len(runs)} images), "
+              f"x{measured[k] / est[k]:.2f}" if est[k] > 0 else f"{k}: estimated 0", flush=True)
+    print(f"wrote {path}: estimates under {entry['cost_profile']}", flush=True)
+    return 0
 
 
 def encrypt_images(args, cm, x, d, logits, rep, save, done: set) -> int:

@@ -39,15 +39,21 @@ KEY_SWITCH_OPS = {"rotate": "rotate", "rotate_hoisted": "rotate_hoisted8", "ct_m
 # Benchmark payloads -> profile parts
 # ---------------------------------------------------------------------------------------
 
-def unit_costs_from_runs(core: dict, pcmm: dict, core_name: str, pcmm_name: str) -> tuple[dict, dict]:
+def unit_costs_from_runs(core: dict, pcmm: dict, core_name: str, pcmm_name: str,
+                         encode_split: tuple | None = None) -> tuple[dict, dict]:
     """({unit cost: seconds}, {unit cost: how}) from a core benchmark (`python -m hemlp.bench core`: its one-thread
     CPU-time medians per N * limbs of a fresh ciphertext) and a PCMM benchmark (the median over its one-thread RLWE
-    rows at d3 = N/2 of seconds per multiply-accumulate). ValueError naming the file when a figure is missing."""
+    rows at d3 = N/2 of seconds per multiply-accumulate). ValueError naming the file when a figure is missing.
+
+    An encoding costs N * (encode + limbs * encode_limb) (hemlp.planner.layouts.encode_seconds): the two from the
+    run's encodes at the fresh level and at level 0. encode_split = (level-0 share of the fresh encode, how) splits
+    the fresh encode of a run made before the benchmark measured level 0 (scripts/cost_tables.py), and says so."""
     r = next((r for r in core.get("results", []) if r.get("threads") == 1), None)
     if r is None:
         raise ValueError(f"{core_name}: no one-thread run (python -m hemlp.bench core --threads 1)")
     N = int(core["preset"]["N"])
-    units = N * (1 + r.get("levels", {}).get("fresh", 6))
+    limbs = 1 + r.get("levels", {}).get("fresh", 6)
+    units = N * limbs
     # CPU seconds of the one-thread run where recorded (the machine may have been shared), else wall-clock
     op = {k: v.get("cpu_median_s", v["median_s"]) for k, v in r["ops"].items()}
     missing = [k for k in ("rotate", "rotate_hoisted8", "mul", "encrypt", "encode", "mul_plain_add", "rescale",
@@ -55,14 +61,15 @@ def unit_costs_from_runs(core: dict, pcmm: dict, core_name: str, pcmm_name: str)
     if missing:
         raise ValueError(f"{core_name} lacks the ops {', '.join(missing)}: rerun python -m hemlp.bench core")
     c = {"rotate": op["rotate"] / units, "rotate_hoisted": op["rotate_hoisted8"] / 8 / units,
-         "ct_mul": op["mul"] / units, "encrypt": op["encrypt"] / units, "encode": op["encode"] / N,
+         "ct_mul": op["mul"] / units, "encrypt": op["encrypt"] / units,
          "pt_mul": op["mul_plain_add"] / units, "rescale": op["rescale"] / units, "touch": op["touch_256mib"] / 2 ** 28}
     per = f"1 thread, CPU-time median / (N x limbs) of a fresh N={N} ciphertext"
+    c["encode"], c["encode_limb"], how_enc = _encode_split(op, N, limbs, core_name, encode_split)
     how = {"rotate": f"measured: {core_name} rotate, {per}",
            "rotate_hoisted": f"measured: {core_name} rotate_hoisted8 / 8, {per}",
            "ct_mul": f"measured: {core_name} mul (ct x ct + relin + rescale), {per}",
            "encrypt": f"measured: {core_name} encrypt, {per}",
-           "encode": f"measured: {core_name} encode / N, 1 thread, CPU-time median",
+           **how_enc,
            "pt_mul": f"measured: {core_name} mul_plain_add (ct x pt accumulated), {per}",
            "rescale": f"measured: {core_name} rescale, {per}",
            "touch": f"measured: {core_name} touch_256mib / 2^28 bytes, 1 thread, CPU-time median"}
@@ -77,6 +84,31 @@ def unit_costs_from_runs(core: dict, pcmm: dict, core_name: str, pcmm_name: str)
     c["mlwe_mac"] = c["pcmm_mac"]   # the same exact modular GEMM kernel (ModGemmPlan)
     how["mlwe_mac"] = "= pcmm_mac: the MLWE PCMM runs the same ModGemmPlan kernel"
     return {k: c[k] for k in UNIT_COSTS}, {k: how[k] for k in UNIT_COSTS}
+
+
+def _encode_split(op: dict, N: int, limbs: int, core_name: str, split) -> tuple[float, float, dict]:
+    """(encode, encode_limb, how): the level-independent part of an encoding (seconds per ring coefficient: the
+    slot FFT and the rounding) and its part per limb (seconds per N * limbs: the residues), from the encode at the
+    fresh level (`limbs` limbs) and at level 0 (one limb), or from `split` (share of the fresh encode that a level-0
+    encode takes, how it was obtained) for a run without the level-0 op."""
+    fresh = op["encode"]
+    if split is not None:
+        share, why = float(split[0]), str(split[1])
+        level0, src = share * fresh, f"derived: {core_name} encode x {share:.3g} ({why})"
+    elif "encode_level0" in op:
+        level0, src = op["encode_level0"], f"measured: {core_name} encode_level0"
+    else:
+        raise ValueError(f"{core_name} lacks the op encode_level0: rerun python -m hemlp.bench core")
+    # the two encodes differ by limbs - 1 limbs of residues
+    limb = (fresh - level0) / (N * max(limbs - 1, 1))
+    fixed = level0 / N - limb
+    if not (limb > 0 and fixed > 0):
+        raise ValueError(f"{core_name}: encodes at level 0 ({level0:.3g} s) and at the fresh level ({fresh:.3g} s, "
+                         f"{limbs} limbs) give no positive split (a disturbed run?): rerun python -m hemlp.bench core")
+    per = "1 thread, CPU-time medians"
+    return fixed, limb, {
+        "encode": f"{src} / N minus encode_limb, {per}: an encoding's part at any level (its slot FFT)",
+        "encode_limb": f"{src} and encode, {per}: (fresh - level 0) / (N x {limbs - 1} limbs)"}
 
 
 def boot_measurements(doc: dict, name: str) -> list:

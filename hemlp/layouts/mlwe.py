@@ -889,7 +889,7 @@ class Mlwe(Layout):
         return sum(n * N * 8 * limbs for n, limbs in self._dft_encodings())
 
     def prepare_seconds_estimate(self) -> float:
-        return encode_seconds(sum(n for n, _ in self._dft_encodings()), self.params.N, self.prepared_bytes())
+        return encode_seconds(self._dft_encodings(), self.params.N, self.prepared_bytes())
 
     def working_bytes(self) -> int:
         # the largest step: its input and output ciphertexts (real and imaginary parts in the slot domain)

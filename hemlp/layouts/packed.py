@@ -51,7 +51,7 @@ from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeErr
 from hemlp.layouts.base import Layout
 from hemlp.layouts.boot_memory import single_boot_bytes
 from hemlp.pcmm import CtMatrix
-from hemlp.planner.layouts import encode_seconds, estimate_packed
+from hemlp.planner.layouts import encode_seconds, estimate_packed, packed_step_seconds
 from hemlp.planner.resources import server_memory
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
 from hemlp.runtime.local import (ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise,
@@ -757,7 +757,27 @@ class Packed(Layout):
     def estimate(self) -> float:
         b = self._boot_summary()
         return estimate_packed(self.program, self.steps, self.params) + (0.0 if b is None else b["boot_seconds"]) \
-            + encode_seconds(self.uncached_diagonals(), self.params.N, 0) * self.program.groups
+            + encode_seconds(self.diagonal_encodings(cached=False), self.params.N, 0) * self.program.groups
+
+    def step_estimates(self) -> dict:
+        """{step: estimated seconds per batch} under the names of compiled.run's layer_seconds, what estimate()
+        sums: each matvec with the encoding of its diagonals beyond the cache, each bootstrap at the placement's
+        price; the client's input encryption (no server step) is estimate()'s only other term."""
+        prog, params = self.program, self.params
+        keep = cached_diagonals(prog, params.N, self.cache_bytes)
+        out = {}
+        for s in prog.steps:
+            if s.src.op in UNTIMED_OPS:
+                continue
+            if s.src.op == StepOp.BOOTSTRAP:          # the placement priced every group's ciphertexts
+                out[s.out] = float(s.src.info.seconds)
+                continue
+            lv = params.max_level if s.src.level_in is None else s.src.level_in
+            t = packed_step_seconds(prog, s, params, lv)
+            if s.op == "matvec":
+                t += encode_seconds([(sum(1 for key in s.diags if (s.out, key) not in keep), lv + 1)], params.N, 0)
+            out[s.out] = t * prog.groups
+        return out
 
     def keyswitches(self) -> dict:
         out = {}
@@ -898,14 +918,19 @@ class Packed(Layout):
         return sum(N * 8 * (s.src.level_in + 1) for s in self.program.steps if s.op == "matvec"
                    for key in s.diags if (s.out, key) in keep)
 
+    def diagonal_encodings(self, cached: bool) -> list:
+        """(diagonals, limbs) per matvec step of the diagonals the runner keeps (cached: encoded once, by prepare)
+        or encodes anew on every run (beyond its cache budget), each at its step's input level."""
+        keep = cached_diagonals(self.program, self.params.N, self.cache_bytes)
+        return [(sum(1 for key in s.diags if ((s.out, key) in keep) == cached), s.src.level_in + 1)
+                for s in self.program.steps if s.op == "matvec"]
+
     def uncached_diagonals(self) -> int:
         """Diagonals encoded anew on every run (beyond the runner's cache budget)."""
-        keep = cached_diagonals(self.program, self.params.N, self.cache_bytes)
-        return sum(1 for s in self.program.steps if s.op == "matvec" for key in s.diags if (s.out, key) not in keep)
+        return sum(n for n, _ in self.diagonal_encodings(cached=False))
 
     def prepare_seconds_estimate(self) -> float:
-        diags = sum(len(s.diags) for s in self.program.steps if s.op == "matvec") - self.uncached_diagonals()
-        return encode_seconds(diags, self.params.N, self.prepared_bytes())
+        return encode_seconds(self.diagonal_encodings(cached=True), self.params.N, self.prepared_bytes())
 
     def working_bytes(self) -> int:
         return sum(self.memory_parts().values())

@@ -39,10 +39,12 @@ __all__ = ["SCHEMA", "UNIT_COSTS", "PROFILE_ENV", "CACHE_ENV", "SIMD_ORDER", "TA
            "CostProfile", "active_profile", "reset_profile_cache", "packaged_profile", "packaged_for", "packaged_paths",
            "load_profile", "save_profile", "cache_dir", "user_profile_path"]
 
-SCHEMA = "hemlp-cost-profile/1"
+#: /2: ``encode`` became an encoding's level-independent part (per ring coefficient) beside ``encode_limb`` (per
+#: N * limbs); a /1 profile priced every encoding as one at N14-d6's fresh level
+SCHEMA = "hemlp-cost-profile/2"
 #: the unit costs every profile has (seconds per N * limbs; ``encode`` per ring coefficient, ``touch`` per byte)
 UNIT_COSTS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul", "rescale", "pcmm_mac", "encrypt", "mlwe_mac", "encode",
-              "touch")
+              "encode_limb", "touch")
 PROFILE_ENV = "HEMLP_COST_PROFILE"
 CACHE_ENV = "HEMLP_CACHE_DIR"
 #: the SIMD paths of the native core, fastest first: "nearest" packaged table means nearest in this order

@@ -48,18 +48,19 @@ __all__ = ["unit_costs", "poly_muls", "act_muls", "estimate_batch", "estimate_pa
 
 
 def unit_costs(profile: Optional[CostProfile] = None) -> dict:
-    """Seconds per (N * limbs) unit at one thread of the ops the layouts run (``encode`` per ring coefficient: a
-    plaintext's encoding is dominated by its FFT over the slots, not by its limbs; ``touch`` per byte of memory a
-    process writes for the first time: what keeping every encoded diagonal costs on top of encoding), from
-    `profile` (default: the active cost profile)."""
+    """Seconds per (N * limbs) unit at one thread of the ops the layouts run (``encode`` per ring coefficient: the
+    part of an encoding any level pays, its FFT over the slots; ``encode_limb`` per N * limbs: its residues;
+    ``touch`` per byte of memory a process writes for the first time: what keeping every encoded diagonal costs on
+    top of encoding), from `profile` (default: the active cost profile)."""
     return dict((profile or active_profile()).unit_costs)
 
 
-def encode_seconds(plaintexts: int, N: int, kept_bytes: int) -> float:
-    """Seconds to encode `plaintexts` plaintexts of ring degree N that the server keeps (kept_bytes in all):
-    the encodings plus the first touch of the memory that holds them."""
+def encode_seconds(encodings, N: int, kept_bytes: int) -> float:
+    """Seconds to encode plaintexts of ring degree N, `encodings` pairs (plaintexts, limbs of each), of which the
+    server keeps kept_bytes in all: the encodings plus the first touch of the memory that holds them."""
     c = unit_costs()
-    return plaintexts * N * c["encode"] + kept_bytes * c["touch"]
+    return sum(int(n) * N * (c["encode"] + int(limbs) * c["encode_limb"]) for n, limbs in encodings) \
+        + kept_bytes * c["touch"]
 
 
 def poly_muls(degree: int) -> int:

@@ -14,6 +14,7 @@ from hemlp.errors import EncodingError, LevelError, MissingKeyError, Unsupported
 from hemlp.layouts.packed import PackedProgram
 from hemlp.layouts.packed_bootstrap import packed_level_dag
 from hemlp.planner.bootstrap_placement import BootstrapCost, place_bootstraps, place_bootstraps_exhaustive
+from hemlp.planner.layouts import packed_step_seconds
 from hemlp.runtime.artifacts import EvalKeys
 
 torch = pytest.importorskip("torch")
@@ -102,6 +103,15 @@ def test_mlp_encrypted_with_real_bootstraps_equals_simulate(mlp_model):
     assert np.array_equal(y.argmax(1), sim.argmax(1))
     assert np.max(np.abs(sim - cm.reference(x))) < 0.05
     assert any("#boot" in k for k in out.layer_seconds)
+    # the plan's estimate per step names the steps the run timed, and sums (with the client's input encryption)
+    # to the estimate the plan prints: a run's time can be put beside its estimate step by step
+    lay = cm.layout_impl
+    est = lay.step_estimates()
+    assert set(est) == set(out.layer_seconds) and all(v >= 0 for v in est.values())
+    assert sum(v for k, v in est.items() if "#boot" in k) == pytest.approx(cm.plan.info["bootstrap"]["boot_seconds"])
+    first = lay.program.steps[0]
+    assert sum(est.values()) + packed_step_seconds(lay.program, first, cm.params, first.src.level_out) * \
+        lay.program.groups == pytest.approx(lay.estimate())
     with pytest.raises(MissingKeyError, match="bootstrapping keys"):
         cm.run(cm.encrypt(x, sk), EvalKeys(cm.model_id, ek.relin_key, ek.galois_keys))
 

@@ -19,8 +19,8 @@ import pytest
 
 from hemlp.errors import ParameterError, SerializationError
 from hemlp.planner import cost_model as cm
-from hemlp.planner.cost_model import (CostProfile, active_profile, load_profile, packaged_for, packaged_profile,
-                                      reset_profile_cache, save_profile, user_profile_path)
+from hemlp.planner.cost_model import (SCHEMA, CostProfile, active_profile, load_profile, packaged_for,
+                                      packaged_profile, reset_profile_cache, save_profile, user_profile_path)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,7 +88,8 @@ def test_profile_round_trips_through_json(tmp_path):
 
 @pytest.mark.parametrize("damage, words", [
     (lambda t: t[: len(t) // 2], "not JSON"),
-    (lambda t: t.replace('"hemlp-cost-profile/1"', '"hemlp-cost-profile/0"'), "schema 'hemlp-cost-profile/0'"),
+    (lambda t: t.replace(f'"{SCHEMA}"', '"hemlp-cost-profile/1"'), "schema 'hemlp-cost-profile/1'"),
+    (lambda t: t.replace('"encode_limb"', '"encode_residues"', 1), "missing 'encode_limb'"),
     (lambda t: t.replace('"rescale"', '"rescale_old"', 1), "missing 'rescale'"),
     (lambda t: json.dumps(dict(json.loads(t), simd_path="neon")), "simd_path 'neon'"),
     (lambda t: json.dumps({**json.loads(t), "unit_costs": {**json.loads(t)["unit_costs"],
@@ -147,12 +148,16 @@ def test_which_profile_is_active(tmp_path, monkeypatch, fresh_profile):
 
 def test_packaged_tables_are_what_the_bench_json_give():
     """scripts/cost_tables.py --check: the packaged tables are exactly what it derives from bench/ (rerun it after a
-    new benchmark); every avx2 figure is labelled derived, every avx512 one measured."""
+    new benchmark); every avx2 figure is labelled derived, every avx512 one measured but the encode's split (its
+    core run predates the level-0 encode: split by another run's ratio, and labelled so)."""
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "cost_tables.py"), "--check"], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     fast, slow = packaged_profile("avx512"), packaged_profile("avx2")
-    assert all(s.startswith(("measured", "= pcmm_mac")) for s in fast.unit_cost_sources.values())
+    assert all(s.startswith(("measured", "= pcmm_mac")) for k, s in fast.unit_cost_sources.items()
+               if k not in ("encode", "encode_limb"))
+    assert all(fast.unit_cost_sources[k].startswith(("measured", "derived: bench/core_N14.json encode x"))
+               for k in ("encode", "encode_limb"))
     assert all(s.startswith("derived") for s in slow.unit_cost_sources.values())
     assert all(m.source.startswith("measured") for m in fast.bootstrap)
     assert all(m.source.startswith("derived") for m in slow.bootstrap)
@@ -223,3 +228,41 @@ def test_hemlp_calibrate_is_the_command_line_one():
     from hemlp.apps.calibrate import calibrate
 
     assert hemlp.calibrate is calibrate
+
+
+def _core_run(encode: float, level0: float | None, fresh_level: int = 6) -> dict:
+    """A one-thread core benchmark payload with the ops the unit costs need (seconds as CPU-time medians)."""
+    ops = {k: {"median_s": 1e-3, "cpu_median_s": 1e-3} for k in ("rotate", "rotate_hoisted8", "mul", "encrypt",
+                                                                 "mul_plain_add", "rescale", "touch_256mib")}
+    ops["encode"] = {"median_s": encode, "cpu_median_s": encode}
+    if level0 is not None:
+        ops["encode_level0"] = {"median_s": level0, "cpu_median_s": level0}
+    return {"preset": {"name": "N14-d6", "N": 2 ** 14},
+            "results": [{"threads": 1, "levels": {"fresh": fresh_level}, "ops": ops}]}
+
+
+PCMM_RUN = {"results": [{"format": "rlwe", "threads": 1, "d3_label": "N/2", "d": 64, "d3": 8192, "level": 3,
+                         "pcmm_s": 0.5}]}
+
+
+def test_an_encoding_is_priced_by_its_limbs_from_the_two_measured_levels():
+    """The core benchmark encodes at the fresh level and at level 0: the unit costs reproduce both, and an
+    encoding at any level in between costs the level-0 part plus its limbs' residues. A run without the level-0
+    encode is refused unless a split is given, and a given split is labelled derived."""
+    from hemlp.apps.calibrate import unit_costs_from_runs
+
+    N, fresh, level0 = 2 ** 14, 9.6e-4, 5.4e-4
+    c, how = unit_costs_from_runs(_core_run(fresh, level0), PCMM_RUN, "core.json", "pcmm.json")
+    assert N * (c["encode"] + 7 * c["encode_limb"]) == pytest.approx(fresh)
+    assert N * (c["encode"] + c["encode_limb"]) == pytest.approx(level0)
+    assert c["encode_limb"] == pytest.approx((fresh - level0) / (6 * N))
+    assert how["encode"].startswith("measured: core.json encode_level0")
+    with pytest.raises(ValueError, match="encode_level0"):
+        unit_costs_from_runs(_core_run(fresh, None), PCMM_RUN, "core.json", "pcmm.json")
+    c2, how2 = unit_costs_from_runs(_core_run(fresh, None), PCMM_RUN, "core.json", "pcmm.json",
+                                    encode_split=(level0 / fresh, "another run"))
+    assert c2["encode"] == pytest.approx(c["encode"]) and c2["encode_limb"] == pytest.approx(c["encode_limb"])
+    assert how2["encode"].startswith("derived: core.json encode x") and "another run" in how2["encode_limb"]
+    # a disturbed run (level 0 no faster than the fresh level) gives no split: refused, not a negative cost
+    with pytest.raises(ValueError, match="no positive split"):
+        unit_costs_from_runs(_core_run(fresh, fresh * 1.01), PCMM_RUN, "core.json", "pcmm.json")

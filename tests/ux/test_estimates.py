@@ -73,7 +73,8 @@ def test_unit_costs_are_the_core_bench_one_thread_cpu_times():
     assert c["pt_mul"] == pytest.approx(ops["mul_plain_add"]["cpu_median_s"] / units)
     assert c["rescale"] == pytest.approx(ops["rescale"]["cpu_median_s"] / units)
     assert c["rotate"] == pytest.approx(ops["rotate"]["cpu_median_s"] / units)
-    assert c["encode"] == pytest.approx(ops["encode"]["cpu_median_s"] / 2 ** 14)
+    # an encoding at the fresh level (7 limbs): its level-independent part and seven limbs of residues
+    assert c["encode"] + 7 * c["encode_limb"] == pytest.approx(ops["encode"]["cpu_median_s"] / 2 ** 14)
     assert c["touch"] == pytest.approx(ops["touch_256mib"]["cpu_median_s"] / 2 ** 28)
     assert c["pt_mul"] > 4e-9                 # the addition into the partial sum is part of a diagonal product
 
@@ -81,15 +82,20 @@ def test_unit_costs_are_the_core_bench_one_thread_cpu_times():
 def test_prepare_time_counts_the_encoded_diagonals():
     """Layout (P) encodes every weight diagonal once (prepare): the plan states that time apart from the per-batch
     run; layout (A) encodes nothing in advance."""
-    from hemlp.planner.layouts import encode_seconds
+    from hemlp.planner.layouts import encode_seconds, unit_costs
 
     x = np.random.default_rng(0).uniform(-1, 1, (2, 64))
     cm = hemlp.compile(square_mlp((64, 32, 10)), x, batch_size=2, allow_insecure=True, layout="packed")
     lay = cm.layout_impl
-    diags = sum(len(s.diags) for s in lay.program.steps if s.op == "matvec")
+    steps = [s for s in lay.program.steps if s.op == "matvec"]
+    diags = sum(len(s.diags) for s in steps)
     assert diags > 0 and lay.prepared_bytes() > 0
     r = cm.plan.resources
-    assert r.prepare_seconds == pytest.approx(encode_seconds(diags, cm.params.N, lay.prepared_bytes()))
+    c, N = unit_costs(), cm.params.N
+    # every diagonal encoded at its step's input level: the FFT part once, the residues per limb
+    want = sum(len(s.diags) * N * (c["encode"] + (s.src.level_in + 1) * c["encode_limb"]) for s in steps)
+    assert r.prepare_seconds == pytest.approx(want + lay.prepared_bytes() * c["touch"])
+    assert encode_seconds([(diags, 3)], N, 0) < encode_seconds([(diags, 6)], N, 0)
     assert r.prepare_seconds > 0
     a = hemlp.compile(square_mlp((64, 32, 10)), x, batch_size=2, allow_insecure=True, layout="batch")
     assert a.plan.resources.prepare_seconds == 0.0

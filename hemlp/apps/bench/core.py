@@ -4,8 +4,9 @@
 
 Times are medians over R repeats after one warm-up, per thread count (``hemlp.set_num_threads``).
 Precision bits = -log2(max abs error) over all slots for uniform [-1, 1] inputs.  The op keys
-(``ntt``, ``encode``, ...) are the ones ``scripts/bench_peers.py`` uses for the peers too; ``mul_plain_add``
-and ``rescale`` (PLAN_OPS) are hemlp's only: the planner's unit costs (hemlp.planner.layouts.unit_costs).
+(``ntt``, ``encode``, ...) are the ones ``scripts/bench_peers.py`` uses for the peers too; ``encode_level0``,
+``mul_plain_add``, ``rescale`` and ``touch_256mib`` (PLAN_OPS) are hemlp's only: the planner's unit costs
+(hemlp.planner.layouts.unit_costs).
 
 The SIMD kernels are fixed per process (``HEMLP_SIMD``), so ``--simd`` runs the benchmark once per
 listed path in a child process and prints them side by side with the speed-up over the first one;
@@ -37,6 +38,7 @@ OPS = [
 ]
 #: hemlp-only ops (not in the peers' JSON): the planner's unit costs of the diagonal products (hemlp.planner.layouts)
 PLAN_OPS = [
+    ("encode_level0", "encode at level 0 (one limb)"),
     ("mul_plain_add", "ct x pt + accumulate"),
     ("rescale", "rescale"),
     ("touch_256mib", "write 256 MiB of new memory"),
@@ -77,6 +79,11 @@ class HemlpCore:
     # --- ops
     def encode(self, x):
         return self.ctx.encode(x)
+
+    def encode_level0(self, x):
+        """x encoded over the first limb alone: with ``encode`` at the fresh level, it splits an encoding's cost
+        into its slot FFT (any level) and its residues (per limb): hemlp.planner.layouts.encode_seconds."""
+        return self.ctx.encode(x, level=0, scale=float(self.ctx.modulus(0)))
 
     def encrypt(self, pt, x):
         """Public-key encryption of an encoded plaintext when the API takes one, else of ``x``."""
@@ -210,6 +217,7 @@ def run_core(preset: str, threads: list[int], repeats: int, seed: int = 1,
             ops = {
                 "ntt": measure(lambda: h.ntt(ntt_in), repeats),
                 "encode": measure(lambda: h.encode(x), repeats),
+                "encode_level0": measure(lambda: h.encode_level0(x), repeats),
                 "encrypt": measure(lambda: h.encrypt(pt_x, x), repeats),
                 "decrypt": measure(lambda: h.decrypt(ct_x), repeats),
                 "mul": measure(lambda: h.mul(ct_x, ct_y), repeats),

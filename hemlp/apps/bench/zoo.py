@@ -9,7 +9,10 @@ peak memory is its own: ``hemlp.compile`` with bootstraps (preset N16-boot by de
 process's peak resident memory; the plan's layout, depth, activation choice, bootstrap points and estimated seconds
 per image (one thread); simulate-vs-torch top-1 agreement and accuracy on ``--test`` real test images (CIFAR-10 test,
 the exact first 1 017; EMNIST-mnist test, complete). Random-weight models have small logit margins, so their
-agreement is a harder test than a trained model's, and their accuracy is chance.
+agreement is a harder test than a trained model's, and their accuracy is chance. Their BatchNorm statistics are the
+calibration images' (``--bn-stats data``, the default): a trained model's normalise its activations, the
+initialisation's (mean 0, variance 1) let a deep residual stack grow past what a bootstrap refreshes (a random
+ResNet-44 reaches ~2 000), which no model a user brings does.
 
 ``--json`` is written after every row; ``--append`` keeps the rows already there (one table from several
 invocations, e.g. one model at a time); each row names the machine it was measured on. A child that runs out of
@@ -49,6 +52,9 @@ def add_arguments(p) -> None:
     p.add_argument("--train-epochs", type=int, default=0,
                    help="train models without shipped weights this many epochs on training images disjoint from the "
                         "calibration and test images (0: seeded random initialisation)")
+    p.add_argument("--bn-stats", choices=("data", "init"), default="data",
+                   help="BatchNorm statistics of a model without trained weights: 'data' (averaged over the "
+                        "calibration images in training mode, as training leaves them) or 'init' (mean 0, variance 1)")
     p.add_argument("--frontends", default="torch,onnx")
     p.add_argument("--layout", default="auto",
                    help="compile's layout: 'auto', 'packed' (P: one image per ciphertext, seconds per image) or "
@@ -141,6 +147,25 @@ def _model(name: str, state):
     return model.eval(), state is not None
 
 
+def bn_statistics(model, x, batch: int = 100) -> int:
+    """Set every BatchNorm's running mean and variance to their averages over x (training mode, no gradient,
+    a cumulative average), leaving the weights as they are; returns how many BatchNorm layers were set."""
+    import torch
+
+    bns = [m for m in model.modules() if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d,
+                                                         torch.nn.BatchNorm3d))]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None                  # None: the running statistics average every batch alike
+    if bns:
+        model.train()
+        with torch.no_grad():
+            for i in range(0, len(x), batch):
+                model(torch.as_tensor(x[i:i + batch], dtype=torch.float32))
+    model.eval()
+    return len(bns)
+
+
 def _onnx_bytes(model, x) -> bytes:
     import torch
 
@@ -174,6 +199,11 @@ def one(name: str, frontend: str, args) -> dict:
         train(model.train(), x_tr, y_tr, epochs=args.train_epochs, threads=1, progress=False)
         model.eval()
         train_s, trained = time.perf_counter() - t0, f"{args.train_epochs} epoch(s) on {len(y_tr)} images here"
+    bn = "trained"
+    if not trained:
+        bn = "init (mean 0, variance 1)"
+        if getattr(args, "bn_stats", "data") == "data" and bn_statistics(model, x_cal):
+            bn = f"data: averaged over the {len(x_cal)} calibration images"
     _stage("export" if frontend == "onnx" else "torch")
     src = model
     if frontend == "onnx":
@@ -211,7 +241,8 @@ def one(name: str, frontend: str, args) -> dict:
             y = np.asarray(cm.simulate(x_te), dtype=np.float64).reshape(len(x_te), -1)
     simulate_s = time.perf_counter() - t0
     simulate_peak = report_rss()
-    return dict(model=name, frontend=frontend, trained=trained, train_seconds=train_s, test_set=test_name,
+    return dict(model=name, frontend=frontend, trained=trained, train_seconds=train_s, bn_statistics=bn,
+                test_set=test_name,
                 test_images=len(x_te),
                 calibration_images=len(x_cal), compile_seconds=compile_s, peak_rss_gib=peak,
                 rss_before_compile_gib=rss0, peak_rss_with_simulate_gib=simulate_peak, layout=cm.layout,
@@ -288,7 +319,7 @@ def _settings(args) -> dict:
     """What a row was measured with (rows from several invocations share one file)."""
     return dict(test=args.test, calibration=args.calibration, train_epochs=args.train_epochs, target=args.target,
                 timeout_s=args.timeout, server_memory=args.server_memory, layout=getattr(args, "layout", "auto"),
-                simulate=getattr(args, "simulate", "layout"))
+                simulate=getattr(args, "simulate", "layout"), bn_stats=getattr(args, "bn_stats", "data"))
 
 
 def _died(name: str, frontend: str, out) -> dict:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-OPS = ["ntt", "encode", "encrypt", "decrypt", "mul", "rotate", "rotate_hoisted8", "mul_plain_add", "rescale",
-       "touch_256mib"]
+OPS = ["ntt", "encode", "encode_level0", "encrypt", "decrypt", "mul", "rotate", "rotate_hoisted8", "mul_plain_add",
+       "rescale", "touch_256mib"]
 PRECISION = ["mult_bits", "rotate_bits"]
 
 
