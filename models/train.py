@@ -105,6 +105,32 @@ class RandomCropFlip:
         return f"a fresh random shift of up to {self.pad} px (zero padding) and horizontal flip of every batch"
 
 
+class Cutout:
+    """Zero one random `size` x `size` square of every image of a batch (NCHW; the square may overhang the border,
+    as DeVries & Taylor 2017 cut it), drawn from the training's seeded generator. Applied after RandomCropFlip on
+    standardised images, zero is the data set's mean."""
+
+    def __init__(self, size: int = 8):
+        self.size = int(size)
+
+    def __call__(self, xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        if self.size <= 0:
+            return xb
+        n, _, h, w = xb.shape
+        cy = torch.randint(0, h, (n,), generator=gen).to(xb.device)
+        cx = torch.randint(0, w, (n,), generator=gen).to(xb.device)
+        top, left = cy - self.size // 2, cx - self.size // 2
+        rows = torch.arange(h, device=xb.device)[None, :]
+        cols = torch.arange(w, device=xb.device)[None, :]
+        in_rows = (rows >= top[:, None]) & (rows < (top + self.size)[:, None])
+        in_cols = (cols >= left[:, None]) & (cols < (left + self.size)[:, None])
+        keep = ~(in_rows[:, :, None] & in_cols[:, None, :])
+        return xb * keep[:, None, :, :].to(xb.dtype)
+
+    def describe(self) -> str:
+        return f"a random {self.size}x{self.size} square of every image zeroed (cutout)"
+
+
 def train(model: nn.Module, x: np.ndarray, y: np.ndarray, epochs: int = 5, batch_size: int = 64,
           lr: float = 2e-3, seed: int = 0, threads: int = 2, x_val=None, y_val=None, progress: bool = True,
           weight_decay: float = 1e-4, clip: float = 1.0, callback=None, transform=None, optimizer: str = "adam",

@@ -6,6 +6,9 @@
 
 The recipe is the paper's (SGD with momentum 0.9, weight decay 1e-4 on a 4-pixel random crop and horizontal flip,
 batch 128) with a one-cycle schedule instead of 182 epochs of step decay, so it fits a few hours on 2 CPU cores.
+Options beyond it, each recorded in the JSON's recipe: ``--cutout 8`` (a random 8x8 square zeroed), ``--label-smoothing
+0.1``, ``--ema 0.999`` (the weights' exponential moving average is evaluated and saved) and ``--exact-train`` (the
+5 085 exact training images beside the 50 000 JPEG ones).
 A checkpoint is written after every epoch (``--out`` + ``.ckpt``) and ``--resume`` continues from it, so a run can be
 spread over several sessions and machines (``--device cuda`` on a GPU, then the CPU, or back: each epoch's record
 names its device); the weights file holds the model and the client's input standardisation (mean, std).
@@ -17,6 +20,7 @@ import argparse
 import hashlib
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +30,19 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from cifar_resnet_run import CIFAR_EXACT, CIFAR_JPEG, load, standardiser  # noqa: E402
 
-RECIPE = dict(batch_size=128, lr=0.1, momentum=0.9, weight_decay=1e-4, label_smoothing=0.0, pct_start=0.15, pad=4)
+RECIPE = dict(batch_size=128, lr=0.1, momentum=0.9, weight_decay=1e-4, label_smoothing=0.0, pct_start=0.15, pad=4,
+              cutout=0, ema=0.0)
+
+
+def with_exact_train(tr, root):
+    """The JPEG training set with the exact python training batches appended (their images' true pixels)."""
+    from hemlp.datasets import load_cifar10
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # the partial-set notice: the JSON names the set
+        ex = load_cifar10(root, train=True, verify=False)
+    return type(tr)(np.concatenate([tr.x, ex.x]), np.concatenate([tr.y, ex.y]), tr.classes,
+                    f"{tr.name} + {ex.name}", tr.synthetic, dict(tr.info, exact_train=int(len(ex.y))))
 
 
 def main(argv=None) -> int:
@@ -47,13 +63,24 @@ def main(argv=None) -> int:
                                                    "come from the same CPU generator on either")
     ap.add_argument("--no-exact", action="store_true", help="without the exact python batches: report and "
                                                                "monitor on the JPEG test set alone")
+    ap.add_argument("--cutout", type=int, default=RECIPE["cutout"], help="zero a random square of this side in "
+                                                                         "every training image (0: none)")
+    ap.add_argument("--label-smoothing", type=float, default=RECIPE["label_smoothing"])
+    ap.add_argument("--ema", type=float, default=RECIPE["ema"],
+                    help="decay of an exponential moving average of the weights and BatchNorm statistics, which is "
+                         "evaluated and saved (0: the last weights)")
+    ap.add_argument("--exact-train", action="store_true",
+                    help="add the exact python training batches (5 x 1 017 images, the JPEG set's images with their "
+                         "true pixels; none is a test image) to the 50 000 JPEG ones")
     args = ap.parse_args(argv)
 
     import torch
     from torch import nn
 
     from hemlp.apps.bench.report import load_average, machine_info, save_json
-    from hemlp.models.train import RandomCropFlip, accuracy, predict, set_determinism
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    from hemlp.models.train import Cutout, RandomCropFlip, accuracy, predict, set_determinism
     from hemlp.models.zoo import build
 
     set_determinism(args.seed, args.threads)
@@ -64,6 +91,8 @@ def main(argv=None) -> int:
         torch.backends.cudnn.benchmark = True
     tr, tests = load(args.data_root, args.cache_dir, args.train_limit, args.seed,
                      exact=not args.no_exact)
+    if args.exact_train:
+        tr = with_exact_train(tr, args.data_root)
     mean, std = standardiser(tr.x)
     prior = None
     if args.init:
@@ -91,7 +120,17 @@ def main(argv=None) -> int:
         gen.set_state(state["gen"].cpu())           # saved from a CUDA run, loaded onto its device
         history, start = state["history"], state["epoch"]
         print(f"resumed after epoch {start}", flush=True)
-    augment, loss_fn = RandomCropFlip(RECIPE["pad"]), nn.CrossEntropyLoss(label_smoothing=RECIPE["label_smoothing"])
+    crop, cut = RandomCropFlip(RECIPE["pad"]), Cutout(args.cutout)
+    augment = (lambda xb, g: cut(crop(xb, g), g)) if args.cutout > 0 else crop      # noqa: E731
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+    # the average the run evaluates and saves (None: the trained weights themselves); BatchNorm statistics included
+    ema = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(args.ema), use_buffers=True)
+           if args.ema > 0 else None)
+    if ema is not None and args.resume and ckpt.exists() and state.get("ema") is not None:
+        ema.load_state_dict(state["ema"])
+
+    def evaluated():
+        return model if ema is None else ema.module
     load_before = load_average()
     for ep in range(start, args.epochs):
         model.train()
@@ -107,6 +146,8 @@ def main(argv=None) -> int:
             loss.backward()
             opt.step()
             sched.step()
+            if ema is not None:
+                ema.update_parameters(model)
             total += loss.detach() * len(idx)         # summed on the device: no synchronisation per step
             correct += (out.argmax(1) == y[idx]).sum()
         rec = dict(epoch=ep + 1, loss=float(total) / len(y), train_acc=int(correct) / len(y),
@@ -117,12 +158,13 @@ def main(argv=None) -> int:
             name = CIFAR_EXACT if CIFAR_EXACT in tests else CIFAR_JPEG
             d = tests[name]
             xs = np.ascontiguousarray((d.x - mean) / std, dtype=np.float32)
-            rec["exact_acc" if name == CIFAR_EXACT else "jpeg_acc"] = accuracy(model.eval(), xs, d.y)
+            rec["exact_acc" if name == CIFAR_EXACT else "jpeg_acc"] = accuracy(evaluated().eval(), xs, d.y)
         history.append(rec)
         print(rec, flush=True)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         torch.save(dict(model=model.state_dict(), opt=opt.state_dict(), sched=sched.state_dict(), gen=gen.get_state(),
-                        history=history, epoch=ep + 1), ckpt)
+                        history=history, epoch=ep + 1, ema=None if ema is None else ema.state_dict()), ckpt)
+    model = evaluated()
     model.eval().to("cpu", memory_format=torch.contiguous_format)
     acc = {}
     for name, d in tests.items():
@@ -130,7 +172,8 @@ def main(argv=None) -> int:
         acc[name] = dict(accuracy=float(np.mean(logits.argmax(1) == d.y)), n=int(len(d.y)))
     torch.save({"state_dict": {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()},
                 "model": "resnet20", "mean": mean, "std": std, "dtype": "float16"}, args.out)
-    recipe = dict(RECIPE, lr=args.lr, epochs=args.epochs, seed=args.seed, init=args.init)
+    recipe = dict(RECIPE, lr=args.lr, epochs=args.epochs, seed=args.seed, init=args.init, cutout=args.cutout,
+                  label_smoothing=args.label_smoothing, ema=args.ema, exact_train=args.exact_train)
     rep = dict(model="resnet20 (akamaster option A, ReLU)", recipe=recipe, device=str(device),
                device_name=device_name if device.type == "cuda" else None,
                train_set=tr.name, train_images=int(len(y)), threads=args.threads, history=history, accuracy=acc,

@@ -121,3 +121,20 @@ def test_batch_transforms_are_seeded_and_keep_the_image():
     hits = [(dy, dx) for dy in (-1, 0, 1) for dx in (-1, 0, 1) for flip in (False, True)
             if torch.equal((z[0].flip(2) if flip else z[0])[:, 1:-1, 1:-1], x[0, :, 1 + dy:11 + dy, 1 + dx:9 + dx])]
     assert hits
+
+
+def test_cutout_zeroes_one_seeded_square_per_image():
+    from hemlp.models.train import Cutout
+
+    x = torch.rand(8, 3, 12, 10) + 0.5                       # no zero of its own
+    a, b = Cutout(4)(x, torch.Generator().manual_seed(2)), Cutout(4)(x, torch.Generator().manual_seed(2))
+    assert torch.equal(a, b) and a.shape == x.shape
+    for i in range(8):
+        zero = (a[i] == 0).all(0)                            # the same pixels in every channel
+        assert torch.equal(a[i][:, ~zero], x[i][:, ~zero]) and (a[i][:, zero] == 0).all()
+        rows, cols = zero.any(1).nonzero().flatten(), zero.any(0).nonzero().flatten()
+        # one axis-aligned square of side 4, clipped where it overhangs the border
+        assert 1 <= len(rows) <= 4 and 1 <= len(cols) <= 4 and int(zero.sum()) == len(rows) * len(cols)
+        assert int(rows[-1] - rows[0]) == len(rows) - 1 and int(cols[-1] - cols[0]) == len(cols) - 1
+    assert any(int((a[i] == 0).all(0).sum()) == 16 for i in range(8))     # some squares lie inside
+    assert torch.equal(Cutout(0)(x, torch.Generator().manual_seed(2)), x)
