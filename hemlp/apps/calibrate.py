@@ -1,12 +1,13 @@
 """``hemlp calibrate``: measure this machine's costs and write the planner's cost profile for it.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE hemlp calibrate [--quick] [--output PATH]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE hemlp calibrate [--quick] [--output PATH] [--boot N16-boot]
 
 At one thread, with the benchmarks' own measuring functions (hemlp.apps.bench): the core ops at N14-d6 (``python -m
 hemlp.bench core``), the RLWE PCMM's multiply-accumulate at N14-d6 (``pcmm``), the single bootstrap at test-N12-boot
 (``boot``) and the batched-bootstrapping ratios there (``mambo``). What takes too long to measure here (the
-N16-boot bootstrap needs ~12 GiB of keys) is carried from the packaged table of this SIMD path, scaled by the
-measured test-N12-boot bootstrap over the table's, and labelled derived. The profile goes to the user cache
+N16-boot bootstrap needs ~10 GiB of keys and transforms) is carried from the packaged table of this SIMD path, scaled
+by the measured test-N12-boot bootstrap over the table's, and labelled derived, unless ``--boot N16-boot`` measures it
+here too (refused before any measuring when the machine lacks the memory). The profile goes to the user cache
 (hemlp.planner.cost_model.user_profile_path: keyed by CPU model and SIMD path), where the planner finds it.
 About 2 minutes on a 2-core AMD EPYC; ``--quick`` (tiny repeat counts, for tests) about 20-30 s.
 
@@ -21,12 +22,12 @@ import math
 import warnings
 from dataclasses import replace
 
-from hemlp.errors import InsecureParametersWarning, UnsafeDecryptionWarning
+from hemlp.errors import InsecureParametersWarning, ParameterError, ResourceError, UnsafeDecryptionWarning
 from hemlp.planner.cost_model import (PROFILE_ENV, UNIT_COSTS, BatchRun, BootMeasurement, CostProfile, active_profile,
                                       packaged_for, reset_profile_cache, save_profile, user_profile_path)
 
 __all__ = ["unit_costs_from_runs", "boot_measurements", "batch_run", "calibrate", "print_comparison",
-           "CORE_PRESET", "BOOT_PRESET", "KEY_SWITCH_OPS"]
+           "boot_measurement_bytes", "check_boot_presets", "CORE_PRESET", "BOOT_PRESET", "KEY_SWITCH_OPS"]
 
 CORE_PRESET = "N14-d6"
 BOOT_PRESET = "test-N12-boot"
@@ -157,9 +158,42 @@ def batch_run(doc: dict, name: str) -> "BatchRun | None":
 # Measuring this machine
 # ---------------------------------------------------------------------------------------
 
-def calibrate(quick: bool = False, output=None, log=print) -> CostProfile:
+def boot_measurement_bytes(preset: str) -> int:
+    """What measuring a preset's single bootstrap holds, from its parameters: the full-slot keys and the
+    Bootstrapper's encoded transforms and temporaries (the server memory model's terms)."""
+    from hemlp.fhe import Params
+    from hemlp.layouts.batch_bootstrap import family_key_bytes
+    from hemlp.layouts.boot_memory import single_boot_bytes
+
+    params = Params.preset(preset)
+    return family_key_bytes(params, "cts_first") + single_boot_bytes(params, params.N // 2)
+
+
+def check_boot_presets(presets) -> list:
+    """The bootstrapping presets to measure besides BOOT_PRESET, in order, each checked before any measuring: a
+    ParameterError naming the choices for one that is not a bootstrapping preset, a ResourceError naming the
+    fix for one whose keys and transforms exceed this machine's available memory."""
+    from hemlp.bootstrap.params import PRESET_DEPTHS
+    from hemlp.planner.resources import available_memory_bytes
+
+    out = [p for p in dict.fromkeys(presets) if p != BOOT_PRESET]
+    for p in out:
+        if p not in PRESET_DEPTHS:
+            raise ParameterError(f"--boot {p}: not a bootstrapping preset; choose from "
+                                 f"{', '.join(sorted(PRESET_DEPTHS))}")
+        need, free = boot_measurement_bytes(p), available_memory_bytes()
+        if free is not None and need > free:
+            raise ResourceError(f"--boot {p}: its single bootstrap needs ~{need / 2 ** 30:.1f} GiB (keys and "
+                                f"transforms) and this machine has {free / 2 ** 30:.1f} GiB available; free memory "
+                                f"or leave {p} out (its time is then derived from {BOOT_PRESET}'s)")
+    return out
+
+
+def calibrate(quick: bool = False, output=None, log=print, boot_presets=()) -> CostProfile:
     """Measure this machine (see the module doc), write its profile (default: the user cache path for this CPU
-    model and SIMD path) and return it, its ``source`` naming the file. quick: tiny repeat counts (tests)."""
+    model and SIMD path) and return it, its ``source`` naming the file. quick: tiny repeat counts (tests).
+    boot_presets: bootstrapping presets whose one-thread single bootstrap is measured here too (e.g. N16-boot:
+    minutes and its keys' memory) instead of derived from BOOT_PRESET's."""
     from hemlp import machine
     from hemlp.apps.bench import report
     from hemlp.extras import require
@@ -167,6 +201,7 @@ def calibrate(quick: bool = False, output=None, log=print) -> CostProfile:
     # typed errors before minutes of measuring, not after
     require("threadpoolctl", "hemlp calibrate (the PCMM benchmark caps BLAS threads)")
     require("mpmath", "hemlp calibrate (bootstrapping's EvalMod coefficients)")
+    extra = check_boot_presets(boot_presets)
     cpu, simd = machine.cpu_model(), machine.simd_path()
     base = packaged_for(simd)
     log(f"[calibrate] {cpu}, SIMD path {simd}, 1 thread{' (quick)' if quick else ''}")
@@ -174,10 +209,12 @@ def calibrate(quick: bool = False, output=None, log=print) -> CostProfile:
         # test-N12-boot is a measurement chain (insecure, decrypted exactly): its warnings are expected here
         warnings.simplefilter("ignore", InsecureParametersWarning)
         warnings.simplefilter("ignore", UnsafeDecryptionWarning)
-        core_doc, pcmm_doc, boot_doc, mambo_doc = _measure(quick, report.machine_info(), log)
+        info = report.machine_info()
+        core_doc, pcmm_doc, boot_doc, mambo_doc = _measure(quick, info, log)
+        extra_docs = [_measure_boot(p, quick, info, log) for p in extra]
     name = "hemlp calibrate" + (" --quick" if quick else "")
     costs, how = unit_costs_from_runs(core_doc, pcmm_doc, f"{name} core {CORE_PRESET}", f"{name} pcmm {CORE_PRESET}")
-    measured_boot = boot_measurements(boot_doc, name)
+    measured_boot = boot_measurements(boot_doc, name) + [m for d in extra_docs for m in boot_measurements(d, name)]
     run = batch_run(mambo_doc, name)
     # the packaged table's other presets, scaled by this machine's bootstrap speed over the table's
     mine = next(m for m in measured_boot if m.threads == 1)
@@ -190,14 +227,15 @@ def calibrate(quick: bool = False, output=None, log=print) -> CostProfile:
     derived = [replace(m, seconds=m.seconds * ratio,
                        pair_seconds=None if m.pair_seconds is None else m.pair_seconds * ratio,
                        source=f"derived: {m.source.removeprefix('derived: ')} x {ratio:.3g} ({why})")
-               for m in base.bootstrap if m.preset != BOOT_PRESET]
+               for m in base.bootstrap if m.preset != BOOT_PRESET and not (m.preset in extra and m.threads == 1)]
     carried = [r if r.derived else replace(r, derived=f"carried from the {base.source}: same-run ratios are "
                                                       "dimensionless")
                for r in base.batch_runs if run is None or r.preset != run.preset]
     profile = CostProfile(
         cpu, simd, costs, how, tuple(measured_boot + derived), tuple(carried + ([run] if run else [])),
         description=(f"measured by {name} on {cpu} (SIMD path {simd}, 1 thread): core ops and PCMM at {CORE_PRESET}, "
-                     f"the single bootstrap and batched ratios at {BOOT_PRESET}; other presets' bootstrap times derived "
+                     f"the single bootstrap and batched ratios at {BOOT_PRESET}"
+                     + "".join(f", the single bootstrap at {p}" for p in extra) + "; other bootstrap times derived "
                      f"from the {base.source} x {ratio:.3g}, their batched ratios carried"),
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     path = save_profile(profile, output or user_profile_path(cpu, simd))
@@ -229,6 +267,21 @@ def _measure(quick: bool, info: dict, log) -> tuple:
     finally:
         hemlp.set_num_threads(threads_before)
     return core_doc, pcmm_doc, boot_doc, mambo_doc
+
+
+def _measure_boot(preset: str, quick: bool, info: dict, log) -> dict:
+    """One preset's single bootstrap (and pair) at one thread, in its benchmark envelope."""
+    import hemlp
+    from hemlp.apps.bench import boot, report
+
+    threads_before = hemlp.get_num_threads()
+    try:
+        log(f"[calibrate] single bootstrap at {preset} ...")
+        return report.envelope("boot", boot.run_boot(preset, [1], 1 if quick else 3, pair=True,
+                                                     allow_insecure=preset.startswith("test-"), log=lambda m: None),
+                               info)
+    finally:
+        hemlp.set_num_threads(threads_before)
 
 
 def print_comparison(profile: CostProfile, out=print) -> None:

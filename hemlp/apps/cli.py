@@ -459,7 +459,8 @@ def cmd_calibrate(args, ui: UI):
     from hemlp.apps.calibrate import calibrate, print_comparison
 
     out = check_new(Path(args.output), args.force, "profile") if args.output else None
-    profile = calibrate(quick=args.quick, output=out, log=ui.msg)
+    boots = [b for b in (args.boot or "").split(",") if b]
+    profile = calibrate(quick=args.quick, output=out, log=ui.msg, boot_presets=boots)
     ui.result.update(command="calibrate", path=profile.source, cpu_model=profile.cpu_model,
                      simd_path=profile.simd_path, unit_costs=profile.unit_costs)
     if ui.json:
@@ -725,6 +726,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="write the profile here instead of the user cache (HEMLP_COST_PROFILE=PATH "
                                           "then selects it)")
     p.add_argument("--force", action="store_true", help="overwrite an existing --output")
+    p.add_argument("--boot", default=None, metavar="PRESETS",
+                   help="comma-separated bootstrapping presets whose single bootstrap is measured here too instead of "
+                        "derived from test-N12-boot's (N16-boot: a few minutes and ~10 GiB; refused up front when the "
+                        "machine lacks the memory)")
     common(p, output=False)
     p.set_defaults(fn=cmd_calibrate)
 

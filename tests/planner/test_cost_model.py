@@ -266,3 +266,20 @@ def test_an_encoding_is_priced_by_its_limbs_from_the_two_measured_levels():
     # a disturbed run (level 0 no faster than the fresh level) gives no split: refused, not a negative cost
     with pytest.raises(ValueError, match="no positive split"):
         unit_costs_from_runs(_core_run(fresh, fresh * 1.01), PCMM_RUN, "core.json", "pcmm.json")
+
+
+def test_calibrate_boot_presets_are_checked_before_any_measuring(monkeypatch):
+    """`hemlp calibrate --boot`: a preset that does not bootstrap is named with the choices; one whose keys and
+    transforms exceed the machine's available memory is refused with the fix, before minutes of measuring."""
+    from hemlp.apps.calibrate import boot_measurement_bytes, calibrate, check_boot_presets
+    from hemlp.errors import ResourceError
+    from hemlp.planner import resources
+
+    assert check_boot_presets(["test-N12-boot", "test-N10-boot", "test-N10-boot"]) == ["test-N10-boot"]
+    with pytest.raises(ParameterError, match="N14-d6: not a bootstrapping preset; choose from N16-boot"):
+        check_boot_presets(["N14-d6"])
+    assert boot_measurement_bytes("N16-boot") > 20 * boot_measurement_bytes("test-N12-boot") > 0
+    monkeypatch.setattr(resources, "available_memory_bytes", lambda: 2 ** 30)
+    with pytest.raises(ResourceError, match=r"N16-boot: its single bootstrap needs ~\d+\.\d GiB .* 1\.0 GiB "
+                                            r"available; free memory or leave N16-boot out"):
+        calibrate(quick=True, output="/nonexistent/never-written.json", boot_presets=["N16-boot"])

@@ -90,15 +90,17 @@ def test_hemlp_calibrate_quick_writes_the_profile_the_planner_uses(tmp_path):
     and the path; the planner then uses it (its source names the file), its unmeasured figures labelled derived."""
     env = dict(os.environ, **{cm.CACHE_ENV: str(tmp_path), cm.PROFILE_ENV: "auto"})
     hemlp = Path(sys.executable).parent / "hemlp"
-    p = run([hemlp, "calibrate", "--quick"], cwd=tmp_path, env=env)
+    # --boot: one more preset's bootstrap measured here instead of derived (test-N10-boot: not in the tables)
+    p = run([hemlp, "calibrate", "--quick", "--boot", "test-N10-boot"], cwd=tmp_path, env=env)
     written = next((tmp_path / "cost_profiles").glob("*.json"))
     assert f"wrote {written}" in p.stdout and "this machine" in p.stdout and "rho k=2 test-N12-boot" in p.stdout
     prof = load_profile(written)
     base = packaged_profile(prof.simd_path if prof.simd_path in cm.packaged_paths() else "avx2")
     assert all(s.startswith(("measured", "= pcmm_mac")) for s in prof.unit_cost_sources.values())
-    assert {m.preset for m in prof.bootstrap} == {m.preset for m in base.bootstrap}
-    assert all(m.source.startswith("measured") == (m.preset == "test-N12-boot" and m.threads == 1)
+    assert {m.preset for m in prof.bootstrap} == {m.preset for m in base.bootstrap} | {"test-N10-boot"}
+    assert all(m.source.startswith("measured") == (m.preset in ("test-N12-boot", "test-N10-boot") and m.threads == 1)
                for m in prof.bootstrap)
+    assert "the single bootstrap at test-N10-boot" in prof.description
     n12 = [r for r in prof.batch_runs if r.preset == "test-N12-boot"]
     assert len(n12) == 1 and not n12[0].derived and set(n12[0].rho) == {2}
     assert all(r.derived for r in prof.batch_runs if r.preset != "test-N12-boot")
