@@ -91,6 +91,7 @@ from hemlp.layouts.base import CT_PRODUCT_OPS
 from hemlp.layouts.batch_bootstrap import boot_preset
 from hemlp.layouts.boot_choice import boot_key_bytes, plan_with_bootstraps
 from hemlp.layouts.packed import check_widest as check_packed_widest
+from hemlp.layouts.packed_split import block_count
 from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import check_nodes, estimate_nodes, estimate_resources
@@ -204,11 +205,11 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     calib = x if opts["calibration"] is None else as_calibration(opts["calibration"], g.input.shape)
     allow = bool(opts["allow_insecure"])
     if [c.name for c in cands] == ["packed"]:
-        # before the activation search (minutes for a deep net): a tensor wider than the slots of the named preset,
-        # or of the largest ring when none is named
+        # before the activation search (minutes for a deep net): an input or output wider than the slots of the
+        # named preset, or of the largest ring when none is named (wider values inside are held as channel blocks)
         named = [p["slots"] for p in Params.presets() if p["name"] == opts["preset"]]
         slots = named[0] if named else max(p["slots"] for p in Params.presets())
-        check_packed_widest(max(n.features for n in g), slots)
+        check_packed_widest(max(n.features for n in g if n.op in ("input", "output")), slots)
     check_modes(opts["mambo"], opts["batch_bootstrap"])
     forced = opts["mambo"] not in ("auto", False) or opts["batch_bootstrap"] not in ("auto", False)
     if not opts["bootstrap"] and forced:
@@ -270,6 +271,7 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
             raise ShapeError(f"batch_size must be >= 1, got {batch_size}")
         lay, estimates, why = layouts.choose(cands, layouts.Planned(steps, params, info, depth, reserve, top, bs, opts,
                                                                max_out), limit)
+        steps = lay.steps          # the chosen layout's (layout (P): values wider than a ciphertext as channel blocks)
     info, params, depth, top, reserve = lay.preset_info, lay.params, lay.depth, lay.top_level, lay.reserve
     opts = dict(lay.options)
     slots = params.N // 2
@@ -281,13 +283,18 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
         ss = by_node.get(n.name, [])
         if ss:
             n.level_in, n.level_out = ss[0].level_in, ss[-1].level_out
+        notes = []
         for s in ss:
             if s.op == StepOp.PCMM and s.info.folded_affine:
-                n.notes.append(f"(input map of {s.info.folded_affine} folded in)")
+                notes.append(f"(input map of {s.info.folded_affine} folded in)")
             if s.op == StepOp.AFFINE and s.info.note:
-                n.notes.append(s.info.note)
+                notes.append(s.info.note)
             if unrescaled(s):
-                n.notes.append(f"(not rescaled: weights {s.info.weight_bits} bits keep the output under q_0)")
+                notes.append(f"(not rescaled: weights {s.info.weight_bits} bits keep the output under q_0)")
+        blocks = block_count(n.name, ss)
+        if blocks > 1:
+            notes.append(f"(held as {blocks} ciphertexts of whole channels: wider than one)")
+        n.notes += list(dict.fromkeys(notes))      # a node's steps on its channel blocks note it once
     matmuls = _fhe4dmm_matmuls(steps, slots, chunks, opts["workers"]) if lay.fhe4dmm_grids else []
     plan_info = dict(model=g.name, preset=info["name"], N=params.N, slots=slots, security=info["security"],
                      depth=depth, max_level=params.max_level, top_level=top, reserve=reserve, batch_size=bs,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Optional
 
@@ -47,6 +47,7 @@ from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entries, dense_entries,
                                            diagonals_from_entries, grid_period, grid_positions)
+from hemlp.layouts.packed_split import split_wide_steps
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
 from hemlp.layouts.boot_memory import single_boot_bytes
@@ -174,12 +175,13 @@ def _rot(v: np.ndarray, r: int) -> np.ndarray:
 
 
 def check_widest(widest: int, slots: int) -> None:
-    """Layout (P) holds each of a sample's tensors in one ciphertext: UnsupportedError when the widest (padded to a
-    power of two) exceeds the slots."""
+    """Layout (P) encrypts a sample's input and decrypts its output as one ciphertext each (values in between wider
+    than the slots are held as channel blocks: hemlp.layouts.packed_split): UnsupportedError when the widest of
+    them (padded to a power of two) exceeds the slots."""
     if pow2(widest) > slots:
         raise UnsupportedError(
-            f"layout (P) keeps a sample's tensor in one ciphertext: a tensor of the model has up to {pow2(widest)} "
-            f"(padded) features but a ciphertext holds {slots} slots; use layout='batch' (layout A)")
+            f"layout (P) encrypts a sample's input and decrypts its output as one ciphertext each: the model's has "
+            f"{pow2(widest)} (padded) features but a ciphertext holds {slots} slots; use layout='batch' (layout A)")
 
 
 #: groups of b samples the plaintext oracle evaluates at once (numpy arrays of groups x slots values per value)
@@ -742,6 +744,12 @@ class Packed(Layout):
     """Layout (P): the features of b samples in the slots of one ciphertext (BSGS diagonal products)."""
 
     name, label = "packed", "(P)"
+
+    @classmethod
+    def plan(cls, p):
+        """Layout (P) for the planned steps, values wider than a ciphertext held as channel blocks
+        (hemlp.layouts.packed_split)."""
+        return super().plan(replace(p, steps=split_wide_steps(p.steps, p.params.N // 2)))
 
     def build_program(self) -> PackedProgram:
         return PackedProgram(self.steps, self.params.N // 2, self.batch_size)

@@ -35,6 +35,7 @@ from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, OWN_NODE_OPS, apply_placement,
                                            boot_preset, peak_of, scale_down_limit, scale_factor)
 from hemlp.layouts.packed import SIMULATE_GROUPS, PackedProgram
+from hemlp.layouts.packed_split import split_wide_steps
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
 from hemlp.runtime.local import simulate as simulate_rows
@@ -133,6 +134,9 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
     layout). peaks: the values' per-row peaks on x from compile's pass (None: measured here)."""
     info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
     params = Params.preset(info["name"])
+    split = split_wide_steps(steps, params.N // 2)
+    if split is not steps:                  # values held as channel blocks: compile's peaks name the whole values
+        steps, peaks = split, None
     boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
     bs = 1 if batch_size is None else int(batch_size)
     prog = PackedProgram(steps, params.N // 2, bs)
