@@ -256,7 +256,7 @@ def record_estimate(path, doc: dict, cm, machine: dict) -> int:
                  measured_over_estimated={k: measured[k] / est[k] for k in est if est[k] > 0})
     doc["estimates"] = [e for e in doc.get("estimates", []) if e.get("cost_profile") != entry["cost_profile"]]
     doc["estimates"].append(entry)
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n")       # as hemlp.apps.bench.report.write_json
     for k in est:
         print(f"{k:>9}: estimated {est[k]:7.1f} s, measured {measured[k]:7.1f} s (median of {len(runs)} images), "
               f"x{measured[k] / est[k]:.2f}" if est[k] > 0 else f"{k}: estimated 0", flush=True)
