@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     import torch
 
     import hemlp
-    from hemlp.apps.bench.report import machine_info, release_freed_memory, save_json
+    from hemlp.apps.bench.report import machine_info, save_json
     from hemlp.models.train import predict
     from hemlp.models.zoo import build
     from threadpoolctl import threadpool_limits
@@ -117,9 +117,6 @@ def main(argv=None) -> int:
     unseen = np.sort(np.random.default_rng(1).permutation(len(tr.y))[len(rows):len(rows) + args.unseen])
     x_unseen = np.ascontiguousarray((tr.x[unseen] - mean) / std, dtype=np.float32)
     del tr, tests                  # the 50 000 training images: not needed past the calibration rows (memory for keys)
-    # the JPEG decoder's freed buffers back to the system: the compile's peak below is then compile's and the
-    # arrays it is given, not the loader's heap
-    rep_trimmed = release_freed_memory()
     logits = predict(model, x)
     # the file's digest: the same path may hold other weights later
     weights_sha256 = hashlib.sha256(Path(args.weights).read_bytes()).hexdigest()
@@ -127,7 +124,7 @@ def main(argv=None) -> int:
                test_set=CIFAR_EXACT, n=n,
                calibration_images=len(rows), preset=args.preset, target_agreement=args.target, threads=args.threads,
                agreement_safety=args.agreement_safety, agreement_holdout=args.agreement_holdout,
-               server_memory_gib=args.server_memory, loader_heap_released=rep_trimmed,
+               server_memory_gib=args.server_memory,
                plaintext_accuracy=float(np.mean(logits.argmax(1) == d.y[:n])))
     print(f"plaintext accuracy on {n} exact images: {rep['plaintext_accuracy']:.2%}", flush=True)
     t0, c0 = time.perf_counter(), time.process_time()

@@ -119,21 +119,6 @@ def process_status_bytes(field: str, pid: int | str = "self") -> int | None:
     return None
 
 
-def release_freed_memory() -> bool:
-    """Hand the heap's free pages back to the system (glibc's malloc_trim; False where there is none): many small
-    allocations freed (a data loader decoding images one by one) otherwise stay resident and count in the peak of
-    whatever the process measures next."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except OSError:
-        return False
-    return bool(trim(0)) if trim is not None else False
-
-
 def load_average() -> list[float] | None:
     """1/5/15-minute load average: a benchmark on a busy machine is not comparable."""
     try:
