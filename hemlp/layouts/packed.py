@@ -46,7 +46,7 @@ from hemlp.compiler.lower import dense_matrix
 from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entries, dense_entries,
-                                           diagonals_from_entries, grid_period, grid_positions)
+                                           diagonals_from_entries, grid_period, grid_positions, pow2)
 from hemlp.layouts.packed_split import split_wide_steps
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
@@ -72,10 +72,6 @@ REFUSED = {
     StepOp.MAMBO: Unsupported("(P)", "layout='batch'", "layout (P) refreshes packed ciphertexts with single CtS-first "
                                                        "bootstraps and has no MaMBo step ({out}); use layout='batch'"),
 }
-
-
-def pow2(n: int) -> int:
-    return 1 << max(0, int(n - 1).bit_length())
 
 
 @dataclass(frozen=True)

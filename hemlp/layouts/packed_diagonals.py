@@ -31,8 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["grid_positions", "grid_period", "SparseDiag", "conv_entries", "dense_entries", "diagonals_from_entries",
+__all__ = ["pow2", "grid_positions", "grid_period", "SparseDiag", "conv_entries", "dense_entries", "diagonals_from_entries",
            "bsgs_split"]
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): a period layout (P) pads a tensor to."""
+    return 1 << max(0, int(n - 1).bit_length())
 
 
 def grid_positions(grid: tuple) -> np.ndarray:

@@ -26,6 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from hemlp.errors import UnsupportedError
+from hemlp.layouts.packed_diagonals import pow2
 from hemlp.step_ops import StepOp
 
 __all__ = ["split_wide_steps", "channel_blocks", "block_count", "PART"]
@@ -35,10 +36,6 @@ PART = ".part"
 
 #: ops applied feature by feature: their block j reads their inputs' blocks j
 BLOCKWISE = (StepOp.POLY, StepOp.SQUARE, StepOp.AFFINE, StepOp.ADD, StepOp.MUL, StepOp.ALIAS)
-
-
-def pow2(n: int) -> int:
-    return 1 << max(0, int(n - 1).bit_length())
 
 
 def channel_blocks(shape, slots: int) -> list[tuple[int, int]]:
