@@ -91,16 +91,21 @@ def avx512_table(bench: Path) -> CostProfile:
         created=max(dates))
 
 
+def one_thread_ops(results: list) -> dict:
+    """{op: one-thread CPU-time median (wall-clock where none was recorded)} of a core benchmark's results."""
+    r = next(r for r in results if r["threads"] == 1)
+    return {k: v.get("cpu_median_s", v["median_s"]) for k, v in r["ops"].items()}
+
+
 def encode_split(bench: Path, core: dict):
     """None when `core` measured the level-0 encode itself; else (level-0 / fresh encode, how) from
     ENCODE_SPLIT_RUN (one thread, CPU-time medians), whose preset must be `core`'s."""
-    one = lambda doc: next(r for r in doc["results"] if r["threads"] == 1)["ops"]     # noqa: E731
-    if "encode_level0" in one(core):
+    if "encode_level0" in one_thread_ops(core["results"]):
         return None
     doc = load(bench, ENCODE_SPLIT_RUN)
     if doc["preset"]["name"] != core["preset"]["name"]:
         raise SystemExit(f"bench/{ENCODE_SPLIT_RUN} ran {doc['preset']['name']}, not {core['preset']['name']}")
-    ops = {k: v.get("cpu_median_s", v["median_s"]) for k, v in one(doc).items()}
+    ops = one_thread_ops(doc["results"])
     return (ops["encode_level0"] / ops["encode"],
             f"the level-0 / fresh encode ratio of bench/{ENCODE_SPLIT_RUN}, {doc['machine']['cpu']['model']}, "
             f"commit {doc['machine']['git']['commit'][:7]}")
@@ -108,14 +113,8 @@ def encode_split(bench: Path, core: dict):
 
 def op_ratios(bench: Path) -> dict:
     """{core op: avx2 / avx512 one-thread CPU-time median} of the side-by-side run."""
-    doc = load(bench, "core_N14_simd_paths_avx2.json")
-    runs = doc["simd_runs"]
-
-    def ops(path):
-        r = next(r for r in runs[path]["results"] if r["threads"] == 1)
-        return {k: v.get("cpu_median_s", v["median_s"]) for k, v in r["ops"].items()}
-
-    fast, slow = ops("avx512"), ops("avx2")
+    runs = load(bench, "core_N14_simd_paths_avx2.json")["simd_runs"]
+    fast, slow = one_thread_ops(runs["avx512"]["results"]), one_thread_ops(runs["avx2"]["results"])
     return {k: slow[k] / fast[k] for k in fast}
 
 

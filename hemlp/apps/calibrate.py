@@ -246,7 +246,7 @@ def calibrate(quick: bool = False, output=None, log=print, boot_presets=()) -> C
 def _measure(quick: bool, info: dict, log) -> tuple:
     """The four benchmark payloads (in their envelopes) at one thread."""
     import hemlp
-    from hemlp.apps.bench import boot, core, mambo, pcmm, report
+    from hemlp.apps.bench import core, mambo, pcmm, report
 
     threads_before = hemlp.get_num_threads()
     try:
@@ -257,9 +257,7 @@ def _measure(quick: bool, info: dict, log) -> tuple:
         args = argparse.Namespace(allow_insecure=False, level=1, sizes="256", threads="1", d3="N/2",
                                   repeats=1 if quick else 3, weight_bits=12, no_rescale=False, fresh="", baseline=False)
         pcmm_doc = {"results": pcmm.run_preset(CORE_PRESET, args)[0]}
-        log(f"[calibrate] single bootstrap at {BOOT_PRESET} ...")
-        boot_doc = report.envelope("boot", boot.run_boot(BOOT_PRESET, [1], 1 if quick else 3, pair=True,
-                                                         allow_insecure=True, log=lambda m: None), info)
+        boot_doc = _measure_boot(BOOT_PRESET, quick, info, log)
         log(f"[calibrate] batched bootstrapping at {BOOT_PRESET} ...")
         mambo_doc = report.envelope("mambo", mambo.run(
             BOOT_PRESET, [2] if quick else [2, 4, 8], [], 1, 0, 4.0, True, log=lambda m: None,
