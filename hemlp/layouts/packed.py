@@ -759,16 +759,18 @@ class Packed(Layout):
                                        layer_seconds=estimate_packed(self.program, self.steps, self.params))
 
     def estimate(self) -> float:
-        b = self._boot_summary()
-        return estimate_packed(self.program, self.steps, self.params) + (0.0 if b is None else b["boot_seconds"]) \
-            + encode_seconds(self.diagonal_encodings(cached=False), self.params.N, 0) * self.program.groups
+        """The client's input encryption and every server step (step_estimates)."""
+        prog, params = self.program, self.params
+        client = sum(packed_step_seconds(prog, s, params, params.max_level if s.src.level_out is None
+                                         else s.src.level_out) for s in prog.steps if s.src.op == StepOp.INPUT)
+        return client * prog.groups + sum(self.step_estimates().values())
 
     def step_estimates(self) -> dict:
-        """{step: estimated seconds per batch} under the names of compiled.run's layer_seconds, what estimate()
-        sums: each matvec with the encoding of its diagonals beyond the cache, each bootstrap at the placement's
-        price; the client's input encryption (no server step) is estimate()'s only other term."""
+        """{step: estimated seconds per batch} under the names of compiled.run's layer_seconds: each matvec with the
+        encoding of its diagonals beyond the cache, each bootstrap at the placement's price."""
         prog, params = self.program, self.params
-        keep = cached_diagonals(prog, params.N, self.cache_bytes)
+        matvecs = [s.out for s in prog.steps if s.op == "matvec"]
+        uncached = dict(zip(matvecs, self.diagonal_encodings(cached=False)))
         out = {}
         for s in prog.steps:
             if s.src.op in UNTIMED_OPS:
@@ -779,7 +781,7 @@ class Packed(Layout):
             lv = params.max_level if s.src.level_in is None else s.src.level_in
             t = packed_step_seconds(prog, s, params, lv)
             if s.op == "matvec":
-                t += encode_seconds([(sum(1 for key in s.diags if (s.out, key) not in keep), lv + 1)], params.N, 0)
+                t += encode_seconds([uncached[s.out]], params.N, 0)
             out[s.out] = t * prog.groups
         return out
 
