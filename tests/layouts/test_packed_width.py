@@ -4,7 +4,6 @@ steps compute (the lowered steps' simulation, to rounding); the encrypted run wi
 layout's simulation within the plan's decryption noise, over 20 fresh key sets; the bootstrap-free path too. A model
 whose input or output does not fit one ciphertext is refused before the activation search (minutes for a deep net),
 naming layout (A); so is a step with no block form on a wide value."""
-import warnings
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from hemlp import model as hemlp_model
 from hemlp.errors import UnsupportedError
 from hemlp.layouts.packed_split import PART, block_count, channel_blocks, split_wide_steps
 from hemlp.runtime.local import simulate as simulate_rows
+from tests.layouts.test_packed_bootstrap import compile_quiet
 
 pytestmark = [pytest.mark.filterwarnings("ignore::hemlp.fhe.InsecureParametersWarning"),
               pytest.mark.filterwarnings("ignore::hemlp.compiler.calibration.CalibrationWarning")]
@@ -36,12 +36,6 @@ class ResWide(nn.Module):
         h = torch.tanh(self.c1(x))
         h = h + torch.tanh(self.c2(h))
         return self.fc(torch.tanh(self.c3(h)).flatten(1))
-
-
-def compile_quiet(*a, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return hemlp.compile(*a, **kw)
 
 
 @pytest.fixture(scope="module")
