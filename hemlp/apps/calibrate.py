@@ -23,14 +23,21 @@ import warnings
 from dataclasses import replace
 
 from hemlp.errors import InsecureParametersWarning, ParameterError, ResourceError, UnsafeDecryptionWarning
-from hemlp.planner.cost_model import (PROFILE_ENV, UNIT_COSTS, BatchRun, BootMeasurement, CostProfile, active_profile,
-                                      packaged_for, reset_profile_cache, save_profile, user_profile_path)
+from hemlp.planner.cost_model import (PROFILE_ENV, UNIT_COSTS, BatchRun, BootMeasurement, CostProfile, RingFactors,
+                                      active_profile, packaged_for, reset_profile_cache, save_profile,
+                                      user_profile_path)
+from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_units
 
 __all__ = ["unit_costs_from_runs", "boot_measurements", "batch_run", "calibrate", "print_comparison",
-           "boot_measurement_bytes", "check_boot_presets", "CORE_PRESET", "BOOT_PRESET", "KEY_SWITCH_OPS"]
+           "boot_measurement_bytes", "check_boot_presets", "ring_factors", "CORE_PRESET", "BOOT_PRESET",
+           "KEY_SWITCH_OPS", "RING_LEVELS", "RING_OPS"]
 
 CORE_PRESET = "N14-d6"
 BOOT_PRESET = "test-N12-boot"
+#: the levels of a --boot preset whose key switches and plaintext products give its ring's factors (clipped to its
+#: top level): the low ones a network runs at between bootstraps, and where a bootstrap lands at N16-boot
+RING_LEVELS = (1, 6, 12)
+RING_OPS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul")
 #: the ops of the core benchmark that are key switches: bootstrapping is dominated by them, so their speed ratio is
 #: the one carried to bootstrap times (rotate, 8 hoisted rotations, ct x ct + relinearisation)
 KEY_SWITCH_OPS = {"rotate": "rotate", "rotate_hoisted": "rotate_hoisted8", "ct_mul": "mul"}
@@ -53,22 +60,30 @@ def unit_costs_from_runs(core: dict, pcmm: dict, core_name: str, pcmm_name: str,
     if r is None:
         raise ValueError(f"{core_name}: no one-thread run (python -m hemlp.bench core --threads 1)")
     N = int(core["preset"]["N"])
-    limbs = 1 + r.get("levels", {}).get("fresh", 6)
+    fresh = r.get("levels", {}).get("fresh", 6)
+    limbs = 1 + fresh
     units = N * limbs
+    # key switches are priced per key-switch unit of their level (hemlp.planner.keyswitch_cost), not per limb
+    params = _preset_params(core["preset"], core_name)
+    ks, hoisted = N * keyswitch_units(params, fresh), N * hoisted_units(params, fresh, 8)
     # CPU seconds of the one-thread run where recorded (the machine may have been shared), else wall-clock
     op = {k: v.get("cpu_median_s", v["median_s"]) for k, v in r["ops"].items()}
     missing = [k for k in ("rotate", "rotate_hoisted8", "mul", "encrypt", "encode", "mul_plain_add", "rescale",
                            "touch_256mib") if k not in op]
     if missing:
         raise ValueError(f"{core_name} lacks the ops {', '.join(missing)}: rerun python -m hemlp.bench core")
-    c = {"rotate": op["rotate"] / units, "rotate_hoisted": op["rotate_hoisted8"] / 8 / units,
-         "ct_mul": op["mul"] / units, "encrypt": op["encrypt"] / units,
+    c = {"rotate": op["rotate"] / ks, "rotate_hoisted": op["rotate_hoisted8"] / 8 / hoisted,
+         "ct_mul": op["mul"] / ks, "encrypt": op["encrypt"] / units,
          "pt_mul": op["mul_plain_add"] / units, "rescale": op["rescale"] / units, "touch": op["touch_256mib"] / 2 ** 28}
     per = f"1 thread, CPU-time median / (N x limbs) of a fresh N={N} ciphertext"
     c["encode"], c["encode_limb"], how_enc = _encode_split(op, N, limbs, core_name, encode_split)
-    how = {"rotate": f"measured: {core_name} rotate, {per}",
-           "rotate_hoisted": f"measured: {core_name} rotate_hoisted8 / 8, {per}",
-           "ct_mul": f"measured: {core_name} mul (ct x ct + relin + rescale), {per}",
+    per_ks = (f"1 thread, CPU-time median / (N x key-switch units) of a fresh N={N} ciphertext "
+              f"({ks / N:.4g} units: hemlp.planner.keyswitch_cost)")
+    per_h = (f"1 thread, CPU-time median / (N x hoisted key-switch units) of a fresh N={N} ciphertext "
+             f"({hoisted / N:.4g} units, one of 8: hemlp.planner.keyswitch_cost)")
+    how = {"rotate": f"measured: {core_name} rotate, {per_ks}",
+           "rotate_hoisted": f"measured: {core_name} rotate_hoisted8 / 8, {per_h}",
+           "ct_mul": f"measured: {core_name} mul (ct x ct + relin + rescale), {per_ks}",
            "encrypt": f"measured: {core_name} encrypt, {per}",
            **how_enc,
            "pt_mul": f"measured: {core_name} mul_plain_add (ct x pt accumulated), {per}",
@@ -85,6 +100,22 @@ def unit_costs_from_runs(core: dict, pcmm: dict, core_name: str, pcmm_name: str,
     c["mlwe_mac"] = c["pcmm_mac"]   # the same exact modular GEMM kernel (ModGemmPlan)
     how["mlwe_mac"] = "= pcmm_mac: the MLWE PCMM runs the same ModGemmPlan kernel"
     return {k: c[k] for k in UNIT_COSTS}, {k: how[k] for k in UNIT_COSTS}
+
+
+def _preset_params(preset: dict, core_name: str):
+    """The parameters a core benchmark ran (its payload's ``preset``: a named preset), for the key-switch units
+    of its fresh level. ValueError naming the file for a preset this hemlp does not know."""
+    from hemlp import fhe
+
+    try:
+        params = fhe.Params.preset(preset["name"])
+    except (KeyError, ParameterError) as e:
+        raise ValueError(f"{core_name}: ran preset {preset.get('name')!r}, which this hemlp does not know: rerun "
+                         "python -m hemlp.bench core") from e
+    if int(params.N) != int(preset["N"]):
+        raise ValueError(f"{core_name}: preset {preset['name']!r} ran at N = {preset['N']}, this hemlp's has "
+                         f"N = {params.N}: rerun python -m hemlp.bench core")
+    return params
 
 
 def _encode_split(op: dict, N: int, limbs: int, core_name: str, split) -> tuple[float, float, dict]:
@@ -212,8 +243,10 @@ def calibrate(quick: bool = False, output=None, log=print, boot_presets=()) -> C
         info = report.machine_info()
         core_doc, pcmm_doc, boot_doc, mambo_doc = _measure(quick, info, log)
         extra_docs = [_measure_boot(p, quick, info, log) for p in extra]
+        extra_levels = {p: _measure_levels(p, quick, log) for p in extra}
     name = "hemlp calibrate" + (" --quick" if quick else "")
     costs, how = unit_costs_from_runs(core_doc, pcmm_doc, f"{name} core {CORE_PRESET}", f"{name} pcmm {CORE_PRESET}")
+    rings = tuple(ring_factors(p, rows, costs, name) for p, rows in extra_levels.items())
     measured_boot = boot_measurements(boot_doc, name) + [m for d in extra_docs for m in boot_measurements(d, name)]
     run = batch_run(mambo_doc, name)
     # the packaged table's other presets, scaled by this machine's bootstrap speed over the table's
@@ -235,9 +268,10 @@ def calibrate(quick: bool = False, output=None, log=print, boot_presets=()) -> C
         cpu, simd, costs, how, tuple(measured_boot + derived), tuple(carried + ([run] if run else [])),
         description=(f"measured by {name} on {cpu} (SIMD path {simd}, 1 thread): core ops and PCMM at {CORE_PRESET}, "
                      f"the single bootstrap and batched ratios at {BOOT_PRESET}"
-                     + "".join(f", the single bootstrap at {p}" for p in extra) + "; other bootstrap times derived "
+                     + "".join(f", the single bootstrap and the ring's key switches at {p}" for p in extra)
+                     + "; other bootstrap times derived "
                      f"from the {base.source} x {ratio:.3g}, their batched ratios carried"),
-        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), ring_factors=rings)
     path = save_profile(profile, output or user_profile_path(cpu, simd))
     reset_profile_cache()
     return replace(profile, source=str(path))
@@ -265,6 +299,40 @@ def _measure(quick: bool, info: dict, log) -> tuple:
     finally:
         hemlp.set_num_threads(threads_before)
     return core_doc, pcmm_doc, boot_doc, mambo_doc
+
+
+def _measure_levels(preset: str, quick: bool, log) -> dict:
+    """A bootstrapping preset's key switches and plaintext products at RING_LEVELS, one thread."""
+    import hemlp
+    from hemlp.apps.bench.keyswitch import measure_levels
+    from hemlp.fhe import Params
+
+    top = Params.preset(preset).max_level
+    levels = sorted({min(lv, top) for lv in RING_LEVELS})
+    threads_before = hemlp.get_num_threads()
+    try:
+        hemlp.set_num_threads(1)
+        log(f"[calibrate] key switches at {preset}, levels {', '.join(map(str, levels))} ...")
+        return measure_levels(preset, levels[:2] if quick else levels, 1 if quick else 3, log=lambda m: None)
+    finally:
+        hemlp.set_num_threads(threads_before)
+
+
+def ring_factors(preset: str, rows: dict, costs: dict, name: str) -> RingFactors:
+    """The RingFactors of a preset's ring degree from its measured levels ({level: {op: seconds}}) and this run's
+    unit costs (measured at CORE_PRESET): per op, the median over the levels of seconds per N x units (the
+    planner's count: hemlp.planner.keyswitch_cost, limbs for pt_mul) over the unit cost."""
+    from statistics import median
+
+    from hemlp.apps.bench.keyswitch import model_units
+    from hemlp.fhe import Params
+
+    params = Params.preset(preset)
+    factors = {op: median(r[op] / model_units(params, lv, op, "keyswitch") for lv, r in rows.items() if op in r)
+               / costs[op] for op in RING_OPS}
+    return RingFactors(int(params.N), factors, (
+        f"measured: {name} --boot {preset}, levels {', '.join(map(str, rows))}, 1 thread, CPU-time medians: median "
+        f"over the levels of seconds per N x units / the unit cost measured at {CORE_PRESET} in the same run"))
 
 
 def _measure_boot(preset: str, quick: bool, info: dict, log) -> dict:
@@ -304,7 +372,11 @@ def print_comparison(profile: CostProfile, out=print) -> None:
             old = None if ref is None else ref.rho.get(k)
             rows.append([f"rho k={k} {r.preset}", f"{v:.3f}", "-" if old is None else f"{old:.3f}",
                          "-" if old is None else report.fmt_ratio(v / old)])
-    report.table(["cost (unit costs: s per N x limbs)", "this machine", base.source, "this / packaged"], rows,
+    for ring in profile.ring_factors:            # packaged tables have none: a factor of 1
+        rows += [[f"N={ring.N} {k} (x unit cost)", f"{f:.3f}", "1", report.fmt_ratio(f)]
+                 for k, f in ring.factors.items()]
+    report.table(["cost (unit costs: s per N x limbs or key-switch units)", "this machine", base.source,
+                  "this / packaged"], rows,
                  title=f"hemlp calibrate — {profile.cpu_model}, SIMD path {profile.simd_path}, 1 thread")
     out(f"wrote {profile.source}")
     now = active_profile().source

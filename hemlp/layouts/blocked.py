@@ -38,6 +38,7 @@ from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.base import Layout
 from hemlp.pcmm import CtMatrix
 from hemlp.planner.chain import plan_chain
+from hemlp.planner.keyswitch_cost import keyswitch_per_limb
 from hemlp.planner.layouts import unit_costs
 from hemlp.runtime import artifacts
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
@@ -85,7 +86,9 @@ class BlockedLayer:
 class BlockedProgram:
     """The lowered steps of a chain of linear layers and activations, planned in layout (C)."""
 
-    def __init__(self, steps, slots: int, batch: int):
+    def __init__(self, steps, slots: int, batch: int, ks_per_limb: float = 1.0):
+        # ks_per_limb: a key switch's unit count per limb at the chain's level (hemlp.planner.keyswitch_cost): the
+        # rotation and ciphertext-product unit costs are per key-switch unit, the chain's cost per limb
         self.batch = int(batch)
         self.layers: list[BlockedLayer] = []
         #: the lowered steps the program runs, in order (a drop before the first layer is left to the runner's drop
@@ -109,7 +112,8 @@ class BlockedProgram:
             raise UnsupportedError("layout (C) needs at least one linear layer")
 
         c = unit_costs()   # FHE4DMM's Table II op counts priced by this machine's measured unit costs
-        weights = dict(ROT=c["rotate"], MULT=c["ct_mul"], PMULT=c["pt_mul"], ADD=c["pt_mul"] / 2)
+        weights = dict(ROT=c["rotate"] * ks_per_limb, MULT=c["ct_mul"] * ks_per_limb, PMULT=c["pt_mul"],
+                       ADD=c["pt_mul"] / 2)
         shapes = [(L.W.shape[0], self.batch, L.W.shape[1]) for L in self.layers]
         # reblock_cost_fn=None: consistent blocks across the chain
         self.chain = plan_chain(shapes, min(int(slots), MAX_BLOCK_SLOTS), cost_fn=weights)
@@ -454,7 +458,8 @@ class Blocked(Layout):
     encrypted_weights = True
 
     def build_program(self) -> BlockedProgram:
-        return BlockedProgram(self.steps, self.params.N // 2, self.batch_size)
+        return BlockedProgram(self.steps, self.params.N // 2, self.batch_size,
+                              keyswitch_per_limb(self.params, self.params.max_level))
 
     @classmethod
     def step_tables(cls) -> dict:

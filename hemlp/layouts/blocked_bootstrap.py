@@ -29,6 +29,7 @@ from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_
                                            calibration_peaks)
 from hemlp.layouts.blocked import CGEMM_LEVELS, REFUSED, BlockedProgram
 from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
+from hemlp.planner.keyswitch_cost import keyswitch_per_limb
 from hemlp.planner.layouts import unit_costs
 from hemlp.step_ops import StepOp, handler
 
@@ -71,7 +72,8 @@ def blocked_level_dag(prog: BlockedProgram, steps, params) -> list[LevelNode]:
     """One LevelNode per step of the chain: its depth (a linear layer CGEMM_LEVELS, an activation its polynomial's),
     its value's blocks, and its seconds per limb (a layer: the chain plan's cost of its block CCMMs; an activation:
     one ciphertext product per level of its polynomial on every block)."""
-    costs = SimpleNamespace(N=params.N, ct_mul=unit_costs()["ct_mul"])
+    # per limb, at the top level's key-switch size: the placement multiplies by the limbs of the level it lands at
+    costs = SimpleNamespace(N=params.N, ct_mul=unit_costs()["ct_mul"] * keyswitch_per_limb(params, params.max_level))
     blocks: dict = {}
     return [handler(LEVEL_NODE, s, "layout (C)'s bootstrap placement")(prog, s, blocks, costs) for s in steps]
 
@@ -82,7 +84,7 @@ def plan_blocked_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peak
     bp = BootPlanning.of(steps, x, opts, peaks)
     info, params, boot, X, max_out, reserve = bp.info, bp.params, bp.boot, bp.X, bp.max_out, bp.reserve
     bs = int(batch_size) if batch_size is not None else params.N // 2
-    prog = BlockedProgram(steps, params.N // 2, bs)
+    prog = BlockedProgram(steps, params.N // 2, bs, keyswitch_per_limb(params, params.max_level))
     wb = int(opts["weight_bits"])
     placement = place_bootstraps(blocked_level_dag(prog, steps, params), boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])

@@ -2,13 +2,16 @@
 
 A ``CostProfile`` holds everything the planner prices plans with, at one thread:
 
-* ``unit_costs``: seconds per (ring degree x limbs) of the ops the layouts run (hemlp.planner.layouts.unit_costs),
+* ``unit_costs``: seconds per (ring degree x limbs), or x key-switch units for rotations and ciphertext products
+  (hemlp.planner.keyswitch_cost), of the ops the layouts run (hemlp.planner.layouts.unit_costs),
   each with the way it was obtained (``unit_cost_sources``: measured from which run, or derived and how);
 * ``bootstrap``: single-bootstrap times per preset and thread count (hemlp.planner.bootstrap_placement);
 * ``batch_runs``: the batched-bootstrapping / MaMBo ratios of each ``python -m hemlp.bench mambo`` run
-  (hemlp.planner.bootstrap_lowering).
+  (hemlp.planner.bootstrap_lowering);
+* ``ring_factors`` (optional): per ring degree, how much dearer per unit its ops run than the unit costs say
+  (``RingFactors``: measured by ``hemlp calibrate --boot``; hemlp.planner.layouts.unit_costs applies them).
 
-Profiles are JSON files (schema ``hemlp-cost-profile/1``). ``active_profile()`` picks, in this order:
+Profiles are JSON files (schema ``hemlp-cost-profile/3``). ``active_profile()`` picks, in this order:
 
 1. ``HEMLP_COST_PROFILE``: ``packaged:<simd path>`` (a packaged table) or the path of a profile file; ``auto`` or
    empty: the rules below (tests pin ``packaged:avx512``, the tables the checkout's bench/ measured);
@@ -31,20 +34,27 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Optional
 
 from hemlp.errors import ParameterError, SerializationError
+from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_units
 
-__all__ = ["SCHEMA", "UNIT_COSTS", "PROFILE_ENV", "CACHE_ENV", "SIMD_ORDER", "TABLES", "BootMeasurement", "BatchRun",
-           "CostProfile", "active_profile", "reset_profile_cache", "packaged_profile", "packaged_for", "packaged_paths",
-           "load_profile", "save_profile", "cache_dir", "user_profile_path"]
+__all__ = ["SCHEMA", "SCHEMA_V2", "v2_keyswitch_factors", "UNIT_COSTS", "PROFILE_ENV", "CACHE_ENV", "SIMD_ORDER",
+           "TABLES", "BootMeasurement", "BatchRun", "RingFactors", "CostProfile", "active_profile",
+           "reset_profile_cache", "packaged_profile", "packaged_for", "packaged_paths", "load_profile", "save_profile",
+           "cache_dir", "user_profile_path"]
 
 #: /2: ``encode`` became an encoding's level-independent part (per ring coefficient) beside ``encode_limb`` (per
-#: N * limbs); a /1 profile priced every encoding as one at N14-d6's fresh level
-SCHEMA = "hemlp-cost-profile/2"
-#: the unit costs every profile has (seconds per N * limbs; ``encode`` per ring coefficient, ``touch`` per byte)
+#: N * limbs); a /1 profile priced every encoding as one at N14-d6's fresh level. /3: ``rotate``, ``rotate_hoisted``
+#: and ``ct_mul`` are seconds per N * key-switch units (hemlp.planner.keyswitch_cost), no longer per N * limbs (a /2
+#: profile is read with them converted: v2_keyswitch_factors)
+SCHEMA = "hemlp-cost-profile/3"
+#: the unit costs every profile has (seconds per N * limbs; the key-switching ``rotate``, ``rotate_hoisted`` and
+#: ``ct_mul`` per N * key-switch units; ``encode`` per ring coefficient, ``touch`` per byte)
 UNIT_COSTS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul", "rescale", "pcmm_mac", "encrypt", "mlwe_mac", "encode",
               "encode_limb", "touch")
+SCHEMA_V2 = "hemlp-cost-profile/2"
 PROFILE_ENV = "HEMLP_COST_PROFILE"
 CACHE_ENV = "HEMLP_CACHE_DIR"
 #: the SIMD paths of the native core, fastest first: "nearest" packaged table means nearest in this order
@@ -89,6 +99,18 @@ class BatchRun:
 
 
 @dataclass(frozen=True)
+class RingFactors:
+    """How much dearer per unit this machine runs the ops of ring degree N than those the unit costs were measured
+    on (N14-d6's fresh level): {unit cost: factor}, each the median over a few of the ring's levels of its measured
+    seconds per unit over the unit cost, both from one calibrate run (a same-run ratio: the larger ring's memory
+    traffic, which no count of limbs or key-switch units holds). source: the run and the levels."""
+
+    N: int
+    factors: dict
+    source: str
+
+
+@dataclass(frozen=True)
 class CostProfile:
     """The costs one machine (CPU model, SIMD path) plans with; see the module doc. description: where the figures
     come from (stored in the file); source: which file this copy was loaded from and why it was chosen."""
@@ -104,6 +126,7 @@ class CostProfile:
     threads: int = 1
     source: str = ""
     schema: str = SCHEMA
+    ring_factors: tuple = ()
 
     def to_json(self) -> dict:
         return {
@@ -115,6 +138,7 @@ class CostProfile:
             "batch_runs": [dict(vars(r), rho={str(k): v for k, v in r.rho.items()},
                                 key_bytes={str(k): v for k, v in r.key_bytes.items()},
                                 bits={str(k): list(v) for k, v in r.bits.items()}) for r in self.batch_runs],
+            "ring_factors": [dict(vars(r)) for r in self.ring_factors],
         }
 
     @classmethod
@@ -122,13 +146,17 @@ class CostProfile:
         """A validated profile; SerializationError naming `origin` and the fix for anything else."""
         if not isinstance(d, dict):
             raise SerializationError(f"cost profile {origin} is not a JSON object: {FIX}")
-        if d.get("schema") != SCHEMA:
+        if d.get("schema") not in (SCHEMA, SCHEMA_V2):
             raise SerializationError(f"cost profile {origin} has schema {d.get('schema')!r}; this hemlp reads "
                                      f"{SCHEMA!r}: {FIX}")
         try:
             units = d["unit_costs"]
             costs = {k: _positive(units[k]["seconds"], f"unit_costs.{k}") for k in UNIT_COSTS}
             sources = {k: str(units[k].get("source", "")) for k in UNIT_COSTS}
+            if d["schema"] == SCHEMA_V2:
+                for k, f in v2_keyswitch_factors().items():
+                    costs[k] *= f
+                    sources[k] += f" [schema /2's figure per N x limbs x {f:.4g}: per N x key-switch units]"
             boots = tuple(BootMeasurement(
                 str(m["preset"]), int(m["N"]), int(m["max_level"]), int(m["threads"]),
                 _positive(m["seconds"], "bootstrap.seconds"), _optional(m.get("pair_seconds"), "pair_seconds"),
@@ -143,12 +171,24 @@ class CostProfile:
             simd = str(d["simd_path"])
             if simd not in SIMD_ORDER:
                 raise ValueError(f"simd_path {simd!r} is not one of {', '.join(SIMD_ORDER)}")
+            rings = tuple(RingFactors(int(r["N"]), {str(k): _positive(v, f"ring_factors.{k}")
+                                                    for k, v in r["factors"].items() if k in UNIT_COSTS},
+                                      str(r["source"])) for r in d.get("ring_factors", []))
             return cls(str(d["cpu_model"]), simd, costs, sources, boots, runs, str(d.get("description", "")),
-                       str(d.get("created", "")), int(d.get("threads", 1)))
+                       str(d.get("created", "")), int(d.get("threads", 1)), ring_factors=rings)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
             raise SerializationError(f"cost profile {origin} is not a valid {SCHEMA} profile ({what}): "
                                      f"{FIX}") from None
+
+
+def v2_keyswitch_factors() -> dict:
+    """{unit cost: factor} that turns a schema /2 profile's key-switching costs (seconds per N x limbs) into /3's
+    (per N x key-switch units): exact, every /2 figure was measured at N14-d6's fresh level (7 limbs, 2 special
+    primes, digits of 2; the hoisted one as one of 8), so a /2 profile is read, not refused."""
+    n14 = SimpleNamespace(N=2 ** 14, p=(60, 60), alpha=2)
+    ks = keyswitch_units(n14, 6)
+    return {"rotate": 7 / ks, "ct_mul": 7 / ks, "rotate_hoisted": 7 / hoisted_units(n14, 6, 8)}
 
 
 def _positive(v, what: str) -> float:

@@ -41,24 +41,32 @@ import math
 from typing import Optional
 
 from hemlp.planner.cost_model import CostProfile, active_profile
+from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_units
 from hemlp.step_ops import ACT_OPS, StepOp
 
 __all__ = ["unit_costs", "poly_muls", "act_muls", "estimate_batch", "estimate_packed", "packed_step_seconds",
            "estimate_mlwe", "encode_seconds"]
 
 
-def unit_costs(profile: Optional[CostProfile] = None) -> dict:
-    """Seconds per (N * limbs) unit at one thread of the ops the layouts run (``encode`` per ring coefficient: the
-    part of an encoding any level pays, its FFT over the slots; ``encode_limb`` per N * limbs: its residues;
-    ``touch`` per byte of memory a process writes for the first time: what keeping every encoded diagonal costs on
-    top of encoding), from `profile` (default: the active cost profile)."""
-    return dict((profile or active_profile()).unit_costs)
+def unit_costs(profile: Optional[CostProfile] = None, N: Optional[int] = None) -> dict:
+    """Seconds per (N * limbs) unit at one thread of the ops the layouts run (``rotate``, ``rotate_hoisted`` and
+    ``ct_mul`` per N * key-switch units: hemlp.planner.keyswitch_cost; ``encode`` per ring coefficient: the part of
+    an encoding any level pays, its FFT over the slots; ``encode_limb`` per N * limbs: its residues; ``touch`` per
+    byte of memory a process writes for the first time: what keeping every encoded diagonal costs on top of
+    encoding), from `profile` (default: the active cost profile); with N, times the profile's factors for that ring
+    degree where it has them (CostProfile.ring_factors)."""
+    p = profile or active_profile()
+    c = dict(p.unit_costs)
+    for ring in p.ring_factors:
+        if N is not None and ring.N == int(N):
+            c.update({k: c[k] * f for k, f in ring.factors.items()})
+    return c
 
 
 def encode_seconds(encodings, N: int, kept_bytes: int) -> float:
     """Seconds to encode plaintexts of ring degree N, `encodings` pairs (plaintexts, limbs of each), of which the
     server keeps kept_bytes in all: the encodings plus the first touch of the memory that holds them."""
-    c = unit_costs()
+    c = unit_costs(N=N)
     return sum(int(n) * N * (c["encode"] + int(limbs) * c["encode_limb"]) for n, limbs in encodings) \
         + kept_bytes * c["touch"]
 
@@ -78,7 +86,7 @@ def act_muls(step) -> int:
 
 def estimate_batch(steps, params, batch: int) -> float:
     """Seconds for one batch in layout (A)."""
-    c, N = unit_costs(), params.N
+    c, N = unit_costs(N=params.N), params.N
     chunks = -(-int(batch) // (N // 2))
     t = 0.0
     for s in steps:
@@ -89,33 +97,35 @@ def estimate_batch(steps, params, batch: int) -> float:
             P = 1 if s.index is None else s.index.shape[1]
             t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
         elif s.op in ACT_OPS:
-            t += s.rows * chunks * act_muls(s) * N * (lv + 1) * c["ct_mul"]
+            t += s.rows * chunks * act_muls(s) * N * keyswitch_units(params, lv) * c["ct_mul"]
         elif s.op == StepOp.AFFINE:
             t += s.rows * chunks * N * (lv + 1) * (c["pt_mul"] + c["rescale"])
         elif s.op == StepOp.MUL:
-            t += s.rows * chunks * N * (lv + 1) * c["ct_mul"]
+            t += s.rows * chunks * N * keyswitch_units(params, lv) * c["ct_mul"]
         elif s.op == StepOp.MATMUL:     # k tensor products (4 limb-wise products each) + one relin/rescale per row
             k = s.info.a_shape[-1]
-            t += s.rows * chunks * N * (lv + 1) * (c["ct_mul"] + 2 * k * c["pt_mul"])
+            t += s.rows * chunks * N * (keyswitch_units(params, lv) * c["ct_mul"] + 2 * k * (lv + 1) * c["pt_mul"])
     return t
 
 
 def packed_step_seconds(prog, s, params, level: int) -> float:
     """Seconds of one step of a layout (P) program (a hemlp.layouts.packed.PackedStep) run at `level`, one group
     of prog.b samples (the giant-step and reduction rotations follow the products' rescale: `level` limbs)."""
-    c, N = unit_costs(), params.N
+    c, N = unit_costs(N=params.N), params.N
     u = N * (level + 1)
     if s.op == "matvec":
         k = s.count()
         groups = max(1, len(s.giant))
-        return (u * (k["pt_mul"] * c["pt_mul"] + k["rot_hoisted"] * c["rotate_hoisted"] + groups * c["rescale"])
-                + N * level * k["rot"] * c["rotate"])
+        # the baby steps hoisted from the input at `level`, the giant steps and reductions after the rescale
+        return (u * (k["pt_mul"] * c["pt_mul"] + groups * c["rescale"])
+                + N * k["rot_hoisted"] * hoisted_units(params, level, k["rot_hoisted"]) * c["rotate_hoisted"]
+                + N * k["rot"] * keyswitch_units(params, level - 1) * c["rotate"])
     if s.op in ACT_OPS:
-        return s.layout.K * act_muls(s.src) * u * c["ct_mul"]
+        return s.layout.K * act_muls(s.src) * N * keyswitch_units(params, level) * c["ct_mul"]
     if s.op == StepOp.AFFINE:
         return s.layout.K * u * (c["pt_mul"] + c["rescale"])
     if s.op == StepOp.MUL:
-        return s.layout.K * u * c["ct_mul"]
+        return s.layout.K * N * keyswitch_units(params, level) * c["ct_mul"]
     if s.op == StepOp.INPUT:          # the client's encryption of the input layout's K ciphertexts
         return s.layout.K * u * c["encrypt"]
     return 0.0
@@ -140,7 +150,7 @@ def estimate_packed(prog, steps, params) -> float:
 
 def estimate_mlwe(prog, params) -> float:
     """Seconds for one batch (up to prog.d3 samples) in layout (A′), the client's input encryption included."""
-    c, N = unit_costs(), params.N
+    c, N = unit_costs(N=params.N), params.N
     steps = prog.steps
     t = prog.input.cts * N * (prog.input.level_out + 1) * c["encrypt"]
     prev = prog.input
@@ -149,20 +159,21 @@ def estimate_mlwe(prog, params) -> float:
         if m.kind == "pcmm":
             rows_in, rows_out = prev.cts * prog.k, m.cts * prog.k
             t += rows_out * rows_in * (N + prog.d3) * (lv + 1) * c["mlwe_mac"]
-            t += m.cts * prog.k * N * (lv + 1) * c["rotate"] + m.cts * N * lv * c["rescale"]
+            t += m.cts * prog.k * N * keyswitch_units(params, lv) * c["rotate"] + m.cts * N * lv * c["rescale"]
         elif m.kind in ("cts", "stc"):
             plan = prog.cts_plan if m.kind == "cts" else prog.stc_plan
             for i, lt in enumerate(plan.levels):      # level i of the DFT runs at lv - i
                 u = N * (lv - i + 1)
                 p = lt.plan
-                t += m.cts * u * (lt.pmults * c["pt_mul"] + len(p.baby) * c["rotate_hoisted"]
-                                  + len(p.giant) * c["rotate"] + c["rescale"])
+                t += m.cts * (u * (lt.pmults * c["pt_mul"] + c["rescale"])
+                              + N * len(p.baby) * hoisted_units(params, lv - i, len(p.baby)) * c["rotate_hoisted"]
+                              + N * len(p.giant) * keyswitch_units(params, lv - i) * c["rotate"])
             if m.kind == "cts":
-                t += m.cts * N * (m.level_out + 1) * c["rotate"]          # conjugation of the split
+                t += m.cts * N * keyswitch_units(params, m.level_out) * c["rotate"]     # conjugation of the split
         elif m.kind == "act":
             u = N * (lv + 1)
             if m.src.op in ACT_OPS:
-                t += 2 * m.cts * act_muls(m.src) * u * c["ct_mul"]
+                t += 2 * m.cts * act_muls(m.src) * N * keyswitch_units(params, lv) * c["ct_mul"]
             elif m.src.op == StepOp.AFFINE:
                 t += 2 * m.cts * u * (c["pt_mul"] + c["rescale"])
         if m.kind != "output":

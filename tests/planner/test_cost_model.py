@@ -86,6 +86,62 @@ def test_profile_round_trips_through_json(tmp_path):
     assert back.batch_runs[0].rho and all(isinstance(k, int) for k in back.batch_runs[0].rho)
 
 
+def test_a_schema_2_profile_is_read_with_its_key_switch_costs_converted(tmp_path):
+    """Schema /2 priced rotations and ciphertext products per N x limbs of N14-d6's fresh ciphertext; /3 per
+    key-switch unit. The conversion is exact (every /2 figure was measured there), so a /2 profile plans as the /3
+    one made from the same measurements, and each converted figure says so."""
+    p = packaged_profile("avx512")
+    old = p.to_json()
+    old["schema"] = cm.SCHEMA_V2
+    factors = cm.v2_keyswitch_factors()
+    assert set(factors) == {"rotate", "rotate_hoisted", "ct_mul"}
+    for k, f in factors.items():
+        old["unit_costs"][k]["seconds"] /= f
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(old))
+    back = load_profile(path)
+    assert back.unit_costs == pytest.approx(p.unit_costs, rel=1e-12)
+    assert all("schema /2" in back.unit_cost_sources[k] for k in factors)
+    assert "schema /2" not in back.unit_cost_sources["pt_mul"]
+
+
+def test_ring_factors_round_trip_and_price_only_their_ring(tmp_path):
+    """A calibrated profile's ring factors (``hemlp calibrate --boot``) survive the file and multiply the unit costs
+    the layouts price a plan of that ring degree with, and no other."""
+    from hemlp.planner.layouts import unit_costs
+
+    p = replace(packaged_profile("avx512"), ring_factors=(cm.RingFactors(65536, {"rotate": 1.25, "pt_mul": 1.5},
+                                                                         "measured: test"),))
+    back = load_profile(save_profile(p, tmp_path / "ring.json"))
+    assert back.ring_factors == p.ring_factors
+    at16, at14 = unit_costs(back, N=65536), unit_costs(back, N=16384)
+    assert at14 == back.unit_costs == unit_costs(back)
+    assert at16["rotate"] == pytest.approx(1.25 * back.unit_costs["rotate"])
+    assert at16["pt_mul"] == pytest.approx(1.5 * back.unit_costs["pt_mul"])
+    assert at16["ct_mul"] == back.unit_costs["ct_mul"]
+    bad = json.loads((tmp_path / "ring.json").read_text())
+    bad["ring_factors"][0]["factors"]["rotate"] = 0
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(SerializationError, match="ring_factors.rotate"):
+        load_profile(tmp_path / "bad.json")
+
+
+def test_ring_factors_recover_a_uniform_slowdown():
+    """calibrate's ring factors: for levels whose measured seconds are f x the unit cost x the planner's units,
+    the factor is f for each op, whatever the level."""
+    from hemlp import fhe
+    from hemlp.apps.bench.keyswitch import model_units
+    from hemlp.apps.calibrate import RING_OPS, ring_factors
+
+    costs = packaged_profile("avx512").unit_costs
+    params = fhe.Params.preset("N16-boot")
+    f = {"rotate": 1.3, "rotate_hoisted": 1.1, "ct_mul": 1.2, "pt_mul": 1.7}
+    rows = {lv: {op: f[op] * costs[op] * model_units(params, lv, op, "keyswitch") for op in RING_OPS}
+            for lv in (1, 6, 12)}
+    ring = ring_factors("N16-boot", rows, costs, "test")
+    assert ring.N == 65536 and ring.factors == pytest.approx(f) and "levels 1, 6, 12" in ring.source
+
+
 @pytest.mark.parametrize("damage, words", [
     (lambda t: t[: len(t) // 2], "not JSON"),
     (lambda t: t.replace(f'"{SCHEMA}"', '"hemlp-cost-profile/1"'), "schema 'hemlp-cost-profile/1'"),
