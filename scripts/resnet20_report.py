@@ -121,8 +121,8 @@ def main(argv=None) -> int:
     unseen = np.sort(np.random.default_rng(1).permutation(len(tr.y))[len(rows):len(rows) + args.unseen])
     x_unseen = np.ascontiguousarray((tr.x[unseen] - mean) / std, dtype=np.float32)
     del tr, tests                  # the 50 000 training images: not needed past the calibration rows (memory for keys)
-    # torchvision's loader leaves its frames in a reference cycle (an import inside it) that holds the images:
-    # only the cycle collector frees them, and compile's peak would otherwise count ~0.7 GiB of them
+    # torchvision's loader leaves its frames in a reference cycle (an import inside it) that holds the images: only
+    # the cycle collector frees them, so collect now, or the RSS at compile start counts ~0.7 GiB the compile frees
     gc.collect()
     logits = predict(model, x)
     # the file's digest: the same path may hold other weights later
