@@ -37,7 +37,7 @@ BOOT_PRESET = "test-N12-boot"
 #: the levels of a --boot preset whose key switches and plaintext products give its ring's factors (clipped to its
 #: top level): the low ones a network runs at between bootstraps, and where a bootstrap lands at N16-boot
 RING_LEVELS = (1, 6, 12)
-RING_OPS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul")
+RING_OPS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul", "encode")
 #: the ops of the core benchmark that are key switches: bootstrapping is dominated by them, so their speed ratio is
 #: the one carried to bootstrap times (rotate, 8 hoisted rotations, ct x ct + relinearisation)
 KEY_SWITCH_OPS = {"rotate": "rotate", "rotate_hoisted": "rotate_hoisted8", "ct_mul": "mul"}
@@ -321,15 +321,17 @@ def _measure_levels(preset: str, quick: bool, log) -> dict:
 def ring_factors(preset: str, rows: dict, costs: dict, name: str) -> RingFactors:
     """The RingFactors of a preset's ring degree from its measured levels ({level: {op: seconds}}) and this run's
     unit costs (measured at CORE_PRESET): per op, the median over the levels of seconds per N x units (the
-    planner's count: hemlp.planner.keyswitch_cost, limbs for pt_mul) over the unit cost."""
+    planner's count: hemlp.planner.keyswitch_cost, limbs for pt_mul; an encoding's price for encode and
+    encode_limb) over the unit cost."""
     from statistics import median
 
     from hemlp.apps.bench.keyswitch import model_units
     from hemlp.fhe import Params
 
     params = Params.preset(preset)
-    factors = {op: median(r[op] / model_units(params, lv, op, "keyswitch") for lv, r in rows.items() if op in r)
-               / costs[op] for op in RING_OPS}
+    factors = {op: median(r[op] / model_units(params, lv, op, "keyswitch", costs) for lv, r in rows.items()
+                          if op in r) / costs[op] for op in RING_OPS}
+    factors["encode_limb"] = factors["encode"]          # one factor for an encoding's price, both of its parts
     return RingFactors(int(params.N), factors, (
         f"measured: {name} --boot {preset}, levels {', '.join(map(str, rows))}, 1 thread, CPU-time medians: median "
         f"over the levels of seconds per N x units / the unit cost measured at {CORE_PRESET} in the same run"))

@@ -103,7 +103,8 @@ def test_hemlp_calibrate_quick_writes_the_profile_the_planner_uses(tmp_path):
     assert "the single bootstrap and the ring's key switches at test-N10-boot" in prof.description
     # --boot also measures that ring's key switches and plaintext products: its factors, shown beside the table's 1
     (ring,) = prof.ring_factors
-    assert ring.N == 1024 and set(ring.factors) == {"rotate", "rotate_hoisted", "ct_mul", "pt_mul"}
+    assert ring.N == 1024 and set(ring.factors) == {"rotate", "rotate_hoisted", "ct_mul", "pt_mul", "encode",
+                                                    "encode_limb"}
     assert ring.source.startswith("measured") and "N=1024 rotate (x unit cost)" in p.stdout
     n12 = [r for r in prof.batch_runs if r.preset == "test-N12-boot"]
     assert len(n12) == 1 and not n12[0].derived and set(n12[0].rho) == {2}

@@ -21,13 +21,17 @@ HELP = "rotations, hoisted rotations, ct x ct and ct x pt at every level, agains
 RUNS = (("N14-d6", (0, 1, 2, 3, 4, 5, 6), 9), ("N16-boot", (0, 1, 2, 4, 6, 9, 12, 16), 5))
 CALIBRATION = ("N14-d6", 6)
 STEPS = (1, 2, 3, 4, 5, 6, 7, 8)
-#: the ops measured, named as the planner's unit costs they check
-OPS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul")
+#: the ops measured, named as the planner's unit costs they check (encode: an encoding at the level, priced
+#: N x (encode + limbs x encode_limb))
+OPS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul", "encode")
+#: the ops the two counts are compared on (an encoding is priced the same way by both)
+MODEL_OPS = OPS[:4]
 
 
 def measure_levels(preset: str, levels, repeats: int, log=print) -> dict:
     """{level: {op: CPU seconds}} at one thread (the caller sets the threads): rotate, one of 8 hoisted rotations,
-    ct x ct + relin + rescale (levels >= 1), and ct x pt accumulated (pt_mul, as a diagonal product runs)."""
+    ct x ct + relin + rescale (levels >= 1), ct x pt accumulated (pt_mul, as a diagonal product runs) and the
+    encoding of a diagonal at the level (encode)."""
     import numpy as np
 
     from hemlp import fhe
@@ -48,7 +52,8 @@ def measure_levels(preset: str, levels, repeats: int, log=print) -> dict:
             return measure(fn, repeats)["cpu_median_s"]
         row = {"rotate": cpu(lambda: ctx.rotate(ct, 1, gk)),
                "rotate_hoisted": cpu(lambda: ctx.rotate_hoisted(ct, list(STEPS), gk)) / len(STEPS),
-               "pt_mul": cpu(lambda: ctx.add(acc, ctx.mul(ct, pt)))}
+               "pt_mul": cpu(lambda: ctx.add(acc, ctx.mul(ct, pt))),
+               "encode": cpu(lambda: ctx.encode(x, level=lv, scale=float(ctx.modulus(lv))))}
         if lv >= 1:
             row["ct_mul"] = cpu(lambda: ctx.mul(ct, ct, relin_key=rlk, rescale=True))
         rows[lv] = row
@@ -56,11 +61,14 @@ def measure_levels(preset: str, levels, repeats: int, log=print) -> dict:
     return rows
 
 
-def model_units(params, level: int, op: str, model: str) -> float:
+def model_units(params, level: int, op: str, model: str, costs: dict | None = None) -> float:
     """Units of one op at `level`: 'keyswitch' (the planner's: key-switch units for key-switching ops, limbs for
-    pt_mul) or 'limbs' (N x limbs for all, the planner's count before), times N."""
+    pt_mul) or 'limbs' (N x limbs for all, the planner's count before), times N. An encoding's units are its price
+    in seconds over the ``encode`` unit cost: N x (1 + limbs x encode_limb / encode), from `costs` (unit costs)."""
     from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_units
 
+    if op == "encode":
+        return params.N * (1 + (level + 1) * costs["encode_limb"] / costs["encode"])
     if model == "limbs" or op == "pt_mul":
         return params.N * (level + 1)
     if op == "rotate_hoisted":
@@ -95,12 +103,12 @@ def main(args: argparse.Namespace) -> int:
     ref_params = fhe.Params.preset(ref_preset)
     ref = measured[ref_preset][ref_level]
     models = ("keyswitch", "limbs")
-    unit = {m: {op: ref[op] / model_units(ref_params, ref_level, op, m) for op in ref} for m in models}
+    unit = {m: {op: ref[op] / model_units(ref_params, ref_level, op, m) for op in MODEL_OPS} for m in models}
     rows = []
     for preset, per_level in measured.items():
         params = fhe.Params.preset(preset)
         for lv, ops in per_level.items():
-            for op, sec in ops.items():
+            for op, sec in ((op, sec) for op, sec in ops.items() if op in MODEL_OPS):
                 ratio = {m: unit[m][op] * model_units(params, lv, op, m) / sec for m in models}
                 rows.append(dict(preset=preset, level=lv, op=op, seconds=sec, predicted_over_measured=ratio))
     table(["preset", "level", "op", "measured ms", "key-switch units", "limbs"],
@@ -109,7 +117,8 @@ def main(args: argparse.Namespace) -> int:
            for r in rows],
           title=f"predicted / measured (each model calibrated on {ref_preset} level {ref_level}; one thread)")
     summary = {m: {op: {"min": min(r["predicted_over_measured"][m] for r in rows if r["op"] == op),
-                        "max": max(r["predicted_over_measured"][m] for r in rows if r["op"] == op)} for op in OPS}
+                        "max": max(r["predicted_over_measured"][m] for r in rows if r["op"] == op)}
+                    for op in MODEL_OPS}
                for m in models}
     if args.json:
         save_json(args.json, "keyswitch", dict(
