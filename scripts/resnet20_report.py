@@ -256,7 +256,9 @@ def record_estimate(path, doc: dict, cm, machine: dict) -> int:
     est = step_summary(cm.layout_impl.step_estimates())
     measured = {k: float(np.median([r["step_seconds"][k] for r in runs])) for k in est}
     # the schema names the cost model's units: an estimate under an older model is kept beside a newer one
-    entry = dict(cost_profile=active_profile().source, cost_profile_schema=SCHEMA,
+    # a profile file in the checkout named by its path in it, as a relative HEMLP_COST_PROFILE names it
+    source = active_profile().source.replace(str(ROOT) + "/", "")
+    entry = dict(cost_profile=source, cost_profile_schema=SCHEMA,
                  commit=machine["git"]["commit"][:7], cpu=machine["cpu"]["model"], estimated=est,
                  estimated_total=sum(est.values()),
                  measured_median=measured, measured_median_total=float(np.median([sum(r["step_seconds"].values())
