@@ -88,16 +88,16 @@ OWN_NODE_OPS = (StepOp.INPUT, StepOp.OUTPUT, StepOp.ADD)
 
 
 def level_dag(steps, params, batch: int) -> list[LevelNode]:
-    """One LevelNode per step: depth (hemlp.compiler.params.step_cost), output ciphertexts (rows x chunks) and
-    seconds per limb (hemlp.planner.layouts.estimate_batch of the step at level 0, i.e. one limb)."""
+    """One LevelNode per step: depth (hemlp.compiler.params.step_cost), output ciphertexts (rows x chunks), seconds
+    per limb (hemlp.planner.layouts.estimate_batch of the step at level 0, i.e. one limb) and, the key switches not
+    being linear in the limbs, the step's estimate at every level of the chain (LevelNode.level_costs)."""
     chunks = -(-int(batch) // (params.N // 2))
     nodes = []
     for s in steps:
-        per_limb = estimate_batch([replace(s, level_in=0)], params, batch)
-        if s.op in OWN_NODE_OPS:
-            nodes.append(LevelNode(s.out, str(s.op), tuple(s.inputs), 0, s.rows * chunks, per_limb))
-        else:
-            nodes.append(LevelNode(s.out, "op", tuple(s.inputs), step_cost(s), s.rows * chunks, per_limb))
+        at = tuple(estimate_batch([replace(s, level_in=lv)], params, batch) for lv in range(params.max_level + 1))
+        own = s.op in OWN_NODE_OPS
+        nodes.append(LevelNode(s.out, str(s.op) if own else "op", tuple(s.inputs), 0 if own else step_cost(s),
+                               s.rows * chunks, at[0], level_costs=at))
     return nodes
 
 

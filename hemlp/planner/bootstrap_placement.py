@@ -14,8 +14,9 @@ The program is a DAG of ``LevelNode``s in topological order; every node produces
 A value is stored at one level. Before a node reads a value it may be **bootstrapped** (its stored level
 becomes ``BootstrapCost.levels_after``; every later reader sees the refreshed version) and it may be read
 at any level below the stored one (``drop_level`` is free; operations at lower levels are cheaper). The
-time of a node read at level l is ``cost_per_limb * (l + 1)`` (every homomorphic operation is linear in the
-limb count at a fixed ring); a bootstrap of n ciphertexts costs ``BootstrapCost.seconds_for(n)``.
+time of a node read at level l is ``cost_per_limb * (l + 1)`` (linear in the limb count at a fixed ring), or its
+``level_costs[l]`` where the layout priced it per level (key switches are not linear: hemlp.planner.keyswitch_cost);
+a bootstrap of n ciphertexts costs ``BootstrapCost.seconds_for(n)``.
 
 ``place_bootstraps`` is an exact dynamic programme (a shortest path) over the states "stored level of every
 live value" after each node: a chain has one live value (states = levels), a residual block two (the skip
@@ -60,9 +61,15 @@ class LevelNode:
     ciphertexts: int = 1
     cost_per_limb: float = 0.0
     limb_offset: int = 0        # levels below the planner's level 0 (a frame shifted up: the S2C-first order)
+    #: seconds at each level (index: level + limb_offset) where the time is not linear in the limbs (a key switch:
+    #: hemlp.planner.keyswitch_cost); empty: cost_per_limb x limbs
+    level_costs: tuple = ()
 
     def cost(self, level: int) -> float:
-        return self.cost_per_limb * (level + 1 + self.limb_offset)
+        i = level + self.limb_offset
+        if self.level_costs and 0 <= i < len(self.level_costs):
+            return self.level_costs[i]
+        return self.cost_per_limb * (i + 1)
 
 
 @dataclass(frozen=True)
