@@ -4,7 +4,8 @@ Each estimate is  sum over steps of (operation count x unit cost), in seconds pe
 client-side input encryption included (both layouts trade it against server work).
 Unit costs are per (ring degree x limbs) so they scale to any preset and level:
 
-* layout (A): PCMM = d1*d2*positions*chunks*2N*(l+1) multiply-accumulates (exact modular GEMM),
+* layout (A): PCMM = d1*d2*positions*chunks*2N*(l+1) multiply-accumulates (exact modular GEMM) and a rescale
+  of every output ciphertext,
   activations = one ct x ct product per ciphertext and multiplication;
 * layout (P): every diagonal a plaintext product, every rotation / hoisted rotation a key switch at
   its level, activations on the K input / 1 hidden ciphertext(s).
@@ -93,9 +94,10 @@ def estimate_batch(steps, params, batch: int) -> float:
         lv = s.level_in if s.level_in is not None else params.max_level
         if s.op == StepOp.INPUT:      # the client encrypts one ciphertext per feature and chunk
             t += s.rows * chunks * N * (lv + 1) * c["encrypt"]
-        elif s.op == StepOp.PCMM:
+        elif s.op == StepOp.PCMM:     # the exact modular GEMM, then every output ciphertext's rescale
             P = 1 if s.index is None else s.index.shape[1]
             t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
+            t += s.rows * chunks * N * (lv + 1) * c["rescale"]
         elif s.op in ACT_OPS:
             t += s.rows * chunks * act_muls(s) * N * keyswitch_units(params, lv) * c["ct_mul"]
         elif s.op == StepOp.AFFINE:

@@ -72,7 +72,12 @@ def test_unit_costs_are_the_core_bench_one_thread_cpu_times():
     c = unit_costs()
     assert c["pt_mul"] == pytest.approx(ops["mul_plain_add"]["cpu_median_s"] / units)
     assert c["rescale"] == pytest.approx(ops["rescale"]["cpu_median_s"] / units)
-    assert c["rotate"] == pytest.approx(ops["rotate"]["cpu_median_s"] / units)
+    # a rotation per key-switch unit of the fresh level (hemlp.planner.keyswitch_cost), not per limb
+    from hemlp import fhe
+    from hemlp.planner.keyswitch_cost import keyswitch_units
+
+    ks = 2 ** 14 * keyswitch_units(fhe.Params.preset("N14-d6"), 6)
+    assert c["rotate"] == pytest.approx(ops["rotate"]["cpu_median_s"] / ks)
     # an encoding at the fresh level (7 limbs): its level-independent part and seven limbs of residues
     assert c["encode"] + 7 * c["encode_limb"] == pytest.approx(ops["encode"]["cpu_median_s"] / 2 ** 14)
     assert c["touch"] == pytest.approx(ops["touch_256mib"]["cpu_median_s"] / 2 ** 28)

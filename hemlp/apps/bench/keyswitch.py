@@ -28,16 +28,16 @@ OPS = ("rotate", "rotate_hoisted", "ct_mul", "pt_mul", "encode")
 MODEL_OPS = OPS[:4]
 
 
-def measure_levels(preset: str, levels, repeats: int, log=print) -> dict:
+def measure_levels(preset: str, levels, repeats: int, log=print, allow_insecure: bool = False) -> dict:
     """{level: {op: CPU seconds}} at one thread (the caller sets the threads): rotate, one of 8 hoisted rotations,
     ct x ct + relin + rescale (levels >= 1), ct x pt accumulated (pt_mul, as a diagonal product runs) and the
-    encoding of a diagonal at the level (encode)."""
+    encoding of a diagonal at the level (encode). allow_insecure: for the test presets (hemlp calibrate --quick)."""
     import numpy as np
 
     from hemlp import fhe
     from hemlp.apps.bench import measure
 
-    ctx = fhe.Context(fhe.Params.preset(preset))
+    ctx = fhe.Context(fhe.Params.preset(preset), allow_insecure=allow_insecure)
     sk, pk = ctx.keygen()
     rlk, gk = ctx.relin_key(sk), ctx.rotation_keys(sk, list(STEPS))
     x = np.random.default_rng(1).uniform(-1, 1, ctx.slots)
