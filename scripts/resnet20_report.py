@@ -255,9 +255,9 @@ def record_estimate(path, doc: dict, cm, machine: dict) -> int:
         raise SystemExit(f"--estimate: {path} has no encrypted image with its step seconds")
     est = step_summary(cm.layout_impl.step_estimates())
     measured = {k: float(np.median([r["step_seconds"][k] for r in runs])) for k in est}
-    # the schema names the cost model's units: an estimate under an older model is kept beside a newer one
     # a profile file in the checkout named by its path in it, as a relative HEMLP_COST_PROFILE names it
     source = active_profile().source.replace(str(ROOT) + "/", "")
+    # the schema names the cost model's units: an estimate under an older model is kept beside a newer one
     entry = dict(cost_profile=source, cost_profile_schema=SCHEMA,
                  commit=machine["git"]["commit"][:7], cpu=machine["cpu"]["model"], estimated=est,
                  estimated_total=sum(est.values()),

@@ -279,11 +279,9 @@ def calibrate(quick: bool = False, output=None, log=print, boot_presets=()) -> C
 
 def _measure(quick: bool, info: dict, log) -> tuple:
     """The four benchmark payloads (in their envelopes) at one thread."""
-    import hemlp
-    from hemlp.apps.bench import core, mambo, pcmm, report
+    from hemlp.apps.bench import core, mambo, one_thread, pcmm, report
 
-    threads_before = hemlp.get_num_threads()
-    try:
+    with one_thread():
         log(f"[calibrate] core ops at {CORE_PRESET} ...")
         core_doc = report.envelope("core", core.run_core(CORE_PRESET, [1], 2 if quick else 10, log=lambda m: None),
                                    info)
@@ -296,27 +294,21 @@ def _measure(quick: bool, info: dict, log) -> tuple:
         mambo_doc = report.envelope("mambo", mambo.run(
             BOOT_PRESET, [2] if quick else [2, 4, 8], [], 1, 0, 4.0, True, log=lambda m: None,
             repeats=1 if quick else 3, inner=1 if quick else 2, end_to_end=False), info)
-    finally:
-        hemlp.set_num_threads(threads_before)
     return core_doc, pcmm_doc, boot_doc, mambo_doc
 
 
 def _measure_levels(preset: str, quick: bool, log) -> dict:
     """A bootstrapping preset's key switches and plaintext products at RING_LEVELS, one thread."""
-    import hemlp
+    from hemlp.apps.bench import one_thread
     from hemlp.apps.bench.keyswitch import measure_levels
     from hemlp.fhe import Params
 
     top = Params.preset(preset).max_level
     levels = sorted({min(lv, top) for lv in RING_LEVELS})
-    threads_before = hemlp.get_num_threads()
-    try:
-        hemlp.set_num_threads(1)
+    with one_thread():
         log(f"[calibrate] key switches at {preset}, levels {', '.join(map(str, levels))} ...")
         return measure_levels(preset, levels[:2] if quick else levels, 1 if quick else 3, log=lambda m: None,
                               allow_insecure=preset.startswith("test-"))
-    finally:
-        hemlp.set_num_threads(threads_before)
 
 
 def ring_factors(preset: str, rows: dict, costs: dict, name: str) -> RingFactors:
@@ -340,17 +332,13 @@ def ring_factors(preset: str, rows: dict, costs: dict, name: str) -> RingFactors
 
 def _measure_boot(preset: str, quick: bool, info: dict, log) -> dict:
     """One preset's single bootstrap (and pair) at one thread, in its benchmark envelope."""
-    import hemlp
-    from hemlp.apps.bench import boot, report
+    from hemlp.apps.bench import boot, one_thread, report
 
-    threads_before = hemlp.get_num_threads()
-    try:
+    with one_thread():
         log(f"[calibrate] single bootstrap at {preset} ...")
         return report.envelope("boot", boot.run_boot(preset, [1], 1 if quick else 3, pair=True,
                                                      allow_insecure=preset.startswith("test-"), log=lambda m: None),
                                info)
-    finally:
-        hemlp.set_num_threads(threads_before)
 
 
 def print_comparison(profile: CostProfile, out=print) -> None:

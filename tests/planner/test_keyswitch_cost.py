@@ -22,6 +22,18 @@ def test_units_by_hand():
     assert keyswitch_per_limb(n16, 12) == pytest.approx(keyswitch_units(n16, 12) / 13)
 
 
+def test_schema_2_conversion_is_the_n14_d6_fresh_level():
+    """cost_model converts /2 profiles with N14-d6's shape written out (the planner does not build presets): it
+    must be the preset's, at its fresh level, for the conversion to be exact."""
+    from hemlp.planner.cost_model import v2_keyswitch_factors
+
+    n14 = fhe.Params.preset("N14-d6")
+    assert n14.max_level == 6
+    f = v2_keyswitch_factors()
+    assert f["rotate"] == f["ct_mul"] == pytest.approx(7 / keyswitch_units(n14, 6), rel=1e-15)
+    assert f["rotate_hoisted"] == pytest.approx(7 / hoisted_units(n14, 6, 8), rel=1e-15)
+
+
 def test_special_primes_make_low_levels_dear():
     """Per limb, a key switch at level 0 costs several times one at the top: the special primes' part does not
     shrink with the level (the limb count alone priced it 4x too cheap at N16-boot)."""

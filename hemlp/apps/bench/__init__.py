@@ -15,6 +15,7 @@ import ast
 import pkgutil
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 #: modules in this package that are helpers, not subcommands
@@ -42,6 +43,20 @@ def measure(fn, repeats: int, warmup: int = 1) -> dict:
     # CPU seconds of the whole process (every thread): on a loaded machine the 1-thread CPU time is the robust figure
     return {"median_s": statistics.median(samples), "min_s": min(samples),
             "repeats": repeats, "samples": samples, "cpu_median_s": statistics.median(cpu), "cpu_samples": cpu}
+
+
+@contextmanager
+def one_thread():
+    """The native core (and BLAS) at one thread inside the block, the caller's thread count restored after it:
+    the planner's unit costs are one-thread figures."""
+    import hemlp
+
+    before = hemlp.get_num_threads()
+    hemlp.set_num_threads(1)
+    try:
+        yield
+    finally:
+        hemlp.set_num_threads(before)
 
 
 def int_list(s: str) -> list[int]:

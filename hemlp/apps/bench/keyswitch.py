@@ -8,7 +8,7 @@ ct x pt product accumulated into a partial sum, at each level. Each cost model i
 at N14-d6's fresh level (as ``hemlp calibrate`` calibrates the planner) and predicts every other level and preset:
 the planner's key-switch units (hemlp.planner.keyswitch_cost) and the limb count it used before. The table gives
 predicted / measured. N16-boot needs ~3 GiB (keys for 8 rotations over 28 levels); about 2 minutes.
-``hemlp calibrate --boot N16-boot`` measures that preset's levels with ``measure_levels`` too (ring_unit_costs).
+``hemlp calibrate --boot N16-boot`` measures that preset's levels with ``measure_levels`` too (its ring factors).
 """
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ MODEL_OPS = OPS[:4]
 
 
 def measure_levels(preset: str, levels, repeats: int, log=print, allow_insecure: bool = False) -> dict:
-    """{level: {op: CPU seconds}} at one thread (the caller sets the threads): rotate, one of 8 hoisted rotations,
-    ct x ct + relin + rescale (levels >= 1), ct x pt accumulated (pt_mul, as a diagonal product runs) and the
+    """{level: {op: CPU seconds}} at the caller's threads (one: hemlp.apps.bench.one_thread): rotate, one of 8
+    hoisted rotations, ct x ct + relin + rescale (levels >= 1), ct x pt accumulated (pt_mul, as a diagonal product runs) and the
     encoding of a diagonal at the level (encode). allow_insecure: for the test presets (hemlp calibrate --quick)."""
     import numpy as np
 
@@ -82,23 +82,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import hemlp
     from hemlp import fhe
+    from hemlp.apps.bench import one_thread
     from hemlp.apps.bench.report import machine_info, save_json, table
 
-    threads = hemlp.get_num_threads()
-    hemlp.set_num_threads(1)
     measured = {}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for preset, levels, repeats in RUNS:
-                if args.quick:
-                    levels, repeats = (levels[0], levels[len(levels) // 2], levels[-1]), 2
-                print(f"[keyswitch] {preset} ...", flush=True)
-                measured[preset] = measure_levels(preset, levels, repeats)
-    finally:
-        hemlp.set_num_threads(threads)
+    with one_thread(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for preset, levels, repeats in RUNS:
+            if args.quick:
+                levels, repeats = (levels[0], levels[len(levels) // 2], levels[-1]), 2
+            print(f"[keyswitch] {preset} ...", flush=True)
+            measured[preset] = measure_levels(preset, levels, repeats)
     ref_preset, ref_level = CALIBRATION
     ref_params = fhe.Params.preset(ref_preset)
     ref = measured[ref_preset][ref_level]
@@ -108,7 +103,8 @@ def main(args: argparse.Namespace) -> int:
     for preset, per_level in measured.items():
         params = fhe.Params.preset(preset)
         for lv, ops in per_level.items():
-            for op, sec in ((op, sec) for op, sec in ops.items() if op in MODEL_OPS):
+            for op in (op for op in MODEL_OPS if op in ops):
+                sec = ops[op]
                 ratio = {m: unit[m][op] * model_units(params, lv, op, m) / sec for m in models}
                 rows.append(dict(preset=preset, level=lv, op=op, seconds=sec, predicted_over_measured=ratio))
     table(["preset", "level", "op", "measured ms", "key-switch units", "limbs"],
