@@ -30,8 +30,9 @@ MODEL_OPS = OPS[:4]
 
 def measure_levels(preset: str, levels, repeats: int, log=print, allow_insecure: bool = False) -> dict:
     """{level: {op: CPU seconds}} at the caller's threads (one: hemlp.apps.bench.one_thread): rotate, one of 8
-    hoisted rotations, ct x ct + relin + rescale (levels >= 1), ct x pt accumulated (pt_mul, as a diagonal product runs) and the
-    encoding of a diagonal at the level (encode). allow_insecure: for the test presets (hemlp calibrate --quick)."""
+    hoisted rotations, ct x ct + relin + rescale (levels >= 1), ct x pt accumulated (pt_mul, as a diagonal product
+    runs) and the encoding of a diagonal at the level (encode). allow_insecure: for the test presets (hemlp calibrate
+    --quick)."""
     import numpy as np
 
     from hemlp import fhe
