@@ -3,10 +3,11 @@ encrypted too.
 
 The same placement DP as layouts (A) and (P) (hemlp.planner.bootstrap_placement) on the chain's level DAG: one
 LevelNode per lowered step, a linear layer CGEMM_LEVELS deep (its block CCMMs), an activation its polynomial's
-depth; the ciphertexts of a value are its blocks (b_m x b_n after layer i) and a step's time per limb comes from the
-FHE4DMM chain plan's costs (hemlp.planner.chain: each layer's block CCMMs at this machine's unit costs). The
-placement is written back into the lowered steps by hemlp.layouts.batch_bootstrap.apply_placement (bootstrap and
-drop steps at exact levels), and hemlp.layouts.blocked runs them on every block:
+depth; the ciphertexts of a value are its blocks (b_m x b_n after layer i) and a step's time at each level comes
+from the FHE4DMM chain plan's block CCMMs (hemlp.planner.chain: Table II counts at this machine's unit costs, the
+key switches priced at that level). The placement is written back into the lowered steps by
+hemlp.layouts.batch_bootstrap.apply_placement (bootstrap and drop steps at exact levels), and hemlp.layouts.blocked
+runs them on every block:
 
     bootstrap  block = Bootstrapper.bootstrap(block / c) * c     (two real blocks per bootstrap_pair)
 
@@ -29,8 +30,9 @@ from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_
                                            calibration_peaks)
 from hemlp.layouts.blocked import CGEMM_LEVELS, REFUSED, BlockedProgram
 from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
-from hemlp.planner.keyswitch_cost import keyswitch_per_limb
+from hemlp.planner.keyswitch_cost import keyswitch_per_limb, keyswitch_units
 from hemlp.planner.layouts import unit_costs
+from hemlp.planner.obl import cgemm_ops
 from hemlp.step_ops import StepOp, handler
 
 __all__ = ["blocked_level_dag", "plan_blocked_bootstrapped", "LEVEL_NODE"]
@@ -51,14 +53,25 @@ def _dag_layer(prog, s, blocks, costs):
     bm, bn, _, _ = prog.out_blocks(i)
     blocks[s.out] = bm * bn
     per_limb = prog.chain.steps[i].mm_cost * costs.N
-    return LevelNode(s.out, "op", tuple(s.inputs), CGEMM_LEVELS, blocks[s.out], per_limb)
+    # at each level: the block CGEMMs' Table II counts, their key switches priced at that level
+    lay = prog.chain.steps[i].layout
+    ops = cgemm_ops(*lay.block_dims)
+    c = costs.units
+    at = tuple(costs.N * lay.num_blocks * ops.weighted(dict(ROT=c["rotate"] * keyswitch_per_limb(costs.params, lv),
+                                                            MULT=c["ct_mul"] * keyswitch_per_limb(costs.params, lv),
+                                                            PMULT=c["pt_mul"], ADD=c["pt_mul"] / 2)) * (lv + 1)
+               for lv in costs.levels)
+    return LevelNode(s.out, "op", tuple(s.inputs), CGEMM_LEVELS, blocks[s.out], per_limb, level_costs=at)
 
 
 def _dag_blockwise(prog, s, blocks, costs):
     """An activation (or an alias: depth 0) on every block of its input."""
     blocks[s.out] = blocks[s.inputs[0]]
     d = step_cost(s)
-    return LevelNode(s.out, "op", tuple(s.inputs), d, blocks[s.out], blocks[s.out] * d * costs.ct_mul * costs.N)
+    at = tuple(blocks[s.out] * d * costs.units["ct_mul"] * costs.N * keyswitch_units(costs.params, lv)
+               for lv in costs.levels)
+    return LevelNode(s.out, "op", tuple(s.inputs), d, blocks[s.out], blocks[s.out] * d * costs.ct_mul * costs.N,
+                     level_costs=at)
 
 
 #: the level DAG's node of every step op: (program, lowered step, blocks by value, N and unit costs) -> its LevelNode
@@ -70,10 +83,13 @@ LEVEL_NODE = {**REFUSED, StepOp.INPUT: _dag_input, StepOp.OUTPUT: _dag_output, S
 
 def blocked_level_dag(prog: BlockedProgram, steps, params) -> list[LevelNode]:
     """One LevelNode per step of the chain: its depth (a linear layer CGEMM_LEVELS, an activation its polynomial's),
-    its value's blocks, and its seconds per limb (a layer: the chain plan's cost of its block CCMMs; an activation:
-    one ciphertext product per level of its polynomial on every block)."""
-    # per limb, at the top level's key-switch size: the placement multiplies by the limbs of the level it lands at
-    costs = SimpleNamespace(N=params.N, ct_mul=unit_costs()["ct_mul"] * keyswitch_per_limb(params, params.max_level))
+    its value's blocks, its seconds per limb (a layer: the chain plan's cost of its block CCMMs; an activation:
+    one ciphertext product per level of its polynomial on every block) at the top level's key-switch size, and, key
+    switches not being linear in the limbs (hemlp.planner.keyswitch_cost), its seconds at every level
+    (LevelNode.level_costs: what the placement prices it at)."""
+    c = unit_costs()
+    costs = SimpleNamespace(N=params.N, params=params, units=c, levels=range(params.max_level + 1),
+                            ct_mul=c["ct_mul"] * keyswitch_per_limb(params, params.max_level))
     blocks: dict = {}
     return [handler(LEVEL_NODE, s, "layout (C)'s bootstrap placement")(prog, s, blocks, costs) for s in steps]
 

@@ -2,8 +2,8 @@
 
 The same placement DP as layout (A) (hemlp.planner.bootstrap_placement) on the same level DAG: one LevelNode
 per lowered step, its depth, the ciphertexts of its packed value (1, or the replicated input's K) and its time
-per limb from layout (P)'s unit costs (hemlp.planner.layouts.packed_step_seconds of the packed step: its
-diagonal products, hoisted baby-step and giant-step rotations). The placement is written back into the lowered
+per limb and per level from layout (P)'s unit costs (hemlp.planner.layouts.packed_step_seconds of the packed step:
+its diagonal products, hoisted baby-step and giant-step rotations). The placement is written back into the lowered
 steps by hemlp.layouts.batch_bootstrap.apply_placement (bootstrap and drop steps at exact levels), and
 hemlp.layouts.packed runs them on the packed ciphertexts:
 
@@ -46,16 +46,19 @@ __all__ = ["PEAK_TOLERANCE", "packed_level_dag", "packed_peaks", "plan_packed_bo
 
 def packed_level_dag(prog: PackedProgram, params, levels_after: int) -> list[LevelNode]:
     """One LevelNode per step of the layout (P) program for ONE group of b samples: its depth, the ciphertexts of
-    its value in a group and its seconds per limb (the step priced at the level a bootstrap lands at, divided by
-    that level's limbs). Groups run apart (in process one after the other, on Ray as separate tasks), so a value's
-    ciphertexts pair for bootstrap_pair only within a group: every cost is the group's times prog.groups, and the
-    placement that is cheapest for one group is cheapest for all (plan_packed_bootstrapped scales the totals)."""
+    its value in a group, its seconds per limb (the step priced at the level a bootstrap lands at, divided by that
+    level's limbs) and, key switches not being linear in the limbs, the step priced at every level a bootstrap
+    leaves (LevelNode.level_costs: the placement's total is then the sum of the steps' estimates at their levels).
+    Groups run apart (in process one after the other, on Ray as separate tasks), so a value's ciphertexts pair for
+    bootstrap_pair only within a group: every cost is the group's times prog.groups, and the placement that is
+    cheapest for one group is cheapest for all (plan_packed_bootstrapped scales the totals)."""
     nodes = []
     for s in prog.steps:
-        per_limb = packed_step_seconds(prog, s, params, levels_after) / (levels_after + 1)
+        at = tuple(packed_step_seconds(prog, s, params, lv) for lv in range(levels_after + 1))
         own = s.src.op in OWN_NODE_OPS
         depth = 0 if own else step_cost(s.src)
-        nodes.append(LevelNode(s.out, str(s.src.op) if own else "op", tuple(s.inputs), depth, s.layout.K, per_limb))
+        nodes.append(LevelNode(s.out, str(s.src.op) if own else "op", tuple(s.inputs), depth, s.layout.K,
+                               at[-1] / (levels_after + 1), level_costs=at))
     return nodes
 
 

@@ -11,6 +11,7 @@ import hemlp
 from hemlp.errors import EncodingError, MissingKeyError, UnsupportedError
 from hemlp.runtime.artifacts import EvalKeys
 from tests.compiler.conftest import mlp, torch_out
+from tests.layouts.conftest import without_placement
 
 torch = pytest.importorskip("torch")
 
@@ -57,6 +58,29 @@ def test_bootstraps_are_placed_between_block_ccmms_and_printed(cm):
     assert "# bootstrapping:" in text and "layout (C): each bootstrap refreshes every block" in text
     assert "bootstrapping keys" in text and "ccmm_blocks(" in text
     assert cm.plan.info["bootstrap"]["boot_slots"] == slots
+
+
+def test_level_dag_prices_every_level_with_its_key_switches(cm):
+    """Each node carries its step's estimate at every level: at the top level the chain plan's cost, below it the
+    key switches priced at that level (more per limb as the special primes' share grows), so the placement's layer
+    seconds are the steps' estimates at the levels it reads them at."""
+    from hemlp.layouts.blocked_bootstrap import blocked_level_dag
+    from hemlp.planner.bootstrap_placement import BootstrapCost, place_bootstraps
+
+    prog, params = cm.layout_impl.program, cm.context.params
+    nodes = blocked_level_dag(prog, without_placement(cm.steps), params)
+    top = params.max_level
+    ops = [nd for nd in nodes if nd.op == "op" and nd.depth > 0]
+    assert ops
+    for nd in ops:
+        assert len(nd.level_costs) == top + 1
+        assert nd.cost(top) == pytest.approx(nd.cost_per_limb * (top + 1), rel=1e-12)   # the chain plan's price
+        assert nd.cost(0) > nd.cost_per_limb                                               # a key switch at one limb
+    placement = place_bootstraps(nodes, BootstrapCost(3, 0.05))
+    by_name = {nd.name: nd for nd in nodes}
+    for n in placement.nodes:
+        assert n.seconds == pytest.approx(by_name[n.name].cost(max(n.reads)), rel=1e-12)
+    assert placement.op_seconds == pytest.approx(sum(n.seconds for n in placement.nodes), rel=1e-12)
 
 
 def test_encrypted_equals_simulate_and_torch(cm, data):

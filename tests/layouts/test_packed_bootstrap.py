@@ -16,6 +16,7 @@ from hemlp.layouts.packed_bootstrap import packed_level_dag
 from hemlp.planner.bootstrap_placement import BootstrapCost, place_bootstraps, place_bootstraps_exhaustive
 from hemlp.planner.layouts import packed_step_seconds
 from hemlp.runtime.artifacts import EvalKeys
+from tests.layouts.conftest import without_placement
 
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.filterwarnings("ignore::hemlp.fhe.InsecureParametersWarning"),
@@ -145,23 +146,11 @@ def test_simulate_models_the_bootstrap_error_and_range(mlp_model):
             cm.simulate(x * 40)
 
 
-def _plain_steps(steps):
-    """The compiled steps without the planner's bootstrap / drop steps (readers renamed back)."""
-    alias, out = {}, []
-    for s in steps:
-        if s.op in ("bootstrap", "drop"):
-            alias[s.out] = alias.get(s.inputs[0], s.inputs[0])
-            continue
-        out.append(type(s)(s.op, s.out, [alias.get(i, i) for i in s.inputs], s.rows, s.node, U=s.U, index=s.index,
-                           bias=s.bias, act=s.act, alpha=s.alpha, beta=s.beta, info=dict(s.info)))
-    return out
-
-
 def test_packed_placement_equals_exhaustive_search(mlp_model, cnn_model):
     cm, _, _ = mlp_model
     params = cm.context.params
     boot = BootstrapCost(3, 0.02)
-    prog = PackedProgram(_plain_steps(cm.steps), params.N // 2, 2)
+    prog = PackedProgram(without_placement(cm.steps), params.N // 2, 2)
     nodes = packed_level_dag(prog, params, 3)
     assert [n.depth for n in nodes] == [0, 1, 2, 1, 2, 1, 0]
     assert all(n.cost_per_limb > 0 for n in nodes[1:-1]) and all(n.ciphertexts == 1 for n in nodes[1:])
@@ -172,10 +161,33 @@ def test_packed_placement_equals_exhaustive_search(mlp_model, cnn_model):
     # the whole MLP is too large to enumerate; the compiled placement is the DP's, and its cost is no worse than
     # bootstrapping before every layer
     cm2, _, _ = cnn_model
-    prog2 = PackedProgram(_plain_steps(cm2.steps), params.N // 2, 1)
+    prog2 = PackedProgram(without_placement(cm2.steps), params.N // 2, 1)
     nodes2 = packed_level_dag(prog2, params, 3)
     assert any(n.op == "add" for n in nodes2)
     place_bootstraps(nodes2, boot)
+
+
+def test_packed_level_dag_prices_every_level_and_the_placement_sums_them(cnn_model):
+    """Key switches are not linear in the limbs (hemlp.planner.keyswitch_cost), so each node carries its step's
+    estimate at every level a bootstrap leaves, and a placement's layer seconds are the steps' estimates at the
+    levels it reads them at (not a per-limb price scaled from the top level)."""
+    cm, _, _ = cnn_model
+    params = cm.context.params
+    L = 3
+    prog = PackedProgram(without_placement(cm.steps), params.N // 2, 1)
+    nodes = packed_level_dag(prog, params, L)
+    for s, nd in zip(prog.steps, nodes):
+        assert len(nd.level_costs) == L + 1
+        for lv in range(L + 1):
+            assert nd.cost(lv) == pytest.approx(packed_step_seconds(prog, s, params, lv), rel=1e-12)
+    # a rotating step costs more per limb at low levels (the special primes' share of each key switch)
+    rot = [nd for s, nd in zip(prog.steps, nodes) if s.op == "matvec" and s.rotations()]
+    assert rot and all(nd.cost(1) / 2 > nd.cost(L) / (L + 1) for nd in rot)
+    placement = place_bootstraps(nodes, BootstrapCost(L, 0.05))
+    by_name = {s.out: s for s in prog.steps}
+    for n in placement.nodes:         # an add reads at the higher of its operands' levels
+        assert n.seconds == pytest.approx(packed_step_seconds(prog, by_name[n.name], params, max(n.reads)), rel=1e-12)
+    assert placement.op_seconds == pytest.approx(sum(n.seconds for n in placement.nodes), rel=1e-12)
 
 
 def test_exhausted_levels_without_bootstrap_are_a_level_error():
