@@ -35,7 +35,7 @@ from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, OWN_NODE_OPS, apply_placement,
                                            boot_preset, peak_of, scale_down_limit, scale_factor)
 from hemlp.layouts.packed import SIMULATE_GROUPS, PackedProgram
-from hemlp.layouts.packed_split import split_wide_steps
+from hemlp.layouts.packed_split import PART, origin, split_wide_steps, value_of
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
 from hemlp.runtime.local import simulate as simulate_rows
@@ -44,21 +44,33 @@ from hemlp.step_ops import StepOp
 __all__ = ["PEAK_TOLERANCE", "packed_level_dag", "packed_peaks", "plan_packed_bootstrapped"]
 
 
-def packed_level_dag(prog: PackedProgram, params, levels_after: int) -> list[LevelNode]:
-    """One LevelNode per step of the layout (P) program for ONE group of b samples: its depth, the ciphertexts of
-    its value in a group, its seconds per limb (the step priced at the level a bootstrap lands at, divided by that
+def packed_level_dag(prog: PackedProgram, params, levels_after: int, unsplit=None) -> list[LevelNode]:
+    """One LevelNode per step of the unsplit program (`unsplit`: its steps' names when prog runs values wider than a
+    ciphertext as channel blocks, hemlp.layouts.packed_split; a step's parts together: their sum; None: one node
+    per step of prog) for ONE group of b samples: its depth, the ciphertexts
+    of its value in a group, its seconds per limb (the step priced at the level a bootstrap lands at, divided by that
     level's limbs) and, key switches not being linear in the limbs, the step priced at every level a bootstrap
     leaves (LevelNode.level_costs: the placement's total is then the sum of the steps' estimates at their levels).
+    A wide value's blocks are refreshed together (the placement is that of the unsplit program: one state per value,
+    not per block, and no bootstrap between a PCMM's partial products).
     Groups run apart (in process one after the other, on Ray as separate tasks), so a value's ciphertexts pair for
     bootstrap_pair only within a group: every cost is the group's times prog.groups, and the placement that is
     cheapest for one group is cheapest for all (plan_packed_bootstrapped scales the totals)."""
-    nodes = []
+    def whole(name):
+        return name if unsplit is None else origin(name, unsplit)
+
+    parts: dict = {}                               # unsplit step -> the program's steps that run it, in order
     for s in prog.steps:
-        at = tuple(packed_step_seconds(prog, s, params, lv) for lv in range(levels_after + 1))
-        own = s.src.op in OWN_NODE_OPS
-        depth = 0 if own else step_cost(s.src)
-        nodes.append(LevelNode(s.out, str(s.src.op) if own else "op", tuple(s.inputs), depth, s.layout.K,
-                               at[-1] / (levels_after + 1), level_costs=at))
+        parts.setdefault(whole(s.out), []).append(s)
+    nodes = []
+    for name, ps in parts.items():
+        first = ps[0]
+        at = tuple(sum(packed_step_seconds(prog, s, params, lv) for s in ps) for lv in range(levels_after + 1))
+        own = first.src.op in OWN_NODE_OPS
+        depth = 0 if own else step_cost(first.src)
+        cts = sum(s.layout.K for s in ps if unsplit is None or value_of(s.out) is not None)
+        nodes.append(LevelNode(name, str(first.src.op) if own else "op", tuple(whole(v) for v in first.inputs),
+                               depth, cts, at[-1] / (levels_after + 1), level_costs=at))
     return nodes
 
 
@@ -86,13 +98,16 @@ def _slot_peaks(prog: PackedProgram, X: np.ndarray) -> tuple[dict, float]:
     return peaks, max_out
 
 
+#: a wide value's block j is refreshed with the simulated error seed (the value's seed) * SEED_STRIDE + j
+SEED_STRIDE = 1 << 16
+
 #: how far the packed program's slot values may sit above the lowered steps' values of the same features (its
 #: diagonals are quantised on their own: measured ~3e-6 relative on a ResNet-20); the feature peaks are raised by it
 PEAK_TOLERANCE = 1e-4
 
 
 def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int,
-                 known: dict | None = None) -> tuple[dict, float]:
+                 known: dict | None = None, whole: bool = False) -> tuple[dict, float]:
     """Per value, the largest |slot| any calibration sample puts in its ciphertexts (every slot enters EvalMod), and
     the largest |output| (X: samples x features).
 
@@ -104,7 +119,9 @@ def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int,
     packed pass is the check: if its slots on the real group exceed the combined peak (beyond rounding), the
     argument failed for this program and every sample runs through the packed program instead (PEAK_TOLERANCE
     allows for the rounding that differs between the two). known: the values' per-row peaks on X from a pass of the
-    lowered steps already made (compile's), which replace the features' pass."""
+    lowered steps already made (compile's), which replace the features' pass. whole: the peaks of the unsplit
+    program's values (`steps` hold wide values as channel blocks: a value's peak is its blocks' largest; a PCMM's
+    partial products and sums are part of no value), and `known` names them."""
     def feature_peaks(rows: np.ndarray) -> dict:
         feat: dict = {}
 
@@ -116,18 +133,28 @@ def packed_peaks(prog: PackedProgram, steps, X: np.ndarray, weight_bits: int,
             simulate_rows(steps, rows.T, weight_bits, on_value=see)
         return feat
 
+    def by_value(peaks: dict) -> dict:
+        if not whole:
+            return peaks
+        out: dict = {}
+        for name, v in peaks.items():
+            if (w := value_of(name)) is not None:
+                out[w] = max(out.get(w, 0.0), v)
+        return out
+
     first = X[:prog.b]
     other, _ = _slot_peaks(prog, np.zeros((prog.b,) + X.shape[1:]))     # pads, zero samples: the same for any input
     real, _ = _slot_peaks(prog, first)
     feat_first = feature_peaks(first)
     tol = 1.0 + PEAK_TOLERANCE
     if any(v > max(feat_first.get(name, 0.0), other[name]) * tol + 1e-12 for name, v in real.items()):
-        return _slot_peaks(prog, X)
-    names = [s.out for s in steps]
-    if known is not None and all(n in known for n in names):
-        feat = {n: peak_of(known[n]) for n in names}
+        every, max_out = _slot_peaks(prog, X)
+        return by_value(every), max_out
+    other = by_value(other)
+    if known is not None and all(n in known for n in other):
+        feat = {n: peak_of(known[n]) for n in other}
     else:
-        feat = feature_peaks(X)
+        feat = by_value(feature_peaks(X))
     return ({name: max(feat.get(name, 0.0) * tol, v) for name, v in other.items()},
             feat.get(prog.output.out, 0.0) * tol)
 
@@ -137,15 +164,25 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
     layout). peaks: the values' per-row peaks on x from compile's pass (None: measured here)."""
     info = boot_preset(opts.get("preset"), bool(opts["allow_insecure"]))
     params = Params.preset(info["name"])
-    split = split_wide_steps(steps, params.N // 2)
-    if split is not steps:                  # values held as channel blocks: compile's peaks name the whole values
-        steps, peaks = split, None
+    slots = params.N // 2
+    # values wider than a ciphertext held as channel blocks: the program's shape and costs are the split steps', the
+    # placement is on the unsplit steps (a value's blocks refreshed together) and split after it
+    split = split_wide_steps(steps, slots)
+    wide = split is not steps
     boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
     bs = 1 if batch_size is None else int(batch_size)
-    prog = PackedProgram(steps, params.N // 2, bs)
-    peaks, max_out = packed_peaks(prog, steps, x.reshape(x.shape[0], -1), int(opts["weight_bits"]), peaks)
+    prog = PackedProgram(split, slots, bs)
+    peaks, max_out = packed_peaks(prog, split, x.reshape(x.shape[0], -1), int(opts["weight_bits"]), peaks, wide)
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
-    placement = place_bootstraps(packed_level_dag(prog, params, boot.levels_after), boot, min_output_level=reserve)
+    nodes = packed_level_dag(prog, params, boot.levels_after, {t.out for t in steps} if wide else None)
+    cts = {n.name: n.ciphertexts for n in nodes}
+    blocked = {w for t in split if (w := value_of(t.out)) not in (None, t.out)}
+
+    def refresh_seconds(value, level):
+        # a wide value's blocks are values of their own, each refreshed by a single bootstrap (not in pairs)
+        return cts[value] * boot.seconds_for(1) if value in blocked else boot.seconds_for(cts[value])
+
+    placement = place_bootstraps(nodes, boot, min_output_level=reserve, boot_seconds=refresh_seconds)
     margin = 1.0 + float(opts["activation_margin"])
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO)
     factors = {}
@@ -153,8 +190,15 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
         if b.value not in factors:
             factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)
     bits = boot.precision_bits or DEFAULT_NOISE_BITS
-    new = apply_placement(steps, placement, factors, bits, params.N // 2)
+    new = apply_placement(steps, placement, factors, bits, slots)
+    if wide:
+        new = split_wide_steps(new, slots)
     for s in new:
+        if wide and s.op == StepOp.BOOTSTRAP and value_of(s.out) != s.out:     # one block of a wide value's refresh
+            b = int(s.out.rsplit(PART, 1)[1])
+            s.info.value, s.info.ciphertexts, s.info.bootstraps = f"{s.info.value}{PART}{b}", 1, 1
+            s.info.seconds = boot.seconds_for(1)
+            s.info.seed = int(s.info.seed) * SEED_STRIDE + b     # each block its own simulated error
         if s.op == StepOp.BOOTSTRAP:
             # the placement priced one group: every group refreshes its own ciphertexts (no pairing across groups)
             s.info.ciphertexts = int(s.info.ciphertexts) * prog.groups

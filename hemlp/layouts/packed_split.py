@@ -14,7 +14,10 @@ simulation and the encrypted run see ordinary steps on values that fit:
   the bias goes into the first partial product, and the partial products are summed by add steps.
 
 The rewrite is exact: the steps compute the same numbers (each output feature the same terms, summed in another
-order). The input and the output must fit one ciphertext (the client encrypts and decrypts one per sample), and a
+order). With bootstraps the rewrite follows the placement (hemlp.layouts.packed_bootstrap), which refreshes a value's
+blocks together: a bootstrap or a level drop of a wide value becomes one per block, and a PCMM's partial products
+keep its levels (they are summed at its output level: the same input scale and weights' scale, so no level is spent
+aligning them). The input and the output must fit one ciphertext (the client encrypts and decrypts one per sample), and a
 ciphertext x ciphertext matrix product or a permutation of a wide value has no block form here (UnsupportedError
 naming the step and layout='batch').
 """
@@ -29,13 +32,29 @@ from hemlp.errors import UnsupportedError
 from hemlp.layouts.packed_diagonals import pow2
 from hemlp.step_ops import StepOp
 
-__all__ = ["split_wide_steps", "channel_blocks", "block_count", "PART"]
+__all__ = ["split_wide_steps", "channel_blocks", "block_count", "origin", "value_of", "PART"]
 
 #: the name of block j of value v: f"{v}{PART}{j}"
 PART = ".part"
 
 #: ops applied feature by feature: their block j reads their inputs' blocks j
-BLOCKWISE = (StepOp.POLY, StepOp.SQUARE, StepOp.AFFINE, StepOp.ADD, StepOp.MUL, StepOp.ALIAS)
+BLOCKWISE = (StepOp.POLY, StepOp.SQUARE, StepOp.AFFINE, StepOp.ADD, StepOp.MUL, StepOp.ALIAS, StepOp.BOOTSTRAP,
+             StepOp.DROP)
+#: the names the rewrite gives a step's parts: its blocks, and a PCMM's partial products and their sums
+_PARTS = re.compile(r"(?:" + re.escape(PART) + r"\d+)?(?:\.(from|sum)\d+)?$")
+
+
+def origin(name: str, unsplit=()) -> str:
+    """The step of the unsplit program a step of the rewritten one comes from: `name` itself when it names a step
+    of the unsplit program (`unsplit`: their names) or is no part of one."""
+    return name if name in unsplit else _PARTS.sub("", name, count=1)
+
+
+def value_of(name: str):
+    """The whole value a value of the rewritten program holds part of: itself, or the value of which it is a channel
+    block; None for a PCMM's partial product or partial sum (part of no value of the unsplit program)."""
+    m = _PARTS.search(name)
+    return None if m.group(1) else name[:m.start()]
 
 
 def channel_blocks(shape, slots: int) -> list[tuple[int, int]]:
