@@ -45,3 +45,44 @@ def test_simulate_refuses_before_any_work_when_memory_is_short(boot_case, monkey
     monkeypatch.setattr(batch_layout, "available_memory_bytes", lambda: need * 2)
     monkeypatch.undo()
     assert cm.simulate(x[:8]).shape == (8, 3)      # with the memory there, the same call runs
+
+
+def test_simulate_columns_computes_one_pass_in_chunks_within_a_budget():
+    """compile's calibration pass (hemlp.runtime.local.simulate_columns): the same outputs as one pass over every
+    sample, the per-row peaks merged over the chunks equal to one pass's, in chunks sized by simulate_peak_bytes
+    (a budget of a few samples here: a smaller measured peak than the one pass)."""
+    import warnings
+
+    import hemlp
+    from hemlp.runtime.local import simulate_columns
+    from hemlp.runtime.noise_analysis import row_magnitudes
+    from tests.compiler.conftest import SmallCNN
+
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-0.9, 1.0, (96, 1, 8, 8))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cm = hemlp.compile(SmallCNN().eval(), x, batch_size=4, allow_insecure=True, activation_degree=3,
+                           layout="batch", preset="test-N12-d18")
+    steps = [s for s in cm.steps if s.op not in ("bootstrap", "drop")]
+    X = x.reshape(len(x), -1).T
+
+    def peaks_of(run):
+        peaks = {}
+
+        def see(step, v):
+            m = row_magnitudes(v)
+            peaks[step.out] = m if step.out not in peaks else np.maximum(peaks[step.out], m)
+
+        tracemalloc.start()
+        y = run(see)
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return y, peaks, top
+
+    per = simulate_peak_bytes(steps, 1)
+    y1, p1, top1 = peaks_of(lambda see: simulate(steps, X, cm.weight_bits, on_value=see))
+    y2, p2, top2 = peaks_of(lambda see: simulate_columns(steps, X, cm.weight_bits, on_value=see, max_bytes=10 * per))
+    assert y2.shape == y1.shape and np.max(np.abs(y2 - y1)) <= 1e-12 * np.max(np.abs(y1))
+    assert p1.keys() == p2.keys() and all(np.allclose(p1[k], p2[k], rtol=1e-12, atol=0) for k in p1)
+    assert top2 < top1 / 3                           # 10 samples a chunk against 96 at once
