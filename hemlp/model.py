@@ -96,7 +96,7 @@ from hemlp.planner import grid_4d, obl, obl_bruteforce
 from hemlp.planner.bootstrap_lowering import check_modes
 from hemlp.planner.resources import check_nodes, estimate_nodes, estimate_resources
 from hemlp.runtime.local import simulate_columns
-from hemlp.runtime.noise_analysis import plan_noise_bound, row_magnitudes
+from hemlp.runtime.noise_analysis import plan_noise_bound, recorder
 from hemlp.step_ops import StepOp
 
 __all__ = ["compile", "load", "CompiledModel", "Plan", "OPTIONS"]
@@ -233,14 +233,10 @@ def compile(model_or_onnx_path, example_input, batch_size: int | None = None, op
     # the simulated plan's agreement on the calibration set; its output magnitude (checked against q_0 below)
     # every value's largest |value| per row: the bootstrap planners' peaks and the noise analysis' magnitudes
     row_peaks: dict = {}
-
-    def see(step, v):                                   # a chunk of samples at a time: the largest per row so far
-        m = row_magnitudes(v)
-        row_peaks[step.out] = m if step.out not in row_peaks else np.maximum(row_peaks[step.out], m)
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        y_sim = simulate_columns(steps, calib.reshape(calib.shape[0], -1).T, int(opts["weight_bits"]), on_value=see)
+        y_sim = simulate_columns(steps, calib.reshape(calib.shape[0], -1).T, int(opts["weight_bits"]),
+                                 on_value=recorder(row_peaks))
     max_out = float(np.max(np.abs(y_sim))) if y_sim.size else 0.0
     if fit_report:
         fit_report["agreement_simulate"] = float(np.mean(top1(y_sim.T) == top1(reference.output)))

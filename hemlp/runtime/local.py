@@ -106,16 +106,16 @@ SIMULATE_CHUNK_BYTES = 1 << 30
 
 def simulate_columns(steps, X: np.ndarray, weight_bits: int, on_value=None,
                      max_bytes: int = SIMULATE_CHUNK_BYTES) -> np.ndarray:
-    """simulate() of steps without bootstraps over the samples (columns) of X, in chunks of samples whose estimated
-    peak (simulate_peak_bytes) stays within max_bytes: the same values per sample (each is computed from its own
-    column), a ResNet-18's calibration pass in a few GiB instead of 13. on_value(step, value) sees each chunk's
-    values in turn."""
+    """simulate(..., bootstraps=False) over the samples (columns) of X, in chunks of samples whose estimated peak
+    (simulate_peak_bytes) stays within max_bytes: the same values per sample (refreshes exact, each sample's values
+    computed from its own column alone), a ResNet-18's calibration pass in a few GiB instead of 13. on_value(step,
+    value) sees each chunk's values in turn."""
     n = X.shape[1]
     per = max(1, simulate_peak_bytes(steps, 1))
     size = max(1, min(n, int(max_bytes) // per))
     if size >= n:
-        return simulate(steps, X, weight_bits, on_value=on_value)
-    return np.concatenate([simulate(steps, X[:, c:c + size], weight_bits, on_value=on_value)
+        return simulate(steps, X, weight_bits, bootstraps=False, on_value=on_value)
+    return np.concatenate([simulate(steps, X[:, c:c + size], weight_bits, bootstraps=False, on_value=on_value)
                            for c in range(0, n, size)], axis=1)
 
 

@@ -39,11 +39,11 @@ from hemlp.compiler.params import unrescaled
 from hemlp.errors import UnsupportedError
 from hemlp.pcmm import quantize
 from hemlp.planner.layouts import act_muls, poly_muls
-from hemlp.runtime.local import simulate
+from hemlp.runtime.local import simulate_columns
 from hemlp.step_ops import REFRESH_OPS, StepOp, handler
 
-__all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "row_magnitudes", "MARGIN_BITS",
-           "STD_FACTOR", "MAGNITUDE_SAMPLES"]
+__all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "recorder", "row_magnitudes",
+           "MARGIN_BITS", "STD_FACTOR", "MAGNITUDE_SAMPLES"]
 
 #: the bound's distance above the analysis's worst standard deviation times STD_FACTOR
 MARGIN_BITS = 1.0
@@ -244,6 +244,15 @@ def row_magnitudes(value) -> np.ndarray:
     return np.max(np.abs(value), axis=1) if value.shape[1] else np.zeros(value.shape[0])
 
 
+def recorder(magnitudes: dict):
+    """A simulate on_value callback that keeps each value's row_magnitudes in `magnitudes`, the largest per row over
+    the chunks of samples it sees (hemlp.runtime.local.simulate_columns)."""
+    def see(step, value):
+        m = row_magnitudes(value)
+        magnitudes[step.out] = m if step.out not in magnitudes else np.maximum(magnitudes[step.out], m)
+    return see
+
+
 #: steps whose value is their first input's (for the magnitudes)
 SAME_VALUE = (StepOp.BOOTSTRAP, StepOp.DROP, StepOp.ALIAS, StepOp.OUTPUT)
 
@@ -266,6 +275,6 @@ def plan_noise_bound(layout, calibration: np.ndarray, magnitudes: dict | None = 
         mags = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")      # the compile reported ranges already
-            simulate(layout.steps, x.reshape(x.shape[0], -1).T, layout.weight_bits, bootstraps=False,
-                     on_value=lambda step, v: mags.__setitem__(step.out, row_magnitudes(v)))
+            simulate_columns(layout.steps, x.reshape(x.shape[0], -1).T, layout.weight_bits,
+                             on_value=recorder(mags))
     return analyse_noise(layout.steps, layout.params, mags, layout.weight_bits, ks, margin_bits)

@@ -55,7 +55,7 @@ def test_simulate_columns_computes_one_pass_in_chunks_within_a_budget():
 
     import hemlp
     from hemlp.runtime.local import simulate_columns
-    from hemlp.runtime.noise_analysis import row_magnitudes
+    from hemlp.runtime.noise_analysis import recorder
     from tests.compiler.conftest import SmallCNN
 
     rng = np.random.default_rng(4)
@@ -69,13 +69,8 @@ def test_simulate_columns_computes_one_pass_in_chunks_within_a_budget():
 
     def peaks_of(run):
         peaks = {}
-
-        def see(step, v):
-            m = row_magnitudes(v)
-            peaks[step.out] = m if step.out not in peaks else np.maximum(peaks[step.out], m)
-
         tracemalloc.start()
-        y = run(see)
+        y = run(recorder(peaks))
         _, top = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         return y, peaks, top
