@@ -233,9 +233,9 @@ def one(name: str, frontend: str, args) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if how == "steps":
-            from hemlp.runtime.local import simulate as simulate_steps
+            from hemlp.runtime.local import simulate_columns
 
-            y = np.asarray(simulate_steps(cm.steps, x_te.reshape(len(x_te), -1).T, cm.weight_bits, bootstraps=False),
+            y = np.asarray(simulate_columns(cm.steps, x_te.reshape(len(x_te), -1).T, cm.weight_bits),
                            dtype=np.float64).T
         else:
             y = np.asarray(cm.simulate(x_te), dtype=np.float64).reshape(len(x_te), -1)
