@@ -20,7 +20,7 @@ Adding a layout = one module in hemlp/layouts/ with a Layout subclass, named in 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import ClassVar
 
@@ -47,6 +47,9 @@ class Planned:
     batch: int
     options: dict           # compile options (hemlp.model.OPTIONS)
     max_out: float          # largest |output| of the plaintext simulation of the example input
+    #: what the planner computed that the layout's program may reuse (layout (P): its planned matrix-vector
+    #: products, hemlp.layouts.packed.PackedProgram's `memo`); handed to build_program, then dropped
+    reuse: dict = field(default_factory=dict)
 
     def __post_init__(self):
         lint_pass(self.steps, "planning")       # every planner (bootstrap placements included) hands over a Planned
@@ -77,6 +80,7 @@ class Layout:
         self.weight_bits = int(self.options.get("weight_bits", 20))
         self._program = program
         self._runner = None
+        self.reuse: dict = {}          # Planned.reuse while the program is built
         # planning results (compile() reads them from the chosen layout)
         self.preset_info: dict | None = None
         self.depth: int | None = None
@@ -87,7 +91,9 @@ class Layout:
     def plan(cls, p: Planned) -> "Layout":
         """This layout for the planned steps, with the default preset and levels."""
         lay = cls(p.steps, p.params, p.batch, p.top, p.options)
+        lay.reuse = p.reuse
         lay.program  # builds it now, so an unsupported model fails here
+        lay.reuse = {}
         lay.preset_info, lay.depth, lay.reserve = p.preset, p.depth, p.reserve
         return lay
 

@@ -191,7 +191,10 @@ MAX_INPUT_CIPHERTEXTS = 32
 class PackedProgram:
     """The lowered steps planned in layout (P) for `slots` slots and a batch of up to `b` samples."""
 
-    def __init__(self, steps, slots: int, batch: int):
+    def __init__(self, steps, slots: int, batch: int, memo: dict | None = None):
+        # memo: matrix-vector products planned by another program of the same weights (the bootstrap planner's,
+        # before bootstraps are placed), reused by weights, input layout and slots; planned ones are added to it
+        self.memo = {} if memo is None else memo
         self.slots = int(slots)
         batch = max(1, int(batch))
         widest = max([pow2(s.rows) for s in steps if s.op in (StepOp.INPUT, StepOp.PCMM)] + [1])
@@ -245,7 +248,16 @@ class PackedProgram:
         return PackedStep(StepOp.INPUT, s.out, [], L, s)
 
     def _plan_pcmm(self, s, lay, users) -> PackedStep:
-        return self._matvec(s, lay[s.inputs[0]])
+        Lin = lay[s.inputs[0]]
+        shapes = (tuple(s.info.in_shape or ()), tuple(s.info.out_shape or ()))
+        key = (id(s.U), id(s.index), shapes, Lin, self.S1)
+        hit = self.memo.get(key)
+        if (hit is not None and hit[0].U is s.U and hit[0].index is s.index
+                and (hit[0].bias is s.bias or np.array_equal(hit[0].bias, s.bias))):   # a split's bias is a copy
+            return replace(hit[1], out=s.out, inputs=list(s.inputs), src=s)
+        t = self._matvec(s, Lin)
+        self.memo[key] = (s, t)                      # s keeps the ids in the key alive
+        return t
 
     def _plan_same(self, s, lay, users) -> PackedStep:
         """A step whose value keeps its input's layout (activations; alias, output; drop / bootstrap: placed by the
@@ -748,7 +760,7 @@ class Packed(Layout):
         return super().plan(replace(p, steps=split_wide_steps(p.steps, p.params.N // 2)))
 
     def build_program(self) -> PackedProgram:
-        return PackedProgram(self.steps, self.params.N // 2, self.batch_size)
+        return PackedProgram(self.steps, self.params.N // 2, self.batch_size, self.reuse.get("packed_matvecs"))
 
     @classmethod
     def step_tables(cls) -> dict:

@@ -167,7 +167,8 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
     slots = params.N // 2
     # values wider than a ciphertext held as channel blocks: the program's shape and costs are the split steps', the
     # placement is on the unsplit steps (a value's blocks refreshed together) and split after it
-    split = split_wide_steps(steps, slots)
+    blocks_memo: dict = {}
+    split = split_wide_steps(steps, slots, blocks_memo)
     wide = split is not steps
     boot = BootstrapCost.from_params(params, preset_levels_consumed(info["name"]))
     bs = 1 if batch_size is None else int(batch_size)
@@ -191,8 +192,8 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
             factors[b.value] = scale_factor(peaks[b.value], margin, limit, f"value {b.value!r}", params)
     bits = boot.precision_bits or DEFAULT_NOISE_BITS
     new = apply_placement(steps, placement, factors, bits, slots)
-    if wide:
-        new = split_wide_steps(new, slots)
+    if wide:                                # the same block weights, so prog's products are reused
+        new = split_wide_steps(new, slots, blocks_memo)
     for s in new:
         if wide and s.op == StepOp.BOOTSTRAP and value_of(s.out) != s.out:     # one block of a wide value's refresh
             b = int(s.out.rsplit(PART, 1)[1])
@@ -208,4 +209,6 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
             s.info.lowering = ("single (CtS-first): layout (P) refreshes one packed ciphertext per value (nothing "
                                   "to batch, no PCMM to fuse)")
     top = next(s.level_out for s in new if s.op == StepOp.INPUT)
-    return Planned(new, params, dict(info), depth_of(steps), reserve, top, bs, opts, max_out)
+    # the placed steps keep the weights: layout (P)'s program of them reuses prog's matrix-vector products
+    return Planned(new, params, dict(info), depth_of(steps), reserve, top, bs, opts, max_out,
+                   reuse={"packed_matvecs": prog.memo})

@@ -72,9 +72,10 @@ def channel_blocks(shape, slots: int) -> list[tuple[int, int]]:
     return [(a * per, b * per) for a, b in zip(edges, edges[1:])]
 
 
-def split_wide_steps(steps, slots: int) -> list:
+def split_wide_steps(steps, slots: int, memo: dict | None = None) -> list:
     """The steps with every value of more than `slots` features held as channel blocks (the module doc); the
-    steps themselves (not copies) when every value fits."""
+    steps themselves (not copies) when every value fits. memo: the block weights of an earlier split of the same
+    weights, reused (the same arrays: what layout (P) reuses its planned products by), new ones added."""
     if all(s.rows <= slots for s in steps):
         return steps
     shapes = _shapes(steps)
@@ -93,7 +94,7 @@ def split_wide_steps(steps, slots: int) -> list:
         if s.op in BLOCKWISE:
             out += _blockwise(s, blocks)
         elif s.op == StepOp.PCMM:
-            out += _pcmm(s, blocks)
+            out += _pcmm(s, blocks, {} if memo is None else memo)
         else:
             raise UnsupportedError(f"step {s.out!r} ({s.op}) reads or makes a value wider than a ciphertext's {slots} "
                                    "slots, which layout (P) holds as channel blocks; it has no block form: use "
@@ -146,7 +147,7 @@ def _blockwise(s, blocks: dict) -> list:
             for j, (lo, hi) in enumerate(ranges)]
 
 
-def _pcmm(s, blocks: dict) -> list:
+def _pcmm(s, blocks: dict, memo: dict) -> list:
     x = s.inputs[0]
     ins = blocks.get(x) or [(0, _rows_of(s))]
     outs = blocks.get(s.out) or [(0, s.rows)]
@@ -154,7 +155,8 @@ def _pcmm(s, blocks: dict) -> list:
     for j, (olo, ohi) in enumerate(outs):
         name = _name(s.out, j, blocks)
         parts = [p for i, (ilo, ihi) in enumerate(ins)
-                 if (p := _pcmm_block(s, (olo, ohi), (ilo, ihi), f"{name}.from{i}", _name(x, i, blocks))) is not None]
+                 if (p := _pcmm_block(s, (olo, ohi), (ilo, ihi), f"{name}.from{i}", _name(x, i, blocks), memo))
+                 is not None]
         if not parts:
             raise UnsupportedError(f"step {s.out!r}: block {j} of its output reads no input (a constant): use "
                                    "layout='batch' (layout A)")
@@ -190,15 +192,26 @@ def _bias_block(s, olo: int, ohi: int):
     return b if s.U.shape[0] == 1 else b[olo // P: ohi // P]
 
 
-def _pcmm_block(s, out_rng, in_rng, name: str, src: str):
+def _pcmm_block(s, out_rng, in_rng, name: str, src: str, memo: dict):
     """The PCMM reading input features in_rng into output features out_rng (None: no entry there)."""
+    key = (id(s.U), id(s.index), out_rng, in_rng)
+    hit = memo.get(key)
+    if hit is None or hit[0] is not s.U or hit[1] is not s.index:
+        t = _block_weights(s, out_rng, in_rng)
+        memo[key] = hit = (s.U, s.index, t)        # the arrays in the key kept alive with it
+    t = hit[2]
+    return None if t is None else replace(s, out=name, inputs=[src], rows=t.rows, U=t.U, index=t.index, bias=None,
+                                          info=t.info.copy())
+
+
+def _block_weights(s, out_rng, in_rng):
     (olo, ohi), (ilo, ihi) = out_rng, in_rng
     info = s.info.copy()
     if s.index is None:                                   # dense: a block of the matrix
         U = np.asarray(s.U)[olo:ohi, ilo:ihi]
         if not U.any():
             return None
-        return replace(s, out=name, inputs=[src], rows=ohi - olo, U=U, bias=None, info=info)
+        return replace(s, rows=ohi - olo, U=U, bias=None, info=info)
     U, idx = np.asarray(s.U), np.asarray(s.index)
     P = idx.shape[1]
     # output feature u * P + p: a pool's one weight row covers every channel's positions p, a conv's rows are
@@ -222,5 +235,5 @@ def _pcmm_block(s, out_rng, in_rng, name: str, src: str):
     if info.out_shape:
         per = int(np.prod(info.out_shape[1:]))
         info.out_shape = [(ohi - olo) // per] + list(info.out_shape[1:])
-    return replace(s, out=name, inputs=[src], rows=ohi - olo, U=Ub,
-                   index=np.where(inside[keep], sub[keep] - ilo, -1).astype(idx.dtype), bias=None, info=info)
+    return replace(s, rows=ohi - olo, U=Ub, index=np.where(inside[keep], sub[keep] - ilo, -1).astype(idx.dtype),
+                   bias=None, info=info)

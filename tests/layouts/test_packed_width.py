@@ -13,6 +13,7 @@ from torch import nn
 import hemlp
 from hemlp import model as hemlp_model
 from hemlp.errors import UnsupportedError
+from hemlp.layouts.packed import PackedProgram
 from hemlp.layouts.packed_split import PART, block_count, channel_blocks, origin, split_wide_steps
 from hemlp.runtime.local import simulate as simulate_rows
 from tests.layouts.test_packed_bootstrap import compile_quiet
@@ -115,6 +116,21 @@ def test_a_wide_values_blocks_are_refreshed_together_and_its_partial_sums_spend_
         assert s.level_in - s.level_out == 1
     sums = [s for s in steps if s.op == "add" and ".from" in "".join(s.inputs)]
     assert sums and all(s.level_out == min(level[i] for i in s.inputs) for s in sums)
+
+
+def test_each_product_is_planned_once_per_compile(monkeypatch):
+    """The bootstrap planner's program (split, before placement) and the layout's (split after it) hold the same
+    block weights: the layout's program reuses the planner's products (PackedProgram's memo) instead of building
+    every diagonal again."""
+    calls = []
+    plan_one = PackedProgram._matvec
+    monkeypatch.setattr(PackedProgram, "_matvec", lambda self, s, Lin: calls.append(s.out) or plan_one(self, s, Lin))
+    torch.manual_seed(0)
+    xc = np.random.default_rng(5).uniform(-1, 1, (64, 1, 16, 16))
+    cm = compile_quiet(ResWide().eval(), xc, bootstrap=True, allow_insecure=True, activation_degree=3,
+                       layout="packed", preset="test-N10-boot")
+    products = [t.out for t in cm.layout_impl.program.steps if t.op == "matvec"]
+    assert len(products) == 4 + 16 + 4 + 1 and sorted(calls) == sorted(products)
 
 
 def test_save_and_load_keep_the_channel_blocks(wide_model, tmp_path):
