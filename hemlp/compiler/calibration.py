@@ -447,7 +447,8 @@ class _Search:
         return float(np.mean(np.max(np.abs(y - base), axis=1) / self.margin[sl]))
 
     def forget(self, rungs: dict) -> None:
-        """Drop the lookup tables of these rungs (activation name -> rungs) of the activations: not evaluated again."""
+        """Drop the lookup tables of these rungs (activation name -> rungs) of the activations, not evaluated soon (a
+        later evaluation makes its table again)."""
         for name, rs in rungs.items():
             for r in rs:
                 ap = self._polys.get((name, r))
@@ -722,8 +723,12 @@ def _descend(s: _Search, ranged, ladders: dict, degrees: dict, agree: float):
         cand = [n.name for n in ranged if ladders[n.name].index(degrees[n.name]) > 0]
         if not cand:
             return degrees, agree
-        # the descent only lowers: the tables of the rungs above an activation's current one are not read again
-        s.forget({name: lad[lad.index(degrees[name]) + 1:] for name, lad in ladders.items()})
+        # the descent only lowers: the tables of the rungs above an activation's current one are not read again, and
+        # a round reads one rung below it; the rungs further down (the uniform rungs that failed) get their tables
+        # again when the descent reaches them (the same values: a table is a function of its polynomial), so a deep
+        # network does not hold ~40 activations x the rungs tried (up to 32 MB each)
+        s.forget({name: lad[:max(0, lad.index(degrees[name]) - 1)] + lad[lad.index(degrees[name]) + 1:]
+                  for name, lad in ladders.items()})
         base = s.base_chunk(degrees)
         order = sorted(cand, key=lambda name: (s.harm(lowered(degrees, [name]), base), name))
 
