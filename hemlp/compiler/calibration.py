@@ -670,10 +670,15 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
         if s.meets(a):
             found = (degrees, a)
             break
+        # the tables of the rung before this failed one: the descent from a higher rung reads this one first (made
+        # again if it reads further down)
+        if tried[:-1]:
+            s.forget({k: [d] for k, d in tried[-2].items() if degrees[k] != d})
     best = None
     if found is None:         # the best reachable rung: the trials above stopped where they failed, measure them all
         for degrees in tried:
             a = s.agreement(degrees)
+            s.forget({k: [d] for k, d in degrees.items()})
             if best is None or a > best[1]:
                 best = (degrees, a)
     # without bootstraps the depth is capped by the deepest preset; bootstrap=True lifts the cap (the planner refreshes
