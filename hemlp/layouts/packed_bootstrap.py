@@ -46,16 +46,15 @@ __all__ = ["PEAK_TOLERANCE", "packed_level_dag", "packed_peaks", "plan_packed_bo
 
 def packed_level_dag(prog: PackedProgram, params, levels_after: int, unsplit=None) -> list[LevelNode]:
     """One LevelNode per step of the unsplit program (`unsplit`: its steps' names when prog runs values wider than a
-    ciphertext as channel blocks, hemlp.layouts.packed_split; a step's parts together: their sum; None: one node
-    per step of prog) for ONE group of b samples: its depth, the ciphertexts
-    of its value in a group, its seconds per limb (the step priced at the level a bootstrap lands at, divided by that
-    level's limbs) and, key switches not being linear in the limbs, the step priced at every level a bootstrap
-    leaves (LevelNode.level_costs: the placement's total is then the sum of the steps' estimates at their levels).
-    A wide value's blocks are refreshed together (the placement is that of the unsplit program: one state per value,
-    not per block, and no bootstrap between a PCMM's partial products).
-    Groups run apart (in process one after the other, on Ray as separate tasks), so a value's ciphertexts pair for
-    bootstrap_pair only within a group: every cost is the group's times prog.groups, and the placement that is
-    cheapest for one group is cheapest for all (plan_packed_bootstrapped scales the totals)."""
+    ciphertext as channel blocks, hemlp.layouts.packed_split, a step's parts priced together; None: one node per
+    step of prog) for ONE group of b samples: its depth, the ciphertexts of its value in a group, its seconds per limb
+    (the step priced at the level a bootstrap lands at, divided by that level's limbs) and, key switches not being
+    linear in the limbs, the step priced at every level a bootstrap leaves (LevelNode.level_costs: the placement's
+    total is then the sum of the steps' estimates at their levels). A wide value's blocks are refreshed together (the
+    placement is the unsplit program's: one state per value, not per block, no bootstrap between a PCMM's partial
+    products). Groups run apart (in process one after the other, on Ray as separate tasks), so a value's ciphertexts
+    pair for bootstrap_pair only within a group: every cost is the group's times prog.groups, and the placement that
+    is cheapest for one group is cheapest for all (plan_packed_bootstrapped scales the totals)."""
     def whole(name):
         return name if unsplit is None else origin(name, unsplit)
 

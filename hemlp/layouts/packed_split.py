@@ -17,9 +17,9 @@ The rewrite is exact: the steps compute the same numbers (each output feature th
 order). With bootstraps the rewrite follows the placement (hemlp.layouts.packed_bootstrap), which refreshes a value's
 blocks together: a bootstrap or a level drop of a wide value becomes one per block, and a PCMM's partial products
 keep its levels (they are summed at its output level: the same input scale and weights' scale, so no level is spent
-aligning them). The input and the output must fit one ciphertext (the client encrypts and decrypts one per sample), and a
-ciphertext x ciphertext matrix product or a permutation of a wide value has no block form here (UnsupportedError
-naming the step and layout='batch').
+aligning them). The input and the output must fit one ciphertext (the client encrypts and decrypts one per
+sample), and a ciphertext x ciphertext matrix product or a permutation of a wide value has no block form here
+(UnsupportedError naming the step and layout='batch').
 """
 from __future__ import annotations
 

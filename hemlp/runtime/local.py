@@ -24,7 +24,8 @@ from hemlp.runtime import streamed
 from hemlp.runtime.bootstrap_sim import simulate_bootstrap, simulate_mambo
 from hemlp.step_ops import ACT_OPS, UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, handler
 
-__all__ = ["simulate", "simulate_columns", "simulate_peak_bytes", "SIMULATE_CHUNK_BYTES", "run", "run_step", "LocalExecutor", "ElementwiseOp", "elementwise",
+__all__ = ["simulate", "simulate_columns", "simulate_peak_bytes", "SIMULATE_CHUNK_BYTES", "run", "run_step",
+           "LocalExecutor", "ElementwiseOp", "elementwise",
            "cached_elementwise", "range_check", "range_report", "add_aligned", "ct_products", "bootstrap_rows",
            "bootstrap_units", "bootstrap_unit", "bootstrap_retag", "batch_units", "refresh_units", "refresh_unit",
            "mambo_rows", "mambo_units", "mambo_unit", "mambo_chunk"]
