@@ -220,12 +220,11 @@ def main(argv=None) -> int:
 
 def simulate_steps_rows(cm, x):
     """The plan's lowered steps on images x (n, 3, 32, 32), bootstraps exact: (n, 10) logits."""
-    from hemlp.runtime.local import simulate as simulate_steps
+    from hemlp.runtime.local import simulate_columns
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return np.asarray(simulate_steps(cm.steps, x.reshape(len(x), -1).T, cm.weight_bits, bootstraps=False),
-                          dtype=np.float64).T
+        return np.asarray(simulate_columns(cm.steps, x.reshape(len(x), -1).T, cm.weight_bits), dtype=np.float64).T
 
 
 def step_summary(layer_seconds: dict) -> dict:

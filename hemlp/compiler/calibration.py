@@ -672,7 +672,7 @@ def _search(s: _Search, ranged, target: float, max_depth: int, explicit_target: 
             break
         # the tables of the rung before this failed one: the descent from a higher rung reads this one first (made
         # again if it reads further down)
-        if tried[:-1]:
+        if len(tried) > 1:
             s.forget({k: [d] for k, d in tried[-2].items() if degrees[k] != d})
     best = None
     if found is None:         # the best reachable rung: the trials above stopped where they failed, measure them all

@@ -46,7 +46,7 @@ from hemlp.runtime.local import ElementwiseOp, bootstrap_rows, cached_elementwis
 from hemlp.step_ops import ACT_OPS, UNTIMED_OPS, StepOp, Unsupported, handler
 
 __all__ = ["Blocked", "BlockedProgram", "BlockedRunner", "EncryptedWeights", "encrypt_blocks", "flat", "CGEMM_LEVELS",
-           "REFUSED"]
+           "REFUSED", "cgemm_weights"]
 
 _NOT_A_CHAIN = Unsupported("(C)", "plaintext weights (layout A/P)",
                            "layout (C) (encrypted weights) runs chains of linear layers and x^2 / polynomial "
@@ -83,6 +83,14 @@ class BlockedLayer:
         return L.block_m, L.block_k, L.block_n
 
 
+def cgemm_weights(costs: dict, ks_per_limb: float) -> dict:
+    """FHE4DMM's Table II op counts priced by this machine's unit costs (hemlp.planner.layouts.unit_costs): seconds
+    per ring degree x limb of a rotation, a ciphertext product, a plaintext product and an addition, the key switches
+    at ks_per_limb key-switch units per limb (hemlp.planner.keyswitch_cost at the level they run at)."""
+    return dict(ROT=costs["rotate"] * ks_per_limb, MULT=costs["ct_mul"] * ks_per_limb, PMULT=costs["pt_mul"],
+                ADD=costs["pt_mul"] / 2)
+
+
 class BlockedProgram:
     """The lowered steps of a chain of linear layers and activations, planned in layout (C)."""
 
@@ -111,9 +119,7 @@ class BlockedProgram:
         if not self.layers:
             raise UnsupportedError("layout (C) needs at least one linear layer")
 
-        c = unit_costs()   # FHE4DMM's Table II op counts priced by this machine's measured unit costs
-        weights = dict(ROT=c["rotate"] * ks_per_limb, MULT=c["ct_mul"] * ks_per_limb, PMULT=c["pt_mul"],
-                       ADD=c["pt_mul"] / 2)
+        weights = cgemm_weights(unit_costs(), ks_per_limb)
         shapes = [(L.W.shape[0], self.batch, L.W.shape[1]) for L in self.layers]
         # reblock_cost_fn=None: consistent blocks across the chain
         self.chain = plan_chain(shapes, min(int(slots), MAX_BLOCK_SLOTS), cost_fn=weights)

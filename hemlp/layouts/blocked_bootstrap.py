@@ -28,7 +28,7 @@ from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, BootPlanning, apply_placement,
                                            scale_down_limit, scale_factor,
                                            calibration_peaks)
-from hemlp.layouts.blocked import CGEMM_LEVELS, REFUSED, BlockedProgram
+from hemlp.layouts.blocked import CGEMM_LEVELS, REFUSED, BlockedProgram, cgemm_weights
 from hemlp.planner.bootstrap_placement import LevelNode, place_bootstraps
 from hemlp.planner.keyswitch_cost import keyswitch_per_limb, keyswitch_units
 from hemlp.planner.layouts import unit_costs
@@ -57,10 +57,8 @@ def _dag_layer(prog, s, blocks, costs):
     lay = prog.chain.steps[i].layout
     ops = cgemm_ops(*lay.block_dims)
     c = costs.units
-    at = tuple(costs.N * lay.num_blocks * ops.weighted(dict(ROT=c["rotate"] * keyswitch_per_limb(costs.params, lv),
-                                                            MULT=c["ct_mul"] * keyswitch_per_limb(costs.params, lv),
-                                                            PMULT=c["pt_mul"], ADD=c["pt_mul"] / 2)) * (lv + 1)
-               for lv in costs.levels)
+    at = tuple(costs.N * lay.num_blocks * ops.weighted(cgemm_weights(c, keyswitch_per_limb(costs.params, lv)))
+               * (lv + 1) for lv in costs.levels)
     return LevelNode(s.out, "op", tuple(s.inputs), CGEMM_LEVELS, blocks[s.out], per_limb, level_costs=at)
 
 

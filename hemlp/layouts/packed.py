@@ -251,12 +251,11 @@ class PackedProgram:
         Lin = lay[s.inputs[0]]
         shapes = (tuple(s.info.in_shape or ()), tuple(s.info.out_shape or ()))
         key = (id(s.U), id(s.index), shapes, Lin, self.S1)
-        hit = self.memo.get(key)
-        if (hit is not None and hit[0].U is s.U and hit[0].index is s.index
-                and (hit[0].bias is s.bias or np.array_equal(hit[0].bias, s.bias))):   # a split's bias is a copy
+        hit = self.memo.get(key)          # its step keeps U and index alive: the ids in the key are theirs
+        if hit is not None and (hit[0].bias is s.bias or np.array_equal(hit[0].bias, s.bias)):  # a split's is a copy
             return replace(hit[1], out=s.out, inputs=list(s.inputs), src=s)
         t = self._matvec(s, Lin)
-        self.memo[key] = (s, t)                      # s keeps the ids in the key alive
+        self.memo[key] = (s, t)
         return t
 
     def _plan_same(self, s, lay, users) -> PackedStep:

@@ -104,8 +104,7 @@ def split_wide_steps(steps, slots: int, memo: dict | None = None) -> list:
 
 def block_count(value: str, steps) -> int:
     """How many channel blocks `value` is held as in `steps` (1: one ciphertext)."""
-    pattern = re.compile(re.escape(f"{value}{PART}") + r"(\d+)")
-    return len({m.group(1) for s in steps if (m := pattern.match(s.out))}) or 1
+    return len({s.out for s in steps if s.out != value and value_of(s.out) == value}) or 1
 
 
 def _shapes(steps) -> dict:
@@ -195,11 +194,9 @@ def _bias_block(s, olo: int, ohi: int):
 def _pcmm_block(s, out_rng, in_rng, name: str, src: str, memo: dict):
     """The PCMM reading input features in_rng into output features out_rng (None: no entry there)."""
     key = (id(s.U), id(s.index), out_rng, in_rng)
-    hit = memo.get(key)
-    if hit is None or hit[0] is not s.U or hit[1] is not s.index:
-        t = _block_weights(s, out_rng, in_rng)
-        memo[key] = hit = (s.U, s.index, t)        # the arrays in the key kept alive with it
-    t = hit[2]
+    if key not in memo:                            # the entry keeps U and index alive: the ids in the key are theirs
+        memo[key] = (s.U, s.index, _block_weights(s, out_rng, in_rng))
+    t = memo[key][2]
     return None if t is None else replace(s, out=name, inputs=[src], rows=t.rows, U=t.U, index=t.index, bias=None,
                                           info=t.info.copy())
 
