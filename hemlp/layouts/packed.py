@@ -978,8 +978,5 @@ ACTIVATION_WORKING_CIPHERTEXTS = 12
 def program_bytes(prog: PackedProgram) -> int:
     """The program's numpy vectors: every diagonal (dense, or a SparseDiag's positions and values) and the per-position
     bias / affine vectors."""
-    def size(v):
-        return v.nbytes if isinstance(v, np.ndarray) else v.positions.nbytes + v.values.nbytes
-
-    return sum(size(d) for s in prog.steps if s.op == "matvec" for d in s.diags.values()) + sum(
+    return sum(d.nbytes for s in prog.steps if s.op == "matvec" for d in s.diags.values()) + sum(
         np.asarray(v).nbytes for s in prog.steps for v in (s.bias, s.alpha, s.beta) if v is not None)

@@ -57,20 +57,34 @@ def grid_period(grid: tuple) -> int:
 
 @dataclass
 class SparseDiag:
-    """A per-sample diagonal vector of `size` values, zero except at `positions`."""
+    """A per-sample diagonal vector of `size` values that repeats every `period` values (a power of two dividing
+    `size`), zero except at `positions` (within one period). Kept per period: a layer on a narrow value repeats its
+    diagonals size / period times over the slots, and storing each period once is what keeps a deep model's program
+    (ResNet-18's 512-channel convs: tens of millions of entries a layer) within memory."""
 
     positions: np.ndarray
     values: np.ndarray
     size: int
+    period: int = 0         # 0: the whole vector (size)
+
+    def __post_init__(self):
+        if not self.period:
+            self.period = self.size
+        if self.size % self.period:
+            raise ValueError(f"a diagonal's period {self.period} must divide its size {self.size}")
 
     def dense(self) -> np.ndarray:
-        d = np.zeros(self.size)
+        d = np.zeros(self.period)
         d[self.positions] = self.values
-        return d
+        return np.tile(d, self.size // self.period)
 
     def rotated(self, r: int) -> "SparseDiag":
-        """The vector rotated left by r (np.roll(d, -r))."""
-        return SparseDiag((self.positions - int(r)) % self.size, self.values, self.size)
+        """The vector rotated left by r (np.roll(d, -r)): still periodic, its positions move within the period."""
+        return SparseDiag((self.positions - int(r)) % self.period, self.values, self.size, self.period)
+
+    @property
+    def nbytes(self) -> int:
+        return self.positions.nbytes + self.values.nbytes
 
 
 def conv_entries(U: np.ndarray, index: np.ndarray):
@@ -110,14 +124,12 @@ def diagonals_from_entries(rows, cols, vals, pos_out: np.ndarray, period_out: in
     uk = np.flatnonzero(w)
     w = w[uk]
     js, ps = used[uk // L], uk % L
-    reps = S1 // L
     diags = {}
     bounds = np.flatnonzero(np.diff(js)) + 1
-    # every diagonal's positions in each of the reps periods of S1, and its weights repeated alike
-    full = (ps[None, :] + L * np.arange(reps)[:, None]).astype(np.int32)
-    wfull = np.broadcast_to(w, full.shape)
+    # each diagonal is kept over one period L of S1 (SparseDiag repeats it over the S1 positions)
+    ps = ps.astype(np.int32)
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, js.size]):
-        diags[int(js[lo])] = SparseDiag(full[:, lo:hi].reshape(-1), wfull[:, lo:hi].reshape(-1), S1)
+        diags[int(js[lo])] = SparseDiag(ps[lo:hi], w[lo:hi], S1, L)     # views of one array each
     red = [period_out << e for e in range(int(math.log2(period_in // period_out)))] if period_out < period_in else []
     return diags, red
 

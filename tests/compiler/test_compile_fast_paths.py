@@ -82,9 +82,13 @@ def test_diagonals_equal_the_plain_sums(period_out, period_in):
     diags, red = diagonals_from_entries(rows, cols, vals, pos_out, period_out, pos_in, period_in, S1)
     want = _diagonals_plain(rows, cols, vals, pos_out, period_out, pos_in, period_in, S1)
     assert sorted(diags) == sorted(want)
+    L = max(period_in, period_out)
     for j, d in diags.items():
-        assert d.size == S1
-        assert np.array_equal(d.positions, want[j][0]) and np.array_equal(d.values, want[j][1])
+        assert d.size == S1 and d.period == L and d.positions.size == want[j][0].size * L // S1   # one period kept
+        dense = np.zeros(S1)
+        dense[want[j][0]] = want[j][1]
+        assert np.array_equal(d.dense(), dense)
+        assert np.array_equal(d.rotated(-37).dense(), np.roll(dense, 37))
     assert red == ([period_out << e for e in range(int(np.log2(period_in // period_out)))]
                    if period_out < period_in else [])
 

@@ -296,6 +296,7 @@ def main(args) -> int:
     child_args = {k: v for k, v in vars(args).items() if k not in ("json", "append")}
     for name in names:
         for frontend in args.frontends.split(","):
+            load_before = report.load_average()
             try:
                 out = subprocess.run([sys.executable, "-c", CHILD, name, frontend, json.dumps(child_args)],
                                      capture_output=True, text=True, timeout=args.timeout,
@@ -304,7 +305,9 @@ def main(args) -> int:
                 row = json.loads(line[8:]) if line else _died(name, frontend, out)
             except subprocess.TimeoutExpired as e:
                 row = _timed_out(name, frontend, args.timeout, e.stdout)
-            row.update(settings=_settings(args), machine=here)
+            # a row measured beside other work says so (compile seconds are wall seconds on one thread)
+            row.update(settings=_settings(args), machine=here,
+                       load_average=dict(before=load_before, after=report.load_average()))
             rows.append(row)
             print(json.dumps(row, default=float), flush=True)
             if args.json and args.json != "-":
