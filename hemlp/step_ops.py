@@ -199,6 +199,7 @@ class RefreshInfo(StepInfo):
     slots: Optional[int] = None           # the slots the bootstrapper refreshes (sparse when below N/2)
     ciphertexts: Optional[int] = None     # ciphertexts refreshed
     bootstraps: Optional[int] = None      # bootstrapping calls
+    paired_with: Optional[str] = None     # layout (P): the block refreshed with this one in one bootstrap_pair
     seconds: Optional[float] = None       # the estimate of those calls
     cost_source: Optional[str] = None     # where that estimate comes from
     level_after: Optional[int] = None     # layout (A'): the level its refresh lands at

@@ -432,6 +432,8 @@ def summary(steps, params, batch: int, layer_seconds: float | None = None) -> di
                  kind=i.kind or "single", k=i.k or 1)
         # the alternatives' estimates the lowering set (a None one too: no such alternative), none when it did not
         r.update((key, i[key]) for key in CHOICE_FIELDS if key in i)
+        if i.paired_with is not None:
+            r["paired_with"] = i.paired_with
         rows.append(r)
     boot_s = sum(r["seconds"] for r in rows)
     out = dict(placements=rows, levels_after=boots[0].level_out, boot_seconds=boot_s, layer_seconds=layers,
@@ -461,6 +463,15 @@ def _choice_text(r: dict) -> str:
     return f"{what}: " + ", ".join(est) + (f" — {r['reason']}" if r.get("reason") else "")
 
 
+def _pair_text(r: dict) -> str:
+    """A refresh's pipeline, or the bootstrap_pair that refreshes it with another block of its value (layout (P))."""
+    if not r.get("paired_with"):
+        return _choice_text(r)
+    if r["bootstraps"]:
+        return f"one bootstrap_pair with {r['paired_with']} ~{r['seconds']:.3g} s"
+    return f"refreshed with {r['paired_with']} by its bootstrap_pair"
+
+
 def summary_text(b: dict) -> str:
     calls = sum(r["bootstraps"] for r in b["placements"])
     lines = [f"# bootstrapping: {len(b['placements'])} point(s), {calls} bootstrap call(s), each lands at level "
@@ -472,7 +483,8 @@ def summary_text(b: dict) -> str:
     for r in b["placements"]:
         lines.append(f"#   bootstrap {r['value']} before {r['before']}: level {r['level_before']} -> "
                      f"{r['level_after']}, {r['ciphertexts']} ciphertext(s) in {r['bootstraps']} call(s), "
-                     f"input divided by c = {r['scale_factor']:g}; " + _choice_text(r))
+                     f"input divided by c = {r['scale_factor']:g}; "
+                     + _pair_text(r))
     return "\n".join(lines)
 
 

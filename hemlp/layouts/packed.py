@@ -47,7 +47,7 @@ from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entries, dense_entries,
                                            diagonals_from_entries, grid_period, grid_positions, pow2)
-from hemlp.layouts.packed_split import split_wide_steps
+from hemlp.layouts.packed_split import bootstrap_pairs, split_wide_steps
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
 from hemlp.layouts.boot_memory import single_boot_bytes
@@ -594,6 +594,9 @@ class PackedRunner:
         self._pts: dict = {}
         self._pe = {}
         self._keep = cached_diagonals(prog, ctx.N, cache_bytes)
+        by_name = {s.out: s for s in prog.steps}
+        self._partners = {a: by_name[b] for a, b in bootstrap_pairs([s.src for s in prog.steps]).items()}
+        self._paired: dict = {}
 
     # ---- plaintexts
     def _pt(self, step, key, vec, level: int):
@@ -670,22 +673,35 @@ class PackedRunner:
         fn = cached_elementwise(self._pe, self.ctx, ElementwiseOp.from_step(s.src), keys.relin)
         return [fn(0, ct) for ct in x]
 
-    def _bootstrap(self, s, x: list, boot) -> list:
+    def _bootstrap(self, s, x: list, vals: dict, boot) -> list:
         """The bootstrap step: every ciphertext divided by c (a re-tag of the scale) and read with the program's
         boot_slots slots (its slots repeat with that period), refreshed (two real ones per bootstrap_pair), multiplied
-        back by c exactly, dropped to the planned level and read with all slots again."""
+        back by c exactly, dropped to the planned level and read with all slots again. Two channel blocks of a wide
+        value are refreshed together (the program's boot_partners): the first block's step refreshes both, the
+        second's takes its result."""
         if boot is None:
             raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
                                   "eval_keys)")
+        done = self._paired.pop(s.out, None)
+        if done is not None:
+            return done
+        partner = self._partners.get(s.out)
+        parts = [(s, x)] + ([(partner, vals[partner.inputs[0]])] if partner is not None else [])
         ctx, n = self.ctx, self.prog.boot_slots
-        c = int(s.src.info.scale_factor)
-        cts = [retag(ctx, ct, scale=ct.scale * c, slots=n) if (c != 1 or n != ct.slots) else ct for ct in x]
+        cts, owner = [], []
+        for st, xs in parts:
+            c = int(st.src.info.scale_factor)
+            cts += [retag(ctx, ct, scale=ct.scale * c, slots=n) if (c != 1 or n != ct.slots) else ct for ct in xs]
+            owner += [st] * len(xs)
         out = [None] * len(cts)
         for u in bootstrap_units(cts):
             res = boot.bootstrap_pair(*(cts[i] for i in u)) if len(u) == 2 else [boot.bootstrap(cts[u[0]])]
-            for i, ct in zip(u, bootstrap_restore(ctx, list(res), s.src)):
+            for i, ct in zip(u, res):
+                ct = bootstrap_restore(ctx, [ct], owner[i].src)[0]
                 out[i] = retag(ctx, ct, slots=ctx.slots) if n != ctx.slots else ct
-        return out
+        if partner is not None:
+            self._paired[partner.out] = out[len(x):]
+        return out[:len(x)]
 
     def _input(self, s, x: list, vals: dict, keys) -> list:
         lv = s.src.level_out
@@ -723,7 +739,7 @@ class PackedRunner:
         StepOp.ADD: _add,
         StepOp.MUL: _mul,
         StepOp.DROP: lambda self, s, x, vals, keys: [self.ctx.drop_level(c, s.src.level_out) for c in x],
-        StepOp.BOOTSTRAP: lambda self, s, x, vals, keys: self._bootstrap(s, x, keys.boot),
+        StepOp.BOOTSTRAP: lambda self, s, x, vals, keys: self._bootstrap(s, x, vals, keys.boot),
         StepOp.ALIAS: _same,
         StepOp.OUTPUT: _same,
     }
@@ -735,6 +751,7 @@ class PackedRunner:
             raise MissingKeyError("layout (P) needs the rotation keys of this model: use keygen()'s eval_keys")
         keys = SimpleNamespace(relin=relin_key, galois=galois_keys, boot=boot)
         vals = {}
+        self._paired = {}       # a paired bootstrap's second block, refreshed by the first's step
         for s in self.prog.steps:
             x = vals[s.inputs[0]] if s.inputs else cts
             t0 = time.perf_counter()

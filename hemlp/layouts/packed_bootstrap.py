@@ -11,7 +11,7 @@ hemlp.layouts.packed runs them on the packed ciphertexts:
 
 Only the single CtS-first pipeline is planned here: one packed value is one ciphertext, so there is nothing to
 batch (k ciphertexts per call) and no PCMM to fuse (MaMBo); a value of two or more ciphertexts (the replicated
-input) is refreshed two by two with bootstrap_pair.
+input, or a value wider than the slots held as channel blocks) is refreshed two by two with bootstrap_pair.
 
 Sparse slots: a per(p) value of b interleaved samples repeats every n = p*b slots, and a full-slot ciphertext
 whose slots repeat with period n is, read with n slots, the sparse encoding of its first n slots (the message
@@ -35,7 +35,7 @@ from hemlp.layouts.base import Planned
 from hemlp.layouts.batch_bootstrap import (CTS_LOG_MESSAGE_RATIO, DEFAULT_NOISE_BITS, OWN_NODE_OPS, apply_placement,
                                            boot_preset, peak_of, scale_down_limit, scale_factor)
 from hemlp.layouts.packed import SIMULATE_GROUPS, PackedProgram
-from hemlp.layouts.packed_split import PART, origin, split_wide_steps, value_of
+from hemlp.layouts.packed_split import PART, block_index, bootstrap_pairs, origin, split_wide_steps, value_of
 from hemlp.planner.bootstrap_placement import BootstrapCost, LevelNode, place_bootstraps
 from hemlp.planner.layouts import packed_step_seconds
 from hemlp.runtime.local import simulate as simulate_rows
@@ -175,14 +175,8 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
     peaks, max_out = packed_peaks(prog, split, x.reshape(x.shape[0], -1), int(opts["weight_bits"]), peaks, wide)
     reserve = output_reserve(max_out, params.log_scale, int(math.log2(params.q[0])))
     nodes = packed_level_dag(prog, params, boot.levels_after, {t.out for t in steps} if wide else None)
-    cts = {n.name: n.ciphertexts for n in nodes}
-    blocked = {w for t in split if (w := value_of(t.out)) not in (None, t.out)}
-
-    def refresh_seconds(value, level):
-        # a wide value's blocks are values of their own, each refreshed by a single bootstrap (not in pairs)
-        return cts[value] * boot.seconds_for(1) if value in blocked else boot.seconds_for(cts[value])
-
-    placement = place_bootstraps(nodes, boot, min_output_level=reserve, boot_seconds=refresh_seconds)
+    # a value's ciphertexts (a wide value's channel blocks too: bootstrap_pairs) are refreshed two by two
+    placement = place_bootstraps(nodes, boot, min_output_level=reserve)
     margin = 1.0 + float(opts["activation_margin"])
     limit = scale_down_limit(params, CTS_LOG_MESSAGE_RATIO)
     factors = {}
@@ -193,11 +187,17 @@ def plan_packed_bootstrapped(steps, x: np.ndarray, opts: dict, batch_size, peaks
     new = apply_placement(steps, placement, factors, bits, slots)
     if wide:                                # the same block weights, so prog's products are reused
         new = split_wide_steps(new, slots, blocks_memo)
+    pairs = bootstrap_pairs(new)
+    second = {b: a for a, b in pairs.items()}
     for s in new:
-        if wide and s.op == StepOp.BOOTSTRAP and value_of(s.out) != s.out:     # one block of a wide value's refresh
-            b = int(s.out.rsplit(PART, 1)[1])
-            s.info.value, s.info.ciphertexts, s.info.bootstraps = f"{s.info.value}{PART}{b}", 1, 1
-            s.info.seconds = boot.seconds_for(1)
+        if wide and s.op == StepOp.BOOTSTRAP and (b := block_index(s.out)) is not None:   # a wide value's block
+            value = s.info.value
+            s.info.value, s.info.ciphertexts = f"{value}{PART}{b}", 1
+            # the pair's bootstrap is its first block's; the second rides along
+            s.info.bootstraps = 0 if s.out in second else 1
+            s.info.seconds = 0.0 if s.out in second else boot.seconds_for(2 if s.out in pairs else 1)
+            if s.out in pairs or s.out in second:
+                s.info.paired_with = f"{value}{PART}{b + 1 if s.out in pairs else b - 1}"
             s.info.seed = int(s.info.seed) * SEED_STRIDE + b     # each block its own simulated error
         if s.op == StepOp.BOOTSTRAP:
             # the placement priced one group: every group refreshes its own ciphertexts (no pairing across groups)

@@ -32,7 +32,8 @@ from hemlp.errors import UnsupportedError
 from hemlp.layouts.packed_diagonals import pow2
 from hemlp.step_ops import StepOp
 
-__all__ = ["split_wide_steps", "channel_blocks", "block_count", "origin", "value_of", "PART"]
+__all__ = ["split_wide_steps", "channel_blocks", "block_count", "origin", "value_of", "block_index", "bootstrap_pairs",
+           "PART"]
 
 #: the name of block j of value v: f"{v}{PART}{j}"
 PART = ".part"
@@ -55,6 +56,27 @@ def value_of(name: str):
     block; None for a PCMM's partial product or partial sum (part of no value of the unsplit program)."""
     m = _PARTS.search(name)
     return None if m.group(1) else name[:m.start()]
+
+
+def block_index(name: str):
+    """j for the name of channel block j of a value (f"{v}{PART}{j}"), None for any other name."""
+    m = _PARTS.search(name)
+    if m.group(1) or not m.group(0):
+        return None
+    return int(m.group(0)[len(PART):])
+
+
+def bootstrap_pairs(steps) -> dict:
+    """{first: second}: the bootstrap steps of blocks 2i and 2i + 1 of one wide value, consecutive as the rewrite
+    emits them, which one bootstrap_pair refreshes together (two real ciphertexts as one complex one: the price of a
+    single bootstrap); a last odd block is refreshed alone."""
+    out = {}
+    for a, b in zip(steps, steps[1:]):
+        if a.op == StepOp.BOOTSTRAP and b.op == StepOp.BOOTSTRAP:
+            ia, ib = block_index(a.out), block_index(b.out)
+            if ia is not None and ia % 2 == 0 and ib == ia + 1 and value_of(a.out) == value_of(b.out):
+                out[a.out] = b.out
+    return out
 
 
 def channel_blocks(shape, slots: int) -> list[tuple[int, int]]:

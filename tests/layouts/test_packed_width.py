@@ -76,7 +76,9 @@ def test_the_split_steps_compute_the_original_steps(wide_model):
     assert np.max(np.abs(a - b)) < 1e-12 and np.max(np.abs(a)) > 0.1
 
 
-def test_wide_residual_cnn_encrypted_with_real_bootstraps_equals_simulate(wide_model):
+def test_wide_residual_cnn_encrypted_with_real_bootstraps_equals_simulate(wide_model, monkeypatch):
+    from hemlp.bootstrap.bootstrapper import Bootstrapper
+
     cm, xc = wide_model
     x = xc[:1]
     text = str(cm.plan)
@@ -85,9 +87,17 @@ def test_wide_residual_cnn_encrypted_with_real_bootstraps_equals_simulate(wide_m
     sim = cm.simulate(x)
     assert np.max(np.abs(sim - cm.reference(x))) < 0.05
     sk, ek = cm.keygen()
+    calls = []
+    for name in ("bootstrap", "bootstrap_pair"):
+        f = getattr(Bootstrapper, name)
+        monkeypatch.setattr(Bootstrapper, name, lambda self, *a, f=f, name=name: calls.append(name) or f(self, *a))
     y = cm.decrypt(cm.run(cm.encrypt(x, sk), ek, threads=1), sk)
-    # 23 fresh key sets: |y - sim| between 2^-14.02 and 2^-11.91 (the plan's decryption noise leaves ~13.5 bits; a
-    # wide value's four blocks refreshed by four bootstraps); asserted with 1.4 bits of margin
+    # the plan's bootstrap calls are the ones made: a wide value's four blocks in two bootstrap_pair calls
+    planned = [s.info["bootstraps"] for s in cm.steps if s.op == "bootstrap"]
+    wide = [s for s in cm.steps if s.op == "bootstrap" and PART in s.out]
+    assert len(calls) == sum(planned) and calls.count("bootstrap_pair") >= len(wide) // 2 > 0
+    # 23 fresh key sets: |y - sim| between 2^-17.69 and 2^-11.98 (the plan's decryption noise leaves ~13.5 bits; a
+    # wide value's four blocks refreshed by two bootstrap_pair calls); asserted with 1.4 bits of margin
     assert np.max(np.abs(y - sim)) < 2.0 ** -10.5
     assert np.array_equal(y.argmax(1), sim.argmax(1))
 
@@ -96,8 +106,13 @@ def test_a_wide_values_blocks_are_refreshed_together_and_its_partial_sums_spend_
     """The placement is the unsplit program's (one decision per value, not per block): a bootstrap or a drop of a
     wide value is one per block, side by side; a split PCMM's partial products come out at its output level and
     are summed there (the same scale: no level spent aligning them)."""
+    from hemlp.bootstrap.params import preset_levels_consumed
+    from hemlp.planner.bootstrap_placement import BootstrapCost
+
     cm, _ = wide_model
     steps = cm.steps
+    boot = BootstrapCost.from_params(cm.params, preset_levels_consumed("test-N10-boot"))
+    assert boot.seconds_for(1) < boot.seconds_for(2) < 2 * boot.seconds_for(1)
     refreshed = [s for s in steps if s.op in ("bootstrap", "drop") and PART in s.out]
     assert any(s.op == "bootstrap" for s in refreshed)
     for s in refreshed:
@@ -106,7 +121,13 @@ def test_a_wide_values_blocks_are_refreshed_together_and_its_partial_sums_spend_
         i = steps.index(s)
         assert [t.out for t in steps[i - int(j): i - int(j) + n]] == [f"{base}{PART}{k}" for k in range(n)]
         if s.op == "bootstrap":
+            # blocks 2i and 2i + 1 in one bootstrap_pair (priced as one, on the first block's step)
             assert s.info["ciphertexts"] == 1 and s.info["value"].endswith(f"{PART}{j}")
+            first = int(j) % 2 == 0
+            assert s.info["bootstraps"] == (1 if first else 0)
+            value = s.info["value"].rsplit(PART, 1)[0]
+            assert s.info["paired_with"] == f"{value}{PART}{int(j) + (1 if first else -1)}"    # 4 blocks: 2 pairs
+            assert s.info["seconds"] == (pytest.approx(boot.seconds_for(2)) if first else 0.0)
     seeds = [s.info["seed"] for s in steps if s.op == "bootstrap"]
     assert len(set(seeds)) == len(seeds)                  # each block its own simulated error
     level = {s.out: s.level_out for s in steps}
