@@ -45,7 +45,7 @@ from hemlp.compiler.ir import last_uses
 from hemlp.compiler.lower import dense_matrix
 from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
-from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entries, dense_entries,
+from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entry_chunks, dense_entries,
                                            diagonals_from_entries, grid_period, grid_positions, pow2)
 from hemlp.layouts.packed_split import bootstrap_pairs, split_wide_steps
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
@@ -380,7 +380,7 @@ class PackedProgram:
                 raise ShapeError(f"layer {s.out}: its input shape {Cin}x{H}x{W} does not match the {Lin.features} "
                                  "features of its input")
             out = self._out_layout(s, Lin)
-            rows, cols, vals = conv_entries(s.U, s.index)
+            rows, cols, vals = conv_entry_chunks(s.U, s.index), None, None     # summed chunk by chunk
         else:
             Wd = dense_matrix(s, Lin.features)
             if Wd.shape[1] != Lin.features:

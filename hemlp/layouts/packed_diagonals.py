@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["pow2", "grid_positions", "grid_period", "SparseDiag", "conv_entries", "dense_entries", "diagonals_from_entries",
-           "bsgs_split"]
+__all__ = ["pow2", "grid_positions", "grid_period", "SparseDiag", "conv_entries", "conv_entry_chunks", "dense_entries",
+           "diagonals_from_entries", "bsgs_split", "ENTRY_CHUNK"]
 
 
 def pow2(n: int) -> int:
@@ -87,16 +87,31 @@ class SparseDiag:
         return self.positions.nbytes + self.values.nbytes
 
 
-def conv_entries(U: np.ndarray, index: np.ndarray):
+#: entries a chunk of a layer's entries holds while its diagonals are summed (a 512-channel 3x3 conv has ~26 M of
+#: them: built at once, they and their positions took ~2 GB beside the ~0.3 GB of diagonals they sum to)
+ENTRY_CHUNK = 1 << 22
+
+
+def conv_entries(U: np.ndarray, index: np.ndarray, first_row: int = 0):
     """(rows, cols, weights) of a lowered conv / avgpool step: output row co*P + p reads input idx[i, p] with
-    weight U[co, i] (idx -1: zero padding, no entry)."""
+    weight U[co, i] (idx -1: zero padding, no entry). first_row: U holds the step's weight rows from that one on
+    (a chunk of them), its entries' rows numbered as in the whole step."""
     idx = np.asarray(index)
     P = idx.shape[1]
     ii, pp = np.nonzero(idx >= 0)
     cols = idx[ii, pp]
     U = np.asarray(U, dtype=np.float64)
-    rows = (np.arange(U.shape[0])[:, None] * P + pp[None, :]).reshape(-1)
+    rows = ((first_row + np.arange(U.shape[0]))[:, None] * P + pp[None, :]).reshape(-1)
     return rows, np.broadcast_to(cols, (U.shape[0], cols.size)).reshape(-1), U[:, ii].reshape(-1)
+
+
+def conv_entry_chunks(U: np.ndarray, index: np.ndarray, chunk: int = ENTRY_CHUNK):
+    """conv_entries' entries, in the same order, as a function returning an iterator of chunks of whole weight rows
+    (about `chunk` entries each): what diagonals_from_entries sums without holding every entry at once."""
+    U = np.asarray(U, dtype=np.float64)
+    per_row = max(1, int(np.count_nonzero(np.asarray(index) >= 0)))
+    step = max(1, chunk // per_row)
+    return lambda: (conv_entries(U[lo:lo + step], index, lo) for lo in range(0, U.shape[0], step))
 
 
 def dense_entries(W: np.ndarray):
@@ -110,26 +125,38 @@ def diagonals_from_entries(rows, cols, vals, pos_out: np.ndarray, period_out: in
     """The nonzero generalised diagonals {j: SparseDiag over S1 positions} with z = sum_j d_j * rot(v, j) and the
     rotate-and-sum amounts that follow (input period larger than the output's: the partial sums of an output sit
     in several copies of the output period and are summed). The input repeats with period_in; the result repeats
-    with period_out and is zero off the output positions."""
-    po, pi = pos_out[rows].astype(np.int64), pos_in[cols].astype(np.int64)
+    with period_out and is zero off the output positions. `rows` may instead be a function returning an iterator
+    of (rows, cols, vals) chunks (conv_entry_chunks; cols and vals then None): the same entries in the same order,
+    each output row's entries within one chunk, summed to the same bits."""
+    chunks = rows if callable(rows) else (lambda: iter([(rows, cols, vals)]))
     L, Pmin = max(period_in, period_out), min(period_in, period_out)
-    j = (pi - po) % Pmin
-    i = po if period_out >= period_in else (pi - j) % period_in
+
+    def keys(r, c):
+        po, pi = pos_out[r].astype(np.int64), pos_in[c].astype(np.int64)
+        j = (pi - po) % Pmin
+        return j, (po if period_out >= period_in else (pi - j) % period_in)
+
     # each (diagonal, position) sums its entries in entry order; the diagonals that occur numbered in order, so
-    # the sums land in one dense array (a few hundred diagonals x L) instead of a sort of every entry
-    used = np.flatnonzero(np.bincount(j, minlength=Pmin))
+    # the sums land in one dense array (a few hundred diagonals x L) instead of a sort of every entry. A key
+    # (diagonal, position) names one output position and, with it, one input position: all its entries are one
+    # output row's, so summing chunk by chunk adds the same terms in the same order
+    counts = np.zeros(Pmin, dtype=np.int64)
+    for r, c, _ in chunks():
+        counts += np.bincount(keys(r, c)[0], minlength=Pmin)
+    used = np.flatnonzero(counts)
     rank = np.zeros(Pmin, dtype=np.int64)
     rank[used] = np.arange(used.size)
-    w = np.bincount(rank[j] * L + i, weights=vals, minlength=used.size * L)
-    uk = np.flatnonzero(w)
-    w = w[uk]
-    js, ps = used[uk // L], uk % L
+    w = np.zeros(used.size * L)
+    for r, c, v in chunks():
+        j, i = keys(r, c)
+        np.add.at(w, rank[j] * L + i, v)
     diags = {}
-    bounds = np.flatnonzero(np.diff(js)) + 1
-    # each diagonal is kept over one period L of S1 (SparseDiag repeats it over the S1 positions)
-    ps = ps.astype(np.int32)
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, js.size]):
-        diags[int(js[lo])] = SparseDiag(ps[lo:hi], w[lo:hi], S1, L)     # views of one array each
+    # each diagonal is kept over one period L of S1 (SparseDiag repeats it over the S1 positions), read row by row
+    # out of the sums (no array of every nonzero's index beside them)
+    for jv, row in zip(used, w.reshape(used.size, L)):
+        nz = np.flatnonzero(row)
+        if nz.size:
+            diags[int(jv)] = SparseDiag(nz.astype(np.int32), row[nz], S1, L)
     red = [period_out << e for e in range(int(math.log2(period_in // period_out)))] if period_out < period_in else []
     return diags, red
 

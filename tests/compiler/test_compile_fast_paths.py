@@ -8,7 +8,7 @@ import pytest
 
 from hemlp.compiler.activations import approximate
 from hemlp.compiler.poly_table import PolyTable, TableActivations, Workspace
-from hemlp.layouts.packed_diagonals import diagonals_from_entries
+from hemlp.layouts.packed_diagonals import conv_entries, conv_entry_chunks, diagonals_from_entries
 
 
 def _lookup(t: PolyTable, x) -> np.ndarray:
@@ -91,6 +91,26 @@ def test_diagonals_equal_the_plain_sums(period_out, period_in):
         assert np.array_equal(d.rotated(-37).dense(), np.roll(dense, 37))
     assert red == ([period_out << e for e in range(int(np.log2(period_in // period_out)))]
                    if period_out < period_in else [])
+
+
+@pytest.mark.parametrize("period_out,period_in", [(64, 64), (32, 128), (128, 32)])
+def test_diagonals_summed_chunk_by_chunk_are_the_same_bits(period_out, period_in):
+    """A conv's entries summed in chunks of whole weight rows (conv_entry_chunks, a few rows a chunk here) give
+    the diagonals of all its entries at once, bit for bit: each (diagonal, position) is one output row's."""
+    rng = np.random.default_rng(period_out * 7 + period_in)
+    co, taps, P = 6, 10, min(period_out // 6, 8)
+    n_in = period_in - 3
+    index = rng.integers(-1, n_in, (taps, P))
+    U = rng.normal(size=(co, taps))
+    U[:, 3] = np.round(U[:, 3], 1)
+    pos_out, pos_in = rng.permutation(period_out)[:co * P], rng.permutation(period_in)[:n_in]
+    whole, red = diagonals_from_entries(*conv_entries(U, index), pos_out, period_out, pos_in, period_in, 256)
+    for chunk in (1, 2 * taps, 10 ** 6):
+        got, red2 = diagonals_from_entries(conv_entry_chunks(U, index, chunk), None, None, pos_out, period_out,
+                                           pos_in, period_in, 256)
+        assert red2 == red and list(got) == list(whole)
+        for j, d in got.items():
+            assert np.array_equal(d.positions, whole[j].positions) and np.array_equal(d.values, whole[j].values)
 
 
 def _run_search(monkeypatch, plain: bool):
