@@ -26,7 +26,7 @@ from hemlp.errors import InsecureParametersWarning, ParameterError, ResourceErro
 from hemlp.planner.cost_model import (PROFILE_ENV, UNIT_COSTS, BatchRun, BootMeasurement, CostProfile, RingFactors,
                                       active_profile, packaged_for, reset_profile_cache, save_profile,
                                       user_profile_path)
-from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_units
+from hemlp.planner.keyswitch_cost import op_units
 
 __all__ = ["unit_costs_from_runs", "boot_measurements", "batch_run", "calibrate", "print_comparison",
            "boot_measurement_bytes", "check_boot_presets", "ring_factors", "CORE_PRESET", "BOOT_PRESET",
@@ -65,7 +65,7 @@ def unit_costs_from_runs(core: dict, pcmm: dict, core_name: str, pcmm_name: str,
     units = N * limbs
     # key switches are priced per key-switch unit of their level (hemlp.planner.keyswitch_cost), not per limb
     params = _preset_params(core["preset"], core_name)
-    ks, hoisted = N * keyswitch_units(params, fresh), N * hoisted_units(params, fresh, 8)
+    ks, hoisted = N * op_units(params, fresh, "rotate"), N * op_units(params, fresh, "rotate_hoisted", 8)
     # CPU seconds of the one-thread run where recorded (the machine may have been shared), else wall-clock
     op = {k: v.get("cpu_median_s", v["median_s"]) for k, v in r["ops"].items()}
     missing = [k for k in ("rotate", "rotate_hoisted8", "mul", "encrypt", "encode", "mul_plain_add", "rescale",

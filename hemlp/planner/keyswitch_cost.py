@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["keyswitch_units", "hoisted_units", "keyswitch_per_limb"]
+__all__ = ["keyswitch_units", "hoisted_units", "keyswitch_per_limb", "op_units", "KEY_SWITCH_UNIT_OPS"]
+
+#: the unit costs priced per key-switch unit (keyswitch_units; a hoisted rotation per hoisted_units); every other
+#: op (plaintext products, rescales, encryptions) is priced per limb
+KEY_SWITCH_UNIT_OPS = ("rotate", "ct_mul", "rotate_hoisted")
 
 
 def _shape(params, level: int) -> tuple[int, int, int, float]:
@@ -55,3 +59,14 @@ def keyswitch_per_limb(params, level: int) -> float:
     N x limbs, for costs kept per limb and multiplied by the limbs of the level they land at (layout (C)'s chain
     planner and bootstrap placement price at the top level with it)."""
     return keyswitch_units(params, level) / (max(int(level), 0) + 1)
+
+
+def op_units(params, level: int, op: str, group: int = 1) -> float:
+    """The planner's units of one `op` at `level` per ring coefficient (its seconds are N x units x the op's unit
+    cost): a key switch's keyswitch_units for rotate and ct_mul, hoisted_units for one of `group` hoisted rotations,
+    the level's limbs for the others."""
+    if op == "rotate_hoisted":
+        return hoisted_units(params, level, group)
+    if op in KEY_SWITCH_UNIT_OPS:
+        return keyswitch_units(params, level)
+    return max(int(level), 0) + 1

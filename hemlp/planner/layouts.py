@@ -42,11 +42,11 @@ import math
 from typing import Optional
 
 from hemlp.planner.cost_model import CostProfile, active_profile
-from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_units
+from hemlp.planner.keyswitch_cost import op_units
 from hemlp.step_ops import ACT_OPS, StepOp
 
-__all__ = ["unit_costs", "poly_muls", "act_muls", "estimate_batch", "estimate_packed", "packed_step_seconds",
-           "estimate_mlwe", "encode_seconds"]
+__all__ = ["unit_costs", "op_seconds", "poly_muls", "act_muls", "estimate_batch", "estimate_packed",
+           "packed_step_seconds", "estimate_mlwe", "encode_seconds"]
 
 
 def unit_costs(profile: Optional[CostProfile] = None, N: Optional[int] = None) -> dict:
@@ -70,6 +70,12 @@ def encode_seconds(encodings, N: int, kept_bytes: int) -> float:
     c = unit_costs(N=N)
     return sum(int(n) * N * (c["encode"] + int(limbs) * c["encode_limb"]) for n, limbs in encodings) \
         + kept_bytes * c["touch"]
+
+
+def op_seconds(c: dict, params, level: int, op: str, group: int = 1) -> float:
+    """One `op` at `level`: N x the planner's units of it (hemlp.planner.keyswitch_cost.op_units) x its unit cost
+    in `c` (unit_costs)."""
+    return params.N * op_units(params, level, op, group) * c[op]
 
 
 def poly_muls(degree: int) -> int:
@@ -99,14 +105,14 @@ def estimate_batch(steps, params, batch: int) -> float:
             t += s.U.shape[0] * s.U.shape[1] * P * chunks * 2 * N * (lv + 1) * c["pcmm_mac"]
             t += s.rows * chunks * N * (lv + 1) * c["rescale"]
         elif s.op in ACT_OPS:
-            t += s.rows * chunks * act_muls(s) * N * keyswitch_units(params, lv) * c["ct_mul"]
+            t += s.rows * chunks * act_muls(s) * op_seconds(c, params, lv, "ct_mul")
         elif s.op == StepOp.AFFINE:
             t += s.rows * chunks * N * (lv + 1) * (c["pt_mul"] + c["rescale"])
         elif s.op == StepOp.MUL:
-            t += s.rows * chunks * N * keyswitch_units(params, lv) * c["ct_mul"]
+            t += s.rows * chunks * op_seconds(c, params, lv, "ct_mul")
         elif s.op == StepOp.MATMUL:     # k tensor products (4 limb-wise products each) + one relin/rescale per row
             k = s.info.a_shape[-1]
-            t += s.rows * chunks * N * (keyswitch_units(params, lv) * c["ct_mul"] + 2 * k * (lv + 1) * c["pt_mul"])
+            t += s.rows * chunks * (op_seconds(c, params, lv, "ct_mul") + N * 2 * k * (lv + 1) * c["pt_mul"])
     return t
 
 
@@ -120,14 +126,14 @@ def packed_step_seconds(prog, s, params, level: int) -> float:
         groups = max(1, len(s.giant))
         # the baby steps hoisted from the input at `level`, the giant steps and reductions after the rescale
         return (u * (k["pt_mul"] * c["pt_mul"] + groups * c["rescale"])
-                + N * k["rot_hoisted"] * hoisted_units(params, level, k["rot_hoisted"]) * c["rotate_hoisted"]
-                + N * k["rot"] * keyswitch_units(params, level - 1) * c["rotate"])
+                + k["rot_hoisted"] * op_seconds(c, params, level, "rotate_hoisted", k["rot_hoisted"])
+                + k["rot"] * op_seconds(c, params, level - 1, "rotate"))
     if s.op in ACT_OPS:
-        return s.layout.K * act_muls(s.src) * N * keyswitch_units(params, level) * c["ct_mul"]
+        return s.layout.K * act_muls(s.src) * op_seconds(c, params, level, "ct_mul")
     if s.op == StepOp.AFFINE:
         return s.layout.K * u * (c["pt_mul"] + c["rescale"])
     if s.op == StepOp.MUL:
-        return s.layout.K * N * keyswitch_units(params, level) * c["ct_mul"]
+        return s.layout.K * op_seconds(c, params, level, "ct_mul")
     if s.op == StepOp.INPUT:          # the client's encryption of the input layout's K ciphertexts
         return s.layout.K * u * c["encrypt"]
     return 0.0
@@ -161,21 +167,21 @@ def estimate_mlwe(prog, params) -> float:
         if m.kind == "pcmm":
             rows_in, rows_out = prev.cts * prog.k, m.cts * prog.k
             t += rows_out * rows_in * (N + prog.d3) * (lv + 1) * c["mlwe_mac"]
-            t += m.cts * prog.k * N * keyswitch_units(params, lv) * c["rotate"] + m.cts * N * lv * c["rescale"]
+            t += m.cts * prog.k * op_seconds(c, params, lv, "rotate") + m.cts * N * lv * c["rescale"]
         elif m.kind in ("cts", "stc"):
             plan = prog.cts_plan if m.kind == "cts" else prog.stc_plan
             for i, lt in enumerate(plan.levels):      # level i of the DFT runs at lv - i
                 u = N * (lv - i + 1)
                 p = lt.plan
                 t += m.cts * (u * (lt.pmults * c["pt_mul"] + c["rescale"])
-                              + N * len(p.baby) * hoisted_units(params, lv - i, len(p.baby)) * c["rotate_hoisted"]
-                              + N * len(p.giant) * keyswitch_units(params, lv - i) * c["rotate"])
+                              + len(p.baby) * op_seconds(c, params, lv - i, "rotate_hoisted", len(p.baby))
+                              + len(p.giant) * op_seconds(c, params, lv - i, "rotate"))
             if m.kind == "cts":
-                t += m.cts * N * keyswitch_units(params, m.level_out) * c["rotate"]     # conjugation of the split
+                t += m.cts * op_seconds(c, params, m.level_out, "rotate")     # conjugation of the split
         elif m.kind == "act":
             u = N * (lv + 1)
             if m.src.op in ACT_OPS:
-                t += 2 * m.cts * act_muls(m.src) * N * keyswitch_units(params, lv) * c["ct_mul"]
+                t += 2 * m.cts * act_muls(m.src) * op_seconds(c, params, lv, "ct_mul")
             elif m.src.op == StepOp.AFFINE:
                 t += 2 * m.cts * u * (c["pt_mul"] + c["rescale"])
         if m.kind != "output":

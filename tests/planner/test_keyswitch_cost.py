@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from hemlp import fhe
-from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_per_limb, keyswitch_units
+from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_per_limb, keyswitch_units, op_units
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,6 +20,10 @@ def test_units_by_hand():
     assert keyswitch_units(n16, 12) == pytest.approx(3 * 19 + 2 * 6 + 2 * 13)
     assert hoisted_units(n16, 0, 8) == pytest.approx(2 * 6 + 2 * 1 + 7 / 8)
     assert keyswitch_per_limb(n16, 12) == pytest.approx(keyswitch_units(n16, 12) / 13)
+    # the unit each op is priced in: the one place that says so (the planner's formulas and the benchmarks' model)
+    assert op_units(n16, 12, "rotate") == op_units(n16, 12, "ct_mul") == keyswitch_units(n16, 12)
+    assert op_units(n16, 12, "rotate_hoisted", 8) == hoisted_units(n16, 12, 8)
+    assert op_units(n16, 12, "pt_mul") == op_units(n16, 12, "rescale") == op_units(n16, 12, "encrypt") == 13
 
 
 def test_schema_2_conversion_is_the_n14_d6_fresh_level():

@@ -66,15 +66,13 @@ def model_units(params, level: int, op: str, model: str, costs: dict | None = No
     """Units of one op at `level`: 'keyswitch' (the planner's: key-switch units for key-switching ops, limbs for
     pt_mul) or 'limbs' (N x limbs for all, the planner's count before), times N. An encoding's units are its price
     in seconds over the ``encode`` unit cost: N x (1 + limbs x encode_limb / encode), from `costs` (unit costs)."""
-    from hemlp.planner.keyswitch_cost import hoisted_units, keyswitch_units
+    from hemlp.planner.keyswitch_cost import op_units
 
     if op == "encode":
         return params.N * (1 + (level + 1) * costs["encode_limb"] / costs["encode"])
-    if model == "limbs" or op == "pt_mul":
+    if model == "limbs":
         return params.N * (level + 1)
-    if op == "rotate_hoisted":
-        return params.N * hoisted_units(params, level, len(STEPS))
-    return params.N * keyswitch_units(params, level)
+    return params.N * op_units(params, level, op, len(STEPS))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
