@@ -18,7 +18,7 @@ ResNet-44 reaches ~2 000), which no model a user brings does.
 invocations, e.g. one model at a time); each row names the machine it was measured on. A child that runs out of
 ``--timeout`` or dies (the OOM killer) still leaves its row, saying so and in which stage (loading, torch or export,
 compile, simulate). ``--layout`` and ``--simulate`` choose the layout and how the test images are simulated (the
-layout's own program, or the plan's lowered steps).
+layout's own program, or the plan's lowered steps); ``--encrypt K`` runs the first K test images encrypted too.
 """
 from __future__ import annotations
 
@@ -70,6 +70,10 @@ def add_arguments(p) -> None:
     p.add_argument("--server-memory", default="auto",
                    help="compile's server_memory: 'auto' (this machine's), bytes, or 'none' (no limit: plans a "
                         "larger server would run are compiled and simulated here, their estimate recorded)")
+    p.add_argument("--encrypt", type=int, default=0,
+                   help="also run the first K test images encrypted (keys made here, one image at a time, one "
+                        "thread): seconds per image, and each decrypted output against the layout's own simulation "
+                        "of that image (top-1 and the largest difference)")
     p.add_argument("--json", default=None, help="write the rows here (after every row, so a stopped run keeps them)")
     p.add_argument("--append", action="store_true",
                    help="keep the rows already in --json, replacing those of the same model and frontend: one table "
@@ -241,7 +245,8 @@ def one(name: str, frontend: str, args) -> dict:
             y = np.asarray(cm.simulate(x_te), dtype=np.float64).reshape(len(x_te), -1)
     simulate_s = time.perf_counter() - t0
     simulate_peak = report_rss()
-    return dict(model=name, frontend=frontend, trained=trained, train_seconds=train_s, bn_statistics=bn,
+    encrypted = _encrypted(cm, x_te[:getattr(args, "encrypt", 0)])
+    return dict(**encrypted,model=name, frontend=frontend, trained=trained, train_seconds=train_s, bn_statistics=bn,
                 test_set=test_name,
                 test_images=len(x_te),
                 calibration_images=len(x_cal), compile_seconds=compile_s, peak_rss_gib=peak,
@@ -258,6 +263,36 @@ def one(name: str, frontend: str, args) -> dict:
                 agreement=float(np.mean(y.argmax(1) == logits.argmax(1))),
                 simulated_accuracy=float(np.mean(y.argmax(1) == y_te)),
                 plaintext_accuracy=float(np.mean(logits.argmax(1) == y_te)))
+
+
+def _encrypted(cm, xs) -> dict:
+    """The row's encrypted run of the images xs (none: {}): keys made once, then each image encrypted, run on one
+    thread and decrypted; compared with the layout's own simulation of it (the oracle of the encrypted run)."""
+    import time
+
+    if not len(xs):
+        return {}
+    _stage(f"encrypted run of {len(xs)} image(s): keys")
+    t0 = time.perf_counter()
+    sk, ek = cm.keygen()
+    keygen_s = time.perf_counter() - t0
+    runs = []
+    for i, x in enumerate(xs):
+        _stage(f"encrypted run: image {i + 1} of {len(xs)}")
+        ct = cm.encrypt(x[None], sk)
+        t0 = time.perf_counter()
+        y = np.asarray(cm.decrypt(cm.run(ct, ek, threads=1), sk), dtype=np.float64).reshape(-1)
+        seconds = time.perf_counter() - t0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sim = np.asarray(cm.simulate(x[None]), dtype=np.float64).reshape(-1)
+        runs.append(dict(seconds=seconds, top1_equal=bool(y.argmax() == sim.argmax()),
+                         max_abs_diff=float(np.max(np.abs(y - sim)))))
+    return dict(encrypted_images=len(runs), keygen_seconds=keygen_s,
+                encrypted_seconds_median=float(np.median([r["seconds"] for r in runs])),
+                encrypted_top1_equal_simulated=sum(r["top1_equal"] for r in runs),
+                encrypted_max_abs_diff=max(r["max_abs_diff"] for r in runs), encrypted_runs=runs,
+                peak_rss_with_encrypted_gib=report_rss())
 
 
 def _stage(what: str) -> None:
@@ -322,7 +357,8 @@ def _settings(args) -> dict:
     """What a row was measured with (rows from several invocations share one file)."""
     return dict(test=args.test, calibration=args.calibration, train_epochs=args.train_epochs, target=args.target,
                 timeout_s=args.timeout, server_memory=args.server_memory, layout=getattr(args, "layout", "auto"),
-                simulate=getattr(args, "simulate", "layout"), bn_stats=getattr(args, "bn_stats", "data"))
+                simulate=getattr(args, "simulate", "layout"), bn_stats=getattr(args, "bn_stats", "data"),
+                encrypt=getattr(args, "encrypt", 0))
 
 
 def _died(name: str, frontend: str, out) -> dict:

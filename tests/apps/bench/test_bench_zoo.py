@@ -53,3 +53,15 @@ def test_a_layout_simulated_by_its_lowered_steps(tmp_path):
     assert x["simulated_with"].startswith("the plan's lowered steps") and x["simulate_seconds"] > 0
     assert x["test_images"] == 30 and x["agreement"] >= 0.5
     assert x["peak_rss_with_simulate_gib"] >= x["peak_rss_gib"]
+
+
+def test_encrypted_images_in_a_row(tmp_path):
+    """--encrypt 2 (layout P, one image per ciphertext): the row runs two test images encrypted and compares each
+    decrypted output with the layout's own simulation of it."""
+    r, out = run_zoo(tmp_path, "--frontends", "torch", "--layout", "packed", "--encrypt", "2")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    [x] = json.loads(out.read_text())["rows"]
+    assert x["settings"]["encrypt"] == 2 and x["encrypted_images"] == 2 and len(x["encrypted_runs"]) == 2
+    assert x["keygen_seconds"] > 0 and all(e["seconds"] > 0 for e in x["encrypted_runs"])
+    assert x["encrypted_top1_equal_simulated"] == 2 and x["encrypted_max_abs_diff"] < 1e-2
+    assert x["load_average"]["before"] is not None
