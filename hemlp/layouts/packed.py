@@ -677,7 +677,7 @@ class PackedRunner:
         """The bootstrap step: every ciphertext divided by c (a re-tag of the scale) and read with the program's
         boot_slots slots (its slots repeat with that period), refreshed (two real ones per bootstrap_pair), multiplied
         back by c exactly, dropped to the planned level and read with all slots again. Two channel blocks of a wide
-        value are refreshed together (the program's boot_partners): the first block's step refreshes both, the
+        value are refreshed together (packed_split.bootstrap_pairs): the first block's step refreshes both, the
         second's takes its result."""
         if boot is None:
             raise MissingKeyError(f"step {s.out} bootstraps: run the plan with its bootstrapping keys (keygen()'s "
