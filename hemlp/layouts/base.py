@@ -133,6 +133,12 @@ class Layout:
         describe)."""
         return None
 
+    def value_magnitudes(self, magnitudes: dict) -> dict:
+        """Per-row magnitudes (hemlp.runtime.noise_analysis.row_magnitudes) of this layout's values, from those of
+        the lowered steps' values (compile's calibration pass): the same names, unless the layout rewrote the steps
+        (layout (P)'s channel blocks)."""
+        return magnitudes
+
     @staticmethod
     def plan_header(info: dict) -> list[str]:
         """The plan's header lines that describe the layout (from the saved info alone)."""

@@ -47,7 +47,7 @@ from hemlp.he.reinterpret import retag
 from hemlp.layouts import batch_bootstrap
 from hemlp.layouts.packed_diagonals import (SparseDiag, bsgs_split, conv_entry_chunks, dense_entries,
                                            diagonals_from_entries, grid_period, grid_positions, pow2)
-from hemlp.layouts.packed_split import bootstrap_pairs, split_wide_steps
+from hemlp.layouts.packed_split import block_index, bootstrap_pairs, split_wide_steps, value_of
 from hemlp.errors import KeyMismatchError, LevelError, MissingKeyError, ShapeError, UnsupportedError
 from hemlp.layouts.base import Layout
 from hemlp.layouts.boot_memory import single_boot_bytes
@@ -818,6 +818,21 @@ class Packed(Layout):
         for t in self.program.steps:
             if t.op == "matvec":
                 out[t.src.out] = (1 if any(g for g in t.baby) else 0, len([h for h in t.giant if h]), len(t.reduce))
+        return out
+
+    def value_magnitudes(self, magnitudes: dict) -> dict:
+        """A channel block's rows are its whole value's, in block order (hemlp.layouts.packed_split): sliced from
+        the whole value's magnitudes. A PCMM's partial products and sums have none (only adds read them)."""
+        out, start = dict(magnitudes), {}
+        for s in self.steps:
+            j = block_index(s.out)
+            whole = value_of(s.out) if j is not None else None
+            if whole is None:
+                continue
+            lo = start.get(whole, 0)
+            start[whole] = lo + s.rows
+            if whole in magnitudes and s.out not in out:
+                out[s.out] = np.asarray(magnitudes[whole])[lo:lo + s.rows]
         return out
 
     def plan_info(self) -> dict:

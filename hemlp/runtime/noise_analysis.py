@@ -42,8 +42,8 @@ from hemlp.planner.layouts import act_muls, poly_muls
 from hemlp.runtime.local import simulate_columns
 from hemlp.step_ops import REFRESH_OPS, StepOp, handler
 
-__all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "recorder", "row_magnitudes",
-           "MARGIN_BITS", "STD_FACTOR", "MAGNITUDE_SAMPLES"]
+__all__ = ["NoiseBound", "NoiseModel", "analyse_noise", "plan_noise_bound", "magnitudes_read", "recorder",
+           "row_magnitudes", "MARGIN_BITS", "STD_FACTOR", "MAGNITUDE_SAMPLES", "MAGNITUDE_OPS"]
 
 #: the bound's distance above the analysis's worst standard deviation times STD_FACTOR
 MARGIN_BITS = 1.0
@@ -220,10 +220,11 @@ def analyse_noise(steps, params, magnitudes: dict, weight_bits: int, keyswitches
             continue
         fn = handler(NOISE, s, "the noise analysis")
         x, k = s.inputs[0], ks.get(s.out, (0, 0, 0))
-        var[s.out] = np.asarray(fn(s, var[x], magnitudes[x], var, magnitudes, nm, weight_bits, k),
+        mag = magnitudes.get(x)          # None for a value no MAGNITUDE_OPS step reads (magnitudes_read)
+        var[s.out] = np.asarray(fn(s, var[x], mag, var, magnitudes, nm, weight_bits, k),
                                 dtype=np.float64).reshape(-1)
         peak[s.out] = _peak_factor(s, params, k) * np.asarray(
-            fn(s, peak[x], magnitudes[x], peak, magnitudes, nm, weight_bits, k), dtype=np.float64).reshape(-1)
+            fn(s, peak[x], mag, peak, magnitudes, nm, weight_bits, k), dtype=np.float64).reshape(-1)
         if s.op == StepOp.OUTPUT:
             out = s
     if out is None:
@@ -257,6 +258,15 @@ def recorder(magnitudes: dict):
 SAME_VALUE = (StepOp.BOOTSTRAP, StepOp.DROP, StepOp.ALIAS, StepOp.OUTPUT)
 
 
+#: the step ops whose noise depends on their inputs' magnitudes (the others' handlers do not read them)
+MAGNITUDE_OPS = (StepOp.POLY, StepOp.SQUARE, StepOp.MUL, StepOp.MATMUL)
+
+
+def magnitudes_read(steps) -> set:
+    """The values whose magnitudes the analysis reads: the inputs of MAGNITUDE_OPS steps."""
+    return {v for s in steps if s.op in MAGNITUDE_OPS for v in s.inputs}
+
+
 def plan_noise_bound(layout, calibration: np.ndarray, magnitudes: dict | None = None,
                      margin_bits: float = MARGIN_BITS) -> NoiseBound | None:
     """The bound of a planned layout (None when the layout's error is not analysed, Layout.keyswitches).
@@ -266,11 +276,11 @@ def plan_noise_bound(layout, calibration: np.ndarray, magnitudes: dict | None = 
     ks = layout.keyswitches()
     if ks is None:
         return None
-    mags = dict(magnitudes or {})
+    mags = layout.value_magnitudes(dict(magnitudes or {}))
     for s in layout.steps:
         if s.out not in mags and s.op in SAME_VALUE and s.inputs and s.inputs[0] in mags:
             mags[s.out] = mags[s.inputs[0]]
-    if any(s.out not in mags for s in layout.steps):
+    if any(v not in mags for v in magnitudes_read(layout.steps)):
         x = np.asarray(calibration, dtype=np.float64)[:MAGNITUDE_SAMPLES]
         mags = {}
         with warnings.catch_warnings():

@@ -205,3 +205,23 @@ def test_a_step_with_no_block_form_on_a_wide_value_is_refused():
     with pytest.raises(UnsupportedError, match=r"step 't' \(perm\) .* no block form: use layout='batch'"):
         split_wide_steps(steps, 512)
     assert split_wide_steps(steps, 1024) is steps
+
+
+def test_the_noise_analysis_reads_the_blocks_magnitudes_from_their_whole_values(wide_model, monkeypatch):
+    """A channel block's rows are its value's: the plan's noise analysis slices them out of compile's calibration
+    pass (Packed.value_magnitudes) instead of running the split program again, to the same bound."""
+    from hemlp.runtime import noise_analysis
+
+    cm, xc = wide_model
+
+    def refused(*a, **k):
+        raise AssertionError("the noise analysis ran the program again")
+
+    monkeypatch.setattr(noise_analysis, "simulate_columns", refused)
+    torch.manual_seed(0)
+    again = compile_quiet(ResWide().eval(), xc, bootstrap=True, allow_insecure=True, activation_degree=3,
+                          layout="packed", preset="test-N10-boot")
+    assert again.plan.info["noise_bound"]["source"] == "analysis"
+    assert again.plan.info["noise_bound_log2"] == cm.plan.info["noise_bound_log2"]
+    mags = again.layout_impl.value_magnitudes({"tanh": np.arange(2048.0)})
+    assert [mags[f"tanh{PART}{j}"][0] for j in range(4)] == [0.0, 512.0, 1024.0, 1536.0]
