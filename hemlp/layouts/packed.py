@@ -57,10 +57,11 @@ from hemlp.planner.resources import server_memory
 from hemlp.runtime.bootstrap_sim import simulate_packed_bootstrap
 from hemlp.runtime.local import (ElementwiseOp, add_aligned, bootstrap_restore, bootstrap_units, cached_elementwise,
                                  range_check)
-from hemlp.step_ops import UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, Unsupported, handler
+from hemlp.step_ops import SHARED_VALUE_OPS, UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, Unsupported, handler
 
 __all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2",
-           "diag_vector", "cached_diagonals", "program_bytes", "MAX_CACHED_DIAGONAL_BYTES", "CACHE_OPTION", "REFUSED"]
+           "diag_vector", "cached_diagonals", "program_bytes", "peak_value_bytes", "MAX_CACHED_DIAGONAL_BYTES",
+           "CACHE_OPTION", "REFUSED"]
 
 _SIMD = "use layout='batch' (the batch rides in the slots, every product is SIMD)"
 #: the step ops layout (P) cannot run: one refusal each, the entry of its planning, plaintext and encrypted tables
@@ -752,7 +753,8 @@ class PackedRunner:
         keys = SimpleNamespace(relin=relin_key, galois=galois_keys, boot=boot)
         vals = {}
         self._paired = {}       # a paired bootstrap's second block, refreshed by the first's step
-        for s in self.prog.steps:
+        last = last_uses(self.prog.steps)
+        for i, s in enumerate(self.prog.steps):
             x = vals[s.inputs[0]] if s.inputs else cts
             t0 = time.perf_counter()
             y = handler(self.RUN, s.src, "layout (P)'s run")(self, s, x, vals, keys)
@@ -761,6 +763,9 @@ class PackedRunner:
             if timings is not None and s.src.op not in UNTIMED_OPS:
                 timings[s.out] = time.perf_counter() - t0
             vals[s.out] = y
+            for name in s.inputs:        # a value's ciphertexts go after its last reader (peak_value_bytes)
+                if last.get(name) == i:
+                    vals.pop(name, None)
         return vals[self.prog.output.out]
 
 
@@ -986,12 +991,12 @@ class Packed(Layout):
 
     def memory_parts(self) -> dict:
         """The run's memory beyond the keys, the input and the cache (bytes, working_bytes' terms): the program's
-        diagonal vectors, the values PackedRunner.run keeps until the group is done, the bootstrapper (encoded DFT
-        diagonals, its vectors and temporaries: hemlp.layouts.boot_memory) and the largest step's temporaries."""
+        diagonal vectors, the most values PackedRunner.run holds at once (peak_value_bytes), the bootstrapper
+        (encoded DFT diagonals, its vectors and temporaries: hemlp.layouts.boot_memory) and the largest step's
+        temporaries."""
         N, prog = self.params.N, self.program
         ct = lambda level: 2 * N * 8 * (int(level) + 1)     # noqa: E731
-        values = sum(s.layout.K * ct(s.src.level_out) for s in prog.steps
-                     if s.op not in UNTIMED_OPS and s.src.level_out is not None)
+        values = peak_value_bytes(prog, ct)
         step = [(len([g for g in s.baby if g]) + MATVEC_WORKING_CIPHERTEXTS) * ct(s.src.level_in)
                 for s in prog.steps if s.op == "matvec"]
         step += [ACTIVATION_WORKING_CIPHERTEXTS * s.layout.K * ct(s.src.level_in) for s in prog.steps
@@ -1005,6 +1010,34 @@ class Packed(Layout):
 MATVEC_WORKING_CIPHERTEXTS = 12
 #: a polynomial activation's temporaries in ciphertexts at its input level (its powers: measured 8-11)
 ACTIVATION_WORKING_CIPHERTEXTS = 12
+
+
+def peak_value_bytes(prog: PackedProgram, ct_bytes) -> int:
+    """The most bytes of values PackedRunner.run holds at once: each step's ciphertexts (ct_bytes(level) each) from
+    the step that makes them (a paired bootstrap's second block: its first block's step) until the last step that
+    reads them or a value sharing them (an alias, the output). The caller's input is not counted."""
+    steps = prog.steps
+    last = last_uses(steps)
+    owner, end = {}, {}
+    for i, s in enumerate(steps):
+        o = owner.get(s.inputs[0], s.inputs[0]) if s.src.op in SHARED_VALUE_OPS and s.inputs else s.out
+        owner[s.out] = o
+        end[o] = max(end.get(o, i), last.get(s.out, i))
+    pairs = bootstrap_pairs([t.src for t in steps])
+    made_at = {pairs[s.out]: i for i, s in enumerate(steps) if s.out in pairs}
+    alloc, free = [0] * len(steps), [0] * len(steps)
+    for i, s in enumerate(steps):
+        if s.src.op in UNTIMED_OPS or s.src.level_out is None:
+            continue
+        b = s.layout.K * ct_bytes(s.src.level_out)
+        alloc[made_at.get(s.out, i)] += b
+        free[end[s.out]] += b
+    live = peak = 0
+    for a, f in zip(alloc, free):
+        live += a
+        peak = max(peak, live)
+        live -= f
+    return peak
 
 
 def program_bytes(prog: PackedProgram) -> int:

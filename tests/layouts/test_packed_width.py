@@ -225,3 +225,24 @@ def test_the_noise_analysis_reads_the_blocks_magnitudes_from_their_whole_values(
     assert again.plan.info["noise_bound_log2"] == cm.plan.info["noise_bound_log2"]
     mags = again.layout_impl.value_magnitudes({"tanh": np.arange(2048.0)})
     assert [mags[f"tanh{PART}{j}"][0] for j in range(4)] == [0.0, 512.0, 1024.0, 1536.0]
+
+
+def test_the_run_holds_a_value_until_its_last_reader():
+    """peak_value_bytes (the server memory's values term): a value is held from the step that makes it until the
+    last step reading it or an alias of it, as PackedRunner.run frees them: a chain a, b, c = a + b, d, e holds
+    at most a, b and c at once (30 of 50), and an alias keeps its source alive."""
+    from types import SimpleNamespace
+
+    from hemlp.layouts.packed import peak_value_bytes
+
+    def step(op, out, *inputs):
+        return SimpleNamespace(out=out, inputs=list(inputs), layout=SimpleNamespace(K=1),
+                               src=SimpleNamespace(op=op, out=out, inputs=list(inputs), level_out=0))
+
+    chain = [step("input", "x"), step("poly", "a", "x"), step("poly", "b", "a"), step("add", "c", "a", "b"),
+             step("poly", "d", "c"), step("poly", "e", "d"), step("output", "y", "e")]
+    assert peak_value_bytes(SimpleNamespace(steps=chain), lambda level: 10) == 30
+    aliased = chain[:2] + [step("alias", "a2", "a")] + [step("poly", "b", "a"), step("poly", "c", "b"),
+                                                        step("add", "d", "c", "a2"), step("output", "y", "d")]
+    # a lives until d reads its alias: a, b, c at once (20 had the alias not kept it)
+    assert peak_value_bytes(SimpleNamespace(steps=aliased), lambda level: 10) == 30
