@@ -483,8 +483,7 @@ def summary_text(b: dict) -> str:
     for r in b["placements"]:
         lines.append(f"#   bootstrap {r['value']} before {r['before']}: level {r['level_before']} -> "
                      f"{r['level_after']}, {r['ciphertexts']} ciphertext(s) in {r['bootstraps']} call(s), "
-                     f"input divided by c = {r['scale_factor']:g}; "
-                     + _pair_text(r))
+                     f"input divided by c = {r['scale_factor']:g}; " + _pair_text(r))
     return "\n".join(lines)
 
 

@@ -246,7 +246,7 @@ def one(name: str, frontend: str, args) -> dict:
     simulate_s = time.perf_counter() - t0
     simulate_peak = report_rss()
     encrypted = _encrypted(cm, x_te[:getattr(args, "encrypt", 0)])
-    return dict(**encrypted,model=name, frontend=frontend, trained=trained, train_seconds=train_s, bn_statistics=bn,
+    return dict(model=name, frontend=frontend, trained=trained, train_seconds=train_s, bn_statistics=bn,
                 test_set=test_name,
                 test_images=len(x_te),
                 calibration_images=len(x_cal), compile_seconds=compile_s, peak_rss_gib=peak,
@@ -262,7 +262,7 @@ def one(name: str, frontend: str, args) -> dict:
                 estimated_server_gib=(info.get("resources") or {}).get("server_memory_bytes", 0) / 2 ** 30,
                 agreement=float(np.mean(y.argmax(1) == logits.argmax(1))),
                 simulated_accuracy=float(np.mean(y.argmax(1) == y_te)),
-                plaintext_accuracy=float(np.mean(logits.argmax(1) == y_te)))
+                plaintext_accuracy=float(np.mean(logits.argmax(1) == y_te)), **encrypted)
 
 
 def _encrypted(cm, xs) -> dict:
