@@ -8,8 +8,8 @@ The recipe is the paper's (SGD with momentum 0.9, weight decay 1e-4 on a 4-pixel
 batch 128) with a one-cycle schedule instead of 182 epochs of step decay, so it fits a few hours on 2 CPU cores.
 Options beyond it, each recorded in the JSON's recipe: ``--cutout 8`` (a random 8x8 square zeroed), ``--label-smoothing
 0.1``, ``--ema 0.999`` (the weights' exponential moving average is evaluated and saved) and ``--exact-train`` (the
-5 085 exact training images beside the 50 000 JPEG ones); ``--bf16`` trains under bfloat16 autocast (about 2x on a
-CPU with AMX).
+5 085 exact training images beside the 50 000 JPEG ones); ``--bf16`` trains under bfloat16 autocast (on a CPU with
+AMX, its tiles run it).
 A checkpoint is written after every epoch (``--out`` + ``.ckpt``) and ``--resume`` continues from it, so a run can be
 spread over several sessions and machines (``--device cuda`` on a GPU, then the CPU, or back: each epoch's record
 names its device); the weights file holds the model and the client's input standardisation (mean, std).
