@@ -158,7 +158,8 @@ def main(argv=None) -> int:
         rec = dict(epoch=ep + 1, loss=float(total) / len(y), train_acc=int(correct) / len(y),
                    seconds=time.perf_counter() - t0,
                    cpu_seconds=time.process_time() - c0, lr=sched.get_last_lr()[0],
-                   device=device_name, precision="bfloat16 autocast" if args.bf16 else "float32")
+                   device=device_name, precision="bfloat16 autocast" if args.bf16 else "float32",
+                   threads=args.threads)                # a resumed run may change them
         if (ep + 1) % 5 == 0 or ep + 1 == args.epochs:
             name = CIFAR_EXACT if CIFAR_EXACT in tests else CIFAR_JPEG
             d = tests[name]

@@ -488,10 +488,10 @@ int hg_mul_monomial(void* ctx, const void* in, int level, uint64_t k, void* out)
   });
 }
 
-int hg_gemm_plan_create(void* ctx, const int64_t* U, size_t d1, size_t d2, int bU, void** plan) {
+int hg_gemm_plan_create(void* ctx, const int64_t* U, size_t d1, size_t d2, int bU, int engine, void** plan) {
   return guarded([&] {
     if (!plan) throw std::invalid_argument("null plan");
-    *plan = new GemmPlan(G(ctx), U, d1, d2, bU);
+    *plan = new GemmPlan(G(ctx), U, d1, d2, bU, static_cast<GemmEngine>(engine));
   });
 }
 

@@ -82,9 +82,10 @@ int hg_dense_to_sparse(void* ctx, const void* keys, const void* c0, const void* 
 int hg_mod_raise(void* ctx, const void* keys, const void* c0, const void* c1, int target, void* out0, void* out1);
 int hg_mul_monomial(void* ctx, const void* in, int level, uint64_t k, void* out);
 
-/* Exact modular GEMM C = mult * U X mod q on cuBLAS DGEMMs (pcmm/modgemm.h's digit split): U d1 x d2 signed
- * (|U| <= 2^bU, row-major, host), X d2 x ncols residues < q (device buffer, row-major), C d1 x ncols. */
-int hg_gemm_plan_create(void* ctx, const int64_t* U, size_t d1, size_t d2, int bU, void** plan);
+/* Exact modular GEMM C = mult * U X mod q on cuBLAS (engine 0: DGEMMs, pcmm/modgemm.h's digit split; engine 1: int8
+ * tensor-core GEMMs of balanced base-256 digits): U d1 x d2 signed (|U| <= 2^bU, row-major, host), X d2 x ncols
+ * residues < q (device buffer, row-major), C d1 x ncols. */
+int hg_gemm_plan_create(void* ctx, const int64_t* U, size_t d1, size_t d2, int bU, int engine, void** plan);
 void hg_gemm_plan_free(void* plan);
 int hg_gemm_apply(void* ctx, const void* plan, const void* X, size_t x_offset_words, size_t ncols, uint64_t q,
                   uint64_t mult, void* C, size_t c_offset_words);

@@ -641,9 +641,9 @@ class CudaEvaluator:
         return [self.rescale(r) for r in res] if rescale else res
 
     # ---- exact modular GEMM (the PCMM core)
-    def modgemm(self, U, X, q: int, bU: int | None = None, mult: int = 1) -> np.ndarray:
+    def modgemm(self, U, X, q: int, bU: int | None = None, mult: int = 1, engine: str = "fp64") -> np.ndarray:
         """C = mult * U @ X mod q exactly on the device (host arrays in and out; see GemmPlan for a reused U)."""
-        plan = GemmPlan(self, U, bU)
+        plan = GemmPlan(self, U, bU, engine)
         x = _u64(X)
         if x.ndim != 2 or x.shape[0] != plan.cols:
             raise ShapeError(f"X must have {plan.cols} rows (U's columns), got shape {x.shape}")
@@ -655,20 +655,28 @@ class CudaEvaluator:
         return self.download(cb, (plan.rows, x.shape[1]))
 
 
-class GemmPlan:
-    """A plaintext integer matrix U (d1 x d2, |U| <= 2^bU) prepared on the device for exact modular GEMMs."""
+#: the exact modular GEMM's engines: fp64 DGEMMs of U by digits of X (one per ~52 - bU - log2(d2) bits of q), or
+#: int8 tensor-core GEMMs of balanced base-256 digits of both (hemlp.gpu.int8_gemm is its numpy model)
+GEMM_ENGINES = ("fp64", "int8")
 
-    def __init__(self, dev: CudaEvaluator, U, bU: int | None = None):
+
+class GemmPlan:
+    """A plaintext integer matrix U (d1 x d2, |U| <= 2^bU) prepared on the device for exact modular GEMMs on one of
+    GEMM_ENGINES (the same words from both)."""
+
+    def __init__(self, dev: CudaEvaluator, U, bU: int | None = None, engine: str = "fp64"):
+        if engine not in GEMM_ENGINES:
+            raise ParameterError(f"unknown GEMM engine {engine!r}: use one of {', '.join(GEMM_ENGINES)}")
         u = np.ascontiguousarray(U, dtype=np.int64)
         if u.ndim != 2 or u.size == 0:
             raise ShapeError(f"U must be a non-empty 2-D integer matrix, got shape {u.shape}")
         if bU is None:
             m = int(np.abs(u).max())
             bU = max(0, (m - 1).bit_length()) if m > 1 else 0
-        self.dev, self.rows, self.cols, self.bU = dev, u.shape[0], u.shape[1], int(bU)
+        self.dev, self.rows, self.cols, self.bU, self.engine = dev, u.shape[0], u.shape[1], int(bU), engine
         h = vp()
         check(dev.lib.hg_gemm_plan_create(dev.handle, u.ctypes.data_as(c_i64p), u.shape[0], u.shape[1], self.bU,
-                                          ctypes.byref(h)), "modgemm plan")
+                                          GEMM_ENGINES.index(engine), ctypes.byref(h)), "modgemm plan")
         self.handle = h
 
     def __del__(self):

@@ -58,7 +58,8 @@ def _cases(preset: str, levels: tuple) -> list:
                 Case(preset, "add_const_exact", lv, s + 16)]
         if lv != 0:
             out += [Case(preset, "rescale", lv, s + 8), Case(preset, "mul_relin_rescale", lv, s + 10)]
-    out.append(Case(preset, "modgemm", 0, 99))
+    # the same product on both GEMM engines: the CPU core's words from each
+    out += [Case(preset, "modgemm", 0, 99), Case(preset, "modgemm_int8", 0, 99)]
     out += [Case(preset, "pcmm_rlwe", lv, 7000 + i) for i, lv in enumerate(levels) if lv != 0]
     # MLWE: every test-N12 level (k = 4), the lower N16-boot level only (k = 2; its top-level keys alone are 356 MB)
     out += [Case(preset, "pcmm_mlwe", lv, 7500 + i) for i, lv in enumerate(levels)
@@ -206,7 +207,7 @@ def compute_cpu(case: Case, ctx, spec: DeviceSpec) -> str:
                                   op == "intt") for k in range(a.shape[0])])
     if op == "mul":
         return digest([elementwise_product(poly(spec, s, lv), poly(spec, s + 500, lv), spec)])
-    if op == "modgemm":
+    if op in ("modgemm", "modgemm_int8"):
         U, X, q, bU = gemm_inputs(spec, s)
         return digest([_core.modgemm(U, X, q, bU)])
     if op in ("dense_to_sparse", "mod_raise"):
@@ -321,9 +322,9 @@ def compute_gpu(case: Case, dev: CudaEvaluator) -> str:
         out = dev.empty(lv + 1)
         check(dev.lib.hg_mul(dev.handle, a.handle, b.handle, out.handle, lv), "mul")
         return digest([dev.download_poly(out, lv + 1)])
-    if op == "modgemm":
+    if op in ("modgemm", "modgemm_int8"):
         U, X, q, bU = gemm_inputs(spec, s)
-        return digest([dev.modgemm(U, X, q, bU)])
+        return digest([dev.modgemm(U, X, q, bU, engine="int8" if op == "modgemm_int8" else "fp64")])
     if op in ("dense_to_sparse", "mod_raise"):
         keys = DeviceEncapsulationKeys(dev, spec.max_level, *encapsulation_inputs(spec, s), KEY_ID, KEY_ID + 1)
         if op == "dense_to_sparse":

@@ -71,7 +71,7 @@ SIGNATURES = {
     "hg_dense_to_sparse": (ctypes.c_int, [vp, vp, vp, vp, vp, vp]),
     "hg_mod_raise": (ctypes.c_int, [vp, vp, vp, vp, ctypes.c_int, vp, vp]),
     "hg_mul_monomial": (ctypes.c_int, [vp, vp, ctypes.c_int, ctypes.c_uint64, vp]),
-    "hg_gemm_plan_create": (ctypes.c_int, [vp, c_i64p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
+    "hg_gemm_plan_create": (ctypes.c_int, [vp, c_i64p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                            ctypes.POINTER(vp)]),
     "hg_gemm_plan_free": (None, [vp]),
     "hg_pcmm_mlwe": (ctypes.c_int, [vp, vp, ctypes.c_int, ctypes.POINTER(vp), ctypes.POINTER(vp), ctypes.c_int,

@@ -60,8 +60,8 @@ from hemlp.runtime.local import (ElementwiseOp, add_aligned, bootstrap_restore, 
 from hemlp.step_ops import SHARED_VALUE_OPS, UNCHECKED_LEVEL_OPS, UNTIMED_OPS, StepOp, Unsupported, handler
 
 __all__ = ["Packed", "PackedLayout", "PackedStep", "PackedProgram", "PackedRunner", "plan_packed", "pow2",
-           "diag_vector", "cached_diagonals", "program_bytes", "peak_value_bytes", "MAX_CACHED_DIAGONAL_BYTES",
-           "CACHE_OPTION", "REFUSED"]
+           "diag_vector", "cached_diagonals", "program_bytes", "paired_outputs", "peak_value_bytes",
+           "MAX_CACHED_DIAGONAL_BYTES", "CACHE_OPTION", "REFUSED"]
 
 _SIMD = "use layout='batch' (the batch rides in the slots, every product is SIMD)"
 #: the step ops layout (P) cannot run: one refusal each, the entry of its planning, plaintext and encrypted tables
@@ -596,7 +596,7 @@ class PackedRunner:
         self._pe = {}
         self._keep = cached_diagonals(prog, ctx.N, cache_bytes)
         by_name = {s.out: s for s in prog.steps}
-        self._partners = {a: by_name[b] for a, b in bootstrap_pairs([s.src for s in prog.steps]).items()}
+        self._partners = {a: by_name[b] for a, b in paired_outputs(prog.steps).items()}
         self._paired: dict = {}
 
     # ---- plaintexts
@@ -1012,6 +1012,11 @@ MATVEC_WORKING_CIPHERTEXTS = 12
 ACTIVATION_WORKING_CIPHERTEXTS = 12
 
 
+def paired_outputs(steps) -> dict:
+    """{first block's output: second's} of the program steps that one bootstrap_pair refreshes together."""
+    return bootstrap_pairs([s.src for s in steps])
+
+
 def peak_value_bytes(prog: PackedProgram, ct_bytes) -> int:
     """The most bytes of values PackedRunner.run holds at once: each step's ciphertexts (ct_bytes(level) each) from
     the step that makes them (a paired bootstrap's second block: its first block's step) until the last step that
@@ -1023,7 +1028,7 @@ def peak_value_bytes(prog: PackedProgram, ct_bytes) -> int:
         o = owner.get(s.inputs[0], s.inputs[0]) if s.src.op in SHARED_VALUE_OPS and s.inputs else s.out
         owner[s.out] = o
         end[o] = max(end.get(o, i), last.get(s.out, i))
-    pairs = bootstrap_pairs([t.src for t in steps])
+    pairs = paired_outputs(steps)
     made_at = {pairs[s.out]: i for i, s in enumerate(steps) if s.out in pairs}
     alloc, free = [0] * len(steps), [0] * len(steps)
     for i, s in enumerate(steps):

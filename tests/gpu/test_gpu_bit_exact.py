@@ -45,6 +45,25 @@ def test_results_do_not_depend_on_earlier_work(table, devices):
     assert golden.compute_gpu(case, dev) == first == table["cases"][case.name]
 
 
+@pytest.mark.parametrize("d1, d2, ncols, bU", [(8192, 64, 500, 40), (16, (1 << 16) + 37, 40, 8), (48, 192, 4099, 1)])
+def test_int8_engine_gives_the_fp64_engine_s_words(table, devices, d1, d2, ncols, bU):
+    """The int8 GEMM engine where its shapes split: several column chunks (d1 8192 at bU 40: 160 columns a chunk,
+    the last ragged), two K-blocks (d2 > 2^16), unaligned sizes; the fp64 engine's words, and Python integers' on
+    64 entries (the golden cases hold the CPU core's words for both engines)."""
+    from hemlp.gpu.device import DeviceSpec
+
+    spec = DeviceSpec.from_dict(table["specs"]["N16-boot"])
+    dev, q = devices["N16-boot"], int(spec.q[0])
+    rng = np.random.default_rng(d1 + d2)
+    U = rng.integers(-(1 << bU), (1 << bU) + 1, size=(d1, d2), dtype=np.int64)
+    X = rng.integers(0, q, size=(d2, ncols), dtype=np.uint64)
+    got = dev.modgemm(U, X, q, bU, mult=q - 5, engine="int8")
+    assert np.array_equal(got, dev.modgemm(U, X, q, bU, mult=q - 5, engine="fp64"))
+    for r, c in zip(rng.integers(0, d1, 64), rng.integers(0, ncols, 64)):
+        want = sum(int(U[r, k]) * int(X[k, c]) for k in range(d2)) * (q - 5) % q
+        assert int(got[r, c]) == want
+
+
 @pytest.mark.skipif(not HAVE_CORE, reason="the CPU core (hemlp._core) is not built on this machine")
 class TestAgainstTheLiveCore:
     @pytest.fixture(scope="class")

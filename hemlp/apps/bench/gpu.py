@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from hemlp.apps.bench import measure, report
+from hemlp.gpu.device import GEMM_ENGINES
 
 HELP = "CUDA backend ops at N16-boot and the exact modular GEMM, with DESILO FHE on the same GPU"
 
@@ -130,6 +131,15 @@ def hemlp_ops(preset: str, repeats: int) -> dict:
             "digits": spec.num_digits(L), "ops": ops}
 
 
+def gemm_row(name: str, engine: str) -> str:
+    """The payload key of one modulus's row on one engine: q60 (fp64, the first engine), q60_int8."""
+    return name if engine == GEMM_ENGINES[0] else f"{name}_{engine}"
+
+
+def gemm_rows() -> list[str]:
+    return [gemm_row(name, e) for e in GEMM_ENGINES for name in ("q40", "q60")]
+
+
 def gemm(shape: str, repeats: int) -> dict:
     d1, d2, ncols = (int(v) for v in shape.split(","))
     if d1 == 0:
@@ -140,21 +150,24 @@ def gemm(shape: str, repeats: int) -> dict:
     spec = DeviceSpec.from_dict(golden.load_table()["specs"]["N16-boot"])
     dev = CudaEvaluator(spec)
     rng = np.random.default_rng(0)
-    out = {"shape": [d1, d2, ncols], "bU": 8}
+    out = {"shape": [d1, d2, ncols], "bU": 8, "engines": list(GEMM_ENGINES)}
     U = rng.integers(-256, 257, size=(d1, d2), dtype=np.int64)
-    plan = GemmPlan(dev, U, 8)
-    for name, q in (("q40", spec.q[1]), ("q60", spec.q[0])):
-        X = rng.integers(0, q, size=(d2, ncols), dtype=np.uint64)
-        xb = dev.upload(X)
-        cb = DeviceBuffer(dev, d1 * ncols)
-        rec = timed(lambda: plan.apply(xb, ncols, q, cb), dev.synchronize, repeats)
-        rec["q_bits"] = int(q).bit_length()
-        # exactness spot check: 64 output entries against Python integers
-        C = dev.download(cb, (d1, ncols))
-        ri, ci = rng.integers(0, d1, 64), rng.integers(0, ncols, 64)
-        exact = all(int(C[r, c]) == sum(int(U[r, k]) * int(X[k, c]) for k in range(d2)) % q for r, c in zip(ri, ci))
-        rec["spot_check_exact"] = bool(exact)
-        out[name] = rec
+    for engine in GEMM_ENGINES:        # rows q40, q60 (fp64, the first engine) and q40_int8, q60_int8
+        plan = GemmPlan(dev, U, 8, engine)
+        for name, q in (("q40", spec.q[1]), ("q60", spec.q[0])):
+            X = np.random.default_rng(int(q) % 1000).integers(0, q, size=(d2, ncols), dtype=np.uint64)
+            xb = dev.upload(X)
+            cb = DeviceBuffer(dev, d1 * ncols)
+            rec = timed(lambda: plan.apply(xb, ncols, q, cb), dev.synchronize, repeats)
+            rec.update(q_bits=int(q).bit_length(), engine=engine)
+            # exactness spot check: 64 output entries against Python integers
+            C = dev.download(cb, (d1, ncols))
+            ri, ci = rng.integers(0, d1, 64), rng.integers(0, ncols, 64)
+            exact = all(int(C[r, c]) == sum(int(U[r, k]) * int(X[k, c]) for k in range(d2)) % q
+                        for r, c in zip(ri, ci))
+            rec["spot_check_exact"] = bool(exact)
+            out[gemm_row(name, engine)] = rec
+            del xb, cb
     try:
         import torch
 
@@ -162,7 +175,7 @@ def gemm(shape: str, repeats: int) -> dict:
         B = torch.randn(d2, ncols, dtype=torch.float64, device="cuda")
         out["torch_fp64_gemm"] = timed(lambda: A @ B, torch.cuda.synchronize, repeats)
         out["torch_fp64_gemm"]["tflops"] = 2 * d1 * d2 * ncols / out["torch_fp64_gemm"]["median_s"] / 1e12
-        for name in ("q40", "q60"):
+        for name in gemm_rows():
             out[name]["ratio_to_fp64_gemm"] = out[name]["median_s"] / out["torch_fp64_gemm"]["median_s"]
     except Exception as e:  # noqa: BLE001 - the baseline is optional; say why it is missing
         out["torch_fp64_gemm"] = {"error": f"{type(e).__name__}: {e}"}
@@ -236,7 +249,7 @@ def print_table(payload: dict) -> None:
     g = payload.get("gemm") or {}
     if g:
         rows = [[k, report.fmt_ms(g[k]["median_s"]), report.fmt_ratio(g[k].get("ratio_to_fp64_gemm")),
-                 str(g[k].get("spot_check_exact"))] for k in ("q40", "q60") if k in g]
+                 str(g[k].get("spot_check_exact"))] for k in gemm_rows() if k in g]
         report.table(["modgemm " + "x".join(map(str, g["shape"])), "ms", "vs fp64 GEMM", "exact"], rows)
     for n in payload["notes"]:
         print("note:", n)
