@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["pow2", "grid_positions", "grid_period", "SparseDiag", "conv_entries", "conv_entry_chunks", "dense_entries",
-           "diagonals_from_entries", "bsgs_split", "ENTRY_CHUNK"]
+__all__ = ["pow2", "grid_positions", "grid_period", "PALETTE_MAX", "SparseDiag", "conv_entries", "conv_entry_chunks",
+           "dense_entries", "diagonals_from_entries", "bsgs_split", "ENTRY_CHUNK"]
 
 
 def pow2(n: int) -> int:
@@ -55,23 +55,59 @@ def grid_period(grid: tuple) -> int:
     return 1 << max(0, int(blocks * H0 * W0 - 1).bit_length())
 
 
+#: a diagonal's values are kept as codes into its distinct values (a palette) when there are at most this many
+PALETTE_MAX = 1 << 16
+
+
 @dataclass
 class SparseDiag:
     """A per-sample diagonal vector of `size` values that repeats every `period` values (a power of two dividing
     `size`), zero except at `positions` (within one period). Kept per period: a layer on a narrow value repeats its
     diagonals size / period times over the slots, and storing each period once is what keeps a deep model's program
-    (ResNet-18's 512-channel convs: tens of millions of entries a layer) within memory."""
+    (ResNet-18's 512-channel convs: tens of millions of entries a layer) within memory.
 
-    positions: np.ndarray
-    values: np.ndarray
+    Stored compactly (from_positions): the positions as a bit mask of the period, the values as 16-bit codes into
+    the diagonal's distinct values. A convolution's diagonal holds one weight per (output channel, input channel,
+    kernel offset) at every pixel where it applies, so a few hundred distinct values cover tens of thousands of
+    positions: ~2 bytes a nonzero instead of 12 (an int32 position and a float64). dense() gives back the same bits."""
+
+    mask: np.ndarray            # np.packbits of the period's nonzero positions
+    codes: np.ndarray | None    # uint16 index into palette per nonzero, in position order; None: palette is the values
+    palette: np.ndarray         # float64
     size: int
-    period: int = 0         # 0: the whole vector (size)
+    period: int
+    count: int                  # nonzero positions
 
-    def __post_init__(self):
-        if not self.period:
-            self.period = self.size
-        if self.size % self.period:
-            raise ValueError(f"a diagonal's period {self.period} must divide its size {self.size}")
+    @classmethod
+    def from_positions(cls, positions, values, size: int, period: int = 0) -> "SparseDiag":
+        """positions: distinct, within [0, period); values: nonzero floats, one per position."""
+        period = period or size
+        if size % period:
+            raise ValueError(f"a diagonal's period {period} must divide its size {size}")
+        positions = np.asarray(positions, dtype=np.int64)
+        values = np.asarray(values, dtype=np.float64)
+        order = np.argsort(positions, kind="stable")
+        positions, values = positions[order], values[order]
+        bits = np.zeros(period, dtype=bool)
+        bits[positions] = True
+        codes, palette = None, values
+        if values.size > 8:
+            uniq, inv = np.unique(values, return_inverse=True)
+            # exact round trip only (a NaN weight would not be one): otherwise the values as they are
+            smaller = 2 * values.size + 8 * uniq.size < 8 * values.size
+            if uniq.size <= PALETTE_MAX and smaller and np.array_equal(uniq[inv], values):
+                codes, palette = inv.astype(np.uint16), uniq
+        return cls(np.packbits(bits), codes, palette, int(size), int(period), int(positions.size))
+
+    @property
+    def positions(self) -> np.ndarray:
+        """The nonzero positions within one period, ascending (int32)."""
+        return np.flatnonzero(np.unpackbits(self.mask, count=self.period)).astype(np.int32)
+
+    @property
+    def values(self) -> np.ndarray:
+        """The values at `positions`, in their order."""
+        return self.palette if self.codes is None else self.palette[self.codes]
 
     def dense(self) -> np.ndarray:
         d = np.zeros(self.period)
@@ -79,12 +115,18 @@ class SparseDiag:
         return np.tile(d, self.size // self.period)
 
     def rotated(self, r: int) -> "SparseDiag":
-        """The vector rotated left by r (np.roll(d, -r)): still periodic, its positions move within the period."""
-        return SparseDiag((self.positions - int(r)) % self.period, self.values, self.size, self.period)
+        """The vector rotated left by r (np.roll(d, -r)): still periodic, its positions move within the period (the
+        ones below r wrap to the end, their values with them)."""
+        r = int(r) % self.period
+        bits = np.unpackbits(self.mask, count=self.period)
+        k = int(np.count_nonzero(bits[:r]))
+        roll = (lambda a: np.concatenate([a[k:], a[:k]])) if k else (lambda a: a)   # noqa: E731
+        codes, palette = (None, roll(self.palette)) if self.codes is None else (roll(self.codes), self.palette)
+        return SparseDiag(np.packbits(np.roll(bits, -r)), codes, palette, self.size, self.period, self.count)
 
     @property
     def nbytes(self) -> int:
-        return self.positions.nbytes + self.values.nbytes
+        return self.mask.nbytes + self.palette.nbytes + (0 if self.codes is None else self.codes.nbytes)
 
 
 #: entries a chunk of a layer's entries holds while its diagonals are summed (a 512-channel 3x3 conv has ~26 M of
@@ -156,7 +198,7 @@ def diagonals_from_entries(rows, cols, vals, pos_out: np.ndarray, period_out: in
     for jv, row in zip(used, w.reshape(used.size, L)):
         nz = np.flatnonzero(row)
         if nz.size:
-            diags[int(jv)] = SparseDiag(nz.astype(np.int32), row[nz], S1, L)
+            diags[int(jv)] = SparseDiag.from_positions(nz, row[nz], S1, L)
     red = [period_out << e for e in range(int(math.log2(period_in // period_out)))] if period_out < period_in else []
     return diags, red
 

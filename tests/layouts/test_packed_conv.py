@@ -128,3 +128,34 @@ def test_diagonals_beyond_the_cache_budget_are_encoded_when_used(monkeypatch):
     r = packed.PackedRunner(cm.context, lay.program)
     r.prepare()
     assert 0 < r.cached_bytes <= full // 3
+
+
+@pytest.mark.parametrize("distinct", [3, 300, None])
+def test_sparse_diagonal_storage_gives_back_the_same_bits(distinct):
+    """SparseDiag.from_positions keeps a bit mask and 16-bit codes into the distinct values where that is smaller
+    (a conv's diagonal: few weights over many pixels), the values as they are otherwise (every value distinct); both
+    give the dense vector, and every rotation of it, bit for bit."""
+    from hemlp.layouts.packed_diagonals import SparseDiag
+
+    rng = np.random.default_rng(distinct or 1)
+    period, size = 1024, 4096
+    pos = rng.choice(period, 700, replace=False)
+    vals = rng.normal(size=700) if distinct is None else rng.normal(size=distinct)[rng.integers(0, distinct, 700)]
+    d = SparseDiag.from_positions(pos, vals, size, period)
+    want = np.zeros(period)
+    want[pos] = vals
+    assert np.array_equal(d.dense(), np.tile(want, size // period))
+    assert (d.codes is not None) == (distinct is not None) and d.count == 700
+    if distinct == 3:
+        assert d.nbytes < 0.2 * 700 * 12          # an int32 position and a float64 value each: 12 bytes
+    for r in (0, 1, 37, -5, period - 1, period + 3):
+        assert np.array_equal(d.rotated(r).dense(), np.roll(d.dense(), -r))
+    assert np.array_equal(d.rotated(9).rotated(-9).values, d.values)
+
+
+def test_sparse_diagonal_with_a_nan_keeps_its_values():
+    from hemlp.layouts.packed_diagonals import SparseDiag
+
+    vals = np.array([1.5, 2.5] * 10 + [np.nan])
+    d = SparseDiag.from_positions(np.arange(21) * 3, vals, 64)
+    assert d.codes is None and np.array_equal(d.values, vals, equal_nan=True)
