@@ -159,3 +159,31 @@ def test_sparse_diagonal_with_a_nan_keeps_its_values():
     vals = np.array([1.5, 2.5] * 10 + [np.nan])
     d = SparseDiag.from_positions(np.arange(21) * 3, vals, 64)
     assert d.codes is None and np.array_equal(d.values, vals, equal_nan=True)
+
+
+def test_a_conv_s_diagonals_take_a_fraction_of_their_positions_and_values():
+    """A 64-channel 3x3 conv at 4x4 on a 16x16 grid (gap 4): its diagonals, as stored, take under a third of the
+    int32 position and float64 value of each nonzero, and densify to the sums of its entries."""
+    from hemlp.layouts.packed_diagonals import (conv_entries, conv_entry_chunks, diagonals_from_entries,
+                                                grid_positions, grid_period)
+
+    C, H = 64, 4
+    grid = (C, H, H, 16, 16)
+    pos, L = grid_positions(grid), grid_period(grid)
+    index = np.array([[ci * H * H + (h + dy) * H + (w + dx) if 0 <= h + dy < H and 0 <= w + dx < H else -1
+                       for h in range(H) for w in range(H)]
+                      for ci in range(C) for dy in (-1, 0, 1) for dx in (-1, 0, 1)])
+    U = np.random.default_rng(3).normal(size=(C, C * 9))
+    diags, _ = diagonals_from_entries(conv_entry_chunks(U, index), None, None, pos, L, pos, L, 4 * L)
+    nnz = sum(d.count for d in diags.values())
+    assert nnz == C * C * np.count_nonzero(index[:9] >= 0)          # every (co, ci, tap, pixel) its own position
+    assert sum(d.nbytes for d in diags.values()) < 12 * nnz / 3
+    rows, cols, vals = conv_entries(U, index)
+    W = np.zeros((C * H * H, C * H * H))
+    np.add.at(W, (rows, cols), vals)
+    x = np.random.default_rng(4).normal(size=C * H * H)
+    v = np.zeros(4 * L)
+    v[pos] = x                                                       # one period of the input, then its copies
+    v[L:] = np.tile(v[:L], 3)
+    z = sum(d.dense() * np.roll(v, -j) for j, d in diags.items())
+    np.testing.assert_allclose(z[pos], W @ x, atol=1e-9)
