@@ -24,9 +24,29 @@ namespace {
 
 constexpr int kMaxDigits = 16;
 
-struct Pow2 {
-  u64 w[kMaxDigits], wp[kMaxDigits];  // 2^(w t) * mult mod q and Shoup companions
+// mult 2^(bits j) mod q and its Shoup companion for j < count: the weights digit products are recombined with
+struct PowTable {
+  u64 w[2 * kMaxDigits], wp[2 * kMaxDigits];
 };
+
+PowTable pow2_table(u64 mult, int bits, int count, u64 q) {
+  PowTable pow{};
+  unsigned __int128 v = mult % q;
+  for (int j = 0; j < count; ++j) {
+    pow.w[j] = (u64)v;
+    pow.wp[j] = shoup_companion(pow.w[j], q);
+    for (int s = 0; s < bits; ++s) v = (v << 1) % q;
+  }
+  return pow;
+}
+
+// Takes the lowest balanced w-bit digit (in [-2^(w-1), 2^(w-1))) off v: v becomes (v - d) / 2^w
+__host__ __device__ inline long long take_digit(long long& v, int w) {
+  long long d = v & ((1LL << w) - 1);
+  if (d >= (1LL << (w - 1))) d -= (1LL << w);
+  v = (v - d) >> w;
+  return d;
+}
 
 // digits[t][r][c] of the centred residues X[r][c], r < rows, as doubles
 __global__ void split_kernel(const u64* X, size_t count, u64 q, int w, int T, double* digits) {
@@ -34,18 +54,13 @@ __global__ void split_kernel(const u64* X, size_t count, u64 q, int w, int T, do
   if (e >= count) return;
   const u64 x = X[e];
   long long v = x > (q >> 1) ? -(long long)(q - x) : (long long)x;
-  const long long half = 1LL << (w - 1), mask = (1LL << w) - 1;
-  for (int t = 0; t < T - 1; ++t) {
-    long long d = v & mask;  // in [0, 2^w)
-    if (d >= half) d -= (1LL << w);
-    digits[(size_t)t * count + e] = (double)d;
-    v = (v - d) >> w;
-  }
+  for (int t = 0; t < T - 1; ++t) digits[(size_t)t * count + e] = (double)take_digit(v, w);
   digits[(size_t)(T - 1) * count + e] = (double)v;
 }
 
 // acc (+)= sum_t ([C_t] mod q) * pow.w[t] mod q; C_t exact integers in double
-__global__ void reduce_kernel(const double* C, size_t count, int T, u64 q, Pow2 pow, u64* acc, int accumulate) {
+__global__ void reduce_kernel(const double* C, size_t count, int T, u64 q, PowTable pow, u64* acc,
+                              int accumulate) {
   const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= count) return;
   u64 r = accumulate ? acc[e] : 0;
@@ -90,22 +105,13 @@ __global__ void split_int8_kernel(const u64* X, size_t ncols, size_t kb, size_t 
   }
   const u64 x = X[k * ncols + col];
   long long v = x > (q >> 1) ? -(long long)(q - x) : (long long)x;
-  for (int t = 0; t < T - 1; ++t) {
-    long long d = v & 255;
-    if (d >= 128) d -= 256;
-    row[(size_t)t * ncp] = (int8_t)d;
-    v = (v - d) >> 8;
-  }
+  for (int t = 0; t < T - 1; ++t) row[(size_t)t * ncp] = (int8_t)take_digit(v, 8);
   row[(size_t)(T - 1) * ncp] = (int8_t)v;
 }
 
-struct Pow256 {
-  u64 w[2 * kMaxDigits], wp[2 * kMaxDigits];  // mult 256^j mod q and Shoup companions
-};
-
 // C[r][c0 + c] (+)= sum_j ((sum_{s+t=j} P_st[r][c]) mod q) mult 256^j mod q, P_st = prod[(s d1 + r) ldp + t ncp + c]
 __global__ void reduce_int8_kernel(const int32_t* prod, size_t d1, size_t nc, size_t ncp, int TU, int TX, u64 q,
-                                   Pow256 pow, u64* C, size_t ncols, int accumulate) {
+                                   PowTable pow, u64* C, size_t ncols, int accumulate) {
   const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= d1 * nc) return;
   const size_t r = e / nc, col = e % nc, ldp = (size_t)TX * ncp;
@@ -157,12 +163,7 @@ GemmPlan::GemmPlan(const GpuContext& c, const int64_t* U, size_t d1, size_t d2, 
     for (size_t r = 0; r < d1; ++r)
       for (size_t k = 0; k < d2; ++k) {
         long long v = U[r * d2 + k];
-        for (int t = 0; t < tu_ - 1; ++t) {
-          long long d = v & 255;
-          if (d >= 128) d -= 256;
-          digits[((size_t)t * d1 + r) * ldu_ + k] = (int8_t)d;
-          v = (v - d) >> 8;
-        }
+        for (int t = 0; t < tu_ - 1; ++t) digits[((size_t)t * d1 + r) * ldu_ + k] = (int8_t)take_digit(v, 8);
         digits[((size_t)(tu_ - 1) * d1 + r) * ldu_ + k] = (int8_t)v;  // in [-128, 127]: tu_ digits hold 2^bU
       }
     u_ = to_device(digits, c.stream());
@@ -194,14 +195,7 @@ void GemmPlan::apply(const GpuContext& c, cublasHandle_t h, const u64* X, size_t
   while (qbits < 64 && (q >> qbits)) ++qbits;
   const int T = (qbits + w_ - 1) / w_;
   if (T > kMaxDigits) throw std::invalid_argument("modgemm: too many digits");
-  Pow2 pow{};
-  for (int t = 0; t < T; ++t) {
-    // 2^(w t) * mult mod q
-    unsigned __int128 v = mult % q;
-    for (int s = 0; s < w_ * t; ++s) v = (v << 1) % q;
-    pow.w[t] = (u64)v;
-    pow.wp[t] = shoup_companion(pow.w[t], q);
-  }
+  const PowTable pow = pow2_table(mult, w_, T, q);
   const size_t count_x = kb_ * ncols, count_c = d1_ * ncols;
   DeviceBuffer digits = c.alloc((size_t)T * count_x), prod = c.alloc((size_t)T * count_c);
   check_cublas(cublasSetStream(h, c.stream()), "cublasSetStream");
@@ -230,13 +224,7 @@ void GemmPlan::apply_int8(const GpuContext& c, cublasHandle_t h, const u64* X, s
   if (ncols == 0) return;
   const int TX = balanced_digit_count((q - 1) / 2), TU = tu_;
   if (TU + TX - 1 > 2 * kMaxDigits) throw std::invalid_argument("modgemm: too many int8 digits");
-  Pow256 pow{};
-  for (int j = 0; j < TU + TX - 1; ++j) {
-    unsigned __int128 v = mult % q;
-    for (int s = 0; s < 8 * j; ++s) v = (v << 1) % q;
-    pow.w[j] = (u64)v;
-    pow.wp[j] = shoup_companion(pow.w[j], q);
-  }
+  const PowTable pow = pow2_table(mult, 8, TU + TX - 1, q);
   // column chunks whose int32 products stay within kInt8ChunkBytes (at least one aligned group of columns)
   const size_t per_col = (size_t)TU * d1_ * TX * sizeof(int32_t);
   const size_t chunk = std::max(kInt8Align, kInt8ChunkBytes / per_col / kInt8Align * kInt8Align);

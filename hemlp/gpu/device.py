@@ -656,7 +656,8 @@ class CudaEvaluator:
 
 
 #: the exact modular GEMM's engines: fp64 DGEMMs of U by digits of X (one per ~52 - bU - log2(d2) bits of q), or
-#: int8 tensor-core GEMMs of balanced base-256 digits of both (hemlp.gpu.int8_gemm is its numpy model)
+#: int8 tensor-core GEMMs of balanced base-256 digits of both (hemlp.gpu.int8_gemm is its numpy model); the index of
+#: each is its engine number in the C interface (hg_gemm_plan_create)
 GEMM_ENGINES = ("fp64", "int8")
 
 

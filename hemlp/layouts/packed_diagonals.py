@@ -76,7 +76,6 @@ class SparseDiag:
     palette: np.ndarray         # float64
     size: int
     period: int
-    count: int                  # nonzero positions
 
     @classmethod
     def from_positions(cls, positions, values, size: int, period: int = 0) -> "SparseDiag":
@@ -97,12 +96,17 @@ class SparseDiag:
             smaller = 2 * values.size + 8 * uniq.size < 8 * values.size
             if uniq.size <= PALETTE_MAX and smaller and np.array_equal(uniq[inv], values):
                 codes, palette = inv.astype(np.uint16), uniq
-        return cls(np.packbits(bits), codes, palette, int(size), int(period), int(positions.size))
+        return cls(np.packbits(bits), codes, palette, int(size), int(period))
 
     @property
     def positions(self) -> np.ndarray:
         """The nonzero positions within one period, ascending (int32)."""
         return np.flatnonzero(np.unpackbits(self.mask, count=self.period)).astype(np.int32)
+
+    @property
+    def count(self) -> int:
+        """The nonzero positions in one period."""
+        return int((self.palette if self.codes is None else self.codes).size)
 
     @property
     def values(self) -> np.ndarray:
@@ -122,7 +126,7 @@ class SparseDiag:
         k = int(np.count_nonzero(bits[:r]))
         roll = (lambda a: np.concatenate([a[k:], a[:k]])) if k else (lambda a: a)   # noqa: E731
         codes, palette = (None, roll(self.palette)) if self.codes is None else (roll(self.codes), self.palette)
-        return SparseDiag(np.packbits(np.roll(bits, -r)), codes, palette, self.size, self.period, self.count)
+        return SparseDiag(np.packbits(np.roll(bits, -r)), codes, palette, self.size, self.period)
 
     @property
     def nbytes(self) -> int:

@@ -17,7 +17,6 @@ import time
 import numpy as np
 
 from hemlp.apps.bench import measure, report
-from hemlp.gpu.device import GEMM_ENGINES
 
 HELP = "CUDA backend ops at N16-boot and the exact modular GEMM, with DESILO FHE on the same GPU"
 
@@ -133,10 +132,14 @@ def hemlp_ops(preset: str, repeats: int) -> dict:
 
 def gemm_row(name: str, engine: str) -> str:
     """The payload key of one modulus's row on one engine: q60 (fp64, the first engine), q60_int8."""
+    from hemlp.gpu.device import GEMM_ENGINES
+
     return name if engine == GEMM_ENGINES[0] else f"{name}_{engine}"
 
 
 def gemm_rows() -> list[str]:
+    from hemlp.gpu.device import GEMM_ENGINES
+
     return [gemm_row(name, e) for e in GEMM_ENGINES for name in ("q40", "q60")]
 
 
@@ -145,19 +148,19 @@ def gemm(shape: str, repeats: int) -> dict:
     if d1 == 0:
         return {}
     from hemlp.gpu import golden
-    from hemlp.gpu.device import CudaEvaluator, DeviceBuffer, DeviceSpec, GemmPlan
+    from hemlp.gpu.device import GEMM_ENGINES, CudaEvaluator, DeviceBuffer, DeviceSpec, GemmPlan
 
     spec = DeviceSpec.from_dict(golden.load_table()["specs"]["N16-boot"])
     dev = CudaEvaluator(spec)
     rng = np.random.default_rng(0)
     out = {"shape": [d1, d2, ncols], "bU": 8, "engines": list(GEMM_ENGINES)}
     U = rng.integers(-256, 257, size=(d1, d2), dtype=np.int64)
-    for engine in GEMM_ENGINES:        # rows q40, q60 (fp64, the first engine) and q40_int8, q60_int8
-        plan = GemmPlan(dev, U, 8, engine)
-        for name, q in (("q40", spec.q[1]), ("q60", spec.q[0])):
-            X = np.random.default_rng(int(q) % 1000).integers(0, q, size=(d2, ncols), dtype=np.uint64)
-            xb = dev.upload(X)
-            cb = DeviceBuffer(dev, d1 * ncols)
+    plans = {engine: GemmPlan(dev, U, 8, engine) for engine in GEMM_ENGINES}
+    for name, q in (("q40", spec.q[1]), ("q60", spec.q[0])):
+        X = rng.integers(0, q, size=(d2, ncols), dtype=np.uint64)
+        xb = dev.upload(X)                 # one operand for both engines: rows q40, q40_int8, ...
+        cb = DeviceBuffer(dev, d1 * ncols)
+        for engine, plan in plans.items():
             rec = timed(lambda: plan.apply(xb, ncols, q, cb), dev.synchronize, repeats)
             rec.update(q_bits=int(q).bit_length(), engine=engine)
             # exactness spot check: 64 output entries against Python integers
@@ -167,7 +170,7 @@ def gemm(shape: str, repeats: int) -> dict:
                         for r, c in zip(ri, ci))
             rec["spot_check_exact"] = bool(exact)
             out[gemm_row(name, engine)] = rec
-            del xb, cb
+        del xb, cb
     try:
         import torch
 
