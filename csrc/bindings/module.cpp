@@ -24,6 +24,7 @@ void bind_lintrans(py::module_& m);
 void bind_polyeval(py::module_& m);
 void bind_batch_boot(py::module_& m);
 void bind_shared_keys(py::module_& m);
+void bind_plain(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hemlp native core (RNS-CKKS, exact modular GEMM)";
@@ -67,4 +68,5 @@ PYBIND11_MODULE(_core, m) {
   bind_polyeval(m);
   bind_batch_boot(m);
   bind_shared_keys(m);
+  bind_plain(m);
 }

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hemlp import _core
 from hemlp.compiler.composite_sign import composite_sign
 from hemlp.compiler.fit import METHODS, fit
 from hemlp.errors import ParameterError
@@ -27,7 +28,7 @@ from hemlp.he.polynomial import depth as poly_depth
 
 __all__ = ["ActPoly", "RangeWarning", "approximate", "calibrate", "calibrate_range", "exact_poly", "METHODS",
            "DEFAULT_DEGREE",
-           "COMPOSITE_KINDS", "approximate_composite"]
+           "COMPOSITE_KINDS", "approximate_composite", "composite_unit"]
 
 DEFAULT_DEGREE = 7
 DEFAULT_MARGIN = 0.05
@@ -127,38 +128,16 @@ class ActPoly:
         return cls(**d)
 
 
-#: elements per block of chebval_clenshaw: its four buffers (128 KiB each) stay in a core's L2 cache through all
-#: the coefficients, where whole-array passes stream every buffer from memory once per coefficient
-CLENSHAW_BLOCK = 16384
-
-
 def chebval_clenshaw(u, coeffs) -> np.ndarray:
-    """sum_k coeffs[k] T_k(u) by Clenshaw's recurrence in float64, block by block on four cache-sized buffers
-    (numpy's chebval allocates three arrays per coefficient; on calibration batches of 10^8 values that dominated
-    the degree search). Each element sees the same operations in the same order as the whole-array recurrence."""
+    """sum_k coeffs[k] T_k(u) by Clenshaw's recurrence in float64 (the native core's, csrc/plain: each element's
+    products and sums rounded one by one in the recurrence's order, b_k = (2u b_{k+1} - b_{k+2}) + c_k, so every
+    SIMD path gives the same bits; numpy's chebval allocates three arrays per coefficient, which on calibration
+    batches of 10^8 values dominated the degree search)."""
     u = np.asarray(u, dtype=np.float64)
     c = np.asarray(coeffs, dtype=np.float64)
     if len(c) <= 2:
         return np.polynomial.chebyshev.chebval(u, c)
-    flat = u.reshape(-1)
-    out = np.empty(flat.shape)
-    bufs = np.empty((4, min(CLENSHAW_BLOCK, max(1, flat.size))))
-    for s in range(0, flat.size, CLENSHAW_BLOCK):
-        x = flat[s:s + CLENSHAW_BLOCK]
-        u2, b1, b2, tmp = (b[:x.size] for b in bufs)
-        np.multiply(x, 2.0, out=u2)
-        b1.fill(c[-1])
-        b2.fill(0.0)
-        for ck in c[-2:0:-1]:                 # b_k = 2u b_{k+1} - b_{k+2} + c_k, down to k = 1
-            np.multiply(u2, b1, out=tmp)
-            tmp -= b2
-            tmp += ck
-            b1, b2, tmp = tmp, b1, b2
-        o = out[s:s + CLENSHAW_BLOCK]         # p(u) = u b_1 - b_2 + c_0
-        np.multiply(x, b1, out=o)
-        o -= b2
-        o += c[0]
-    return out.reshape(u.shape)
+    return _core.chebval_clenshaw(np.require(u, requirements="C"), np.require(c, requirements="C"))
 
 
 def _as_square(kind, c_power_x, alpha0=1.0, beta0=0.0, **kw) -> ActPoly:
@@ -236,3 +215,9 @@ def approximate_composite(kind: str, lo: float, hi: float, schedule, guard: floa
     return ActPoly(kind, "composite", 1.0 / D, 0.0, np.zeros(0), lo=lo, hi=hi,
                    degree=int(np.prod(cs.degrees)), method="composite", max_err=err * D, dom_lo=-D, dom_hi=D,
                    max_err_domain=err * D, stages=stages)
+
+
+def composite_unit(kind: str, schedule) -> ActPoly:
+    """The composite of `schedule` on [-1, 1] (D = 1): every approximate_composite of that schedule is
+    p(x) = D g(x / D) with g this one's polynomial (hemlp.compiler.poly_table shares its table)."""
+    return approximate_composite(kind, -1.0, 1.0, schedule)

@@ -6,13 +6,19 @@ table lookup a few passes in all. The table samples p on a uniform grid of its d
 measured at every midpoint between grid nodes (where linear interpolation errs most, to within the grid's
 curvature) and must stay below ``TOLERANCE`` x the fit's own error on the core, else the grid doubles (up to
 MAX_POINTS; past that, p is evaluated exactly). Values beyond the domain (where p diverges) are evaluated exactly.
+The lookup itself is the native core's (csrc/plain): one pass over the values, where numpy's took a dozen.
+A composite ReLU (hemlp.compiler.activations.approximate_composite) is p(x) = D g(x / D) with g the same for every
+activation of its stage degrees: one table of g serves them all, each at its own D (``PolyTable.rescaled``).
 The plan's own simulation (hemlp.runtime.local) always evaluates p exactly.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PolyTable", "TOLERANCE", "MAX_POINTS", "Workspace", "TableActivations"]
+from hemlp import _core
+from hemlp.compiler.activations import composite_unit
+
+__all__ = ["PolyTable", "TOLERANCE", "MAX_POINTS", "TableActivations"]
 
 #: the interpolation error allowed, as a fraction of the polynomial's own approximation error
 TOLERANCE = 1e-3
@@ -39,6 +45,7 @@ class PolyTable:
         self.lo, self.hi = ap.domain
         self.table = None
         self.interp_err = None
+        self.gain = 1.0                                       # table values are p's own (rescaled: D x g's)
         tol = TOLERANCE * max(ap.max_err, 1e-300)
         m, peak = MIN_POINTS, None
         while m <= MAX_POINTS:
@@ -64,65 +71,68 @@ class PolyTable:
             peak = grid[2 * k + 1]
             m *= 4
 
-    def __call__(self, x, dtype=np.float64, work: Workspace | None = None) -> np.ndarray:
-        """p(x) as `dtype` (the float64 values rounded once). ``work``: scratch buffers reused from call to call
-        (fresh arrays of 10^7 values cost a page fault every 4 KiB, every call)."""
+    @classmethod
+    def rescaled(cls, unit: "PolyTable", ap) -> "PolyTable":
+        """ap's table from `unit`, the table of g on [-1, 1] where ap's polynomial is p(x) = D g(x / D) on its domain
+        [-D, D] (a composite ReLU): unit's nodes shared, read at x / D and multiplied by D. Its interpolation error
+        is D x unit's, within TOLERANCE of ap.max_err = D x g's error as unit's is of g's."""
+        lo, hi = ap.domain
+        if unit.lo != -1.0 or unit.hi != 1.0 or lo != -hi:
+            raise ValueError(f"PolyTable.rescaled: a table on [-1, 1] read on a symmetric domain, got "
+                             f"[{unit.lo}, {unit.hi}] and [{lo}, {hi}]")
+        t = cls.__new__(cls)
+        t.ap, t.lo, t.hi, t.gain = ap, lo, hi, hi
+        t.table, t.points = unit.table, getattr(unit, "points", None)
+        t.interp_err = None if unit.interp_err is None else unit.interp_err * hi
+        if t.table is not None:
+            t.scale = t.points / (hi - lo)
+        return t
+
+    def __call__(self, x, dtype=np.float64) -> np.ndarray:
+        """p(x) as `dtype` (float32 or float64; the float64 values rounded once)."""
         x = np.asarray(x)
         if self.table is None:
             return self.ap.apply(x).astype(dtype, copy=False)
-        work = work or Workspace()
-        n = x.size
-        f, i, idx = work.get("f", n, np.float64), work.get("i", n, np.float64), work.get("idx", n, np.intp)
-        np.subtract(x.reshape(-1), self.lo, out=f, dtype=np.float64)
-        f *= self.scale
-        np.floor(f, out=i)
-        np.clip(i, 0, self.points - 1, out=i)
-        f -= i
-        with np.errstate(invalid="ignore"):                  # NaN inputs: replaced below
-            np.copyto(idx, i, casting="unsafe")
-        y = np.take(self.table, idx, out=work.get("y", n, np.float64), mode="clip")
-        idx += 1
-        d = np.take(self.table, idx, out=i, mode="clip")
-        d -= y                                               # table[idx + 1] - table[idx], as np.diff forms it
-        d *= f
-        flat = np.empty(n, dtype=dtype)
-        np.add(y, d, out=flat)
-        if n and not (self.lo <= float(x.min()) and float(x.max()) <= self.hi):
-            x64 = x.reshape(-1).astype(np.float64)
+        flat_x = x.reshape(-1)
+        if flat_x.dtype not in (np.float32, np.float64) or not flat_x.flags.c_contiguous:
+            flat_x = np.ascontiguousarray(flat_x, dtype=np.float64)
+        flat = np.empty(flat_x.size, dtype=dtype)
+        if _core.table_lookup(self.table, self.points, self.lo, self.scale, self.gain, self.lo, self.hi, flat_x,
+                              flat):
+            x64 = flat_x.astype(np.float64)
             beyond = ~((x64 >= self.lo) & (x64 <= self.hi))     # beyond the domain (or NaN): the polynomial itself
             flat[beyond] = self.ap.apply(x64[beyond])
         return flat.reshape(x.shape)
 
 
-class Workspace:
-    """Scratch arrays for PolyTable lookups, grown to the largest call and reused."""
-
-    def __init__(self):
-        self.buffers: dict = {}
-
-    def get(self, name: str, n: int, dtype) -> np.ndarray:
-        """A scratch array of n values of `dtype` (its contents are whatever the last call left)."""
-        b = self.buffers.get(name)
-        if b is None or b.size < n or b.dtype != dtype:
-            b = self.buffers[name] = np.empty(n, dtype=dtype)
-        return b[:n]
-
-
 class TableActivations:
     """``act_eval`` for hemlp.compiler.resume_cache.ResumeCache: an approximation with a domain through its table
-    (made on first use, one per ActPoly), values returned as `dtype`; one Workspace for every lookup."""
+    (made on first use, one per ActPoly; a composite's from the one table of its stage degrees), values returned as
+    `dtype`."""
 
     def __init__(self, dtype):
-        self.dtype, self.work = dtype, Workspace()
+        self.dtype = dtype
         self.tables: dict = {}
+        self.units: dict = {}                      # (kind, stage degrees) -> the composite's table on [-1, 1]
 
     def __call__(self, node, ap, x) -> np.ndarray:
         entry = self.tables.get(id(ap))
         if entry is None:                          # the ActPoly is kept with its table: its id stays its own
-            entry = self.tables[id(ap)] = (ap, PolyTable(ap) if ap.domain is not None else None)
+            entry = self.tables[id(ap)] = (ap, self._table(ap))
         t = entry[1]
-        return ap.apply(x) if t is None else t(x, self.dtype, self.work)
+        return ap.apply(x) if t is None else t(x, self.dtype)
+
+    def _table(self, ap) -> PolyTable | None:
+        if ap.domain is None:
+            return None
+        if ap.form != "composite":
+            return PolyTable(ap)
+        key = (ap.kind, ap.schedule)
+        unit = self.units.get(key)
+        if unit is None:
+            unit = self.units[key] = PolyTable(composite_unit(ap.kind, ap.schedule))
+        return PolyTable.rescaled(unit, ap)
 
     def forget(self, ap) -> None:
-        """Drop ap's table (its memory), if made."""
+        """Drop ap's table (its memory; a composite's shared table stays), if made."""
         self.tables.pop(id(ap), None)

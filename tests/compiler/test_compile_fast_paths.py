@@ -1,13 +1,13 @@
 """The compile's fast paths give what the straightforward computations give, bit for bit: a polynomial table's
-lookup into reused buffers (and in float32), layout (P)'s diagonals summed by a dense bincount, and the degree search
+native lookup (float32 and float64, a composite's shared table read at its own scale), layout (P)'s diagonals summed by a dense bincount, and the degree search
 with its resumed evaluations, pinned cache and early-stopped uniform rungs (same degrees, agreements, harm ranking)."""
 import functools
 
 import numpy as np
 import pytest
 
-from hemlp.compiler.activations import approximate
-from hemlp.compiler.poly_table import PolyTable, TableActivations, Workspace
+from hemlp.compiler.activations import approximate, approximate_composite
+from hemlp.compiler.poly_table import TOLERANCE, PolyTable, TableActivations
 from hemlp.layouts.packed_diagonals import conv_entries, conv_entry_chunks, diagonals_from_entries
 
 
@@ -18,7 +18,7 @@ def _lookup(t: PolyTable, x) -> np.ndarray:
     i = np.clip(np.floor(f), 0, t.points - 1)
     f = f - i
     idx = i.astype(np.intp)
-    y = t.table[idx] + (t.table[idx + 1] - t.table[idx]) * f
+    y = t.gain * (t.table[idx] + (t.table[idx + 1] - t.table[idx]) * f)
     out = (x < t.lo) | (x > t.hi)
     y[out] = t.ap.apply(x[out])
     return y
@@ -33,14 +33,34 @@ def test_table_lookup_equals_the_plain_interpolation(degree):
     x = rng.uniform(lo - 2.0, hi + 2.0, (3, 5000))     # beyond the domain on both sides too
     x[0, :4] = [lo, hi, 0.0, np.nextafter(hi, np.inf)]
     want = _lookup(t, x)
-    work = Workspace()
-    assert np.array_equal(t(x, work=work), want)
-    assert np.array_equal(t(x[:, :100], work=work), want[:, :100])        # buffers reused at another size
+    assert np.array_equal(t(x), want)
+    assert np.array_equal(t(x[:, :100]), want[:, :100])
+    assert np.array_equal(t(x[:, ::3]), want[:, ::3])                     # a strided view
     x32 = x.astype(np.float32)
-    got = t(x32, np.float32, work)
+    got = t(x32, np.float32)
     assert got.dtype == np.float32 and np.array_equal(got, _lookup(t, x32).astype(np.float32))
+    assert np.array_equal(t(x32), _lookup(t, x32))                       # float32 in, float64 out
+    assert np.array_equal(t(x, np.float32), want.astype(np.float32))
     acts = TableActivations(np.float32)
     assert np.array_equal(acts(None, ap, x32), got) and len(acts.tables) == 1
+
+
+def test_composite_tables_share_one_table_per_schedule():
+    """Two composite ReLUs of one schedule read one table of g on [-1, 1], each at its own D, and get the plain
+    interpolation of D g(x / D): within TOLERANCE of their own error bounds."""
+    acts = TableActivations(np.float64)
+    aps = [approximate_composite("relu", -2.0, 5.0, (15, 15, 15), 0.5),
+           approximate_composite("relu", -7.5, 3.0, (15, 15, 15), 0.25)]
+    rng = np.random.default_rng(5)
+    for ap in aps:
+        x = rng.uniform(ap.domain[0] - 1.0, ap.domain[1] + 1.0, 50_000)
+        y = acts(None, ap, x)
+        t = acts.tables[id(ap)][1]
+        assert np.array_equal(y, _lookup(t, x), equal_nan=True)        # far beyond, p overflows
+        inside = (x >= ap.domain[0]) & (x <= ap.domain[1])
+        assert np.max(np.abs(y[inside] - ap.apply(x[inside]))) <= TOLERANCE * ap.max_err
+        assert np.array_equal(y[~inside], ap.apply(x[~inside]), equal_nan=True)
+    assert len(acts.units) == 1 and acts.tables[id(aps[0])][1].table is acts.tables[id(aps[1])][1].table
 
 
 def test_table_lookup_of_nan_is_nan():
