@@ -16,12 +16,20 @@
 namespace hemlp::plain {
 namespace {
 
+// The loops below are written once and inlined into each path's function, which compiles them for its instruction
+// set: without always_inline, GCC keeps one out-of-line copy built for the baseline ISA and every path calls it.
+#if defined(__GNUC__)
+#define HEMLP_PLAIN_INLINE inline __attribute__((always_inline))
+#else
+#define HEMLP_PLAIN_INLINE inline
+#endif
+
 // Elements evaluated side by side through all the coefficients: enough independent recurrences to hide the
 // latency of each step, few enough that u2, b1 and b2 stay in registers.
 constexpr size_t LANES = 32;
 
 template <size_t W>
-inline void clenshaw_block(const double* u, const double* c, size_t nc, double* out) {
+HEMLP_PLAIN_INLINE void clenshaw_block(const double* u, const double* c, size_t nc, double* out) {
   double u2[W], b1[W], b2[W];
   for (size_t j = 0; j < W; ++j) {
     u2[j] = u[j] * 2.0;
@@ -39,34 +47,27 @@ inline void clenshaw_block(const double* u, const double* c, size_t nc, double* 
   for (size_t j = 0; j < W; ++j) out[j] = u[j] * b1[j] - b2[j] + c[0];
 }
 
-inline void clenshaw_tail(const double* u, size_t n, const double* c, size_t nc, double* out) {
-  for (size_t i = 0; i < n; ++i) clenshaw_block<1>(u + i, c, nc, out + i);
-}
-
-void clenshaw_scalar(const double* u, size_t n, const double* c, size_t nc, double* out) {
+// Whole blocks of LANES, then one element at a time.
+HEMLP_PLAIN_INLINE void clenshaw_loop(const double* u, size_t n, const double* c, size_t nc, double* out) {
   size_t i = 0;
   for (; i + LANES <= n; i += LANES) clenshaw_block<LANES>(u + i, c, nc, out + i);
-  clenshaw_tail(u + i, n - i, c, nc, out + i);
+  for (; i < n; ++i) clenshaw_block<1>(u + i, c, nc, out + i);
 }
 
 #if HEMLP_HAVE_AVX2_KERNELS
 HEMLP_AVX2_FN void clenshaw_avx2(const double* u, size_t n, const double* c, size_t nc, double* out) {
-  size_t i = 0;
-  for (; i + LANES <= n; i += LANES) clenshaw_block<LANES>(u + i, c, nc, out + i);
-  clenshaw_tail(u + i, n - i, c, nc, out + i);
+  clenshaw_loop(u, n, c, nc, out);
 }
 #endif
 
 #if HEMLP_HAVE_AVX512_KERNELS
 HEMLP_AVX512_FN void clenshaw_avx512(const double* u, size_t n, const double* c, size_t nc, double* out) {
-  size_t i = 0;
-  for (; i + LANES <= n; i += LANES) clenshaw_block<LANES>(u + i, c, nc, out + i);
-  clenshaw_tail(u + i, n - i, c, nc, out + i);
+  clenshaw_loop(u, n, c, nc, out);
 }
 #endif
 
 template <class In, class Out>
-inline bool lookup_loop(const double* t, size_t points, double lo, double scale, double gain, double dom_lo,
+HEMLP_PLAIN_INLINE bool lookup_loop(const double* t, size_t points, double lo, double scale, double gain, double dom_lo,
                         double dom_hi, const In* x, size_t n, Out* out) {
   const double last = static_cast<double>(points - 1);
   bool beyond = false;
@@ -115,7 +116,7 @@ void chebval_clenshaw(const double* u, size_t n, const double* c, size_t nc, dou
       return clenshaw_avx2(u, n, c, nc, out);
 #endif
     default:
-      return clenshaw_scalar(u, n, c, nc, out);
+      return clenshaw_loop(u, n, c, nc, out);
   }
 }
 
