@@ -67,8 +67,8 @@ HEMLP_AVX512_FN void clenshaw_avx512(const double* u, size_t n, const double* c,
 #endif
 
 template <class In, class Out>
-HEMLP_PLAIN_INLINE bool lookup_loop(const double* t, size_t points, double lo, double scale, double gain, double dom_lo,
-                        double dom_hi, const In* x, size_t n, Out* out) {
+HEMLP_PLAIN_INLINE bool lookup_loop(const double* t, size_t points, double lo, double scale, double gain,
+                                    double dom_lo, double dom_hi, const In* x, size_t n, Out* out) {
   const double last = static_cast<double>(points - 1);
   bool beyond = false;
   for (size_t i = 0; i < n; ++i) {
