@@ -1,14 +1,15 @@
 """A fitted activation polynomial as a lookup table with linear interpolation, for the degree search.
 
 The search evaluates each candidate polynomial on every calibration value of its activation (10^8 values for a
-ResNet-20 on 1 000 images, many times over); Clenshaw's recurrence costs a few memory passes per coefficient, a
-table lookup a few passes in all. The table samples p on a uniform grid of its domain; its interpolation error is
+ResNet-20 on 1 000 images, many times over); Clenshaw's recurrence costs a product and two sums per coefficient and
+value, a table lookup one interpolation. The table samples p on a uniform grid of its domain; its interpolation error is
 measured at every midpoint between grid nodes (where linear interpolation errs most, to within the grid's
-curvature) and must stay below ``TOLERANCE`` x the fit's own error on the core, else the grid doubles (up to
+curvature) and must stay below ``TOLERANCE`` x the fit's own error on the core, else the grid grows 4x (up to
 MAX_POINTS; past that, p is evaluated exactly). Values beyond the domain (where p diverges) are evaluated exactly.
 The lookup itself is the native core's (csrc/plain): one pass over the values, where numpy's took a dozen.
 A composite ReLU (hemlp.compiler.activations.approximate_composite) is p(x) = D g(x / D) with g the same for every
-activation of its stage degrees: one table of g serves them all, each at its own D (``PolyTable.rescaled``).
+activation of its stage degrees: one table of g serves them all, each at its own D (``PolyTable.rescaled``;
+docs/design/activations.md §3, step 4).
 The plan's own simulation (hemlp.runtime.local) always evaluates p exactly.
 """
 from __future__ import annotations
