@@ -44,7 +44,7 @@ class PolyTable:
     def __init__(self, ap):
         self.ap = ap
         self.lo, self.hi = ap.domain
-        self.table = None
+        self.table = self.points = self.scale = None
         self.interp_err = None
         self.gain = 1.0                                       # table values are p's own (rescaled: D x g's)
         tol = TOLERANCE * max(ap.max_err, 1e-300)
@@ -83,10 +83,9 @@ class PolyTable:
                              f"[{unit.lo}, {unit.hi}] and [{lo}, {hi}]")
         t = cls.__new__(cls)
         t.ap, t.lo, t.hi, t.gain = ap, lo, hi, hi
-        t.table, t.points = unit.table, getattr(unit, "points", None)
+        t.table, t.points = unit.table, unit.points
         t.interp_err = None if unit.interp_err is None else unit.interp_err * hi
-        if t.table is not None:
-            t.scale = t.points / (hi - lo)
+        t.scale = None if t.table is None else t.points / (hi - lo)
         return t
 
     def __call__(self, x, dtype=np.float64) -> np.ndarray:

@@ -57,3 +57,16 @@ def test_margins():
     y = np.array([[0.0, 3.0, 1.0], [2.0, 2.5, -1.0]])
     assert margins(y).tolist() == [2.0, 0.5]
     assert margins(np.array([[-0.25], [2.0]])).tolist() == [0.25, 2.0]
+
+
+def test_a_shared_table_is_read_only_on_a_symmetric_domain():
+    """PolyTable.rescaled reads a table of g on [-1, 1] as D g(x / D): an ActPoly on another domain is refused."""
+    from hemlp.compiler.activations import composite_unit
+
+    unit = PolyTable(composite_unit("relu", (15, 15, 15)))
+    assert (unit.lo, unit.hi) == (-1.0, 1.0) and unit.interp_err <= TOLERANCE * unit.ap.max_err
+    ap = approximate_composite("relu", -2.0, 5.0, (15, 15, 15), 0.5)
+    t = PolyTable.rescaled(unit, ap)
+    assert t.table is unit.table and t.gain == ap.domain[1] and t.interp_err <= TOLERANCE * ap.max_err
+    with pytest.raises(ValueError, match="symmetric"):
+        PolyTable.rescaled(unit, approximate("relu", -1.0, 3.0, 15, "minimax", 0.5))
