@@ -30,12 +30,9 @@ def prepare(args) -> int:
 
     import hemlp
     from cifar_resnet_run import CIFAR_EXACT, calibration_rows, load
-    from hemlp.models.zoo import build
+    from hemlp.models.zoo import load_weights
 
-    state = torch.load(args.weights, weights_only=False)
-    model = build(state["model"], 10)
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
-    model.eval()
+    model, state = load_weights(args.weights)
     mean, std = state["mean"], state["std"]
     tr, tests = load(args.data_root, None, None)
     d = tests[CIFAR_EXACT]

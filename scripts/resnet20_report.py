@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     import hemlp
     from hemlp.apps.bench.report import machine_info, save_json
     from hemlp.models.train import predict
-    from hemlp.models.zoo import build
+    from hemlp.models.zoo import load_weights
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(args.threads)
@@ -106,10 +106,7 @@ def main(argv=None) -> int:
     # numpy's own BLAS too (the compile's plaintext pass multiplies through it): its idle threads otherwise spin
     # against the one working on a loaded machine
     threadpool_limits(args.threads)
-    state = torch.load(args.weights, weights_only=False)
-    model = build(state["model"], 10)
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
-    model.eval()
+    model, state = load_weights(args.weights)
     mean, std = state["mean"], state["std"]
     tr, tests = load(args.data_root, args.cache_dir, None)
     d = tests[CIFAR_EXACT]

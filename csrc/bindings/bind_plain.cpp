@@ -19,9 +19,10 @@ namespace {
 using F64 = py::array_t<double, py::array::c_style>;
 using F32 = py::array_t<float, py::array::c_style>;
 
-// A C-contiguous float32 / float64 array (no conversion: a copy would hide a caller's wrong dtype).
-bool is_f64(const py::array& a) { return py::isinstance<F64>(a) && (a.flags() & py::array::c_style); }
-bool is_f32(const py::array& a) { return py::isinstance<F32>(a) && (a.flags() & py::array::c_style); }
+// A C-contiguous float32 / float64 array (isinstance checks the dtype and the c_style flag; no conversion: a copy
+// would hide a caller's wrong dtype).
+bool is_f64(const py::array& a) { return py::isinstance<F64>(a); }
+bool is_f32(const py::array& a) { return py::isinstance<F32>(a); }
 
 template <class In, class Out>
 bool lookup(const F64& table, size_t points, double lo, double scale, double gain, double dom_lo, double dom_hi,

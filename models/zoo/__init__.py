@@ -25,7 +25,7 @@ from .resnet18 import ResNet18
 from .resnet_cifar import resnet20, resnet20_b, resnet32, resnet44
 from .vgg_small import vgg_small
 
-__all__ = ["ZOO", "ZooEntry", "build"]
+__all__ = ["ZOO", "ZooEntry", "build", "load_weights"]
 
 
 @dataclass(frozen=True)
@@ -88,3 +88,13 @@ def build(name: str, num_classes: int | None = None, seed: int = 0, **options) -
     torch.manual_seed(seed)
     model = entry.builder(entry.num_classes if num_classes is None else num_classes, **options)
     return model.eval()
+
+
+def load_weights(path) -> tuple[nn.Module, dict]:
+    """A zoo model with the weights of a file saved by scripts/train_resnet20.py (``model``: its zoo name,
+    ``state_dict``: its weights, stored as float16; ``mean``, ``std``: the input standardisation): the model in
+    float32 and eval mode, and the file's dict."""
+    state = torch.load(path, weights_only=False)
+    model = build(state["model"])
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
+    return model.eval(), state

@@ -82,6 +82,10 @@ def test_table_lookup_refuses_wrong_arrays():
         _core.chebval_clenshaw(np.zeros(3), np.ones(2))
     with pytest.raises(ShapeError, match="float64"):
         _core.chebval_clenshaw(np.zeros(3, dtype=np.float32), np.ones(4))
+    with pytest.raises(ShapeError, match="C-contiguous"):                 # a strided view: no silent copy
+        _core.chebval_clenshaw(np.zeros((4, 6))[:, ::2], np.ones(4))
+    with pytest.raises(ShapeError, match="C-contiguous"):
+        _core.table_lookup(table, 8, 0.0, 1.0, 1.0, 0.0, 1.0, np.zeros(8, np.float32)[::2], np.empty(4, np.float32))
 
 
 CHILD = r"""

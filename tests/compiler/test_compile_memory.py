@@ -22,14 +22,11 @@ import json, sys, time
 import numpy as np
 import torch
 import hemlp
-from hemlp.models.zoo import build
+from hemlp.models.zoo import load_weights
 
 torch.set_num_threads(1)
 hemlp.set_num_threads(1)
-state = torch.load(sys.argv[1], weights_only=False)
-model = build(state["model"], 10)
-model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
-model.eval()
+model, _ = load_weights(sys.argv[1])
 z = np.random.default_rng(0).normal(size=(int(sys.argv[2]), 3, 8, 8)).astype(np.float32)
 x = np.ascontiguousarray(torch.nn.functional.interpolate(torch.from_numpy(z), scale_factor=4, mode="bilinear").numpy())
 

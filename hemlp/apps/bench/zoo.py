@@ -133,22 +133,15 @@ def _data(name: str, root: str, n_cal: int, n_test: int, state=None, train: bool
     return f32(cal), f32(x_te), np.asarray(y_te), test_name, f32(x_tr), np.asarray(y_tr)
 
 
-def _trained_state(name: str):
+def _model(name: str):
+    """The zoo model with its shipped weights and their file's dict where it has some, else its seeded
+    initialisation and None."""
+    from hemlp.models.zoo import build, load_weights
+
     path = WEIGHTS.get(name)
     if path is None or not path.is_file():
-        return None
-    import torch
-
-    return torch.load(path, weights_only=False)
-
-
-def _model(name: str, state):
-    from hemlp.models.zoo import build
-
-    model = build(name)
-    if state is not None:
-        model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["state_dict"].items()})
-    return model.eval(), state is not None
+        return build(name), None
+    return load_weights(path)
 
 
 def bn_statistics(model, x, batch: int = 100) -> int:
@@ -191,8 +184,8 @@ def one(name: str, frontend: str, args) -> dict:
 
     torch.set_num_threads(1)
     hemlp.set_num_threads(1)
-    state = _trained_state(name)
-    model, trained = _model(name, state)
+    model, state = _model(name)
+    trained = state is not None
     x_cal, x_te, y_te, test_name, x_tr, y_tr = _data(name, args.data_root, args.calibration, args.test, state,
                                                      train=not trained and args.train_epochs > 0)
     train_s = None
